@@ -1,0 +1,25 @@
+//! Generates the kiln.v1 code with protox (a pure-Rust protobuf compiler, so no system `protoc`
+//! is needed on a fresh machine), tonic for the services, and pbjson for the standard proto3 JSON
+//! mapping that `kiln compile --graph FILE.json` reads.
+
+use prost::Message;
+use std::path::PathBuf;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let out = PathBuf::from(std::env::var("OUT_DIR")?);
+    let fds = protox::compile(["kiln/v1/kiln.proto"], ["."])?;
+    let descriptor_path = out.join("kiln_v1_descriptor.bin");
+    std::fs::write(&descriptor_path, fds.encode_to_vec())?;
+
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(fds)?;
+
+    pbjson_build::Builder::new()
+        .register_descriptors(&std::fs::read(&descriptor_path)?)?
+        .build(&[".kiln.v1"])?;
+
+    println!("cargo:rerun-if-changed=kiln/v1/kiln.proto");
+    Ok(())
+}

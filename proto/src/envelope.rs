@@ -1,0 +1,185 @@
+//! The artifact envelope: the one format every tier stores and every tier verifies on read.
+//!
+//! ```text
+//! magic "KILNART\0" | version u16 LE | key [32] | meta_len u32 LE | ArtifactMeta (protobuf)
+//!   | payload_len u64 LE | zstd payload | blake3 [32] over every byte before it
+//! ```
+//!
+//! The digest covers header, metadata and payload, and the envelope carries its own key, so a
+//! flipped byte anywhere and a valid envelope stored under the wrong key are both caught. The
+//! metadata is protobuf, which is fine here: it is verified by the digest, not hashed into a key.
+
+use crate::key::CacheKey;
+use crate::pb::ArtifactMeta;
+use prost::Message;
+
+const MAGIC: &[u8; 8] = b"KILNART\0";
+const VERSION: u16 = 1;
+const DIGEST_LEN: usize = 32;
+/// magic + version + key + meta_len.
+const FIXED_HEAD: usize = 8 + 2 + 32 + 4;
+
+/// Why an envelope was refused. Every variant means: evict, count, refetch or recompile.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum IntegrityError {
+    #[error("envelope truncated")]
+    Truncated,
+    #[error("bad magic")]
+    BadMagic,
+    #[error("unsupported envelope version {0}")]
+    Version(u16),
+    #[error("digest mismatch")]
+    Digest,
+    #[error("envelope holds key {found}, expected {expected}")]
+    WrongKey { expected: CacheKey, found: CacheKey },
+    #[error("metadata does not decode")]
+    Meta,
+    #[error("payload does not decompress to its recorded size")]
+    Payload,
+    #[error("payload of {0} bytes exceeds the limit")]
+    TooLarge(u64),
+}
+
+/// A verified artifact: metadata and the raw (decompressed) bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Artifact {
+    pub meta: ArtifactMeta,
+    pub bytes: Vec<u8>,
+}
+
+/// Frames `bytes` under `key`. The payload is zstd-compressed: cubins compress about 3-5x.
+pub fn seal(key: &CacheKey, mut meta: ArtifactMeta, bytes: &[u8]) -> Vec<u8> {
+    meta.raw_bytes = bytes.len() as u64;
+    let meta_bytes = meta.encode_to_vec();
+    // Level 3 is zstd's default: compresses a cubin in well under a millisecond.
+    let payload = zstd::bulk::compress(bytes, 3).unwrap_or_else(|_| unreachable_compress());
+    let mut out = Vec::with_capacity(FIXED_HEAD + meta_bytes.len() + 8 + payload.len() + DIGEST_LEN);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&VERSION.to_le_bytes());
+    out.extend_from_slice(key.as_bytes());
+    out.extend_from_slice(&(meta_bytes.len() as u32).to_le_bytes());
+    out.extend_from_slice(&meta_bytes);
+    out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    out.extend_from_slice(&payload);
+    let digest = blake3::hash(&out);
+    out.extend_from_slice(digest.as_bytes());
+    out
+}
+
+/// In-memory zstd compression fails only on allocation failure, which aborts anyway.
+fn unreachable_compress() -> Vec<u8> {
+    panic!("zstd compression of an in-memory buffer failed")
+}
+
+/// Verifies and unpacks an envelope that must hold `expected`, refusing a payload larger than
+/// `max_raw_bytes` before allocating it.
+pub fn open(envelope: &[u8], expected: &CacheKey, max_raw_bytes: u64) -> Result<Artifact, IntegrityError> {
+    if envelope.len() < FIXED_HEAD + 8 + DIGEST_LEN {
+        return Err(IntegrityError::Truncated);
+    }
+    let (body, digest) = envelope.split_at(envelope.len() - DIGEST_LEN);
+    if &body[..8] != MAGIC {
+        return Err(IntegrityError::BadMagic);
+    }
+    let version = u16::from_le_bytes([body[8], body[9]]);
+    if version != VERSION {
+        return Err(IntegrityError::Version(version));
+    }
+    if blake3::hash(body).as_bytes() != digest {
+        return Err(IntegrityError::Digest);
+    }
+    let mut found = [0u8; 32];
+    found.copy_from_slice(&body[10..42]);
+    let found = CacheKey::from_bytes(found);
+    if &found != expected {
+        return Err(IntegrityError::WrongKey { expected: *expected, found });
+    }
+    let meta_len = u32::from_le_bytes(body[42..46].try_into().map_err(|_| IntegrityError::Truncated)?) as usize;
+    let rest = &body[FIXED_HEAD..];
+    if rest.len() < meta_len + 8 {
+        return Err(IntegrityError::Truncated);
+    }
+    let meta = ArtifactMeta::decode(&rest[..meta_len]).map_err(|_| IntegrityError::Meta)?;
+    let payload_len = u64::from_le_bytes(
+        rest[meta_len..meta_len + 8].try_into().map_err(|_| IntegrityError::Truncated)?,
+    );
+    let payload = &rest[meta_len + 8..];
+    if payload.len() as u64 != payload_len {
+        return Err(IntegrityError::Truncated);
+    }
+    if meta.raw_bytes > max_raw_bytes {
+        return Err(IntegrityError::TooLarge(meta.raw_bytes));
+    }
+    let bytes = zstd::bulk::decompress(payload, meta.raw_bytes as usize).map_err(|_| IntegrityError::Payload)?;
+    if bytes.len() as u64 != meta.raw_bytes {
+        return Err(IntegrityError::Payload);
+    }
+    Ok(Artifact { meta, bytes })
+}
+
+/// Byte ranges of an envelope's parts, for tests that corrupt one part at a time.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    pub header: std::ops::Range<usize>,
+    pub meta: std::ops::Range<usize>,
+    pub payload: std::ops::Range<usize>,
+}
+
+/// Where the parts of a well-formed envelope lie; `None` if it is too short to say.
+pub fn layout(envelope: &[u8]) -> Option<Layout> {
+    let meta_len = u32::from_le_bytes(envelope.get(42..46)?.try_into().ok()?) as usize;
+    let meta = FIXED_HEAD..FIXED_HEAD + meta_len;
+    let payload_start = meta.end + 8;
+    let payload_end = envelope.len().checked_sub(DIGEST_LEN)?;
+    (payload_start <= payload_end).then(|| Layout { header: 0..FIXED_HEAD, meta, payload: payload_start..payload_end })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(b: u8) -> CacheKey {
+        CacheKey::from_bytes([b; 32])
+    }
+
+    fn sample() -> Vec<u8> {
+        let meta = ArtifactMeta { toolchain: "nvrtc".into(), target: "sm_90".into(), log: "ok".into(), ..Default::default() };
+        seal(&key(1), meta, &b"cubin bytes ".repeat(100))
+    }
+
+    #[test]
+    fn round_trips() {
+        let a = open(&sample(), &key(1), 1 << 20).unwrap();
+        assert_eq!(a.bytes, b"cubin bytes ".repeat(100));
+        assert_eq!(a.meta.toolchain, "nvrtc");
+        assert_eq!(a.meta.raw_bytes, 1200);
+    }
+
+    #[test]
+    fn any_flipped_byte_is_refused() {
+        let env = sample();
+        for i in 0..env.len() {
+            let mut bad = env.clone();
+            bad[i] ^= 0x40;
+            assert!(open(&bad, &key(1), 1 << 20).is_err(), "flip at byte {i} was accepted");
+        }
+    }
+
+    #[test]
+    fn wrong_key_and_truncation_are_refused() {
+        let env = sample();
+        assert!(matches!(open(&env, &key(2), 1 << 20), Err(IntegrityError::WrongKey { .. })));
+        for cut in [0, 10, 50, env.len() - 1] {
+            assert!(open(&env[..cut], &key(1), 1 << 20).is_err());
+        }
+        assert_eq!(open(&env, &key(1), 10), Err(IntegrityError::TooLarge(1200)));
+    }
+
+    #[test]
+    fn layout_names_the_parts() {
+        let env = sample();
+        let l = layout(&env).unwrap();
+        assert_eq!(&env[l.header.start..8], MAGIC);
+        assert!(l.meta.end < l.payload.start && l.payload.end == env.len() - DIGEST_LEN);
+    }
+}

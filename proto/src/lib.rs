@@ -1,0 +1,28 @@
+//! kiln-proto: the parts of kiln that every component and every client must agree on.
+//!
+//! - [`pb`]: the generated `kiln.v1` messages and tonic services (with proto3 JSON via pbjson).
+//! - [`key`]: the canonical cache-key derivation, schema `kiln-key-v1`. The key schema is part of
+//!   the protocol, so it lives here and clients may compute keys too.
+//! - [`target`]: parsing and printing GPU targets such as `sm_90a`.
+//! - [`envelope`]: the self-verifying frame every cached artifact is stored in, in every tier.
+//! - [`paths`]: the default socket and cache locations, shared by kilnd and its clients.
+
+pub mod envelope;
+pub mod key;
+pub mod paths;
+pub mod target;
+
+/// Generated `kiln.v1` code. Re-exported as `pb`, as tonic-health does, so that domain types stay
+/// apart from wire types.
+#[allow(clippy::all, missing_debug_implementations)]
+pub mod pb {
+    tonic::include_proto!("kiln.v1");
+    include!(concat!(env!("OUT_DIR"), "/kiln.v1.serde.rs"));
+
+    /// The encoded `FileDescriptorSet`, for gRPC reflection.
+    pub const FILE_DESCRIPTOR_SET: &[u8] =
+        include_bytes!(concat!(env!("OUT_DIR"), "/kiln_v1_descriptor.bin"));
+}
+
+pub use key::{CacheKey, Fingerprint, KeyInputs};
+pub use target::Target;
