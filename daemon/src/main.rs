@@ -1,1 +1,75 @@
-fn main() {}
+//! `kilnd`: parses flags, sets up logging, binds the sockets and calls the library. Nothing more.
+
+use anyhow::Context;
+use clap::Parser;
+use kiln_daemon::config::{Command, Config, Defaults, FileConfig, Flags};
+use kiln_daemon::server::{self, Listeners};
+use std::path::Path;
+
+fn main() -> anyhow::Result<()> {
+    let flags = Flags::parse();
+    if let Some(Command::Worker { nvrtc, builtins, memory_mb }) = &flags.command {
+        // A worker is a plain blocking process: no runtime, no logging set-up.
+        std::process::exit(kiln_daemon::worker::process::run(nvrtc, builtins, *memory_mb));
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("KILN_LOG").unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let file = match &flags.config {
+        Some(path) => FileConfig::load(path)?,
+        None => FileConfig::default(),
+    };
+    let config = Config::merge(&flags, &file, &Defaults::from_host());
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    if let Some(Command::Check { json }) = flags.command {
+        std::process::exit(runtime.block_on(kiln_daemon::check::run(&config, json)));
+    }
+    runtime.block_on(async {
+        let listeners = bind(&config).await?;
+        server::run(listeners, config, shutdown_signal()).await
+    })
+}
+
+async fn bind(config: &Config) -> anyhow::Result<Listeners> {
+    let unix = bind_unix(&config.socket).await?;
+    let tcp = match config.listen {
+        Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding --listen {addr}"))?),
+        None => None,
+    };
+    let metrics = match config.metrics {
+        Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding --metrics {addr}"))?),
+        None => None,
+    };
+    Ok(Listeners { unix, tcp, metrics })
+}
+
+/// Binds the Unix socket with mode 0660, replacing a stale socket file but never a live daemon's.
+async fn bind_unix(path: &Path) -> anyhow::Result<tokio::net::UnixListener> {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    if path.exists() {
+        if tokio::net::UnixStream::connect(path).await.is_ok() {
+            anyhow::bail!("another kilnd is already listening on {}", path.display());
+        }
+        std::fs::remove_file(path).with_context(|| format!("removing the stale socket {}", path.display()))?;
+    }
+    let listener = tokio::net::UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
+        .with_context(|| format!("setting the mode of {}", path.display()))?;
+    Ok(listener)
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        tracing::error!("cannot install signal handlers; stop kilnd with SIGKILL");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

@@ -1,0 +1,245 @@
+//! kilnd configuration: flags, `KILN_*` environment variables and an optional TOML file.
+//!
+//! clap reads flags and their environment variables (a flag wins over its variable); the file is
+//! read by [`FileConfig::load`]; [`Config::merge`] is the pure function that combines the two, so
+//! tests call it directly. Precedence: flag, then environment, then file, then default.
+
+use clap::Parser;
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// `kilnd` command line. Every flag has a `KILN_*` variable.
+#[derive(Debug, Clone, Default, Parser)]
+#[command(name = "kilnd", version, about = "kiln compile daemon: compiles GPU kernels once, serves them from cache")]
+pub struct Flags {
+    /// TOML configuration file.
+    #[arg(long, env = "KILN_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Unix socket to listen on (created 0660).
+    #[arg(long, env = "KILN_SOCKET")]
+    pub socket: Option<PathBuf>,
+    /// Optional TCP address, e.g. 127.0.0.1:7070.
+    #[arg(long, env = "KILN_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Cache directory for the disk tier.
+    #[arg(long, env = "KILN_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Default target when a graph names none, e.g. sm_90. Without it, the local GPU's.
+    #[arg(long, env = "KILN_TARGET")]
+    pub target: Option<String>,
+    /// Prometheus endpoint address, serving /metrics.
+    #[arg(long, env = "KILN_METRICS")]
+    pub metrics: Option<SocketAddr>,
+    /// Fleet cache URI (kiln-cache). Not yet supported: the remote tier arrives with the fleet cache.
+    #[arg(long, env = "KILN_REMOTE")]
+    pub remote: Option<String>,
+    /// Token for the fleet cache, or @FILE.
+    #[arg(long, env = "KILN_REMOTE_TOKEN", hide_env_values = true)]
+    pub remote_token: Option<String>,
+    /// Compiles running at once. Default: the number of cores.
+    #[arg(long, env = "KILN_CONCURRENCY")]
+    pub concurrency: Option<usize>,
+    /// CUDA toolkit root, or a wheel's nvidia/cu13 directory.
+    #[arg(long, env = "KILN_CUDA_ROOT")]
+    pub cuda_root: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum Command {
+    /// Run the daemon (the default).
+    Serve,
+    /// Find the toolchains, probe them in a worker, print a report and exit.
+    Check {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Internal: a compile worker speaking the framed protocol on stdin/stdout.
+    #[command(hide = true)]
+    Worker {
+        #[arg(long)]
+        nvrtc: PathBuf,
+        #[arg(long)]
+        builtins: PathBuf,
+        #[arg(long)]
+        memory_mb: u64,
+    },
+}
+
+/// The optional TOML file. Same names as the flags, plus limits that have no flag.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub socket: Option<PathBuf>,
+    pub listen: Option<SocketAddr>,
+    pub cache_dir: Option<PathBuf>,
+    pub target: Option<String>,
+    pub metrics: Option<SocketAddr>,
+    pub remote: Option<String>,
+    pub remote_token: Option<String>,
+    pub concurrency: Option<usize>,
+    pub cuda_root: Option<PathBuf>,
+    pub memory_cache_mb: Option<u64>,
+    pub disk_cache_mb: Option<u64>,
+    pub max_queue: Option<usize>,
+    pub max_kernels: Option<usize>,
+    pub max_message_mb: Option<usize>,
+    pub max_source_kb: Option<usize>,
+    pub max_artifact_mb: Option<u64>,
+    pub compile_timeout_secs: Option<u64>,
+    pub worker_memory_mb: Option<u64>,
+    pub negative_ttl_secs: Option<u64>,
+    pub drain_secs: Option<u64>,
+}
+
+impl FileConfig {
+    /// Reads and parses the file; unknown keys are an error, so a typo never goes unnoticed.
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        use anyhow::Context;
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading config {}", path.display()))?;
+        toml::from_str(&text).with_context(|| format!("parsing config {}", path.display()))
+    }
+}
+
+/// Limits on what one client may ask for. Over a limit is INVALID_ARGUMENT or RESOURCE_EXHAUSTED.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limits {
+    /// Compiles waiting for a slot, all clients together; past it, RESOURCE_EXHAUSTED.
+    pub max_queue: usize,
+    /// Kernels in one graph.
+    pub max_kernels: usize,
+    /// gRPC message size, both directions. tonic's 4 MiB default is too small for a graph of cubins.
+    pub max_message_bytes: usize,
+    /// One kernel's source plus its headers.
+    pub max_source_bytes: usize,
+    /// One artifact, after decompression; also bounds what a tier may hand back.
+    pub max_artifact_bytes: u64,
+    pub compile_timeout: Duration,
+    /// Address-space limit of each worker process.
+    pub worker_memory_mb: u64,
+    /// How long a failed compile is remembered, so a herd does not recompile a broken source.
+    pub negative_ttl: Duration,
+    /// How long shutdown waits for running work.
+    pub drain: Duration,
+}
+
+/// The merged configuration kilnd runs with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub socket: PathBuf,
+    pub listen: Option<SocketAddr>,
+    pub cache_dir: PathBuf,
+    pub target: Option<String>,
+    pub metrics: Option<SocketAddr>,
+    pub remote: Option<String>,
+    pub concurrency: usize,
+    pub cuda_root: Option<PathBuf>,
+    pub memory_cache_bytes: u64,
+    pub disk_cache_bytes: u64,
+    pub limits: Limits,
+}
+
+/// Host facts the defaults depend on, passed in so that [`Config::merge`] stays pure.
+#[derive(Debug, Clone)]
+pub struct Defaults {
+    pub socket: PathBuf,
+    pub cache_dir: PathBuf,
+    pub cores: usize,
+}
+
+impl Defaults {
+    pub fn from_host() -> Self {
+        Defaults {
+            socket: kiln_proto::paths::default_socket_path(),
+            cache_dir: kiln_proto::paths::default_cache_dir(),
+            cores: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        }
+    }
+}
+
+const MIB: u64 = 1024 * 1024;
+
+impl Config {
+    /// Flags (which already carry their environment variables) over the file over the defaults.
+    pub fn merge(flags: &Flags, file: &FileConfig, defaults: &Defaults) -> Self {
+        let limits = Limits {
+            max_queue: file.max_queue.unwrap_or(4096),
+            max_kernels: file.max_kernels.unwrap_or(4096),
+            max_message_bytes: file.max_message_mb.unwrap_or(256) * MIB as usize,
+            max_source_bytes: file.max_source_kb.unwrap_or(8 * 1024) * 1024,
+            max_artifact_bytes: file.max_artifact_mb.unwrap_or(128) * MIB,
+            compile_timeout: Duration::from_secs(file.compile_timeout_secs.unwrap_or(300)),
+            worker_memory_mb: file.worker_memory_mb.unwrap_or(8192),
+            negative_ttl: Duration::from_secs(file.negative_ttl_secs.unwrap_or(60)),
+            drain: Duration::from_secs(file.drain_secs.unwrap_or(30)),
+        };
+        Config {
+            socket: flags.socket.clone().or_else(|| file.socket.clone()).unwrap_or_else(|| defaults.socket.clone()),
+            listen: flags.listen.or(file.listen),
+            cache_dir: flags
+                .cache_dir
+                .clone()
+                .or_else(|| file.cache_dir.clone())
+                .unwrap_or_else(|| defaults.cache_dir.clone()),
+            target: flags.target.clone().or_else(|| file.target.clone()),
+            metrics: flags.metrics.or(file.metrics),
+            remote: flags.remote.clone().or_else(|| file.remote.clone()),
+            concurrency: flags.concurrency.or(file.concurrency).unwrap_or(defaults.cores).max(1),
+            cuda_root: flags.cuda_root.clone().or_else(|| file.cuda_root.clone()),
+            memory_cache_bytes: file.memory_cache_mb.unwrap_or(1024) * MIB,
+            disk_cache_bytes: file.disk_cache_mb.unwrap_or(20 * 1024) * MIB,
+            limits,
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn defaults() -> Defaults {
+        Defaults { socket: "/d.sock".into(), cache_dir: "/d/cache".into(), cores: 6 }
+    }
+
+    #[test]
+    fn defaults_apply_when_nothing_is_set() {
+        let c = Config::merge(&Flags::default(), &FileConfig::default(), &defaults());
+        assert_eq!(c.socket, PathBuf::from("/d.sock"));
+        assert_eq!(c.cache_dir, PathBuf::from("/d/cache"));
+        assert_eq!(c.concurrency, 6);
+        assert_eq!(c.limits.max_message_bytes, 256 * 1024 * 1024);
+        assert!(c.listen.is_none() && c.target.is_none());
+    }
+
+    #[test]
+    fn flags_win_over_the_file() {
+        let file: FileConfig = toml::from_str(
+            "socket = \"/f.sock\"\ntarget = \"sm_80\"\nconcurrency = 3\nmax_queue = 9\ncache_dir = \"/f\"",
+        )
+        .unwrap();
+        let flags = Flags { socket: Some("/flag.sock".into()), concurrency: Some(2), ..Default::default() };
+        let c = Config::merge(&flags, &file, &defaults());
+        assert_eq!(c.socket, PathBuf::from("/flag.sock"));
+        assert_eq!(c.concurrency, 2);
+        assert_eq!(c.target.as_deref(), Some("sm_80"));
+        assert_eq!(c.cache_dir, PathBuf::from("/f"));
+        assert_eq!(c.limits.max_queue, 9);
+    }
+
+    #[test]
+    fn environment_variables_fill_flags() {
+        // clap's `env` is what reads KILN_*; check the wiring without touching the process env.
+        let flags = Flags::try_parse_from(["kilnd", "--concurrency", "0"]).unwrap();
+        let c = Config::merge(&flags, &FileConfig::default(), &defaults());
+        assert_eq!(c.concurrency, 1, "zero concurrency is raised to one");
+    }
+
+    #[test]
+    fn unknown_file_keys_are_refused() {
+        assert!(toml::from_str::<FileConfig>("sokcet = \"/x\"").is_err());
+    }
+}

@@ -1,0 +1,191 @@
+//! The path of one kernel: refusal check, negative cache, tiers, then a single-flight compile in
+//! a worker, publish, answer. Everything a job does per kernel goes through [`Engine::resolve`].
+
+use crate::config::Limits;
+use crate::metrics::{CompileLabels, Metrics, ToolchainLabels};
+use crate::scheduler::flight::{Flights, Join, Leader};
+use crate::scheduler::gate::{Gate, Priority};
+use crate::store::TierName;
+use crate::store::tiered::TieredStore;
+use crate::toolchain::nvrtc::{self, Nvrtc};
+use crate::validate::KernelJob;
+use bytes::Bytes;
+use kiln_proto::envelope::{self, Artifact};
+use kiln_proto::pb::{self, ArtifactMeta, LoweredName};
+use kiln_proto::{CacheKey, Target};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::task::TaskTracker;
+
+/// The answer for one kernel.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub ok: bool,
+    pub tier: pb::Tier,
+    /// The verified artifact; `None` when the kernel failed.
+    pub artifact: Option<Arc<Artifact>>,
+    pub log: String,
+    pub lowered_names: Vec<LoweredName>,
+    /// What the artifact cost when it was compiled, even when this answer was a hit.
+    pub compile_micros: u64,
+}
+
+impl Outcome {
+    fn failed(tier: pb::Tier, log: String, compile_micros: u64) -> Self {
+        Outcome { ok: false, tier, artifact: None, log, lowered_names: Vec::new(), compile_micros }
+    }
+
+    fn from_artifact(artifact: Artifact, tier: pb::Tier) -> Self {
+        Outcome {
+            ok: true,
+            tier,
+            log: artifact.meta.log.clone(),
+            lowered_names: artifact.meta.lowered_names.clone(),
+            compile_micros: artifact.meta.compile_micros,
+            artifact: Some(Arc::new(artifact)),
+        }
+    }
+}
+
+fn tier_of(name: TierName) -> pb::Tier {
+    match name {
+        TierName::Memory => pb::Tier::Memory,
+        TierName::Disk => pb::Tier::Disk,
+    }
+}
+
+/// A remembered compile failure.
+#[derive(Debug)]
+struct Failure {
+    log: String,
+    compile_micros: u64,
+}
+
+#[derive(Debug)]
+pub struct Engine {
+    pub nvrtc: Nvrtc,
+    pub store: TieredStore,
+    pub metrics: Arc<Metrics>,
+    pub gate: Arc<Gate>,
+    /// Failed compiles, kept for `negative_ttl` so a herd asking for a broken kernel pays one
+    /// compile, not one each. Memory only: a failure is never published to a shared tier.
+    negative: moka::future::Cache<CacheKey, Arc<Failure>>,
+    flights: Arc<Flights<Outcome>>,
+    /// Compile tasks outlive the request that started them (a compile keeps going to fill the
+    /// cache when its client disconnects); shutdown waits for them here.
+    pub tracker: TaskTracker,
+    limits: Limits,
+}
+
+impl Engine {
+    pub fn new(nvrtc: Nvrtc, store: TieredStore, metrics: Arc<Metrics>, concurrency: usize, limits: Limits) -> Self {
+        let negative = moka::future::Cache::builder().max_capacity(100_000).time_to_live(limits.negative_ttl).build();
+        Engine {
+            nvrtc,
+            store,
+            metrics,
+            gate: Gate::new(concurrency),
+            negative,
+            flights: Arc::default(),
+            tracker: TaskTracker::new(),
+            limits,
+        }
+    }
+
+    /// Answers from the caches only: the negative cache, then the tiers.
+    pub async fn cached(&self, key: &CacheKey) -> Option<Outcome> {
+        if let Some(f) = self.negative.get(key).await {
+            self.metrics.negative_hits.inc();
+            return Some(Outcome::failed(pb::Tier::Memory, f.log.clone(), f.compile_micros));
+        }
+        let hit = self.store.get(key).await?;
+        self.metrics.seconds_saved.inc_by(hit.artifact.meta.compile_micros as f64 / 1e6);
+        Some(Outcome::from_artifact(hit.artifact, tier_of(hit.tier)))
+    }
+
+    /// Looks a kernel up and compiles it on a miss, once per key however many ask at once.
+    pub async fn resolve(self: &Arc<Self>, kernel: &KernelJob, target: Target, priority: Priority) -> Outcome {
+        if let Some(reason) = &kernel.refusal {
+            return Outcome::failed(pb::Tier::Compiled, reason.clone(), 0);
+        }
+        loop {
+            if let Some(hit) = self.cached(&kernel.key).await {
+                return hit;
+            }
+            match self.flights.join(&kernel.key) {
+                Join::Follow(rx) => {
+                    if let Some(mut outcome) = Flights::follow(rx).await {
+                        if outcome.ok {
+                            self.metrics.seconds_saved.inc_by(outcome.compile_micros as f64 / 1e6);
+                        }
+                        outcome.tier = pb::Tier::Joined;
+                        return outcome;
+                    }
+                    // The leader vanished without a result: look again, and maybe lead.
+                }
+                Join::Lead(leader) => {
+                    let this = Arc::clone(self);
+                    let kernel = kernel.clone();
+                    let task = self.tracker.spawn(async move { this.lead(leader, &kernel, target, priority).await });
+                    return match task.await {
+                        Ok(outcome) => outcome,
+                        Err(e) => Outcome::failed(pb::Tier::Compiled, format!("compile task ended abnormally: {e}"), 0),
+                    };
+                }
+            }
+        }
+    }
+
+    /// The leader's work: check once more (a publish may have landed since the first look),
+    /// wait for a slot, compile, publish, and hand the result to every follower.
+    async fn lead(&self, leader: Leader<Outcome>, kernel: &KernelJob, target: Target, priority: Priority) -> Outcome {
+        if let Some(hit) = self.cached(&kernel.key).await {
+            leader.finish(hit.clone());
+            return hit;
+        }
+        self.metrics.queue_depth.inc();
+        let permit = self.gate.acquire(priority).await;
+        self.metrics.queue_depth.dec();
+        self.metrics.inflight.inc();
+        let compiled = self.nvrtc.compile(&kernel.source, &target, self.limits.compile_timeout).await;
+        self.metrics.inflight.dec();
+        drop(permit);
+        let outcome = self.publish(&kernel.key, &target, compiled).await;
+        leader.finish(outcome.clone());
+        outcome
+    }
+
+    async fn publish(&self, key: &CacheKey, target: &Target, c: nvrtc::Compiled) -> Outcome {
+        let labels = |outcome| CompileLabels { toolchain: nvrtc::NAME, outcome };
+        self.metrics.compile_seconds.get_or_create(&ToolchainLabels { toolchain: nvrtc::NAME }).observe(c.compile_micros as f64 / 1e6);
+        let too_large = c.cubin.len() as u64 > self.limits.max_artifact_bytes;
+        if !c.ok || too_large {
+            self.metrics.compiles.get_or_create(&labels("failed")).inc();
+            let mut log = c.log;
+            if too_large {
+                log.push_str(&format!("\nartifact of {} bytes exceeds the limit of {}\n", c.cubin.len(), self.limits.max_artifact_bytes));
+            }
+            let failure = Arc::new(Failure { log: log.clone(), compile_micros: c.compile_micros });
+            self.negative.insert(*key, failure).await;
+            return Outcome::failed(pb::Tier::Compiled, log, c.compile_micros);
+        }
+        self.metrics.compiles.get_or_create(&labels("ok")).inc();
+        let meta = ArtifactMeta {
+            toolchain: nvrtc::NAME.into(),
+            target: target.to_string(),
+            compile_micros: c.compile_micros,
+            log: c.log,
+            lowered_names: c.lowered_names,
+            raw_bytes: c.cubin.len() as u64,
+        };
+        let sealed = envelope::seal(key, meta.clone(), &c.cubin);
+        self.store.put(key, Bytes::from(sealed)).await;
+        Outcome::from_artifact(Artifact { meta, bytes: c.cubin }, pb::Tier::Compiled)
+    }
+
+    /// Waits up to `bound` for running compiles to finish.
+    pub async fn drain(&self, bound: Duration) -> bool {
+        self.tracker.close();
+        tokio::time::timeout(bound, self.tracker.wait()).await.is_ok()
+    }
+}

@@ -1,0 +1,177 @@
+//! Jobs: a validated graph running in the background, and the record of its events.
+//!
+//! A job's events are kept in order, so a `Watch` that arrives late replays what it missed and
+//! then follows. A job runs to the end whether or not anyone watches, which is what lets a
+//! compile fill the cache after its client has gone. Finished jobs are kept for a while for late
+//! watchers, then pruned.
+
+use crate::engine::{Engine, Outcome};
+use crate::validate::Job;
+use kiln_proto::key::graph_key;
+use kiln_proto::pb::{self, job_event::Event};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+
+/// Finished jobs are kept this long for late watchers.
+const RETENTION: Duration = Duration::from_secs(600);
+/// And at most this many, oldest pruned first.
+const MAX_FINISHED: usize = 1024;
+
+#[derive(Debug)]
+pub struct JobRecord {
+    pub id: String,
+    /// A std Mutex: pushes and clones only, never across an await.
+    events: Mutex<Vec<pb::JobEvent>>,
+    /// The number of events so far; watchers wait on it.
+    count: watch::Sender<usize>,
+    finished: Mutex<Option<Instant>>,
+}
+
+impl JobRecord {
+    fn push(&self, event: Event) {
+        let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        events.push(pb::JobEvent { job_id: self.id.clone(), event: Some(event) });
+        let n = events.len();
+        drop(events);
+        self.count.send_replace(n);
+    }
+
+    fn events_from(&self, from: usize) -> Vec<pb::JobEvent> {
+        let events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        events.get(from..).map(<[_]>::to_vec).unwrap_or_default()
+    }
+}
+
+fn is_last(event: &pb::JobEvent) -> bool {
+    matches!(event.event, Some(Event::Done(_)) | Some(Event::Failed(_)))
+}
+
+#[derive(Debug, Default)]
+pub struct Jobs {
+    map: Mutex<HashMap<String, Arc<JobRecord>>>,
+}
+
+impl Jobs {
+    /// Registers a new job and returns its record.
+    pub fn create(&self) -> Arc<JobRecord> {
+        let id = format!("{:016x}{:016x}", rand::random::<u64>(), rand::random::<u64>());
+        let record = Arc::new(JobRecord {
+            id: id.clone(),
+            events: Mutex::new(Vec::new()),
+            count: watch::channel(0).0,
+            finished: Mutex::new(None),
+        });
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        prune(&mut map);
+        map.insert(id, Arc::clone(&record));
+        record
+    }
+
+    pub fn get(&self, id: &str) -> Option<Arc<JobRecord>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner()).get(id).cloned()
+    }
+}
+
+fn prune(map: &mut HashMap<String, Arc<JobRecord>>) {
+    let finished_at = |r: &JobRecord| *r.finished.lock().unwrap_or_else(|p| p.into_inner());
+    map.retain(|_, r| finished_at(r).is_none_or(|t| t.elapsed() < RETENTION));
+    let mut finished: Vec<(Instant, String)> =
+        map.iter().filter_map(|(id, r)| finished_at(r).map(|t| (t, id.clone()))).collect();
+    if finished.len() > MAX_FINISHED {
+        finished.sort();
+        for (_, id) in &finished[..finished.len() - MAX_FINISHED] {
+            map.remove(id);
+        }
+    }
+}
+
+/// Streams a job's events: the ones so far, then new ones until the last. The stream ends when
+/// the client goes away; the job does not.
+pub fn watch(record: Arc<JobRecord>, tracker: &tokio_util::task::TaskTracker) -> ReceiverStream<Result<pb::JobEvent, tonic::Status>> {
+    let (tx, rx) = mpsc::channel(64);
+    let mut count = record.count.subscribe();
+    tracker.spawn(async move {
+        let mut sent = 0;
+        loop {
+            for event in record.events_from(sent) {
+                sent += 1;
+                let last = is_last(&event);
+                if tx.send(Ok(event)).await.is_err() || last {
+                    return;
+                }
+            }
+            if count.wait_for(|n| *n > sent).await.is_err() {
+                return;
+            }
+        }
+    });
+    ReceiverStream::new(rx)
+}
+
+/// Runs a job to the end, recording its events.
+pub async fn run(engine: Arc<Engine>, record: Arc<JobRecord>, job: Job) {
+    engine.metrics.jobs.inc();
+    let started = Instant::now();
+    record.push(Event::Queued(pb::Queued { kernels: job.kernels.len() as u32, target: job.target.to_string() }));
+    record.push(Event::Started(pb::Started {}));
+    let mut tasks = tokio::task::JoinSet::new();
+    for (index, kernel) in job.kernels.iter().cloned().enumerate() {
+        let engine = Arc::clone(&engine);
+        let (target, priority) = (job.target, job.priority);
+        tasks.spawn(async move {
+            let outcome = engine.resolve(&kernel, target, priority).await;
+            (index, outcome)
+        });
+    }
+    let (mut ok, mut failed) = (0, 0);
+    while let Some(joined) = tasks.join_next().await {
+        let Ok((index, outcome)) = joined else {
+            record.push(Event::Failed(pb::JobFailed { reason: "a kernel task ended abnormally".into() }));
+            finish(&record);
+            return;
+        };
+        if outcome.ok { ok += 1 } else { failed += 1 }
+        let kernel = &job.kernels[index];
+        record.push(Event::Kernel(result(&kernel.id, &kernel.key.to_hex(), &job, outcome, started)));
+    }
+    let key = graph_key(&job.target, job.kernels.iter().map(|k| (k.id.as_str(), &k.key)));
+    record.push(Event::Done(pb::JobDone {
+        graph_key: key.to_hex(),
+        kernel_keys: job.kernels.iter().map(|k| k.key.to_hex()).collect(),
+        ok,
+        failed,
+        missed: 0,
+    }));
+    finish(&record);
+}
+
+fn finish(record: &JobRecord) {
+    *record.finished.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+}
+
+/// The wire form of one kernel's outcome.
+pub fn result(id: &str, key: &str, job: &Job, outcome: Outcome, started: Instant) -> pb::KernelResult {
+    let outcome_code = if outcome.ok { pb::Outcome::Ok } else { pb::Outcome::Failed };
+    let size = outcome.artifact.as_ref().map_or(0, |a| a.bytes.len() as u64);
+    let artifact = match (&outcome.artifact, job.omit_artifacts) {
+        (Some(a), false) => a.bytes.clone(),
+        _ => Vec::new(),
+    };
+    pb::KernelResult {
+        id: id.to_string(),
+        key: key.to_string(),
+        outcome: outcome_code as i32,
+        tier: outcome.tier as i32,
+        artifact,
+        artifact_bytes: size,
+        compile_micros: outcome.compile_micros,
+        elapsed_micros: started.elapsed().as_micros() as u64,
+        log: outcome.log,
+        lowered_names: outcome.lowered_names,
+        toolchain: crate::toolchain::nvrtc::NAME.into(),
+        target: job.target.to_string(),
+    }
+}

@@ -1,0 +1,34 @@
+//! kilnd: the per-host GPU compile daemon.
+//!
+//! A client sends a graph of kernels; each kernel gets a key (kiln-key-v1), is looked up in the
+//! memory and disk tiers, and on a miss is compiled once (single-flight) in a worker process,
+//! published to every tier and answered.
+//!
+//! - [`config`]: flags, `KILN_*` variables, the TOML file, and the pure merge of the three.
+//! - [`server`]: `run(listeners, config, shutdown)`, the library entry point.
+//! - [`service`]: the `kiln.v1.Compiler` gRPC handlers; [`stats`] builds the Stats answer.
+//! - [`validate`]: request validation; every bad field is INVALID_ARGUMENT naming it.
+//! - [`jobs`]: background jobs and their replayable event streams.
+//! - [`engine`]: one kernel's path: negative cache, tiers, single-flight compile, publish.
+//! - [`scheduler`]: the priority gate and single-flight.
+//! - [`store`]: the `Store` trait, the memory and disk tiers, and the tiered store.
+//! - [`toolchain`]: CUDA discovery, fingerprints, the option allowlist, include checks, NVRTC.
+//! - [`worker`]: compile worker processes, both sides of the pipe.
+//! - [`gpu`]: the local GPUs, through the CUDA driver.
+//! - [`metrics`]: Prometheus metrics and the `/metrics` endpoint.
+//! - [`check`]: `kilnd check`, the toolchain report `kiln doctor` falls back on.
+
+pub mod check;
+pub mod config;
+pub mod engine;
+pub mod gpu;
+pub mod jobs;
+pub mod metrics;
+pub mod scheduler;
+pub mod server;
+pub mod service;
+pub mod stats;
+pub mod store;
+pub mod toolchain;
+pub mod validate;
+pub mod worker;

@@ -1,0 +1,155 @@
+//! Prometheus metrics, with the names in DESIGN.md, served as text on `--metrics ADDR` at
+//! `/metrics`. Label values: `tier` memory|disk, `result` hit|miss|error, `outcome` ok|failed,
+//! `toolchain` nvrtc, `direction` read|write.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LookupLabels {
+    pub tier: &'static str,
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CompileLabels {
+    pub toolchain: &'static str,
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ToolchainLabels {
+    pub toolchain: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TierLabels {
+    pub tier: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BytesLabels {
+    pub tier: &'static str,
+    pub direction: &'static str,
+}
+
+fn compile_histogram() -> Histogram {
+    // 10 ms to about 20 minutes.
+    Histogram::new(exponential_buckets(0.01, 2.0, 18))
+}
+
+/// Every metric kilnd exports. Cloning a metric shares its value, so holders update in place.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    pub lookups: Family<LookupLabels, Counter>,
+    pub compiles: Family<CompileLabels, Counter>,
+    pub compile_seconds: Family<ToolchainLabels, Histogram, fn() -> Histogram>,
+    pub seconds_saved: Counter<f64, AtomicU64>,
+    pub queue_depth: Gauge,
+    pub inflight: Gauge,
+    pub artifact_bytes: Family<BytesLabels, Counter>,
+    pub integrity_failures: Family<TierLabels, Counter>,
+    pub negative_hits: Counter,
+    pub jobs: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("kiln");
+        let m = Metrics {
+            lookups: Family::default(),
+            compiles: Family::default(),
+            compile_seconds: Family::new_with_constructor(compile_histogram),
+            seconds_saved: Counter::default(),
+            queue_depth: Gauge::default(),
+            inflight: Gauge::default(),
+            artifact_bytes: Family::default(),
+            integrity_failures: Family::default(),
+            negative_hits: Counter::default(),
+            jobs: Counter::default(),
+            registry: Registry::default(),
+        };
+        registry.register("cache_lookups", "Cache lookups by tier and result", m.lookups.clone());
+        registry.register("compiles", "Compiles by toolchain and outcome", m.compiles.clone());
+        registry.register("compile_seconds", "Time one compile took", m.compile_seconds.clone());
+        registry.register("compile_seconds_saved", "Compile seconds that cache hits did not pay", m.seconds_saved.clone());
+        registry.register("queue_depth", "Compiles waiting for a slot", m.queue_depth.clone());
+        registry.register("inflight_compiles", "Compiles running now", m.inflight.clone());
+        registry.register("artifact_bytes", "Envelope bytes read from and written to each tier", m.artifact_bytes.clone());
+        registry.register("integrity_failures", "Envelopes refused on read: bad digest, wrong key, bad frame", m.integrity_failures.clone());
+        registry.register("negative_cache_hits", "Requests answered by a remembered compile failure", m.negative_hits.clone());
+        registry.register("jobs", "Jobs accepted", m.jobs.clone());
+        Metrics { registry, ..m }
+    }
+
+    pub fn lookup(&self, tier: &'static str, result: &'static str) {
+        self.lookups.get_or_create(&LookupLabels { tier, result }).inc();
+    }
+
+    pub fn bytes(&self, tier: &'static str, direction: &'static str, n: usize) {
+        self.artifact_bytes.get_or_create(&BytesLabels { tier, direction }).inc_by(n as u64);
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// Serves `/metrics` until `shutdown` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    metrics: std::sync::Arc<Metrics>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use axum::{Router, http::header, routing::get};
+    let app = Router::new().route(
+        "/metrics",
+        get(move || {
+            let m = metrics.clone();
+            async move { ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], m.render()) }
+        }),
+    );
+    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_design() {
+        let m = Metrics::new();
+        m.lookup("memory", "hit");
+        m.compiles.get_or_create(&CompileLabels { toolchain: "nvrtc", outcome: "ok" }).inc();
+        m.integrity_failures.get_or_create(&TierLabels { tier: "disk" }).inc();
+        m.compile_seconds.get_or_create(&ToolchainLabels { toolchain: "nvrtc" }).observe(0.5);
+        let text = m.render();
+        for name in [
+            "kiln_cache_lookups_total{tier=\"memory\",result=\"hit\"} 1",
+            "kiln_compiles_total{toolchain=\"nvrtc\",outcome=\"ok\"} 1",
+            "kiln_integrity_failures_total{tier=\"disk\"} 1",
+            "kiln_compile_seconds_bucket{",
+            "kiln_compile_seconds_saved_total",
+            "kiln_queue_depth",
+            "kiln_inflight_compiles",
+        ] {
+            assert!(text.contains(name), "missing {name} in\n{text}");
+        }
+    }
+}

@@ -1,0 +1,9 @@
+//! Scheduling compiles.
+//!
+//! - [`gate`]: bounded concurrency with two priorities; a blocking `Compile` goes before
+//!   background work.
+//! - [`flight`]: single-flight per key inside the process: concurrent requests for one
+//!   uncompiled kernel cause exactly one compile.
+
+pub mod flight;
+pub mod gate;

@@ -1,0 +1,115 @@
+//! The daemon's entry point as a library: [`run`] takes bound listeners, the configuration and a
+//! shutdown future, so a test can bind anything and stop the daemon whenever it likes.
+
+use crate::config::Config;
+use crate::engine::Engine;
+use crate::jobs::Jobs;
+use crate::metrics::Metrics;
+use crate::service::CompilerService;
+use crate::store::{Store, disk::DiskTier, memory::MemoryTier, tiered::TieredStore};
+use crate::toolchain::{cuda, nvrtc::Nvrtc};
+use crate::gpu;
+use anyhow::Context;
+use kiln_proto::Target;
+use kiln_proto::pb::compiler_server::CompilerServer;
+use std::future::Future;
+use std::sync::Arc;
+use tokio::net::{TcpListener, UnixListener};
+use tokio_util::sync::CancellationToken;
+
+/// Sockets bound by the caller before the daemon starts.
+#[derive(Debug)]
+pub struct Listeners {
+    pub unix: UnixListener,
+    pub tcp: Option<TcpListener>,
+    pub metrics: Option<TcpListener>,
+}
+
+/// Builds the daemon's state: toolchain, GPUs, tiers, engine.
+pub async fn build(config: &Config) -> anyhow::Result<(Arc<CompilerService>, Arc<Metrics>)> {
+    if config.remote.is_some() {
+        anyhow::bail!("--remote: the fleet cache tier (kiln-cache) is not part of this build yet; run without --remote");
+    }
+    let cuda_home = std::env::var_os("CUDA_HOME").map(std::path::PathBuf::from);
+    let install = cuda::discover(config.cuda_root.as_deref(), cuda_home.as_deref())?;
+    let exe = std::env::current_exe().context("finding kilnd's own executable for its workers")?;
+    let nvrtc = Nvrtc::start(install, &exe, config.limits.worker_memory_mb, config.concurrency).await?;
+    tracing::info!(version = %nvrtc.version, fingerprint = %nvrtc.fingerprint, "NVRTC ready");
+    let gpus = tokio::task::spawn_blocking(gpu::probe).await.context("probing GPUs")?;
+    let default_target = match &config.target {
+        Some(t) => Some(t.parse::<Target>().with_context(|| "--target")?),
+        None => gpus.default_target(),
+    };
+    tracing::info!(gpus = gpus.gpus.len(), note = %gpus.note, target = ?default_target.map(|t| t.to_string()), "GPU probe");
+    let metrics = Arc::new(Metrics::new());
+    let disk = DiskTier::open(&config.cache_dir, config.disk_cache_bytes)
+        .with_context(|| format!("opening the cache directory {}", config.cache_dir.display()))?;
+    let tiers: Vec<Arc<dyn Store>> = vec![Arc::new(MemoryTier::new(config.memory_cache_bytes)), Arc::new(disk)];
+    let store = TieredStore::new(tiers, Arc::clone(&metrics), config.limits.max_artifact_bytes);
+    let engine = Engine::new(nvrtc, store, Arc::clone(&metrics), config.concurrency, config.limits.clone());
+    let service = CompilerService {
+        engine: Arc::new(engine),
+        jobs: Arc::new(Jobs::default()),
+        gpus,
+        default_target,
+        config: config.clone(),
+    };
+    Ok((Arc::new(service), metrics))
+}
+
+/// Serves until `shutdown` resolves, then stops accepting, drains running work within the
+/// configured bound and returns.
+pub async fn run(listeners: Listeners, config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+    let (service, metrics) = build(&config).await?;
+    let stop = CancellationToken::new();
+    let trigger = stop.clone();
+    let stop_watch = tokio::spawn(async move {
+        shutdown.await;
+        trigger.cancel();
+    });
+    let mut servers = tokio::task::JoinSet::new();
+    let limit = config.limits.max_message_bytes;
+    let (health_reporter, health) = tonic_health::server::health_reporter();
+    health_reporter.set_serving::<CompilerServer<CompilerService>>().await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(kiln_proto::pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .context("building gRPC reflection")?;
+    let router = tonic::transport::Server::builder()
+        .add_service(health)
+        .add_service(reflection)
+        .add_service(CompilerServer::from_arc(Arc::clone(&service)).max_decoding_message_size(limit).max_encoding_message_size(limit));
+    let unix = tokio_stream::wrappers::UnixListenerStream::new(listeners.unix);
+    let stopped = stop.clone().cancelled_owned();
+    let unix_router = router.clone();
+    servers.spawn(async move { unix_router.serve_with_incoming_shutdown(unix, stopped).await.map_err(anyhow::Error::from) });
+    if let Some(tcp) = listeners.tcp {
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(tcp);
+        let stopped = stop.clone().cancelled_owned();
+        servers.spawn(async move { router.serve_with_incoming_shutdown(incoming, stopped).await.map_err(anyhow::Error::from) });
+    }
+    if let Some(listener) = listeners.metrics {
+        let stopped = stop.clone().cancelled_owned();
+        let metrics = Arc::clone(&metrics);
+        servers.spawn(async move { crate::metrics::serve(listener, metrics, stopped).await.map_err(anyhow::Error::from) });
+    }
+    tracing::info!(socket = %config.socket.display(), "kilnd serving");
+    stop.cancelled().await;
+    tracing::info!("shutting down: no new requests; draining running work");
+    health_reporter.set_not_serving::<CompilerServer<CompilerService>>().await;
+    let drain = async {
+        while let Some(done) = servers.join_next().await {
+            if let Ok(Err(e)) = done {
+                tracing::warn!(error = %e, "server ended with an error");
+            }
+        }
+        service.engine.drain(config.limits.drain).await
+    };
+    match tokio::time::timeout(config.limits.drain, drain).await {
+        Ok(true) => tracing::info!("drained; exiting"),
+        _ => tracing::warn!(bound = ?config.limits.drain, "drain bound passed; exiting with work unfinished"),
+    }
+    stop_watch.abort();
+    Ok(())
+}

@@ -1,0 +1,49 @@
+//! The `Stats` answer: read from the metrics and the tiers, so there is one source of truth.
+
+use crate::service::CompilerService;
+use kiln_proto::pb;
+use prometheus_client::metrics::counter::Counter;
+
+fn counter_value(family: &prometheus_client::metrics::family::Family<crate::metrics::CompileLabels, Counter>, outcome: &'static str) -> u64 {
+    family.get_or_create(&crate::metrics::CompileLabels { toolchain: crate::toolchain::nvrtc::NAME, outcome }).get()
+}
+
+fn lookups(m: &crate::metrics::Metrics, tier: &'static str, result: &'static str) -> u64 {
+    m.lookups.get_or_create(&crate::metrics::LookupLabels { tier, result }).get()
+}
+
+pub fn collect(s: &CompilerService) -> pb::StatsResponse {
+    let m = &s.engine.metrics;
+    let tiers = s
+        .engine
+        .store
+        .usage()
+        .into_iter()
+        .map(|(name, usage)| {
+            let tier = name.as_str();
+            pb::TierStats {
+                tier: tier.into(),
+                entries: usage.entries,
+                bytes: usage.bytes,
+                capacity_bytes: usage.capacity_bytes,
+                hits: lookups(m, tier, "hit"),
+                misses: lookups(m, tier, "miss"),
+                integrity_failures: m.integrity_failures.get_or_create(&crate::metrics::TierLabels { tier }).get(),
+            }
+        })
+        .collect();
+    pb::StatsResponse {
+        version: env!("CARGO_PKG_VERSION").into(),
+        toolchains: vec![s.engine.nvrtc.info()],
+        gpus: s.gpus.gpus.clone(),
+        default_target: s.default_target.map(|t| t.to_string()).unwrap_or_default(),
+        tiers,
+        compiles_ok: counter_value(&m.compiles, "ok"),
+        compiles_failed: counter_value(&m.compiles, "failed"),
+        queue_depth: m.queue_depth.get().max(0) as u64,
+        inflight_compiles: m.inflight.get().max(0) as u64,
+        jobs_total: m.jobs.get(),
+        compile_seconds_saved: m.seconds_saved.get(),
+        concurrency: s.config.concurrency as u32,
+    }
+}

@@ -1,0 +1,69 @@
+//! Artifact tiers and the tiered store over them.
+//!
+//! - [`Store`]: the small trait each tier implements, with its hit/miss/error contract.
+//! - [`memory`]: a byte-bounded LRU in this process.
+//! - [`disk`]: content-addressed files, atomic writes, a size cap with LRU eviction.
+//! - [`tiered`]: looks tiers up fastest first, verifies every envelope it reads, evicts and counts
+//!   corrupt ones, backfills faster tiers on a hit, and writes slowest first.
+
+pub mod disk;
+pub mod memory;
+pub mod tiered;
+
+use bytes::Bytes;
+use kiln_proto::CacheKey;
+use std::future::Future;
+use std::pin::Pin;
+
+/// A boxed future, so that tiers can sit in one list as trait objects.
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Which tier; the metric label `tier`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TierName {
+    Memory,
+    Disk,
+}
+
+impl TierName {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TierName::Memory => "memory",
+            TierName::Disk => "disk",
+        }
+    }
+}
+
+/// A tier failed (I/O, a full disk). Never a failed compile: the caller counts it as a miss.
+#[derive(Debug, thiserror::Error)]
+#[error("{tier} tier: {source}")]
+pub struct StoreError {
+    pub tier: &'static str,
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// Size of a tier now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub entries: u64,
+    pub bytes: u64,
+    pub capacity_bytes: u64,
+}
+
+/// One cache tier, holding sealed envelopes by key.
+///
+/// Contract:
+/// - `get` returns `Ok(Some(envelope))` on a hit and `Ok(None)` on a miss. It returns the bytes as
+///   stored, unverified: the caller verifies the digest and the key of every envelope it reads,
+///   whatever the tier, and evicts the entry with `remove` when they do not match.
+/// - `Err` means the tier could not answer. Callers treat it as a miss plus a metric, never as a
+///   failed compile.
+/// - `put` makes the entry visible whole or not at all: no reader ever sees a partial envelope.
+pub trait Store: Send + Sync + std::fmt::Debug {
+    fn name(&self) -> TierName;
+    fn get<'a>(&'a self, key: &'a CacheKey) -> StoreFuture<'a, Result<Option<Bytes>, StoreError>>;
+    fn put<'a>(&'a self, key: &'a CacheKey, envelope: Bytes) -> StoreFuture<'a, Result<(), StoreError>>;
+    fn remove<'a>(&'a self, key: &'a CacheKey) -> StoreFuture<'a, Result<(), StoreError>>;
+    fn usage(&self) -> Usage;
+}

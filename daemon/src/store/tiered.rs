@@ -1,0 +1,143 @@
+//! The tiered store: a list of tiers, fastest first.
+//!
+//! Reads try each tier in order and verify every envelope (digest and key) before trusting it.
+//! A corrupt or misplaced entry is evicted from its tier, counted in
+//! `kiln_integrity_failures_total`, and treated as a miss, so it is refetched from a slower tier
+//! or recompiled, and never served. A hit backfills the faster tiers.
+//!
+//! Writes go slowest tier first, so that by the time the fast tiers (which this process answers
+//! from) hold an entry, the durable ones do too. Write-error policy: a tier that fails to store
+//! is logged and counted and the others still get the entry; the compile result is returned to
+//! its client either way, because a cache that cannot write must not fail a compile.
+
+use super::{Store, TierName, Usage};
+use crate::metrics::{Metrics, TierLabels};
+use bytes::Bytes;
+use kiln_proto::CacheKey;
+use kiln_proto::envelope::{self, Artifact};
+use std::sync::Arc;
+
+#[derive(Debug)]
+pub struct TieredStore {
+    tiers: Vec<Arc<dyn Store>>,
+    metrics: Arc<Metrics>,
+    max_artifact_bytes: u64,
+}
+
+/// A verified hit and the tier that served it.
+#[derive(Debug)]
+pub struct Hit {
+    pub artifact: Artifact,
+    pub tier: TierName,
+}
+
+impl TieredStore {
+    pub fn new(tiers: Vec<Arc<dyn Store>>, metrics: Arc<Metrics>, max_artifact_bytes: u64) -> Self {
+        TieredStore { tiers, metrics, max_artifact_bytes }
+    }
+
+    /// Looks `key` up in every tier, fastest first.
+    pub async fn get(&self, key: &CacheKey) -> Option<Hit> {
+        for (i, tier) in self.tiers.iter().enumerate() {
+            let name = tier.name().as_str();
+            let bytes = match tier.get(key).await {
+                Ok(Some(bytes)) => bytes,
+                Ok(None) => {
+                    self.metrics.lookup(name, "miss");
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(%key, error = %e, "tier read failed; counted as a miss");
+                    self.metrics.lookup(name, "error");
+                    continue;
+                }
+            };
+            match envelope::open(&bytes, key, self.max_artifact_bytes) {
+                Ok(artifact) => {
+                    self.metrics.lookup(name, "hit");
+                    self.metrics.bytes(name, "read", bytes.len());
+                    self.backfill(&self.tiers[..i], key, &bytes).await;
+                    return Some(Hit { artifact, tier: tier.name() });
+                }
+                Err(e) => {
+                    tracing::warn!(%key, tier = name, error = %e, "corrupt cache entry evicted");
+                    self.metrics.integrity_failures.get_or_create(&TierLabels { tier: name }).inc();
+                    self.metrics.lookup(name, "miss");
+                    if let Err(e) = tier.remove(key).await {
+                        tracing::warn!(%key, error = %e, "could not evict a corrupt entry");
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// Stores a sealed envelope in every tier, slowest first.
+    pub async fn put(&self, key: &CacheKey, envelope: Bytes) {
+        self.backfill(&self.tiers, key, &envelope).await;
+    }
+
+    async fn backfill(&self, tiers: &[Arc<dyn Store>], key: &CacheKey, envelope: &Bytes) {
+        for tier in tiers.iter().rev() {
+            let name = tier.name().as_str();
+            match tier.put(key, envelope.clone()).await {
+                Ok(()) => self.metrics.bytes(name, "write", envelope.len()),
+                Err(e) => tracing::warn!(%key, error = %e, "tier write failed; the other tiers still hold the entry"),
+            }
+        }
+    }
+
+    pub fn usage(&self) -> Vec<(TierName, Usage)> {
+        self.tiers.iter().map(|t| (t.name(), t.usage())).collect()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::store::{disk::DiskTier, memory::MemoryTier};
+    use kiln_proto::pb::ArtifactMeta;
+
+    fn key(b: u8) -> CacheKey {
+        CacheKey::from_bytes([b; 32])
+    }
+
+    fn setup(dir: &std::path::Path) -> (TieredStore, Arc<MemoryTier>, Arc<DiskTier>, Arc<Metrics>) {
+        let memory = Arc::new(MemoryTier::new(1 << 20));
+        let disk = Arc::new(DiskTier::open(dir, 1 << 20).unwrap());
+        let metrics = Arc::new(Metrics::new());
+        let store = TieredStore::new(vec![memory.clone(), disk.clone()], metrics.clone(), 1 << 20);
+        (store, memory, disk, metrics)
+    }
+
+    #[tokio::test]
+    async fn disk_hits_backfill_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, memory, disk, _) = setup(dir.path());
+        let env = envelope::seal(&key(1), ArtifactMeta::default(), b"cubin");
+        disk.put(&key(1), Bytes::from(env)).await.unwrap();
+        assert_eq!(store.get(&key(1)).await.unwrap().tier, TierName::Disk);
+        assert!(memory.get(&key(1)).await.unwrap().is_some());
+        assert_eq!(store.get(&key(1)).await.unwrap().tier, TierName::Memory);
+    }
+
+    #[tokio::test]
+    async fn corrupt_entries_are_evicted_counted_and_not_served() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, memory, disk, metrics) = setup(dir.path());
+        let mut env = envelope::seal(&key(1), ArtifactMeta::default(), b"cubin");
+        let last = env.len() - 40;
+        env[last] ^= 1;
+        disk.put(&key(1), Bytes::from(env)).await.unwrap();
+        // A valid envelope for key 2, stored under key 3.
+        memory.put(&key(3), Bytes::from(envelope::seal(&key(2), ArtifactMeta::default(), b"x"))).await.unwrap();
+        assert!(store.get(&key(1)).await.is_none());
+        assert!(store.get(&key(3)).await.is_none());
+        assert!(disk.get(&key(1)).await.unwrap().is_none(), "corrupt entry not evicted");
+        assert!(memory.get(&key(3)).await.unwrap().is_none(), "misplaced entry not evicted");
+        let text = metrics.render();
+        assert!(text.contains("kiln_integrity_failures_total{tier=\"disk\"} 1"), "{text}");
+        assert!(text.contains("kiln_integrity_failures_total{tier=\"memory\"} 1"), "{text}");
+    }
+}
