@@ -114,9 +114,9 @@ mod tests {
         let order = Arc::new(Mutex::new(Vec::new()));
         let mut tasks = tokio::task::JoinSet::new();
         for (i, p) in [(0, Priority::Background), (1, Priority::Background), (2, Priority::Interactive)] {
-            let (gate, order) = (gate.clone(), order.clone());
+            let (task_gate, order) = (gate.clone(), order.clone());
             tasks.spawn(async move {
-                let _permit = gate.acquire(p).await;
+                let _permit = task_gate.acquire(p).await;
                 order.lock().unwrap_or_else(|p| p.into_inner()).push(i);
             });
             while gate.queued() < i + 1 {
