@@ -1,0 +1,244 @@
+//! The `kiln` command line, as clap derive types. Parsing only: what each command does lives in
+//! `commands/`.
+
+use clap::{Args, Parser, Subcommand};
+use kiln_client::graph::{self, GraphOptions};
+use std::path::PathBuf;
+
+/// kiln: compile GPU kernels through kilnd, the per-host compile daemon and fleet-wide cache.
+#[derive(Debug, Parser)]
+#[command(name = "kiln", version, propagate_version = true)]
+pub struct Cli {
+    /// The daemon: unix:///path/to/kilnd.sock or http://host:port.
+    #[arg(long, global = true, env = kiln_proto::paths::DAEMON_ENV, value_name = "URI",
+          default_value_t = kiln_proto::paths::default_daemon_uri())]
+    pub daemon: String,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Compile kernels (or fetch them from the caches) and wait for the results.
+    Compile(RunArgs),
+    /// Ask the caches only; never compiles. Kernels in no tier are reported as misses.
+    Lookup(RunArgs),
+    /// Submit kernels in the background and print the job id; follow it with `kiln watch`.
+    Submit(SubmitArgs),
+    /// Follow a submitted job's events until it is done.
+    Watch(WatchArgs),
+    /// Show the daemon's counters, toolchains, GPUs and cache tiers.
+    Stats(JsonArg),
+    /// Check that the daemon is reachable and has a usable toolchain.
+    Doctor(JsonArg),
+}
+
+/// What to compile: `.cu` files (one kernel each), or a graph in proto3 JSON.
+#[derive(Debug, Args)]
+pub struct GraphArgs {
+    /// GPU target such as sm_90 or sm_90a. Left out, the daemon's default (its GPU).
+    #[arg(long, value_name = "sm_XX", value_parser = parse_target)]
+    pub target: Option<String>,
+
+    // Help strings as attributes, not doc comments, where they hold `<...>` that rustdoc would
+    // take for HTML.
+    #[arg(
+        long = "name-expression",
+        value_name = "EXPR",
+        help = "Name expression whose lowered name you need, such as 'saxpy<float>'; applies to every file"
+    )]
+    pub name_expressions: Vec<String>,
+
+    /// Directory to search for included headers, in order, after the including file's own.
+    #[arg(short = 'I', value_name = "DIR")]
+    pub include_dirs: Vec<PathBuf>,
+
+    /// The graph's name in logs and dashboards [default: the first file's stem].
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+
+    /// Read a kiln.v1.CompileGraph in proto3 JSON instead of FILES (--target still applies).
+    #[arg(long, value_name = "FILE.json",
+          conflicts_with_all = ["files", "name_expressions", "include_dirs", "name", "nvrtc_options"])]
+    pub graph: Option<PathBuf>,
+
+    /// CUDA sources, one kernel per file, named by the file's stem.
+    #[arg(value_name = "FILES", required_unless_present = "graph")]
+    pub files: Vec<PathBuf>,
+
+    /// NVRTC options for every kernel, after `--` (the daemon allows a known set).
+    #[arg(last = true, value_name = "NVRTC_OPTIONS")]
+    pub nvrtc_options: Vec<String>,
+}
+
+impl GraphArgs {
+    /// The options [`graph::build_graph`] takes.
+    pub fn graph_options(&self) -> GraphOptions {
+        GraphOptions {
+            name: self.name.clone(),
+            target: self.target.clone(),
+            name_expressions: self.name_expressions.clone(),
+            include_dirs: self.include_dirs.clone(),
+            options: self.nvrtc_options.clone(),
+        }
+    }
+}
+
+/// Arguments of the commands that wait for results: compile and lookup.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub graph: GraphArgs,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+
+    /// Do not transfer the cubins (outcomes and timings only).
+    #[arg(long, conflicts_with = "out")]
+    pub no_artifacts: bool,
+}
+
+/// How results are shown and where cubins go.
+#[derive(Debug, Args)]
+pub struct OutputArgs {
+    #[arg(
+        long,
+        value_name = "DIR",
+        help = "Write each kernel's cubin to DIR/<kernel-id>.cubin"
+    )]
+    pub out: Option<PathBuf>,
+
+    /// Print one JSON object per kernel, then one for the job (NDJSON).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SubmitArgs {
+    #[command(flatten)]
+    pub graph: GraphArgs,
+
+    /// Print {"job_id": ...} instead of the bare id.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Leave the cubins out of the job's results (a cache warm-up).
+    #[arg(long)]
+    pub no_artifacts: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// The job id that `kiln submit` printed.
+    #[arg(value_name = "JOB", value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    pub job: String,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct JsonArg {
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Checks `--target` at parse time, so a typo is a usage error before anything is read or sent.
+fn parse_target(value: &str) -> Result<String, String> {
+    graph::check_target(value).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("kiln").chain(args.iter().copied()))
+    }
+
+    fn run_args(cli: Cli) -> RunArgs {
+        match cli.command {
+            Command::Compile(args) | Command::Lookup(args) => args,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_command_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn compile_takes_files_options_and_nvrtc_options_after_dashes() {
+        let cli = parse(&[
+            "--daemon",
+            "unix:///tmp/k.sock",
+            "compile",
+            "--target",
+            "sm_90a",
+            "-I",
+            "inc",
+            "-Iinc2",
+            "--name-expression",
+            "k<float>",
+            "--name-expression",
+            "k<double>",
+            "--out",
+            "o",
+            "--json",
+            "a.cu",
+            "b.cu",
+            "--",
+            "-lineinfo",
+            "--use_fast_math",
+        ])
+        .unwrap();
+        assert_eq!(cli.daemon, "unix:///tmp/k.sock");
+        let args = run_args(cli);
+        assert_eq!(
+            args.graph.files,
+            [PathBuf::from("a.cu"), PathBuf::from("b.cu")]
+        );
+        assert_eq!(
+            args.graph.include_dirs,
+            [PathBuf::from("inc"), PathBuf::from("inc2")]
+        );
+        assert_eq!(args.graph.nvrtc_options, ["-lineinfo", "--use_fast_math"]);
+        assert!(args.output.json);
+        let opts = args.graph.graph_options();
+        assert_eq!(opts.target.as_deref(), Some("sm_90a"));
+        assert_eq!(opts.name_expressions, ["k<float>", "k<double>"]);
+    }
+
+    #[test]
+    fn daemon_flag_is_global() {
+        let cli = parse(&["lookup", "a.cu", "--daemon", "http://h:1"]).unwrap();
+        assert_eq!(cli.daemon, "http://h:1");
+    }
+
+    #[test]
+    fn usage_errors_are_caught_at_parse_time() {
+        for args in [
+            &["compile"][..],
+            &["compile", "--target", "compute_90", "a.cu"],
+            &["compile", "--graph", "g.json", "a.cu"],
+            &["compile", "--graph", "g.json", "-I", "inc"],
+            &["compile", "--no-artifacts", "--out", "o", "a.cu"],
+            &["watch"],
+            &["watch", ""],
+        ] {
+            assert!(parse(args).is_err(), "{args:?} parsed");
+        }
+    }
+
+    #[test]
+    fn graph_file_alone_is_enough() {
+        let args = run_args(parse(&["compile", "--graph", "g.json", "--target", "sm_80"]).unwrap());
+        assert_eq!(args.graph.graph, Some(PathBuf::from("g.json")));
+        assert!(args.graph.files.is_empty());
+    }
+}

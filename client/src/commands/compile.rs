@@ -1,0 +1,42 @@
+//! `kiln compile` and `kiln lookup`: send a graph, follow its events to the end.
+
+use super::load_graph;
+use crate::artifacts;
+use crate::cli::RunArgs;
+use crate::report::Reporter;
+use kiln_client::pb;
+use std::process::ExitCode;
+
+/// Which RPC to call: they take the same request and answer with the same events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Compile what is in no cache.
+    Compile,
+    /// Caches only; a kernel in none is a miss.
+    Lookup,
+}
+
+pub async fn run(daemon: &str, args: RunArgs, mode: Mode) -> anyhow::Result<ExitCode> {
+    let graph = load_graph(&args.graph)?;
+    if args.output.out.is_some() {
+        // Checked before sending, so a bad id in a --graph file fails before any compile runs.
+        for kernel in &graph.kernels {
+            artifacts::check_file_name(&kernel.id)?;
+        }
+    }
+    let ids: Vec<String> = graph.kernels.iter().map(|k| k.id.clone()).collect();
+    let request = pb::CompileRequest {
+        graph: Some(graph),
+        // The user is waiting on this, so it goes before background warm-ups.
+        priority: pb::Priority::Interactive as i32,
+        omit_artifacts: args.no_artifacts,
+    };
+    let client = kiln_client::connect(daemon).await?;
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let reporter = Reporter::new(&args.output, &ids)?;
+    let stream = match mode {
+        Mode::Compile => client.compile(request).await?,
+        Mode::Lookup => client.lookup(request).await?,
+    };
+    reporter.follow(stream).await
+}

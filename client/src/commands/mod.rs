@@ -1,0 +1,51 @@
+//! One module per `kiln` command. Each parses nothing (clap did that) and prints through
+//! `report` or `output`; each returns the process exit code, or an error for exit code 2.
+//!
+//! - [`compile`]: `compile` and `lookup`, which wait for results;
+//! - [`submit`] and [`watch`]: the same work split in two;
+//! - [`stats`] and [`doctor`]: what the daemon is and whether it can work.
+
+mod compile;
+mod doctor;
+mod local_check;
+mod stats;
+mod submit;
+mod watch;
+
+use crate::cli::{Cli, Command, GraphArgs};
+use anyhow::Context;
+use kiln_client::graph;
+use kiln_client::pb;
+use std::process::ExitCode;
+
+/// Runs the command `cli` names.
+pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    // clap takes `KILN_DAEMON=` (set but empty) as an empty URI; treat it as unset instead, as
+    // the Python client and kiln_proto's own rule do.
+    let daemon = if cli.daemon.is_empty() {
+        kiln_proto::paths::default_daemon_uri()
+    } else {
+        cli.daemon
+    };
+    match cli.command {
+        Command::Compile(args) => compile::run(&daemon, args, compile::Mode::Compile).await,
+        Command::Lookup(args) => compile::run(&daemon, args, compile::Mode::Lookup).await,
+        Command::Submit(args) => submit::run(&daemon, args).await,
+        Command::Watch(args) => watch::run(&daemon, args).await,
+        Command::Stats(args) => stats::run(&daemon, args.json).await,
+        Command::Doctor(args) => doctor::run(&daemon, args.json).await,
+    }
+}
+
+/// The graph the arguments describe: read from `--graph FILE.json`, or built from the files.
+fn load_graph(args: &GraphArgs) -> anyhow::Result<pb::CompileGraph> {
+    match &args.graph {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            graph::parse_graph_json(&text, args.target.as_deref())
+                .with_context(|| format!("{}", path.display()))
+        }
+        None => Ok(graph::build_graph(&args.files, &args.graph_options())?),
+    }
+}

@@ -1,0 +1,106 @@
+//! The errors of the client library. A gRPC failure keeps its code and message, so callers can
+//! tell a rejected graph (`InvalidArgument`) from a full queue (`ResourceExhausted`) or a daemon
+//! that went away (`Unavailable`), and the CLI can print the code by name.
+
+use tonic::Code;
+
+/// Every way a call to kilnd can fail.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ClientError {
+    /// The daemon URI is neither `unix:///path` nor `http://host:port`.
+    #[error("invalid daemon URI `{uri}`: {reason} (expected unix:///path or http://host:port)")]
+    InvalidUri { uri: String, reason: String },
+
+    /// Nothing answered at the URI. The message tells the user how to point the client
+    /// elsewhere, because the usual cause is a daemon that is not running or a wrong socket.
+    #[error(
+        "cannot reach kilnd at {uri}: is kilnd running? (set KILN_DAEMON or --daemon): {cause}"
+    )]
+    Unreachable { uri: String, cause: String },
+
+    /// The daemon answered with a gRPC error, mid-stream included.
+    #[error("{}: {message}", code_name(*.code))]
+    Rpc { code: Code, message: String },
+
+    /// The job as a whole could not finish (the daemon is shutting down, for example). Kernel
+    /// results already received stay valid.
+    #[error("job `{job_id}` failed: {reason}")]
+    JobFailed { job_id: String, reason: String },
+
+    /// The event stream ended before the job's `JobDone` event: the daemon closed the stream
+    /// without an error status, which a healthy daemon never does.
+    #[error("the event stream of job `{job_id}` ended before the job was done")]
+    Incomplete { job_id: String },
+}
+
+impl ClientError {
+    /// The gRPC code, for errors that came from the daemon.
+    pub fn code(&self) -> Option<Code> {
+        match self {
+            ClientError::Rpc { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+}
+
+impl From<tonic::Status> for ClientError {
+    fn from(status: tonic::Status) -> Self {
+        ClientError::Rpc {
+            code: status.code(),
+            message: status.message().to_owned(),
+        }
+    }
+}
+
+/// The gRPC code as lowercase words, as users read it in `error: invalid argument: ...`.
+/// (`Code`'s own `Display` prints a sentence such as "Client specified an invalid argument".)
+pub fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "ok",
+        Code::Cancelled => "cancelled",
+        Code::Unknown => "unknown",
+        Code::InvalidArgument => "invalid argument",
+        Code::DeadlineExceeded => "deadline exceeded",
+        Code::NotFound => "not found",
+        Code::AlreadyExists => "already exists",
+        Code::PermissionDenied => "permission denied",
+        Code::ResourceExhausted => "resource exhausted",
+        Code::FailedPrecondition => "failed precondition",
+        Code::Aborted => "aborted",
+        Code::OutOfRange => "out of range",
+        Code::Unimplemented => "unimplemented",
+        Code::Internal => "internal",
+        Code::Unavailable => "unavailable",
+        Code::DataLoss => "data loss",
+        Code::Unauthenticated => "unauthenticated",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_keeps_code_and_message() {
+        let err = ClientError::from(tonic::Status::invalid_argument(
+            "graph.kernels[0].cuda.source: empty",
+        ));
+        assert_eq!(err.code(), Some(Code::InvalidArgument));
+        assert_eq!(
+            err.to_string(),
+            "invalid argument: graph.kernels[0].cuda.source: empty"
+        );
+    }
+
+    #[test]
+    fn unreachable_says_what_to_do() {
+        let err = ClientError::Unreachable {
+            uri: "unix:///tmp/x.sock".into(),
+            cause: "No such file or directory (os error 2)".into(),
+        };
+        let text = err.to_string();
+        assert!(text.starts_with("cannot reach kilnd at unix:///tmp/x.sock: is kilnd running?"));
+        assert!(text.contains("KILN_DAEMON"));
+        assert_eq!(err.code(), None);
+    }
+}

@@ -1,0 +1,24 @@
+//! kiln-client: a typed async client for kilnd, the per-host compile daemon, and the pieces of
+//! the `kiln` command line that other Rust code may want too.
+//!
+//! - [`connect`] and [`Client`]: one connection to kilnd over `unix:///path` or `http://host:port`,
+//!   with the message-size limits raised so large cubins fit.
+//! - [`EventStream`] and [`CompletedJob`]: the named stream of `JobEvent`s that `Compile`, `Lookup`
+//!   and `Watch` answer with, and its collected form.
+//! - [`ClientError`]: every way a call can fail, keeping the gRPC code and message.
+//! - [`includes`]: finds the headers a `.cu` file includes, on the client's side, because the
+//!   daemon never reads a path a client names; headers travel by name and content.
+//! - [`graph`]: builds a `CompileGraph` from `.cu` files, or reads one written in proto3 JSON.
+//!
+//! The wire types are [`kiln_proto::pb`], re-exported here as [`pb`].
+
+mod client;
+mod error;
+mod events;
+pub mod graph;
+pub mod includes;
+
+pub use client::{Client, MAX_MESSAGE_BYTES, connect};
+pub use error::{ClientError, code_name};
+pub use events::{CompletedJob, EventStream};
+pub use kiln_proto::pb;

@@ -1,0 +1,185 @@
+//! The daemon's `StatsResponse` for humans: `kiln stats` prints all of it, `kiln doctor` the
+//! parts that say whether this host can compile and share.
+
+use super::{format_bytes, plural};
+use kiln_proto::pb;
+use std::fmt::Write as _;
+
+/// Why fingerprints are shown in full: they decide which hosts share cache entries.
+pub const FINGERPRINT_NOTE: &str = "hosts share artifacts only when toolchain fingerprints match (same compiler build, same libraries)";
+
+/// Everything `kiln stats` shows.
+pub fn stats_text(stats: &pb::StatsResponse) -> String {
+    let mut text = identity_text(stats);
+    let _ = writeln!(text, "concurrency     {}", stats.concurrency);
+    let _ = writeln!(
+        text,
+        "jobs            {} total, {} queued, {} compiling now",
+        stats.jobs_total, stats.queue_depth, stats.inflight_compiles
+    );
+    let _ = writeln!(
+        text,
+        "compiles        {} ok, {} failed; {:.1} s of compile time saved by the caches",
+        stats.compiles_ok, stats.compiles_failed, stats.compile_seconds_saved
+    );
+    text.push('\n');
+    text.push_str(&toolchains_text(&stats.toolchains));
+    text.push('\n');
+    text.push_str(&gpus_text(&stats.gpus));
+    text.push('\n');
+    text.push_str(&tiers_text(&stats.tiers));
+    text
+}
+
+/// Version and default target: the first lines of both `stats` and `doctor`.
+pub fn identity_text(stats: &pb::StatsResponse) -> String {
+    let target = if stats.default_target.is_empty() {
+        "none (no --target and no local GPU: every graph must name its target)"
+    } else {
+        &stats.default_target
+    };
+    format!(
+        "kilnd version   {}\ndefault target  {target}\n",
+        or_unknown(&stats.version)
+    )
+}
+
+/// Each toolchain with its full fingerprint, where it was loaded from, and what it can target.
+pub fn toolchains_text(toolchains: &[pb::ToolchainInfo]) -> String {
+    let mut text = format!(
+        "{} toolchain{}\n",
+        toolchains.len(),
+        plural(toolchains.len())
+    );
+    for t in toolchains {
+        let _ = writeln!(text, "  {} {}", t.name, or_unknown(&t.version));
+        let _ = writeln!(text, "    fingerprint   {}", or_unknown(&t.fingerprint));
+        let _ = writeln!(text, "    location      {}", or_unknown(&t.location));
+        let _ = writeln!(
+            text,
+            "    targets       {}",
+            list_or_none(&t.supported_targets)
+        );
+        let _ = writeln!(text, "    include dirs  {}", list_or_none(&t.include_dirs));
+    }
+    text
+}
+
+pub fn gpus_text(gpus: &[pb::Gpu]) -> String {
+    let mut text = format!("{} GPU{}\n", gpus.len(), plural(gpus.len()));
+    for gpu in gpus {
+        let _ = writeln!(text, "  {}  {}  {}", gpu.index, gpu.name, gpu.target);
+    }
+    text
+}
+
+/// One row per tier. The hit rate is over lookups that reached the tier.
+pub fn tiers_text(tiers: &[pb::TierStats]) -> String {
+    let mut text = format!(
+        "{:<8}  {:>9}  {:>10}  {:>10}  {:>9}  {:>9}  {:>8}  {:>9}\n",
+        "tier", "entries", "size", "capacity", "hits", "misses", "hit rate", "corrupt"
+    );
+    for tier in tiers {
+        let lookups = tier.hits + tier.misses;
+        let rate = if lookups == 0 {
+            "-".to_owned()
+        } else {
+            format!("{:.1}%", 100.0 * tier.hits as f64 / lookups as f64)
+        };
+        let capacity = if tier.capacity_bytes == 0 {
+            "-".to_owned()
+        } else {
+            format_bytes(tier.capacity_bytes)
+        };
+        let _ = writeln!(
+            text,
+            "{:<8}  {:>9}  {:>10}  {:>10}  {:>9}  {:>9}  {:>8}  {:>9}",
+            tier.tier,
+            tier.entries,
+            format_bytes(tier.bytes),
+            capacity,
+            tier.hits,
+            tier.misses,
+            rate,
+            tier.integrity_failures
+        );
+    }
+    text
+}
+
+fn or_unknown(value: &str) -> &str {
+    if value.is_empty() { "(unknown)" } else { value }
+}
+
+fn list_or_none(items: &[String]) -> String {
+    if items.is_empty() {
+        "(none)".to_owned()
+    } else {
+        items.join(" ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> pb::StatsResponse {
+        pb::StatsResponse {
+            version: "0.1.0".into(),
+            toolchains: vec![pb::ToolchainInfo {
+                name: "nvrtc".into(),
+                version: "13.0".into(),
+                fingerprint: "f0".repeat(32),
+                location: "/usr/local/cuda/lib64/libnvrtc.so.13".into(),
+                include_dirs: vec!["/usr/local/cuda/include".into()],
+                supported_targets: vec!["sm_80".into(), "sm_90".into(), "sm_90a".into()],
+            }],
+            gpus: vec![pb::Gpu {
+                index: 0,
+                name: "NVIDIA H100".into(),
+                target: "sm_90".into(),
+            }],
+            default_target: "sm_90".into(),
+            tiers: vec![pb::TierStats {
+                tier: "memory".into(),
+                entries: 3,
+                bytes: 40_000,
+                capacity_bytes: 1 << 30,
+                hits: 3,
+                misses: 1,
+                integrity_failures: 0,
+            }],
+            compiles_ok: 4,
+            compile_seconds_saved: 2.5,
+            concurrency: 16,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn stats_show_toolchains_gpus_and_tiers() {
+        let text = stats_text(&sample());
+        for needle in [
+            "kilnd version   0.1.0",
+            "default target  sm_90",
+            &"f0".repeat(32),
+            "targets       sm_80 sm_90 sm_90a",
+            "include dirs  /usr/local/cuda/include",
+            "0  NVIDIA H100  sm_90",
+            "75.0%",
+            "1.0 GiB",
+            "2.5 s of compile time saved",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn an_empty_default_target_is_explained() {
+        let stats = pb::StatsResponse {
+            default_target: String::new(),
+            ..sample()
+        };
+        assert!(identity_text(&stats).contains("every graph must name its target"));
+    }
+}

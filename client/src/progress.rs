@@ -1,0 +1,60 @@
+//! The progress bar of a job. Shown on stderr only when stderr is a terminal and the graph is big
+//! enough to be worth one, so piped and scripted runs (and small graphs) get clean output.
+
+use indicatif::{ProgressBar, ProgressStyle};
+use std::io::IsTerminal;
+
+/// Graphs smaller than this finish before a bar is worth drawing.
+const MIN_KERNELS: usize = 8;
+
+/// A bar that may not exist. Every method is a no-op without one, so callers need no branches.
+#[derive(Debug, Default)]
+pub struct Progress {
+    bar: Option<ProgressBar>,
+}
+
+impl Progress {
+    /// Starts the bar once the number of kernels is known (at once for `compile`, on the
+    /// `Queued` event for `watch`). Later calls do nothing.
+    pub fn start(&mut self, kernels: usize) {
+        if self.bar.is_some() || kernels < MIN_KERNELS || !std::io::stderr().is_terminal() {
+            return;
+        }
+        let bar = ProgressBar::new(kernels as u64);
+        // The template is a constant, so this only falls back if indicatif changes its syntax.
+        if let Ok(style) = ProgressStyle::with_template(
+            "{spinner} [{bar:30}] {pos}/{len} kernels  {elapsed}  {msg}",
+        ) {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        self.bar = Some(bar);
+    }
+
+    /// Counts one kernel done.
+    pub fn inc(&self) {
+        if let Some(bar) = &self.bar {
+            bar.inc(1);
+        }
+    }
+
+    pub fn set_message(&self, message: &'static str) {
+        if let Some(bar) = &self.bar {
+            bar.set_message(message);
+        }
+    }
+
+    /// Runs `f` with the bar hidden, so lines printed meanwhile do not tear it.
+    pub fn suspend<R>(&self, f: impl FnOnce() -> R) -> R {
+        match &self.bar {
+            Some(bar) => bar.suspend(f),
+            None => f(),
+        }
+    }
+
+    /// Removes the bar before the summary is printed.
+    pub fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
