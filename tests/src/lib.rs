@@ -1,1 +1,15 @@
-//! kiln-tests
+//! kiln-tests: end-to-end tests that start the real `kilnd` and `kiln` binaries, over real
+//! sockets, with the real NVRTC from the pinned wheels in `.venv/`; and the benchmark harness.
+//!
+//! - [`env`]: where the repo, the built binaries and the CUDA wheel tree are. A missing piece
+//!   fails loudly with what to run; nothing is ever skipped.
+//! - [`daemon`]: a `kilnd` process with its own socket and cache directory, stopped with SIGTERM.
+//! - [`kernels`]: sample CUDA sources and request builders.
+//! - [`elf`]: just enough ELF reading to check a cubin's SM and its symbols.
+//! - [`http`]: a minimal HTTP GET for `/metrics`.
+
+pub mod daemon;
+pub mod elf;
+pub mod env;
+pub mod http;
+pub mod kernels;

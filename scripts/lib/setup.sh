@@ -1,0 +1,78 @@
+# Shared set-up for scripts/demo, scripts/test and scripts/bench. Every step checks before it
+# installs, so running it again costs seconds; none assumes anything is already there.
+
+KILN_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+VENV="$KILN_ROOT/.venv"
+
+# The toolchain our GPU hosts run: CUDA 13.0. nvvm and crt are pinned with nvcc, or pip pulls a
+# newer nvvm whose PTX the 13.0 ptxas rejects.
+CUDA_WHEELS=(
+  nvidia-cuda-nvrtc==13.0.88
+  nvidia-cuda-runtime==13.0.96
+  nvidia-cuda-cccl==13.0.85
+  nvidia-cuda-nvcc==13.0.88
+  nvidia-nvvm==13.0.88
+  nvidia-cuda-crt==13.0.88
+)
+
+say() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+apt_updated=0
+apt_install() {
+  command -v apt-get >/dev/null || die "need $* but apt-get is missing; install them by hand"
+  if [ "$apt_updated" = 0 ]; then
+    say "apt-get update"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null || die "apt-get update failed"
+    apt_updated=1
+  fi
+  say "apt-get install $*"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null || die "apt-get install $* failed"
+}
+
+ensure_rust() {
+  command -v cargo >/dev/null || die "cargo is missing: install Rust (https://rustup.rs) first"
+}
+
+ensure_cc() {
+  command -v cc >/dev/null || apt_install gcc libc6-dev
+}
+
+ensure_python() {
+  command -v python3 >/dev/null || apt_install python3 python3-venv python3-pip
+  python3 -c 'import venv, ensurepip' 2>/dev/null || apt_install python3-venv
+}
+
+# .venv/ with the pinned CUDA wheels. Exports KILN_CUDA_ROOT (the wheel's nvidia/cu13 tree).
+ensure_venv() {
+  ensure_python
+  if [ ! -x "$VENV/bin/python" ]; then
+    say "creating $VENV"
+    python3 -m venv "$VENV" || die "python3 -m venv failed"
+  fi
+  local missing=()
+  local frozen
+  frozen="$("$VENV/bin/python" -m pip freeze 2>/dev/null || true)"
+  for w in "${CUDA_WHEELS[@]}"; do
+    grep -qix "$w" <<<"$frozen" || missing+=("$w")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    say "installing pinned CUDA wheels: ${missing[*]}"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${CUDA_WHEELS[@]}" || die "pip install of the CUDA wheels failed"
+  fi
+  KILN_CUDA_ROOT="$("$VENV/bin/python" -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13"))')"
+  [ -f "$KILN_CUDA_ROOT/lib/libnvrtc.so.13" ] || die "NVRTC missing under $KILN_CUDA_ROOT after install"
+  [ -f "$KILN_CUDA_ROOT/include/cuda_fp16.h" ] || die "CUDA headers missing under $KILN_CUDA_ROOT after install"
+  export KILN_CUDA_ROOT
+}
+
+# Builds every binary once into the shared target directory.
+build_binaries() {
+  local profile="$1"
+  say "cargo build --workspace --bins ($profile)"
+  if [ "$profile" = release ]; then
+    cargo build --release --workspace --bins --quiet
+  else
+    cargo build --workspace --bins --quiet
+  fi
+}

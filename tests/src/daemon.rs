@@ -1,0 +1,161 @@
+//! A real `kilnd` process for a test: its own socket, cache directory and metrics port.
+
+use crate::env;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How to start a daemon.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub cuda_root: PathBuf,
+    pub target: Option<String>,
+    pub concurrency: usize,
+    /// Extra lines for the TOML config file.
+    pub config: String,
+    pub extra_env: Vec<(String, String)>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { cuda_root: env::cuda_root(), target: Some("sm_90".into()), concurrency: 2, config: String::new(), extra_env: Vec::new() }
+    }
+}
+
+/// A running kilnd. Dropping it kills the process; [`Daemon::stop`] stops it cleanly and checks
+/// that it exits 0.
+#[derive(Debug)]
+pub struct Daemon {
+    child: Option<Child>,
+    pub dir: PathBuf,
+    pub socket: PathBuf,
+    pub cache_dir: PathBuf,
+    pub metrics: SocketAddr,
+    pub options: Options,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+fn free_port() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    l.local_addr().expect("local addr")
+}
+
+impl Daemon {
+    /// Starts a daemon in a fresh directory and waits until it answers.
+    pub fn start(options: Options) -> Daemon {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().to_path_buf();
+        let mut d = Daemon::start_in(&dir, options);
+        d._tmp = Some(tmp);
+        d
+    }
+
+    /// Starts a daemon whose socket and cache live under `dir` (reused across restarts).
+    pub fn start_in(dir: &Path, options: Options) -> Daemon {
+        let socket = dir.join("kilnd.sock");
+        let cache_dir = dir.join("cache");
+        let config_path = dir.join("kilnd.toml");
+        std::fs::write(&config_path, &options.config).expect("write config");
+        let metrics = free_port();
+        let mut cmd = Command::new(env::binary("kilnd"));
+        cmd.arg("--socket")
+            .arg(&socket)
+            .arg("--cache-dir")
+            .arg(&cache_dir)
+            .arg("--cuda-root")
+            .arg(&options.cuda_root)
+            .arg("--metrics")
+            .arg(metrics.to_string())
+            .arg("--concurrency")
+            .arg(options.concurrency.to_string())
+            .arg("--config")
+            .arg(&config_path)
+            .env_remove("KILN_TARGET")
+            .env("KILN_LOG", "warn")
+            .stdin(Stdio::null());
+        if let Some(t) = &options.target {
+            cmd.arg("--target").arg(t);
+        }
+        for (k, v) in &options.extra_env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("spawn kilnd");
+        let mut d = Daemon { child: Some(child), dir: dir.to_path_buf(), socket, cache_dir, metrics, options, _tmp: None };
+        d.wait_ready();
+        d
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                panic!("kilnd exited during start-up with {status}");
+            }
+            if std::os::unix::net::UnixStream::connect(&self.socket).is_ok() && crate::http::get(self.metrics, "/metrics").is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("kilnd did not answer within 60 s");
+    }
+
+    /// `unix:///...` for clients.
+    pub fn uri(&self) -> String {
+        format!("unix://{}", self.socket.display())
+    }
+
+    pub async fn client(&self) -> kiln_client::Client {
+        kiln_client::connect(&self.uri()).await.expect("connect to kilnd")
+    }
+
+    /// The `/metrics` text.
+    pub fn metrics_text(&self) -> String {
+        crate::http::get(self.metrics, "/metrics").expect("GET /metrics")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    /// SIGTERM, then wait; asserts a clean exit within `bound`.
+    pub fn stop_within(mut self, bound: Duration) {
+        let mut child = self.child.take().expect("running");
+        sigterm(child.id());
+        let deadline = Instant::now() + bound;
+        loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                assert!(status.success(), "kilnd exited with {status} after SIGTERM");
+                return;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("kilnd did not exit within {bound:?} of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn stop(self) {
+        self.stop_within(Duration::from_secs(30));
+    }
+
+    /// Whether the process is still running.
+    pub fn alive(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| c.try_wait().ok().flatten().is_none())
+    }
+}
+
+fn sigterm(pid: u32) {
+    let status = Command::new("kill").arg("-TERM").arg(pid.to_string()).status().expect("run kill");
+    assert!(status.success(), "kill -TERM {pid} failed");
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

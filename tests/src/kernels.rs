@@ -1,0 +1,52 @@
+//! Sample CUDA sources and request builders.
+
+use kiln_proto::pb::{self, kernel::Source};
+
+/// An `extern "C"` vector add whose body depends on `n`, so each `n` is a distinct kernel.
+pub fn vector_add(n: usize) -> String {
+    format!(
+        "extern \"C\" __global__ void add_{n}(const float* a, const float* b, float* c, int len) {{\n\
+         \x20 int i = blockIdx.x * blockDim.x + threadIdx.x;\n\
+         \x20 if (i < len) c[i] = a[i] + b[i] * {n}.0f;\n}}\n"
+    )
+}
+
+/// A template kernel that needs name expressions.
+pub const SAXPY_TEMPLATE: &str = "template <typename T>\n\
+__global__ void saxpy(T a, const T* x, T* y, int n) {\n\
+  int i = blockIdx.x * blockDim.x + threadIdx.x;\n\
+  if (i < n) y[i] = a * x[i] + y[i];\n}\n";
+
+/// Uses the toolkit headers nvcc puts on the path by default, CCCL included.
+pub const TOOLKIT_HEADERS: &str = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cooperative_groups.h>\n\
+namespace cg = cooperative_groups;\n\
+extern \"C\" __global__ void mixed(const __half* h, const __nv_bfloat16* b, float* out, int n) {\n\
+  cg::thread_block block = cg::this_thread_block();\n\
+  int i = blockIdx.x * blockDim.x + threadIdx.x;\n\
+  if (i < n) out[i] = __half2float(h[i]) + __bfloat162float(b[i]);\n\
+  block.sync();\n}\n";
+
+pub fn cuda(source: &str) -> pb::CudaSource {
+    pb::CudaSource { source: source.into(), ..Default::default() }
+}
+
+pub fn kernel(id: &str, source: pb::CudaSource) -> pb::Kernel {
+    pb::Kernel { id: id.into(), source: Some(Source::Cuda(source)) }
+}
+
+pub fn request(target: &str, kernels: Vec<pb::Kernel>) -> pb::CompileRequest {
+    pb::CompileRequest {
+        graph: Some(pb::CompileGraph { name: "test".into(), target: target.into(), kernels }),
+        ..Default::default()
+    }
+}
+
+/// A graph of `n` distinct vector-add kernels.
+pub fn vector_graph(target: &str, n: usize) -> pb::CompileRequest {
+    request(target, (0..n).map(|i| kernel(&format!("add_{i}"), cuda(&vector_add(i)))).collect())
+}
+
+/// Tier of a result as the CLI prints it.
+pub fn tier(r: &pb::KernelResult) -> pb::Tier {
+    r.tier()
+}
