@@ -7,9 +7,11 @@
 //! - [`kernels`]: sample CUDA sources and request builders.
 //! - [`elf`]: just enough ELF reading to check a cubin's SM and its symbols.
 //! - [`http`]: a minimal HTTP GET for `/metrics`.
+//! - [`toolkits`]: CUDA roots for tests: a witness NVRTC, and one with a byte appended.
 
 pub mod daemon;
 pub mod elf;
 pub mod env;
 pub mod http;
 pub mod kernels;
+pub mod toolkits;

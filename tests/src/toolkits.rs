@@ -1,0 +1,52 @@
+//! Variants of the CUDA wheel tree for tests: a witness NVRTC that records every compile, and a
+//! copy of NVRTC with one byte appended. Both are real CUDA roots kilnd accepts as `--cuda-root`.
+
+use crate::env;
+use std::path::{Path, PathBuf};
+
+fn link_tree(real: &Path, into: &Path) {
+    std::fs::create_dir_all(into.join("lib")).expect("mkdir lib");
+    std::os::unix::fs::symlink(real.join("include"), into.join("include")).expect("link include");
+    std::os::unix::fs::symlink(real.join("lib/libnvrtc-builtins.so.13.0"), into.join("lib/libnvrtc-builtins.so.13.0"))
+        .expect("link builtins");
+}
+
+/// A CUDA root whose libnvrtc.so.13 is the witness shim from tests/witness. Returns the root and
+/// the environment kilnd needs for the shim to find the real library and its witness file.
+pub fn witness_root(dir: &Path, witness_file: &Path) -> (PathBuf, Vec<(String, String)>) {
+    let real = env::cuda_root();
+    let root = dir.join("witness-cu13");
+    link_tree(&real, &root);
+    let source = env::repo_root().join("tests/witness/nvrtc_witness.c");
+    let out = root.join("lib/libnvrtc.so.13");
+    let status = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-O1", "-Wl,-soname,libnvrtc.so.13", "-o"])
+        .arg(&out)
+        .arg(&source)
+        .arg("-ldl")
+        .status()
+        .expect("run cc: a C compiler is needed to build the witness (scripts/test installs gcc)");
+    assert!(status.success(), "building the NVRTC witness failed");
+    let env = vec![
+        ("KILN_WITNESS_REAL_NVRTC".to_string(), real.join("lib/libnvrtc.so.13").display().to_string()),
+        ("KILN_WITNESS_FILE".to_string(), witness_file.display().to_string()),
+    ];
+    (root, env)
+}
+
+/// A CUDA root whose libnvrtc.so.13 is a copy of the real one with one byte appended: the same
+/// compiler, a different file, so the fingerprint (and every key) must change.
+pub fn appended_byte_root(dir: &Path) -> PathBuf {
+    let real = env::cuda_root();
+    let root = dir.join("appended-cu13");
+    link_tree(&real, &root);
+    let mut bytes = std::fs::read(real.join("lib/libnvrtc.so.13")).expect("read libnvrtc");
+    bytes.push(0);
+    std::fs::write(root.join("lib/libnvrtc.so.13"), bytes).expect("write libnvrtc copy");
+    root
+}
+
+/// Lines in the witness file: one per real NVRTC compile.
+pub fn witnessed_compiles(file: &Path) -> usize {
+    std::fs::read_to_string(file).map(|t| t.lines().count()).unwrap_or(0)
+}
