@@ -50,3 +50,14 @@ pub fn vector_graph(target: &str, n: usize) -> pb::CompileRequest {
 pub fn tier(r: &pb::KernelResult) -> pb::Tier {
     r.tier()
 }
+
+/// A kernel that takes NVRTC a while: `statements` lines of dependent math (about 1 s per 2,500
+/// on a 2-core build machine; the time grows faster than linearly).
+pub fn slow_kernel(statements: usize) -> String {
+    let mut s = String::from("extern \"C\" __global__ void slow(float* x) {\n  float a = x[0], b = x[1];\n");
+    for i in 0..statements {
+        s.push_str(&format!("  a = __sinf(a) * {i}.5f + b; b = b * a + {i}.25f;\n"));
+    }
+    s.push_str("  x[0] = a + b;\n}\n");
+    s
+}

@@ -1,0 +1,125 @@
+//! A `kilnd` process for one measurement.
+//!
+//! This is not [`crate::daemon::Daemon`]: that harness finds binaries from a test executable's
+//! place (`target/<profile>/deps/`) and panics on failure, while the bench binary sits next to
+//! `kilnd` in `target/release/` and must turn every failure into a recorded error.
+
+use anyhow::{Context, Result, bail};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How to start one daemon.
+#[derive(Debug, Clone)]
+pub struct KilndOptions {
+    pub concurrency: usize,
+    /// `memory_cache_mb` in the config file; `Some(0)` turns the memory tier off so that every
+    /// hit is served by the disk tier.
+    pub memory_cache_mb: Option<u64>,
+}
+
+/// A running kilnd. Dropping it kills the process; [`Kilnd::stop`] stops it with SIGTERM.
+#[derive(Debug)]
+pub struct Kilnd {
+    child: Option<Child>,
+    pub socket: PathBuf,
+    pub cache_dir: PathBuf,
+}
+
+impl Kilnd {
+    /// Starts `kilnd` with its socket, config and cache under `dir` (which may hold a cache from
+    /// an earlier daemon) and waits until it answers `Stats`.
+    pub async fn start(exe: &Path, cuda_root: &Path, dir: &Path, options: &KilndOptions) -> Result<Kilnd> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let socket = dir.join("kilnd.sock");
+        let cache_dir = dir.join("cache");
+        let config = dir.join("kilnd.toml");
+        let text = options.memory_cache_mb.map(|mb| format!("memory_cache_mb = {mb}\n")).unwrap_or_default();
+        std::fs::write(&config, text).with_context(|| format!("writing {}", config.display()))?;
+        let child = Command::new(exe)
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--cache-dir")
+            .arg(&cache_dir)
+            .arg("--cuda-root")
+            .arg(cuda_root)
+            .arg("--target")
+            .arg("sm_90")
+            .arg("--concurrency")
+            .arg(options.concurrency.to_string())
+            .arg("--config")
+            .arg(&config)
+            .env("KILN_LOG", "warn")
+            .stdin(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {}", exe.display()))?;
+        let mut daemon = Kilnd { child: Some(child), socket, cache_dir };
+        daemon.wait_ready().await?;
+        Ok(daemon)
+    }
+
+    async fn wait_ready(&mut self) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                bail!("kilnd exited during start-up with {status}");
+            }
+            if self.socket.exists() && self.answers().await {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("kilnd did not answer on {} within 60 s", self.socket.display());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    async fn answers(&self) -> bool {
+        match kiln_client::connect(&self.uri()).await {
+            Ok(client) => client.stats().await.is_ok(),
+            Err(_) => false,
+        }
+    }
+
+    pub fn uri(&self) -> String {
+        format!("unix://{}", self.socket.display())
+    }
+
+    pub async fn connect(&self) -> Result<kiln_client::Client> {
+        kiln_client::connect(&self.uri()).await.with_context(|| format!("connecting to {}", self.uri()))
+    }
+
+    /// SIGTERM, then waits for a clean exit, as a service manager would stop it.
+    pub async fn stop(mut self) -> Result<()> {
+        let Some(mut child) = self.child.take() else { return Ok(()) };
+        let pid = libc::pid_t::try_from(child.id()).context("pid out of range")?;
+        // SAFETY: kill(2) with a pid of a child this struct owns and has not yet reaped.
+        if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
+            bail!("SIGTERM to kilnd {pid}: {}", std::io::Error::last_os_error());
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = child.try_wait().context("waiting for kilnd")? {
+                if !status.success() {
+                    bail!("kilnd exited with {status} after SIGTERM");
+                }
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("kilnd did not exit within 30 s of SIGTERM");
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+impl Drop for Kilnd {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
