@@ -24,6 +24,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Debug, Clone)]
 pub struct Client {
     inner: CompilerClient<Channel>,
+    channel: Channel,
     uri: String,
 }
 
@@ -58,16 +59,23 @@ pub async fn connect(uri: &str) -> Result<Client, ClientError> {
             .await
             .map_err(unreachable)?,
     };
-    let inner = CompilerClient::new(channel)
+    let inner = CompilerClient::new(channel.clone())
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     Ok(Client {
         inner,
+        channel,
         uri: uri.to_owned(),
     })
 }
 
 impl Client {
+    /// The underlying connection, for the other services kilnd serves on it (gRPC health,
+    /// reflection).
+    pub fn channel(&self) -> Channel {
+        self.channel.clone()
+    }
+
     /// The URI this client connected to.
     pub fn uri(&self) -> &str {
         &self.uri
