@@ -33,6 +33,9 @@ impl Store for MemoryTier {
     fn put<'a>(&'a self, key: &'a CacheKey, envelope: Bytes) -> StoreFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             self.cache.insert(*key, envelope).await;
+            // moka applies size accounting lazily; settle it so Stats and eviction see this
+            // entry now. Inserts follow compiles or slower-tier hits, so this is off the hot path.
+            self.cache.run_pending_tasks().await;
             Ok(())
         })
     }
