@@ -32,7 +32,14 @@ pub struct Outcome {
 
 impl Outcome {
     fn failed(tier: pb::Tier, log: String, compile_micros: u64) -> Self {
-        Outcome { ok: false, tier, artifact: None, log, lowered_names: Vec::new(), compile_micros }
+        Outcome {
+            ok: false,
+            tier,
+            artifact: None,
+            log,
+            lowered_names: Vec::new(),
+            compile_micros,
+        }
     }
 
     fn from_artifact(artifact: Artifact, tier: pb::Tier) -> Self {
@@ -78,8 +85,17 @@ pub struct Engine {
 }
 
 impl Engine {
-    pub fn new(nvrtc: Nvrtc, store: TieredStore, metrics: Arc<Metrics>, concurrency: usize, limits: Limits) -> Self {
-        let negative = moka::future::Cache::builder().max_capacity(100_000).time_to_live(limits.negative_ttl).build();
+    pub fn new(
+        nvrtc: Nvrtc,
+        store: TieredStore,
+        metrics: Arc<Metrics>,
+        concurrency: usize,
+        limits: Limits,
+    ) -> Self {
+        let negative = moka::future::Cache::builder()
+            .max_capacity(100_000)
+            .time_to_live(limits.negative_ttl)
+            .build();
         Engine {
             nvrtc,
             store,
@@ -96,15 +112,26 @@ impl Engine {
     pub async fn cached(&self, key: &CacheKey) -> Option<Outcome> {
         if let Some(f) = self.negative.get(key).await {
             self.metrics.negative_hits.inc();
-            return Some(Outcome::failed(pb::Tier::Memory, f.log.clone(), f.compile_micros));
+            return Some(Outcome::failed(
+                pb::Tier::Memory,
+                f.log.clone(),
+                f.compile_micros,
+            ));
         }
         let hit = self.store.get(key).await?;
-        self.metrics.seconds_saved.inc_by(hit.artifact.meta.compile_micros as f64 / 1e6);
+        self.metrics
+            .seconds_saved
+            .inc_by(hit.artifact.meta.compile_micros as f64 / 1e6);
         Some(Outcome::from_artifact(hit.artifact, tier_of(hit.tier)))
     }
 
     /// Looks a kernel up and compiles it on a miss, once per key however many ask at once.
-    pub async fn resolve(self: &Arc<Self>, kernel: &KernelJob, target: Target, priority: Priority) -> Outcome {
+    pub async fn resolve(
+        self: &Arc<Self>,
+        kernel: &KernelJob,
+        target: Target,
+        priority: Priority,
+    ) -> Outcome {
         if let Some(reason) = &kernel.refusal {
             return Outcome::failed(pb::Tier::Compiled, reason.clone(), 0);
         }
@@ -116,7 +143,9 @@ impl Engine {
                 Join::Follow(rx) => {
                     if let Some(mut outcome) = Flights::follow(rx).await {
                         if outcome.ok {
-                            self.metrics.seconds_saved.inc_by(outcome.compile_micros as f64 / 1e6);
+                            self.metrics
+                                .seconds_saved
+                                .inc_by(outcome.compile_micros as f64 / 1e6);
                         }
                         outcome.tier = pb::Tier::Joined;
                         return outcome;
@@ -126,10 +155,16 @@ impl Engine {
                 Join::Lead(leader) => {
                     let this = Arc::clone(self);
                     let kernel = kernel.clone();
-                    let task = self.tracker.spawn(async move { this.lead(leader, &kernel, target, priority).await });
+                    let task = self
+                        .tracker
+                        .spawn(async move { this.lead(leader, &kernel, target, priority).await });
                     return match task.await {
                         Ok(outcome) => outcome,
-                        Err(e) => Outcome::failed(pb::Tier::Compiled, format!("compile task ended abnormally: {e}"), 0),
+                        Err(e) => Outcome::failed(
+                            pb::Tier::Compiled,
+                            format!("compile task ended abnormally: {e}"),
+                            0,
+                        ),
                     };
                 }
             }
@@ -138,7 +173,13 @@ impl Engine {
 
     /// The leader's work: check once more (a publish may have landed since the first look),
     /// wait for a slot, compile, publish, and hand the result to every follower.
-    async fn lead(&self, leader: Leader<Outcome>, kernel: &KernelJob, target: Target, priority: Priority) -> Outcome {
+    async fn lead(
+        &self,
+        leader: Leader<Outcome>,
+        kernel: &KernelJob,
+        target: Target,
+        priority: Priority,
+    ) -> Outcome {
         if let Some(hit) = self.cached(&kernel.key).await {
             leader.finish(hit.clone());
             return hit;
@@ -147,7 +188,10 @@ impl Engine {
         let permit = self.gate.acquire(priority).await;
         self.metrics.queue_depth.dec();
         self.metrics.inflight.inc();
-        let compiled = self.nvrtc.compile(&kernel.source, &target, self.limits.compile_timeout).await;
+        let compiled = self
+            .nvrtc
+            .compile(&kernel.source, &target, self.limits.compile_timeout)
+            .await;
         self.metrics.inflight.dec();
         drop(permit);
         let outcome = self.publish(&kernel.key, &target, compiled).await;
@@ -156,16 +200,31 @@ impl Engine {
     }
 
     async fn publish(&self, key: &CacheKey, target: &Target, c: nvrtc::Compiled) -> Outcome {
-        let labels = |outcome| CompileLabels { toolchain: nvrtc::NAME, outcome };
-        self.metrics.compile_seconds.get_or_create(&ToolchainLabels { toolchain: nvrtc::NAME }).observe(c.compile_micros as f64 / 1e6);
+        let labels = |outcome| CompileLabels {
+            toolchain: nvrtc::NAME,
+            outcome,
+        };
+        self.metrics
+            .compile_seconds
+            .get_or_create(&ToolchainLabels {
+                toolchain: nvrtc::NAME,
+            })
+            .observe(c.compile_micros as f64 / 1e6);
         let too_large = c.cubin.len() as u64 > self.limits.max_artifact_bytes;
         if !c.ok || too_large {
             self.metrics.compiles.get_or_create(&labels("failed")).inc();
             let mut log = c.log;
             if too_large {
-                log.push_str(&format!("\nartifact of {} bytes exceeds the limit of {}\n", c.cubin.len(), self.limits.max_artifact_bytes));
+                log.push_str(&format!(
+                    "\nartifact of {} bytes exceeds the limit of {}\n",
+                    c.cubin.len(),
+                    self.limits.max_artifact_bytes
+                ));
             }
-            let failure = Arc::new(Failure { log: log.clone(), compile_micros: c.compile_micros });
+            let failure = Arc::new(Failure {
+                log: log.clone(),
+                compile_micros: c.compile_micros,
+            });
             self.negative.insert(*key, failure).await;
             return Outcome::failed(pb::Tier::Compiled, log, c.compile_micros);
         }
@@ -180,12 +239,20 @@ impl Engine {
         };
         let sealed = envelope::seal(key, meta.clone(), &c.cubin);
         self.store.put(key, Bytes::from(sealed)).await;
-        Outcome::from_artifact(Artifact { meta, bytes: c.cubin }, pb::Tier::Compiled)
+        Outcome::from_artifact(
+            Artifact {
+                meta,
+                bytes: c.cubin,
+            },
+            pb::Tier::Compiled,
+        )
     }
 
     /// Waits up to `bound` for running compiles to finish.
     pub async fn drain(&self, bound: Duration) -> bool {
         self.tracker.close();
-        tokio::time::timeout(bound, self.tracker.wait()).await.is_ok()
+        tokio::time::timeout(bound, self.tracker.wait())
+            .await
+            .is_ok()
     }
 }

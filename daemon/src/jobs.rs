@@ -33,7 +33,10 @@ pub struct JobRecord {
 impl JobRecord {
     fn push(&self, event: Event) {
         let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
-        events.push(pb::JobEvent { job_id: self.id.clone(), event: Some(event) });
+        events.push(pb::JobEvent {
+            job_id: self.id.clone(),
+            event: Some(event),
+        });
         let n = events.len();
         drop(events);
         self.count.send_replace(n);
@@ -57,7 +60,11 @@ pub struct Jobs {
 impl Jobs {
     /// Registers a new job and returns its record.
     pub fn create(&self) -> Arc<JobRecord> {
-        let id = format!("{:016x}{:016x}", rand::random::<u64>(), rand::random::<u64>());
+        let id = format!(
+            "{:016x}{:016x}",
+            rand::random::<u64>(),
+            rand::random::<u64>()
+        );
         let record = Arc::new(JobRecord {
             id: id.clone(),
             events: Mutex::new(Vec::new()),
@@ -71,15 +78,21 @@ impl Jobs {
     }
 
     pub fn get(&self, id: &str) -> Option<Arc<JobRecord>> {
-        self.map.lock().unwrap_or_else(|p| p.into_inner()).get(id).cloned()
+        self.map
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .cloned()
     }
 }
 
 fn prune(map: &mut HashMap<String, Arc<JobRecord>>) {
     let finished_at = |r: &JobRecord| *r.finished.lock().unwrap_or_else(|p| p.into_inner());
     map.retain(|_, r| finished_at(r).is_none_or(|t| t.elapsed() < RETENTION));
-    let mut finished: Vec<(Instant, String)> =
-        map.iter().filter_map(|(id, r)| finished_at(r).map(|t| (t, id.clone()))).collect();
+    let mut finished: Vec<(Instant, String)> = map
+        .iter()
+        .filter_map(|(id, r)| finished_at(r).map(|t| (t, id.clone())))
+        .collect();
     if finished.len() > MAX_FINISHED {
         finished.sort();
         for (_, id) in &finished[..finished.len() - MAX_FINISHED] {
@@ -90,7 +103,10 @@ fn prune(map: &mut HashMap<String, Arc<JobRecord>>) {
 
 /// Streams a job's events: the ones so far, then new ones until the last. The stream ends when
 /// the client goes away; the job does not.
-pub fn watch(record: Arc<JobRecord>, tracker: &tokio_util::task::TaskTracker) -> ReceiverStream<Result<pb::JobEvent, tonic::Status>> {
+pub fn watch(
+    record: Arc<JobRecord>,
+    tracker: &tokio_util::task::TaskTracker,
+) -> ReceiverStream<Result<pb::JobEvent, tonic::Status>> {
     let (tx, rx) = mpsc::channel(64);
     let mut count = record.count.subscribe();
     tracker.spawn(async move {
@@ -115,7 +131,10 @@ pub fn watch(record: Arc<JobRecord>, tracker: &tokio_util::task::TaskTracker) ->
 pub async fn run(engine: Arc<Engine>, record: Arc<JobRecord>, job: Job) {
     engine.metrics.jobs.inc();
     let started = Instant::now();
-    record.push(Event::Queued(pb::Queued { kernels: job.kernels.len() as u32, target: job.target.to_string() }));
+    record.push(Event::Queued(pb::Queued {
+        kernels: job.kernels.len() as u32,
+        target: job.target.to_string(),
+    }));
     record.push(Event::Started(pb::Started {}));
     let mut tasks = tokio::task::JoinSet::new();
     for (index, kernel) in job.kernels.iter().cloned().enumerate() {
@@ -129,15 +148,30 @@ pub async fn run(engine: Arc<Engine>, record: Arc<JobRecord>, job: Job) {
     let (mut ok, mut failed) = (0, 0);
     while let Some(joined) = tasks.join_next().await {
         let Ok((index, outcome)) = joined else {
-            record.push(Event::Failed(pb::JobFailed { reason: "a kernel task ended abnormally".into() }));
+            record.push(Event::Failed(pb::JobFailed {
+                reason: "a kernel task ended abnormally".into(),
+            }));
             finish(&record);
             return;
         };
-        if outcome.ok { ok += 1 } else { failed += 1 }
+        if outcome.ok {
+            ok += 1
+        } else {
+            failed += 1
+        }
         let kernel = &job.kernels[index];
-        record.push(Event::Kernel(result(&kernel.id, &kernel.key.to_hex(), &job, outcome, started)));
+        record.push(Event::Kernel(result(
+            &kernel.id,
+            &kernel.key.to_hex(),
+            &job,
+            outcome,
+            started,
+        )));
     }
-    let key = graph_key(&job.target, job.kernels.iter().map(|k| (k.id.as_str(), &k.key)));
+    let key = graph_key(
+        &job.target,
+        job.kernels.iter().map(|k| (k.id.as_str(), &k.key)),
+    );
     record.push(Event::Done(pb::JobDone {
         graph_key: key.to_hex(),
         kernel_keys: job.kernels.iter().map(|k| k.key.to_hex()).collect(),
@@ -153,9 +187,22 @@ fn finish(record: &JobRecord) {
 }
 
 /// The wire form of one kernel's outcome.
-pub fn result(id: &str, key: &str, job: &Job, outcome: Outcome, started: Instant) -> pb::KernelResult {
-    let outcome_code = if outcome.ok { pb::Outcome::Ok } else { pb::Outcome::Failed };
-    let size = outcome.artifact.as_ref().map_or(0, |a| a.bytes.len() as u64);
+pub fn result(
+    id: &str,
+    key: &str,
+    job: &Job,
+    outcome: Outcome,
+    started: Instant,
+) -> pb::KernelResult {
+    let outcome_code = if outcome.ok {
+        pb::Outcome::Ok
+    } else {
+        pb::Outcome::Failed
+    };
+    let size = outcome
+        .artifact
+        .as_ref()
+        .map_or(0, |a| a.bytes.len() as u64);
     let artifact = match (&outcome.artifact, job.omit_artifacts) {
         (Some(a), false) => a.bytes.clone(),
         _ => Vec::new(),

@@ -81,25 +81,65 @@ impl Metrics {
             jobs: Counter::default(),
             registry: Registry::default(),
         };
-        registry.register("cache_lookups", "Cache lookups by tier and result", m.lookups.clone());
-        registry.register("compiles", "Compiles by toolchain and outcome", m.compiles.clone());
-        registry.register("compile_seconds", "Time one compile took", m.compile_seconds.clone());
-        registry.register("compile_seconds_saved", "Compile seconds that cache hits did not pay", m.seconds_saved.clone());
-        registry.register("queue_depth", "Compiles waiting for a slot", m.queue_depth.clone());
-        registry.register("inflight_compiles", "Compiles running now", m.inflight.clone());
-        registry.register("artifact_bytes", "Envelope bytes read from and written to each tier", m.artifact_bytes.clone());
-        registry.register("integrity_failures", "Envelopes refused on read: bad digest, wrong key, bad frame", m.integrity_failures.clone());
-        registry.register("negative_cache_hits", "Requests answered by a remembered compile failure", m.negative_hits.clone());
+        registry.register(
+            "cache_lookups",
+            "Cache lookups by tier and result",
+            m.lookups.clone(),
+        );
+        registry.register(
+            "compiles",
+            "Compiles by toolchain and outcome",
+            m.compiles.clone(),
+        );
+        registry.register(
+            "compile_seconds",
+            "Time one compile took",
+            m.compile_seconds.clone(),
+        );
+        registry.register(
+            "compile_seconds_saved",
+            "Compile seconds that cache hits did not pay",
+            m.seconds_saved.clone(),
+        );
+        registry.register(
+            "queue_depth",
+            "Compiles waiting for a slot",
+            m.queue_depth.clone(),
+        );
+        registry.register(
+            "inflight_compiles",
+            "Compiles running now",
+            m.inflight.clone(),
+        );
+        registry.register(
+            "artifact_bytes",
+            "Envelope bytes read from and written to each tier",
+            m.artifact_bytes.clone(),
+        );
+        registry.register(
+            "integrity_failures",
+            "Envelopes refused on read: bad digest, wrong key, bad frame",
+            m.integrity_failures.clone(),
+        );
+        registry.register(
+            "negative_cache_hits",
+            "Requests answered by a remembered compile failure",
+            m.negative_hits.clone(),
+        );
         registry.register("jobs", "Jobs accepted", m.jobs.clone());
         Metrics { registry, ..m }
     }
 
     pub fn lookup(&self, tier: &'static str, result: &'static str) {
-        self.lookups.get_or_create(&LookupLabels { tier, result }).inc();
+        self.lookups
+            .get_or_create(&LookupLabels { tier, result })
+            .inc();
     }
 
     pub fn bytes(&self, tier: &'static str, direction: &'static str, n: usize) {
-        self.artifact_bytes.get_or_create(&BytesLabels { tier, direction }).inc_by(n as u64);
+        self.artifact_bytes
+            .get_or_create(&BytesLabels { tier, direction })
+            .inc_by(n as u64);
     }
 
     /// The Prometheus text exposition.
@@ -122,10 +162,20 @@ pub async fn serve(
         "/metrics",
         get(move || {
             let m = metrics.clone();
-            async move { ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], m.render()) }
+            async move {
+                (
+                    [(
+                        header::CONTENT_TYPE,
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    m.render(),
+                )
+            }
         }),
     );
-    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
 }
 
 #[cfg(test)]
@@ -136,9 +186,18 @@ mod tests {
     fn names_follow_the_design() {
         let m = Metrics::new();
         m.lookup("memory", "hit");
-        m.compiles.get_or_create(&CompileLabels { toolchain: "nvrtc", outcome: "ok" }).inc();
-        m.integrity_failures.get_or_create(&TierLabels { tier: "disk" }).inc();
-        m.compile_seconds.get_or_create(&ToolchainLabels { toolchain: "nvrtc" }).observe(0.5);
+        m.compiles
+            .get_or_create(&CompileLabels {
+                toolchain: "nvrtc",
+                outcome: "ok",
+            })
+            .inc();
+        m.integrity_failures
+            .get_or_create(&TierLabels { tier: "disk" })
+            .inc();
+        m.compile_seconds
+            .get_or_create(&ToolchainLabels { toolchain: "nvrtc" })
+            .observe(0.5);
         let text = m.render();
         for name in [
             "kiln_cache_lookups_total{tier=\"memory\",result=\"hit\"} 1",

@@ -3,12 +3,12 @@
 
 use crate::config::Config;
 use crate::engine::Engine;
+use crate::gpu;
 use crate::jobs::Jobs;
 use crate::metrics::Metrics;
 use crate::service::CompilerService;
 use crate::store::{Store, disk::DiskTier, memory::MemoryTier, tiered::TieredStore};
 use crate::toolchain::{cuda, nvrtc::Nvrtc};
-use crate::gpu;
 use anyhow::Context;
 use kiln_proto::Target;
 use kiln_proto::pb::compiler_server::CompilerServer;
@@ -28,14 +28,24 @@ pub struct Listeners {
 /// Builds the daemon's state: toolchain, GPUs, tiers, engine.
 pub async fn build(config: &Config) -> anyhow::Result<(Arc<CompilerService>, Arc<Metrics>)> {
     if config.remote.is_some() {
-        anyhow::bail!("--remote: the fleet cache tier (kiln-cache) is not part of this build yet; run without --remote");
+        anyhow::bail!(
+            "--remote: the fleet cache tier (kiln-cache) is not part of this build yet; run without --remote"
+        );
     }
     let cuda_home = std::env::var_os("CUDA_HOME").map(std::path::PathBuf::from);
     let install = cuda::discover(config.cuda_root.as_deref(), cuda_home.as_deref())?;
     let exe = std::env::current_exe().context("finding kilnd's own executable for its workers")?;
-    let nvrtc = Nvrtc::start(install, &exe, config.limits.worker_memory_mb, config.concurrency).await?;
+    let nvrtc = Nvrtc::start(
+        install,
+        &exe,
+        config.limits.worker_memory_mb,
+        config.concurrency,
+    )
+    .await?;
     tracing::info!(version = %nvrtc.version, fingerprint = %nvrtc.fingerprint, "NVRTC ready");
-    let gpus = tokio::task::spawn_blocking(gpu::probe).await.context("probing GPUs")?;
+    let gpus = tokio::task::spawn_blocking(gpu::probe)
+        .await
+        .context("probing GPUs")?;
     let default_target = match &config.target {
         Some(t) => Some(t.parse::<Target>().with_context(|| "--target")?),
         None => gpus.default_target(),
@@ -44,9 +54,22 @@ pub async fn build(config: &Config) -> anyhow::Result<(Arc<CompilerService>, Arc
     let metrics = Arc::new(Metrics::new());
     let disk = DiskTier::open(&config.cache_dir, config.disk_cache_bytes)
         .with_context(|| format!("opening the cache directory {}", config.cache_dir.display()))?;
-    let tiers: Vec<Arc<dyn Store>> = vec![Arc::new(MemoryTier::new(config.memory_cache_bytes)), Arc::new(disk)];
-    let store = TieredStore::new(tiers, Arc::clone(&metrics), config.limits.max_artifact_bytes);
-    let engine = Engine::new(nvrtc, store, Arc::clone(&metrics), config.concurrency, config.limits.clone());
+    let tiers: Vec<Arc<dyn Store>> = vec![
+        Arc::new(MemoryTier::new(config.memory_cache_bytes)),
+        Arc::new(disk),
+    ];
+    let store = TieredStore::new(
+        tiers,
+        Arc::clone(&metrics),
+        config.limits.max_artifact_bytes,
+    );
+    let engine = Engine::new(
+        nvrtc,
+        store,
+        Arc::clone(&metrics),
+        config.concurrency,
+        config.limits.clone(),
+    );
     let service = CompilerService {
         engine: Arc::new(engine),
         jobs: Arc::new(Jobs::default()),
@@ -59,7 +82,11 @@ pub async fn build(config: &Config) -> anyhow::Result<(Arc<CompilerService>, Arc
 
 /// Serves until `shutdown` resolves, then stops accepting, drains running work within the
 /// configured bound and returns.
-pub async fn run(listeners: Listeners, config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+pub async fn run(
+    listeners: Listeners,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     let (service, metrics) = build(&config).await?;
     let stop = CancellationToken::new();
     let trigger = stop.clone();
@@ -70,7 +97,9 @@ pub async fn run(listeners: Listeners, config: Config, shutdown: impl Future<Out
     let mut servers = tokio::task::JoinSet::new();
     let limit = config.limits.max_message_bytes;
     let (health_reporter, health) = tonic_health::server::health_reporter();
-    health_reporter.set_serving::<CompilerServer<CompilerService>>().await;
+    health_reporter
+        .set_serving::<CompilerServer<CompilerService>>()
+        .await;
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(kiln_proto::pb::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -79,27 +108,47 @@ pub async fn run(listeners: Listeners, config: Config, shutdown: impl Future<Out
     let router = tonic::transport::Server::builder()
         .add_service(health)
         .add_service(reflection)
-        .add_service(CompilerServer::from_arc(Arc::clone(&service)).max_decoding_message_size(limit).max_encoding_message_size(limit));
+        .add_service(
+            CompilerServer::from_arc(Arc::clone(&service))
+                .max_decoding_message_size(limit)
+                .max_encoding_message_size(limit),
+        );
     let unix = tokio_stream::wrappers::UnixListenerStream::new(listeners.unix);
     let stopped = stop.clone().cancelled_owned();
     let unix_router = router.clone();
-    servers.spawn(async move { unix_router.serve_with_incoming_shutdown(unix, stopped).await.map_err(anyhow::Error::from) });
+    servers.spawn(async move {
+        unix_router
+            .serve_with_incoming_shutdown(unix, stopped)
+            .await
+            .map_err(anyhow::Error::from)
+    });
     if let Some(tcp) = listeners.tcp {
         // TCP_NODELAY: replies are small frames, and Nagle's algorithm against delayed ACKs
         // turns a 2 ms answer into 40 ms.
         let incoming = tonic::transport::server::TcpIncoming::from(tcp).with_nodelay(Some(true));
         let stopped = stop.clone().cancelled_owned();
-        servers.spawn(async move { router.serve_with_incoming_shutdown(incoming, stopped).await.map_err(anyhow::Error::from) });
+        servers.spawn(async move {
+            router
+                .serve_with_incoming_shutdown(incoming, stopped)
+                .await
+                .map_err(anyhow::Error::from)
+        });
     }
     if let Some(listener) = listeners.metrics {
         let stopped = stop.clone().cancelled_owned();
         let metrics = Arc::clone(&metrics);
-        servers.spawn(async move { crate::metrics::serve(listener, metrics, stopped).await.map_err(anyhow::Error::from) });
+        servers.spawn(async move {
+            crate::metrics::serve(listener, metrics, stopped)
+                .await
+                .map_err(anyhow::Error::from)
+        });
     }
     tracing::info!(socket = %config.socket.display(), "kilnd serving");
     stop.cancelled().await;
     tracing::info!("shutting down: no new requests; draining running work");
-    health_reporter.set_not_serving::<CompilerServer<CompilerService>>().await;
+    health_reporter
+        .set_not_serving::<CompilerServer<CompilerService>>()
+        .await;
     let drain = async {
         while let Some(done) = servers.join_next().await {
             if let Ok(Err(e)) = done {
@@ -110,7 +159,9 @@ pub async fn run(listeners: Listeners, config: Config, shutdown: impl Future<Out
     };
     match tokio::time::timeout(config.limits.drain, drain).await {
         Ok(true) => tracing::info!("drained; exiting"),
-        _ => tracing::warn!(bound = ?config.limits.drain, "drain bound passed; exiting with work unfinished"),
+        _ => {
+            tracing::warn!(bound = ?config.limits.drain, "drain bound passed; exiting with work unfinished")
+        }
     }
     stop_watch.abort();
     Ok(())

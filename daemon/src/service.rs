@@ -28,9 +28,17 @@ pub struct CompilerService {
 pub type EventStream = ReceiverStream<Result<pb::JobEvent, Status>>;
 
 impl CompilerService {
-    fn validate(&self, req: &pb::CompileRequest, default_priority: Priority) -> Result<Job, Status> {
+    fn validate(
+        &self,
+        req: &pb::CompileRequest,
+        default_priority: Priority,
+    ) -> Result<Job, Status> {
         let nvrtc = &self.engine.nvrtc;
-        let no_target_reason = if self.gpus.note.is_empty() { "no GPU was found" } else { self.gpus.note.as_str() };
+        let no_target_reason = if self.gpus.note.is_empty() {
+            "no GPU was found"
+        } else {
+            self.gpus.note.as_str()
+        };
         let ctx = Context {
             limits: &self.config.limits,
             default_target: self.default_target,
@@ -43,7 +51,11 @@ impl CompilerService {
     }
 
     /// Validates, checks the queue bound, and starts the job in the background.
-    fn start(&self, req: &pb::CompileRequest, default_priority: Priority) -> Result<Arc<jobs::JobRecord>, Status> {
+    fn start(
+        &self,
+        req: &pb::CompileRequest,
+        default_priority: Priority,
+    ) -> Result<Arc<jobs::JobRecord>, Status> {
         let job = self.validate(req, default_priority)?;
         let queued = self.engine.gate.queued();
         if queued >= self.config.limits.max_queue {
@@ -66,36 +78,63 @@ impl Compiler for CompilerService {
     type WatchStream = EventStream;
     type LookupStream = tokio_stream::Iter<std::vec::IntoIter<Result<pb::JobEvent, Status>>>;
 
-    async fn compile(&self, request: Request<pb::CompileRequest>) -> Result<Response<Self::CompileStream>, Status> {
+    async fn compile(
+        &self,
+        request: Request<pb::CompileRequest>,
+    ) -> Result<Response<Self::CompileStream>, Status> {
         let record = self.start(request.get_ref(), Priority::Interactive)?;
         Ok(Response::new(jobs::watch(record, &self.engine.tracker)))
     }
 
-    async fn submit(&self, request: Request<pb::CompileRequest>) -> Result<Response<pb::SubmitResponse>, Status> {
+    async fn submit(
+        &self,
+        request: Request<pb::CompileRequest>,
+    ) -> Result<Response<pb::SubmitResponse>, Status> {
         let record = self.start(request.get_ref(), Priority::Background)?;
-        Ok(Response::new(pb::SubmitResponse { job_id: record.id.clone() }))
+        Ok(Response::new(pb::SubmitResponse {
+            job_id: record.id.clone(),
+        }))
     }
 
-    async fn watch(&self, request: Request<pb::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
+    async fn watch(
+        &self,
+        request: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
         let id = &request.get_ref().job_id;
         if id.is_empty() {
             return Err(Status::invalid_argument("job_id: empty"));
         }
-        let record = self.jobs.get(id).ok_or_else(|| Status::not_found(format!("job_id: no job {id} (finished jobs are kept 10 minutes)")))?;
+        let record = self.jobs.get(id).ok_or_else(|| {
+            Status::not_found(format!(
+                "job_id: no job {id} (finished jobs are kept 10 minutes)"
+            ))
+        })?;
         Ok(Response::new(jobs::watch(record, &self.engine.tracker)))
     }
 
-    async fn lookup(&self, request: Request<pb::CompileRequest>) -> Result<Response<Self::LookupStream>, Status> {
+    async fn lookup(
+        &self,
+        request: Request<pb::CompileRequest>,
+    ) -> Result<Response<Self::LookupStream>, Status> {
         let job = self.validate(request.get_ref(), Priority::Interactive)?;
         let started = Instant::now();
         let mut events = Vec::with_capacity(job.kernels.len() + 1);
         let (mut ok, mut failed, mut missed) = (0, 0, 0);
-        let wrap = |event| Ok(pb::JobEvent { job_id: String::new(), event: Some(event) });
+        let wrap = |event| {
+            Ok(pb::JobEvent {
+                job_id: String::new(),
+                event: Some(event),
+            })
+        };
         for kernel in &job.kernels {
             let key = kernel.key.to_hex();
             let result = match self.engine.cached(&kernel.key).await {
                 Some(outcome) => {
-                    if outcome.ok { ok += 1 } else { failed += 1 }
+                    if outcome.ok {
+                        ok += 1
+                    } else {
+                        failed += 1
+                    }
                     jobs::result(&kernel.id, &key, &job, outcome, started)
                 }
                 None => {
@@ -113,7 +152,10 @@ impl Compiler for CompilerService {
             };
             events.push(wrap(Event::Kernel(result)));
         }
-        let graph = graph_key(&job.target, job.kernels.iter().map(|k| (k.id.as_str(), &k.key)));
+        let graph = graph_key(
+            &job.target,
+            job.kernels.iter().map(|k| (k.id.as_str(), &k.key)),
+        );
         events.push(wrap(Event::Done(pb::JobDone {
             graph_key: graph.to_hex(),
             kernel_keys: job.kernels.iter().map(|k| k.key.to_hex()).collect(),
@@ -124,7 +166,10 @@ impl Compiler for CompilerService {
         Ok(Response::new(tokio_stream::iter(events)))
     }
 
-    async fn stats(&self, _request: Request<pb::StatsRequest>) -> Result<Response<pb::StatsResponse>, Status> {
+    async fn stats(
+        &self,
+        _request: Request<pb::StatsRequest>,
+    ) -> Result<Response<pb::StatsResponse>, Status> {
         Ok(Response::new(crate::stats::collect(self)))
     }
 }

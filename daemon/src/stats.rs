@@ -4,12 +4,22 @@ use crate::service::CompilerService;
 use kiln_proto::pb;
 use prometheus_client::metrics::counter::Counter;
 
-fn counter_value(family: &prometheus_client::metrics::family::Family<crate::metrics::CompileLabels, Counter>, outcome: &'static str) -> u64 {
-    family.get_or_create(&crate::metrics::CompileLabels { toolchain: crate::toolchain::nvrtc::NAME, outcome }).get()
+fn counter_value(
+    family: &prometheus_client::metrics::family::Family<crate::metrics::CompileLabels, Counter>,
+    outcome: &'static str,
+) -> u64 {
+    family
+        .get_or_create(&crate::metrics::CompileLabels {
+            toolchain: crate::toolchain::nvrtc::NAME,
+            outcome,
+        })
+        .get()
 }
 
 fn lookups(m: &crate::metrics::Metrics, tier: &'static str, result: &'static str) -> u64 {
-    m.lookups.get_or_create(&crate::metrics::LookupLabels { tier, result }).get()
+    m.lookups
+        .get_or_create(&crate::metrics::LookupLabels { tier, result })
+        .get()
 }
 
 pub fn collect(s: &CompilerService) -> pb::StatsResponse {
@@ -28,7 +38,10 @@ pub fn collect(s: &CompilerService) -> pb::StatsResponse {
                 capacity_bytes: usage.capacity_bytes,
                 hits: lookups(m, tier, "hit"),
                 misses: lookups(m, tier, "miss"),
-                integrity_failures: m.integrity_failures.get_or_create(&crate::metrics::TierLabels { tier }).get(),
+                integrity_failures: m
+                    .integrity_failures
+                    .get_or_create(&crate::metrics::TierLabels { tier })
+                    .get(),
             }
         })
         .collect();

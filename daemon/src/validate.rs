@@ -48,23 +48,42 @@ fn invalid(field: impl std::fmt::Display, why: impl std::fmt::Display) -> Status
 }
 
 /// Checks a request; `default_priority` is INTERACTIVE for Compile, BACKGROUND for Submit.
-pub fn request(req: &pb::CompileRequest, ctx: &Context<'_>, default_priority: Priority) -> Result<Job, Status> {
-    let graph = req.graph.as_ref().ok_or_else(|| invalid("graph", "required"))?;
+pub fn request(
+    req: &pb::CompileRequest,
+    ctx: &Context<'_>,
+    default_priority: Priority,
+) -> Result<Job, Status> {
+    let graph = req
+        .graph
+        .as_ref()
+        .ok_or_else(|| invalid("graph", "required"))?;
     let target = target(&graph.target, ctx)?;
     if graph.kernels.is_empty() {
-        return Err(invalid("graph.kernels", "empty: a graph needs at least one kernel"));
+        return Err(invalid(
+            "graph.kernels",
+            "empty: a graph needs at least one kernel",
+        ));
     }
     if graph.kernels.len() > ctx.limits.max_kernels {
         return Err(invalid(
             "graph.kernels",
-            format!("{} kernels exceeds the limit of {}", graph.kernels.len(), ctx.limits.max_kernels),
+            format!(
+                "{} kernels exceeds the limit of {}",
+                graph.kernels.len(),
+                ctx.limits.max_kernels
+            ),
         ));
     }
     let priority = match pb::Priority::try_from(req.priority) {
         Ok(pb::Priority::Unspecified) => default_priority,
         Ok(pb::Priority::Interactive) => Priority::Interactive,
         Ok(pb::Priority::Background) => Priority::Background,
-        Err(_) => return Err(invalid("priority", format!("unknown value {}", req.priority))),
+        Err(_) => {
+            return Err(invalid(
+                "priority",
+                format!("unknown value {}", req.priority),
+            ));
+        }
     };
     let mut seen: HashMap<&str, usize> = HashMap::new();
     let mut kernels = Vec::with_capacity(graph.kernels.len());
@@ -72,15 +91,35 @@ pub fn request(req: &pb::CompileRequest, ctx: &Context<'_>, default_priority: Pr
         let field = format!("graph.kernels[{i}]");
         kernel_id(&k.id, &format!("{field}.id"))?;
         if let Some(first) = seen.insert(&k.id, i) {
-            return Err(invalid(format!("{field}.id"), format!("duplicate id `{}` (also graph.kernels[{first}])", k.id)));
+            return Err(invalid(
+                format!("{field}.id"),
+                format!("duplicate id `{}` (also graph.kernels[{first}])", k.id),
+            ));
         }
         let source = match &k.source {
             Some(Source::Cuda(c)) => c,
-            None => return Err(invalid(format!("{field}.source"), "required: set cuda (the toolchains here: nvrtc)")),
+            None => {
+                return Err(invalid(
+                    format!("{field}.source"),
+                    "required: set cuda (the toolchains here: nvrtc)",
+                ));
+            }
         };
-        kernels.push(cuda_kernel(&k.id, source, &target, &format!("{field}.cuda"), ctx)?);
+        kernels.push(cuda_kernel(
+            &k.id,
+            source,
+            &target,
+            &format!("{field}.cuda"),
+            ctx,
+        )?);
     }
-    Ok(Job { name: graph.name.clone(), target, kernels, priority, omit_artifacts: req.omit_artifacts })
+    Ok(Job {
+        name: graph.name.clone(),
+        target,
+        kernels,
+        priority,
+        omit_artifacts: req.omit_artifacts,
+    })
 }
 
 fn target(text: &str, ctx: &Context<'_>) -> Result<Target, Status> {
@@ -93,8 +132,14 @@ fn target(text: &str, ctx: &Context<'_>) -> Result<Target, Status> {
         });
     }
     let target: Target = text.parse().map_err(|e| invalid("graph.target", e))?;
-    if !ctx.supported_targets.contains(&format!("sm_{}", target.sm())) {
-        return Err(invalid("graph.target", format!("{target} is not supported by NVRTC {}", ctx.nvrtc_version)));
+    if !ctx
+        .supported_targets
+        .contains(&format!("sm_{}", target.sm()))
+    {
+        return Err(invalid(
+            "graph.target",
+            format!("{target} is not supported by NVRTC {}", ctx.nvrtc_version),
+        ));
     }
     Ok(target)
 }
@@ -106,23 +151,44 @@ fn kernel_id(id: &str, field: &str) -> Result<(), Status> {
     }
     let safe = id.len() <= 200
         && !id.starts_with('.')
-        && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
     if !safe {
-        return Err(invalid(field, "use up to 200 of A-Z a-z 0-9 _ - . (not starting with a dot)"));
+        return Err(invalid(
+            field,
+            "use up to 200 of A-Z a-z 0-9 _ - . (not starting with a dot)",
+        ));
     }
     Ok(())
 }
 
-fn cuda_kernel(id: &str, c: &pb::CudaSource, target: &Target, field: &str, ctx: &Context<'_>) -> Result<KernelJob, Status> {
+fn cuda_kernel(
+    id: &str,
+    c: &pb::CudaSource,
+    target: &Target,
+    field: &str,
+    ctx: &Context<'_>,
+) -> Result<KernelJob, Status> {
     if c.source.is_empty() {
         return Err(invalid(format!("{field}.source"), "empty"));
     }
     if c.source.contains('\0') {
         return Err(invalid(format!("{field}.source"), "contains a NUL byte"));
     }
-    let size = c.source.len() + c.headers.iter().map(|h| h.name.len() + h.content.len()).sum::<usize>();
+    let size = c.source.len()
+        + c.headers
+            .iter()
+            .map(|h| h.name.len() + h.content.len())
+            .sum::<usize>();
     if size > ctx.limits.max_source_bytes {
-        return Err(invalid(field, format!("{size} bytes of source and headers exceeds the limit of {}", ctx.limits.max_source_bytes)));
+        return Err(invalid(
+            field,
+            format!(
+                "{size} bytes of source and headers exceeds the limit of {}",
+                ctx.limits.max_source_bytes
+            ),
+        ));
     }
     let mut names = HashMap::new();
     for (j, h) in c.headers.iter().enumerate() {
@@ -132,13 +198,19 @@ fn cuda_kernel(id: &str, c: &pb::CudaSource, target: &Target, field: &str, ctx: 
             || h.name.split('/').any(|p| p == "..")
             || h.name.contains(['\0', '\\', '\n']);
         if bad_name {
-            return Err(invalid(format!("{hf}.name"), "must be a relative name as the #include spells it, with no `..`"));
+            return Err(invalid(
+                format!("{hf}.name"),
+                "must be a relative name as the #include spells it, with no `..`",
+            ));
         }
         if h.content.contains('\0') {
             return Err(invalid(format!("{hf}.content"), "contains a NUL byte"));
         }
         if let Some(first) = names.insert(h.name.as_str(), j) {
-            return Err(invalid(format!("{hf}.name"), format!("duplicate header `{}` (also headers[{first}])", h.name)));
+            return Err(invalid(
+                format!("{hf}.name"),
+                format!("duplicate header `{}` (also headers[{first}])", h.name),
+            ));
         }
     }
     for (j, o) in c.options.iter().enumerate() {
@@ -146,13 +218,28 @@ fn cuda_kernel(id: &str, c: &pb::CudaSource, target: &Target, field: &str, ctx: 
     }
     for (j, e) in c.name_expressions.iter().enumerate() {
         if e.trim().is_empty() || e.contains('\0') {
-            return Err(invalid(format!("{field}.name_expressions[{j}]"), "empty or contains a NUL byte"));
+            return Err(invalid(
+                format!("{field}.name_expressions[{j}]"),
+                "empty or contains a NUL byte",
+            ));
         }
     }
     let refusal = std::iter::once(("source", c.source.as_str()))
-        .chain(c.headers.iter().map(|h| (h.name.as_str(), h.content.as_str())))
-        .find_map(|(name, text)| includes::check(text).err().map(|e| format!("refused before compiling: {name}: {e}")));
-    let headers: Vec<(&str, &[u8])> = c.headers.iter().map(|h| (h.name.as_str(), h.content.as_bytes())).collect();
+        .chain(
+            c.headers
+                .iter()
+                .map(|h| (h.name.as_str(), h.content.as_str())),
+        )
+        .find_map(|(name, text)| {
+            includes::check(text)
+                .err()
+                .map(|e| format!("refused before compiling: {name}: {e}"))
+        });
+    let headers: Vec<(&str, &[u8])> = c
+        .headers
+        .iter()
+        .map(|h| (h.name.as_str(), h.content.as_bytes()))
+        .collect();
     let key = KeyInputs {
         toolchain: nvrtc::NAME,
         fingerprint: ctx.nvrtc_fingerprint,
@@ -163,7 +250,12 @@ fn cuda_kernel(id: &str, c: &pb::CudaSource, target: &Target, field: &str, ctx: 
         entries: &c.name_expressions,
     }
     .derive();
-    Ok(KernelJob { id: id.to_string(), key, source: c.clone(), refusal })
+    Ok(KernelJob {
+        id: id.to_string(),
+        key,
+        source: c.clone(),
+        refusal,
+    })
 }
 
 #[cfg(test)]

@@ -19,7 +19,13 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { cuda_root: env::cuda_root(), target: Some("sm_90".into()), concurrency: 2, config: String::new(), extra_env: Vec::new() }
+        Options {
+            cuda_root: env::cuda_root(),
+            target: Some("sm_90".into()),
+            concurrency: 2,
+            config: String::new(),
+            extra_env: Vec::new(),
+        }
     }
 }
 
@@ -81,7 +87,15 @@ impl Daemon {
             cmd.env(k, v);
         }
         let child = cmd.spawn().expect("spawn kilnd");
-        let mut d = Daemon { child: Some(child), dir: dir.to_path_buf(), socket, cache_dir, metrics, options, _tmp: None };
+        let mut d = Daemon {
+            child: Some(child),
+            dir: dir.to_path_buf(),
+            socket,
+            cache_dir,
+            metrics,
+            options,
+            _tmp: None,
+        };
         d.wait_ready();
         d
     }
@@ -89,10 +103,16 @@ impl Daemon {
     fn wait_ready(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
                 panic!("kilnd exited during start-up with {status}");
             }
-            if std::os::unix::net::UnixStream::connect(&self.socket).is_ok() && crate::http::get(self.metrics, "/metrics").is_ok() {
+            if std::os::unix::net::UnixStream::connect(&self.socket).is_ok()
+                && crate::http::get(self.metrics, "/metrics").is_ok()
+            {
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -106,7 +126,9 @@ impl Daemon {
     }
 
     pub async fn client(&self) -> kiln_client::Client {
-        kiln_client::connect(&self.uri()).await.expect("connect to kilnd")
+        kiln_client::connect(&self.uri())
+            .await
+            .expect("connect to kilnd")
     }
 
     /// The `/metrics` text.
@@ -142,12 +164,18 @@ impl Daemon {
 
     /// Whether the process is still running.
     pub fn alive(&mut self) -> bool {
-        self.child.as_mut().is_some_and(|c| c.try_wait().ok().flatten().is_none())
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_none())
     }
 }
 
 fn sigterm(pid: u32) {
-    let status = Command::new("kill").arg("-TERM").arg(pid.to_string()).status().expect("run kill");
+    let status = Command::new("kill")
+        .arg("-TERM")
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill");
     assert!(status.success(), "kill -TERM {pid} failed");
 }
 

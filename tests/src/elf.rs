@@ -36,7 +36,13 @@ impl Cubin {
         let section = |i: usize| -> Option<(u32, usize, usize, u32, usize)> {
             let o = shoff + i * shentsize;
             // (type, offset, size, link, entsize)
-            Some((u32_at(b, o + 4)?, u64_at(b, o + 24)? as usize, u64_at(b, o + 32)? as usize, u32_at(b, o + 40)?, u64_at(b, o + 56)? as usize))
+            Some((
+                u32_at(b, o + 4)?,
+                u64_at(b, o + 24)? as usize,
+                u64_at(b, o + 32)? as usize,
+                u32_at(b, o + 40)?,
+                u64_at(b, o + 56)? as usize,
+            ))
         };
         let mut symbols = Vec::new();
         for i in 0..shnum {
@@ -54,12 +60,21 @@ impl Cubin {
                 }
             }
         }
-        Some(Cubin { machine, abi_version: b[8], flags, symbols })
+        Some(Cubin {
+            machine,
+            abi_version: b[8],
+            flags,
+            symbols,
+        })
     }
 
     /// The SM number in the header: the low byte of e_flags in the older CUDA ELF ABI, the second
     /// byte in the newer one (ABI version 8 and later, used from CUDA 12.8 on).
     pub fn sm(&self) -> u32 {
-        if self.abi_version >= 8 { (self.flags >> 8) & 0xff } else { self.flags & 0xff }
+        if self.abi_version >= 8 {
+            (self.flags >> 8) & 0xff
+        } else {
+            self.flags & 0xff
+        }
     }
 }

@@ -8,7 +8,12 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// Hashes the toolchain's files once, at start-up (about 25 MB for a CUDA 13 wheel tree).
-pub fn of_files(toolchain: &str, version: &str, libraries: &[PathBuf], include_dirs: &[PathBuf]) -> std::io::Result<Fingerprint> {
+pub fn of_files(
+    toolchain: &str,
+    version: &str,
+    libraries: &[PathBuf],
+    include_dirs: &[PathBuf],
+) -> std::io::Result<Fingerprint> {
     let mut h = blake3::Hasher::new();
     let mut field = |bytes: &[u8]| {
         h.update(&(bytes.len() as u64).to_le_bytes());
@@ -86,7 +91,10 @@ mod tests {
         let fp = || of_files("nvrtc", "13.0", std::slice::from_ref(&lib), &dirs).unwrap();
         let base = fp();
         assert_eq!(base, fp());
-        assert_ne!(of_files("nvrtc", "13.1", std::slice::from_ref(&lib), &dirs).unwrap(), base);
+        assert_ne!(
+            of_files("nvrtc", "13.1", std::slice::from_ref(&lib), &dirs).unwrap(),
+            base
+        );
         std::fs::write(inc.join("cccl/b.h"), b"b2").unwrap();
         let after_header = fp();
         assert_ne!(after_header, base);

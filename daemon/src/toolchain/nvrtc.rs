@@ -33,7 +33,12 @@ pub struct Compiled {
 impl Nvrtc {
     /// Starts the first worker (which proves the library loads and reports its version), then
     /// fingerprints the files. `worker_exe` is kilnd itself, re-executed in worker mode.
-    pub async fn start(install: CudaInstall, worker_exe: &Path, memory_mb: u64, max_workers: usize) -> Result<Self, ToolchainError> {
+    pub async fn start(
+        install: CudaInstall,
+        worker_exe: &Path,
+        memory_mb: u64,
+        max_workers: usize,
+    ) -> Result<Self, ToolchainError> {
         let spec = WorkerSpec {
             exe: worker_exe.to_path_buf(),
             args: vec![
@@ -47,16 +52,28 @@ impl Nvrtc {
             ],
             start_timeout: Duration::from_secs(60),
         };
-        let (pool, hello) = WorkerPool::start(spec, max_workers)
-            .await
-            .map_err(|e| ToolchainError::Broken { path: install.nvrtc.display().to_string(), reason: e.to_string() })?;
+        let (pool, hello) =
+            WorkerPool::start(spec, max_workers)
+                .await
+                .map_err(|e| ToolchainError::Broken {
+                    path: install.nvrtc.display().to_string(),
+                    reason: e.to_string(),
+                })?;
         let libraries = [install.nvrtc.clone(), install.builtins.clone()];
         let include_dirs = install.include_dirs.clone();
         let version = hello.version.clone();
-        let fp = tokio::task::spawn_blocking(move || fingerprint::of_files(NAME, &version, &libraries, &include_dirs))
-            .await
-            .map_err(|e| ToolchainError::Io(std::io::Error::other(e)))??;
-        Ok(Nvrtc { install, version: hello.version, fingerprint: fp, supported: hello.supported_targets, pool })
+        let fp = tokio::task::spawn_blocking(move || {
+            fingerprint::of_files(NAME, &version, &libraries, &include_dirs)
+        })
+        .await
+        .map_err(|e| ToolchainError::Io(std::io::Error::other(e)))??;
+        Ok(Nvrtc {
+            install,
+            version: hello.version,
+            fingerprint: fp,
+            supported: hello.supported_targets,
+            pool,
+        })
     }
 
     /// Whether NVRTC can compile for `target` (the base architecture must be one it lists).
@@ -71,22 +88,43 @@ impl Nvrtc {
             version: self.version.clone(),
             fingerprint: self.fingerprint.to_hex(),
             location: self.install.nvrtc.display().to_string(),
-            include_dirs: self.install.include_dirs.iter().map(|d| d.display().to_string()).collect(),
+            include_dirs: self
+                .install
+                .include_dirs
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect(),
             supported_targets: self.supported.clone(),
         }
     }
 
     /// Compiles in a worker. A worker timeout or crash is this kernel's failed outcome.
-    pub async fn compile(&self, source: &CudaSource, target: &Target, timeout: Duration) -> Compiled {
+    pub async fn compile(
+        &self,
+        source: &CudaSource,
+        target: &Target,
+        timeout: Duration,
+    ) -> Compiled {
         let request = WorkerRequest {
             cuda: Some(source.clone()),
             target: target.to_string(),
-            system_include_dirs: self.install.include_dirs.iter().map(|d| d.display().to_string()).collect(),
+            system_include_dirs: self
+                .install
+                .include_dirs
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect(),
             cpu_seconds: timeout.as_secs().max(1),
         };
         let started = std::time::Instant::now();
         match self.pool.run(&request, timeout).await {
-            Ok(r) => Compiled { ok: r.ok, cubin: r.cubin, log: r.log, lowered_names: r.lowered_names, compile_micros: r.compile_micros },
+            Ok(r) => Compiled {
+                ok: r.ok,
+                cubin: r.cubin,
+                log: r.log,
+                lowered_names: r.lowered_names,
+                compile_micros: r.compile_micros,
+            },
             Err(failure) => Compiled {
                 log: failure.to_string(),
                 compile_micros: started.elapsed().as_micros() as u64,

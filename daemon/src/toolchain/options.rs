@@ -71,14 +71,27 @@ const PREFIXED: &[&str] = &[
 ];
 
 /// ptxas options that are safe to forward (no file output, no paths).
-const PTXAS_OK: &[&str] = &["-O0", "-O1", "-O2", "-O3", "-v", "--verbose", "-warn-spills", "--warn-on-spills", "-warn-lmem-usage", "--warn-on-local-memory-usage"];
+const PTXAS_OK: &[&str] = &[
+    "-O0",
+    "-O1",
+    "-O2",
+    "-O3",
+    "-v",
+    "--verbose",
+    "-warn-spills",
+    "--warn-on-spills",
+    "-warn-lmem-usage",
+    "--warn-on-local-memory-usage",
+];
 
 /// Why an option was refused; the caller names the field.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum OptionError {
     #[error("`{0}` sets the target: use the graph's target field")]
     Target(String),
-    #[error("`{0}` is not allowed: headers must be sent by content, and the daemon reads no client path")]
+    #[error(
+        "`{0}` is not allowed: headers must be sent by content, and the daemon reads no client path"
+    )]
     Path(String),
     #[error("`{0}` is not on the NVRTC option allowlist")]
     NotAllowed(String),
@@ -90,14 +103,35 @@ pub fn check(option: &str) -> Result<(), OptionError> {
     if refuse_target.iter().any(|p| option.starts_with(p)) {
         return Err(OptionError::Target(shown(option)));
     }
-    let path_like = ["-I", "--include-path", "-include", "--pre-include", "--time", "-time", "--fdevice-time-trace", "-pch", "--pch", "-create-pch", "--create-pch", "-use-pch", "--use-pch", "-pch-dir", "--pch-dir", "--dump", "-optix-ir", "--optix-ir"];
+    let path_like = [
+        "-I",
+        "--include-path",
+        "-include",
+        "--pre-include",
+        "--time",
+        "-time",
+        "--fdevice-time-trace",
+        "-pch",
+        "--pch",
+        "-create-pch",
+        "--create-pch",
+        "-use-pch",
+        "--use-pch",
+        "-pch-dir",
+        "--pch-dir",
+        "--dump",
+        "-optix-ir",
+        "--optix-ir",
+    ];
     if path_like.iter().any(|p| option.starts_with(p)) {
         return Err(OptionError::Path(shown(option)));
     }
     if EXACT.contains(&option) {
         return Ok(());
     }
-    let prefixed = PREFIXED.iter().find_map(|p| option.strip_prefix(p).map(|v| (*p, v)));
+    let prefixed = PREFIXED
+        .iter()
+        .find_map(|p| option.strip_prefix(p).map(|v| (*p, v)));
     match prefixed {
         Some((prefix, value)) if value_ok(prefix, value) => Ok(()),
         _ => Err(OptionError::NotAllowed(shown(option))),
@@ -105,19 +139,24 @@ pub fn check(option: &str) -> Result<(), OptionError> {
 }
 
 fn value_ok(prefix: &str, value: &str) -> bool {
-    let printable = !value.is_empty() && value.len() <= 4096 && value.chars().all(|c| !c.is_control());
+    let printable =
+        !value.is_empty() && value.len() <= 4096 && value.chars().all(|c| !c.is_control());
     match prefix {
         "-O" => matches!(value, "0" | "1" | "2" | "3"),
         "-std=" | "--std=" => matches!(value, "c++03" | "c++11" | "c++14" | "c++17" | "c++20"),
-        "-ftz=" | "--ftz=" | "-prec-div=" | "--prec-div=" | "-prec-sqrt=" | "--prec-sqrt=" | "-fmad=" | "--fmad=" => {
+        "-ftz=" | "--ftz=" | "-prec-div=" | "--prec-div=" | "-prec-sqrt=" | "--prec-sqrt="
+        | "-fmad=" | "--fmad=" => {
             matches!(value, "true" | "false")
         }
         "--dlink-time-opt" => value.is_empty(),
         "-maxrregcount=" | "--maxrregcount=" => value.parse::<u32>().is_ok_and(|n| n <= 255),
         "-Xptxas=" | "--ptxas-options=" => value.split(',').all(|o| PTXAS_OK.contains(&o)),
-        "-diag-suppress=" | "--diag-suppress=" | "-diag-error=" | "--diag-error=" | "-diag-warn=" | "--diag-warn=" => {
-            value.split(',').all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'))
-        }
+        "-diag-suppress=" | "--diag-suppress=" | "-diag-error=" | "--diag-error="
+        | "-diag-warn=" | "--diag-warn=" => value.split(',').all(|n| {
+            !n.is_empty()
+                && n.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        }),
         _ => printable,
     }
 }
@@ -133,7 +172,17 @@ mod tests {
 
     #[test]
     fn allows_the_everyday_options() {
-        for ok in ["--use_fast_math", "-DN=4", "-DFOO", "--std=c++17", "-lineinfo", "--fmad=false", "-maxrregcount=64", "-Xptxas=-v", "-O3"] {
+        for ok in [
+            "--use_fast_math",
+            "-DN=4",
+            "-DFOO",
+            "--std=c++17",
+            "-lineinfo",
+            "--fmad=false",
+            "-maxrregcount=64",
+            "-Xptxas=-v",
+            "-O3",
+        ] {
             assert_eq!(check(ok), Ok(()), "{ok}");
         }
     }
@@ -141,13 +190,33 @@ mod tests {
     #[test]
     fn refuses_paths_targets_and_the_unknown() {
         assert!(matches!(check("-I/etc"), Err(OptionError::Path(_))));
-        assert!(matches!(check("--include-path=/x"), Err(OptionError::Path(_))));
-        assert!(matches!(check("--pre-include=/etc/passwd"), Err(OptionError::Path(_))));
+        assert!(matches!(
+            check("--include-path=/x"),
+            Err(OptionError::Path(_))
+        ));
+        assert!(matches!(
+            check("--pre-include=/etc/passwd"),
+            Err(OptionError::Path(_))
+        ));
         assert!(matches!(check("--time=/tmp/t"), Err(OptionError::Path(_))));
         assert!(matches!(check("-arch=sm_80"), Err(OptionError::Target(_))));
-        assert!(matches!(check("--gpu-architecture=compute_90"), Err(OptionError::Target(_))));
-        for bad in ["--fancy", "-O9", "--std=c++99", "-maxrregcount=x", "-Xptxas=-o/tmp/x", "-D", ""] {
-            assert!(matches!(check(bad), Err(OptionError::NotAllowed(_))), "{bad}");
+        assert!(matches!(
+            check("--gpu-architecture=compute_90"),
+            Err(OptionError::Target(_))
+        ));
+        for bad in [
+            "--fancy",
+            "-O9",
+            "--std=c++99",
+            "-maxrregcount=x",
+            "-Xptxas=-o/tmp/x",
+            "-D",
+            "",
+        ] {
+            assert!(
+                matches!(check(bad), Err(OptionError::NotAllowed(_))),
+                "{bad}"
+            );
         }
     }
 }

@@ -10,7 +10,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 pub const MAX_FRAME: usize = 1 << 30;
 
 fn too_large(len: usize) -> std::io::Error {
-    std::io::Error::new(std::io::ErrorKind::InvalidData, format!("frame of {len} bytes exceeds the limit"))
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!("frame of {len} bytes exceeds the limit"),
+    )
 }
 
 fn bad_message(e: prost::DecodeError) -> std::io::Error {
@@ -43,7 +46,9 @@ pub fn write_blocking(w: &mut impl Write, msg: &impl Message) -> std::io::Result
 }
 
 /// Async read, for the daemon. End of input is an error here: the worker died.
-pub async fn read<M: Message + Default>(r: &mut (impl tokio::io::AsyncRead + Unpin)) -> std::io::Result<M> {
+pub async fn read<M: Message + Default>(
+    r: &mut (impl tokio::io::AsyncRead + Unpin),
+) -> std::io::Result<M> {
     let len = r.read_u32_le().await? as usize;
     if len > MAX_FRAME {
         return Err(too_large(len));
@@ -54,7 +59,10 @@ pub async fn read<M: Message + Default>(r: &mut (impl tokio::io::AsyncRead + Unp
 }
 
 /// Async write, for the daemon.
-pub async fn write(w: &mut (impl tokio::io::AsyncWrite + Unpin), msg: &impl Message) -> std::io::Result<()> {
+pub async fn write(
+    w: &mut (impl tokio::io::AsyncWrite + Unpin),
+    msg: &impl Message,
+) -> std::io::Result<()> {
     let bytes = msg.encode_to_vec();
     w.write_u32_le(bytes.len() as u32).await?;
     w.write_all(&bytes).await?;

@@ -49,8 +49,15 @@ pub struct WorkerPool {
 
 impl WorkerPool {
     /// Starts one worker to learn what the toolchain is; it stays in the pool.
-    pub async fn start(spec: WorkerSpec, max_idle: usize) -> Result<(Self, WorkerHello), WorkerFailure> {
-        let pool = WorkerPool { spec, idle: std::sync::Mutex::new(Vec::new()), max_idle: max_idle.max(1) };
+    pub async fn start(
+        spec: WorkerSpec,
+        max_idle: usize,
+    ) -> Result<(Self, WorkerHello), WorkerFailure> {
+        let pool = WorkerPool {
+            spec,
+            idle: std::sync::Mutex::new(Vec::new()),
+            max_idle: max_idle.max(1),
+        };
         let (worker, hello) = pool.spawn().await?;
         pool.give_back(worker);
         Ok((pool, hello))
@@ -68,14 +75,35 @@ impl WorkerPool {
         let (Some(stdin), Some(mut stdout)) = (child.stdin.take(), child.stdout.take()) else {
             return Err(WorkerFailure::Start("worker pipes missing".into()));
         };
-        let hello = tokio::time::timeout(self.spec.start_timeout, frame::read::<WorkerHello>(&mut stdout)).await;
+        let hello = tokio::time::timeout(
+            self.spec.start_timeout,
+            frame::read::<WorkerHello>(&mut stdout),
+        )
+        .await;
         let hello = match hello {
             Ok(Ok(h)) if h.error.is_empty() => h,
             Ok(Ok(h)) => return Err(WorkerFailure::Start(h.error)),
-            Ok(Err(e)) => return Err(WorkerFailure::Start(format!("{e}; {}", exit_reason(&mut child).await))),
-            Err(_) => return Err(WorkerFailure::Start(format!("no hello within {:?}", self.spec.start_timeout))),
+            Ok(Err(e)) => {
+                return Err(WorkerFailure::Start(format!(
+                    "{e}; {}",
+                    exit_reason(&mut child).await
+                )));
+            }
+            Err(_) => {
+                return Err(WorkerFailure::Start(format!(
+                    "no hello within {:?}",
+                    self.spec.start_timeout
+                )));
+            }
         };
-        Ok((Worker { child, stdin, stdout }, hello))
+        Ok((
+            Worker {
+                child,
+                stdin,
+                stdout,
+            },
+            hello,
+        ))
     }
 
     fn give_back(&self, worker: Worker) {
@@ -86,7 +114,11 @@ impl WorkerPool {
     }
 
     /// Runs one request on a worker, within `timeout`.
-    pub async fn run(&self, request: &WorkerRequest, timeout: Duration) -> Result<WorkerResponse, WorkerFailure> {
+    pub async fn run(
+        &self,
+        request: &WorkerRequest,
+        timeout: Duration,
+    ) -> Result<WorkerResponse, WorkerFailure> {
         let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
         let mut worker = match idle {
             Some(w) => w,
@@ -101,7 +133,10 @@ impl WorkerPool {
                 self.give_back(worker);
                 Ok(response)
             }
-            Ok(Err(e)) => Err(WorkerFailure::Died(format!("{}; {e}", exit_reason(&mut worker.child).await))),
+            Ok(Err(e)) => Err(WorkerFailure::Died(format!(
+                "{}; {e}",
+                exit_reason(&mut worker.child).await
+            ))),
             Err(_) => {
                 let _ = worker.child.start_kill();
                 let _ = worker.child.wait().await;

@@ -1,0 +1,160 @@
+//! Figure (b): a cold compile of the 64-kernel graph through kilnd against NVRTC called
+//! directly in this process, with equal parallelism.
+//!
+//! Both sides are long-lived and warmed up, as a daemon is in service: one kilnd per
+//! concurrency level, whose workers have compiled before, and this process, whose NVRTC has
+//! compiled before. Each round compiles sources no one has compiled (a round tag in a comment
+//! changes every cache key), and every kernel of a kiln round must come back as `compiled`, so
+//! kiln pays the whole cold path: keying, scheduling, the worker round trip, the envelope,
+//! the fsynced disk write and the reply. Rounds alternate which side goes first.
+
+use super::kilnd::{Kilnd, KilndOptions};
+use super::nvrtc::Nvrtc;
+use super::report::{Row, Section, Target, Value};
+use super::{Bench, GRAPH_KERNELS, Shared, TARGET, check_job};
+use crate::kernels;
+use anyhow::{Context, Result, ensure};
+use kiln_proto::pb;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const TITLE: &str = "(b) Cold compile: kilnd against NVRTC called directly";
+
+/// The graph's sources for one round, tagged so that no cache holds them.
+fn sources(round: &str) -> Vec<String> {
+    (0..GRAPH_KERNELS).map(|i| format!("// kiln-bench cold round {round}\n{}", super::source(i))).collect()
+}
+
+fn request(sources: &[String]) -> pb::CompileRequest {
+    let kernels =
+        sources.iter().enumerate().map(|(i, s)| kernels::kernel(&format!("add_{i}"), kernels::cuda(s))).collect();
+    kernels::request(TARGET, kernels)
+}
+
+async fn kiln_round(client: &kiln_client::Client, sources: &[String]) -> Result<(Duration, Vec<Vec<u8>>)> {
+    let start = Instant::now();
+    let job = client.compile(request(sources)).await?.collect().await?;
+    let elapsed = start.elapsed();
+    let cubins = check_job(&job, sources.len(), Some(pb::Tier::Compiled))?;
+    Ok((elapsed, cubins))
+}
+
+/// Compiles every source with `threads` threads pulling from one queue, as kilnd's scheduler
+/// hands kernels to its workers.
+fn direct_round(nvrtc: &Nvrtc, sources: &[String], threads: usize) -> Result<(Duration, Vec<Vec<u8>>)> {
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<Result<Vec<u8>>>>> = Mutex::new((0..sources.len()).map(|_| None).collect());
+    let start = Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(src) = sources.get(i) else { break };
+                    let cubin = nvrtc.compile(src, TARGET);
+                    results.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(cubin);
+                }
+            });
+        }
+    });
+    let elapsed = start.elapsed();
+    let results = results.into_inner().unwrap_or_else(|p| p.into_inner());
+    let cubins = results.into_iter().map(|r| r.context("a source was not compiled")?).collect::<Result<_>>()?;
+    Ok((elapsed, cubins))
+}
+
+async fn direct(nvrtc: &Arc<Nvrtc>, sources: Vec<String>, threads: usize) -> Result<(Duration, Vec<Vec<u8>>)> {
+    let nvrtc = Arc::clone(nvrtc);
+    tokio::task::spawn_blocking(move || direct_round(&nvrtc, &sources, threads)).await?
+}
+
+fn secs(d: &[Duration]) -> String {
+    d.iter().map(|d| format!("{:.2} s", d.as_secs_f64())).collect::<Vec<_>>().join(", ")
+}
+
+/// Measures one concurrency level; returns its row and the best kiln time.
+async fn level(bench: &Bench, nvrtc: &Arc<Nvrtc>, concurrency: usize, section: &mut Section) -> Result<(Row, f64)> {
+    let dir = bench.dir(&format!("cold-c{concurrency}"))?;
+    let options = KilndOptions { concurrency, memory_cache_mb: None };
+    let daemon = Kilnd::start(&bench.kilnd(), &bench.cuda_root, &dir, &options).await?;
+    let client = daemon.connect().await?;
+    // Warm-up: every worker and this process's NVRTC compile once before anything is timed.
+    let warm = sources(&format!("warm-up c{concurrency}"));
+    kiln_round(&client, &warm).await.context("kilnd warm-up")?;
+    direct(nvrtc, warm, concurrency).await.context("NVRTC warm-up")?;
+
+    let (mut kiln_times, mut direct_times) = (Vec::new(), Vec::new());
+    let mut identical = true;
+    for round in 0..bench.options.cold_rounds {
+        let src = sources(&format!("c{concurrency} r{round}"));
+        let kiln_first = round % 2 == 0;
+        let (k, d) = if kiln_first {
+            let k = kiln_round(&client, &src).await.context("kilnd round")?;
+            (k, direct(nvrtc, src, concurrency).await.context("NVRTC round")?)
+        } else {
+            let d = direct(nvrtc, src.clone(), concurrency).await.context("NVRTC round")?;
+            (kiln_round(&client, &src).await.context("kilnd round")?, d)
+        };
+        identical &= k.1 == d.1;
+        kiln_times.push(k.0);
+        direct_times.push(d.0);
+    }
+    daemon.stop().await?;
+    ensure!(!kiln_times.is_empty(), "no rounds were run (--cold-rounds 0)");
+    let best = |t: &[Duration]| t.iter().min().map_or(0.0, Duration::as_secs_f64);
+    let (kiln_best, direct_best) = (best(&kiln_times), best(&direct_times));
+    section.notes.push(format!(
+        "concurrency {concurrency}: kilnd rounds {}; NVRTC rounds {}; best of each compared. The cubins kilnd returned \
+         were {} to NVRTC's own.",
+        secs(&kiln_times),
+        secs(&direct_times),
+        if identical { "byte-for-byte identical" } else { "**not identical**" }
+    ));
+    let threads = if concurrency == 1 { "1 thread".to_string() } else { format!("{concurrency} threads") };
+    let row = Row::new(
+        format!("{GRAPH_KERNELS} kernels cold, concurrency {concurrency}"),
+        Ok(Value::Seconds(kiln_best)),
+        format!("NVRTC in-process, {threads}"),
+        Ok(Value::Seconds(direct_best)),
+    )
+    .with_target(Target::OverheadAtMostPercent(5.0));
+    Ok((row, kiln_best))
+}
+
+pub async fn run(bench: &Bench, shared: &mut Shared) -> Result<Section> {
+    let mut section = Section::new(TITLE);
+    let nvrtc = Arc::new(Nvrtc::load(&bench.cuda_root)?);
+    let mut levels = vec![1];
+    if bench.cores > 1 {
+        levels.push(bench.cores);
+    }
+    section.method = vec![
+        format!(
+            "Wall time for one `Compile` of a {GRAPH_KERNELS}-kernel graph (distinct vector-add kernels, {TARGET}) over \
+             the Unix socket, from the call until the last result, against the same {GRAPH_KERNELS} sources compiled \
+             with NVRTC called in this process (cudarc's sys API, libraries loaded by absolute path as kilnd's workers \
+             load them, the same options: `--gpu-architecture={TARGET}` and the toolkit's include directories)."
+        ),
+        format!(
+            "Equal parallelism: kilnd `--concurrency N` against N threads sharing one queue, for N in {levels:?}. One \
+             long-lived kilnd per level; both sides compile a warm-up graph first, then {} timed rounds of fresh \
+             sources (a round tag in a comment changes every cache key; every kernel must come back `compiled`). \
+             Rounds alternate which side goes first; the best round of each side is compared.",
+            bench.options.cold_rounds
+        ),
+        "Overhead = kiln ÷ NVRTC − 1. kiln's side includes the fsynced disk-tier write of every artifact.".into(),
+    ];
+    for concurrency in levels {
+        match level(bench, &nvrtc, concurrency, &mut section).await {
+            Ok((row, kiln_best)) => {
+                if concurrency == bench.cores {
+                    shared.kiln_cold_graph_secs = Some(kiln_best);
+                }
+                section.rows.push(row);
+            }
+            Err(e) => section.notes.push(format!("**concurrency {concurrency} failed:** {e:#}")),
+        }
+    }
+    Ok(section)
+}
