@@ -1,7 +1,9 @@
 //! A private `redis-server`, a minimal RESP client for raw GETs, and `redis-benchmark`.
 //!
-//! The server listens on a Unix socket only (`--port 0`), in the run's own directory, with
-//! persistence off, so nothing else on the machine shares it and a run leaves nothing behind.
+//! The server listens on a Unix socket in the run's own directory, with persistence off, so
+//! nothing else on the machine shares it and a run leaves nothing behind. It also listens on a
+//! free loopback TCP port, only because sccache 0.19 refuses `unix://` Redis endpoints (its
+//! OpenDAL backend answers "endpoint is invalid"); the kiln comparisons use the socket.
 //! The client speaks just enough RESP for SET, GET and FLUSHALL: pulling in a Redis crate for
 //! three commands would add more than it measures, and a raw socket is the fairest baseline.
 
@@ -17,14 +19,18 @@ use std::time::{Duration, Instant};
 pub struct RedisServer {
     child: Child,
     pub socket: PathBuf,
+    pub port: u16,
 }
 
 impl RedisServer {
     pub fn start(dir: &Path) -> Result<RedisServer> {
         std::fs::create_dir_all(dir)?;
         let socket = dir.join("redis.sock");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let child = Command::new("redis-server")
-            .args(["--port", "0", "--unixsocket"])
+            .args(["--bind", "127.0.0.1", "--port"])
+            .arg(port.to_string())
+            .arg("--unixsocket")
             .arg(&socket)
             .args(["--unixsocketperm", "700", "--save", "", "--appendonly", "no", "--dir"])
             .arg(dir)
@@ -32,7 +38,7 @@ impl RedisServer {
             .stdin(Stdio::null())
             .spawn()
             .context("starting redis-server (scripts/bench installs it with apt)")?;
-        let server = RedisServer { child, socket };
+        let server = RedisServer { child, socket, port };
         let deadline = Instant::now() + Duration::from_secs(10);
         while server.connect().is_err() {
             if Instant::now() > deadline {
@@ -48,9 +54,9 @@ impl RedisServer {
         Ok(Resp { reader: BufReader::new(stream.try_clone()?), writer: stream })
     }
 
-    /// The URL form sccache takes.
-    pub fn url(&self) -> String {
-        format!("unix://{}", self.socket.display())
+    /// The endpoint sccache takes: TCP, since it refuses `unix://`.
+    pub fn tcp_url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
     }
 }
 
