@@ -262,6 +262,13 @@ mod tests {
     }
 
     #[test]
+    fn the_shipped_example_config_parses() {
+        let text = include_str!("../../deploy/kilnd.toml");
+        let file: FileConfig = toml::from_str(text).unwrap();
+        assert_eq!(file.max_queue, Some(4096));
+    }
+
+    #[test]
     fn unknown_file_keys_are_refused() {
         assert!(toml::from_str::<FileConfig>("sokcet = \"/x\"").is_err());
     }
