@@ -6,7 +6,11 @@ use clap::Parser;
 
 /// The flags DESIGN.md's command-line contract names.
 #[derive(Debug, Parser)]
-#[command(name = "kiln-cache", version, about = "kiln fleet cache server (not yet available)")]
+#[command(
+    name = "kiln-cache",
+    version,
+    about = "kiln fleet cache server (not yet available)"
+)]
 struct Flags {
     #[arg(long, env = "KILN_CACHE_CONFIG")]
     config: Option<std::path::PathBuf>,
@@ -24,6 +28,8 @@ struct Flags {
 
 fn main() {
     let _flags = Flags::parse();
-    eprintln!("kiln-cache: the fleet cache server is not part of this build yet; kilnd runs with its local tiers only");
+    eprintln!(
+        "kiln-cache: the fleet cache server is not part of this build yet; kilnd runs with its local tiers only"
+    );
     std::process::exit(2);
 }

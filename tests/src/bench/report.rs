@@ -28,6 +28,11 @@ impl Value {
         }
     }
 
+    /// A time in seconds; meaningless for a rate.
+    pub fn seconds(self) -> f64 {
+        self.magnitude() / 1e3
+    }
+
     fn is_rate(self) -> bool {
         matches!(self, Value::PerSecond(_))
     }
