@@ -1,0 +1,103 @@
+//! Figure (c): hit throughput. Many concurrent clients, each on its own connection, ask kilnd
+//! for a one-kernel graph that is warm in memory, against `redis-benchmark` GETs of values of
+//! the same size with the same number of clients, on the same machine, in the same run.
+//!
+//! Every client issues one request at a time (no pipelining), as `redis-benchmark` does by
+//! default, so both sides are measured at the same depth of concurrency. The load generator
+//! shares the machine's cores with the server on both sides.
+
+use super::kilnd::{Kilnd, KilndOptions};
+use super::redis::{RedisServer, benchmark_get_rps};
+use super::report::{Row, Section, Value};
+use super::{Bench, TARGET, check_job};
+use anyhow::{Context, Result};
+use kiln_proto::pb;
+use std::time::{Duration, Instant};
+use tokio::task::JoinSet;
+
+const TITLE: &str = "(c) Hit throughput: many clients, one warm kernel";
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Op {
+    Lookup,
+    Compile,
+}
+
+/// Requests per second that `clients` connections sustain for `secs`, every answer checked.
+async fn rps(clients: &[kiln_client::Client], op: Op, secs: f64) -> Result<f64> {
+    let request = crate::kernels::vector_graph(TARGET, 1);
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    let start = Instant::now();
+    let mut tasks = JoinSet::new();
+    for client in clients {
+        let (client, request) = (client.clone(), request.clone());
+        tasks.spawn(async move {
+            let mut done = 0u64;
+            while Instant::now() < deadline {
+                let stream = match op {
+                    Op::Lookup => client.lookup(request.clone()).await?,
+                    Op::Compile => client.compile(request.clone()).await?,
+                };
+                check_job(&stream.collect().await?, 1, Some(pb::Tier::Memory))?;
+                done += 1;
+            }
+            anyhow::Ok(done)
+        });
+    }
+    let mut total = 0;
+    while let Some(done) = tasks.join_next().await {
+        total += done??;
+    }
+    Ok(total as f64 / start.elapsed().as_secs_f64())
+}
+
+pub async fn run(bench: &Bench, redis: &RedisServer) -> Result<Section> {
+    let o = &bench.options;
+    let mut s = Section::new(TITLE);
+    let dir = bench.dir("throughput")?;
+    let options = KilndOptions { concurrency: bench.cores, memory_cache_mb: None };
+    let daemon = Kilnd::start(&bench.kilnd(), &bench.cuda_root, &dir, &options).await?;
+    let job = daemon.connect().await?.compile(crate::kernels::vector_graph(TARGET, 1)).await?.collect().await?;
+    let size = check_job(&job, 1, None)?.first().map_or(0, Vec::len);
+    let envelope = std::fs::metadata(kernel_file(&daemon.cache_dir, &job.kernels[0].key)).map(|m| m.len()).ok();
+    s.method = vec![
+        format!(
+            "kiln: C clients, each its own connection to kilnd over the Unix socket, each issuing `Lookup` (or \
+             `Compile`) of a one-kernel graph warm in the memory tier, one request at a time, for {} s after a 0.5 s \
+             warm-up; every answer is checked (outcome ok, tier memory, cubin included). Rate = answers ÷ wall time.",
+            o.throughput_secs
+        ),
+        format!(
+            "Baseline: `redis-benchmark -s SOCK -t set,get -d {size} -c C -n {} --csv` against the run's private \
+             redis-server on a Unix socket; the GET line's rate. {size} bytes is the kernel's cubin, what kiln returns{}.",
+            o.redis_requests,
+            envelope.map_or(String::new(), |e| format!(" (its stored envelope is {e} bytes)"))
+        ),
+        "Ratio = kiln ÷ Redis; above 1 means kiln served more requests per second.".into(),
+    ];
+    for &c in &o.clients {
+        let mut clients = Vec::with_capacity(c);
+        for _ in 0..c {
+            clients.push(daemon.connect().await?);
+        }
+        let redis_rps = benchmark_get_rps(redis, size.max(1), c, o.redis_requests).map(Value::PerSecond).map_err(|e| format!("{e:#}"));
+        for op in [Op::Lookup, Op::Compile] {
+            rps(&clients, op, 0.5).await.with_context(|| format!("{op:?} warm-up with {c} clients"))?;
+            let kiln = rps(&clients, op, o.throughput_secs).await.with_context(|| format!("{op:?} with {c} clients"))?;
+            s.rows.push(Row::new(
+                format!("`{op:?}`, {c} clients"),
+                Ok(Value::PerSecond(kiln)),
+                format!("redis-benchmark GET, {c} clients, {size} B"),
+                redis_rps.clone(),
+            ));
+        }
+    }
+    daemon.stop().await?;
+    Ok(s)
+}
+
+/// Where the disk tier keeps a key's envelope: `<cache-dir>/v1/ab/cd/<key>` (DESIGN.md).
+fn kernel_file(cache_dir: &std::path::Path, key: &str) -> std::path::PathBuf {
+    let (a, b) = (key.get(0..2).unwrap_or(""), key.get(2..4).unwrap_or(""));
+    cache_dir.join("v1").join(a).join(b).join(key)
+}

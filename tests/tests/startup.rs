@@ -1,0 +1,107 @@
+//! A missing or broken toolchain is a clear error at start-up, never a panic; TCP is optional.
+
+use kiln_tests::daemon::{Daemon, Options};
+use kiln_tests::env;
+use std::process::Command;
+
+fn kilnd_fails_with(cuda_root: &std::path::Path, want: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env::binary("kilnd"))
+        .arg("--socket")
+        .arg(dir.path().join("k.sock"))
+        .arg("--cache-dir")
+        .arg(dir.path().join("cache"))
+        .arg("--cuda-root")
+        .arg(cuda_root)
+        .arg("--target")
+        .arg("sm_90")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(want), "expected {want:?} in {stderr}");
+    assert!(!stderr.contains("panicked"), "kilnd panicked: {stderr}");
+}
+
+#[test]
+fn missing_or_broken_nvrtc_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    kilnd_fails_with(&dir.path().join("nowhere"), "no CUDA toolkit found");
+
+    // Headers missing: a root with the libraries only.
+    let no_headers = dir.path().join("no-headers");
+    std::fs::create_dir_all(no_headers.join("lib")).unwrap();
+    for lib in ["libnvrtc.so.13", "libnvrtc-builtins.so.13.0"] {
+        std::os::unix::fs::symlink(
+            env::cuda_root().join("lib").join(lib),
+            no_headers.join("lib").join(lib),
+        )
+        .unwrap();
+    }
+    kilnd_fails_with(&no_headers, "CUDA runtime headers are missing");
+
+    // A libnvrtc.so.13 that is not a library at all.
+    let broken = dir.path().join("broken");
+    std::fs::create_dir_all(broken.join("lib")).unwrap();
+    std::os::unix::fs::symlink(env::cuda_root().join("include"), broken.join("include")).unwrap();
+    std::fs::write(broken.join("lib/libnvrtc.so.13"), b"not an ELF file").unwrap();
+    std::os::unix::fs::symlink(
+        env::cuda_root().join("lib/libnvrtc-builtins.so.13.0"),
+        broken.join("lib/libnvrtc-builtins.so.13.0"),
+    )
+    .unwrap();
+    kilnd_fails_with(&broken, "is not usable");
+}
+
+#[test]
+fn kilnd_check_reports_without_panicking() {
+    let ok = Command::new(env::binary("kilnd"))
+        .arg("--cuda-root")
+        .arg(env::cuda_root())
+        .arg("check")
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(ok.status.success());
+    let report: serde_json::Value = serde_json::from_slice(&ok.stdout).unwrap();
+    assert_eq!(report["toolchains"][0]["version"], "13.0");
+    assert!(
+        report["toolchains"][0]["supported_targets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t == "sm_90")
+    );
+    let bad = Command::new(env::binary("kilnd"))
+        .args(["--cuda-root", "/nonexistent", "check"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stdout).contains("NOT USABLE"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_over_tcp_too() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let d = Daemon::start(Options {
+        extra_env: vec![("KILN_LISTEN".into(), format!("127.0.0.1:{port}"))],
+        ..Options::default()
+    });
+    let client = kiln_client::connect(&format!("http://127.0.0.1:{port}"))
+        .await
+        .unwrap();
+    let job = client
+        .compile(kiln_tests::kernels::vector_graph("sm_90", 1))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert!(job.all_ok());
+    drop(client);
+    d.stop();
+}
