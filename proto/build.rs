@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = PathBuf::from(std::env::var("OUT_DIR")?);
-    let fds = protox::compile(["kiln/v1/kiln.proto"], ["."])?;
+    let fds = protox::compile(["kiln/v1/kiln.proto", "kiln/v1/cache.proto"], ["."])?;
     let descriptor_path = out.join("kiln_v1_descriptor.bin");
     std::fs::write(&descriptor_path, fds.encode_to_vec())?;
 
@@ -21,5 +21,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build(&[".kiln.v1"])?;
 
     println!("cargo:rerun-if-changed=kiln/v1/kiln.proto");
+    println!("cargo:rerun-if-changed=kiln/v1/cache.proto");
     Ok(())
 }

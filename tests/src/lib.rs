@@ -9,6 +9,7 @@
 //! - [`http`]: a minimal HTTP GET for `/metrics`.
 //! - [`toolkits`]: CUDA roots for tests: a witness NVRTC, and one with a byte appended.
 
+pub mod bench;
 pub mod daemon;
 pub mod elf;
 pub mod env;

@@ -1,1 +1,156 @@
-fn main() {}
+//! `kiln-bench`: measures kiln side by side with its baselines and writes BENCHMARKS.md.
+//! `scripts/bench` installs what it needs, builds the release binaries and runs it. The
+//! figures and how each is taken are described in `kiln_tests::bench`.
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use kiln_tests::bench::machine::Machine;
+use kiln_tests::bench::redis::RedisServer;
+use kiln_tests::bench::report::Section;
+use kiln_tests::bench::{Bench, Options, Shared, cold_compile, hit_throughput, sccache_nvcc, warm_hit};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+#[derive(Debug, Parser)]
+#[command(name = "kiln-bench", about = "Benchmark kiln against its baselines and write BENCHMARKS.md")]
+struct Args {
+    /// Where to write the report.
+    #[arg(long, default_value = "BENCHMARKS.md")]
+    out: PathBuf,
+    /// Few samples everywhere: a smoke run of the harness, not figures to publish.
+    #[arg(long)]
+    quick: bool,
+    #[arg(long)]
+    memory_samples: Option<usize>,
+    #[arg(long)]
+    disk_samples: Option<usize>,
+    #[arg(long)]
+    restart_samples: Option<usize>,
+    #[arg(long)]
+    cold_rounds: Option<usize>,
+}
+
+impl Args {
+    fn options(&self) -> Options {
+        let mut o = Options::default();
+        if self.quick {
+            o = Options {
+                memory_samples: 30,
+                disk_samples: 20,
+                restart_samples: 3,
+                cold_rounds: 1,
+                clients: vec![16],
+                throughput_secs: 1.0,
+                redis_requests: 20_000,
+                warm_passes: 1,
+            };
+        }
+        o.memory_samples = self.memory_samples.unwrap_or(o.memory_samples);
+        o.disk_samples = self.disk_samples.unwrap_or(o.disk_samples);
+        o.restart_samples = self.restart_samples.unwrap_or(o.restart_samples);
+        o.cold_rounds = self.cold_rounds.unwrap_or(o.cold_rounds);
+        o
+    }
+}
+
+/// Runs one figure; a failure becomes a section that says so, and the run goes on.
+async fn figure(title: &str, run: impl Future<Output = Result<Section>>) -> Section {
+    eprintln!("kiln-bench: measuring {title} …");
+    let section = run.await.unwrap_or_else(|e| Section::failed(title, &e));
+    println!("\n## {}\n\n{}", section.title, section.table());
+    section
+}
+
+/// The first line of `cmd --version`-style output, or why there is none.
+fn version(program: &Path, args: &[&str], last: bool) -> String {
+    match Command::new(program).args(args).output() {
+        Ok(out) if out.status.success() => {
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            let line = if last { text.lines().last() } else { text.lines().next() };
+            line.unwrap_or("").trim().to_string()
+        }
+        Ok(out) => format!("failed: {}", String::from_utf8_lossy(&out.stderr).trim()),
+        Err(e) => format!("not found ({e})"),
+    }
+}
+
+fn software(bench: &Bench) -> String {
+    let rows = [
+        ("nvcc", version(&bench.cuda_root.join("bin/nvcc"), &["--version"], true)),
+        ("NVRTC", bench.cuda_root.display().to_string()),
+        ("sccache", version(&bench.repo.join(".tools/bin/sccache"), &["--version"], false)),
+        ("redis-server", version(Path::new("redis-server"), &["--version"], false)),
+        ("kilnd", version(&bench.kilnd(), &["--version"], false)),
+    ];
+    rows.iter().map(|(k, v)| format!("| {k} | {v} |\n")).collect()
+}
+
+/// Every row that carries a target, once per measurement.
+fn targets(sections: &[Section]) -> String {
+    let mut out = String::from("| figure | measurement | kiln | target | met? |\n|---|---|---|---|---|\n");
+    let mut seen = std::collections::HashSet::new();
+    for s in sections {
+        for r in s.rows.iter().filter(|r| r.target.is_some()) {
+            if !seen.insert((s.title.clone(), r.measurement.clone())) {
+                continue;
+            }
+            let kiln = r.kiln.as_ref().map_or_else(|e| format!("failed: {e}"), ToString::to_string);
+            let met = match r.met() {
+                Some(true) => "met",
+                Some(false) => "**missed**",
+                None => "not measured",
+            };
+            let figure = s.title.split(' ').next().unwrap_or("");
+            let target = r.target.map(|t| t.to_string()).unwrap_or_default();
+            out.push_str(&format!("| {figure} | {} | {kiln} | {target} | {met} |\n", r.measurement));
+        }
+    }
+    out
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    let work = tempfile::Builder::new().prefix("kiln-bench-").tempdir().context("creating a scratch directory")?;
+    let bench = Bench::new(work.path(), args.options())?;
+    let machine = Machine::probe(&bench.repo);
+    let mut shared = Shared::default();
+    let redis = RedisServer::start(&work.path().join("redis"));
+
+    let mut sections = Vec::new();
+    sections.push(figure("(b) Cold compile", cold_compile::run(&bench, &mut shared)).await);
+    match &redis {
+        Ok(redis) => {
+            sections.push(figure("(a) Warm hit", warm_hit::run(&bench, redis, &mut shared)).await);
+            sections.push(figure("(c) Hit throughput", hit_throughput::run(&bench, redis)).await);
+            sections.push(figure("(d) sccache + nvcc", sccache_nvcc::run(&bench, redis, &shared)).await);
+        }
+        Err(e) => {
+            for title in ["(a) Warm hit", "(c) Hit throughput", "(d) sccache + nvcc"] {
+                sections.push(Section::failed(title, &anyhow::anyhow!("redis-server could not start: {e:#}")));
+            }
+        }
+    }
+    // Report in the issue's order; (b) ran first so that nothing else had warmed the machine.
+    sections.sort_by(|a, b| a.title.cmp(&b.title));
+
+    let mut md = String::from(
+        "# kiln benchmarks\n\nGenerated by `scripts/bench` (`target/release/kiln-bench`); every number below was \
+         measured by that run. Do not edit by hand. Each figure is a ratio against a baseline measured side by side \
+         in the same run; the absolute numbers belong to this machine.\n\n## Machine\n\n",
+    );
+    md.push_str(&machine.markdown());
+    md.push_str(&software(&bench));
+    if args.quick {
+        md.push_str("\n**Quick run (`--quick`): too few samples to publish.**\n");
+    }
+    md.push_str("\n## Targets\n\n");
+    md.push_str(&targets(&sections));
+    md.push('\n');
+    for s in &sections {
+        md.push_str(&s.markdown());
+    }
+    std::fs::write(&args.out, md).with_context(|| format!("writing {}", args.out.display()))?;
+    eprintln!("kiln-bench: wrote {}", args.out.display());
+    Ok(())
+}
