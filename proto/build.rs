@@ -11,14 +11,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let descriptor_path = out.join("kiln_v1_descriptor.bin");
     std::fs::write(&descriptor_path, fds.encode_to_vec())?;
 
-    tonic_prost_build::configure()
-        .build_client(true)
-        .build_server(true)
-        .compile_fds(fds)?;
+    tonic_prost_build::configure().build_client(true).build_server(true).compile_fds(fds)?;
 
-    pbjson_build::Builder::new()
-        .register_descriptors(&std::fs::read(&descriptor_path)?)?
-        .build(&[".kiln.v1"])?;
+    pbjson_build::Builder::new().register_descriptors(&std::fs::read(&descriptor_path)?)?.build(&[".kiln.v1"])?;
 
     println!("cargo:rerun-if-changed=kiln/v1/kiln.proto");
     println!("cargo:rerun-if-changed=kiln/v1/cache.proto");

@@ -1,35 +1,61 @@
-//! `kiln-cache`: the fleet cache service over Redis. Not built yet: this binary only holds the
-//! command-line contract from DESIGN.md so that scripts and deploy files can name it, and it says
-//! plainly that it cannot serve rather than pretending to.
+//! `kiln-cache`: parses flags, sets up logging, reads the config files, binds the sockets and
+//! calls the library. Nothing more.
 
+use anyhow::Context;
 use clap::Parser;
+use kiln_cache_server::config::{Config, FileConfig, Flags};
+use kiln_cache_server::server::{self, Listeners};
 
-/// The flags DESIGN.md's command-line contract names.
-#[derive(Debug, Parser)]
-#[command(
-    name = "kiln-cache",
-    version,
-    about = "kiln fleet cache server (not yet available)"
-)]
-struct Flags {
-    #[arg(long, env = "KILN_CACHE_CONFIG")]
-    config: Option<std::path::PathBuf>,
-    #[arg(long, env = "KILN_CACHE_LISTEN")]
-    listen: Option<String>,
-    #[arg(long, env = "KILN_CACHE_REDIS")]
-    redis: Vec<String>,
-    #[arg(long)]
-    redis_cluster: bool,
-    #[arg(long, env = "KILN_CACHE_TOKENS")]
-    tokens: Option<std::path::PathBuf>,
-    #[arg(long, env = "KILN_CACHE_METRICS")]
-    metrics: Option<String>,
+fn main() -> anyhow::Result<()> {
+    let flags = Flags::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("KILN_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let file = match &flags.config {
+        Some(path) => FileConfig::load(path)?,
+        None => FileConfig::default(),
+    };
+    let tokens_text = match Config::tokens_path(&flags, &file) {
+        Some(path) => Some(
+            std::fs::read_to_string(&path)
+                .with_context(|| format!("reading the tokens file {}", path.display()))?,
+        ),
+        None => None,
+    };
+    let config = Config::merge(&flags, &file, tokens_text.as_deref())?;
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    runtime.block_on(async {
+        let grpc = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("binding --listen {}", config.listen))?;
+        let metrics = match config.metrics {
+            Some(addr) => Some(
+                tokio::net::TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("binding --metrics {addr}"))?,
+            ),
+            None => None,
+        };
+        server::run(Listeners { grpc, metrics }, config, shutdown_signal()).await?;
+        Ok(())
+    })
 }
 
-fn main() {
-    let _flags = Flags::parse();
-    eprintln!(
-        "kiln-cache: the fleet cache server is not part of this build yet; kilnd runs with its local tiers only"
-    );
-    std::process::exit(2);
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot install signal handlers; stop kiln-cache with SIGKILL");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
 }

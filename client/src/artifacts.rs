@@ -18,11 +18,8 @@ pub struct ArtifactDir {
 
 impl ArtifactDir {
     pub fn create(dir: &Path) -> anyhow::Result<Self> {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("creating --out directory {}", dir.display()))?;
-        Ok(Self {
-            dir: dir.to_path_buf(),
-        })
+        std::fs::create_dir_all(dir).with_context(|| format!("creating --out directory {}", dir.display()))?;
+        Ok(Self { dir: dir.to_path_buf() })
     }
 
     /// Writes one kernel's cubin and returns its path.
@@ -49,9 +46,7 @@ impl ArtifactDir {
 /// name a path outside `--out` is refused rather than trusted.
 pub fn check_file_name(kernel_id: &str) -> anyhow::Result<()> {
     if kernel_id.is_empty() || kernel_id.contains(['/', '\\', '\0']) {
-        bail!(
-            "kernel id `{kernel_id}` cannot name a file in --out: ids written there must be plain file names"
-        );
+        bail!("kernel id `{kernel_id}` cannot name a file in --out: ids written there must be plain file names");
     }
     Ok(())
 }
@@ -69,10 +64,8 @@ mod tests {
         let path = out.write("saxpy", b"new").unwrap();
         assert_eq!(path, root.path().join("a/b/saxpy.cubin"));
         assert_eq!(std::fs::read(&path).unwrap(), b"new");
-        let names: Vec<_> = std::fs::read_dir(root.path().join("a/b"))
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
+        let names: Vec<_> =
+            std::fs::read_dir(root.path().join("a/b")).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names, ["saxpy.cubin"], "no temporary file is left behind");
     }
 

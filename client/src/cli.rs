@@ -58,12 +58,16 @@ pub struct GraphArgs {
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
 
+    /// ptxas option for every .ptx file, repeatable (the daemon allows a known set).
+    #[arg(long = "ptxas-option", value_name = "OPT", allow_hyphen_values = true)]
+    pub ptxas_options: Vec<String>,
+
     /// Read a kiln.v1.CompileGraph in proto3 JSON instead of FILES (--target still applies).
     #[arg(long, value_name = "FILE.json",
-          conflicts_with_all = ["files", "name_expressions", "include_dirs", "name", "nvrtc_options"])]
+          conflicts_with_all = ["files", "name_expressions", "include_dirs", "name", "nvrtc_options", "ptxas_options"])]
     pub graph: Option<PathBuf>,
 
-    /// CUDA sources, one kernel per file, named by the file's stem.
+    /// CUDA (.cu) and PTX (.ptx) sources, one kernel per file, named by the file's stem.
     #[arg(value_name = "FILES", required_unless_present = "graph")]
     pub files: Vec<PathBuf>,
 
@@ -81,6 +85,7 @@ impl GraphArgs {
             name_expressions: self.name_expressions.clone(),
             include_dirs: self.include_dirs.clone(),
             options: self.nvrtc_options.clone(),
+            ptxas_options: self.ptxas_options.clone(),
         }
     }
 }
@@ -102,11 +107,7 @@ pub struct RunArgs {
 /// How results are shown and where cubins go.
 #[derive(Debug, Args)]
 pub struct OutputArgs {
-    #[arg(
-        long,
-        value_name = "DIR",
-        help = "Write each kernel's cubin to DIR/<kernel-id>.cubin"
-    )]
+    #[arg(long, value_name = "DIR", help = "Write each kernel's cubin to DIR/<kernel-id>.cubin")]
     pub out: Option<PathBuf>,
 
     /// Print one JSON object per kernel, then one for the job (NDJSON).
@@ -199,14 +200,8 @@ mod tests {
         .unwrap();
         assert_eq!(cli.daemon, "unix:///tmp/k.sock");
         let args = run_args(cli);
-        assert_eq!(
-            args.graph.files,
-            [PathBuf::from("a.cu"), PathBuf::from("b.cu")]
-        );
-        assert_eq!(
-            args.graph.include_dirs,
-            [PathBuf::from("inc"), PathBuf::from("inc2")]
-        );
+        assert_eq!(args.graph.files, [PathBuf::from("a.cu"), PathBuf::from("b.cu")]);
+        assert_eq!(args.graph.include_dirs, [PathBuf::from("inc"), PathBuf::from("inc2")]);
         assert_eq!(args.graph.nvrtc_options, ["-lineinfo", "--use_fast_math"]);
         assert!(args.output.json);
         let opts = args.graph.graph_options();

@@ -33,10 +33,8 @@ pub struct Client {
 /// The connection is made eagerly, so a daemon that is not running is reported here, with a
 /// message that says how to point the client elsewhere, rather than on the first call.
 pub async fn connect(uri: &str) -> Result<Client, ClientError> {
-    let unreachable = |err: tonic::transport::Error| ClientError::Unreachable {
-        uri: uri.to_owned(),
-        cause: root_cause(&err),
-    };
+    let unreachable =
+        |err: tonic::transport::Error| ClientError::Unreachable { uri: uri.to_owned(), cause: root_cause(&err) };
     let channel = match parse_uri(uri)? {
         DaemonAddr::Unix(path) => {
             // tonic needs an http URI even when the connector ignores it; this one is never dialled.
@@ -48,25 +46,14 @@ pub async fn connect(uri: &str) -> Result<Client, ClientError> {
                     Ok::<_, std::io::Error>(TokioIo::new(stream))
                 }
             });
-            endpoint
-                .connect_with_connector(connector)
-                .await
-                .map_err(unreachable)?
+            endpoint.connect_with_connector(connector).await.map_err(unreachable)?
         }
-        DaemonAddr::Http(endpoint) => endpoint
-            .connect_timeout(CONNECT_TIMEOUT)
-            .connect()
-            .await
-            .map_err(unreachable)?,
+        DaemonAddr::Http(endpoint) => endpoint.connect_timeout(CONNECT_TIMEOUT).connect().await.map_err(unreachable)?,
     };
     let inner = CompilerClient::new(channel.clone())
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    Ok(Client {
-        inner,
-        channel,
-        uri: uri.to_owned(),
-    })
+    Ok(Client { inner, channel, uri: uri.to_owned() })
 }
 
 impl Client {
@@ -101,9 +88,7 @@ impl Client {
 
     /// Streams a job's events, replaying those already emitted first.
     pub async fn watch(&self, job_id: &str) -> Result<EventStream, ClientError> {
-        let request = pb::WatchRequest {
-            job_id: job_id.to_owned(),
-        };
+        let request = pb::WatchRequest { job_id: job_id.to_owned() };
         let response = self.inner.clone().watch(request).await?;
         Ok(EventStream::new(response.into_inner()))
     }
@@ -130,10 +115,7 @@ enum DaemonAddr {
 }
 
 fn parse_uri(uri: &str) -> Result<DaemonAddr, ClientError> {
-    let invalid = |reason: &str| ClientError::InvalidUri {
-        uri: uri.to_owned(),
-        reason: reason.to_owned(),
-    };
+    let invalid = |reason: &str| ClientError::InvalidUri { uri: uri.to_owned(), reason: reason.to_owned() };
     if let Some(path) = uri.strip_prefix("unix://") {
         if path.is_empty() {
             return Err(invalid("no socket path"));
@@ -141,14 +123,11 @@ fn parse_uri(uri: &str) -> Result<DaemonAddr, ClientError> {
         return Ok(DaemonAddr::Unix(PathBuf::from(path)));
     }
     if uri.starts_with("http://") {
-        let endpoint =
-            Endpoint::from_shared(uri.to_owned()).map_err(|e| invalid(&root_cause(&e)))?;
+        let endpoint = Endpoint::from_shared(uri.to_owned()).map_err(|e| invalid(&root_cause(&e)))?;
         return Ok(DaemonAddr::Http(Box::new(endpoint)));
     }
     if uri.starts_with("https://") {
-        return Err(invalid(
-            "TLS to kilnd is not supported; kilnd listens on plain http",
-        ));
+        return Err(invalid("TLS to kilnd is not supported; kilnd listens on plain http"));
     }
     Err(invalid("unknown scheme"))
 }
@@ -174,25 +153,13 @@ mod tests {
             DaemonAddr::Unix(path) => assert_eq!(path, PathBuf::from("/run/kiln/kilnd.sock")),
             other => panic!("{other:?}"),
         }
-        assert!(matches!(
-            parse_uri("http://127.0.0.1:7070").unwrap(),
-            DaemonAddr::Http(_)
-        ));
+        assert!(matches!(parse_uri("http://127.0.0.1:7070").unwrap(), DaemonAddr::Http(_)));
     }
 
     #[test]
     fn rejects_other_uris() {
-        for uri in [
-            "unix://",
-            "https://host:1",
-            "tcp://host:1",
-            "/run/kiln/kilnd.sock",
-            "",
-        ] {
-            assert!(
-                matches!(parse_uri(uri), Err(ClientError::InvalidUri { .. })),
-                "{uri}"
-            );
+        for uri in ["unix://", "https://host:1", "tcp://host:1", "/run/kiln/kilnd.sock", ""] {
+            assert!(matches!(parse_uri(uri), Err(ClientError::InvalidUri { .. })), "{uri}");
         }
     }
 

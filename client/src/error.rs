@@ -13,9 +13,7 @@ pub enum ClientError {
 
     /// Nothing answered at the URI. The message tells the user how to point the client
     /// elsewhere, because the usual cause is a daemon that is not running or a wrong socket.
-    #[error(
-        "cannot reach kilnd at {uri}: is kilnd running? (set KILN_DAEMON or --daemon): {cause}"
-    )]
+    #[error("cannot reach kilnd at {uri}: is kilnd running? (set KILN_DAEMON or --daemon): {cause}")]
     Unreachable { uri: String, cause: String },
 
     /// The daemon answered with a gRPC error, mid-stream included.
@@ -45,10 +43,7 @@ impl ClientError {
 
 impl From<tonic::Status> for ClientError {
     fn from(status: tonic::Status) -> Self {
-        ClientError::Rpc {
-            code: status.code(),
-            message: status.message().to_owned(),
-        }
+        ClientError::Rpc { code: status.code(), message: status.message().to_owned() }
     }
 }
 
@@ -82,14 +77,9 @@ mod tests {
 
     #[test]
     fn status_keeps_code_and_message() {
-        let err = ClientError::from(tonic::Status::invalid_argument(
-            "graph.kernels[0].cuda.source: empty",
-        ));
+        let err = ClientError::from(tonic::Status::invalid_argument("graph.kernels[0].cuda.source: empty"));
         assert_eq!(err.code(), Some(Code::InvalidArgument));
-        assert_eq!(
-            err.to_string(),
-            "invalid argument: graph.kernels[0].cuda.source: empty"
-        );
+        assert_eq!(err.to_string(), "invalid argument: graph.kernels[0].cuda.source: empty");
     }
 
     #[test]

@@ -44,10 +44,7 @@ impl EventStream {
                     return Ok(job);
                 }
                 Some(Event::Failed(failed)) => {
-                    return Err(ClientError::JobFailed {
-                        job_id: job.job_id,
-                        reason: failed.reason,
-                    });
+                    return Err(ClientError::JobFailed { job_id: job.job_id, reason: failed.reason });
                 }
                 Some(Event::Queued(_) | Event::Started(_)) | None => {}
             }
@@ -60,9 +57,7 @@ impl Stream for EventStream {
     type Item = Result<pb::JobEvent, ClientError>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        Pin::new(&mut self.inner)
-            .poll_next(cx)
-            .map(|item| item.map(|r| r.map_err(ClientError::from)))
+        Pin::new(&mut self.inner).poll_next(cx).map(|item| item.map(|r| r.map_err(ClientError::from)))
     }
 }
 

@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 
 /// The file extension of CUDA C++ sources, the only kind of file [`build_graph`] takes so far.
 pub const CUDA_EXTENSION: &str = "cu";
+/// Files with this extension are PTX kernels, assembled by ptxas.
+pub const PTX_EXTENSION: &str = "ptx";
 
 /// How to turn files into a graph. Everything but the files themselves.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -23,15 +25,17 @@ pub struct GraphOptions {
     pub name_expressions: Vec<String>,
     /// `-I` directories, searched in order for included headers.
     pub include_dirs: Vec<PathBuf>,
-    /// NVRTC options given to every kernel, in order.
+    /// NVRTC options given to every CUDA kernel, in order.
     pub options: Vec<String>,
+    /// ptxas options given to every PTX kernel, in order.
+    pub ptxas_options: Vec<String>,
 }
 
 /// Why a graph could not be built. Each message carries its cause's text, so causes are not
 /// also exposed as `source()` (which would print them twice in an error chain).
 #[derive(Debug, thiserror::Error)]
 pub enum GraphError {
-    #[error("{}: unsupported file type (only .{CUDA_EXTENSION} for now)", path.display())]
+    #[error("{}: unsupported file type (.{CUDA_EXTENSION} or .{PTX_EXTENSION}; Triton kernels go in a --graph file)", path.display())]
     UnsupportedFile { path: PathBuf },
 
     #[error("{}: cannot name a kernel after this file", path.display())]
@@ -41,11 +45,7 @@ pub enum GraphError {
         "duplicate kernel id `{id}`: {} and {} (a file's stem is its kernel id; rename one)",
         first.display(), second.display()
     )]
-    DuplicateId {
-        id: String,
-        first: PathBuf,
-        second: PathBuf,
-    },
+    DuplicateId { id: String, first: PathBuf, second: PathBuf },
 
     #[error("no files to compile")]
     Empty,
@@ -54,19 +54,13 @@ pub enum GraphError {
     Target(#[from] kiln_proto::target::TargetError),
 
     #[error("reading {}: {error}", path.display())]
-    Read {
-        path: PathBuf,
-        error: std::io::Error,
-    },
+    Read { path: PathBuf, error: std::io::Error },
 
     #[error("{} is not UTF-8 text", path.display())]
     NotUtf8 { path: PathBuf },
 
     #[error("{}: {error}", path.display())]
-    Includes {
-        path: PathBuf,
-        error: Box<IncludeError>,
-    },
+    Includes { path: PathBuf, error: Box<IncludeError> },
 
     #[error("not a kiln.v1.CompileGraph in proto3 JSON: {error}")]
     Json { error: serde_json::Error },
@@ -74,18 +68,15 @@ pub enum GraphError {
 
 /// The kernel id of a source file: its stem, after checking it is a `.cu` file.
 pub fn kernel_id(path: &Path) -> Result<String, GraphError> {
-    if path.extension().and_then(|e| e.to_str()) != Some(CUDA_EXTENSION) {
-        return Err(GraphError::UnsupportedFile {
-            path: path.to_path_buf(),
-        });
+    let extension = path.extension().and_then(|e| e.to_str());
+    if extension != Some(CUDA_EXTENSION) && extension != Some(PTX_EXTENSION) {
+        return Err(GraphError::UnsupportedFile { path: path.to_path_buf() });
     }
     path.file_stem()
         .and_then(|s| s.to_str())
         .filter(|s| !s.is_empty())
         .map(str::to_owned)
-        .ok_or_else(|| GraphError::NoStem {
-            path: path.to_path_buf(),
-        })
+        .ok_or_else(|| GraphError::NoStem { path: path.to_path_buf() })
 }
 
 /// Checks a target string the way the daemon will, and returns it in canonical spelling.
@@ -97,34 +88,26 @@ pub fn check_target(target: &str) -> Result<String, GraphError> {
 /// file, in the order given.
 pub fn build_graph(files: &[PathBuf], opts: &GraphOptions) -> Result<pb::CompileGraph, GraphError> {
     let ids = kernel_ids(files)?;
-    let target = opts
-        .target
-        .as_deref()
-        .map(check_target)
-        .transpose()?
-        .unwrap_or_default();
+    let target = opts.target.as_deref().map(check_target).transpose()?.unwrap_or_default();
     let mut kernels = Vec::with_capacity(files.len());
     for (path, id) in files.iter().zip(&ids) {
         let source = read_source(path)?;
-        let headers =
-            includes::resolve_headers(path, &source, &opts.include_dirs).map_err(|error| {
-                GraphError::Includes {
-                    path: path.clone(),
-                    error: Box::new(error),
-                }
-            })?;
+        if path.extension().and_then(|e| e.to_str()) == Some(PTX_EXTENSION) {
+            kernels.push(pb::Kernel {
+                id: id.clone(),
+                source: Some(pb::kernel::Source::Ptx(pb::PtxSource {
+                    ptx: source,
+                    options: opts.ptxas_options.clone(),
+                })),
+            });
+            continue;
+        }
+        let headers = includes::resolve_headers(path, &source, &opts.include_dirs)
+            .map_err(|error| GraphError::Includes { path: path.clone(), error: Box::new(error) })?;
         kernels.push(cuda_kernel(id.clone(), source, headers, opts));
     }
-    let name = opts
-        .name
-        .clone()
-        .or_else(|| ids.first().cloned())
-        .unwrap_or_default();
-    Ok(pb::CompileGraph {
-        name,
-        target,
-        kernels,
-    })
+    let name = opts.name.clone().or_else(|| ids.first().cloned()).unwrap_or_default();
+    Ok(pb::CompileGraph { name, target, kernels })
 }
 
 /// The kernel ids of `files`, checking there is at least one and that no two share a stem.
@@ -137,11 +120,7 @@ pub fn kernel_ids(files: &[PathBuf]) -> Result<Vec<String>, GraphError> {
     for path in files {
         let id = kernel_id(path)?;
         if let Some(first) = seen.insert(id.clone(), path) {
-            return Err(GraphError::DuplicateId {
-                id,
-                first: first.clone(),
-                second: path.clone(),
-            });
+            return Err(GraphError::DuplicateId { id, first: first.clone(), second: path.clone() });
         }
         ids.push(id);
     }
@@ -149,12 +128,7 @@ pub fn kernel_ids(files: &[PathBuf]) -> Result<Vec<String>, GraphError> {
 }
 
 /// One CUDA kernel; the options that apply to every file come from `opts`.
-pub fn cuda_kernel(
-    id: String,
-    source: String,
-    headers: Vec<pb::Header>,
-    opts: &GraphOptions,
-) -> pb::Kernel {
+pub fn cuda_kernel(id: String, source: String, headers: Vec<pb::Header>, opts: &GraphOptions) -> pb::Kernel {
     pb::Kernel {
         id,
         source: Some(pb::kernel::Source::Cuda(pb::CudaSource {
@@ -169,8 +143,7 @@ pub fn cuda_kernel(
 /// Parses a graph written in the proto3 JSON mapping (camelCase or original field names).
 /// `target`, when given, replaces the file's target.
 pub fn parse_graph_json(text: &str, target: Option<&str>) -> Result<pb::CompileGraph, GraphError> {
-    let mut graph: pb::CompileGraph =
-        serde_json::from_str(text).map_err(|error| GraphError::Json { error })?;
+    let mut graph: pb::CompileGraph = serde_json::from_str(text).map_err(|error| GraphError::Json { error })?;
     if let Some(target) = target {
         graph.target = check_target(target)?;
     }
@@ -178,13 +151,8 @@ pub fn parse_graph_json(text: &str, target: Option<&str>) -> Result<pb::CompileG
 }
 
 fn read_source(path: &Path) -> Result<String, GraphError> {
-    let bytes = std::fs::read(path).map_err(|error| GraphError::Read {
-        path: path.to_path_buf(),
-        error,
-    })?;
-    String::from_utf8(bytes).map_err(|_| GraphError::NotUtf8 {
-        path: path.to_path_buf(),
-    })
+    let bytes = std::fs::read(path).map_err(|error| GraphError::Read { path: path.to_path_buf(), error })?;
+    String::from_utf8(bytes).map_err(|_| GraphError::NotUtf8 { path: path.to_path_buf() })
 }
 
 #[cfg(test)]
@@ -206,11 +174,7 @@ mod tests {
         assert_eq!(kernel_id(Path::new("a.b.cu")).unwrap(), "a.b");
         for bad in ["k.ptx", "k.cuh", "k", "dir/.cu"] {
             let err = kernel_id(Path::new(bad)).unwrap_err();
-            assert!(
-                err.to_string()
-                    .contains("unsupported file type (only .cu for now)"),
-                "{bad}: {err}"
-            );
+            assert!(err.to_string().contains("unsupported file type (only .cu for now)"), "{bad}: {err}");
         }
     }
 
@@ -218,26 +182,15 @@ mod tests {
     fn duplicate_stems_are_refused() {
         let files = vec![PathBuf::from("a/k.cu"), PathBuf::from("b/k.cu")];
         let err = kernel_ids(&files).unwrap_err();
-        assert!(
-            matches!(&err, GraphError::DuplicateId { id, .. } if id == "k"),
-            "{err:?}"
-        );
+        assert!(matches!(&err, GraphError::DuplicateId { id, .. } if id == "k"), "{err:?}");
         assert!(matches!(kernel_ids(&[]), Err(GraphError::Empty)));
     }
 
     #[test]
     fn builds_one_kernel_per_file_with_shared_options() {
         let dir = tempfile::tempdir().unwrap();
-        fs::write(
-            dir.path().join("a.cu"),
-            "#include \"h.h\"\nextern \"C\" __global__ void a() {}\n",
-        )
-        .unwrap();
-        fs::write(
-            dir.path().join("b.cu"),
-            "template <class T> __global__ void b(T) {}\n",
-        )
-        .unwrap();
+        fs::write(dir.path().join("a.cu"), "#include \"h.h\"\nextern \"C\" __global__ void a() {}\n").unwrap();
+        fs::write(dir.path().join("b.cu"), "template <class T> __global__ void b(T) {}\n").unwrap();
         fs::write(dir.path().join("h.h"), "// h\n").unwrap();
         let files = vec![dir.path().join("a.cu"), dir.path().join("b.cu")];
         let opts = GraphOptions {
@@ -252,13 +205,7 @@ mod tests {
         let ids: Vec<&str> = graph.kernels.iter().map(|k| k.id.as_str()).collect();
         assert_eq!(ids, ["a", "b"]);
         let a = cuda(&graph.kernels[0]);
-        assert_eq!(
-            a.headers,
-            vec![pb::Header {
-                name: "h.h".into(),
-                content: "// h\n".into()
-            }]
-        );
+        assert_eq!(a.headers, vec![pb::Header { name: "h.h".into(), content: "// h\n".into() }]);
         assert_eq!(a.options, ["-lineinfo", "--use_fast_math"]);
         assert_eq!(a.name_expressions, ["b<float>"]);
         assert!(cuda(&graph.kernels[1]).headers.is_empty());
@@ -269,29 +216,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         fs::write(dir.path().join("k.cu"), "x").unwrap();
         let files = vec![dir.path().join("k.cu")];
-        let named = GraphOptions {
-            name: Some("mine".into()),
-            ..GraphOptions::default()
-        };
+        let named = GraphOptions { name: Some("mine".into()), ..GraphOptions::default() };
         let graph = build_graph(&files, &named).unwrap();
         assert_eq!((graph.name.as_str(), graph.target.as_str()), ("mine", ""));
-        let bad = GraphOptions {
-            target: Some("compute_90".into()),
-            ..GraphOptions::default()
-        };
-        assert!(matches!(
-            build_graph(&files, &bad),
-            Err(GraphError::Target(_))
-        ));
+        let bad = GraphOptions { target: Some("compute_90".into()), ..GraphOptions::default() };
+        assert!(matches!(build_graph(&files, &bad), Err(GraphError::Target(_))));
     }
 
     #[test]
     fn a_missing_file_names_its_path() {
-        let err = build_graph(
-            &[PathBuf::from("/nonexistent/k.cu")],
-            &GraphOptions::default(),
-        )
-        .unwrap_err();
+        let err = build_graph(&[PathBuf::from("/nonexistent/k.cu")], &GraphOptions::default()).unwrap_err();
         assert!(err.to_string().contains("/nonexistent/k.cu"), "{err}");
     }
 
@@ -305,13 +239,7 @@ mod tests {
         let k = cuda(&graph.kernels[0]);
         assert_eq!(k.name_expressions, ["k<int>"]);
         assert_eq!(k.headers[0].name, "h.h");
-        assert_eq!(
-            parse_graph_json(text, Some("sm_90")).unwrap().target,
-            "sm_90"
-        );
-        assert!(matches!(
-            parse_graph_json("{\"kernels\": 3}", None),
-            Err(GraphError::Json { .. })
-        ));
+        assert_eq!(parse_graph_json(text, Some("sm_90")).unwrap().target, "sm_90");
+        assert!(matches!(parse_graph_json("{\"kernels\": 3}", None), Err(GraphError::Json { .. })));
     }
 }

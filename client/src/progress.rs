@@ -22,9 +22,7 @@ impl Progress {
         }
         let bar = ProgressBar::new(kernels as u64);
         // The template is a constant, so this only falls back if indicatif changes its syntax.
-        if let Ok(style) = ProgressStyle::with_template(
-            "{spinner} [{bar:30}] {pos}/{len} kernels  {elapsed}  {msg}",
-        ) {
+        if let Ok(style) = ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} kernels  {elapsed}  {msg}") {
             bar.set_style(style.progress_chars("=> "));
         }
         self.bar = Some(bar);

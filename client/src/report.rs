@@ -74,19 +74,12 @@ impl Reporter {
                 Some(Event::Kernel(result)) => self.kernel(&result)?,
                 Some(Event::Done(done)) => return self.done(&done),
                 Some(Event::Failed(failed)) => {
-                    return Err(ClientError::JobFailed {
-                        job_id: self.job_id.clone(),
-                        reason: failed.reason,
-                    }
-                    .into());
+                    return Err(ClientError::JobFailed { job_id: self.job_id.clone(), reason: failed.reason }.into());
                 }
                 None => {}
             }
         }
-        Err(ClientError::Incomplete {
-            job_id: self.job_id.clone(),
-        }
-        .into())
+        Err(ClientError::Incomplete { job_id: self.job_id.clone() }.into())
     }
 
     fn kernel(&mut self, result: &pb::KernelResult) -> anyhow::Result<()> {
@@ -97,7 +90,10 @@ impl Reporter {
         if let (Some(out), true) = (&self.out, ok) {
             if result.artifact.is_empty() {
                 self.progress.suspend(|| {
-                    eprintln!("warning: kernel `{}` came without its cubin (job submitted with --no-artifacts?); not written", result.id);
+                    eprintln!(
+                        "warning: kernel `{}` came without its cubin (job submitted with --no-artifacts?); not written",
+                        result.id
+                    );
                 });
             } else {
                 out.write(&result.id, &result.artifact)?;
@@ -122,11 +118,7 @@ impl Reporter {
         };
         print_line(&line)?;
         let all_ok = self.not_ok == 0 && done.failed == 0 && done.missed == 0;
-        Ok(ExitCode::from(if all_ok {
-            EXIT_OK
-        } else {
-            EXIT_KERNELS_FAILED
-        }))
+        Ok(ExitCode::from(if all_ok { EXIT_OK } else { EXIT_KERNELS_FAILED }))
     }
 }
 

@@ -10,18 +10,13 @@ pub async fn run(config: &Config, json: bool) -> i32 {
     let gpus = crate::gpu::probe();
     let toolchain = match cuda::discover(config.cuda_root.as_deref(), cuda_home.as_deref()) {
         Ok(install) => match std::env::current_exe() {
-            Ok(exe) => Nvrtc::start(install, &exe, config.limits.worker_memory_mb, 1)
-                .await
-                .map_err(|e| e.to_string()),
+            Ok(exe) => Nvrtc::start(install, &exe, config.limits.worker_memory_mb, 1).await.map_err(|e| e.to_string()),
             Err(e) => Err(format!("finding kilnd's own executable: {e}")),
         },
         Err(e) => Err(e.to_string()),
     };
-    let gpu_list: Vec<_> = gpus
-        .gpus
-        .iter()
-        .map(|g| serde_json::json!({"index": g.index, "name": g.name, "target": g.target}))
-        .collect();
+    let gpu_list: Vec<_> =
+        gpus.gpus.iter().map(|g| serde_json::json!({"index": g.index, "name": g.name, "target": g.target})).collect();
     let (ok, toolchain_json) = match &toolchain {
         Ok(n) => {
             let i = n.info();

@@ -12,11 +12,7 @@ use std::time::Duration;
 
 /// `kilnd` command line. Every flag has a `KILN_*` variable.
 #[derive(Debug, Clone, Default, Parser)]
-#[command(
-    name = "kilnd",
-    version,
-    about = "kiln compile daemon: compiles GPU kernels once, serves them from cache"
-)]
+#[command(name = "kilnd", version, about = "kiln compile daemon: compiles GPU kernels once, serves them from cache")]
 pub struct Flags {
     /// TOML configuration file.
     #[arg(long, env = "KILN_CONFIG")]
@@ -48,6 +44,9 @@ pub struct Flags {
     /// CUDA toolkit root, or a wheel's nvidia/cu13 directory.
     #[arg(long, env = "KILN_CUDA_ROOT")]
     pub cuda_root: Option<PathBuf>,
+    /// Python interpreter with triton installed, for the Triton workers.
+    #[arg(long, env = "KILN_PYTHON")]
+    pub python: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -86,6 +85,8 @@ pub struct FileConfig {
     pub remote_token: Option<String>,
     pub concurrency: Option<usize>,
     pub cuda_root: Option<PathBuf>,
+    pub python: Option<PathBuf>,
+    pub triton_workers: Option<usize>,
     pub memory_cache_mb: Option<u64>,
     pub disk_cache_mb: Option<u64>,
     pub max_queue: Option<usize>,
@@ -103,8 +104,7 @@ impl FileConfig {
     /// Reads and parses the file; unknown keys are an error, so a typo never goes unnoticed.
     pub fn load(path: &Path) -> anyhow::Result<Self> {
         use anyhow::Context;
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading config {}", path.display()))?;
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading config {}", path.display()))?;
         toml::from_str(&text).with_context(|| format!("parsing config {}", path.display()))
     }
 }
@@ -142,6 +142,9 @@ pub struct Config {
     pub remote: Option<String>,
     pub concurrency: usize,
     pub cuda_root: Option<PathBuf>,
+    pub python: PathBuf,
+    /// Triton workers at most: each holds Triton and LLVM (hundreds of MB), so not one per core.
+    pub triton_workers: usize,
     pub memory_cache_bytes: u64,
     pub disk_cache_bytes: u64,
     pub limits: Limits,
@@ -160,9 +163,7 @@ impl Defaults {
         Defaults {
             socket: kiln_proto::paths::default_socket_path(),
             cache_dir: kiln_proto::paths::default_cache_dir(),
-            cores: std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(1),
+            cores: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         }
     }
 }
@@ -184,11 +185,7 @@ impl Config {
             drain: Duration::from_secs(file.drain_secs.unwrap_or(30)),
         };
         Config {
-            socket: flags
-                .socket
-                .clone()
-                .or_else(|| file.socket.clone())
-                .unwrap_or_else(|| defaults.socket.clone()),
+            socket: flags.socket.clone().or_else(|| file.socket.clone()).unwrap_or_else(|| defaults.socket.clone()),
             listen: flags.listen.or(file.listen),
             cache_dir: flags
                 .cache_dir
@@ -198,12 +195,10 @@ impl Config {
             target: flags.target.clone().or_else(|| file.target.clone()),
             metrics: flags.metrics.or(file.metrics),
             remote: flags.remote.clone().or_else(|| file.remote.clone()),
-            concurrency: flags
-                .concurrency
-                .or(file.concurrency)
-                .unwrap_or(defaults.cores)
-                .max(1),
+            concurrency: flags.concurrency.or(file.concurrency).unwrap_or(defaults.cores).max(1),
             cuda_root: flags.cuda_root.clone().or_else(|| file.cuda_root.clone()),
+            python: flags.python.clone().or_else(|| file.python.clone()).unwrap_or_else(|| "python3".into()),
+            triton_workers: file.triton_workers.unwrap_or(defaults.cores.min(8)).max(1),
             memory_cache_bytes: file.memory_cache_mb.unwrap_or(1024) * MIB,
             disk_cache_bytes: file.disk_cache_mb.unwrap_or(20 * 1024) * MIB,
             limits,
@@ -217,11 +212,7 @@ mod tests {
     use super::*;
 
     fn defaults() -> Defaults {
-        Defaults {
-            socket: "/d.sock".into(),
-            cache_dir: "/d/cache".into(),
-            cores: 6,
-        }
+        Defaults { socket: "/d.sock".into(), cache_dir: "/d/cache".into(), cores: 6 }
     }
 
     #[test]
@@ -240,11 +231,7 @@ mod tests {
             "socket = \"/f.sock\"\ntarget = \"sm_80\"\nconcurrency = 3\nmax_queue = 9\ncache_dir = \"/f\"",
         )
         .unwrap();
-        let flags = Flags {
-            socket: Some("/flag.sock".into()),
-            concurrency: Some(2),
-            ..Default::default()
-        };
+        let flags = Flags { socket: Some("/flag.sock".into()), concurrency: Some(2), ..Default::default() };
         let c = Config::merge(&flags, &file, &defaults());
         assert_eq!(c.socket, PathBuf::from("/flag.sock"));
         assert_eq!(c.concurrency, 2);

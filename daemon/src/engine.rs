@@ -7,8 +7,9 @@ use crate::scheduler::flight::{Flights, Join, Leader};
 use crate::scheduler::gate::{Gate, Priority};
 use crate::store::TierName;
 use crate::store::tiered::TieredStore;
-use crate::toolchain::nvrtc::{self, Nvrtc};
-use crate::validate::KernelJob;
+use crate::toolchain::Compiled;
+use crate::toolchain::set::Toolchains;
+use crate::validate::{KernelJob, KernelSource};
 use bytes::Bytes;
 use kiln_proto::envelope::{self, Artifact};
 use kiln_proto::pb::{self, ArtifactMeta, LoweredName};
@@ -28,6 +29,8 @@ pub struct Outcome {
     pub lowered_names: Vec<LoweredName>,
     /// What the artifact cost when it was compiled, even when this answer was a hit.
     pub compile_micros: u64,
+    pub metadata_json: String,
+    pub ptx: String,
 }
 
 impl Outcome {
@@ -39,6 +42,8 @@ impl Outcome {
             log,
             lowered_names: Vec::new(),
             compile_micros,
+            metadata_json: String::new(),
+            ptx: String::new(),
         }
     }
 
@@ -49,6 +54,8 @@ impl Outcome {
             log: artifact.meta.log.clone(),
             lowered_names: artifact.meta.lowered_names.clone(),
             compile_micros: artifact.meta.compile_micros,
+            metadata_json: artifact.meta.metadata_json.clone(),
+            ptx: artifact.meta.ptx.clone(),
             artifact: Some(Arc::new(artifact)),
         }
     }
@@ -70,7 +77,7 @@ struct Failure {
 
 #[derive(Debug)]
 pub struct Engine {
-    pub nvrtc: Nvrtc,
+    pub toolchains: Toolchains,
     pub store: TieredStore,
     pub metrics: Arc<Metrics>,
     pub gate: Arc<Gate>,
@@ -86,18 +93,15 @@ pub struct Engine {
 
 impl Engine {
     pub fn new(
-        nvrtc: Nvrtc,
+        toolchains: Toolchains,
         store: TieredStore,
         metrics: Arc<Metrics>,
         concurrency: usize,
         limits: Limits,
     ) -> Self {
-        let negative = moka::future::Cache::builder()
-            .max_capacity(100_000)
-            .time_to_live(limits.negative_ttl)
-            .build();
+        let negative = moka::future::Cache::builder().max_capacity(100_000).time_to_live(limits.negative_ttl).build();
         Engine {
-            nvrtc,
+            toolchains,
             store,
             metrics,
             gate: Gate::new(concurrency),
@@ -112,26 +116,15 @@ impl Engine {
     pub async fn cached(&self, key: &CacheKey) -> Option<Outcome> {
         if let Some(f) = self.negative.get(key).await {
             self.metrics.negative_hits.inc();
-            return Some(Outcome::failed(
-                pb::Tier::Memory,
-                f.log.clone(),
-                f.compile_micros,
-            ));
+            return Some(Outcome::failed(pb::Tier::Memory, f.log.clone(), f.compile_micros));
         }
         let hit = self.store.get(key).await?;
-        self.metrics
-            .seconds_saved
-            .inc_by(hit.artifact.meta.compile_micros as f64 / 1e6);
+        self.metrics.seconds_saved.inc_by(hit.artifact.meta.compile_micros as f64 / 1e6);
         Some(Outcome::from_artifact(hit.artifact, tier_of(hit.tier)))
     }
 
     /// Looks a kernel up and compiles it on a miss, once per key however many ask at once.
-    pub async fn resolve(
-        self: &Arc<Self>,
-        kernel: &KernelJob,
-        target: Target,
-        priority: Priority,
-    ) -> Outcome {
+    pub async fn resolve(self: &Arc<Self>, kernel: &KernelJob, target: Target, priority: Priority) -> Outcome {
         if let Some(reason) = &kernel.refusal {
             return Outcome::failed(pb::Tier::Compiled, reason.clone(), 0);
         }
@@ -143,9 +136,7 @@ impl Engine {
                 Join::Follow(rx) => {
                     if let Some(mut outcome) = Flights::follow(rx).await {
                         if outcome.ok {
-                            self.metrics
-                                .seconds_saved
-                                .inc_by(outcome.compile_micros as f64 / 1e6);
+                            self.metrics.seconds_saved.inc_by(outcome.compile_micros as f64 / 1e6);
                         }
                         outcome.tier = pb::Tier::Joined;
                         return outcome;
@@ -155,16 +146,10 @@ impl Engine {
                 Join::Lead(leader) => {
                     let this = Arc::clone(self);
                     let kernel = kernel.clone();
-                    let task = self
-                        .tracker
-                        .spawn(async move { this.lead(leader, &kernel, target, priority).await });
+                    let task = self.tracker.spawn(async move { this.lead(leader, &kernel, target, priority).await });
                     return match task.await {
                         Ok(outcome) => outcome,
-                        Err(e) => Outcome::failed(
-                            pb::Tier::Compiled,
-                            format!("compile task ended abnormally: {e}"),
-                            0,
-                        ),
+                        Err(e) => Outcome::failed(pb::Tier::Compiled, format!("compile task ended abnormally: {e}"), 0),
                     };
                 }
             }
@@ -173,13 +158,7 @@ impl Engine {
 
     /// The leader's work: check once more (a publish may have landed since the first look),
     /// wait for a slot, compile, publish, and hand the result to every follower.
-    async fn lead(
-        &self,
-        leader: Leader<Outcome>,
-        kernel: &KernelJob,
-        target: Target,
-        priority: Priority,
-    ) -> Outcome {
+    async fn lead(&self, leader: Leader<Outcome>, kernel: &KernelJob, target: Target, priority: Priority) -> Outcome {
         if let Some(hit) = self.cached(&kernel.key).await {
             leader.finish(hit.clone());
             return hit;
@@ -188,27 +167,37 @@ impl Engine {
         let permit = self.gate.acquire(priority).await;
         self.metrics.queue_depth.dec();
         self.metrics.inflight.inc();
-        let compiled = self
-            .nvrtc
-            .compile(&kernel.source, &target, self.limits.compile_timeout)
-            .await;
+        let compiled = self.compile(&kernel.source, &target).await;
         self.metrics.inflight.dec();
         drop(permit);
-        let outcome = self.publish(&kernel.key, &target, compiled).await;
+        let outcome = self.publish(&kernel.key, &target, kernel.source.toolchain(), compiled).await;
         leader.finish(outcome.clone());
         outcome
     }
 
-    async fn publish(&self, key: &CacheKey, target: &Target, c: nvrtc::Compiled) -> Outcome {
-        let labels = |outcome| CompileLabels {
-            toolchain: nvrtc::NAME,
-            outcome,
-        };
+    /// Runs the kernel's toolchain. Validation only passes kernels whose toolchain is available;
+    /// the fallbacks here cover a Triton pool that failed to start after validation.
+    async fn compile(&self, source: &KernelSource, target: &Target) -> Compiled {
+        let timeout = self.limits.compile_timeout;
+        let started = std::time::Instant::now();
+        match source {
+            KernelSource::Cuda(c) => self.toolchains.nvrtc.compile(c, target, timeout).await,
+            KernelSource::Ptx(p) => match &self.toolchains.ptxas {
+                Ok(ptxas) => ptxas.compile(&p.ptx, &p.options, target, timeout).await,
+                Err(why) => Compiled::failed(format!("ptxas is not available: {why}"), started),
+            },
+            KernelSource::Triton(t) => match self.toolchains.triton().await {
+                Ok(triton) => triton.compile(t, target, timeout).await,
+                Err(why) => Compiled::failed(format!("Triton is not available: {why}"), started),
+            },
+        }
+    }
+
+    async fn publish(&self, key: &CacheKey, target: &Target, toolchain: &'static str, c: Compiled) -> Outcome {
+        let labels = |outcome| CompileLabels { toolchain, outcome };
         self.metrics
             .compile_seconds
-            .get_or_create(&ToolchainLabels {
-                toolchain: nvrtc::NAME,
-            })
+            .get_or_create(&ToolchainLabels { toolchain })
             .observe(c.compile_micros as f64 / 1e6);
         let too_large = c.cubin.len() as u64 > self.limits.max_artifact_bytes;
         if !c.ok || too_large {
@@ -221,38 +210,29 @@ impl Engine {
                     self.limits.max_artifact_bytes
                 ));
             }
-            let failure = Arc::new(Failure {
-                log: log.clone(),
-                compile_micros: c.compile_micros,
-            });
+            let failure = Arc::new(Failure { log: log.clone(), compile_micros: c.compile_micros });
             self.negative.insert(*key, failure).await;
             return Outcome::failed(pb::Tier::Compiled, log, c.compile_micros);
         }
         self.metrics.compiles.get_or_create(&labels("ok")).inc();
         let meta = ArtifactMeta {
-            toolchain: nvrtc::NAME.into(),
+            toolchain: toolchain.into(),
             target: target.to_string(),
             compile_micros: c.compile_micros,
             log: c.log,
             lowered_names: c.lowered_names,
             raw_bytes: c.cubin.len() as u64,
+            metadata_json: c.metadata_json,
+            ptx: c.ptx,
         };
         let sealed = envelope::seal(key, meta.clone(), &c.cubin);
         self.store.put(key, Bytes::from(sealed)).await;
-        Outcome::from_artifact(
-            Artifact {
-                meta,
-                bytes: c.cubin,
-            },
-            pb::Tier::Compiled,
-        )
+        Outcome::from_artifact(Artifact { meta, bytes: c.cubin }, pb::Tier::Compiled)
     }
 
     /// Waits up to `bound` for running compiles to finish.
     pub async fn drain(&self, bound: Duration) -> bool {
         self.tracker.close();
-        tokio::time::timeout(bound, self.tracker.wait())
-            .await
-            .is_ok()
+        tokio::time::timeout(bound, self.tracker.wait()).await.is_ok()
     }
 }

@@ -23,35 +23,19 @@ impl GpuProbe {
 }
 
 fn ok(r: CUresult, what: &str) -> Result<(), String> {
-    if r == CUresult::CUDA_SUCCESS {
-        Ok(())
-    } else {
-        Err(format!("{what} failed: {r:?}"))
-    }
+    if r == CUresult::CUDA_SUCCESS { Ok(()) } else { Err(format!("{what} failed: {r:?}")) }
 }
 
 /// Lists the GPUs. Never panics; a driver problem becomes the note.
 pub fn probe() -> GpuProbe {
     // SAFETY: a dlopen probe by name; it cannot panic.
     if !unsafe { sys::is_culib_present() } {
-        return GpuProbe {
-            gpus: Vec::new(),
-            note: "no CUDA driver (libcuda.so) on this host".into(),
-        };
+        return GpuProbe { gpus: Vec::new(), note: "no CUDA driver (libcuda.so) on this host".into() };
     }
     match list() {
-        Ok(gpus) if gpus.is_empty() => GpuProbe {
-            gpus,
-            note: "the CUDA driver reports no GPU".into(),
-        },
-        Ok(gpus) => GpuProbe {
-            gpus,
-            note: String::new(),
-        },
-        Err(note) => GpuProbe {
-            gpus: Vec::new(),
-            note,
-        },
+        Ok(gpus) if gpus.is_empty() => GpuProbe { gpus, note: "the CUDA driver reports no GPU".into() },
+        Ok(gpus) => GpuProbe { gpus, note: String::new() },
+        Err(note) => GpuProbe { gpus: Vec::new(), note },
     }
 }
 
@@ -67,21 +51,12 @@ fn list() -> Result<Vec<Gpu>, String> {
             let mut dev = 0;
             ok(sys::cuDeviceGet(&mut dev, index), "cuDeviceGet")?;
             let mut name = [0 as c_char; 256];
-            ok(
-                sys::cuDeviceGetName(name.as_mut_ptr(), name.len() as c_int, dev),
-                "cuDeviceGetName",
-            )?;
+            ok(sys::cuDeviceGetName(name.as_mut_ptr(), name.len() as c_int, dev), "cuDeviceGetName")?;
             let (mut major, mut minor) = (0, 0);
             let attr = CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR;
-            ok(
-                sys::cuDeviceGetAttribute(&mut major, attr, dev),
-                "cuDeviceGetAttribute",
-            )?;
+            ok(sys::cuDeviceGetAttribute(&mut major, attr, dev), "cuDeviceGetAttribute")?;
             let attr = CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR;
-            ok(
-                sys::cuDeviceGetAttribute(&mut minor, attr, dev),
-                "cuDeviceGetAttribute",
-            )?;
+            ok(sys::cuDeviceGetAttribute(&mut minor, attr, dev), "cuDeviceGetAttribute")?;
             gpus.push(Gpu {
                 index: index as u32,
                 name: CStr::from_ptr(name.as_ptr()).to_string_lossy().into_owned(),

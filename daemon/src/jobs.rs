@@ -6,7 +6,7 @@
 //! watchers, then pruned.
 
 use crate::engine::{Engine, Outcome};
-use crate::validate::Job;
+use crate::validate::{Job, KernelJob};
 use kiln_proto::key::graph_key;
 use kiln_proto::pb::{self, job_event::Event};
 use std::collections::HashMap;
@@ -33,10 +33,7 @@ pub struct JobRecord {
 impl JobRecord {
     fn push(&self, event: Event) {
         let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
-        events.push(pb::JobEvent {
-            job_id: self.id.clone(),
-            event: Some(event),
-        });
+        events.push(pb::JobEvent { job_id: self.id.clone(), event: Some(event) });
         let n = events.len();
         drop(events);
         self.count.send_replace(n);
@@ -60,11 +57,7 @@ pub struct Jobs {
 impl Jobs {
     /// Registers a new job and returns its record.
     pub fn create(&self) -> Arc<JobRecord> {
-        let id = format!(
-            "{:016x}{:016x}",
-            rand::random::<u64>(),
-            rand::random::<u64>()
-        );
+        let id = format!("{:016x}{:016x}", rand::random::<u64>(), rand::random::<u64>());
         let record = Arc::new(JobRecord {
             id: id.clone(),
             events: Mutex::new(Vec::new()),
@@ -78,21 +71,15 @@ impl Jobs {
     }
 
     pub fn get(&self, id: &str) -> Option<Arc<JobRecord>> {
-        self.map
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(id)
-            .cloned()
+        self.map.lock().unwrap_or_else(|p| p.into_inner()).get(id).cloned()
     }
 }
 
 fn prune(map: &mut HashMap<String, Arc<JobRecord>>) {
     let finished_at = |r: &JobRecord| *r.finished.lock().unwrap_or_else(|p| p.into_inner());
     map.retain(|_, r| finished_at(r).is_none_or(|t| t.elapsed() < RETENTION));
-    let mut finished: Vec<(Instant, String)> = map
-        .iter()
-        .filter_map(|(id, r)| finished_at(r).map(|t| (t, id.clone())))
-        .collect();
+    let mut finished: Vec<(Instant, String)> =
+        map.iter().filter_map(|(id, r)| finished_at(r).map(|t| (t, id.clone()))).collect();
     if finished.len() > MAX_FINISHED {
         finished.sort();
         for (_, id) in &finished[..finished.len() - MAX_FINISHED] {
@@ -131,10 +118,7 @@ pub fn watch(
 pub async fn run(engine: Arc<Engine>, record: Arc<JobRecord>, job: Job) {
     engine.metrics.jobs.inc();
     let started = Instant::now();
-    record.push(Event::Queued(pb::Queued {
-        kernels: job.kernels.len() as u32,
-        target: job.target.to_string(),
-    }));
+    record.push(Event::Queued(pb::Queued { kernels: job.kernels.len() as u32, target: job.target.to_string() }));
     record.push(Event::Started(pb::Started {}));
     let mut tasks = tokio::task::JoinSet::new();
     for (index, kernel) in job.kernels.iter().cloned().enumerate() {
@@ -148,9 +132,7 @@ pub async fn run(engine: Arc<Engine>, record: Arc<JobRecord>, job: Job) {
     let (mut ok, mut failed) = (0, 0);
     while let Some(joined) = tasks.join_next().await {
         let Ok((index, outcome)) = joined else {
-            record.push(Event::Failed(pb::JobFailed {
-                reason: "a kernel task ended abnormally".into(),
-            }));
+            record.push(Event::Failed(pb::JobFailed { reason: "a kernel task ended abnormally".into() }));
             finish(&record);
             return;
         };
@@ -160,18 +142,9 @@ pub async fn run(engine: Arc<Engine>, record: Arc<JobRecord>, job: Job) {
             failed += 1
         }
         let kernel = &job.kernels[index];
-        record.push(Event::Kernel(result(
-            &kernel.id,
-            &kernel.key.to_hex(),
-            &job,
-            outcome,
-            started,
-        )));
+        record.push(Event::Kernel(result(kernel, &job, outcome, started)));
     }
-    let key = graph_key(
-        &job.target,
-        job.kernels.iter().map(|k| (k.id.as_str(), &k.key)),
-    );
+    let key = graph_key(&job.target, job.kernels.iter().map(|k| (k.id.as_str(), &k.key)));
     record.push(Event::Done(pb::JobDone {
         graph_key: key.to_hex(),
         kernel_keys: job.kernels.iter().map(|k| k.key.to_hex()).collect(),
@@ -187,29 +160,16 @@ fn finish(record: &JobRecord) {
 }
 
 /// The wire form of one kernel's outcome.
-pub fn result(
-    id: &str,
-    key: &str,
-    job: &Job,
-    outcome: Outcome,
-    started: Instant,
-) -> pb::KernelResult {
-    let outcome_code = if outcome.ok {
-        pb::Outcome::Ok
-    } else {
-        pb::Outcome::Failed
-    };
-    let size = outcome
-        .artifact
-        .as_ref()
-        .map_or(0, |a| a.bytes.len() as u64);
+pub fn result(kernel: &KernelJob, job: &Job, outcome: Outcome, started: Instant) -> pb::KernelResult {
+    let outcome_code = if outcome.ok { pb::Outcome::Ok } else { pb::Outcome::Failed };
+    let size = outcome.artifact.as_ref().map_or(0, |a| a.bytes.len() as u64);
     let artifact = match (&outcome.artifact, job.omit_artifacts) {
         (Some(a), false) => a.bytes.clone(),
         _ => Vec::new(),
     };
     pb::KernelResult {
-        id: id.to_string(),
-        key: key.to_string(),
+        id: kernel.id.clone(),
+        key: kernel.key.to_hex(),
         outcome: outcome_code as i32,
         tier: outcome.tier as i32,
         artifact,
@@ -218,7 +178,9 @@ pub fn result(
         elapsed_micros: started.elapsed().as_micros() as u64,
         log: outcome.log,
         lowered_names: outcome.lowered_names,
-        toolchain: crate::toolchain::nvrtc::NAME.into(),
+        toolchain: kernel.source.toolchain().into(),
         target: job.target.to_string(),
+        metadata_json: outcome.metadata_json,
+        ptx: if kernel.source.wants_ptx() { outcome.ptx } else { String::new() },
     }
 }

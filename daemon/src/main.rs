@@ -8,22 +8,12 @@ use std::path::Path;
 
 fn main() -> anyhow::Result<()> {
     let flags = Flags::parse();
-    if let Some(Command::Worker {
-        nvrtc,
-        builtins,
-        memory_mb,
-    }) = &flags.command
-    {
+    if let Some(Command::Worker { nvrtc, builtins, memory_mb }) = &flags.command {
         // A worker is a plain blocking process: no runtime, no logging set-up.
-        std::process::exit(kiln_daemon::worker::process::run(
-            nvrtc, builtins, *memory_mb,
-        ));
+        std::process::exit(kiln_daemon::worker::process::run(nvrtc, builtins, *memory_mb));
     }
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("KILN_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("KILN_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .init();
     let file = match &flags.config {
@@ -44,19 +34,15 @@ fn main() -> anyhow::Result<()> {
 async fn bind(config: &Config) -> anyhow::Result<Listeners> {
     let unix = bind_unix(&config.socket).await?;
     let tcp = match config.listen {
-        Some(addr) => Some(
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("binding --listen {addr}"))?,
-        ),
+        Some(addr) => {
+            Some(tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding --listen {addr}"))?)
+        }
         None => None,
     };
     let metrics = match config.metrics {
-        Some(addr) => Some(
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("binding --metrics {addr}"))?,
-        ),
+        Some(addr) => {
+            Some(tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding --metrics {addr}"))?)
+        }
         None => None,
     };
     Ok(Listeners { unix, tcp, metrics })
@@ -72,11 +58,9 @@ async fn bind_unix(path: &Path) -> anyhow::Result<tokio::net::UnixListener> {
         if tokio::net::UnixStream::connect(path).await.is_ok() {
             anyhow::bail!("another kilnd is already listening on {}", path.display());
         }
-        std::fs::remove_file(path)
-            .with_context(|| format!("removing the stale socket {}", path.display()))?;
+        std::fs::remove_file(path).with_context(|| format!("removing the stale socket {}", path.display()))?;
     }
-    let listener = tokio::net::UnixListener::bind(path)
-        .with_context(|| format!("binding {}", path.display()))?;
+    let listener = tokio::net::UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
         .with_context(|| format!("setting the mode of {}", path.display()))?;
     Ok(listener)
@@ -84,10 +68,7 @@ async fn bind_unix(path: &Path) -> anyhow::Result<tokio::net::UnixListener> {
 
 async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
         tracing::error!("cannot install signal handlers; stop kilnd with SIGKILL");
         return std::future::pending().await;
     };

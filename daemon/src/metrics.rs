@@ -81,36 +81,16 @@ impl Metrics {
             jobs: Counter::default(),
             registry: Registry::default(),
         };
-        registry.register(
-            "cache_lookups",
-            "Cache lookups by tier and result",
-            m.lookups.clone(),
-        );
-        registry.register(
-            "compiles",
-            "Compiles by toolchain and outcome",
-            m.compiles.clone(),
-        );
-        registry.register(
-            "compile_seconds",
-            "Time one compile took",
-            m.compile_seconds.clone(),
-        );
+        registry.register("cache_lookups", "Cache lookups by tier and result", m.lookups.clone());
+        registry.register("compiles", "Compiles by toolchain and outcome", m.compiles.clone());
+        registry.register("compile_seconds", "Time one compile took", m.compile_seconds.clone());
         registry.register(
             "compile_seconds_saved",
             "Compile seconds that cache hits did not pay",
             m.seconds_saved.clone(),
         );
-        registry.register(
-            "queue_depth",
-            "Compiles waiting for a slot",
-            m.queue_depth.clone(),
-        );
-        registry.register(
-            "inflight_compiles",
-            "Compiles running now",
-            m.inflight.clone(),
-        );
+        registry.register("queue_depth", "Compiles waiting for a slot", m.queue_depth.clone());
+        registry.register("inflight_compiles", "Compiles running now", m.inflight.clone());
         registry.register(
             "artifact_bytes",
             "Envelope bytes read from and written to each tier",
@@ -131,15 +111,11 @@ impl Metrics {
     }
 
     pub fn lookup(&self, tier: &'static str, result: &'static str) {
-        self.lookups
-            .get_or_create(&LookupLabels { tier, result })
-            .inc();
+        self.lookups.get_or_create(&LookupLabels { tier, result }).inc();
     }
 
     pub fn bytes(&self, tier: &'static str, direction: &'static str, n: usize) {
-        self.artifact_bytes
-            .get_or_create(&BytesLabels { tier, direction })
-            .inc_by(n as u64);
+        self.artifact_bytes.get_or_create(&BytesLabels { tier, direction }).inc_by(n as u64);
     }
 
     /// The Prometheus text exposition.
@@ -163,19 +139,11 @@ pub async fn serve(
         get(move || {
             let m = metrics.clone();
             async move {
-                (
-                    [(
-                        header::CONTENT_TYPE,
-                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    )],
-                    m.render(),
-                )
+                ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], m.render())
             }
         }),
     );
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
+    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
 }
 
 #[cfg(test)]
@@ -186,18 +154,9 @@ mod tests {
     fn names_follow_the_design() {
         let m = Metrics::new();
         m.lookup("memory", "hit");
-        m.compiles
-            .get_or_create(&CompileLabels {
-                toolchain: "nvrtc",
-                outcome: "ok",
-            })
-            .inc();
-        m.integrity_failures
-            .get_or_create(&TierLabels { tier: "disk" })
-            .inc();
-        m.compile_seconds
-            .get_or_create(&ToolchainLabels { toolchain: "nvrtc" })
-            .observe(0.5);
+        m.compiles.get_or_create(&CompileLabels { toolchain: "nvrtc", outcome: "ok" }).inc();
+        m.integrity_failures.get_or_create(&TierLabels { tier: "disk" }).inc();
+        m.compile_seconds.get_or_create(&ToolchainLabels { toolchain: "nvrtc" }).observe(0.5);
         let text = m.render();
         for name in [
             "kiln_cache_lookups_total{tier=\"memory\",result=\"hit\"} 1",

@@ -8,7 +8,7 @@ use crate::jobs::Jobs;
 use crate::metrics::Metrics;
 use crate::service::CompilerService;
 use crate::store::{Store, disk::DiskTier, memory::MemoryTier, tiered::TieredStore};
-use crate::toolchain::{cuda, nvrtc::Nvrtc};
+use crate::toolchain::{cuda, nvrtc::Nvrtc, ptxas::Ptxas, set::Toolchains, triton};
 use anyhow::Context;
 use kiln_proto::Target;
 use kiln_proto::pb::compiler_server::CompilerServer;
@@ -35,17 +35,24 @@ pub async fn build(config: &Config) -> anyhow::Result<(Arc<CompilerService>, Arc
     let cuda_home = std::env::var_os("CUDA_HOME").map(std::path::PathBuf::from);
     let install = cuda::discover(config.cuda_root.as_deref(), cuda_home.as_deref())?;
     let exe = std::env::current_exe().context("finding kilnd's own executable for its workers")?;
-    let nvrtc = Nvrtc::start(
-        install,
-        &exe,
-        config.limits.worker_memory_mb,
-        config.concurrency,
-    )
-    .await?;
+    let ptxas_path = install.ptxas.clone();
+    let nvrtc = Nvrtc::start(install, &exe, config.limits.worker_memory_mb, config.concurrency).await?;
     tracing::info!(version = %nvrtc.version, fingerprint = %nvrtc.fingerprint, "NVRTC ready");
-    let gpus = tokio::task::spawn_blocking(gpu::probe)
-        .await
-        .context("probing GPUs")?;
+    let ptxas = match ptxas_path {
+        Some(path) => Ptxas::probe(&path, config.limits.worker_memory_mb).await.map_err(|e| e.to_string()),
+        None => Err("no bin/ptxas in the CUDA installation (install nvidia-cuda-nvcc, or use a full toolkit)".into()),
+    };
+    match &ptxas {
+        Ok(p) => tracing::info!(version = %p.version, fingerprint = %p.fingerprint, "ptxas ready"),
+        Err(why) => tracing::warn!(%why, "ptxas unavailable: PTX kernels will be refused"),
+    }
+    let triton_settings = triton::Settings {
+        python: config.python.clone(),
+        max_workers: config.triton_workers,
+        memory_mb: config.limits.worker_memory_mb,
+    };
+    let toolchains = Toolchains::new(nvrtc, ptxas, triton_settings);
+    let gpus = tokio::task::spawn_blocking(gpu::probe).await.context("probing GPUs")?;
     let default_target = match &config.target {
         Some(t) => Some(t.parse::<Target>().with_context(|| "--target")?),
         None => gpus.default_target(),
@@ -54,22 +61,9 @@ pub async fn build(config: &Config) -> anyhow::Result<(Arc<CompilerService>, Arc
     let metrics = Arc::new(Metrics::new());
     let disk = DiskTier::open(&config.cache_dir, config.disk_cache_bytes)
         .with_context(|| format!("opening the cache directory {}", config.cache_dir.display()))?;
-    let tiers: Vec<Arc<dyn Store>> = vec![
-        Arc::new(MemoryTier::new(config.memory_cache_bytes)),
-        Arc::new(disk),
-    ];
-    let store = TieredStore::new(
-        tiers,
-        Arc::clone(&metrics),
-        config.limits.max_artifact_bytes,
-    );
-    let engine = Engine::new(
-        nvrtc,
-        store,
-        Arc::clone(&metrics),
-        config.concurrency,
-        config.limits.clone(),
-    );
+    let tiers: Vec<Arc<dyn Store>> = vec![Arc::new(MemoryTier::new(config.memory_cache_bytes)), Arc::new(disk)];
+    let store = TieredStore::new(tiers, Arc::clone(&metrics), config.limits.max_artifact_bytes);
+    let engine = Engine::new(toolchains, store, Arc::clone(&metrics), config.concurrency, config.limits.clone());
     let service = CompilerService {
         engine: Arc::new(engine),
         jobs: Arc::new(Jobs::default()),
@@ -97,58 +91,42 @@ pub async fn run(
     let mut servers = tokio::task::JoinSet::new();
     let limit = config.limits.max_message_bytes;
     let (health_reporter, health) = tonic_health::server::health_reporter();
-    health_reporter
-        .set_serving::<CompilerServer<CompilerService>>()
-        .await;
+    health_reporter.set_serving::<CompilerServer<CompilerService>>().await;
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(kiln_proto::pb::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .context("building gRPC reflection")?;
-    let router = tonic::transport::Server::builder()
-        .add_service(health)
-        .add_service(reflection)
-        .add_service(
-            CompilerServer::from_arc(Arc::clone(&service))
-                .max_decoding_message_size(limit)
-                .max_encoding_message_size(limit),
-        );
+    let router = tonic::transport::Server::builder().add_service(health).add_service(reflection).add_service(
+        CompilerServer::from_arc(Arc::clone(&service))
+            .max_decoding_message_size(limit)
+            .max_encoding_message_size(limit),
+    );
     let unix = tokio_stream::wrappers::UnixListenerStream::new(listeners.unix);
     let stopped = stop.clone().cancelled_owned();
     let unix_router = router.clone();
-    servers.spawn(async move {
-        unix_router
-            .serve_with_incoming_shutdown(unix, stopped)
-            .await
-            .map_err(anyhow::Error::from)
-    });
+    servers.spawn(
+        async move { unix_router.serve_with_incoming_shutdown(unix, stopped).await.map_err(anyhow::Error::from) },
+    );
     if let Some(tcp) = listeners.tcp {
         // TCP_NODELAY: replies are small frames, and Nagle's algorithm against delayed ACKs
         // turns a 2 ms answer into 40 ms.
         let incoming = tonic::transport::server::TcpIncoming::from(tcp).with_nodelay(Some(true));
         let stopped = stop.clone().cancelled_owned();
         servers.spawn(async move {
-            router
-                .serve_with_incoming_shutdown(incoming, stopped)
-                .await
-                .map_err(anyhow::Error::from)
+            router.serve_with_incoming_shutdown(incoming, stopped).await.map_err(anyhow::Error::from)
         });
     }
     if let Some(listener) = listeners.metrics {
         let stopped = stop.clone().cancelled_owned();
         let metrics = Arc::clone(&metrics);
-        servers.spawn(async move {
-            crate::metrics::serve(listener, metrics, stopped)
-                .await
-                .map_err(anyhow::Error::from)
-        });
+        servers
+            .spawn(async move { crate::metrics::serve(listener, metrics, stopped).await.map_err(anyhow::Error::from) });
     }
     tracing::info!(socket = %config.socket.display(), "kilnd serving");
     stop.cancelled().await;
     tracing::info!("shutting down: no new requests; draining running work");
-    health_reporter
-        .set_not_serving::<CompilerServer<CompilerService>>()
-        .await;
+    health_reporter.set_not_serving::<CompilerServer<CompilerService>>().await;
     let drain = async {
         while let Some(done) = servers.join_next().await {
             if let Ok(Err(e)) = done {

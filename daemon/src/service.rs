@@ -28,35 +28,44 @@ pub struct CompilerService {
 pub type EventStream = ReceiverStream<Result<pb::JobEvent, Status>>;
 
 impl CompilerService {
-    fn validate(
-        &self,
-        req: &pb::CompileRequest,
-        default_priority: Priority,
-    ) -> Result<Job, Status> {
-        let nvrtc = &self.engine.nvrtc;
-        let no_target_reason = if self.gpus.note.is_empty() {
-            "no GPU was found"
+    /// Validates a request, starting the Triton pool first when the graph has Triton kernels
+    /// (their keys need its fingerprint).
+    async fn validate(&self, req: &pb::CompileRequest, default_priority: Priority) -> Result<Job, Status> {
+        let toolchains = &self.engine.toolchains;
+        let triton_reason;
+        let triton = if validate::needs_triton(req) {
+            match toolchains.triton().await {
+                Ok(t) => Ok(&t.fingerprint),
+                Err(why) => {
+                    triton_reason = why;
+                    Err(triton_reason.as_str())
+                }
+            }
         } else {
-            self.gpus.note.as_str()
+            Err("not needed")
         };
+        let nvrtc = &toolchains.nvrtc;
+        let no_target_reason = if self.gpus.note.is_empty() { "no GPU was found" } else { self.gpus.note.as_str() };
         let ctx = Context {
             limits: &self.config.limits,
             default_target: self.default_target,
             no_target_reason,
             nvrtc_fingerprint: &nvrtc.fingerprint,
             nvrtc_version: &nvrtc.version,
+            ptxas: toolchains.ptxas.as_ref().map(|p| &p.fingerprint).map_err(String::as_str),
+            triton,
             supported_targets: &nvrtc.supported,
         };
         validate::request(req, &ctx, default_priority)
     }
 
     /// Validates, checks the queue bound, and starts the job in the background.
-    fn start(
+    async fn start(
         &self,
         req: &pb::CompileRequest,
         default_priority: Priority,
     ) -> Result<Arc<jobs::JobRecord>, Status> {
-        let job = self.validate(req, default_priority)?;
+        let job = self.validate(req, default_priority).await?;
         let queued = self.engine.gate.queued();
         if queued >= self.config.limits.max_queue {
             return Err(Status::resource_exhausted(format!(
@@ -78,54 +87,34 @@ impl Compiler for CompilerService {
     type WatchStream = EventStream;
     type LookupStream = tokio_stream::Iter<std::vec::IntoIter<Result<pb::JobEvent, Status>>>;
 
-    async fn compile(
-        &self,
-        request: Request<pb::CompileRequest>,
-    ) -> Result<Response<Self::CompileStream>, Status> {
-        let record = self.start(request.get_ref(), Priority::Interactive)?;
+    async fn compile(&self, request: Request<pb::CompileRequest>) -> Result<Response<Self::CompileStream>, Status> {
+        let record = self.start(request.get_ref(), Priority::Interactive).await?;
         Ok(Response::new(jobs::watch(record, &self.engine.tracker)))
     }
 
-    async fn submit(
-        &self,
-        request: Request<pb::CompileRequest>,
-    ) -> Result<Response<pb::SubmitResponse>, Status> {
-        let record = self.start(request.get_ref(), Priority::Background)?;
-        Ok(Response::new(pb::SubmitResponse {
-            job_id: record.id.clone(),
-        }))
+    async fn submit(&self, request: Request<pb::CompileRequest>) -> Result<Response<pb::SubmitResponse>, Status> {
+        let record = self.start(request.get_ref(), Priority::Background).await?;
+        Ok(Response::new(pb::SubmitResponse { job_id: record.id.clone() }))
     }
 
-    async fn watch(
-        &self,
-        request: Request<pb::WatchRequest>,
-    ) -> Result<Response<Self::WatchStream>, Status> {
+    async fn watch(&self, request: Request<pb::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
         let id = &request.get_ref().job_id;
         if id.is_empty() {
             return Err(Status::invalid_argument("job_id: empty"));
         }
-        let record = self.jobs.get(id).ok_or_else(|| {
-            Status::not_found(format!(
-                "job_id: no job {id} (finished jobs are kept 10 minutes)"
-            ))
-        })?;
+        let record = self
+            .jobs
+            .get(id)
+            .ok_or_else(|| Status::not_found(format!("job_id: no job {id} (finished jobs are kept 10 minutes)")))?;
         Ok(Response::new(jobs::watch(record, &self.engine.tracker)))
     }
 
-    async fn lookup(
-        &self,
-        request: Request<pb::CompileRequest>,
-    ) -> Result<Response<Self::LookupStream>, Status> {
-        let job = self.validate(request.get_ref(), Priority::Interactive)?;
+    async fn lookup(&self, request: Request<pb::CompileRequest>) -> Result<Response<Self::LookupStream>, Status> {
+        let job = self.validate(request.get_ref(), Priority::Interactive).await?;
         let started = Instant::now();
         let mut events = Vec::with_capacity(job.kernels.len() + 1);
         let (mut ok, mut failed, mut missed) = (0, 0, 0);
-        let wrap = |event| {
-            Ok(pb::JobEvent {
-                job_id: String::new(),
-                event: Some(event),
-            })
-        };
+        let wrap = |event| Ok(pb::JobEvent { job_id: String::new(), event: Some(event) });
         for kernel in &job.kernels {
             let key = kernel.key.to_hex();
             let result = match self.engine.cached(&kernel.key).await {
@@ -135,7 +124,7 @@ impl Compiler for CompilerService {
                     } else {
                         failed += 1
                     }
-                    jobs::result(&kernel.id, &key, &job, outcome, started)
+                    jobs::result(kernel, &job, outcome, started)
                 }
                 None => {
                     missed += 1;
@@ -144,7 +133,7 @@ impl Compiler for CompilerService {
                         key,
                         outcome: pb::Outcome::Miss as i32,
                         elapsed_micros: started.elapsed().as_micros() as u64,
-                        toolchain: crate::toolchain::nvrtc::NAME.into(),
+                        toolchain: kernel.source.toolchain().into(),
                         target: job.target.to_string(),
                         ..Default::default()
                     }
@@ -152,10 +141,7 @@ impl Compiler for CompilerService {
             };
             events.push(wrap(Event::Kernel(result)));
         }
-        let graph = graph_key(
-            &job.target,
-            job.kernels.iter().map(|k| (k.id.as_str(), &k.key)),
-        );
+        let graph = graph_key(&job.target, job.kernels.iter().map(|k| (k.id.as_str(), &k.key)));
         events.push(wrap(Event::Done(pb::JobDone {
             graph_key: graph.to_hex(),
             kernel_keys: job.kernels.iter().map(|k| k.key.to_hex()).collect(),
@@ -166,10 +152,7 @@ impl Compiler for CompilerService {
         Ok(Response::new(tokio_stream::iter(events)))
     }
 
-    async fn stats(
-        &self,
-        _request: Request<pb::StatsRequest>,
-    ) -> Result<Response<pb::StatsResponse>, Status> {
+    async fn stats(&self, _request: Request<pb::StatsRequest>) -> Result<Response<pb::StatsResponse>, Status> {
         Ok(Response::new(crate::stats::collect(self)))
     }
 }

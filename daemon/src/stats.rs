@@ -4,22 +4,20 @@ use crate::service::CompilerService;
 use kiln_proto::pb;
 use prometheus_client::metrics::counter::Counter;
 
+/// Compiles with this outcome, all toolchains together.
 fn counter_value(
     family: &prometheus_client::metrics::family::Family<crate::metrics::CompileLabels, Counter>,
     outcome: &'static str,
 ) -> u64 {
-    family
-        .get_or_create(&crate::metrics::CompileLabels {
-            toolchain: crate::toolchain::nvrtc::NAME,
-            outcome,
-        })
-        .get()
+    use crate::toolchain::{nvrtc, ptxas, triton};
+    [nvrtc::NAME, ptxas::NAME, triton::NAME]
+        .into_iter()
+        .map(|toolchain| family.get_or_create(&crate::metrics::CompileLabels { toolchain, outcome }).get())
+        .sum()
 }
 
 fn lookups(m: &crate::metrics::Metrics, tier: &'static str, result: &'static str) -> u64 {
-    m.lookups
-        .get_or_create(&crate::metrics::LookupLabels { tier, result })
-        .get()
+    m.lookups.get_or_create(&crate::metrics::LookupLabels { tier, result }).get()
 }
 
 pub fn collect(s: &CompilerService) -> pb::StatsResponse {
@@ -38,16 +36,13 @@ pub fn collect(s: &CompilerService) -> pb::StatsResponse {
                 capacity_bytes: usage.capacity_bytes,
                 hits: lookups(m, tier, "hit"),
                 misses: lookups(m, tier, "miss"),
-                integrity_failures: m
-                    .integrity_failures
-                    .get_or_create(&crate::metrics::TierLabels { tier })
-                    .get(),
+                integrity_failures: m.integrity_failures.get_or_create(&crate::metrics::TierLabels { tier }).get(),
             }
         })
         .collect();
     pb::StatsResponse {
         version: env!("CARGO_PKG_VERSION").into(),
-        toolchains: vec![s.engine.nvrtc.info()],
+        toolchains: s.engine.toolchains.infos(),
         gpus: s.gpus.gpus.clone(),
         default_target: s.default_target.map(|t| t.to_string()).unwrap_or_default(),
         tiers,

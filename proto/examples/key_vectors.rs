@@ -9,24 +9,8 @@ use serde_json::json;
 
 fn main() {
     let cases = [
-        (
-            "nvrtc",
-            1u8,
-            "sm_90",
-            "extern \"C\" __global__ void k() {}",
-            vec![],
-            vec![],
-            vec!["k"],
-        ),
-        (
-            "nvrtc",
-            1,
-            "sm_90a",
-            "extern \"C\" __global__ void k() {}",
-            vec![],
-            vec![],
-            vec!["k"],
-        ),
+        ("nvrtc", 1u8, "sm_90", "extern \"C\" __global__ void k() {}", vec![], vec![], vec!["k"]),
+        ("nvrtc", 1, "sm_90a", "extern \"C\" __global__ void k() {}", vec![], vec![], vec!["k"]),
         (
             "nvrtc",
             2,
@@ -36,15 +20,7 @@ fn main() {
             vec![("b.h", "// b"), ("a.h", "#include \"b.h\"")],
             vec!["s<float>", "s<double>"],
         ),
-        (
-            "ptxas",
-            3,
-            "sm_100",
-            ".version 8.0",
-            vec!["-O3"],
-            vec![],
-            vec![],
-        ),
+        ("ptxas", 3, "sm_100", ".version 8.0", vec!["-O3"], vec![], vec![]),
     ];
     let mut kernel_keys = Vec::new();
     let mut keys: Vec<CacheKey> = Vec::new();
@@ -53,8 +29,7 @@ fn main() {
         let target: Target = target.parse().unwrap();
         let options: Vec<String> = options.into_iter().map(String::from).collect();
         let entries: Vec<String> = entries.into_iter().map(String::from).collect();
-        let header_bytes: Vec<(&str, &[u8])> =
-            headers.iter().map(|(n, c)| (*n, c.as_bytes())).collect();
+        let header_bytes: Vec<(&str, &[u8])> = headers.iter().map(|(n, c)| (*n, c.as_bytes())).collect();
         let key = KeyInputs {
             toolchain,
             fingerprint: &fingerprint,

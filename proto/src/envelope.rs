@@ -53,8 +53,7 @@ pub fn seal(key: &CacheKey, mut meta: ArtifactMeta, bytes: &[u8]) -> Vec<u8> {
     let meta_bytes = meta.encode_to_vec();
     // Level 3 is zstd's default: compresses a cubin in well under a millisecond.
     let payload = zstd::bulk::compress(bytes, 3).unwrap_or_else(|_| unreachable_compress());
-    let mut out =
-        Vec::with_capacity(FIXED_HEAD + meta_bytes.len() + 8 + payload.len() + DIGEST_LEN);
+    let mut out = Vec::with_capacity(FIXED_HEAD + meta_bytes.len() + 8 + payload.len() + DIGEST_LEN);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&VERSION.to_le_bytes());
     out.extend_from_slice(key.as_bytes());
@@ -74,11 +73,7 @@ fn unreachable_compress() -> Vec<u8> {
 
 /// Verifies and unpacks an envelope that must hold `expected`, refusing a payload larger than
 /// `max_raw_bytes` before allocating it.
-pub fn open(
-    envelope: &[u8],
-    expected: &CacheKey,
-    max_raw_bytes: u64,
-) -> Result<Artifact, IntegrityError> {
+pub fn open(envelope: &[u8], expected: &CacheKey, max_raw_bytes: u64) -> Result<Artifact, IntegrityError> {
     if envelope.len() < FIXED_HEAD + 8 + DIGEST_LEN {
         return Err(IntegrityError::Truncated);
     }
@@ -97,26 +92,16 @@ pub fn open(
     found.copy_from_slice(&body[10..42]);
     let found = CacheKey::from_bytes(found);
     if &found != expected {
-        return Err(IntegrityError::WrongKey {
-            expected: *expected,
-            found,
-        });
+        return Err(IntegrityError::WrongKey { expected: *expected, found });
     }
-    let meta_len = u32::from_le_bytes(
-        body[42..46]
-            .try_into()
-            .map_err(|_| IntegrityError::Truncated)?,
-    ) as usize;
+    let meta_len = u32::from_le_bytes(body[42..46].try_into().map_err(|_| IntegrityError::Truncated)?) as usize;
     let rest = &body[FIXED_HEAD..];
     if rest.len() < meta_len + 8 {
         return Err(IntegrityError::Truncated);
     }
     let meta = ArtifactMeta::decode(&rest[..meta_len]).map_err(|_| IntegrityError::Meta)?;
-    let payload_len = u64::from_le_bytes(
-        rest[meta_len..meta_len + 8]
-            .try_into()
-            .map_err(|_| IntegrityError::Truncated)?,
-    );
+    let payload_len =
+        u64::from_le_bytes(rest[meta_len..meta_len + 8].try_into().map_err(|_| IntegrityError::Truncated)?);
     let payload = &rest[meta_len + 8..];
     if payload.len() as u64 != payload_len {
         return Err(IntegrityError::Truncated);
@@ -124,8 +109,7 @@ pub fn open(
     if meta.raw_bytes > max_raw_bytes {
         return Err(IntegrityError::TooLarge(meta.raw_bytes));
     }
-    let bytes = zstd::bulk::decompress(payload, meta.raw_bytes as usize)
-        .map_err(|_| IntegrityError::Payload)?;
+    let bytes = zstd::bulk::decompress(payload, meta.raw_bytes as usize).map_err(|_| IntegrityError::Payload)?;
     if bytes.len() as u64 != meta.raw_bytes {
         return Err(IntegrityError::Payload);
     }
@@ -162,12 +146,8 @@ mod tests {
     }
 
     fn sample() -> Vec<u8> {
-        let meta = ArtifactMeta {
-            toolchain: "nvrtc".into(),
-            target: "sm_90".into(),
-            log: "ok".into(),
-            ..Default::default()
-        };
+        let meta =
+            ArtifactMeta { toolchain: "nvrtc".into(), target: "sm_90".into(), log: "ok".into(), ..Default::default() };
         seal(&key(1), meta, &b"cubin bytes ".repeat(100))
     }
 
@@ -185,20 +165,14 @@ mod tests {
         for i in 0..env.len() {
             let mut bad = env.clone();
             bad[i] ^= 0x40;
-            assert!(
-                open(&bad, &key(1), 1 << 20).is_err(),
-                "flip at byte {i} was accepted"
-            );
+            assert!(open(&bad, &key(1), 1 << 20).is_err(), "flip at byte {i} was accepted");
         }
     }
 
     #[test]
     fn wrong_key_and_truncation_are_refused() {
         let env = sample();
-        assert!(matches!(
-            open(&env, &key(2), 1 << 20),
-            Err(IntegrityError::WrongKey { .. })
-        ));
+        assert!(matches!(open(&env, &key(2), 1 << 20), Err(IntegrityError::WrongKey { .. })));
         for cut in [0, 10, 50, env.len() - 1] {
             assert!(open(&env[..cut], &key(1), 1 << 20).is_err());
         }

@@ -158,10 +158,7 @@ impl KeyInputs<'_> {
 }
 
 /// The key of a graph manifest: the target and each kernel's id and key, in graph order.
-pub fn graph_key<'a>(
-    target: &Target,
-    kernels: impl IntoIterator<Item = (&'a str, &'a CacheKey)>,
-) -> CacheKey {
+pub fn graph_key<'a>(target: &Target, kernels: impl IntoIterator<Item = (&'a str, &'a CacheKey)>) -> CacheKey {
     let mut e = Encoder::new(GRAPH_SCHEMA);
     e.field(tag::TARGET, target.to_string().as_bytes());
     for (id, key) in kernels {

@@ -20,8 +20,7 @@ pub mod pb {
     include!(concat!(env!("OUT_DIR"), "/kiln.v1.serde.rs"));
 
     /// The encoded `FileDescriptorSet`, for gRPC reflection.
-    pub const FILE_DESCRIPTOR_SET: &[u8] =
-        include_bytes!(concat!(env!("OUT_DIR"), "/kiln_v1_descriptor.bin"));
+    pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/kiln_v1_descriptor.bin"));
 }
 
 pub use key::{CacheKey, Fingerprint, KeyInputs};

@@ -9,10 +9,7 @@ pub const DAEMON_ENV: &str = "KILN_DAEMON";
 /// `$XDG_RUNTIME_DIR/kiln/kilnd.sock` when that is set, else `/run/kiln/kilnd.sock` for root,
 /// else `/tmp/kiln-$UID/kilnd.sock`.
 pub fn default_socket_path() -> PathBuf {
-    socket_path_for(
-        std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from),
-        current_uid(),
-    )
+    socket_path_for(std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from), current_uid())
 }
 
 /// The pure part of [`default_socket_path`], for tests.
@@ -37,18 +34,14 @@ pub fn default_cache_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
         return PathBuf::from(dir).join("kiln");
     }
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/tmp"));
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/tmp"));
     home.join(".cache").join("kiln")
 }
 
 fn current_uid() -> u32 {
     // /proc/self is owned by the process's real uid; this avoids a libc dependency here.
     use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self")
-        .map(|m| m.uid())
-        .unwrap_or(u32::MAX)
+    std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]
@@ -57,21 +50,9 @@ mod tests {
 
     #[test]
     fn socket_rule_follows_the_design() {
-        assert_eq!(
-            socket_path_for(Some("/run/user/7".into()), 7),
-            PathBuf::from("/run/user/7/kiln/kilnd.sock")
-        );
-        assert_eq!(
-            socket_path_for(None, 0),
-            PathBuf::from("/run/kiln/kilnd.sock")
-        );
-        assert_eq!(
-            socket_path_for(None, 1000),
-            PathBuf::from("/tmp/kiln-1000/kilnd.sock")
-        );
-        assert_eq!(
-            socket_path_for(Some("".into()), 1000),
-            PathBuf::from("/tmp/kiln-1000/kilnd.sock")
-        );
+        assert_eq!(socket_path_for(Some("/run/user/7".into()), 7), PathBuf::from("/run/user/7/kiln/kilnd.sock"));
+        assert_eq!(socket_path_for(None, 0), PathBuf::from("/run/kiln/kilnd.sock"));
+        assert_eq!(socket_path_for(None, 1000), PathBuf::from("/tmp/kiln-1000/kilnd.sock"));
+        assert_eq!(socket_path_for(Some("".into()), 1000), PathBuf::from("/tmp/kiln-1000/kilnd.sock"));
     }
 }

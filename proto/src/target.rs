@@ -21,18 +21,13 @@ enum Suffix {
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error(
-    "`{0}` is not a GPU target: expected sm_<NN> with an optional a or f suffix, e.g. sm_90 or sm_90a"
-)]
+#[error("`{0}` is not a GPU target: expected sm_<NN> with an optional a or f suffix, e.g. sm_90 or sm_90a")]
 pub struct TargetError(pub String);
 
 impl Target {
     /// The target of a device with compute capability `major.minor`.
     pub fn from_capability(major: u32, minor: u32) -> Self {
-        Target {
-            sm: major * 10 + minor,
-            suffix: None,
-        }
+        Target { sm: major * 10 + minor, suffix: None }
     }
 
     /// Compute capability as (major, minor).
@@ -57,9 +52,8 @@ impl FromStr for Target {
             Some(b'f') => (&rest[..rest.len() - 1], Some(Suffix::Family)),
             _ => (rest, None),
         };
-        let valid_digits = (2..=3).contains(&digits.len())
-            && digits.bytes().all(|b| b.is_ascii_digit())
-            && !digits.starts_with('0');
+        let valid_digits =
+            (2..=3).contains(&digits.len()) && digits.bytes().all(|b| b.is_ascii_digit()) && !digits.starts_with('0');
         if !valid_digits {
             return Err(err());
         }
@@ -85,9 +79,7 @@ mod tests {
 
     #[test]
     fn parses_and_prints_real_architectures() {
-        for s in [
-            "sm_80", "sm_86", "sm_90", "sm_90a", "sm_100", "sm_100f", "sm_120a",
-        ] {
+        for s in ["sm_80", "sm_86", "sm_90", "sm_90a", "sm_100", "sm_100f", "sm_120a"] {
             let t: Target = s.parse().expect(s);
             assert_eq!(t.to_string(), s);
         }
@@ -97,19 +89,7 @@ mod tests {
 
     #[test]
     fn refuses_everything_else() {
-        for s in [
-            "",
-            "sm_",
-            "sm_9",
-            "sm_0900",
-            "compute_90",
-            "SM_90",
-            "sm_90b",
-            "sm_9x",
-            "sm_090",
-            "sm_90 ",
-            "90",
-        ] {
+        for s in ["", "sm_", "sm_9", "sm_0900", "compute_90", "SM_90", "sm_90b", "sm_9x", "sm_090", "sm_90 ", "90"] {
             assert!(s.parse::<Target>().is_err(), "{s:?} parsed");
         }
     }

@@ -4,9 +4,10 @@
 KILN_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 VENV="$KILN_ROOT/.venv"
 
-# The toolchain our GPU hosts run: CUDA 13.0. nvvm and crt are pinned with nvcc, or pip pulls a
-# newer nvvm whose PTX the 13.0 ptxas rejects.
-CUDA_WHEELS=(
+# The toolchain our GPU hosts run: Triton 3.6.0 and CUDA 13.0. nvvm and crt are pinned with nvcc,
+# or pip pulls a newer nvvm whose PTX the 13.0 ptxas rejects.
+PY_PACKAGES=(
+  triton==3.6.0
   nvidia-cuda-nvrtc==13.0.88
   nvidia-cuda-runtime==13.0.96
   nvidia-cuda-cccl==13.0.85
@@ -38,32 +39,44 @@ ensure_cc() {
   command -v cc >/dev/null || apt_install gcc libc6-dev
 }
 
+# The interpreter .venv is made from. The system's python3 comes first: kilnd runs Triton
+# workers as `nobody` when it is root, and an interpreter under /root (pyenv, say) is not
+# reachable by that user.
+BOOTSTRAP_PYTHON=""
 ensure_python() {
-  command -v python3 >/dev/null || apt_install python3 python3-venv python3-pip
-  python3 -c 'import venv, ensurepip' 2>/dev/null || apt_install python3-venv
+  if [ -x /usr/bin/python3 ]; then
+    BOOTSTRAP_PYTHON=/usr/bin/python3
+  else
+    command -v python3 >/dev/null || apt_install python3 python3-venv python3-pip
+    BOOTSTRAP_PYTHON="$(command -v python3)"
+  fi
+  "$BOOTSTRAP_PYTHON" -c 'import venv, ensurepip' 2>/dev/null || apt_install python3-venv
 }
 
-# .venv/ with the pinned CUDA wheels. Exports KILN_CUDA_ROOT (the wheel's nvidia/cu13 tree).
+# .venv/ with the pinned CUDA wheels and Triton. Exports KILN_CUDA_ROOT (the wheel's
+# nvidia/cu13 tree) and KILN_PYTHON (the interpreter kilnd's Triton workers use).
 ensure_venv() {
   ensure_python
   if [ ! -x "$VENV/bin/python" ]; then
     say "creating $VENV"
-    python3 -m venv "$VENV" || die "python3 -m venv failed"
+    "$BOOTSTRAP_PYTHON" -m venv "$VENV" || die "$BOOTSTRAP_PYTHON -m venv failed"
   fi
   local missing=()
   local frozen
   frozen="$("$VENV/bin/python" -m pip freeze 2>/dev/null || true)"
-  for w in "${CUDA_WHEELS[@]}"; do
+  for w in "${PY_PACKAGES[@]}"; do
     grep -qix "$w" <<<"$frozen" || missing+=("$w")
   done
   if [ ${#missing[@]} -gt 0 ]; then
-    say "installing pinned CUDA wheels: ${missing[*]}"
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${CUDA_WHEELS[@]}" || die "pip install of the CUDA wheels failed"
+    say "installing pinned packages: ${missing[*]}"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${PY_PACKAGES[@]}" || die "pip install of the pinned packages failed"
   fi
   KILN_CUDA_ROOT="$("$VENV/bin/python" -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13"))')"
   [ -f "$KILN_CUDA_ROOT/lib/libnvrtc.so.13" ] || die "NVRTC missing under $KILN_CUDA_ROOT after install"
   [ -f "$KILN_CUDA_ROOT/include/cuda_fp16.h" ] || die "CUDA headers missing under $KILN_CUDA_ROOT after install"
-  export KILN_CUDA_ROOT
+  "$VENV/bin/python" -c 'import triton' 2>/dev/null || die "triton does not import in $VENV"
+  KILN_PYTHON="$VENV/bin/python"
+  export KILN_CUDA_ROOT KILN_PYTHON
 }
 
 # Builds every binary once into the shared target directory.

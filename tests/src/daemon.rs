@@ -87,15 +87,8 @@ impl Daemon {
             cmd.env(k, v);
         }
         let child = cmd.spawn().expect("spawn kilnd");
-        let mut d = Daemon {
-            child: Some(child),
-            dir: dir.to_path_buf(),
-            socket,
-            cache_dir,
-            metrics,
-            options,
-            _tmp: None,
-        };
+        let mut d =
+            Daemon { child: Some(child), dir: dir.to_path_buf(), socket, cache_dir, metrics, options, _tmp: None };
         d.wait_ready();
         d
     }
@@ -103,11 +96,7 @@ impl Daemon {
     fn wait_ready(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
                 panic!("kilnd exited during start-up with {status}");
             }
             if std::os::unix::net::UnixStream::connect(&self.socket).is_ok()
@@ -126,9 +115,7 @@ impl Daemon {
     }
 
     pub async fn client(&self) -> kiln_client::Client {
-        kiln_client::connect(&self.uri())
-            .await
-            .expect("connect to kilnd")
+        kiln_client::connect(&self.uri()).await.expect("connect to kilnd")
     }
 
     /// The `/metrics` text.
@@ -164,18 +151,12 @@ impl Daemon {
 
     /// Whether the process is still running.
     pub fn alive(&mut self) -> bool {
-        self.child
-            .as_mut()
-            .is_some_and(|c| c.try_wait().ok().flatten().is_none())
+        self.child.as_mut().is_some_and(|c| c.try_wait().ok().flatten().is_none())
     }
 }
 
 fn sigterm(pid: u32) {
-    let status = Command::new("kill")
-        .arg("-TERM")
-        .arg(pid.to_string())
-        .status()
-        .expect("run kill");
+    let status = Command::new("kill").arg("-TERM").arg(pid.to_string()).status().expect("run kill");
     assert!(status.success(), "kill -TERM {pid} failed");
 }
 

@@ -60,21 +60,12 @@ impl Cubin {
                 }
             }
         }
-        Some(Cubin {
-            machine,
-            abi_version: b[8],
-            flags,
-            symbols,
-        })
+        Some(Cubin { machine, abi_version: b[8], flags, symbols })
     }
 
     /// The SM number in the header: the low byte of e_flags in the older CUDA ELF ABI, the second
     /// byte in the newer one (ABI version 8 and later, used from CUDA 12.8 on).
     pub fn sm(&self) -> u32 {
-        if self.abi_version >= 8 {
-            (self.flags >> 8) & 0xff
-        } else {
-            self.flags & 0xff
-        }
+        if self.abi_version >= 8 { (self.flags >> 8) & 0xff } else { self.flags & 0xff }
     }
 }

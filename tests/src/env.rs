@@ -4,21 +4,14 @@ use std::path::PathBuf;
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(PathBuf::from)
-        .unwrap_or_default()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().map(PathBuf::from).unwrap_or_default()
 }
 
 /// A binary of this workspace, built in the same target directory as the running test.
 pub fn binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
     // target/<profile>/deps/<test> -> target/<profile>/<name>
-    let dir = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("target dir")
-        .to_path_buf();
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir").to_path_buf();
     let path = dir.join(name);
     assert!(
         path.is_file(),

@@ -27,38 +27,23 @@ extern \"C\" __global__ void mixed(const __half* h, const __nv_bfloat16* b, floa
   block.sync();\n}\n";
 
 pub fn cuda(source: &str) -> pb::CudaSource {
-    pb::CudaSource {
-        source: source.into(),
-        ..Default::default()
-    }
+    pb::CudaSource { source: source.into(), ..Default::default() }
 }
 
 pub fn kernel(id: &str, source: pb::CudaSource) -> pb::Kernel {
-    pb::Kernel {
-        id: id.into(),
-        source: Some(Source::Cuda(source)),
-    }
+    pb::Kernel { id: id.into(), source: Some(Source::Cuda(source)) }
 }
 
 pub fn request(target: &str, kernels: Vec<pb::Kernel>) -> pb::CompileRequest {
     pb::CompileRequest {
-        graph: Some(pb::CompileGraph {
-            name: "test".into(),
-            target: target.into(),
-            kernels,
-        }),
+        graph: Some(pb::CompileGraph { name: "test".into(), target: target.into(), kernels }),
         ..Default::default()
     }
 }
 
 /// A graph of `n` distinct vector-add kernels.
 pub fn vector_graph(target: &str, n: usize) -> pb::CompileRequest {
-    request(
-        target,
-        (0..n)
-            .map(|i| kernel(&format!("add_{i}"), cuda(&vector_add(i))))
-            .collect(),
-    )
+    request(target, (0..n).map(|i| kernel(&format!("add_{i}"), cuda(&vector_add(i)))).collect())
 }
 
 /// Tier of a result as the CLI prints it.
@@ -69,13 +54,9 @@ pub fn tier(r: &pb::KernelResult) -> pb::Tier {
 /// A kernel that takes NVRTC a while: `statements` lines of dependent math (about 1 s per 2,500
 /// on a 2-core build machine; the time grows faster than linearly).
 pub fn slow_kernel(statements: usize) -> String {
-    let mut s = String::from(
-        "extern \"C\" __global__ void slow(float* x) {\n  float a = x[0], b = x[1];\n",
-    );
+    let mut s = String::from("extern \"C\" __global__ void slow(float* x) {\n  float a = x[0], b = x[1];\n");
     for i in 0..statements {
-        s.push_str(&format!(
-            "  a = __sinf(a) * {i}.5f + b; b = b * a + {i}.25f;\n"
-        ));
+        s.push_str(&format!("  a = __sinf(a) * {i}.5f + b; b = b * a + {i}.25f;\n"));
     }
     s.push_str("  x[0] = a + b;\n}\n");
     s

@@ -7,11 +7,8 @@ use std::path::{Path, PathBuf};
 fn link_tree(real: &Path, into: &Path) {
     std::fs::create_dir_all(into.join("lib")).expect("mkdir lib");
     std::os::unix::fs::symlink(real.join("include"), into.join("include")).expect("link include");
-    std::os::unix::fs::symlink(
-        real.join("lib/libnvrtc-builtins.so.13.0"),
-        into.join("lib/libnvrtc-builtins.so.13.0"),
-    )
-    .expect("link builtins");
+    std::os::unix::fs::symlink(real.join("lib/libnvrtc-builtins.so.13.0"), into.join("lib/libnvrtc-builtins.so.13.0"))
+        .expect("link builtins");
 }
 
 /// A CUDA root whose libnvrtc.so.13 is the witness shim from tests/witness. Returns the root and
@@ -23,13 +20,7 @@ pub fn witness_root(dir: &Path, witness_file: &Path) -> (PathBuf, Vec<(String, S
     let source = env::repo_root().join("tests/witness/nvrtc_witness.c");
     let out = root.join("lib/libnvrtc.so.13");
     let status = std::process::Command::new("cc")
-        .args([
-            "-shared",
-            "-fPIC",
-            "-O1",
-            "-Wl,-soname,libnvrtc.so.13",
-            "-o",
-        ])
+        .args(["-shared", "-fPIC", "-O1", "-Wl,-soname,libnvrtc.so.13", "-o"])
         .arg(&out)
         .arg(&source)
         .arg("-ldl")
@@ -37,14 +28,8 @@ pub fn witness_root(dir: &Path, witness_file: &Path) -> (PathBuf, Vec<(String, S
         .expect("run cc: a C compiler is needed to build the witness (scripts/test installs gcc)");
     assert!(status.success(), "building the NVRTC witness failed");
     let env = vec![
-        (
-            "KILN_WITNESS_REAL_NVRTC".to_string(),
-            real.join("lib/libnvrtc.so.13").display().to_string(),
-        ),
-        (
-            "KILN_WITNESS_FILE".to_string(),
-            witness_file.display().to_string(),
-        ),
+        ("KILN_WITNESS_REAL_NVRTC".to_string(), real.join("lib/libnvrtc.so.13").display().to_string()),
+        ("KILN_WITNESS_FILE".to_string(), witness_file.display().to_string()),
     ];
     (root, env)
 }
@@ -63,7 +48,5 @@ pub fn appended_byte_root(dir: &Path) -> PathBuf {
 
 /// Lines in the witness file: one per real NVRTC compile.
 pub fn witnessed_compiles(file: &Path) -> usize {
-    std::fs::read_to_string(file)
-        .map(|t| t.lines().count())
-        .unwrap_or(0)
+    std::fs::read_to_string(file).map(|t| t.lines().count()).unwrap_or(0)
 }

@@ -18,17 +18,11 @@ fn kiln(d: &Daemon, args: &[&str], cwd: &Path) -> Output {
 }
 
 fn lines(out: &Output) -> Vec<Value> {
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("NDJSON line"))
-        .collect()
+    String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).expect("NDJSON line")).collect()
 }
 
 fn kernel_line<'a>(lines: &'a [Value], id: &str) -> &'a Value {
-    lines
-        .iter()
-        .find(|l| l["id"] == id)
-        .unwrap_or_else(|| panic!("no line for {id} in {lines:?}"))
+    lines.iter().find(|l| l["id"] == id).unwrap_or_else(|| panic!("no line for {id} in {lines:?}"))
 }
 
 #[test]
@@ -36,51 +30,23 @@ fn compile_resolves_headers_by_content_and_never_serves_a_stale_artifact() {
     let d = Daemon::start(Options::default());
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("inc/nested")).unwrap();
-    std::fs::write(
-        dir.path().join("inc/scale.h"),
-        "#include \"nested/factor.h\"\n#define SCALE (FACTOR * 2.0f)\n",
-    )
-    .unwrap();
-    std::fs::write(
-        dir.path().join("inc/nested/factor.h"),
-        "#define FACTOR 3.0f\n",
-    )
-    .unwrap();
+    std::fs::write(dir.path().join("inc/scale.h"), "#include \"nested/factor.h\"\n#define SCALE (FACTOR * 2.0f)\n")
+        .unwrap();
+    std::fs::write(dir.path().join("inc/nested/factor.h"), "#define FACTOR 3.0f\n").unwrap();
     std::fs::write(
         dir.path().join("scale.cu"),
         "#include \"scale.h\"\nextern \"C\" __global__ void scale(float* x) { x[0] *= SCALE; }\n",
     )
     .unwrap();
-    std::fs::write(
-        dir.path().join("plain.cu"),
-        kiln_tests::kernels::vector_add(7),
-    )
-    .unwrap();
-    let args = [
-        "compile", "--target", "sm_90", "-I", "inc", "--json", "--out", "out", "scale.cu",
-        "plain.cu",
-    ];
+    std::fs::write(dir.path().join("plain.cu"), kiln_tests::kernels::vector_add(7)).unwrap();
+    let args = ["compile", "--target", "sm_90", "-I", "inc", "--json", "--out", "out", "scale.cu", "plain.cu"];
 
     let first = kiln(&d, &args, dir.path());
-    assert!(
-        first.status.success(),
-        "{}",
-        String::from_utf8_lossy(&first.stderr)
-    );
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
     let l = lines(&first);
     assert_eq!(l.len(), 3, "two kernels and a summary");
     let scale = kernel_line(&l, "scale");
-    for field in [
-        "id",
-        "key",
-        "outcome",
-        "tier",
-        "compile_ms",
-        "elapsed_ms",
-        "bytes",
-        "lowered_names",
-        "log",
-    ] {
+    for field in ["id", "key", "outcome", "tier", "compile_ms", "elapsed_ms", "bytes", "lowered_names", "log"] {
         assert!(scale.get(field).is_some(), "missing {field} in {scale}");
     }
     assert_eq!(scale["outcome"], "ok");
@@ -88,29 +54,16 @@ fn compile_resolves_headers_by_content_and_never_serves_a_stale_artifact() {
     assert_eq!(l[2]["kernel_keys"].as_array().unwrap().len(), 2);
     assert!(l[2]["graph_key"].as_str().unwrap().len() == 64);
     let cubin = std::fs::read(dir.path().join("out/scale.cubin")).unwrap();
-    assert!(
-        Cubin::parse(&cubin)
-            .unwrap()
-            .symbols
-            .iter()
-            .any(|s| s == "scale")
-    );
+    assert!(Cubin::parse(&cubin).unwrap().symbols.iter().any(|s| s == "scale"));
 
     let warm = lines(&kiln(&d, &args, dir.path()));
     assert_eq!(kernel_line(&warm, "scale")["tier"], "memory");
 
     // Edit a nested header: the key must change and the kernel must be compiled again.
-    std::fs::write(
-        dir.path().join("inc/nested/factor.h"),
-        "#define FACTOR 5.0f\n",
-    )
-    .unwrap();
+    std::fs::write(dir.path().join("inc/nested/factor.h"), "#define FACTOR 5.0f\n").unwrap();
     let edited = lines(&kiln(&d, &args, dir.path()));
     let after = kernel_line(&edited, "scale");
-    assert_ne!(
-        after["key"], scale["key"],
-        "a header edit left the key unchanged"
-    );
+    assert_ne!(after["key"], scale["key"], "a header edit left the key unchanged");
     assert_eq!(after["tier"], "compiled", "a stale artifact was served");
     assert_eq!(kernel_line(&edited, "plain")["tier"], "memory");
     let new_cubin = std::fs::read(dir.path().join("out/scale.cubin")).unwrap();
@@ -122,81 +75,35 @@ fn compile_resolves_headers_by_content_and_never_serves_a_stale_artifact() {
 fn exit_codes_lookup_submit_watch_and_graph_files() {
     let d = Daemon::start(Options::default());
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("bad.cu"),
-        "extern \"C\" __global__ void b() { nope(); }\n",
-    )
-    .unwrap();
-    std::fs::write(
-        dir.path().join("good.cu"),
-        kiln_tests::kernels::vector_add(9),
-    )
-    .unwrap();
+    std::fs::write(dir.path().join("bad.cu"), "extern \"C\" __global__ void b() { nope(); }\n").unwrap();
+    std::fs::write(dir.path().join("good.cu"), kiln_tests::kernels::vector_add(9)).unwrap();
 
-    let miss = kiln(
-        &d,
-        &["lookup", "--target", "sm_90", "--json", "good.cu"],
-        dir.path(),
-    );
+    let miss = kiln(&d, &["lookup", "--target", "sm_90", "--json", "good.cu"], dir.path());
     assert_eq!(miss.status.code(), Some(1), "a miss is a non-zero exit");
     assert_eq!(lines(&miss)[0]["outcome"], "miss");
 
-    let failed = kiln(
-        &d,
-        &["compile", "--target", "sm_90", "bad.cu", "good.cu"],
-        dir.path(),
-    );
+    let failed = kiln(&d, &["compile", "--target", "sm_90", "bad.cu", "good.cu"], dir.path());
     assert_eq!(failed.status.code(), Some(1));
-    assert!(
-        String::from_utf8_lossy(&failed.stdout).contains("nope"),
-        "the log is printed"
-    );
+    assert!(String::from_utf8_lossy(&failed.stdout).contains("nope"), "the log is printed");
 
-    let hit = kiln(
-        &d,
-        &["lookup", "--target", "sm_90", "--json", "good.cu"],
-        dir.path(),
-    );
+    let hit = kiln(&d, &["lookup", "--target", "sm_90", "--json", "good.cu"], dir.path());
     assert!(hit.status.success());
     assert_eq!(lines(&hit)[0]["tier"], "memory");
 
-    let submitted = kiln(
-        &d,
-        &["submit", "--target", "sm_90", "--json", "good.cu"],
-        dir.path(),
-    );
+    let submitted = kiln(&d, &["submit", "--target", "sm_90", "--json", "good.cu"], dir.path());
     assert!(submitted.status.success());
     let job = lines(&submitted)[0]["job_id"].as_str().unwrap().to_string();
     let watched = kiln(&d, &["watch", "--json", &job], dir.path());
-    assert!(
-        watched.status.success(),
-        "{}",
-        String::from_utf8_lossy(&watched.stderr)
-    );
+    assert!(watched.status.success(), "{}", String::from_utf8_lossy(&watched.stderr));
     assert_eq!(lines(&watched)[0]["outcome"], "ok");
 
     let graph = env::repo_root().join("examples/cuda.graph.json");
-    let from_graph = kiln(
-        &d,
-        &["compile", "--json", "--graph", graph.to_str().unwrap()],
-        dir.path(),
-    );
-    assert!(
-        from_graph.status.success(),
-        "{}",
-        String::from_utf8_lossy(&from_graph.stdout)
-    );
+    let from_graph = kiln(&d, &["compile", "--json", "--graph", graph.to_str().unwrap()], dir.path());
+    assert!(from_graph.status.success(), "{}", String::from_utf8_lossy(&from_graph.stdout));
     let softmax = kernel_line(&lines(&from_graph), "softmax").clone();
-    assert_eq!(
-        softmax["lowered_names"]["softmax_rows<float>"],
-        "_Z12softmax_rowsIfEvPKT_PS0_i"
-    );
+    assert_eq!(softmax["lowered_names"]["softmax_rows<float>"], "_Z12softmax_rowsIfEvPKT_PS0_i");
 
-    let refused = kiln(
-        &d,
-        &["compile", "--target", "sm_90", "good.cu", "--", "-I/etc"],
-        dir.path(),
-    );
+    let refused = kiln(&d, &["compile", "--target", "sm_90", "good.cu", "--", "-I/etc"], dir.path());
     assert_eq!(refused.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&refused.stderr).contains("invalid argument"),
@@ -213,10 +120,7 @@ fn doctor_reports_the_toolchain_with_and_without_a_daemon() {
     let up = kiln(&d, &["doctor"], &here);
     let text = String::from_utf8_lossy(&up.stdout).to_string();
     assert!(up.status.success(), "{text}");
-    assert!(
-        text.contains("fingerprint") && text.contains("13.0"),
-        "{text}"
-    );
+    assert!(text.contains("fingerprint") && text.contains("13.0"), "{text}");
     let uri = d.uri();
     d.stop();
     let down = Command::new(env::binary("kiln"))
@@ -225,15 +129,8 @@ fn doctor_reports_the_toolchain_with_and_without_a_daemon() {
         .arg("doctor")
         .output()
         .unwrap();
-    let text =
-        String::from_utf8_lossy(&down.stdout).to_string() + &String::from_utf8_lossy(&down.stderr);
-    assert!(
-        !down.status.success(),
-        "doctor must fail when the daemon is down"
-    );
+    let text = String::from_utf8_lossy(&down.stdout).to_string() + &String::from_utf8_lossy(&down.stderr);
+    assert!(!down.status.success(), "doctor must fail when the daemon is down");
     assert!(text.contains("cannot reach kilnd"), "{text}");
-    assert!(
-        text.contains("nvrtc") && text.contains("13.0"),
-        "the local check ran: {text}"
-    );
+    assert!(text.contains("nvrtc") && text.contains("13.0"), "the local check ran: {text}");
 }

@@ -10,52 +10,25 @@ async fn compiles_cold_then_serves_warm_with_valid_cubins() {
     let d = Daemon::start(Options::default());
     let client = d.client().await;
     for target in ["sm_90", "sm_80", "sm_90a"] {
-        let req = request(
-            target,
-            vec![
-                kernel("add", cuda(&vector_add(1))),
-                kernel("mixed", cuda(TOOLKIT_HEADERS)),
-            ],
-        );
-        let cold = client
-            .compile(req.clone())
-            .await
-            .unwrap()
-            .collect()
-            .await
-            .unwrap();
-        assert!(
-            cold.all_ok(),
-            "{target}: {:#?}",
-            cold.kernels.iter().map(|k| &k.log).collect::<Vec<_>>()
-        );
+        let req = request(target, vec![kernel("add", cuda(&vector_add(1))), kernel("mixed", cuda(TOOLKIT_HEADERS))]);
+        let cold = client.compile(req.clone()).await.unwrap().collect().await.unwrap();
+        assert!(cold.all_ok(), "{target}: {:#?}", cold.kernels.iter().map(|k| &k.log).collect::<Vec<_>>());
         for k in &cold.kernels {
             assert_eq!(k.tier(), Tier::Compiled, "{target} {}", k.id);
             assert!(k.compile_micros > 0);
             let elf = Cubin::parse(&k.artifact).expect("a cubin is an ELF file");
             assert_eq!(elf.machine, EM_CUDA);
-            let want: u32 = target
-                .trim_start_matches("sm_")
-                .trim_end_matches('a')
-                .parse()
-                .unwrap();
+            let want: u32 = target.trim_start_matches("sm_").trim_end_matches('a').parse().unwrap();
             assert_eq!(elf.sm(), want, "{target}: e_flags {:#x}", elf.flags);
             let entry = if k.id == "add" { "add_1" } else { "mixed" };
-            assert!(
-                elf.symbols.iter().any(|s| s == entry),
-                "{entry} not in {:?}",
-                elf.symbols
-            );
+            assert!(elf.symbols.iter().any(|s| s == entry), "{entry} not in {:?}", elf.symbols);
         }
         let warm = client.compile(req).await.unwrap().collect().await.unwrap();
         for (c, w) in cold.kernels.iter().zip(&warm.kernels) {
             let w = warm.kernel(&c.id).unwrap_or(w);
             assert_eq!(w.tier(), Tier::Memory);
             assert_eq!(w.artifact, c.artifact, "warm bytes differ from cold");
-            assert_eq!(
-                w.compile_micros, c.compile_micros,
-                "compile cost is kept on a hit"
-            );
+            assert_eq!(w.compile_micros, c.compile_micros, "compile cost is kept on a hit");
         }
         assert_eq!(cold.done.graph_key, warm.done.graph_key);
     }
@@ -93,46 +66,22 @@ async fn name_expressions_return_lowered_names() {
         name_expressions: vec!["saxpy<float>".into(), "saxpy<double>".into()],
         ..cuda(SAXPY_TEMPLATE)
     };
-    let job = client
-        .compile(request("sm_90", vec![kernel("saxpy", src)]))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    let job = client.compile(request("sm_90", vec![kernel("saxpy", src)])).await.unwrap().collect().await.unwrap();
     let k = &job.kernels[0];
     assert_eq!(k.outcome(), Outcome::Ok, "{}", k.log);
-    let lowered: Vec<(&str, &str)> = k
-        .lowered_names
-        .iter()
-        .map(|l| (l.name_expression.as_str(), l.lowered_name.as_str()))
-        .collect();
+    let lowered: Vec<(&str, &str)> =
+        k.lowered_names.iter().map(|l| (l.name_expression.as_str(), l.lowered_name.as_str())).collect();
     assert_eq!(
         lowered,
-        vec![
-            ("saxpy<float>", "_Z5saxpyIfEvT_PKS0_PS0_i"),
-            ("saxpy<double>", "_Z5saxpyIdEvT_PKS0_PS0_i")
-        ]
+        vec![("saxpy<float>", "_Z5saxpyIfEvT_PKS0_PS0_i"), ("saxpy<double>", "_Z5saxpyIdEvT_PKS0_PS0_i")]
     );
     let elf = Cubin::parse(&k.artifact).unwrap();
     assert!(elf.symbols.iter().any(|s| s == "_Z5saxpyIfEvT_PKS0_PS0_i"));
 
-    let bad = pb::CudaSource {
-        name_expressions: vec!["saxpy<int".into()],
-        ..cuda(SAXPY_TEMPLATE)
-    };
-    let job = client
-        .compile(request("sm_90", vec![kernel("bad", bad)]))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    let bad = pb::CudaSource { name_expressions: vec!["saxpy<int".into()], ..cuda(SAXPY_TEMPLATE) };
+    let job = client.compile(request("sm_90", vec![kernel("bad", bad)])).await.unwrap().collect().await.unwrap();
     assert_eq!(job.kernels[0].outcome(), Outcome::Failed);
-    assert!(
-        !job.kernels[0].log.is_empty(),
-        "NVRTC's message is returned"
-    );
+    assert!(!job.kernels[0].log.is_empty(), "NVRTC's message is returned");
     d.stop();
 }
 
@@ -141,54 +90,30 @@ async fn headers_by_content_and_compile_errors_with_logs() {
     let d = Daemon::start(Options::default());
     let client = d.client().await;
     let with_header = pb::CudaSource {
-        headers: vec![pb::Header {
-            name: "scale.h".into(),
-            content: "#define SCALE 3.0f\n".into(),
-        }],
-        ..cuda(
-            "#include \"scale.h\"\nextern \"C\" __global__ void s(float* x) { x[0] *= SCALE; }\n",
-        )
+        headers: vec![pb::Header { name: "scale.h".into(), content: "#define SCALE 3.0f\n".into() }],
+        ..cuda("#include \"scale.h\"\nextern \"C\" __global__ void s(float* x) { x[0] *= SCALE; }\n")
     };
     let broken = cuda("extern \"C\" __global__ void b(float* x) { x[0] = undefined_name; }\n");
     let job = client
-        .compile(request(
-            "sm_90",
-            vec![
-                kernel("scaled", with_header),
-                kernel("broken", broken.clone()),
-            ],
-        ))
+        .compile(request("sm_90", vec![kernel("scaled", with_header), kernel("broken", broken.clone())]))
         .await
         .unwrap()
         .collect()
         .await
         .unwrap();
-    assert_eq!(
-        job.kernel("scaled").unwrap().outcome(),
-        Outcome::Ok,
-        "{}",
-        job.kernel("scaled").unwrap().log
-    );
+    assert_eq!(job.kernel("scaled").unwrap().outcome(), Outcome::Ok, "{}", job.kernel("scaled").unwrap().log);
     let b = job.kernel("broken").unwrap();
     assert_eq!(b.outcome(), Outcome::Failed);
     assert!(b.log.contains("undefined_name"), "log: {}", b.log);
     assert!(b.artifact.is_empty());
     assert_eq!((job.done.ok, job.done.failed), (1, 1));
     // The failure is remembered briefly: asking again does not compile again.
-    let again = client
-        .compile(request("sm_90", vec![kernel("broken", broken)]))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    let again =
+        client.compile(request("sm_90", vec![kernel("broken", broken)])).await.unwrap().collect().await.unwrap();
     assert_eq!(again.kernels[0].outcome(), Outcome::Failed);
     assert!(again.kernels[0].log.contains("undefined_name"));
     let m = d.metrics_text();
     assert!(m.contains("kiln_negative_cache_hits_total 1"), "{m}");
-    assert!(
-        m.contains("kiln_compiles_total{toolchain=\"nvrtc\",outcome=\"failed\"} 1"),
-        "{m}"
-    );
+    assert!(m.contains("kiln_compiles_total{toolchain=\"nvrtc\",outcome=\"failed\"} 1"), "{m}");
     d.stop();
 }

@@ -14,50 +14,23 @@ async fn socket_health_and_metrics() {
     let client = d.client().await;
     // gRPC health over the same socket, as grpcurl and Kubernetes probes use it.
     let mut health = tonic_health::pb::health_client::HealthClient::new(client.channel());
-    let status = health
-        .check(tonic_health::pb::HealthCheckRequest {
-            service: "kiln.v1.Compiler".into(),
-        })
-        .await
-        .unwrap();
-    assert_eq!(
-        status.into_inner().status,
-        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
-    );
+    let status =
+        health.check(tonic_health::pb::HealthCheckRequest { service: "kiln.v1.Compiler".into() }).await.unwrap();
+    assert_eq!(status.into_inner().status, tonic_health::pb::health_check_response::ServingStatus::Serving as i32);
     // Reflection, which grpcurl needs, lists the service.
     let mut reflection =
-        tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient::new(
-            client.channel(),
-        );
+        tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient::new(client.channel());
     let ask = tonic_reflection::pb::v1::ServerReflectionRequest {
         host: String::new(),
-        message_request: Some(
-            tonic_reflection::pb::v1::server_reflection_request::MessageRequest::ListServices(
-                String::new(),
-            ),
-        ),
+        message_request: Some(tonic_reflection::pb::v1::server_reflection_request::MessageRequest::ListServices(
+            String::new(),
+        )),
     };
-    let mut answers = reflection
-        .server_reflection_info(tokio_stream::once(ask))
-        .await
-        .unwrap()
-        .into_inner();
+    let mut answers = reflection.server_reflection_info(tokio_stream::once(ask)).await.unwrap().into_inner();
     let listed = format!("{:?}", answers.message().await.unwrap());
     assert!(listed.contains("kiln.v1.Compiler"), "{listed}");
-    client
-        .compile(vector_graph("sm_90", 2))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
-    client
-        .compile(vector_graph("sm_90", 2))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    client.compile(vector_graph("sm_90", 2)).await.unwrap().collect().await.unwrap();
+    client.compile(vector_graph("sm_90", 2)).await.unwrap().collect().await.unwrap();
     let m = d.metrics_text();
     for series in [
         "kiln_cache_lookups_total{tier=\"memory\",result=\"hit\"} 2",
@@ -93,11 +66,7 @@ async fn a_compile_continues_after_its_client_leaves() {
     let job = client.compile(req).await.unwrap().collect().await.unwrap();
     let k = &job.kernels[0];
     assert_eq!(k.outcome(), Outcome::Ok, "{}", k.log);
-    assert!(
-        matches!(k.tier(), Tier::Joined | Tier::Memory),
-        "the abandoned compile was redone: {:?}",
-        k.tier()
-    );
+    assert!(matches!(k.tier(), Tier::Joined | Tier::Memory), "the abandoned compile was redone: {:?}", k.tier());
     d.stop();
 }
 
@@ -106,39 +75,18 @@ async fn a_compile_continues_after_its_client_leaves() {
 async fn sigterm_drains_running_work_and_exits_zero() {
     let dir = tempfile::tempdir().unwrap();
     let d = Daemon::start_in(dir.path(), Options::default());
-    let req = request(
-        "sm_90",
-        vec![kernel(
-            "slow",
-            cuda(&format!("// drain\n{}", slow_kernel(2500))),
-        )],
-    );
+    let req = request("sm_90", vec![kernel("slow", cuda(&format!("// drain\n{}", slow_kernel(2500))))]);
     let client = d.client().await;
     client.submit(req.clone()).await.unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while client.stats().await.unwrap().inflight_compiles < 1 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the compile never started"
-        );
+        assert!(std::time::Instant::now() < deadline, "the compile never started");
         tokio::task::yield_now().await;
     }
     drop(client);
     d.stop_within(Duration::from_secs(60));
     let d = Daemon::start_in(dir.path(), Options::default());
-    let job = d
-        .client()
-        .await
-        .lookup(req)
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
-    assert_eq!(
-        job.kernels[0].tier(),
-        Tier::Disk,
-        "the drained compile was not published"
-    );
+    let job = d.client().await.lookup(req).await.unwrap().collect().await.unwrap();
+    assert_eq!(job.kernels[0].tier(), Tier::Disk, "the drained compile was not published");
     d.stop();
 }

@@ -11,16 +11,8 @@ async fn fifty_clients_one_compile_per_kernel() {
     let dir = tempfile::tempdir().unwrap();
     let witness = dir.path().join("compiles.log");
     let (root, env) = toolkits::witness_root(dir.path(), &witness);
-    let d = Daemon::start(Options {
-        cuda_root: root,
-        extra_env: env,
-        ..Options::default()
-    });
-    assert_eq!(
-        toolkits::witnessed_compiles(&witness),
-        0,
-        "start-up compiled something"
-    );
+    let d = Daemon::start(Options { cuda_root: root, extra_env: env, ..Options::default() });
+    assert_eq!(toolkits::witnessed_compiles(&witness), 0, "start-up compiled something");
     const KERNELS: usize = 4;
     let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(50));
     let mut clients = tokio::task::JoinSet::new();
@@ -29,45 +21,24 @@ async fn fifty_clients_one_compile_per_kernel() {
         clients.spawn(async move {
             let client = kiln_client::connect(&uri).await.unwrap();
             barrier.wait().await;
-            client
-                .compile(vector_graph("sm_90", KERNELS))
-                .await
-                .unwrap()
-                .collect()
-                .await
-                .unwrap()
+            client.compile(vector_graph("sm_90", KERNELS)).await.unwrap().collect().await.unwrap()
         });
     }
     let mut jobs = Vec::new();
     while let Some(job) = clients.join_next().await {
         jobs.push(job.unwrap());
     }
-    assert_eq!(
-        toolkits::witnessed_compiles(&witness),
-        KERNELS,
-        "NVRTC ran a different number of times"
-    );
+    assert_eq!(toolkits::witnessed_compiles(&witness), KERNELS, "NVRTC ran a different number of times");
     let reference = &jobs[0];
     let mut compiled = 0;
     for job in &jobs {
         for k in &job.kernels {
             assert_eq!(k.outcome(), Outcome::Ok, "{}", k.log);
-            assert_eq!(
-                k.artifact,
-                reference.kernel(&k.id).unwrap().artifact,
-                "clients got different bytes"
-            );
-            assert!(
-                matches!(k.tier(), Tier::Compiled | Tier::Joined | Tier::Memory),
-                "{:?}",
-                k.tier()
-            );
+            assert_eq!(k.artifact, reference.kernel(&k.id).unwrap().artifact, "clients got different bytes");
+            assert!(matches!(k.tier(), Tier::Compiled | Tier::Joined | Tier::Memory), "{:?}", k.tier());
             compiled += usize::from(k.tier() == Tier::Compiled);
         }
     }
-    assert_eq!(
-        compiled, KERNELS,
-        "exactly one request per kernel paid the compile"
-    );
+    assert_eq!(compiled, KERNELS, "exactly one request per kernel paid the compile");
     d.stop();
 }

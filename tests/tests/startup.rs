@@ -32,11 +32,7 @@ fn missing_or_broken_nvrtc_is_a_clear_error() {
     let no_headers = dir.path().join("no-headers");
     std::fs::create_dir_all(no_headers.join("lib")).unwrap();
     for lib in ["libnvrtc.so.13", "libnvrtc-builtins.so.13.0"] {
-        std::os::unix::fs::symlink(
-            env::cuda_root().join("lib").join(lib),
-            no_headers.join("lib").join(lib),
-        )
-        .unwrap();
+        std::os::unix::fs::symlink(env::cuda_root().join("lib").join(lib), no_headers.join("lib").join(lib)).unwrap();
     }
     kilnd_fails_with(&no_headers, "CUDA runtime headers are missing");
 
@@ -65,42 +61,21 @@ fn kilnd_check_reports_without_panicking() {
     assert!(ok.status.success());
     let report: serde_json::Value = serde_json::from_slice(&ok.stdout).unwrap();
     assert_eq!(report["toolchains"][0]["version"], "13.0");
-    assert!(
-        report["toolchains"][0]["supported_targets"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|t| t == "sm_90")
-    );
-    let bad = Command::new(env::binary("kilnd"))
-        .args(["--cuda-root", "/nonexistent", "check"])
-        .output()
-        .unwrap();
+    assert!(report["toolchains"][0]["supported_targets"].as_array().unwrap().iter().any(|t| t == "sm_90"));
+    let bad = Command::new(env::binary("kilnd")).args(["--cuda-root", "/nonexistent", "check"]).output().unwrap();
     assert_eq!(bad.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&bad.stdout).contains("NOT USABLE"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serves_over_tcp_too() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let d = Daemon::start(Options {
         extra_env: vec![("KILN_LISTEN".into(), format!("127.0.0.1:{port}"))],
         ..Options::default()
     });
-    let client = kiln_client::connect(&format!("http://127.0.0.1:{port}"))
-        .await
-        .unwrap();
-    let job = client
-        .compile(kiln_tests::kernels::vector_graph("sm_90", 1))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    let client = kiln_client::connect(&format!("http://127.0.0.1:{port}")).await.unwrap();
+    let job = client.compile(kiln_tests::kernels::vector_graph("sm_90", 1)).await.unwrap().collect().await.unwrap();
     assert!(job.all_ok());
     drop(client);
     d.stop();

@@ -6,9 +6,7 @@
 //! when the daemon is unreachable or has no toolchain.
 
 use super::local_check::{LocalCheck, run_kilnd_check};
-use crate::output::stats::{
-    FINGERPRINT_NOTE, gpus_text, identity_text, tiers_text, toolchains_text,
-};
+use crate::output::stats::{FINGERPRINT_NOTE, gpus_text, identity_text, tiers_text, toolchains_text};
 use crate::report::print_line;
 use anyhow::Context;
 use kiln_client::pb;
@@ -36,9 +34,7 @@ impl Diagnosis {
             problems.push(error.clone());
         }
         if self.stats.as_ref().is_some_and(|s| s.toolchains.is_empty()) {
-            problems.push(
-                "kilnd has no usable toolchain: run `kilnd check` on the daemon's host".to_owned(),
-            );
+            problems.push("kilnd has no usable toolchain: run `kilnd check` on the daemon's host".to_owned());
         }
         problems
     }
@@ -47,35 +43,23 @@ impl Diagnosis {
 pub async fn run(daemon: &str, json: bool) -> anyhow::Result<ExitCode> {
     let diagnosis = diagnose(daemon).await;
     let text = if json {
-        serde_json::to_string_pretty(&diagnosis_json(&diagnosis))
-            .context("encoding the report as JSON")?
+        serde_json::to_string_pretty(&diagnosis_json(&diagnosis)).context("encoding the report as JSON")?
     } else {
         diagnosis_text(&diagnosis)
     };
     print_line(text.trim_end())?;
-    Ok(if diagnosis.problems().is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(if diagnosis.problems().is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
 async fn diagnose(daemon: &str) -> Diagnosis {
-    let mut diagnosis = Diagnosis {
-        daemon: daemon.to_owned(),
-        error: None,
-        reachable: false,
-        stats: None,
-        local_check: None,
-    };
+    let mut diagnosis =
+        Diagnosis { daemon: daemon.to_owned(), error: None, reachable: false, stats: None, local_check: None };
     match kiln_client::connect(daemon).await {
         Ok(client) => {
             diagnosis.reachable = true;
             match client.stats().await {
                 Ok(stats) => diagnosis.stats = Some(stats),
-                Err(err) => {
-                    diagnosis.error = Some(format!("kilnd answered, but not to Stats: {err}"))
-                }
+                Err(err) => diagnosis.error = Some(format!("kilnd answered, but not to Stats: {err}")),
             }
         }
         Err(err) => {
@@ -88,11 +72,7 @@ async fn diagnose(daemon: &str) -> Diagnosis {
 
 fn diagnosis_text(d: &Diagnosis) -> String {
     let mut text = format!("daemon          {}\n", d.daemon);
-    let _ = writeln!(
-        text,
-        "reachable       {}",
-        if d.reachable { "yes" } else { "no" }
-    );
+    let _ = writeln!(text, "reachable       {}", if d.reachable { "yes" } else { "no" });
     if let Some(stats) = &d.stats {
         text.push_str(&identity_text(stats));
         text.push('\n');
@@ -110,11 +90,7 @@ fn diagnosis_text(d: &Diagnosis) -> String {
     let problems = d.problems();
     if problems.is_empty() {
         let n = d.stats.as_ref().map_or(0, |s| s.toolchains.len());
-        let _ = writeln!(
-            text,
-            "ok: kilnd is reachable with {n} toolchain{}",
-            crate::output::plural(n)
-        );
+        let _ = writeln!(text, "ok: kilnd is reachable with {n} toolchain{}", crate::output::plural(n));
     }
     for problem in problems {
         let _ = writeln!(text, "problem: {problem}");
@@ -188,10 +164,7 @@ mod tests {
         assert_eq!(d.problems().len(), 1);
         let text = diagnosis_text(&d);
         assert!(text.contains("reachable       no"), "{text}");
-        assert!(
-            text.contains("/opt/kiln/kilnd check (exit code 0):\n    nvrtc 13.0"),
-            "{text}"
-        );
+        assert!(text.contains("/opt/kiln/kilnd check (exit code 0):\n    nvrtc 13.0"), "{text}");
         assert!(text.contains(FINGERPRINT_NOTE), "{text}");
         let json = diagnosis_json(&d);
         assert_eq!(json["reachable"], false);
@@ -210,19 +183,10 @@ mod tests {
         d.error = None;
         d.reachable = true;
         d.local_check = None;
-        d.stats = Some(pb::StatsResponse {
-            version: "0.1.0".into(),
-            ..Default::default()
-        });
+        d.stats = Some(pb::StatsResponse { version: "0.1.0".into(), ..Default::default() });
         assert_eq!(d.problems().len(), 1);
-        let with_toolchain = pb::ToolchainInfo {
-            name: "nvrtc".into(),
-            ..Default::default()
-        };
-        d.stats = Some(pb::StatsResponse {
-            toolchains: vec![with_toolchain],
-            ..Default::default()
-        });
+        let with_toolchain = pb::ToolchainInfo { name: "nvrtc".into(), ..Default::default() };
+        d.stats = Some(pb::StatsResponse { toolchains: vec![with_toolchain], ..Default::default() });
         assert!(d.problems().is_empty());
         assert!(diagnosis_text(&d).contains("ok: kilnd is reachable with 1 toolchain\n"));
     }

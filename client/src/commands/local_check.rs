@@ -21,18 +21,12 @@ pub enum LocalCheck {
     /// It could not be started, or did not finish in time.
     Error { program: PathBuf, message: String },
     /// It ran: its exit code (`None` if killed by a signal) and its stdout then stderr.
-    Ran {
-        program: PathBuf,
-        exit_code: Option<i32>,
-        output: String,
-    },
+    Ran { program: PathBuf, exit_code: Option<i32>, output: String },
 }
 
 /// Finds `kilnd` and runs `kilnd check`.
 pub async fn run_kilnd_check() -> LocalCheck {
-    let exe_dir = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().map(Path::to_path_buf));
+    let exe_dir = std::env::current_exe().ok().and_then(|exe| exe.parent().map(Path::to_path_buf));
     let path_var = std::env::var_os("PATH");
     let Some(program) = find_program(KILND, exe_dir.as_deref(), path_var.as_deref()) else {
         return LocalCheck::NotFound;
@@ -44,42 +38,22 @@ pub async fn run_kilnd_check() -> LocalCheck {
         .kill_on_drop(true)
         .output();
     match tokio::time::timeout(CHECK_TIMEOUT, child).await {
-        Err(_) => LocalCheck::Error {
-            program,
-            message: format!("did not finish in {} s", CHECK_TIMEOUT.as_secs()),
-        },
-        Ok(Err(err)) => LocalCheck::Error {
-            program,
-            message: err.to_string(),
-        },
+        Err(_) => LocalCheck::Error { program, message: format!("did not finish in {} s", CHECK_TIMEOUT.as_secs()) },
+        Ok(Err(err)) => LocalCheck::Error { program, message: err.to_string() },
         Ok(Ok(output)) => {
             let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
             text.push_str(&String::from_utf8_lossy(&output.stderr));
-            LocalCheck::Ran {
-                program,
-                exit_code: output.status.code(),
-                output: text,
-            }
+            LocalCheck::Ran { program, exit_code: output.status.code(), output: text }
         }
     }
 }
 
 /// `name` next to the running executable first (an unpacked release keeps both binaries
 /// together, and that pair is the one that belongs together), then on `path_var`.
-pub fn find_program(
-    name: &str,
-    exe_dir: Option<&Path>,
-    path_var: Option<&OsStr>,
-) -> Option<PathBuf> {
+pub fn find_program(name: &str, exe_dir: Option<&Path>, path_var: Option<&OsStr>) -> Option<PathBuf> {
     let beside = exe_dir.map(|dir| dir.join(name));
-    let on_path = path_var
-        .into_iter()
-        .flat_map(std::env::split_paths)
-        .map(|dir| dir.join(name));
-    beside
-        .into_iter()
-        .chain(on_path)
-        .find(|candidate| is_executable(candidate))
+    let on_path = path_var.into_iter().flat_map(std::env::split_paths).map(|dir| dir.join(name));
+    beside.into_iter().chain(on_path).find(|candidate| is_executable(candidate))
 }
 
 fn is_executable(path: &Path) -> bool {
@@ -100,11 +74,7 @@ mod tests {
     #[test]
     fn prefers_the_binary_next_to_kiln_then_path_in_order() {
         let root = tempfile::tempdir().unwrap();
-        let (exe_dir, first, second) = (
-            root.path().join("bin"),
-            root.path().join("p1"),
-            root.path().join("p2"),
-        );
+        let (exe_dir, first, second) = (root.path().join("bin"), root.path().join("p1"), root.path().join("p2"));
         for dir in [&exe_dir, &first, &second] {
             fs::create_dir(dir).unwrap();
         }
@@ -112,15 +82,9 @@ mod tests {
         fs::write(first.join("kilnd"), "not executable").unwrap();
         let path_var = std::env::join_paths([&first, &second]).unwrap();
 
-        assert_eq!(
-            find_program("kilnd", Some(&exe_dir), Some(&path_var)),
-            Some(second.join("kilnd"))
-        );
+        assert_eq!(find_program("kilnd", Some(&exe_dir), Some(&path_var)), Some(second.join("kilnd")));
         executable(&exe_dir.join("kilnd"));
-        assert_eq!(
-            find_program("kilnd", Some(&exe_dir), Some(&path_var)),
-            Some(exe_dir.join("kilnd"))
-        );
+        assert_eq!(find_program("kilnd", Some(&exe_dir), Some(&path_var)), Some(exe_dir.join("kilnd")));
         assert_eq!(find_program("kilnd", None, None), None);
     }
 }

@@ -22,11 +22,7 @@ use std::process::ExitCode;
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     // clap takes `KILN_DAEMON=` (set but empty) as an empty URI; treat it as unset instead, as
     // the Python client and kiln_proto's own rule do.
-    let daemon = if cli.daemon.is_empty() {
-        kiln_proto::paths::default_daemon_uri()
-    } else {
-        cli.daemon
-    };
+    let daemon = if cli.daemon.is_empty() { kiln_proto::paths::default_daemon_uri() } else { cli.daemon };
     match cli.command {
         Command::Compile(args) => compile::run(&daemon, args, compile::Mode::Compile).await,
         Command::Lookup(args) => compile::run(&daemon, args, compile::Mode::Lookup).await,
@@ -41,10 +37,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 fn load_graph(args: &GraphArgs) -> anyhow::Result<pb::CompileGraph> {
     match &args.graph {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            graph::parse_graph_json(&text, args.target.as_deref())
-                .with_context(|| format!("{}", path.display()))
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            graph::parse_graph_json(&text, args.target.as_deref()).with_context(|| format!("{}", path.display()))
         }
         None => Ok(graph::build_graph(&args.files, &args.graph_options())?),
     }

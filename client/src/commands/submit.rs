@@ -16,11 +16,7 @@ pub async fn run(daemon: &str, args: SubmitArgs) -> anyhow::Result<ExitCode> {
     };
     let client = kiln_client::connect(daemon).await?;
     let job_id = client.submit(request).await?;
-    let line = if args.json {
-        serde_json::json!({ "job_id": job_id }).to_string()
-    } else {
-        job_id
-    };
+    let line = if args.json { serde_json::json!({ "job_id": job_id }).to_string() } else { job_id };
     print_line(&line)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -39,13 +39,7 @@ pub enum IncludeError {
          (included from {}); NVRTC knows headers by name only, so rename one of them",
         first.display(), first_from.display(), second.display(), second_from.display()
     )]
-    Conflict {
-        name: String,
-        first: PathBuf,
-        first_from: PathBuf,
-        second: PathBuf,
-        second_from: PathBuf,
-    },
+    Conflict { name: String, first: PathBuf, first_from: PathBuf, second: PathBuf, second_from: PathBuf },
 }
 
 /// A header found on disk, and where, for error messages.
@@ -93,11 +87,7 @@ pub fn resolve_headers(
                     });
                 }
             } else {
-                let entry = Found {
-                    content: content.clone(),
-                    path: path.clone(),
-                    included_from: file.clone(),
-                };
+                let entry = Found { content: content.clone(), path: path.clone(), included_from: file.clone() };
                 found.insert(directive.name.clone(), entry);
             }
             if scanned.insert(canonical(&path)) {
@@ -105,21 +95,11 @@ pub fn resolve_headers(
             }
         }
     }
-    Ok(found
-        .into_iter()
-        .map(|(name, f)| pb::Header {
-            name,
-            content: f.content,
-        })
-        .collect())
+    Ok(found.into_iter().map(|(name, f)| pb::Header { name, content: f.content }).collect())
 }
 
 /// The file a directive names, or `None` when it is not found (left to the daemon).
-fn locate(
-    directive: &Directive,
-    including_dir: &Path,
-    include_dirs: &[PathBuf],
-) -> Option<PathBuf> {
+fn locate(directive: &Directive, including_dir: &Path, include_dirs: &[PathBuf]) -> Option<PathBuf> {
     let beside = match directive.delimiter {
         Delimiter::Quoted => Some(including_dir),
         Delimiter::Angle => None,
@@ -132,13 +112,8 @@ fn locate(
 }
 
 fn read_text(path: &Path) -> Result<String, IncludeError> {
-    let bytes = std::fs::read(path).map_err(|error| IncludeError::Read {
-        path: path.to_path_buf(),
-        error,
-    })?;
-    String::from_utf8(bytes).map_err(|_| IncludeError::NotUtf8 {
-        path: path.to_path_buf(),
-    })
+    let bytes = std::fs::read(path).map_err(|error| IncludeError::Read { path: path.to_path_buf(), error })?;
+    String::from_utf8(bytes).map_err(|_| IncludeError::NotUtf8 { path: path.to_path_buf() })
 }
 
 /// The canonical path when it can be had; otherwise the path as given, which only risks scanning

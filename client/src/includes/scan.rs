@@ -23,10 +23,7 @@ pub struct Directive {
 
 /// The include directives of `text`, in order, ignoring those inside comments.
 pub fn directives(text: &str) -> Vec<Directive> {
-    strip_comments(&splice_lines(text))
-        .lines()
-        .filter_map(parse_directive)
-        .collect()
+    strip_comments(&splice_lines(text)).lines().filter_map(parse_directive).collect()
 }
 
 /// Joins lines ending in a backslash with the next line (translation phase 2), so a directive
@@ -120,10 +117,7 @@ fn parse_directive(line: &str) -> Option<Directive> {
     if name.is_empty() {
         return None;
     }
-    Some(Directive {
-        name: name.to_owned(),
-        delimiter,
-    })
+    Some(Directive { name: name.to_owned(), delimiter })
 }
 
 #[cfg(test)]
@@ -131,27 +125,17 @@ mod tests {
     use super::*;
 
     fn quoted(name: &str) -> Directive {
-        Directive {
-            name: name.into(),
-            delimiter: Delimiter::Quoted,
-        }
+        Directive { name: name.into(), delimiter: Delimiter::Quoted }
     }
 
     fn angle(name: &str) -> Directive {
-        Directive {
-            name: name.into(),
-            delimiter: Delimiter::Angle,
-        }
+        Directive { name: name.into(), delimiter: Delimiter::Angle }
     }
 
     #[test]
     fn finds_both_kinds_and_tolerates_spacing() {
-        let text =
-            "#include \"a.h\"\n  #  include <b/c.h>\n#include\t\"d.h\" // trailing\nint x;\n";
-        assert_eq!(
-            directives(text),
-            vec![quoted("a.h"), angle("b/c.h"), quoted("d.h")]
-        );
+        let text = "#include \"a.h\"\n  #  include <b/c.h>\n#include\t\"d.h\" // trailing\nint x;\n";
+        assert_eq!(directives(text), vec![quoted("a.h"), angle("b/c.h"), quoted("d.h")]);
     }
 
     #[test]
@@ -169,8 +153,7 @@ mod tests {
 
     #[test]
     fn comment_markers_inside_literals_are_not_comments() {
-        let text =
-            "const char* u = \"http://x/*\";\n#include \"a.h\"\nchar c = '\"';\n#include \"b.h\"\n";
+        let text = "const char* u = \"http://x/*\";\n#include \"a.h\"\nchar c = '\"';\n#include \"b.h\"\n";
         assert_eq!(directives(text), vec![quoted("a.h"), quoted("b.h")]);
     }
 

@@ -12,11 +12,7 @@ fn tree(files: &[(&str, &str)]) -> tempfile::TempDir {
     dir
 }
 
-fn resolve(
-    dir: &Path,
-    main: &str,
-    include_dirs: &[&str],
-) -> Result<Vec<(String, String)>, IncludeError> {
+fn resolve(dir: &Path, main: &str, include_dirs: &[&str]) -> Result<Vec<(String, String)>, IncludeError> {
     let path = dir.join(main);
     let source = fs::read_to_string(&path).unwrap();
     let dirs: Vec<PathBuf> = include_dirs.iter().map(|d| dir.join(d)).collect();
@@ -25,19 +21,13 @@ fn resolve(
 }
 
 fn pairs(items: &[(&str, &str)]) -> Vec<(String, String)> {
-    items
-        .iter()
-        .map(|(n, c)| (n.to_string(), c.to_string()))
-        .collect()
+    items.iter().map(|(n, c)| (n.to_string(), c.to_string())).collect()
 }
 
 #[test]
 fn follows_nested_includes_with_names_as_spelled() {
     let dir = tree(&[
-        (
-            "k.cu",
-            "#include \"common/math.h\"\n__global__ void k() {}\n",
-        ),
+        ("k.cu", "#include \"common/math.h\"\n__global__ void k() {}\n"),
         ("common/math.h", "#pragma once\n#include \"detail.h\"\n"),
         ("common/detail.h", "#pragma once\n#include <cuda_fp16.h>\n"),
     ]);
@@ -53,15 +43,8 @@ fn follows_nested_includes_with_names_as_spelled() {
 
 #[test]
 fn quoted_includes_look_beside_the_file_before_the_include_dirs() {
-    let dir = tree(&[
-        ("src/k.cu", "#include \"cfg.h\"\n"),
-        ("src/cfg.h", "beside"),
-        ("inc/cfg.h", "from -I"),
-    ]);
-    assert_eq!(
-        resolve(dir.path(), "src/k.cu", &["inc"]).unwrap(),
-        pairs(&[("cfg.h", "beside")])
-    );
+    let dir = tree(&[("src/k.cu", "#include \"cfg.h\"\n"), ("src/cfg.h", "beside"), ("inc/cfg.h", "from -I")]);
+    assert_eq!(resolve(dir.path(), "src/k.cu", &["inc"]).unwrap(), pairs(&[("cfg.h", "beside")]));
 }
 
 #[test]
@@ -90,28 +73,19 @@ fn angle_includes_do_not_look_beside_the_file() {
 
 #[test]
 fn headers_found_nowhere_are_left_to_the_daemon() {
-    let dir = tree(&[(
-        "k.cu",
-        "#include <cuda_runtime.h>\n#include \"missing.h\"\n#include \"/etc/hostname\"\n",
-    )]);
+    let dir = tree(&[("k.cu", "#include <cuda_runtime.h>\n#include \"missing.h\"\n#include \"/etc/hostname\"\n")]);
     assert_eq!(resolve(dir.path(), "k.cu", &[]).unwrap(), vec![]);
 }
 
 #[test]
 fn includes_hidden_in_comments_are_ignored() {
     let dir = tree(&[
-        (
-            "k.cu",
-            "// #include \"a.h\"\n/*\n#include \"b.h\"\n*/\n#include \"c.h\"\n",
-        ),
+        ("k.cu", "// #include \"a.h\"\n/*\n#include \"b.h\"\n*/\n#include \"c.h\"\n"),
         ("a.h", "a"),
         ("b.h", "b"),
         ("c.h", "c"),
     ]);
-    assert_eq!(
-        resolve(dir.path(), "k.cu", &[]).unwrap(),
-        pairs(&[("c.h", "c")])
-    );
+    assert_eq!(resolve(dir.path(), "k.cu", &[]).unwrap(), pairs(&[("c.h", "c")]));
 }
 
 #[test]
@@ -126,16 +100,8 @@ fn an_edited_header_is_read_afresh() {
 
 #[test]
 fn include_cycles_end() {
-    let dir = tree(&[
-        ("k.cu", "#include \"a.h\"\n"),
-        ("a.h", "#include \"b.h\"\n"),
-        ("b.h", "#include \"a.h\"\n"),
-    ]);
-    let names: Vec<String> = resolve(dir.path(), "k.cu", &[])
-        .unwrap()
-        .into_iter()
-        .map(|(n, _)| n)
-        .collect();
+    let dir = tree(&[("k.cu", "#include \"a.h\"\n"), ("a.h", "#include \"b.h\"\n"), ("b.h", "#include \"a.h\"\n")]);
+    let names: Vec<String> = resolve(dir.path(), "k.cu", &[]).unwrap().into_iter().map(|(n, _)| n).collect();
     assert_eq!(names, vec!["a.h", "b.h"]);
 }
 
@@ -154,10 +120,7 @@ fn one_name_with_two_contents_is_an_error() {
         other => panic!("{other:?}"),
     }
     let text = err.to_string();
-    assert!(
-        text.contains("a/util.h") && text.contains("b/util.h"),
-        "{text}"
-    );
+    assert!(text.contains("a/util.h") && text.contains("b/util.h"), "{text}");
 }
 
 #[test]
@@ -169,11 +132,7 @@ fn one_name_with_the_same_content_twice_is_fine() {
         ("b/x.h", "#include \"util.h\"\n"),
         ("b/util.h", "same"),
     ]);
-    let names: Vec<String> = resolve(dir.path(), "k.cu", &[])
-        .unwrap()
-        .into_iter()
-        .map(|(n, _)| n)
-        .collect();
+    let names: Vec<String> = resolve(dir.path(), "k.cu", &[]).unwrap().into_iter().map(|(n, _)| n).collect();
     assert_eq!(names, vec!["a/x.h", "b/x.h", "util.h"]);
 }
 
@@ -181,8 +140,5 @@ fn one_name_with_the_same_content_twice_is_fine() {
 fn a_header_that_is_not_utf8_is_an_error() {
     let dir = tree(&[("k.cu", "#include \"bin.h\"\n")]);
     fs::write(dir.path().join("bin.h"), [0xff, 0xfe, 0x00]).unwrap();
-    assert!(matches!(
-        resolve(dir.path(), "k.cu", &[]),
-        Err(IncludeError::NotUtf8 { .. })
-    ));
+    assert!(matches!(resolve(dir.path(), "k.cu", &[]), Err(IncludeError::NotUtf8 { .. })));
 }

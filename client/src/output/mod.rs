@@ -45,12 +45,7 @@ pub fn kernel_json(result: &pb::KernelResult) -> Value {
     let lowered: Map<String, Value> = result
         .lowered_names
         .iter()
-        .map(|l| {
-            (
-                l.name_expression.clone(),
-                Value::String(l.lowered_name.clone()),
-            )
-        })
+        .map(|l| (l.name_expression.clone(), Value::String(l.lowered_name.clone())))
         .collect();
     json!({
         "id": result.id,
@@ -64,6 +59,8 @@ pub fn kernel_json(result: &pb::KernelResult) -> Value {
         "log": result.log,
         "toolchain": result.toolchain,
         "target": result.target,
+        // Triton's launcher metadata (num_warps, shared memory, ...), as an object.
+        "metadata": serde_json::from_str::<Value>(&result.metadata_json).unwrap_or(Value::Null),
     })
 }
 
@@ -96,20 +93,12 @@ pub fn kernel_text(result: &pb::KernelResult, id_width: usize) -> String {
     );
     if outcome == pb::Outcome::Ok {
         for lowered in &result.lowered_names {
-            let _ = write!(
-                text,
-                "\n    {} -> {}",
-                lowered.name_expression, lowered.lowered_name
-            );
+            let _ = write!(text, "\n    {} -> {}", lowered.name_expression, lowered.lowered_name);
         }
     }
     if outcome == pb::Outcome::Failed {
         let log = result.log.trim_end();
-        let log = if log.is_empty() {
-            "(the compiler left no log)"
-        } else {
-            log
-        };
+        let log = if log.is_empty() { "(the compiler left no log)" } else { log };
         for line in log.lines() {
             let _ = write!(text, "\n    {line}");
         }
@@ -127,11 +116,7 @@ pub fn summary_text(done: &pb::JobDone, wall: Duration) -> String {
     if done.missed > 0 {
         let _ = write!(text, ", {} missed", done.missed);
     }
-    let _ = write!(
-        text,
-        " in {}",
-        format_millis(wall.as_micros().try_into().unwrap_or(u64::MAX))
-    );
+    let _ = write!(text, " in {}", format_millis(wall.as_micros().try_into().unwrap_or(u64::MAX)));
     if !done.graph_key.is_empty() {
         let _ = write!(text, "; graph key {}", done.graph_key);
     }
@@ -219,13 +204,8 @@ mod tests {
 
     #[test]
     fn done_json_lists_the_keys() {
-        let done = pb::JobDone {
-            graph_key: "cd".repeat(32),
-            kernel_keys: vec!["ab".repeat(32)],
-            ok: 1,
-            failed: 0,
-            missed: 0,
-        };
+        let done =
+            pb::JobDone { graph_key: "cd".repeat(32), kernel_keys: vec!["ab".repeat(32)], ok: 1, failed: 0, missed: 0 };
         let line = done_json("job-1", &done);
         assert_eq!(line["graph_key"], "cd".repeat(32));
         assert_eq!(line["kernel_keys"][0], "ab".repeat(32));
@@ -237,10 +217,7 @@ mod tests {
         let ok = kernel_text(&result(pb::Outcome::Ok, pb::Tier::Compiled), 8);
         assert_eq!(ok.lines().count(), 2);
         assert!(ok.starts_with("saxpy     ok      compiled"), "{ok}");
-        assert!(
-            ok.contains("1.234 ms") && ok.contains("compile   811.9 ms") && ok.contains("12.3 KiB"),
-            "{ok}"
-        );
+        assert!(ok.contains("1.234 ms") && ok.contains("compile   811.9 ms") && ok.contains("12.3 KiB"), "{ok}");
         assert!(ok.contains("\n    saxpy<float> -> _Z5saxpyIfEvT_"), "{ok}");
 
         let mut failed = result(pb::Outcome::Failed, pb::Tier::Compiled);
@@ -248,29 +225,15 @@ mod tests {
         let text = kernel_text(&failed, 0);
         assert_eq!(
             text.lines().skip(1).collect::<Vec<_>>(),
-            [
-                "    k.cu(3): error: expected a \";\"",
-                "    1 error detected"
-            ]
+            ["    k.cu(3): error: expected a \";\"", "    1 error detected"]
         );
     }
 
     #[test]
     fn summary_counts_and_keys() {
-        let done = pb::JobDone {
-            graph_key: "ef".repeat(32),
-            ok: 2,
-            failed: 1,
-            ..Default::default()
-        };
+        let done = pb::JobDone { graph_key: "ef".repeat(32), ok: 2, failed: 1, ..Default::default() };
         let text = summary_text(&done, Duration::from_micros(1_500));
-        assert_eq!(
-            text,
-            format!(
-                "3 kernels: 2 ok, 1 failed in 1.500 ms; graph key {}",
-                "ef".repeat(32)
-            )
-        );
+        assert_eq!(text, format!("3 kernels: 2 ok, 1 failed in 1.500 ms; graph key {}", "ef".repeat(32)));
     }
 
     #[test]

@@ -6,7 +6,8 @@ use kiln_proto::pb;
 use std::fmt::Write as _;
 
 /// Why fingerprints are shown in full: they decide which hosts share cache entries.
-pub const FINGERPRINT_NOTE: &str = "hosts share artifacts only when toolchain fingerprints match (same compiler build, same libraries)";
+pub const FINGERPRINT_NOTE: &str =
+    "hosts share artifacts only when toolchain fingerprints match (same compiler build, same libraries)";
 
 /// Everything `kiln stats` shows.
 pub fn stats_text(stats: &pb::StatsResponse) -> String {
@@ -38,28 +39,17 @@ pub fn identity_text(stats: &pb::StatsResponse) -> String {
     } else {
         &stats.default_target
     };
-    format!(
-        "kilnd version   {}\ndefault target  {target}\n",
-        or_unknown(&stats.version)
-    )
+    format!("kilnd version   {}\ndefault target  {target}\n", or_unknown(&stats.version))
 }
 
 /// Each toolchain with its full fingerprint, where it was loaded from, and what it can target.
 pub fn toolchains_text(toolchains: &[pb::ToolchainInfo]) -> String {
-    let mut text = format!(
-        "{} toolchain{}\n",
-        toolchains.len(),
-        plural(toolchains.len())
-    );
+    let mut text = format!("{} toolchain{}\n", toolchains.len(), plural(toolchains.len()));
     for t in toolchains {
         let _ = writeln!(text, "  {} {}", t.name, or_unknown(&t.version));
         let _ = writeln!(text, "    fingerprint   {}", or_unknown(&t.fingerprint));
         let _ = writeln!(text, "    location      {}", or_unknown(&t.location));
-        let _ = writeln!(
-            text,
-            "    targets       {}",
-            list_or_none(&t.supported_targets)
-        );
+        let _ = writeln!(text, "    targets       {}", list_or_none(&t.supported_targets));
         let _ = writeln!(text, "    include dirs  {}", list_or_none(&t.include_dirs));
     }
     text
@@ -81,16 +71,9 @@ pub fn tiers_text(tiers: &[pb::TierStats]) -> String {
     );
     for tier in tiers {
         let lookups = tier.hits + tier.misses;
-        let rate = if lookups == 0 {
-            "-".to_owned()
-        } else {
-            format!("{:.1}%", 100.0 * tier.hits as f64 / lookups as f64)
-        };
-        let capacity = if tier.capacity_bytes == 0 {
-            "-".to_owned()
-        } else {
-            format_bytes(tier.capacity_bytes)
-        };
+        let rate =
+            if lookups == 0 { "-".to_owned() } else { format!("{:.1}%", 100.0 * tier.hits as f64 / lookups as f64) };
+        let capacity = if tier.capacity_bytes == 0 { "-".to_owned() } else { format_bytes(tier.capacity_bytes) };
         let _ = writeln!(
             text,
             "{:<8}  {:>9}  {:>10}  {:>10}  {:>9}  {:>9}  {:>8}  {:>9}",
@@ -112,11 +95,7 @@ fn or_unknown(value: &str) -> &str {
 }
 
 fn list_or_none(items: &[String]) -> String {
-    if items.is_empty() {
-        "(none)".to_owned()
-    } else {
-        items.join(" ")
-    }
+    if items.is_empty() { "(none)".to_owned() } else { items.join(" ") }
 }
 
 #[cfg(test)]
@@ -134,11 +113,7 @@ mod tests {
                 include_dirs: vec!["/usr/local/cuda/include".into()],
                 supported_targets: vec!["sm_80".into(), "sm_90".into(), "sm_90a".into()],
             }],
-            gpus: vec![pb::Gpu {
-                index: 0,
-                name: "NVIDIA H100".into(),
-                target: "sm_90".into(),
-            }],
+            gpus: vec![pb::Gpu { index: 0, name: "NVIDIA H100".into(), target: "sm_90".into() }],
             default_target: "sm_90".into(),
             tiers: vec![pb::TierStats {
                 tier: "memory".into(),
@@ -176,10 +151,7 @@ mod tests {
 
     #[test]
     fn an_empty_default_target_is_explained() {
-        let stats = pb::StatsResponse {
-            default_target: String::new(),
-            ..sample()
-        };
+        let stats = pb::StatsResponse { default_target: String::new(), ..sample() };
         assert!(identity_text(&stats).contains("every graph must name its target"));
     }
 }

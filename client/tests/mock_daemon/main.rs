@@ -18,26 +18,15 @@ fn write(dir: &Path, name: &str, content: &str) -> PathBuf {
 }
 
 fn request(graph: pb::CompileGraph) -> pb::CompileRequest {
-    pb::CompileRequest {
-        graph: Some(graph),
-        priority: pb::Priority::Interactive as i32,
-        omit_artifacts: false,
-    }
+    pb::CompileRequest { graph: Some(graph), priority: pb::Priority::Interactive as i32, omit_artifacts: false }
 }
 
 fn one_kernel(id: &str, source: &str) -> pb::CompileGraph {
     let kernel = pb::Kernel {
         id: id.into(),
-        source: Some(pb::kernel::Source::Cuda(pb::CudaSource {
-            source: source.into(),
-            ..Default::default()
-        })),
+        source: Some(pb::kernel::Source::Cuda(pb::CudaSource { source: source.into(), ..Default::default() })),
     };
-    pb::CompileGraph {
-        name: "t".into(),
-        target: String::new(),
-        kernels: vec![kernel],
-    }
+    pb::CompileGraph { name: "t".into(), target: String::new(), kernels: vec![kernel] }
 }
 
 #[tokio::test]
@@ -45,41 +34,21 @@ async fn compiles_a_graph_with_headers_and_a_large_artifact() {
     let daemon = server::start().await;
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "h.h", "#define N 4\n");
-    let files = vec![
-        write(dir.path(), "a.cu", "#include \"h.h\"\n"),
-        write(dir.path(), "big.cu", "x"),
-    ];
+    let files = vec![write(dir.path(), "a.cu", "#include \"h.h\"\n"), write(dir.path(), "big.cu", "x")];
     let graph = build_graph(&files, &GraphOptions::default()).unwrap();
 
     let client = kiln_client::connect(&daemon.uri).await.unwrap();
-    let job = client
-        .compile(request(graph))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    let job = client.compile(request(graph)).await.unwrap().collect().await.unwrap();
     assert!(job.all_ok());
     assert_eq!(job.job_id, server::JOB_ID);
-    assert_eq!(
-        job.kernel("big").unwrap().artifact.len(),
-        server::BIG_ARTIFACT_BYTES
-    );
+    assert_eq!(job.kernel("big").unwrap().artifact.len(), server::BIG_ARTIFACT_BYTES);
     assert_eq!(job.kernel("a").unwrap().artifact, b"#include \"h.h\"\n");
     assert_eq!(job.done.kernel_keys.len(), 2);
 
     let (rpc, sent) = daemon.requests().remove(0);
     assert_eq!(rpc, "compile");
-    let Some(pb::kernel::Source::Cuda(a)) = &sent.graph.unwrap().kernels[0].source else {
-        panic!()
-    };
-    assert_eq!(
-        a.headers,
-        vec![pb::Header {
-            name: "h.h".into(),
-            content: "#define N 4\n".into()
-        }]
-    );
+    let Some(pb::kernel::Source::Cuda(a)) = &sent.graph.unwrap().kernels[0].source else { panic!() };
+    assert_eq!(a.headers, vec![pb::Header { name: "h.h".into(), content: "#define N 4\n".into() }]);
     daemon.stop().await;
 }
 
@@ -87,27 +56,15 @@ async fn compiles_a_graph_with_headers_and_a_large_artifact() {
 async fn grpc_errors_keep_their_code() {
     let daemon = server::start().await;
     let client = kiln_client::connect(&daemon.uri).await.unwrap();
-    let err = client
-        .compile(request(one_kernel("k", "")))
-        .await
-        .unwrap_err();
+    let err = client.compile(request(one_kernel("k", ""))).await.unwrap_err();
     assert_eq!(err.code(), Some(Code::InvalidArgument));
-    assert_eq!(
-        err.to_string(),
-        "invalid argument: graph.kernels[0].cuda.source: empty"
-    );
+    assert_eq!(err.to_string(), "invalid argument: graph.kernels[0].cuda.source: empty");
     let err = client.watch("nope").await.unwrap_err();
     assert_eq!(err.code(), Some(Code::NotFound));
 
     let mut graph = one_kernel("k", "x");
     graph.name = "shutdown".into();
-    let err = client
-        .compile(request(graph))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap_err();
+    let err = client.compile(request(graph)).await.unwrap().collect().await.unwrap_err();
     assert!(matches!(err, ClientError::JobFailed { .. }), "{err:?}");
     daemon.stop().await;
 }
@@ -117,13 +74,7 @@ async fn submit_then_watch_and_stats() {
     let daemon = server::start().await;
     let client = kiln_client::connect(&daemon.uri).await.unwrap();
     let job_id = client.submit(request(one_kernel("k", "x"))).await.unwrap();
-    let job = client
-        .watch(&job_id)
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    let job = client.watch(&job_id).await.unwrap().collect().await.unwrap();
     assert_eq!(job.kernels.len(), 1);
     assert_eq!(client.stats().await.unwrap().version, "0.0.0-mock");
     daemon.stop().await;
@@ -147,27 +98,14 @@ fn text(bytes: &[u8]) -> String {
 async fn cli_compile_prints_ndjson_and_writes_cubins() {
     let daemon = server::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let a = write(
-        dir.path(),
-        "a.cu",
-        "template <class T> __global__ void a(T) {}\n",
-    );
+    let a = write(dir.path(), "a.cu", "template <class T> __global__ void a(T) {}\n");
     let out = dir.path().join("out");
-    let args = [
-        "compile",
-        "--json",
-        "--name-expression",
-        "a<float>",
-        "--out",
-        out.to_str().unwrap(),
-        a.to_str().unwrap(),
-    ];
+    let args =
+        ["compile", "--json", "--name-expression", "a<float>", "--out", out.to_str().unwrap(), a.to_str().unwrap()];
     let output = kiln(&daemon.uri, &args).await;
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
-    let lines: Vec<serde_json::Value> = text(&output.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines: Vec<serde_json::Value> =
+        text(&output.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(lines.len(), 2);
     assert_eq!(lines[0]["id"], "a");
     assert_eq!(lines[0]["outcome"], "ok");
@@ -175,10 +113,7 @@ async fn cli_compile_prints_ndjson_and_writes_cubins() {
     assert_eq!(lines[0]["compile_ms"], 250.0);
     assert_eq!(lines[0]["lowered_names"]["a<float>"], "_Za<float>");
     assert_eq!(lines[1]["graph_key"], "ab".repeat(32));
-    assert_eq!(
-        std::fs::read(out.join("a.cubin")).unwrap(),
-        std::fs::read(&a).unwrap()
-    );
+    assert_eq!(std::fs::read(out.join("a.cubin")).unwrap(), std::fs::read(&a).unwrap());
     daemon.stop().await;
 }
 
@@ -190,40 +125,23 @@ async fn cli_exit_codes() {
     let bad = write(dir.path(), "bad.cu", "error here");
     let empty = write(dir.path(), "empty.cu", "");
 
-    let output = kiln(
-        &daemon.uri,
-        &["compile", good.to_str().unwrap(), bad.to_str().unwrap()],
-    )
-    .await;
+    let output = kiln(&daemon.uri, &["compile", good.to_str().unwrap(), bad.to_str().unwrap()]).await;
     assert_eq!(output.status.code(), Some(1));
     let stdout = text(&output.stdout);
-    assert!(
-        stdout.contains("\n    bad.cu(1): error: boom\n"),
-        "{stdout}"
-    );
+    assert!(stdout.contains("\n    bad.cu(1): error: boom\n"), "{stdout}");
     assert!(stdout.contains("2 kernels: 1 ok, 1 failed"), "{stdout}");
 
     let output = kiln(&daemon.uri, &["compile", empty.to_str().unwrap()]).await;
     assert_eq!(output.status.code(), Some(2));
-    assert_eq!(
-        text(&output.stderr).trim_end(),
-        "error: invalid argument: graph.kernels[0].cuda.source: empty"
-    );
+    assert_eq!(text(&output.stderr).trim_end(), "error: invalid argument: graph.kernels[0].cuda.source: empty");
 
     let output = kiln(&daemon.uri, &["lookup", "--json", good.to_str().unwrap()]).await;
     assert_eq!(output.status.code(), Some(1));
     assert!(text(&output.stdout).contains("\"outcome\":\"miss\""));
 
-    let output = kiln(
-        "unix:///nonexistent/kilnd.sock",
-        &["compile", good.to_str().unwrap()],
-    )
-    .await;
+    let output = kiln("unix:///nonexistent/kilnd.sock", &["compile", good.to_str().unwrap()]).await;
     assert_eq!(output.status.code(), Some(2));
-    assert!(
-        text(&output.stderr)
-            .starts_with("error: cannot reach kilnd at unix:///nonexistent/kilnd.sock")
-    );
+    assert!(text(&output.stderr).starts_with("error: cannot reach kilnd at unix:///nonexistent/kilnd.sock"));
     daemon.stop().await;
 }
 
@@ -231,24 +149,10 @@ async fn cli_exit_codes() {
 async fn cli_submit_watch_graph_file_stats_and_doctor() {
     let daemon = server::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let graph = write(
-        dir.path(),
-        "g.json",
-        r#"{"name": "g", "kernels": [{"id": "k", "cuda": {"source": "x"}}]}"#,
-    );
+    let graph = write(dir.path(), "g.json", r#"{"name": "g", "kernels": [{"id": "k", "cuda": {"source": "x"}}]}"#);
 
-    let output = kiln(
-        &daemon.uri,
-        &[
-            "submit",
-            "--json",
-            "--graph",
-            graph.to_str().unwrap(),
-            "--target",
-            "sm_90a",
-        ],
-    )
-    .await;
+    let output =
+        kiln(&daemon.uri, &["submit", "--json", "--graph", graph.to_str().unwrap(), "--target", "sm_90a"]).await;
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
     let submitted: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(submitted["job_id"], server::JOB_ID);
@@ -258,11 +162,7 @@ async fn cli_submit_watch_graph_file_stats_and_doctor() {
 
     let output = kiln(&daemon.uri, &["watch", server::JOB_ID]).await;
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
-    assert!(
-        text(&output.stdout).starts_with("k  ok      compiled"),
-        "{}",
-        text(&output.stdout)
-    );
+    assert!(text(&output.stdout).starts_with("k  ok      compiled"), "{}", text(&output.stdout));
 
     let output = kiln(&daemon.uri, &["stats", "--json"]).await;
     let stats: pb::StatsResponse = serde_json::from_slice(&output.stdout).unwrap();

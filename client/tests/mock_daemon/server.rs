@@ -58,26 +58,18 @@ pub async fn start() -> Running {
     let log = mock.log.clone();
     let (shutdown, stopped) = oneshot::channel::<()>();
     let server = tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(CompilerServer::new(mock))
-            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
+        tonic::transport::Server::builder().add_service(CompilerServer::new(mock)).serve_with_incoming_shutdown(
+            UnixListenerStream::new(listener),
+            async {
                 let _ = stopped.await;
-            }),
+            },
+        ),
     );
-    Running {
-        uri: format!("unix://{}", socket.display()),
-        log,
-        shutdown,
-        server,
-        _dir: dir,
-    }
+    Running { uri: format!("unix://{}", socket.display()), log, shutdown, server, _dir: dir }
 }
 
 fn event(event: Event) -> Result<pb::JobEvent, Status> {
-    Ok(pb::JobEvent {
-        job_id: JOB_ID.into(),
-        event: Some(event),
-    })
+    Ok(pb::JobEvent { job_id: JOB_ID.into(), event: Some(event) })
 }
 
 fn key(i: usize) -> String {
@@ -92,18 +84,12 @@ fn cuda(kernel: &pb::Kernel) -> Option<&pb::CudaSource> {
 }
 
 fn validate(request: &pb::CompileRequest) -> Result<&pb::CompileGraph, Status> {
-    let graph = request
-        .graph
-        .as_ref()
-        .ok_or_else(|| Status::invalid_argument("graph: missing"))?;
+    let graph = request.graph.as_ref().ok_or_else(|| Status::invalid_argument("graph: missing"))?;
     for (i, kernel) in graph.kernels.iter().enumerate() {
-        let source = cuda(kernel).ok_or_else(|| {
-            Status::invalid_argument(format!("graph.kernels[{i}].source: missing"))
-        })?;
+        let source =
+            cuda(kernel).ok_or_else(|| Status::invalid_argument(format!("graph.kernels[{i}].source: missing")))?;
         if source.source.is_empty() {
-            return Err(Status::invalid_argument(format!(
-                "graph.kernels[{i}].cuda.source: empty"
-            )));
+            return Err(Status::invalid_argument(format!("graph.kernels[{i}].cuda.source: empty")));
         }
     }
     Ok(graph)
@@ -115,10 +101,7 @@ fn result(i: usize, kernel: &pb::Kernel, lookup: bool) -> pb::KernelResult {
         .map(|c| {
             c.name_expressions
                 .iter()
-                .map(|e| pb::LoweredName {
-                    name_expression: e.clone(),
-                    lowered_name: format!("_Z{e}"),
-                })
+                .map(|e| pb::LoweredName { name_expression: e.clone(), lowered_name: format!("_Z{e}") })
                 .collect()
         })
         .unwrap_or_default();
@@ -140,11 +123,7 @@ fn result(i: usize, kernel: &pb::Kernel, lookup: bool) -> pb::KernelResult {
     } else {
         result.set_outcome(pb::Outcome::Ok);
         result.set_tier(pb::Tier::Compiled);
-        result.artifact = if kernel.id.starts_with("big") {
-            vec![7; BIG_ARTIFACT_BYTES]
-        } else {
-            source.into_bytes()
-        };
+        result.artifact = if kernel.id.starts_with("big") { vec![7; BIG_ARTIFACT_BYTES] } else { source.into_bytes() };
         result.artifact_bytes = result.artifact.len() as u64;
         result.lowered_names = lowered_names;
     }
@@ -154,16 +133,10 @@ fn result(i: usize, kernel: &pb::Kernel, lookup: bool) -> pb::KernelResult {
 fn events(request: &pb::CompileRequest, lookup: bool) -> Result<Events, Status> {
     let graph = validate(request)?;
     let mut out = vec![
-        event(Event::Queued(pb::Queued {
-            kernels: graph.kernels.len() as u32,
-            target: "sm_90".into(),
-        })),
+        event(Event::Queued(pb::Queued { kernels: graph.kernels.len() as u32, target: "sm_90".into() })),
         event(Event::Started(pb::Started {})),
     ];
-    let mut done = pb::JobDone {
-        graph_key: "ab".repeat(32),
-        ..Default::default()
-    };
+    let mut done = pb::JobDone { graph_key: "ab".repeat(32), ..Default::default() };
     for (i, kernel) in graph.kernels.iter().enumerate() {
         let mut r = result(i, kernel, lookup);
         match r.outcome() {
@@ -178,9 +151,7 @@ fn events(request: &pb::CompileRequest, lookup: bool) -> Result<Events, Status> 
         out.push(event(Event::Kernel(r)));
     }
     if graph.name == "shutdown" {
-        out.push(event(Event::Failed(pb::JobFailed {
-            reason: "kilnd is shutting down".into(),
-        })));
+        out.push(event(Event::Failed(pb::JobFailed { reason: "kilnd is shutting down".into() })));
     } else {
         out.push(event(Event::Done(done)));
     }
@@ -193,62 +164,36 @@ impl Compiler for Mock {
     type WatchStream = Events;
     type LookupStream = Events;
 
-    async fn compile(
-        &self,
-        request: Request<pb::CompileRequest>,
-    ) -> Result<Response<Events>, Status> {
+    async fn compile(&self, request: Request<pb::CompileRequest>) -> Result<Response<Events>, Status> {
         let request = request.into_inner();
-        self.log
-            .lock()
-            .expect("log")
-            .push(("compile", request.clone()));
+        self.log.lock().expect("log").push(("compile", request.clone()));
         Ok(Response::new(events(&request, false)?))
     }
 
-    async fn submit(
-        &self,
-        request: Request<pb::CompileRequest>,
-    ) -> Result<Response<pb::SubmitResponse>, Status> {
+    async fn submit(&self, request: Request<pb::CompileRequest>) -> Result<Response<pb::SubmitResponse>, Status> {
         let request = request.into_inner();
         validate(&request)?;
         self.log.lock().expect("log").push(("submit", request));
-        Ok(Response::new(pb::SubmitResponse {
-            job_id: JOB_ID.into(),
-        }))
+        Ok(Response::new(pb::SubmitResponse { job_id: JOB_ID.into() }))
     }
 
     async fn watch(&self, request: Request<pb::WatchRequest>) -> Result<Response<Events>, Status> {
         let job_id = request.into_inner().job_id;
-        let submitted = self
-            .log
-            .lock()
-            .expect("log")
-            .iter()
-            .rev()
-            .find(|(rpc, _)| *rpc == "submit")
-            .map(|(_, r)| r.clone());
+        let submitted =
+            self.log.lock().expect("log").iter().rev().find(|(rpc, _)| *rpc == "submit").map(|(_, r)| r.clone());
         match submitted {
             Some(request) if job_id == JOB_ID => Ok(Response::new(events(&request, false)?)),
             _ => Err(Status::not_found(format!("job `{job_id}` not found"))),
         }
     }
 
-    async fn lookup(
-        &self,
-        request: Request<pb::CompileRequest>,
-    ) -> Result<Response<Events>, Status> {
+    async fn lookup(&self, request: Request<pb::CompileRequest>) -> Result<Response<Events>, Status> {
         let request = request.into_inner();
-        self.log
-            .lock()
-            .expect("log")
-            .push(("lookup", request.clone()));
+        self.log.lock().expect("log").push(("lookup", request.clone()));
         Ok(Response::new(events(&request, true)?))
     }
 
-    async fn stats(
-        &self,
-        _: Request<pb::StatsRequest>,
-    ) -> Result<Response<pb::StatsResponse>, Status> {
+    async fn stats(&self, _: Request<pb::StatsRequest>) -> Result<Response<pb::StatsResponse>, Status> {
         Ok(Response::new(pb::StatsResponse {
             version: "0.0.0-mock".into(),
             toolchains: vec![pb::ToolchainInfo {

@@ -16,9 +16,7 @@ pub struct Flights<T> {
 
 impl<T> Default for Flights<T> {
     fn default() -> Self {
-        Flights {
-            map: Mutex::new(HashMap::new()),
-        }
+        Flights { map: Mutex::new(HashMap::new()) }
     }
 }
 
@@ -45,11 +43,7 @@ impl<T: Clone> Flights<T> {
         }
         let (tx, rx) = watch::channel(None);
         map.insert(*key, rx);
-        Join::Lead(Leader {
-            key: *key,
-            tx,
-            flights: Arc::clone(self),
-        })
+        Join::Lead(Leader { key: *key, tx, flights: Arc::clone(self) })
     }
 
     /// Waits for a leader's result; `None` if the leader went away without one.
@@ -91,9 +85,7 @@ mod tests {
     async fn one_leader_many_followers() {
         let flights: Arc<Flights<u32>> = Arc::default();
         let key = CacheKey::from_bytes([1; 32]);
-        let Join::Lead(leader) = flights.join(&key) else {
-            panic!("first join must lead")
-        };
+        let Join::Lead(leader) = flights.join(&key) else { panic!("first join must lead") };
         let followers: Vec<_> = (0..10)
             .map(|_| match flights.join(&key) {
                 Join::Follow(rx) => tokio::spawn(Flights::follow(rx)),
@@ -112,9 +104,7 @@ mod tests {
         let flights: Arc<Flights<u32>> = Arc::default();
         let key = CacheKey::from_bytes([2; 32]);
         let leader = flights.join(&key);
-        let Join::Follow(rx) = flights.join(&key) else {
-            panic!("should follow")
-        };
+        let Join::Follow(rx) = flights.join(&key) else { panic!("should follow") };
         drop(leader);
         assert_eq!(Flights::follow(rx).await, None);
         assert!(matches!(flights.join(&key), Join::Lead(_)));

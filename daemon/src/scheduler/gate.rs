@@ -56,12 +56,7 @@ impl Drop for Ticket {
 
 impl Gate {
     pub fn new(slots: usize) -> Arc<Self> {
-        Arc::new(Gate {
-            state: Mutex::new(State {
-                free: slots.max(1),
-                waiting: [VecDeque::new(), VecDeque::new()],
-            }),
-        })
+        Arc::new(Gate { state: Mutex::new(State { free: slots.max(1), waiting: [VecDeque::new(), VecDeque::new()] }) })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -75,26 +70,18 @@ impl Gate {
             let nobody_waiting = s.waiting.iter().all(VecDeque::is_empty);
             if s.free > 0 && nobody_waiting {
                 s.free -= 1;
-                return Permit {
-                    gate: Arc::clone(self),
-                };
+                return Permit { gate: Arc::clone(self) };
             }
             let (tx, rx) = oneshot::channel();
             s.waiting[priority as usize].push_back(tx);
             rx
         };
-        let mut ticket = Ticket {
-            rx,
-            gate: Arc::clone(self),
-            done: false,
-        };
+        let mut ticket = Ticket { rx, gate: Arc::clone(self), done: false };
         // The sender lives in the queue until a slot is handed over, so this cannot fail while
         // the gate exists; if it somehow does, the permit is still accounted for by release.
         let _ = (&mut ticket.rx).await;
         ticket.done = true;
-        Permit {
-            gate: Arc::clone(self),
-        }
+        Permit { gate: Arc::clone(self) }
     }
 
     fn release(&self) {
@@ -126,11 +113,7 @@ mod tests {
         let held = gate.acquire(Priority::Background).await;
         let order = Arc::new(Mutex::new(Vec::new()));
         let mut tasks = tokio::task::JoinSet::new();
-        for (i, p) in [
-            (0, Priority::Background),
-            (1, Priority::Background),
-            (2, Priority::Interactive),
-        ] {
+        for (i, p) in [(0, Priority::Background), (1, Priority::Background), (2, Priority::Interactive)] {
             let (task_gate, order) = (gate.clone(), order.clone());
             tasks.spawn(async move {
                 let _permit = task_gate.acquire(p).await;
@@ -142,30 +125,18 @@ mod tests {
         }
         drop(held);
         while tasks.join_next().await.is_some() {}
-        assert_eq!(
-            *order.lock().unwrap_or_else(|p| p.into_inner()),
-            vec![2, 0, 1]
-        );
+        assert_eq!(*order.lock().unwrap_or_else(|p| p.into_inner()), vec![2, 0, 1]);
     }
 
     #[tokio::test]
     async fn cancelled_waiters_do_not_leak_slots() {
         let gate = Gate::new(1);
         let held = gate.acquire(Priority::Interactive).await;
-        let waiter = tokio::time::timeout(
-            Duration::from_millis(20),
-            gate.acquire(Priority::Interactive),
-        )
-        .await;
+        let waiter = tokio::time::timeout(Duration::from_millis(20), gate.acquire(Priority::Interactive)).await;
         assert!(waiter.is_err());
-        assert_eq!(
-            gate.queued(),
-            1,
-            "the dropped waiter's sender is still queued"
-        );
+        assert_eq!(gate.queued(), 1, "the dropped waiter's sender is still queued");
         drop(held);
-        let again =
-            tokio::time::timeout(Duration::from_secs(1), gate.acquire(Priority::Background)).await;
+        let again = tokio::time::timeout(Duration::from_secs(1), gate.acquire(Priority::Background)).await;
         assert!(again.is_ok(), "the slot leaked");
         assert_eq!(gate.queued(), 0);
     }

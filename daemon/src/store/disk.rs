@@ -34,10 +34,7 @@ struct Inner {
 }
 
 fn io_err(source: std::io::Error) -> StoreError {
-    StoreError {
-        tier: "disk",
-        source,
-    }
+    StoreError { tier: "disk", source }
 }
 
 impl DiskTier {
@@ -53,14 +50,10 @@ impl DiskTier {
             evicting: std::sync::Mutex::new(()),
         };
         inner.remove_stale_temp_files();
-        let (bytes, entries) = inner
-            .measure()
-            .map(|files| (files.iter().map(|f| f.1).sum(), files.len() as u64))?;
+        let (bytes, entries) = inner.measure().map(|files| (files.iter().map(|f| f.1).sum(), files.len() as u64))?;
         inner.bytes.store(bytes, Ordering::Relaxed);
         inner.entries.store(entries, Ordering::Relaxed);
-        Ok(DiskTier {
-            inner: Arc::new(inner),
-        })
+        Ok(DiskTier { inner: Arc::new(inner) })
     }
 
     /// Where `key` lives; the key is hex, so no input ever becomes an arbitrary path.
@@ -92,24 +85,17 @@ impl Inner {
 
     fn write(&self, key: &CacheKey, envelope: &[u8]) -> std::io::Result<()> {
         let path = self.path_of(key);
-        let dir = path
-            .parent()
-            .ok_or_else(|| std::io::Error::other("key path has no parent"))?;
+        let dir = path.parent().ok_or_else(|| std::io::Error::other("key path has no parent"))?;
         std::fs::create_dir_all(dir)?;
-        let mut tmp = tempfile::Builder::new()
-            .prefix(&key.to_hex())
-            .suffix(".tmp")
-            .tempfile_in(self.root.join("tmp"))?;
+        let mut tmp =
+            tempfile::Builder::new().prefix(&key.to_hex()).suffix(".tmp").tempfile_in(self.root.join("tmp"))?;
         tmp.write_all(envelope)?;
         tmp.as_file().sync_all()?;
         let existed = path.exists();
         tmp.persist(&path).map_err(|e| e.error)?;
         if !existed {
             self.entries.fetch_add(1, Ordering::Relaxed);
-            let total = self
-                .bytes
-                .fetch_add(envelope.len() as u64, Ordering::Relaxed)
-                + envelope.len() as u64;
+            let total = self.bytes.fetch_add(envelope.len() as u64, Ordering::Relaxed) + envelope.len() as u64;
             if total > self.capacity {
                 self.evict()?;
             }
@@ -140,11 +126,7 @@ impl Inner {
                     let entry = entry?;
                     let Ok(meta) = entry.metadata() else { continue };
                     if meta.is_file() {
-                        files.push((
-                            entry.path(),
-                            meta.len(),
-                            meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
-                        ));
+                        files.push((entry.path(), meta.len(), meta.modified().unwrap_or(SystemTime::UNIX_EPOCH)));
                     }
                 }
             }
@@ -212,10 +194,7 @@ async fn blocking<T: Send + 'static>(
     f: impl FnOnce(&Inner) -> std::io::Result<T> + Send + 'static,
 ) -> Result<T, StoreError> {
     let inner = Arc::clone(inner);
-    tokio::task::spawn_blocking(move || f(&inner))
-        .await
-        .map_err(|e| io_err(std::io::Error::other(e)))?
-        .map_err(io_err)
+    tokio::task::spawn_blocking(move || f(&inner)).await.map_err(|e| io_err(std::io::Error::other(e)))?.map_err(io_err)
 }
 
 impl Store for DiskTier {
@@ -228,11 +207,7 @@ impl Store for DiskTier {
         Box::pin(blocking(&self.inner, move |i| i.read(&key)))
     }
 
-    fn put<'a>(
-        &'a self,
-        key: &'a CacheKey,
-        envelope: Bytes,
-    ) -> StoreFuture<'a, Result<(), StoreError>> {
+    fn put<'a>(&'a self, key: &'a CacheKey, envelope: Bytes) -> StoreFuture<'a, Result<(), StoreError>> {
         let key = *key;
         Box::pin(blocking(&self.inner, move |i| i.write(&key, &envelope)))
     }
@@ -265,28 +240,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let tier = DiskTier::open(dir.path(), 1 << 20).unwrap();
         assert!(tier.get(&key(1)).await.unwrap().is_none());
-        tier.put(&key(1), Bytes::from_static(b"envelope"))
-            .await
-            .unwrap();
-        assert_eq!(
-            tier.get(&key(1)).await.unwrap().unwrap(),
-            Bytes::from_static(b"envelope")
-        );
+        tier.put(&key(1), Bytes::from_static(b"envelope")).await.unwrap();
+        assert_eq!(tier.get(&key(1)).await.unwrap().unwrap(), Bytes::from_static(b"envelope"));
         let hex = key(1).to_hex();
-        assert!(
-            tier.path_of(&key(1))
-                .ends_with(format!("v1/{}/{}/{hex}", &hex[..2], &hex[2..4]))
-        );
+        assert!(tier.path_of(&key(1)).ends_with(format!("v1/{}/{}/{hex}", &hex[..2], &hex[2..4])));
         let reopened = DiskTier::open(dir.path(), 1 << 20).unwrap();
         assert_eq!(reopened.usage().entries, 1);
         assert_eq!(reopened.usage().bytes, 8);
-        assert_eq!(
-            std::fs::read_dir(dir.path().join("v1/tmp"))
-                .unwrap()
-                .count(),
-            0,
-            "temp files left behind"
-        );
+        assert_eq!(std::fs::read_dir(dir.path().join("v1/tmp")).unwrap().count(), 0, "temp files left behind");
     }
 
     #[tokio::test]
@@ -296,20 +257,12 @@ mod tests {
         for b in 0..3u8 {
             tier.put(&key(b), Bytes::from(vec![b; 1000])).await.unwrap();
             let old = SystemTime::now() - std::time::Duration::from_secs(100 - u64::from(b));
-            std::fs::File::options()
-                .write(true)
-                .open(tier.path_of(&key(b)))
-                .unwrap()
-                .set_modified(old)
-                .unwrap();
+            std::fs::File::options().write(true).open(tier.path_of(&key(b))).unwrap().set_modified(old).unwrap();
         }
         tier.get(&key(0)).await.unwrap(); // key 0 is now the most recently used
         tier.put(&key(9), Bytes::from(vec![9; 1000])).await.unwrap();
         assert!(tier.get(&key(0)).await.unwrap().is_some());
-        assert!(
-            tier.get(&key(1)).await.unwrap().is_none(),
-            "the LRU entry survived"
-        );
+        assert!(tier.get(&key(1)).await.unwrap().is_none(), "the LRU entry survived");
         assert!(tier.get(&key(9)).await.unwrap().is_some());
         assert!(tier.usage().bytes <= 2700);
     }
@@ -323,18 +276,13 @@ mod tests {
             let (a, b) = (&a, &b);
             async move {
                 let t = if i % 2 == 0 { a } else { b };
-                t.put(&key(5), Bytes::from(vec![i % 2; 4096]))
-                    .await
-                    .unwrap();
+                t.put(&key(5), Bytes::from(vec![i % 2; 4096])).await.unwrap();
             }
         });
         for w in writes {
             w.await;
         }
         let got = b.get(&key(5)).await.unwrap().unwrap();
-        assert!(
-            got.iter().all(|x| *x == got[0]) && got.len() == 4096,
-            "mixed or partial content"
-        );
+        assert!(got.iter().all(|x| *x == got[0]) && got.len() == 4096, "mixed or partial content");
     }
 }

@@ -17,10 +17,7 @@ impl MemoryTier {
             .max_capacity(capacity_bytes)
             .weigher(|_k: &CacheKey, v: &Bytes| u32::try_from(v.len()).unwrap_or(u32::MAX))
             .build();
-        MemoryTier {
-            cache,
-            capacity: capacity_bytes,
-        }
+        MemoryTier { cache, capacity: capacity_bytes }
     }
 }
 
@@ -33,11 +30,7 @@ impl Store for MemoryTier {
         Box::pin(async move { Ok(self.cache.get(key).await) })
     }
 
-    fn put<'a>(
-        &'a self,
-        key: &'a CacheKey,
-        envelope: Bytes,
-    ) -> StoreFuture<'a, Result<(), StoreError>> {
+    fn put<'a>(&'a self, key: &'a CacheKey, envelope: Bytes) -> StoreFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             self.cache.insert(*key, envelope).await;
             // moka applies size accounting lazily; settle it so Stats and eviction see this
@@ -55,10 +48,6 @@ impl Store for MemoryTier {
     }
 
     fn usage(&self) -> Usage {
-        Usage {
-            entries: self.cache.entry_count(),
-            bytes: self.cache.weighted_size(),
-            capacity_bytes: self.capacity,
-        }
+        Usage { entries: self.cache.entry_count(), bytes: self.cache.weighted_size(), capacity_bytes: self.capacity }
     }
 }

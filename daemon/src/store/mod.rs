@@ -63,11 +63,7 @@ pub struct Usage {
 pub trait Store: Send + Sync + std::fmt::Debug {
     fn name(&self) -> TierName;
     fn get<'a>(&'a self, key: &'a CacheKey) -> StoreFuture<'a, Result<Option<Bytes>, StoreError>>;
-    fn put<'a>(
-        &'a self,
-        key: &'a CacheKey,
-        envelope: Bytes,
-    ) -> StoreFuture<'a, Result<(), StoreError>>;
+    fn put<'a>(&'a self, key: &'a CacheKey, envelope: Bytes) -> StoreFuture<'a, Result<(), StoreError>>;
     fn remove<'a>(&'a self, key: &'a CacheKey) -> StoreFuture<'a, Result<(), StoreError>>;
     fn usage(&self) -> Usage;
 }

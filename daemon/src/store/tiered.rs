@@ -33,11 +33,7 @@ pub struct Hit {
 
 impl TieredStore {
     pub fn new(tiers: Vec<Arc<dyn Store>>, metrics: Arc<Metrics>, max_artifact_bytes: u64) -> Self {
-        TieredStore {
-            tiers,
-            metrics,
-            max_artifact_bytes,
-        }
+        TieredStore { tiers, metrics, max_artifact_bytes }
     }
 
     /// Looks `key` up in every tier, fastest first.
@@ -61,17 +57,11 @@ impl TieredStore {
                     self.metrics.lookup(name, "hit");
                     self.metrics.bytes(name, "read", bytes.len());
                     self.backfill(&self.tiers[..i], key, &bytes).await;
-                    return Some(Hit {
-                        artifact,
-                        tier: tier.name(),
-                    });
+                    return Some(Hit { artifact, tier: tier.name() });
                 }
                 Err(e) => {
                     tracing::warn!(%key, tier = name, error = %e, "corrupt cache entry evicted");
-                    self.metrics
-                        .integrity_failures
-                        .get_or_create(&TierLabels { tier: name })
-                        .inc();
+                    self.metrics.integrity_failures.get_or_create(&TierLabels { tier: name }).inc();
                     self.metrics.lookup(name, "miss");
                     if let Err(e) = tier.remove(key).await {
                         tracing::warn!(%key, error = %e, "could not evict a corrupt entry");
@@ -143,31 +133,13 @@ mod tests {
         env[last] ^= 1;
         disk.put(&key(1), Bytes::from(env)).await.unwrap();
         // A valid envelope for key 2, stored under key 3.
-        memory
-            .put(
-                &key(3),
-                Bytes::from(envelope::seal(&key(2), ArtifactMeta::default(), b"x")),
-            )
-            .await
-            .unwrap();
+        memory.put(&key(3), Bytes::from(envelope::seal(&key(2), ArtifactMeta::default(), b"x"))).await.unwrap();
         assert!(store.get(&key(1)).await.is_none());
         assert!(store.get(&key(3)).await.is_none());
-        assert!(
-            disk.get(&key(1)).await.unwrap().is_none(),
-            "corrupt entry not evicted"
-        );
-        assert!(
-            memory.get(&key(3)).await.unwrap().is_none(),
-            "misplaced entry not evicted"
-        );
+        assert!(disk.get(&key(1)).await.unwrap().is_none(), "corrupt entry not evicted");
+        assert!(memory.get(&key(3)).await.unwrap().is_none(), "misplaced entry not evicted");
         let text = metrics.render();
-        assert!(
-            text.contains("kiln_integrity_failures_total{tier=\"disk\"} 1"),
-            "{text}"
-        );
-        assert!(
-            text.contains("kiln_integrity_failures_total{tier=\"memory\"} 1"),
-            "{text}"
-        );
+        assert!(text.contains("kiln_integrity_failures_total{tier=\"disk\"} 1"), "{text}");
+        assert!(text.contains("kiln_integrity_failures_total{tier=\"memory\"} 1"), "{text}");
     }
 }

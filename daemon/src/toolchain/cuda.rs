@@ -20,17 +20,14 @@ pub struct CudaInstall {
     /// Default include path, as nvcc has it: the toolkit's `include/` and, where present, the
     /// CCCL headers (`include/cccl`), which `<cooperative_groups.h>` and `<cuda/std/...>` need.
     pub include_dirs: Vec<PathBuf>,
+    /// `bin/ptxas`, when the installation has one (a toolkit, or the nvidia-cuda-nvcc wheel).
+    pub ptxas: Option<PathBuf>,
 }
 
 /// Finds the installation. `explicit` is `--cuda-root`; `cuda_home` is `$CUDA_HOME`.
-pub fn discover(
-    explicit: Option<&Path>,
-    cuda_home: Option<&Path>,
-) -> Result<CudaInstall, ToolchainError> {
+pub fn discover(explicit: Option<&Path>, cuda_home: Option<&Path>) -> Result<CudaInstall, ToolchainError> {
     if let Some(root) = explicit {
-        return inspect(root).map_err(|why| {
-            ToolchainError::NotFound(format!("--cuda-root {}: {why}", root.display()))
-        });
+        return inspect(root).map_err(|why| ToolchainError::NotFound(format!("--cuda-root {}: {why}", root.display())));
     }
     let mut tried = Vec::new();
     for root in cuda_home.into_iter().chain([Path::new("/usr/local/cuda")]) {
@@ -50,33 +47,20 @@ fn inspect(root: &Path) -> Result<CudaInstall, String> {
     if !root.is_dir() {
         return Err("not a directory".into());
     }
-    let lib_dirs = [
-        "lib64",
-        "lib",
-        "targets/x86_64-linux/lib",
-        "targets/sbsa-linux/lib",
-    ];
+    let lib_dirs = ["lib64", "lib", "targets/x86_64-linux/lib", "targets/sbsa-linux/lib"];
     let lib_dir = lib_dirs
         .iter()
         .map(|d| root.join(d))
         .find(|d| d.join("libnvrtc.so.13").is_file() || d.join("libnvrtc.so").is_file())
         .ok_or_else(|| format!("no libnvrtc.so.13 under {}", lib_dirs.join(", ")))?;
-    let nvrtc = ["libnvrtc.so.13", "libnvrtc.so"]
-        .iter()
-        .map(|n| lib_dir.join(n))
-        .find(|p| p.is_file());
+    let nvrtc = ["libnvrtc.so.13", "libnvrtc.so"].iter().map(|n| lib_dir.join(n)).find(|p| p.is_file());
     let nvrtc = nvrtc.ok_or("libnvrtc missing")?;
-    let builtins = find_builtins(&lib_dir)
-        .ok_or_else(|| format!("no libnvrtc-builtins.so.* in {}", lib_dir.display()))?;
-    let include = [
-        root.join("include"),
-        root.join("targets/x86_64-linux/include"),
-    ]
-    .into_iter()
-    .find(|d| d.join("cuda_fp16.h").is_file())
-    .ok_or(
-        "no include/cuda_fp16.h: the CUDA runtime headers are missing (wheel nvidia-cuda-runtime)",
-    )?;
+    let builtins =
+        find_builtins(&lib_dir).ok_or_else(|| format!("no libnvrtc-builtins.so.* in {}", lib_dir.display()))?;
+    let include = [root.join("include"), root.join("targets/x86_64-linux/include")]
+        .into_iter()
+        .find(|d| d.join("cuda_fp16.h").is_file())
+        .ok_or("no include/cuda_fp16.h: the CUDA runtime headers are missing (wheel nvidia-cuda-runtime)")?;
     let mut include_dirs = vec![include.clone()];
     let cccl = include.join("cccl");
     if cccl.is_dir() {
@@ -86,12 +70,8 @@ fn inspect(root: &Path) -> Result<CudaInstall, String> {
     if !has_cuda_std {
         return Err("no CCCL headers (cuda/std): <cooperative_groups.h> needs them (wheel nvidia-cuda-cccl)".into());
     }
-    Ok(CudaInstall {
-        root: root.to_path_buf(),
-        nvrtc,
-        builtins,
-        include_dirs,
-    })
+    let ptxas = Some(root.join("bin/ptxas")).filter(|p| p.is_file());
+    Ok(CudaInstall { root: root.to_path_buf(), nvrtc, builtins, include_dirs, ptxas })
 }
 
 /// `libnvrtc-builtins.so.13.0`, not the `.alt` variant some wheels also ship.
@@ -143,9 +123,7 @@ mod tests {
         let root = fake_root(false);
         let err = discover(Some(root.path()), None).unwrap_err().to_string();
         assert!(err.contains("CCCL"), "{err}");
-        let err = discover(Some(Path::new("/nonexistent/cuda")), None)
-            .unwrap_err()
-            .to_string();
+        let err = discover(Some(Path::new("/nonexistent/cuda")), None).unwrap_err().to_string();
         assert!(err.contains("--cuda-root /nonexistent/cuda"), "{err}");
     }
 

@@ -91,10 +91,7 @@ mod tests {
         let fp = || of_files("nvrtc", "13.0", std::slice::from_ref(&lib), &dirs).unwrap();
         let base = fp();
         assert_eq!(base, fp());
-        assert_ne!(
-            of_files("nvrtc", "13.1", std::slice::from_ref(&lib), &dirs).unwrap(),
-            base
-        );
+        assert_ne!(of_files("nvrtc", "13.1", std::slice::from_ref(&lib), &dirs).unwrap(), base);
         std::fs::write(inc.join("cccl/b.h"), b"b2").unwrap();
         let after_header = fp();
         assert_ne!(after_header, base);

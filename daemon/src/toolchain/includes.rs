@@ -23,10 +23,7 @@ pub fn check(source: &str) -> Result<(), IncludeError> {
             continue;
         };
         let rest = rest.trim_start();
-        let directive: String = rest
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .collect();
+        let directive: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
         let err = |reason: String| Err(IncludeError { line, reason });
         match directive.as_str() {
             "include" => {}
@@ -36,24 +33,17 @@ pub fn check(source: &str) -> Result<(), IncludeError> {
             _ => continue,
         }
         let operand = rest[directive.len()..].trim();
-        let name =
-            match operand.chars().next() {
-                Some('"') => operand[1..].split('"').next(),
-                Some('<') => operand[1..].split('>').next(),
-                _ => return err(
-                    "computed #include is not allowed: name the header in quotes or angle brackets"
-                        .into(),
-                ),
-            };
+        let name = match operand.chars().next() {
+            Some('"') => operand[1..].split('"').next(),
+            Some('<') => operand[1..].split('>').next(),
+            _ => return err("computed #include is not allowed: name the header in quotes or angle brackets".into()),
+        };
         let Some(name) = name.filter(|n| !n.is_empty()) else {
             return err("malformed #include".into());
         };
-        if name.starts_with('/') || name.contains('\\') || name.split('/').any(|part| part == "..")
-        {
+        if name.starts_with('/') || name.contains('\\') || name.split('/').any(|part| part == "..") {
             let shown: String = name.chars().take(80).collect();
-            return err(format!(
-                "#include \"{shown}\" names a path outside the given headers"
-            ));
+            return err(format!("#include \"{shown}\" names a path outside the given headers"));
         }
     }
     Ok(())
@@ -149,11 +139,6 @@ mod tests {
         ] {
             assert!(check(bad).is_err(), "{bad:?} passed");
         }
-        assert_eq!(
-            check("int a;\n\n#include \"/etc/passwd\"")
-                .unwrap_err()
-                .line,
-            3
-        );
+        assert_eq!(check("int a;\n\n#include \"/etc/passwd\"").unwrap_err().line, 3);
     }
 }

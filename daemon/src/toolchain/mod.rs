@@ -6,20 +6,49 @@
 //! - [`options`]: the NVRTC option allowlist.
 //! - [`includes`]: refuses `#include` directives that could name a path outside the given headers.
 //! - [`nvrtc`]: the NVRTC toolchain as the daemon sees it: a fingerprint plus a worker pool.
+//! - [`ptxas`]: PTX to cubin with ptxas, run as a subprocess per compile.
+//! - [`triton`]: Triton kernels, compiled by a lazily started pool of Python workers.
+//! - [`set`]: the toolchains of one daemon, with Triton started on first use.
 
 pub mod cuda;
 pub mod fingerprint;
 pub mod includes;
 pub mod nvrtc;
 pub mod options;
+pub mod ptxas;
+pub mod set;
+pub mod triton;
+
+use kiln_proto::pb::LoweredName;
+
+/// What one compile produced, success or not, whatever the toolchain. A failed compile is a
+/// result, not an error.
+#[derive(Debug, Clone, Default)]
+pub struct Compiled {
+    pub ok: bool,
+    pub cubin: Vec<u8>,
+    pub log: String,
+    pub lowered_names: Vec<LoweredName>,
+    pub compile_micros: u64,
+    /// Toolchain metadata as JSON (Triton's launcher metadata).
+    pub metadata_json: String,
+    pub ptx: String,
+}
+
+impl Compiled {
+    /// A failure that happened around the compiler (a timeout, a dead worker, a spawn error).
+    pub fn failed(log: String, started: std::time::Instant) -> Self {
+        Compiled { log, compile_micros: started.elapsed().as_micros() as u64, ..Default::default() }
+    }
+}
 
 /// Why a toolchain cannot be used. Reported at start-up and by `kilnd check`; never a panic.
 #[derive(Debug, thiserror::Error)]
 pub enum ToolchainError {
     #[error("no CUDA toolkit found: {0}")]
     NotFound(String),
-    #[error("NVRTC at {path} is not usable: {reason}")]
-    Broken { path: String, reason: String },
+    #[error("{toolchain} at {path} is not usable: {reason}")]
+    Broken { toolchain: &'static str, path: String, reason: String },
     #[error("reading toolchain files: {0}")]
     Io(#[from] std::io::Error),
 }

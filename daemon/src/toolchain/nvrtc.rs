@@ -1,9 +1,10 @@
 //! The NVRTC toolchain as the daemon sees it: what it is (version, fingerprint, targets) and a
 //! pool of workers that do the compiling.
 
-use super::{ToolchainError, cuda::CudaInstall, fingerprint};
-use crate::worker::pool::{WorkerPool, WorkerSpec};
-use kiln_proto::pb::{CudaSource, LoweredName, ToolchainInfo, WorkerRequest};
+use super::{Compiled, ToolchainError, cuda::CudaInstall, fingerprint};
+use crate::worker::frame;
+use crate::worker::pool::{Protocol, WorkerPool, WorkerSpec};
+use kiln_proto::pb::{CudaSource, ToolchainInfo, WorkerHello, WorkerRequest, WorkerResponse};
 use kiln_proto::{Fingerprint, Target};
 use std::path::Path;
 use std::time::Duration;
@@ -17,17 +18,33 @@ pub struct Nvrtc {
     pub fingerprint: Fingerprint,
     /// `sm_NN` names NVRTC reported; `a`/`f` variants are accepted when their base is listed.
     pub supported: Vec<String>,
-    pool: WorkerPool,
+    pool: WorkerPool<NvrtcProtocol>,
 }
 
-/// What one compile produced, success or not. A failed compile is a result, not an error.
-#[derive(Debug, Clone, Default)]
-pub struct Compiled {
-    pub ok: bool,
-    pub cubin: Vec<u8>,
-    pub log: String,
-    pub lowered_names: Vec<LoweredName>,
-    pub compile_micros: u64,
+/// `kilnd worker` speaks protobuf frames.
+#[derive(Debug)]
+pub struct NvrtcProtocol;
+
+impl Protocol for NvrtcProtocol {
+    type Hello = WorkerHello;
+    type Request = WorkerRequest;
+    type Response = WorkerResponse;
+
+    fn decode_hello(bytes: &[u8]) -> std::io::Result<WorkerHello> {
+        frame::decode(bytes)
+    }
+
+    fn hello_error(hello: &WorkerHello) -> Option<String> {
+        (!hello.error.is_empty()).then(|| hello.error.clone())
+    }
+
+    fn encode_request(request: &WorkerRequest) -> std::io::Result<Vec<u8>> {
+        Ok(prost::Message::encode_to_vec(request))
+    }
+
+    fn decode_response(bytes: &[u8]) -> std::io::Result<WorkerResponse> {
+        frame::decode(bytes)
+    }
 }
 
 impl Nvrtc {
@@ -50,30 +67,23 @@ impl Nvrtc {
                 "--memory-mb".into(),
                 memory_mb.to_string().into(),
             ],
+            env: None,
+            user: None,
             start_timeout: Duration::from_secs(60),
         };
         let (pool, hello) =
-            WorkerPool::start(spec, max_workers)
-                .await
-                .map_err(|e| ToolchainError::Broken {
-                    path: install.nvrtc.display().to_string(),
-                    reason: e.to_string(),
-                })?;
+            WorkerPool::<NvrtcProtocol>::start(spec, max_workers).await.map_err(|e| ToolchainError::Broken {
+                toolchain: "NVRTC",
+                path: install.nvrtc.display().to_string(),
+                reason: e.to_string(),
+            })?;
         let libraries = [install.nvrtc.clone(), install.builtins.clone()];
         let include_dirs = install.include_dirs.clone();
         let version = hello.version.clone();
-        let fp = tokio::task::spawn_blocking(move || {
-            fingerprint::of_files(NAME, &version, &libraries, &include_dirs)
-        })
-        .await
-        .map_err(|e| ToolchainError::Io(std::io::Error::other(e)))??;
-        Ok(Nvrtc {
-            install,
-            version: hello.version,
-            fingerprint: fp,
-            supported: hello.supported_targets,
-            pool,
-        })
+        let fp = tokio::task::spawn_blocking(move || fingerprint::of_files(NAME, &version, &libraries, &include_dirs))
+            .await
+            .map_err(|e| ToolchainError::Io(std::io::Error::other(e)))??;
+        Ok(Nvrtc { install, version: hello.version, fingerprint: fp, supported: hello.supported_targets, pool })
     }
 
     /// Whether NVRTC can compile for `target` (the base architecture must be one it lists).
@@ -88,32 +98,17 @@ impl Nvrtc {
             version: self.version.clone(),
             fingerprint: self.fingerprint.to_hex(),
             location: self.install.nvrtc.display().to_string(),
-            include_dirs: self
-                .install
-                .include_dirs
-                .iter()
-                .map(|d| d.display().to_string())
-                .collect(),
+            include_dirs: self.install.include_dirs.iter().map(|d| d.display().to_string()).collect(),
             supported_targets: self.supported.clone(),
         }
     }
 
     /// Compiles in a worker. A worker timeout or crash is this kernel's failed outcome.
-    pub async fn compile(
-        &self,
-        source: &CudaSource,
-        target: &Target,
-        timeout: Duration,
-    ) -> Compiled {
+    pub async fn compile(&self, source: &CudaSource, target: &Target, timeout: Duration) -> Compiled {
         let request = WorkerRequest {
             cuda: Some(source.clone()),
             target: target.to_string(),
-            system_include_dirs: self
-                .install
-                .include_dirs
-                .iter()
-                .map(|d| d.display().to_string())
-                .collect(),
+            system_include_dirs: self.install.include_dirs.iter().map(|d| d.display().to_string()).collect(),
             cpu_seconds: timeout.as_secs().max(1),
         };
         let started = std::time::Instant::now();
@@ -124,12 +119,9 @@ impl Nvrtc {
                 log: r.log,
                 lowered_names: r.lowered_names,
                 compile_micros: r.compile_micros,
-            },
-            Err(failure) => Compiled {
-                log: failure.to_string(),
-                compile_micros: started.elapsed().as_micros() as u64,
                 ..Default::default()
             },
+            Err(failure) => Compiled::failed(failure.to_string(), started),
         }
     }
 

@@ -89,9 +89,7 @@ const PTXAS_OK: &[&str] = &[
 pub enum OptionError {
     #[error("`{0}` sets the target: use the graph's target field")]
     Target(String),
-    #[error(
-        "`{0}` is not allowed: headers must be sent by content, and the daemon reads no client path"
-    )]
+    #[error("`{0}` is not allowed: headers must be sent by content, and the daemon reads no client path")]
     Path(String),
     #[error("`{0}` is not on the NVRTC option allowlist")]
     NotAllowed(String),
@@ -129,9 +127,7 @@ pub fn check(option: &str) -> Result<(), OptionError> {
     if EXACT.contains(&option) {
         return Ok(());
     }
-    let prefixed = PREFIXED
-        .iter()
-        .find_map(|p| option.strip_prefix(p).map(|v| (*p, v)));
+    let prefixed = PREFIXED.iter().find_map(|p| option.strip_prefix(p).map(|v| (*p, v)));
     match prefixed {
         Some((prefix, value)) if value_ok(prefix, value) => Ok(()),
         _ => Err(OptionError::NotAllowed(shown(option))),
@@ -139,26 +135,82 @@ pub fn check(option: &str) -> Result<(), OptionError> {
 }
 
 fn value_ok(prefix: &str, value: &str) -> bool {
-    let printable =
-        !value.is_empty() && value.len() <= 4096 && value.chars().all(|c| !c.is_control());
+    let printable = !value.is_empty() && value.len() <= 4096 && value.chars().all(|c| !c.is_control());
     match prefix {
         "-O" => matches!(value, "0" | "1" | "2" | "3"),
         "-std=" | "--std=" => matches!(value, "c++03" | "c++11" | "c++14" | "c++17" | "c++20"),
-        "-ftz=" | "--ftz=" | "-prec-div=" | "--prec-div=" | "-prec-sqrt=" | "--prec-sqrt="
-        | "-fmad=" | "--fmad=" => {
+        "-ftz=" | "--ftz=" | "-prec-div=" | "--prec-div=" | "-prec-sqrt=" | "--prec-sqrt=" | "-fmad=" | "--fmad=" => {
             matches!(value, "true" | "false")
         }
         "--dlink-time-opt" => value.is_empty(),
         "-maxrregcount=" | "--maxrregcount=" => value.parse::<u32>().is_ok_and(|n| n <= 255),
         "-Xptxas=" | "--ptxas-options=" => value.split(',').all(|o| PTXAS_OK.contains(&o)),
-        "-diag-suppress=" | "--diag-suppress=" | "-diag-error=" | "--diag-error="
-        | "-diag-warn=" | "--diag-warn=" => value.split(',').all(|n| {
-            !n.is_empty()
-                && n.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-        }),
+        "-diag-suppress=" | "--diag-suppress=" | "-diag-error=" | "--diag-error=" | "-diag-warn=" | "--diag-warn=" => {
+            value
+                .split(',')
+                .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'))
+        }
         _ => printable,
     }
+}
+
+/// ptxas options a client may pass for a PTX kernel. No output paths, no input files, and no
+/// `--gpu-name` (the target has its own field).
+pub fn check_ptxas(option: &str) -> Result<(), OptionError> {
+    if option.starts_with("--gpu-name") || option.starts_with("-arch") {
+        return Err(OptionError::Target(shown(option)));
+    }
+    let path_like =
+        ["-o", "--output-file", "--input-as-string", "-ias", "--options-file", "-optf", "--compile-as-tools-patch"];
+    if path_like.iter().any(|p| option.starts_with(p)) {
+        return Err(OptionError::Path(shown(option)));
+    }
+    const EXACT: &[&str] = &[
+        "-O0",
+        "-O1",
+        "-O2",
+        "-O3",
+        "-v",
+        "--verbose",
+        "-lineinfo",
+        "--generate-line-info",
+        "-g",
+        "--device-debug",
+        "--warn-on-spills",
+        "-warn-spills",
+        "--warn-on-local-memory-usage",
+        "-warn-lmem-usage",
+        "--warn-on-double-precision-use",
+        "-warn-double-usage",
+        "--disable-optimizer-constants",
+        "--allow-expensive-optimizations=true",
+        "--allow-expensive-optimizations=false",
+        "--fmad=true",
+        "--fmad=false",
+        "-c",
+        "--compile-only",
+    ];
+    if EXACT.contains(&option) {
+        return Ok(());
+    }
+    let value = [
+        "--maxrregcount=",
+        "-maxrregcount=",
+        "-dlcm=",
+        "--def-load-cache=",
+        "-dscm=",
+        "--def-store-cache=",
+        "--opt-level=",
+    ]
+    .iter()
+    .find_map(|p| option.strip_prefix(p).map(|v| (*p, v)));
+    let ok = match value {
+        Some((p, v)) if p.contains("maxrregcount") => v.parse::<u32>().is_ok_and(|n| n <= 255),
+        Some((p, v)) if p.contains("opt-level") => matches!(v, "0" | "1" | "2" | "3"),
+        Some((_, v)) => matches!(v, "ca" | "cg" | "cs" | "lu" | "cv" | "wb" | "wt"),
+        None => false,
+    };
+    if ok { Ok(()) } else { Err(OptionError::NotAllowed(shown(option))) }
 }
 
 /// An option as quoted back in an error: bounded, so a huge option cannot flood a log.
@@ -188,35 +240,25 @@ mod tests {
     }
 
     #[test]
+    fn ptxas_options_follow_their_own_allowlist() {
+        for ok in ["-O3", "-v", "--maxrregcount=64", "-dlcm=ca", "--warn-on-spills"] {
+            assert_eq!(check_ptxas(ok), Ok(()), "{ok}");
+        }
+        assert!(matches!(check_ptxas("-o/tmp/x"), Err(OptionError::Path(_))));
+        assert!(matches!(check_ptxas("--gpu-name=sm_80"), Err(OptionError::Target(_))));
+        assert!(matches!(check_ptxas("--fancy"), Err(OptionError::NotAllowed(_))));
+    }
+
+    #[test]
     fn refuses_paths_targets_and_the_unknown() {
         assert!(matches!(check("-I/etc"), Err(OptionError::Path(_))));
-        assert!(matches!(
-            check("--include-path=/x"),
-            Err(OptionError::Path(_))
-        ));
-        assert!(matches!(
-            check("--pre-include=/etc/passwd"),
-            Err(OptionError::Path(_))
-        ));
+        assert!(matches!(check("--include-path=/x"), Err(OptionError::Path(_))));
+        assert!(matches!(check("--pre-include=/etc/passwd"), Err(OptionError::Path(_))));
         assert!(matches!(check("--time=/tmp/t"), Err(OptionError::Path(_))));
         assert!(matches!(check("-arch=sm_80"), Err(OptionError::Target(_))));
-        assert!(matches!(
-            check("--gpu-architecture=compute_90"),
-            Err(OptionError::Target(_))
-        ));
-        for bad in [
-            "--fancy",
-            "-O9",
-            "--std=c++99",
-            "-maxrregcount=x",
-            "-Xptxas=-o/tmp/x",
-            "-D",
-            "",
-        ] {
-            assert!(
-                matches!(check(bad), Err(OptionError::NotAllowed(_))),
-                "{bad}"
-            );
+        assert!(matches!(check("--gpu-architecture=compute_90"), Err(OptionError::Target(_))));
+        for bad in ["--fancy", "-O9", "--std=c++99", "-maxrregcount=x", "-Xptxas=-o/tmp/x", "-D", ""] {
+            assert!(matches!(check(bad), Err(OptionError::NotAllowed(_))), "{bad}");
         }
     }
 }

@@ -12,10 +12,7 @@ pub fn limit_memory(megabytes: u64) -> std::io::Result<()> {
 /// ends a compile that spins, and the pool replaces the worker.
 pub fn limit_cpu_from_now(seconds: u64) -> std::io::Result<()> {
     let used = cpu_seconds_used()?;
-    let mut current = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
+    let mut current = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit writes one rlimit into the struct we pass.
     if unsafe { libc::getrlimit(libc::RLIMIT_CPU, &mut current) } != 0 {
         return Err(std::io::Error::last_os_error());
@@ -36,15 +33,8 @@ fn cpu_seconds_used() -> std::io::Result<u64> {
     Ok((usage.ru_utime.tv_sec + usage.ru_stime.tv_sec + 1) as u64)
 }
 
-fn set(
-    resource: libc::__rlimit_resource_t,
-    soft: libc::rlim_t,
-    hard: libc::rlim_t,
-) -> std::io::Result<()> {
-    let limit = libc::rlimit {
-        rlim_cur: soft,
-        rlim_max: hard,
-    };
+fn set(resource: libc::__rlimit_resource_t, soft: libc::rlim_t, hard: libc::rlim_t) -> std::io::Result<()> {
+    let limit = libc::rlimit { rlim_cur: soft, rlim_max: hard };
     // SAFETY: setrlimit reads the struct we pass and has no other memory effects.
     let rc = unsafe { libc::setrlimit(resource, &limit) };
     if rc != 0 {

@@ -29,15 +29,9 @@ pub fn load(nvrtc_path: &Path, builtins: &Path) -> Result<Loaded, String> {
     let nvrtc = open(nvrtc_path).map_err(|e| format!("loading {}: {e}", nvrtc_path.display()))?;
     // SAFETY: a plain dlopen probe; it cannot panic.
     if !unsafe { sys::is_culib_present() } {
-        return Err(format!(
-            "{} loaded, but cudarc cannot find it by soname",
-            nvrtc_path.display()
-        ));
+        return Err(format!("{} loaded, but cudarc cannot find it by soname", nvrtc_path.display()));
     }
-    Ok(Loaded {
-        _builtins: builtins,
-        _nvrtc: nvrtc,
-    })
+    Ok(Loaded { _builtins: builtins, _nvrtc: nvrtc })
 }
 
 fn check(r: nvrtcResult, what: &str) -> Result<(), String> {
@@ -45,9 +39,7 @@ fn check(r: nvrtcResult, what: &str) -> Result<(), String> {
         return Ok(());
     }
     // SAFETY: nvrtcGetErrorString returns a static string for any result code.
-    let text = unsafe { CStr::from_ptr(sys::nvrtcGetErrorString(r)) }
-        .to_string_lossy()
-        .into_owned();
+    let text = unsafe { CStr::from_ptr(sys::nvrtcGetErrorString(r)) }.to_string_lossy().into_owned();
     Err(format!("{what}: {text}"))
 }
 
@@ -55,10 +47,7 @@ fn check(r: nvrtcResult, what: &str) -> Result<(), String> {
 pub fn version() -> Result<String, String> {
     let (mut major, mut minor) = (0, 0);
     // SAFETY: writes two ints.
-    check(
-        unsafe { sys::nvrtcVersion(&mut major, &mut minor) },
-        "nvrtcVersion",
-    )?;
+    check(unsafe { sys::nvrtcVersion(&mut major, &mut minor) }, "nvrtcVersion")?;
     Ok(format!("{major}.{minor}"))
 }
 
@@ -66,16 +55,10 @@ pub fn version() -> Result<String, String> {
 pub fn supported_targets() -> Result<Vec<String>, String> {
     let mut n: c_int = 0;
     // SAFETY: writes one int.
-    check(
-        unsafe { sys::nvrtcGetNumSupportedArchs(&mut n) },
-        "nvrtcGetNumSupportedArchs",
-    )?;
+    check(unsafe { sys::nvrtcGetNumSupportedArchs(&mut n) }, "nvrtcGetNumSupportedArchs")?;
     let mut archs = vec![0 as c_int; n.max(0) as usize];
     // SAFETY: the buffer holds exactly the number of archs NVRTC reported.
-    check(
-        unsafe { sys::nvrtcGetSupportedArchs(archs.as_mut_ptr()) },
-        "nvrtcGetSupportedArchs",
-    )?;
+    check(unsafe { sys::nvrtcGetSupportedArchs(archs.as_mut_ptr()) }, "nvrtcGetSupportedArchs")?;
     Ok(archs.into_iter().map(|a| format!("sm_{a}")).collect())
 }
 
@@ -103,22 +86,11 @@ fn cstring(s: &str, what: &str) -> Result<CString, String> {
 }
 
 /// Compiles CUDA C++ to a cubin for `target` (such as `sm_90a`).
-pub fn compile(
-    src: &CudaSource,
-    target: &str,
-    include_dirs: &[String],
-) -> Result<Compiled, String> {
+pub fn compile(src: &CudaSource, target: &str, include_dirs: &[String]) -> Result<Compiled, String> {
     let source = cstring(&src.source, "source")?;
-    let names: Vec<CString> = src
-        .headers
-        .iter()
-        .map(|h| cstring(&h.name, "header name"))
-        .collect::<Result<_, _>>()?;
-    let contents: Vec<CString> = src
-        .headers
-        .iter()
-        .map(|h| cstring(&h.content, "header content"))
-        .collect::<Result<_, _>>()?;
+    let names: Vec<CString> = src.headers.iter().map(|h| cstring(&h.name, "header name")).collect::<Result<_, _>>()?;
+    let contents: Vec<CString> =
+        src.headers.iter().map(|h| cstring(&h.content, "header content")).collect::<Result<_, _>>()?;
     let name_ptrs: Vec<*const c_char> = names.iter().map(|c| c.as_ptr()).collect();
     let content_ptrs: Vec<*const c_char> = contents.iter().map(|c| c.as_ptr()).collect();
     let mut prog: nvrtcProgram = std::ptr::null_mut();
@@ -137,36 +109,21 @@ pub fn compile(
         "nvrtcCreateProgram",
     )?;
     let prog = Program(prog);
-    let exprs: Vec<CString> = src
-        .name_expressions
-        .iter()
-        .map(|e| cstring(e, "name expression"))
-        .collect::<Result<_, _>>()?;
+    let exprs: Vec<CString> =
+        src.name_expressions.iter().map(|e| cstring(e, "name expression")).collect::<Result<_, _>>()?;
     for e in &exprs {
         // SAFETY: prog is live; e is NUL-terminated and outlives the program.
-        check(
-            unsafe { sys::nvrtcAddNameExpression(prog.0, e.as_ptr()) },
-            "nvrtcAddNameExpression",
-        )?;
+        check(unsafe { sys::nvrtcAddNameExpression(prog.0, e.as_ptr()) }, "nvrtcAddNameExpression")?;
     }
-    let mut options: Vec<CString> = src
-        .options
-        .iter()
-        .map(|o| cstring(o, "option"))
-        .collect::<Result<_, _>>()?;
+    let mut options: Vec<CString> = src.options.iter().map(|o| cstring(o, "option")).collect::<Result<_, _>>()?;
     options.push(cstring(&format!("--gpu-architecture={target}"), "target")?);
     for dir in include_dirs {
         options.push(cstring(&format!("--include-path={dir}"), "include dir")?);
     }
     let option_ptrs: Vec<*const c_char> = options.iter().map(|c| c.as_ptr()).collect();
     // SAFETY: prog is live; the option pointers outlive the call.
-    let compiled = unsafe {
-        sys::nvrtcCompileProgram(prog.0, option_ptrs.len() as c_int, option_ptrs.as_ptr())
-    };
-    let mut out = Compiled {
-        log: program_log(&prog)?,
-        ..Default::default()
-    };
+    let compiled = unsafe { sys::nvrtcCompileProgram(prog.0, option_ptrs.len() as c_int, option_ptrs.as_ptr()) };
+    let mut out = Compiled { log: program_log(&prog)?, ..Default::default() };
     if compiled != nvrtcResult::NVRTC_SUCCESS {
         return Ok(out);
     }
@@ -175,37 +132,23 @@ pub fn compile(
         // SAFETY: prog is compiled; NVRTC owns the returned string until the program is destroyed.
         let r = unsafe { sys::nvrtcGetLoweredName(prog.0, expr.as_ptr(), &mut lowered) };
         if let Err(e) = check(r, "nvrtcGetLoweredName") {
-            out.log.push_str(&format!(
-                "\nname expression `{text}` could not be resolved: {e}\n"
-            ));
+            out.log.push_str(&format!("\nname expression `{text}` could not be resolved: {e}\n"));
             return Ok(out);
         }
         // SAFETY: on success NVRTC returned a NUL-terminated string.
-        let lowered = unsafe { CStr::from_ptr(lowered) }
-            .to_string_lossy()
-            .into_owned();
-        out.lowered_names.push(LoweredName {
-            name_expression: text.clone(),
-            lowered_name: lowered,
-        });
+        let lowered = unsafe { CStr::from_ptr(lowered) }.to_string_lossy().into_owned();
+        out.lowered_names.push(LoweredName { name_expression: text.clone(), lowered_name: lowered });
     }
     let mut size = 0usize;
     // SAFETY: prog is compiled; writes one usize.
-    check(
-        unsafe { sys::nvrtcGetCUBINSize(prog.0, &mut size) },
-        "nvrtcGetCUBINSize",
-    )?;
+    check(unsafe { sys::nvrtcGetCUBINSize(prog.0, &mut size) }, "nvrtcGetCUBINSize")?;
     if size == 0 {
-        out.log
-            .push_str("\nNVRTC produced no cubin for this target\n");
+        out.log.push_str("\nNVRTC produced no cubin for this target\n");
         return Ok(out);
     }
     let mut cubin = vec![0u8; size];
     // SAFETY: the buffer holds exactly the size NVRTC reported.
-    check(
-        unsafe { sys::nvrtcGetCUBIN(prog.0, cubin.as_mut_ptr().cast()) },
-        "nvrtcGetCUBIN",
-    )?;
+    check(unsafe { sys::nvrtcGetCUBIN(prog.0, cubin.as_mut_ptr().cast()) }, "nvrtcGetCUBIN")?;
     out.cubin = cubin;
     out.ok = true;
     Ok(out)
@@ -214,16 +157,10 @@ pub fn compile(
 fn program_log(prog: &Program) -> Result<String, String> {
     let mut size = 0usize;
     // SAFETY: prog is live; writes one usize.
-    check(
-        unsafe { sys::nvrtcGetProgramLogSize(prog.0, &mut size) },
-        "nvrtcGetProgramLogSize",
-    )?;
+    check(unsafe { sys::nvrtcGetProgramLogSize(prog.0, &mut size) }, "nvrtcGetProgramLogSize")?;
     let mut log = vec![0u8; size.max(1)];
     // SAFETY: the buffer holds the reported size, including the NUL.
-    check(
-        unsafe { sys::nvrtcGetProgramLog(prog.0, log.as_mut_ptr().cast()) },
-        "nvrtcGetProgramLog",
-    )?;
+    check(unsafe { sys::nvrtcGetProgramLog(prog.0, log.as_mut_ptr().cast()) }, "nvrtcGetProgramLog")?;
     let end = log.iter().position(|b| *b == 0).unwrap_or(log.len());
     Ok(String::from_utf8_lossy(&log[..end]).into_owned())
 }

@@ -1,22 +1,41 @@
-//! The daemon side of the workers: a pool of long-lived `kilnd worker` processes.
+//! The daemon side of the workers: a pool of long-lived worker processes speaking one
+//! [`Protocol`] (protobuf frames for `kilnd worker`, JSON frames for the Triton workers).
 //!
 //! A worker is checked out for one request at a time. On success it goes back to the idle list;
 //! on a timeout, a crash or a protocol error it is killed and dropped, and the next request spawns
-//! a fresh one, so one bad kernel costs one failed outcome and nothing else.
+//! a fresh one, so one bad kernel costs one failed outcome and nothing else. At most `max_workers`
+//! run at once: a Triton worker costs hundreds of MB, so the pool, not the host, sets the bound.
 
 use super::frame;
-use kiln_proto::pb::{WorkerHello, WorkerRequest, WorkerResponse};
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::sync::Semaphore;
+
+/// How the daemon and one kind of worker talk: one hello, then request/response frames.
+pub trait Protocol: Send + Sync + 'static {
+    type Hello: Send;
+    type Request: Send + Sync;
+    type Response: Send;
+    fn decode_hello(bytes: &[u8]) -> std::io::Result<Self::Hello>;
+    /// The worker's own report of why it cannot serve, if it says so in its hello.
+    fn hello_error(hello: &Self::Hello) -> Option<String>;
+    fn encode_request(request: &Self::Request) -> std::io::Result<Vec<u8>>;
+    fn decode_response(bytes: &[u8]) -> std::io::Result<Self::Response>;
+}
 
 /// How to start one worker.
 #[derive(Debug, Clone)]
 pub struct WorkerSpec {
     pub exe: PathBuf,
     pub args: Vec<OsString>,
+    /// The worker's whole environment: workers that run client code must not see kilnd's.
+    pub env: Option<Vec<(OsString, OsString)>>,
+    /// Run as this uid/gid (an unprivileged user when kilnd runs as root).
+    pub user: Option<(u32, u32)>,
     /// How long a new worker may take to load its compiler and say hello.
     pub start_timeout: Duration,
 }
@@ -40,103 +59,85 @@ struct Worker {
 }
 
 #[derive(Debug)]
-pub struct WorkerPool {
+pub struct WorkerPool<P> {
     spec: WorkerSpec,
     /// A std Mutex: it is held only to push or pop, never across an await.
     idle: std::sync::Mutex<Vec<Worker>>,
-    max_idle: usize,
+    /// One permit per worker that may exist at once.
+    slots: Arc<Semaphore>,
+    _protocol: std::marker::PhantomData<fn() -> P>,
 }
 
-impl WorkerPool {
+impl<P: Protocol> WorkerPool<P> {
     /// Starts one worker to learn what the toolchain is; it stays in the pool.
-    pub async fn start(
-        spec: WorkerSpec,
-        max_idle: usize,
-    ) -> Result<(Self, WorkerHello), WorkerFailure> {
+    pub async fn start(spec: WorkerSpec, max_workers: usize) -> Result<(Self, P::Hello), WorkerFailure> {
         let pool = WorkerPool {
             spec,
             idle: std::sync::Mutex::new(Vec::new()),
-            max_idle: max_idle.max(1),
+            slots: Arc::new(Semaphore::new(max_workers.max(1))),
+            _protocol: std::marker::PhantomData,
         };
         let (worker, hello) = pool.spawn().await?;
         pool.give_back(worker);
         Ok((pool, hello))
     }
 
-    async fn spawn(&self) -> Result<(Worker, WorkerHello), WorkerFailure> {
-        let mut child = Command::new(&self.spec.exe)
-            .args(&self.spec.args)
+    async fn spawn(&self) -> Result<(Worker, P::Hello), WorkerFailure> {
+        let mut cmd = Command::new(&self.spec.exe);
+        cmd.args(&self.spec.args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| WorkerFailure::Start(format!("{}: {e}", self.spec.exe.display())))?;
+            .kill_on_drop(true);
+        if let Some(env) = &self.spec.env {
+            cmd.env_clear().envs(env.iter().map(|(k, v)| (k, v)));
+        }
+        if let Some((uid, gid)) = self.spec.user {
+            cmd.uid(uid).gid(gid);
+        }
+        let mut child = cmd.spawn().map_err(|e| WorkerFailure::Start(format!("{}: {e}", self.spec.exe.display())))?;
         let (Some(stdin), Some(mut stdout)) = (child.stdin.take(), child.stdout.take()) else {
             return Err(WorkerFailure::Start("worker pipes missing".into()));
         };
-        let hello = tokio::time::timeout(
-            self.spec.start_timeout,
-            frame::read::<WorkerHello>(&mut stdout),
-        )
-        .await;
-        let hello = match hello {
-            Ok(Ok(h)) if h.error.is_empty() => h,
-            Ok(Ok(h)) => return Err(WorkerFailure::Start(h.error)),
-            Ok(Err(e)) => {
-                return Err(WorkerFailure::Start(format!(
-                    "{e}; {}",
-                    exit_reason(&mut child).await
-                )));
-            }
-            Err(_) => {
-                return Err(WorkerFailure::Start(format!(
-                    "no hello within {:?}",
-                    self.spec.start_timeout
-                )));
-            }
-        };
-        Ok((
-            Worker {
-                child,
-                stdin,
-                stdout,
+        let hello = tokio::time::timeout(self.spec.start_timeout, frame::read_bytes(&mut stdout)).await;
+        let hello = match hello.map(|r| r.and_then(|b| P::decode_hello(&b))) {
+            Ok(Ok(h)) => match P::hello_error(&h) {
+                None => h,
+                Some(error) => return Err(WorkerFailure::Start(error)),
             },
-            hello,
-        ))
+            Ok(Err(e)) => return Err(WorkerFailure::Start(format!("{e}; {}", exit_reason(&mut child).await))),
+            Err(_) => return Err(WorkerFailure::Start(format!("no hello within {:?}", self.spec.start_timeout))),
+        };
+        Ok((Worker { child, stdin, stdout }, hello))
     }
 
     fn give_back(&self, worker: Worker) {
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        if idle.len() < self.max_idle {
-            idle.push(worker);
-        }
+        self.idle.lock().unwrap_or_else(|p| p.into_inner()).push(worker);
     }
 
-    /// Runs one request on a worker, within `timeout`.
-    pub async fn run(
-        &self,
-        request: &WorkerRequest,
-        timeout: Duration,
-    ) -> Result<WorkerResponse, WorkerFailure> {
+    /// Runs one request on a worker, within `timeout` (which starts once a worker is free).
+    pub async fn run(&self, request: &P::Request, timeout: Duration) -> Result<P::Response, WorkerFailure> {
+        let _slot = self.slots.acquire().await.map_err(|_| WorkerFailure::Start("the pool is closed".into()))?;
         let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
         let mut worker = match idle {
             Some(w) => w,
             None => self.spawn().await?.0,
         };
+        let bytes =
+            P::encode_request(request).map_err(|e| WorkerFailure::Died(format!("encoding the request: {e}")))?;
         let exchange = async {
-            frame::write(&mut worker.stdin, request).await?;
-            frame::read::<WorkerResponse>(&mut worker.stdout).await
+            frame::write_bytes(&mut worker.stdin, &bytes).await?;
+            frame::read_bytes(&mut worker.stdout).await
         };
         match tokio::time::timeout(timeout, exchange).await {
-            Ok(Ok(response)) => {
-                self.give_back(worker);
-                Ok(response)
-            }
-            Ok(Err(e)) => Err(WorkerFailure::Died(format!(
-                "{}; {e}",
-                exit_reason(&mut worker.child).await
-            ))),
+            Ok(Ok(answer)) => match P::decode_response(&answer) {
+                Ok(response) => {
+                    self.give_back(worker);
+                    Ok(response)
+                }
+                Err(e) => Err(WorkerFailure::Died(format!("it sent a bad frame: {e}"))),
+            },
+            Ok(Err(e)) => Err(WorkerFailure::Died(format!("{}; {e}", exit_reason(&mut worker.child).await))),
             Err(_) => {
                 let _ = worker.child.start_kill();
                 let _ = worker.child.wait().await;
@@ -148,6 +149,11 @@ impl WorkerPool {
     /// Workers alive and idle now.
     pub fn idle_count(&self) -> usize {
         self.idle.lock().map(|i| i.len()).unwrap_or(0)
+    }
+
+    /// Process ids of the idle workers, for tests that kill one.
+    pub fn idle_pids(&self) -> Vec<u32> {
+        self.idle.lock().map(|i| i.iter().filter_map(|w| w.child.id()).collect()).unwrap_or_default()
     }
 }
 

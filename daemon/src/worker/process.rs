@@ -19,11 +19,7 @@ pub fn run(nvrtc: &Path, builtins: &Path, memory_mb: u64) -> i32 {
     let scratch = std::env::temp_dir().join(format!("kiln-worker-{}", std::process::id()));
     let hello = match prepare(nvrtc, builtins, memory_mb, &scratch) {
         Ok(hello) => hello,
-        Err(error) => WorkerHello {
-            toolchain: "nvrtc".into(),
-            error,
-            ..Default::default()
-        },
+        Err(error) => WorkerHello { toolchain: "nvrtc".into(), error, ..Default::default() },
     };
     let failed = !hello.error.is_empty();
     let code = if frame::write_blocking(&mut protocol_out, &hello).is_err() || failed {
@@ -35,18 +31,12 @@ pub fn run(nvrtc: &Path, builtins: &Path, memory_mb: u64) -> i32 {
     code
 }
 
-fn prepare(
-    nvrtc: &Path,
-    builtins: &Path,
-    memory_mb: u64,
-    scratch: &Path,
-) -> Result<WorkerHello, String> {
+fn prepare(nvrtc: &Path, builtins: &Path, memory_mb: u64, scratch: &Path) -> Result<WorkerHello, String> {
     limits::limit_memory(memory_mb).map_err(|e| format!("setting the memory limit: {e}"))?;
     // An empty working directory: a relative include can then find only the given headers and
     // the toolkit's include path, never a file that happens to sit where kilnd was started.
     std::fs::create_dir_all(scratch).map_err(|e| format!("creating {}: {e}", scratch.display()))?;
-    std::env::set_current_dir(scratch)
-        .map_err(|e| format!("entering {}: {e}", scratch.display()))?;
+    std::env::set_current_dir(scratch).map_err(|e| format!("entering {}: {e}", scratch.display()))?;
     let loaded = nvrtc_ffi::load(nvrtc, builtins)?;
     // The libraries stay loaded until the process exits.
     std::mem::forget(loaded);
@@ -77,33 +67,19 @@ fn serve(input: &mut impl std::io::Read, output: &mut File) -> i32 {
 
 fn handle(request: &WorkerRequest) -> WorkerResponse {
     if let Err(e) = limits::limit_cpu_from_now(request.cpu_seconds) {
-        return WorkerResponse {
-            log: format!("setting the CPU limit: {e}"),
-            ..Default::default()
-        };
+        return WorkerResponse { log: format!("setting the CPU limit: {e}"), ..Default::default() };
     }
     let Some(source) = &request.cuda else {
-        return WorkerResponse {
-            log: "request carries no source".into(),
-            ..Default::default()
-        };
+        return WorkerResponse { log: "request carries no source".into(), ..Default::default() };
     };
     let started = Instant::now();
     let result = nvrtc_ffi::compile(source, &request.target, &request.system_include_dirs);
     let compile_micros = started.elapsed().as_micros() as u64;
     match result {
-        Ok(c) => WorkerResponse {
-            ok: c.ok,
-            cubin: c.cubin,
-            log: c.log,
-            lowered_names: c.lowered_names,
-            compile_micros,
-        },
-        Err(log) => WorkerResponse {
-            log,
-            compile_micros,
-            ..Default::default()
-        },
+        Ok(c) => {
+            WorkerResponse { ok: c.ok, cubin: c.cubin, log: c.log, lowered_names: c.lowered_names, compile_micros }
+        }
+        Err(log) => WorkerResponse { log, compile_micros, ..Default::default() },
     }
 }
 

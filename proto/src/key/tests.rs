@@ -22,20 +22,13 @@ impl Owned {
             target: "sm_90".parse().unwrap(),
             source: b"#include \"a.h\"\nextern \"C\" __global__ void k() {}".to_vec(),
             options: vec!["--use_fast_math".into(), "-DN=4".into()],
-            headers: vec![
-                ("a.h".into(), b"#define X 1".to_vec()),
-                ("b.h".into(), b"#define Y 2".to_vec()),
-            ],
+            headers: vec![("a.h".into(), b"#define X 1".to_vec()), ("b.h".into(), b"#define Y 2".to_vec())],
             entries: vec!["k".into()],
         }
     }
 
     fn key(&self) -> CacheKey {
-        let headers: Vec<(&str, &[u8])> = self
-            .headers
-            .iter()
-            .map(|(n, c)| (n.as_str(), c.as_slice()))
-            .collect();
+        let headers: Vec<(&str, &[u8])> = self.headers.iter().map(|(n, c)| (n.as_str(), c.as_slice())).collect();
         KeyInputs {
             toolchain: &self.toolchain,
             fingerprint: &self.fingerprint,
@@ -58,32 +51,17 @@ fn every_input_changes_the_key() {
         ("toolchain", Box::new(|o| o.toolchain = "ptxas".into())),
         ("fingerprint", Box::new(|o| o.fingerprint = fp(8))),
         ("target", Box::new(|o| o.target = "sm_80".parse().unwrap())),
-        (
-            "target suffix",
-            Box::new(|o| o.target = "sm_90a".parse().unwrap()),
-        ),
+        ("target suffix", Box::new(|o| o.target = "sm_90a".parse().unwrap())),
         ("source", Box::new(|o| o.source.push(b' '))),
-        (
-            "first option",
-            Box::new(|o| o.options[0] = "--fmad=false".into()),
-        ),
+        ("first option", Box::new(|o| o.options[0] = "--fmad=false".into())),
         ("second option", Box::new(|o| o.options[1] = "-DN=8".into())),
         ("option order", Box::new(|o| o.options.reverse())),
-        (
-            "option added",
-            Box::new(|o| o.options.push("-lineinfo".into())),
-        ),
+        ("option added", Box::new(|o| o.options.push("-lineinfo".into()))),
         ("header name", Box::new(|o| o.headers[0].0 = "c.h".into())),
         ("header content", Box::new(|o| o.headers[1].1.push(b'\n'))),
-        (
-            "header added",
-            Box::new(|o| o.headers.push(("z.h".into(), Vec::new()))),
-        ),
+        ("header added", Box::new(|o| o.headers.push(("z.h".into(), Vec::new())))),
         ("entry", Box::new(|o| o.entries[0] = "k2".into())),
-        (
-            "entry added",
-            Box::new(|o| o.entries.push("saxpy<float>".into())),
-        ),
+        ("entry added", Box::new(|o| o.entries.push("saxpy<float>".into()))),
     ];
     let mut seen = std::collections::HashSet::from([base]);
     for (what, change) in changes {
@@ -91,10 +69,7 @@ fn every_input_changes_the_key() {
         change(&mut o);
         let key = o.key();
         assert_ne!(key, base, "changing the {what} left the key unchanged");
-        assert!(
-            seen.insert(key),
-            "changing the {what} collided with another change"
-        );
+        assert!(seen.insert(key), "changing the {what} collided with another change");
     }
 }
 
@@ -141,19 +116,12 @@ fn same_inputs_in_two_processes_give_same_key() {
     }
     let exe = std::env::current_exe().unwrap();
     let out = std::process::Command::new(exe)
-        .args([
-            "--exact",
-            "key::tests::same_inputs_in_two_processes_give_same_key",
-            "--nocapture",
-        ])
+        .args(["--exact", "key::tests::same_inputs_in_two_processes_give_same_key", "--nocapture"])
         .env(CHILD, "1")
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let child_key = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("KEY="))
-        .expect("child printed a key");
+    let child_key = stdout.lines().find_map(|l| l.strip_prefix("KEY=")).expect("child printed a key");
     assert_eq!(child_key, Owned::base().key().to_hex());
 }
 
@@ -166,11 +134,7 @@ fn test_vectors_match() {
     for v in doc["kernel_keys"].as_array().unwrap() {
         let s = |f: &str| v[f].as_str().unwrap().to_string();
         let list = |f: &str| -> Vec<String> {
-            v[f].as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_str().unwrap().to_string())
-                .collect()
+            v[f].as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()).collect()
         };
         let o = Owned {
             toolchain: s("toolchain"),
@@ -182,12 +146,7 @@ fn test_vectors_match() {
                 .as_array()
                 .unwrap()
                 .iter()
-                .map(|h| {
-                    (
-                        h[0].as_str().unwrap().into(),
-                        h[1].as_str().unwrap().as_bytes().to_vec(),
-                    )
-                })
+                .map(|h| (h[0].as_str().unwrap().into(), h[1].as_str().unwrap().as_bytes().to_vec()))
                 .collect(),
             entries: list("entries"),
         };
@@ -200,12 +159,7 @@ fn test_vectors_match() {
             .as_array()
             .unwrap()
             .iter()
-            .map(|k| {
-                (
-                    k[0].as_str().unwrap().into(),
-                    k[1].as_str().unwrap().parse().unwrap(),
-                )
-            })
+            .map(|k| (k[0].as_str().unwrap().into(), k[1].as_str().unwrap().parse().unwrap()))
             .collect();
         let key = graph_key(&target, kernels.iter().map(|(id, k)| (id.as_str(), k)));
         assert_eq!(key.to_hex(), v["key"].as_str().unwrap());

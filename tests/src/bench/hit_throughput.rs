@@ -80,10 +80,13 @@ pub async fn run(bench: &Bench, redis: &RedisServer) -> Result<Section> {
         for _ in 0..c {
             clients.push(daemon.connect().await?);
         }
-        let redis_rps = benchmark_get_rps(redis, size.max(1), c, o.redis_requests).map(Value::PerSecond).map_err(|e| format!("{e:#}"));
+        let redis_rps = benchmark_get_rps(redis, size.max(1), c, o.redis_requests)
+            .map(Value::PerSecond)
+            .map_err(|e| format!("{e:#}"));
         for op in [Op::Lookup, Op::Compile] {
             rps(&clients, op, 0.5).await.with_context(|| format!("{op:?} warm-up with {c} clients"))?;
-            let kiln = rps(&clients, op, o.throughput_secs).await.with_context(|| format!("{op:?} with {c} clients"))?;
+            let kiln =
+                rps(&clients, op, o.throughput_secs).await.with_context(|| format!("{op:?} with {c} clients"))?;
             s.rows.push(Row::new(
                 format!("`{op:?}`, {c} clients"),
                 Ok(Value::PerSecond(kiln)),

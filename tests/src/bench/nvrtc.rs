@@ -29,7 +29,8 @@ impl Nvrtc {
         let open = |p: PathBuf| {
             // SAFETY: loading NVIDIA's NVRTC libraries runs their initialisers; the path comes
             // from the pinned wheel tree, not from input.
-            unsafe { Library::open(Some(&p), RTLD_NOW | RTLD_GLOBAL) }.with_context(|| format!("loading {}", p.display()))
+            unsafe { Library::open(Some(&p), RTLD_NOW | RTLD_GLOBAL) }
+                .with_context(|| format!("loading {}", p.display()))
         };
         let builtins = open(lib.join("libnvrtc-builtins.so.13.0"))?;
         let nvrtc = open(lib.join("libnvrtc.so.13"))?;
@@ -50,7 +51,14 @@ impl Nvrtc {
         let mut prog: nvrtcProgram = std::ptr::null_mut();
         // SAFETY: the source and name are NUL-terminated and outlive the call; no headers.
         let r = unsafe {
-            sys::nvrtcCreateProgram(&mut prog, source.as_ptr(), c"kernel.cu".as_ptr(), 0, std::ptr::null(), std::ptr::null())
+            sys::nvrtcCreateProgram(
+                &mut prog,
+                source.as_ptr(),
+                c"kernel.cu".as_ptr(),
+                0,
+                std::ptr::null(),
+                std::ptr::null(),
+            )
         };
         check(r, "nvrtcCreateProgram")?;
         let prog = Program(prog);

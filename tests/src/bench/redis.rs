@@ -50,7 +50,8 @@ impl RedisServer {
     }
 
     pub fn connect(&self) -> Result<Resp> {
-        let stream = UnixStream::connect(&self.socket).with_context(|| format!("connecting to {}", self.socket.display()))?;
+        let stream =
+            UnixStream::connect(&self.socket).with_context(|| format!("connecting to {}", self.socket.display()))?;
         Ok(Resp { reader: BufReader::new(stream.try_clone()?), writer: stream })
     }
 
@@ -122,7 +123,7 @@ impl Resp {
         self.reader.read_line(&mut line)?;
         let line = line.trim_end();
         match line.as_bytes().first() {
-            Some(b'+') | Some(b':') => Ok(Some(line[1..].as_bytes().to_vec())),
+            Some(b'+') | Some(b':') => Ok(Some(line.as_bytes()[1..].to_vec())),
             Some(b'-') => bail!("redis: {}", &line[1..]),
             Some(b'$') => {
                 let len: i64 = line[1..].parse().context("bulk length")?;

@@ -50,15 +50,9 @@ impl std::fmt::Display for Value {
 }
 
 fn group_thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
+    let digits: Vec<char> = n.to_string().chars().rev().collect();
+    let groups: Vec<String> = digits.chunks(3).map(|c| c.iter().rev().collect()).collect();
+    groups.into_iter().rev().collect::<Vec<_>>().join(",")
 }
 
 /// A figure that was measured, or why it was not.
@@ -93,7 +87,12 @@ pub struct Row {
 }
 
 impl Row {
-    pub fn new(measurement: impl Into<String>, kiln: Measured, baseline_name: impl Into<String>, baseline: Measured) -> Row {
+    pub fn new(
+        measurement: impl Into<String>,
+        kiln: Measured,
+        baseline_name: impl Into<String>,
+        baseline: Measured,
+    ) -> Row {
         Row { measurement: measurement.into(), kiln, baseline_name: baseline_name.into(), baseline, target: None }
     }
 
@@ -218,7 +217,8 @@ mod tests {
 
     #[test]
     fn ratio_and_targets() {
-        let r = Row::new("x", Ok(Value::Millis(1.5)), "b", Ok(Value::Millis(0.5))).with_target(Target::AtMostMillis(2.0));
+        let r =
+            Row::new("x", Ok(Value::Millis(1.5)), "b", Ok(Value::Millis(0.5))).with_target(Target::AtMostMillis(2.0));
         assert_eq!(r.ratio(), Some(3.0));
         assert_eq!(r.met(), Some(true));
         let r = Row::new("x", Ok(Value::Seconds(1.06)), "b", Ok(Value::Seconds(1.0)))

@@ -85,7 +85,15 @@ impl Sccache {
     /// The counters that say whether caching worked, on one line: hits, misses and errors.
     pub fn counters(&self) -> Result<String> {
         let stats = self.stats()?;
-        let wanted = ["Cache hits ", "Cache misses ", "Non-cacheable compilations", "Cache errors", "Cache read errors", "Cache write errors", "Compilation failures"];
+        let wanted = [
+            "Cache hits ",
+            "Cache misses ",
+            "Non-cacheable compilations",
+            "Cache errors",
+            "Cache read errors",
+            "Cache write errors",
+            "Compilation failures",
+        ];
         let picked: Vec<String> = stats
             .lines()
             .filter(|l| wanted.iter().any(|w| l.starts_with(w)))

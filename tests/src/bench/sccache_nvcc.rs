@@ -50,7 +50,12 @@ impl Tree {
 
 /// Runs `make(i)` for every file with `jobs` processes at a time, like `make -j`, and returns
 /// the wall time of the whole pass. `check(i, stdout)` validates each process's output.
-fn pass(tree: &Tree, jobs: usize, make: &(dyn Fn(usize) -> Command + Sync), check: &(dyn Fn(usize, &str) -> Result<()> + Sync)) -> Result<Duration> {
+fn pass(
+    tree: &Tree,
+    jobs: usize,
+    make: &(dyn Fn(usize) -> Command + Sync),
+    check: &(dyn Fn(usize, &str) -> Result<()> + Sync),
+) -> Result<Duration> {
     tree.clear()?;
     let next = AtomicUsize::new(0);
     let errors = Mutex::new(Vec::new());
@@ -119,7 +124,14 @@ impl Figures {
     }
 }
 
-fn sccache_figures(bench: &Bench, tree: &Tree, nvcc: &Path, backend: &Backend, label: &str, notes: &mut Vec<String>) -> Result<Figures> {
+fn sccache_figures(
+    bench: &Bench,
+    tree: &Tree,
+    nvcc: &Path,
+    backend: &Backend,
+    label: &str,
+    notes: &mut Vec<String>,
+) -> Result<Figures> {
     let exe = bench.repo.join(".tools/bin/sccache");
     ensure!(exe.is_file(), "{} is missing: scripts/bench installs it", exe.display());
     let scratch = bench.dir(&format!("sccache-{label}"))?;
@@ -160,7 +172,9 @@ async fn kiln_cli_figures(bench: &Bench, tree: &Tree, notes: &mut Vec<String>) -
         let kiln = kiln.clone();
         move |i: usize| {
             let mut c = Command::new(&kiln);
-            c.args(["--daemon", &uri, "compile", "--json", "--target", TARGET, "--out"]).arg(&tree.out).arg(&tree.sources[i]);
+            c.args(["--daemon", &uri, "compile", "--json", "--target", TARGET, "--out"])
+                .arg(&tree.out)
+                .arg(&tree.sources[i]);
             c
         }
     };
@@ -168,7 +182,8 @@ async fn kiln_cli_figures(bench: &Bench, tree: &Tree, notes: &mut Vec<String>) -
     let make = make_for(daemon.uri());
     let (cold, warm, all) = tokio::task::block_in_place(|| -> Result<_> {
         let cold = pass(tree, bench.cores, &make, &kiln_check("compiled"))?;
-        let (warm, all) = median_pass(bench.options.warm_passes, || pass(tree, bench.cores, &make, &kiln_check("memory")))?;
+        let (warm, all) =
+            median_pass(bench.options.warm_passes, || pass(tree, bench.cores, &make, &kiln_check("memory")))?;
         Ok((cold, warm, all))
     })?;
     daemon.stop().await?;
@@ -237,7 +252,14 @@ pub async fn run(bench: &Bench, redis: &RedisServer, shared: &Shared) -> Result<
     let plain = plain.map(secs).map_err(|e| format!("{e:#}"));
 
     let disk = tokio::task::block_in_place(|| {
-        sccache_figures(bench, &tree, &nvcc, &Backend::Disk(bench.work.join("sccache-disk-cache")), "disk", &mut s.notes)
+        sccache_figures(
+            bench,
+            &tree,
+            &nvcc,
+            &Backend::Disk(bench.work.join("sccache-disk-cache")),
+            "disk",
+            &mut s.notes,
+        )
     })
     .unwrap_or_else(|e| Figures::failed(&e));
 
@@ -246,7 +268,9 @@ pub async fn run(bench: &Bench, redis: &RedisServer, shared: &Shared) -> Result<
         let unix = format!("unix://{}", redis.socket.display());
         match sccache_figures(bench, &tree, &nvcc, &Backend::Redis(unix.clone()), "Redis, Unix socket", &mut s.notes) {
             Ok(f) => return Ok(f),
-            Err(e) => s.notes.push(format!("sccache refused the Redis endpoint `{unix}` ({e:#}); measured over loopback TCP instead.")),
+            Err(e) => s.notes.push(format!(
+                "sccache refused the Redis endpoint `{unix}` ({e:#}); measured over loopback TCP instead."
+            )),
         }
         redis.connect()?.flushall()?;
         sccache_figures(bench, &tree, &nvcc, &Backend::Redis(redis.tcp_url()), "Redis", &mut s.notes)
@@ -271,10 +295,25 @@ pub async fn run(bench: &Bench, redis: &RedisServer, shared: &Shared) -> Result<
         ("cold: kiln CLI per file", get(&cli.cold), "sccache + nvcc, Redis, cold", get(&redis_figures.cold)),
         ("cold: kiln graph, one request", graph_cold.clone(), "sccache + nvcc, disk, cold", get(&disk.cold)),
         ("warm: kiln CLI per file, memory tier", get(&cli.warm), "sccache + nvcc, disk, warm", get(&disk.warm)),
-        ("warm: kiln CLI per file, memory tier", get(&cli.warm), "sccache + nvcc, Redis, warm", get(&redis_figures.warm)),
-        ("warm: kiln CLI per file, disk tier (after restart)", get(&cli.restart), "sccache + nvcc, disk, warm", get(&disk.warm)),
+        (
+            "warm: kiln CLI per file, memory tier",
+            get(&cli.warm),
+            "sccache + nvcc, Redis, warm",
+            get(&redis_figures.warm),
+        ),
+        (
+            "warm: kiln CLI per file, disk tier (after restart)",
+            get(&cli.restart),
+            "sccache + nvcc, disk, warm",
+            get(&disk.warm),
+        ),
         ("warm: kiln graph, memory tier (p50)", graph_memory, "sccache + nvcc, disk, warm", get(&disk.warm)),
-        ("warm: kiln graph, disk tier after restart (p50)", graph_restart, "sccache + nvcc, disk, warm", get(&disk.warm)),
+        (
+            "warm: kiln graph, disk tier after restart (p50)",
+            graph_restart,
+            "sccache + nvcc, disk, warm",
+            get(&disk.warm),
+        ),
     ];
     s.rows = rows.into_iter().map(|(m, k, b, bv)| Row::new(m, k, b, bv)).collect();
     Ok(s)

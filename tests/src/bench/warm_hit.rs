@@ -98,10 +98,7 @@ pub async fn run(bench: &Bench, redis: &RedisServer, shared: &mut Shared) -> Res
              connection over the Unix socket. Each sample must have all {GRAPH_KERNELS} results from the tier named.",
             super::TARGET
         ),
-        format!(
-            "Memory tier: one daemon, after a cold fill and 20 unmeasured warm-ups, {} samples.",
-            o.memory_samples
-        ),
+        format!("Memory tier: one daemon, after a cold fill and 20 unmeasured warm-ups, {} samples.", o.memory_samples),
         format!(
             "Disk tier, steady state: a daemon on the filled cache directory with `memory_cache_mb = 0`, so no \
              result can come from memory; 20 warm-ups, then {} samples. The files are in the page cache, as they \
@@ -123,8 +120,13 @@ pub async fn run(bench: &Bench, redis: &RedisServer, shared: &mut Shared) -> Res
     ];
 
     let dir = bench.dir("warm")?;
-    let daemon = Kilnd::start(&bench.kilnd(), &bench.cuda_root, &dir, &KilndOptions { concurrency: bench.cores, memory_cache_mb: None })
-        .await?;
+    let daemon = Kilnd::start(
+        &bench.kilnd(),
+        &bench.cuda_root,
+        &dir,
+        &KilndOptions { concurrency: bench.cores, memory_cache_mb: None },
+    )
+    .await?;
     let client = daemon.connect().await?;
     let job = client.compile(graph_request()).await?.collect().await.context("cold fill")?;
     let cubins = check_job(&job, GRAPH_KERNELS, None)?;
@@ -163,7 +165,8 @@ pub async fn run(bench: &Bench, redis: &RedisServer, shared: &mut Shared) -> Res
     let mut add = |label: &str, kiln: &Samples| {
         for (pct, name) in [(50.0, "p50"), (99.0, "p99")] {
             for (base, base_s) in [("raw file reads", &files_s), ("Redis GETs, pipelined", &redis_s)] {
-                let mut row = Row::new(format!("{label}, {name}"), p(kiln, pct), format!("{base}, {name}"), p(base_s, pct));
+                let mut row =
+                    Row::new(format!("{label}, {name}"), p(kiln, pct), format!("{base}, {name}"), p(base_s, pct));
                 if pct == 50.0 {
                     row = row.with_target(target);
                 }

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 #[derive(Debug, Parser)]
-#[command(name = "kiln-bench", about = "Benchmark kiln against its baselines and write BENCHMARKS.md")]
+#[command(name = "kiln-bench", about = "Benchmark kiln against its baselines and write BENCHMARKS.md", args_override_self = true)]
 struct Args {
     /// Where to write the report.
     #[arg(long, default_value = "BENCHMARKS.md")]

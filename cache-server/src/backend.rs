@@ -1,0 +1,127 @@
+//! The connection to Redis: one standalone server or a Redis Cluster, behind one enum.
+//!
+//! Both arms connect lazily, so kiln-cache starts and answers (UNAVAILABLE) while Redis is down,
+//! and both reconnect by themselves: `ConnectionManager` on the next command after an I/O error,
+//! the cluster connection by refreshing its slot map. Commands are multiplexed over one
+//! connection per node, so concurrent requests pipeline on the wire without a pool.
+//!
+//! Publish notifications use separate, dedicated connections (see [`crate::announce`]): a
+//! connection in subscribed mode can run no other command.
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterConfig;
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
+use std::time::Duration;
+
+/// How long Redis may take. A hung Redis must turn into UNAVAILABLE, not a hung RPC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    pub connect: Duration,
+    /// For one command or transaction; it bounds a 128 MiB put too, so not too tight.
+    pub response: Duration,
+}
+
+/// A command connection to Redis. Cloning shares it.
+#[derive(Clone)]
+pub enum Redis {
+    Standalone(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl std::fmt::Debug for Redis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Redis::Standalone(_) => "Redis::Standalone",
+            Redis::Cluster(_) => "Redis::Cluster",
+        })
+    }
+}
+
+/// What `--redis` and `--redis-cluster` name.
+#[derive(Debug)]
+pub struct Connected {
+    pub commands: Redis,
+    /// One client per URL, for the pub/sub subscription: any node of a cluster receives every
+    /// `PUBLISH`, so the subscriber uses the first that answers.
+    pub subscribe_via: Vec<redis::Client>,
+}
+
+impl Redis {
+    /// Sets up connections without waiting for Redis to answer.
+    pub fn connect(urls: &[String], cluster: bool, timeouts: Timeouts) -> RedisResult<Connected> {
+        let subscribe_via = urls
+            .iter()
+            .map(|u| redis::Client::open(u.as_str()))
+            .collect::<RedisResult<Vec<_>>>()?;
+        let commands = if cluster {
+            let client = redis::cluster::ClusterClient::builder(urls.iter().map(String::as_str))
+                .connection_timeout(timeouts.connect)
+                .response_timeout(timeouts.response)
+                .retries(2)
+                .build()?;
+            let config = ClusterConfig::new()
+                .set_connection_timeout(timeouts.connect)
+                .set_response_timeout(timeouts.response);
+            Redis::Cluster(client.get_pending_async_connection_with_config(config))
+        } else {
+            let [url] = urls else {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::InvalidClientConfig,
+                    "standalone Redis takes exactly one --redis URL; several are seed nodes of \
+                     a cluster (add --redis-cluster)",
+                )));
+            };
+            // Few, quick retries: while Redis is down a request should fail fast with
+            // UNAVAILABLE rather than sit in a long backoff; the next request tries again.
+            let config = ConnectionManagerConfig::new()
+                .set_number_of_retries(1)
+                .set_min_delay(Duration::from_millis(50))
+                .set_max_delay(Duration::from_millis(500))
+                .set_connection_timeout(Some(timeouts.connect))
+                .set_response_timeout(Some(timeouts.response));
+            let client = redis::Client::open(url.as_str())?;
+            Redis::Standalone(ConnectionManager::new_lazy_with_config(client, config)?)
+        };
+        Ok(Connected {
+            commands,
+            subscribe_via,
+        })
+    }
+
+    /// `standalone` or `cluster`, for `CacheStats`.
+    pub fn mode(&self) -> &'static str {
+        match self {
+            Redis::Standalone(_) => "standalone",
+            Redis::Cluster(_) => "cluster",
+        }
+    }
+}
+
+impl ConnectionLike for Redis {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Redis::Standalone(c) => c.req_packed_command(cmd),
+            Redis::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Redis::Standalone(c) => c.req_packed_commands(pipeline, offset, count),
+            Redis::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Redis::Standalone(c) => c.get_db(),
+            Redis::Cluster(c) => c.get_db(),
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! Where things live in Redis and how the stored values are framed. Pure functions only, so the
+//! formats are unit-tested without a server.
+//!
+//! Every key of one artifact carries the artifact's key in a hash tag (`{...}`), so in Redis
+//! Cluster all its pieces share one slot and can be written in one MULTI/EXEC transaction:
+//!
+//! | key                         | value                                                        |
+//! |-----------------------------|--------------------------------------------------------------|
+//! | `kiln:v1:{<key>}:a`         | the head: [`Head`] plus the envelope's first piece (≤ 1 MiB) |
+//! | `kiln:v1:{<key>}:a:<n>`     | piece `n` (1-based) of an envelope above 1 MiB               |
+//! | `kiln:v1:{<key>}:n`         | a negative entry (`NegativeEntry`, protobuf), short TTL      |
+//! | `kiln:v1:{<key>}:lease`     | the fleet lease: the holder's token                          |
+//! | `kiln:v1:{<graph>}:g`       | a graph manifest: [`encode_manifest`]                        |
+//!
+//! Pieces are split at 1 MiB because Redis handles one huge value in one blocking step: freeing
+//! or evicting it, migrating its slot to another node, and a 100 MiB key would stall every other
+//! client of that node meanwhile.
+//!
+//! Publishes are announced on the one channel [`CHANNEL`], message = the key in hex.
+
+use kiln_proto::CacheKey;
+
+/// The pub/sub channel every publish is announced on. One shared channel, not one per key: plain
+/// `PUBLISH` reaches every node of a Redis Cluster, so each kiln-cache replica needs exactly one
+/// subscription, on any node, and fans the messages out to its watchers in process. Per-key
+/// channels would need a SUBSCRIBE per waiter against Redis; publishes are cold compiles, a rate
+/// every replica can afford to see in full.
+pub const CHANNEL: &str = "kiln:v1:published";
+
+/// Largest piece stored under one Redis key.
+pub const PIECE_BYTES: usize = 1 << 20;
+
+/// Magic of a head value, versioned so a future layout is never misread.
+const HEAD_MAGIC: &[u8; 4] = b"KCH1";
+/// magic + pieces u32 + total length u64 + blake3.
+const HEAD_FIXED: usize = 4 + 4 + 8 + 32;
+const MANIFEST_MAGIC: &[u8; 4] = b"KMF1";
+/// The envelope's own magic and where it keeps its key (see `kiln_proto::envelope`): read here so
+/// a read checks the key without decompressing the payload.
+const ENVELOPE_MAGIC: &[u8; 8] = b"KILNART\0";
+const ENVELOPE_KEY: std::ops::Range<usize> = 10..42;
+
+pub fn head_key(key: &CacheKey) -> String {
+    format!("kiln:v1:{{{key}}}:a")
+}
+
+/// Piece `n` of an envelope, `n >= 1`; piece 0 lives in the head.
+pub fn piece_key(key: &CacheKey, n: u32) -> String {
+    format!("kiln:v1:{{{key}}}:a:{n}")
+}
+
+pub fn negative_key(key: &CacheKey) -> String {
+    format!("kiln:v1:{{{key}}}:n")
+}
+
+pub fn lease_key(key: &CacheKey) -> String {
+    format!("kiln:v1:{{{key}}}:lease")
+}
+
+pub fn manifest_key(graph_key: &CacheKey) -> String {
+    format!("kiln:v1:{{{graph_key}}}:g")
+}
+
+/// Why a stored value was refused on read. Each means: delete it, count it, answer a miss.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LayoutError {
+    #[error("head is not a kiln head (bad magic or truncated)")]
+    BadHead,
+    #[error("piece {0} is missing (evicted or never written)")]
+    MissingPiece(u32),
+    #[error("reassembled {found} bytes, head records {expected}")]
+    Length { expected: u64, found: u64 },
+    #[error("digest of the reassembled envelope does not match the head")]
+    Digest,
+    #[error("value is not an envelope of the requested key")]
+    WrongKey,
+    #[error("manifest is malformed or its digest does not match")]
+    BadManifest,
+}
+
+/// The head's record of the whole envelope. Written last, in the same transaction as the
+/// pieces, so a reader that finds a head finds every piece it names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    /// Pieces in all, the head's own included: 1 for an envelope of at most 1 MiB.
+    pub pieces: u32,
+    pub total_len: u64,
+    /// blake3 of the whole envelope, checked after reassembly, so pieces of two different writes
+    /// are never served as one.
+    pub digest: [u8; 32],
+}
+
+/// Splits an envelope into the head value and the further pieces (`piece_key(key, 1..)`).
+pub fn split(envelope: &[u8]) -> (Vec<u8>, Vec<&[u8]>) {
+    let mut pieces = envelope.chunks(PIECE_BYTES);
+    let first = pieces.next().unwrap_or(&[]);
+    let rest: Vec<&[u8]> = pieces.collect();
+    let mut head = Vec::with_capacity(HEAD_FIXED + first.len());
+    head.extend_from_slice(HEAD_MAGIC);
+    head.extend_from_slice(&(1 + rest.len() as u32).to_le_bytes());
+    head.extend_from_slice(&(envelope.len() as u64).to_le_bytes());
+    head.extend_from_slice(blake3::hash(envelope).as_bytes());
+    head.extend_from_slice(first);
+    (head, rest)
+}
+
+/// Reads a head value: the record and the first piece.
+pub fn parse_head(value: &[u8]) -> Result<(Head, &[u8]), LayoutError> {
+    if value.len() < HEAD_FIXED || &value[..4] != HEAD_MAGIC {
+        return Err(LayoutError::BadHead);
+    }
+    let pieces = u32::from_le_bytes(value[4..8].try_into().map_err(|_| LayoutError::BadHead)?);
+    let total_len = u64::from_le_bytes(value[8..16].try_into().map_err(|_| LayoutError::BadHead)?);
+    let digest: [u8; 32] = value[16..48].try_into().map_err(|_| LayoutError::BadHead)?;
+    // The piece count follows from the length: a head that disagrees with itself is damaged,
+    // and must not make a reader ask Redis for billions of pieces.
+    let expected = total_len.div_ceil(PIECE_BYTES as u64).max(1);
+    let first_len = total_len.min(PIECE_BYTES as u64);
+    if u64::from(pieces) != expected || (value.len() - HEAD_FIXED) as u64 != first_len {
+        return Err(LayoutError::BadHead);
+    }
+    Ok((
+        Head {
+            pieces,
+            total_len,
+            digest,
+        },
+        &value[HEAD_FIXED..],
+    ))
+}
+
+/// Joins the first piece and the rest (`None` where Redis had no value), then checks length,
+/// digest and that the envelope holds `key`. The envelope's own digest was checked in full on Put;
+/// the head's digest proves these are still those bytes, so the payload is not decompressed here.
+pub fn assemble(
+    key: &CacheKey,
+    head: &Head,
+    first: &[u8],
+    rest: Vec<Option<Vec<u8>>>,
+) -> Result<Vec<u8>, LayoutError> {
+    let mut out = Vec::with_capacity(head.total_len.min(1 << 30) as usize);
+    out.extend_from_slice(first);
+    for (i, piece) in rest.into_iter().enumerate() {
+        let piece = piece.ok_or(LayoutError::MissingPiece(i as u32 + 1))?;
+        out.extend_from_slice(&piece);
+    }
+    if out.len() as u64 != head.total_len {
+        return Err(LayoutError::Length {
+            expected: head.total_len,
+            found: out.len() as u64,
+        });
+    }
+    if blake3::hash(&out).as_bytes() != &head.digest {
+        return Err(LayoutError::Digest);
+    }
+    if envelope_key(&out) != Some(*key) {
+        return Err(LayoutError::WrongKey);
+    }
+    Ok(out)
+}
+
+/// The key an envelope says it holds, if it looks like an envelope at all.
+fn envelope_key(envelope: &[u8]) -> Option<CacheKey> {
+    if envelope.get(..8)? != ENVELOPE_MAGIC {
+        return None;
+    }
+    let bytes: [u8; 32] = envelope.get(ENVELOPE_KEY)?.try_into().ok()?;
+    Some(CacheKey::from_bytes(bytes))
+}
+
+/// A manifest value: magic, blake3 of the keys, then each kernel key's 32 bytes in graph order.
+pub fn encode_manifest(kernel_keys: &[CacheKey]) -> Vec<u8> {
+    let mut keys = Vec::with_capacity(kernel_keys.len() * 32);
+    for k in kernel_keys {
+        keys.extend_from_slice(k.as_bytes());
+    }
+    let mut out = Vec::with_capacity(4 + 32 + keys.len());
+    out.extend_from_slice(MANIFEST_MAGIC);
+    out.extend_from_slice(blake3::hash(&keys).as_bytes());
+    out.extend_from_slice(&keys);
+    out
+}
+
+pub fn decode_manifest(value: &[u8]) -> Result<Vec<CacheKey>, LayoutError> {
+    if value.len() < 36 || &value[..4] != MANIFEST_MAGIC || (value.len() - 36) % 32 != 0 {
+        return Err(LayoutError::BadManifest);
+    }
+    let keys = &value[36..];
+    if blake3::hash(keys).as_bytes() != &value[4..36] {
+        return Err(LayoutError::BadManifest);
+    }
+    Ok(keys
+        .chunks_exact(32)
+        .map(|c| {
+            let mut b = [0u8; 32];
+            b.copy_from_slice(c);
+            CacheKey::from_bytes(b)
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln_proto::envelope;
+    use kiln_proto::pb::ArtifactMeta;
+
+    fn key(b: u8) -> CacheKey {
+        CacheKey::from_bytes([b; 32])
+    }
+
+    /// An envelope of roughly `n` incompressible bytes.
+    fn sealed(k: &CacheKey, n: usize) -> Vec<u8> {
+        let mut bytes = vec![0u8; n];
+        blake3::Hasher::new()
+            .update(b"layout test")
+            .finalize_xof()
+            .fill(&mut bytes);
+        envelope::seal(k, ArtifactMeta::default(), &bytes)
+    }
+
+    fn round_trip(env: &[u8], k: &CacheKey) -> Result<Vec<u8>, LayoutError> {
+        let (head, rest) = split(env);
+        let (h, first) = parse_head(&head)?;
+        assert_eq!(h.pieces as usize, 1 + rest.len());
+        assemble(k, &h, first, rest.iter().map(|p| Some(p.to_vec())).collect())
+    }
+
+    #[test]
+    fn keys_share_one_hash_tag() {
+        let k = key(0xab);
+        let tag = format!("{{{k}}}");
+        for name in [
+            head_key(&k),
+            piece_key(&k, 3),
+            negative_key(&k),
+            lease_key(&k),
+            manifest_key(&k),
+        ] {
+            assert!(name.starts_with("kiln:v1:") && name.contains(&tag), "{name}");
+        }
+        assert_eq!(piece_key(&k, 2), format!("kiln:v1:{tag}:a:2"));
+    }
+
+    #[test]
+    fn small_and_chunked_envelopes_round_trip() {
+        let k = key(1);
+        for n in [10, PIECE_BYTES - 200, 3 * PIECE_BYTES + 17] {
+            let env = sealed(&k, n);
+            assert_eq!(round_trip(&env, &k).unwrap(), env);
+        }
+        let (_, rest) = split(&sealed(&k, 3 * PIECE_BYTES + 17));
+        assert_eq!(rest.len(), 3);
+    }
+
+    #[test]
+    fn a_missing_or_foreign_piece_is_refused() {
+        let k = key(2);
+        let env = sealed(&k, 2 * PIECE_BYTES + 5);
+        let (head, rest) = split(&env);
+        let (h, first) = parse_head(&head).unwrap();
+        let missing = vec![Some(rest[0].to_vec()), None];
+        assert_eq!(
+            assemble(&k, &h, first, missing),
+            Err(LayoutError::MissingPiece(2))
+        );
+        let mut swapped = rest[1].to_vec();
+        swapped[0] ^= 1;
+        let mixed = vec![Some(rest[0].to_vec()), Some(swapped)];
+        assert_eq!(assemble(&k, &h, first, mixed), Err(LayoutError::Digest));
+    }
+
+    #[test]
+    fn any_flipped_head_byte_is_refused() {
+        let k = key(3);
+        let env = sealed(&k, 300);
+        let (head, _) = split(&env);
+        for i in 0..head.len() {
+            let mut bad = head.clone();
+            bad[i] ^= 0x20;
+            let refused = parse_head(&bad).and_then(|(h, first)| assemble(&k, &h, first, vec![]));
+            assert!(refused.is_err(), "flip at byte {i} was accepted");
+        }
+    }
+
+    #[test]
+    fn an_envelope_under_another_key_is_refused() {
+        let env = sealed(&key(4), 100);
+        assert_eq!(round_trip(&env, &key(5)), Err(LayoutError::WrongKey));
+    }
+
+    #[test]
+    fn manifests_round_trip_and_refuse_damage() {
+        let keys = vec![key(1), key(2), key(9)];
+        let value = encode_manifest(&keys);
+        assert_eq!(decode_manifest(&value).unwrap(), keys);
+        assert_eq!(decode_manifest(&encode_manifest(&[])).unwrap(), vec![]);
+        let mut bad = value.clone();
+        bad[40] ^= 1;
+        assert_eq!(decode_manifest(&bad), Err(LayoutError::BadManifest));
+        assert_eq!(
+            decode_manifest(&value[..value.len() - 1]),
+            Err(LayoutError::BadManifest)
+        );
+    }
+}

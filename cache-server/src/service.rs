@@ -1,0 +1,349 @@
+//! The `kiln.v1.ArtifactCache` handlers.
+//!
+//! Every handler runs through [`CacheService::serve`], which checks the token, counts the request
+//! by operation and code, tracks Redis health and maps the error to a `Status`, so none of that
+//! can be forgotten by one handler.
+
+use crate::announce::{Announcements, PublishStream};
+use crate::auth::{Access, Tokens};
+use crate::config::Limits;
+use crate::error::Error;
+use crate::metrics::Metrics;
+use crate::store::{Entry, Lookup, Store};
+use crate::validate;
+use futures_util::{Stream, StreamExt};
+use kiln_proto::CacheKey;
+use kiln_proto::envelope;
+use kiln_proto::pb::artifact_cache_server::ArtifactCache;
+use kiln_proto::pb::{
+    CacheBatchGetRequest, CacheGetRequest, CacheGetResponse, CachePutRequest, CachePutResponse,
+    CacheStatsRequest, CacheStatsResponse, LeaseRequest, LeaseResponse, ManifestGetRequest,
+    ManifestGetResponse, ManifestPutRequest, WatchPublishRequest, cache_get_response,
+    cache_put_request,
+};
+use std::collections::HashSet;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use tonic::{Code, Request, Response, Status};
+
+/// Keys of one BatchGet read from Redis at once. Reads share one multiplexed connection, so these
+/// pipeline on the wire; the bound keeps one huge batch from holding many large envelopes in
+/// memory at once.
+const BATCH_READ_AHEAD: usize = 16;
+
+/// How long a new watch waits for the subscription to come back before answering UNAVAILABLE.
+const WATCH_WAIT: Duration = Duration::from_secs(2);
+
+/// Envelopes above this are verified on a blocking thread: decompressing one takes long enough
+/// to stall other requests on the same runtime thread.
+const VERIFY_INLINE_BYTES: usize = 1 << 20;
+
+/// BatchGet's answers, one per key in request order.
+pub type BatchGetStream = Pin<Box<dyn Stream<Item = Result<CacheGetResponse, Status>> + Send>>;
+
+/// The state every handler shares.
+#[derive(Debug)]
+pub struct CacheService {
+    pub store: Store,
+    pub tokens: Tokens,
+    pub announcements: Arc<Announcements>,
+    pub metrics: Arc<Metrics>,
+    pub limits: Limits,
+    /// Fired at shutdown: ends open watch streams, which would otherwise hold the drain open.
+    pub stop: CancellationToken,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    Get,
+    BatchGet,
+    Put,
+    GetManifest,
+    PutManifest,
+    AcquireLease,
+    RenewLease,
+    ReleaseLease,
+    WatchPublish,
+    CacheStats,
+}
+
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Op::Get => "Get",
+            Op::BatchGet => "BatchGet",
+            Op::Put => "Put",
+            Op::GetManifest => "GetManifest",
+            Op::PutManifest => "PutManifest",
+            Op::AcquireLease => "AcquireLease",
+            Op::RenewLease => "RenewLease",
+            Op::ReleaseLease => "ReleaseLease",
+            Op::WatchPublish => "WatchPublish",
+            Op::CacheStats => "CacheStats",
+        }
+    }
+
+    /// Leases are writes: a read-only client holding one would stall every other host.
+    fn needs(self) -> Access {
+        match self {
+            Op::Put | Op::PutManifest | Op::AcquireLease | Op::RenewLease | Op::ReleaseLease => {
+                Access::Write
+            }
+            _ => Access::Read,
+        }
+    }
+}
+
+impl CacheService {
+    /// Authenticates, runs `handler`, and accounts for the outcome.
+    async fn serve<T, R, Fut>(
+        &self,
+        op: Op,
+        request: Request<T>,
+        handler: impl FnOnce(T) -> Fut,
+    ) -> Result<Response<R>, Status>
+    where
+        Fut: Future<Output = Result<R, Error>>,
+    {
+        let outcome = match self.tokens.check(request.metadata(), op.name(), op.needs()) {
+            Ok(()) => handler(request.into_inner()).await,
+            Err(e) => Err(e),
+        };
+        match &outcome {
+            Err(e) => observe(&self.metrics, e),
+            // Every other operation went to Redis and came back.
+            Ok(_) if !matches!(op, Op::CacheStats | Op::WatchPublish) => {
+                self.metrics.redis_up.set(1);
+            }
+            Ok(_) => {}
+        }
+        let code = outcome.as_ref().map_or_else(Error::code, |_| Code::Ok);
+        self.metrics.request(op.name(), code);
+        outcome.map(Response::new).map_err(Status::from)
+    }
+
+    async fn put(&self, req: CachePutRequest) -> Result<CachePutResponse, Error> {
+        let key = validate::key("key", &req.key)?;
+        match req.entry {
+            Some(cache_put_request::Entry::Envelope(bytes)) => {
+                let limit = self.limits.max_artifact_bytes;
+                if bytes.len() as u64 > limit {
+                    return Err(Error::TooLarge {
+                        field: "envelope",
+                        size: bytes.len() as u64,
+                        limit,
+                    });
+                }
+                let bytes = verify(bytes, key, limit).await?;
+                self.store.put_envelope(&key, &bytes).await?;
+                self.metrics.bytes("in", bytes.len());
+            }
+            Some(cache_put_request::Entry::Negative(entry)) => {
+                if entry.log.len() > validate::MAX_NEGATIVE_LOG {
+                    return Err(Error::TooLarge {
+                        field: "negative.log",
+                        size: entry.log.len() as u64,
+                        limit: validate::MAX_NEGATIVE_LOG as u64,
+                    });
+                }
+                let ttl = validate::negative_ttl(req.negative_ttl_ms, &self.limits)?;
+                self.store.put_negative(&key, &entry, ttl).await?;
+            }
+            None => return Err(Error::Missing { field: "entry" }),
+        }
+        Ok(CachePutResponse {})
+    }
+
+    async fn get_manifest(&self, req: ManifestGetRequest) -> Result<ManifestGetResponse, Error> {
+        let graph_key = validate::key("graph_key", &req.graph_key)?;
+        let keys = match self.store.get_manifest(&graph_key).await? {
+            Lookup::Hit(keys) => Some(keys),
+            Lookup::Miss => None,
+            Lookup::Corrupt(why) => {
+                corrupt(&self.metrics, &graph_key, &why);
+                None
+            }
+        };
+        Ok(ManifestGetResponse {
+            found: keys.is_some(),
+            kernel_keys: keys.unwrap_or_default().iter().map(CacheKey::to_hex).collect(),
+        })
+    }
+
+    async fn put_manifest(&self, req: ManifestPutRequest) -> Result<CachePutResponse, Error> {
+        let graph_key = validate::key("graph_key", &req.graph_key)?;
+        let kernel_keys =
+            validate::keys("kernel_keys", &req.kernel_keys, self.limits.max_manifest_keys)?;
+        self.store.put_manifest(&graph_key, &kernel_keys).await?;
+        Ok(CachePutResponse {})
+    }
+
+    async fn lease(&self, op: Op, req: LeaseRequest) -> Result<LeaseResponse, Error> {
+        let key = validate::key("key", &req.key)?;
+        validate::holder(&req.holder)?;
+        let ok = match op {
+            Op::ReleaseLease => self.store.release_lease(&key, &req.holder).await?,
+            Op::RenewLease => {
+                let ttl = validate::lease_ttl(req.ttl_ms, &self.limits)?;
+                self.store.renew_lease(&key, &req.holder, ttl).await?
+            }
+            _ => {
+                let ttl = validate::lease_ttl(req.ttl_ms, &self.limits)?;
+                self.store.acquire_lease(&key, &req.holder, ttl).await?
+            }
+        };
+        Ok(LeaseResponse { ok })
+    }
+}
+
+/// Verifies an envelope against the key it is put under, off the runtime when it is large.
+async fn verify(bytes: Vec<u8>, key: CacheKey, limit: u64) -> Result<Vec<u8>, Error> {
+    if bytes.len() <= VERIFY_INLINE_BYTES {
+        envelope::open(&bytes, &key, limit)?;
+        return Ok(bytes);
+    }
+    let checked = tokio::task::spawn_blocking(move || envelope::open(&bytes, &key, limit).map(|_| bytes));
+    match checked.await {
+        Ok(result) => Ok(result?),
+        // `open` does not panic on any input; if it ever does, that is a bug to surface as one.
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+}
+
+/// Accounts for a failed request in the Redis metrics.
+fn observe(metrics: &Metrics, e: &Error) {
+    if e.is_redis() {
+        metrics.redis_errors.inc();
+    }
+    if e.is_connection() {
+        metrics.redis_up.set(0);
+    }
+}
+
+fn corrupt(metrics: &Metrics, key: &CacheKey, why: &crate::layout::LayoutError) {
+    metrics.integrity_failures.inc();
+    tracing::warn!(%key, %why, "deleted a damaged value; answering a miss");
+}
+
+/// One key's answer, for Get and BatchGet.
+async fn lookup(store: Store, metrics: Arc<Metrics>, key: CacheKey) -> Result<CacheGetResponse, Error> {
+    let entry = match store.get(&key).await? {
+        Lookup::Hit(Entry::Envelope(bytes)) => {
+            metrics.bytes("out", bytes.len());
+            Some(cache_get_response::Entry::Envelope(bytes))
+        }
+        Lookup::Hit(Entry::Negative(n)) => Some(cache_get_response::Entry::Negative(n)),
+        Lookup::Miss => None,
+        Lookup::Corrupt(why) => {
+            corrupt(&metrics, &key, &why);
+            None
+        }
+    };
+    Ok(CacheGetResponse {
+        key: key.to_hex(),
+        entry,
+    })
+}
+
+#[tonic::async_trait]
+impl ArtifactCache for CacheService {
+    async fn get(&self, request: Request<CacheGetRequest>) -> Result<Response<CacheGetResponse>, Status> {
+        self.serve(Op::Get, request, |req| async move {
+            let key = validate::key("key", &req.key)?;
+            lookup(self.store.clone(), Arc::clone(&self.metrics), key).await
+        })
+        .await
+    }
+
+    type BatchGetStream = BatchGetStream;
+
+    async fn batch_get(
+        &self,
+        request: Request<CacheBatchGetRequest>,
+    ) -> Result<Response<BatchGetStream>, Status> {
+        self.serve(Op::BatchGet, request, |req| async move {
+            let keys = validate::keys("keys", &req.keys, self.limits.max_batch_keys)?;
+            let (store, metrics) = (self.store.clone(), Arc::clone(&self.metrics));
+            let answers = futures_util::stream::iter(keys)
+                .map(move |key| {
+                    let (store, metrics) = (store.clone(), Arc::clone(&metrics));
+                    async move {
+                        lookup(store, Arc::clone(&metrics), key).await.map_err(|e| {
+                            observe(&metrics, &e);
+                            Status::from(e)
+                        })
+                    }
+                })
+                .buffered(BATCH_READ_AHEAD);
+            Ok(Box::pin(answers) as BatchGetStream)
+        })
+        .await
+    }
+
+    async fn put(&self, request: Request<CachePutRequest>) -> Result<Response<CachePutResponse>, Status> {
+        self.serve(Op::Put, request, |req| self.put(req)).await
+    }
+
+    async fn get_manifest(
+        &self,
+        request: Request<ManifestGetRequest>,
+    ) -> Result<Response<ManifestGetResponse>, Status> {
+        self.serve(Op::GetManifest, request, |req| self.get_manifest(req)).await
+    }
+
+    async fn put_manifest(
+        &self,
+        request: Request<ManifestPutRequest>,
+    ) -> Result<Response<CachePutResponse>, Status> {
+        self.serve(Op::PutManifest, request, |req| self.put_manifest(req)).await
+    }
+
+    async fn acquire_lease(&self, request: Request<LeaseRequest>) -> Result<Response<LeaseResponse>, Status> {
+        self.serve(Op::AcquireLease, request, |req| self.lease(Op::AcquireLease, req)).await
+    }
+
+    async fn renew_lease(&self, request: Request<LeaseRequest>) -> Result<Response<LeaseResponse>, Status> {
+        self.serve(Op::RenewLease, request, |req| self.lease(Op::RenewLease, req)).await
+    }
+
+    async fn release_lease(&self, request: Request<LeaseRequest>) -> Result<Response<LeaseResponse>, Status> {
+        self.serve(Op::ReleaseLease, request, |req| self.lease(Op::ReleaseLease, req)).await
+    }
+
+    type WatchPublishStream = PublishStream;
+
+    async fn watch_publish(
+        &self,
+        request: Request<WatchPublishRequest>,
+    ) -> Result<Response<PublishStream>, Status> {
+        self.serve(Op::WatchPublish, request, |req| async move {
+            if req.keys.is_empty() {
+                return Err(Error::Missing { field: "keys" });
+            }
+            let keys = validate::keys("keys", &req.keys, self.limits.max_batch_keys)?;
+            let keys: HashSet<CacheKey> = keys.into_iter().collect();
+            self.announcements
+                .watch(keys, WATCH_WAIT, self.stop.clone(), Arc::clone(&self.metrics))
+                .await
+        })
+        .await
+    }
+
+    async fn cache_stats(
+        &self,
+        request: Request<CacheStatsRequest>,
+    ) -> Result<Response<CacheStatsResponse>, Status> {
+        self.serve(Op::CacheStats, request, |_| async move {
+            Ok(CacheStatsResponse {
+                redis_up: self.metrics.redis_up.get() == 1,
+                requests: self.metrics.requests_all.get(),
+                redis_errors: self.metrics.redis_errors.get(),
+                redis_mode: self.store.mode().to_owned(),
+            })
+        })
+        .await
+    }
+}

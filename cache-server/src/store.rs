@@ -1,0 +1,323 @@
+//! The cache's operations as Redis commands: artifacts, negative entries, manifests, leases.
+//!
+//! Writes of an artifact go in one MULTI/EXEC transaction, pieces first and the head last. The
+//! transaction is what keeps two concurrent writers of one key from leaving pieces of both behind
+//! (all of a key's pieces share a hash-tag slot, so this works in a cluster too); the order is
+//! what the layout promises a reader. Reads of a chunked artifact are one transaction as well, so
+//! they see one write whole. TTLs slide on every read (`GETEX ... PX`).
+//!
+//! Values are verified on read. A damaged one is deleted (compare-and-delete, so a fresh write
+//! that raced in is kept) and reported as [`Lookup::Corrupt`]; the service counts it and answers
+//! a miss.
+
+use crate::backend::Redis;
+use crate::error::Error;
+use crate::layout::{self, LayoutError};
+use kiln_proto::CacheKey;
+use kiln_proto::pb::NegativeEntry;
+use prost::Message;
+use redis::{Script, Value};
+use std::sync::LazyLock;
+use std::time::Duration;
+
+/// Extends a lease only while `holder` holds it.
+static RENEW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+           return redis.call('PEXPIRE', KEYS[1], ARGV[2]) \
+         end \
+         return 0",
+    )
+});
+
+/// Deletes a lease only while `holder` holds it: a holder whose lease expired and was taken over
+/// must not release the new holder's lease.
+static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+           return redis.call('DEL', KEYS[1]) \
+         end \
+         return 0",
+    )
+});
+
+/// Deletes KEYS only while KEYS[1] still holds ARGV[1], the damaged value a reader saw.
+static DELETE_IF_SAME: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+           return redis.call('DEL', unpack(KEYS)) \
+         end \
+         return 0",
+    )
+});
+
+/// What a key holds in Redis.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Entry {
+    Envelope(Vec<u8>),
+    Negative(NegativeEntry),
+}
+
+/// The outcome of a read.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Lookup<T> {
+    Hit(T),
+    Miss,
+    /// A damaged value, already deleted.
+    Corrupt(LayoutError),
+}
+
+/// How many times a read of a chunked artifact retries when a writer replaced the head between
+/// its two round trips. More than one replacement in that window means a key hammered by writers;
+/// it is then answered as a miss.
+const READ_ATTEMPTS: usize = 3;
+
+/// The cache over one Redis connection.
+#[derive(Debug, Clone)]
+pub struct Store {
+    redis: Redis,
+    /// TTL of artifacts and manifests, slid on read.
+    ttl_ms: u64,
+    /// A head recording more than this is damaged (Put refuses larger envelopes).
+    max_envelope: u64,
+}
+
+impl Store {
+    pub fn new(redis: Redis, ttl: Duration, max_envelope: u64) -> Self {
+        Store {
+            redis,
+            ttl_ms: ttl.as_millis().max(1) as u64,
+            max_envelope,
+        }
+    }
+
+    pub fn mode(&self) -> &'static str {
+        self.redis.mode()
+    }
+
+    pub async fn ping(&self) -> Result<(), Error> {
+        let mut con = self.redis.clone();
+        redis::cmd("PING").query_async::<Value>(&mut con).await?;
+        Ok(())
+    }
+
+    /// An artifact or a negative entry. The artifact wins where both exist.
+    pub async fn get(&self, key: &CacheKey) -> Result<Lookup<Entry>, Error> {
+        let mut con = self.redis.clone();
+        let (head, negative): (Option<Vec<u8>>, Option<Vec<u8>>) = redis::pipe()
+            .cmd("GETEX")
+            .arg(layout::head_key(key))
+            .arg("PX")
+            .arg(self.ttl_ms)
+            .cmd("GET")
+            .arg(layout::negative_key(key))
+            .query_async(&mut con)
+            .await?;
+        if let Some(head) = head {
+            return Ok(match self.read_artifact(key, head).await? {
+                Lookup::Hit(envelope) => Lookup::Hit(Entry::Envelope(envelope)),
+                Lookup::Miss => Lookup::Miss,
+                Lookup::Corrupt(e) => Lookup::Corrupt(e),
+            });
+        }
+        let Some(negative) = negative else {
+            return Ok(Lookup::Miss);
+        };
+        Ok(match NegativeEntry::decode(negative.as_slice()) {
+            Ok(entry) => Lookup::Hit(Entry::Negative(entry)),
+            Err(_) => {
+                let mut con = self.redis.clone();
+                redis::cmd("DEL")
+                    .arg(layout::negative_key(key))
+                    .query_async::<Value>(&mut con)
+                    .await?;
+                Lookup::Corrupt(LayoutError::BadHead)
+            }
+        })
+    }
+
+    /// Reassembles and verifies the artifact whose head value is `head`.
+    async fn read_artifact(&self, key: &CacheKey, mut head: Vec<u8>) -> Result<Lookup<Vec<u8>>, Error> {
+        for _ in 0..READ_ATTEMPTS {
+            let (record, first) = match layout::parse_head(&head) {
+                Ok(parsed) if parsed.0.total_len <= self.max_envelope => parsed,
+                Ok(_) | Err(_) => return self.discard(key, &head, 1, LayoutError::BadHead).await,
+            };
+            if record.pieces == 1 {
+                return match layout::assemble(key, &record, first, Vec::new()) {
+                    Ok(envelope) => Ok(Lookup::Hit(envelope)),
+                    Err(e) => self.discard(key, &head, 1, e).await,
+                };
+            }
+            let mut pipe = redis::pipe();
+            pipe.atomic().cmd("GET").arg(layout::head_key(key));
+            for n in 1..record.pieces {
+                pipe.cmd("GETEX")
+                    .arg(layout::piece_key(key, n))
+                    .arg("PX")
+                    .arg(self.ttl_ms);
+            }
+            let mut con = self.redis.clone();
+            let mut values: Vec<Option<Vec<u8>>> = pipe.query_async(&mut con).await?;
+            let rest = values.split_off(1);
+            match values.pop().flatten() {
+                None => return Ok(Lookup::Miss),
+                Some(again) if again != head => head = again,
+                Some(_) => {
+                    return match layout::assemble(key, &record, first, rest) {
+                        Ok(envelope) => Ok(Lookup::Hit(envelope)),
+                        Err(e) => self.discard(key, &head, record.pieces, e).await,
+                    };
+                }
+            }
+        }
+        Ok(Lookup::Miss)
+    }
+
+    /// Deletes a damaged artifact (its head and `pieces - 1` further pieces) unless a writer has
+    /// replaced the head since it was read.
+    async fn discard<T>(
+        &self,
+        key: &CacheKey,
+        head: &[u8],
+        pieces: u32,
+        why: LayoutError,
+    ) -> Result<Lookup<T>, Error> {
+        let mut invocation = DELETE_IF_SAME.key(layout::head_key(key));
+        for n in 1..pieces {
+            invocation.key(layout::piece_key(key, n));
+        }
+        invocation.arg(head);
+        let mut con = self.redis.clone();
+        invocation.invoke_async::<i64>(&mut con).await?;
+        Ok(Lookup::Corrupt(why))
+    }
+
+    /// Stores a verified envelope and deletes any negative entry, in one transaction, then
+    /// announces it.
+    pub async fn put_envelope(&self, key: &CacheKey, envelope: &[u8]) -> Result<(), Error> {
+        let (head, rest) = layout::split(envelope);
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for (i, piece) in rest.iter().enumerate() {
+            pipe.cmd("SET")
+                .arg(layout::piece_key(key, i as u32 + 1))
+                .arg(*piece)
+                .arg("PX")
+                .arg(self.ttl_ms)
+                .ignore();
+        }
+        pipe.cmd("SET")
+            .arg(layout::head_key(key))
+            .arg(head)
+            .arg("PX")
+            .arg(self.ttl_ms)
+            .ignore();
+        pipe.cmd("DEL").arg(layout::negative_key(key)).ignore();
+        let mut con = self.redis.clone();
+        pipe.query_async::<()>(&mut con).await?;
+        self.announce(key).await
+    }
+
+    /// Stores a negative entry for `ttl` (it does not slide), then announces it, so waiters learn
+    /// of a failed compile at once.
+    pub async fn put_negative(&self, key: &CacheKey, entry: &NegativeEntry, ttl: Duration) -> Result<(), Error> {
+        let mut con = self.redis.clone();
+        redis::cmd("SET")
+            .arg(layout::negative_key(key))
+            .arg(entry.encode_to_vec())
+            .arg("PX")
+            .arg(ttl.as_millis().max(1) as u64)
+            .query_async::<()>(&mut con)
+            .await?;
+        self.announce(key).await
+    }
+
+    /// `PUBLISH` on the one channel. A separate command rather than part of the transaction: in
+    /// a cluster the channel name hashes to another slot than the key, and a transaction may
+    /// touch one slot only.
+    async fn announce(&self, key: &CacheKey) -> Result<(), Error> {
+        let mut con = self.redis.clone();
+        redis::cmd("PUBLISH")
+            .arg(layout::CHANNEL)
+            .arg(key.to_hex())
+            .query_async::<i64>(&mut con)
+            .await
+            .map_err(Error::Announce)?;
+        Ok(())
+    }
+
+    pub async fn get_manifest(&self, graph_key: &CacheKey) -> Result<Lookup<Vec<CacheKey>>, Error> {
+        let name = layout::manifest_key(graph_key);
+        let mut con = self.redis.clone();
+        let value: Option<Vec<u8>> = redis::cmd("GETEX")
+            .arg(&name)
+            .arg("PX")
+            .arg(self.ttl_ms)
+            .query_async(&mut con)
+            .await?;
+        let Some(value) = value else {
+            return Ok(Lookup::Miss);
+        };
+        match layout::decode_manifest(&value) {
+            Ok(keys) => Ok(Lookup::Hit(keys)),
+            Err(e) => {
+                DELETE_IF_SAME
+                    .key(&name)
+                    .arg(value)
+                    .invoke_async::<i64>(&mut con)
+                    .await?;
+                Ok(Lookup::Corrupt(e))
+            }
+        }
+    }
+
+    pub async fn put_manifest(&self, graph_key: &CacheKey, kernel_keys: &[CacheKey]) -> Result<(), Error> {
+        let mut con = self.redis.clone();
+        redis::cmd("SET")
+            .arg(layout::manifest_key(graph_key))
+            .arg(layout::encode_manifest(kernel_keys))
+            .arg("PX")
+            .arg(self.ttl_ms)
+            .query_async::<()>(&mut con)
+            .await?;
+        Ok(())
+    }
+
+    /// `SET lease holder NX PX ttl`: whether `holder` now holds the lease.
+    pub async fn acquire_lease(&self, key: &CacheKey, holder: &str, ttl: Duration) -> Result<bool, Error> {
+        let mut con = self.redis.clone();
+        let set: Option<String> = redis::cmd("SET")
+            .arg(layout::lease_key(key))
+            .arg(holder)
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl.as_millis() as u64)
+            .query_async(&mut con)
+            .await?;
+        Ok(set.is_some())
+    }
+
+    /// Whether `holder` still held the lease; if so it now lives `ttl` from now.
+    pub async fn renew_lease(&self, key: &CacheKey, holder: &str, ttl: Duration) -> Result<bool, Error> {
+        let mut con = self.redis.clone();
+        let renewed: i64 = RENEW
+            .key(layout::lease_key(key))
+            .arg(holder)
+            .arg(ttl.as_millis() as u64)
+            .invoke_async(&mut con)
+            .await?;
+        Ok(renewed == 1)
+    }
+
+    /// Whether `holder` still held the lease; if so it is gone now.
+    pub async fn release_lease(&self, key: &CacheKey, holder: &str) -> Result<bool, Error> {
+        let mut con = self.redis.clone();
+        let released: i64 = RELEASE
+            .key(layout::lease_key(key))
+            .arg(holder)
+            .invoke_async(&mut con)
+            .await?;
+        Ok(released == 1)
+    }
+}

@@ -1,0 +1,76 @@
+//! The toolchains of one daemon. NVRTC is required (kilnd refuses to start without it); ptxas is
+//! used when the CUDA installation has it; Triton starts lazily, on the first Triton request,
+//! and a failed start is retried on the next one (an operator may install Triton meanwhile).
+
+use super::nvrtc::Nvrtc;
+use super::ptxas::Ptxas;
+use super::triton::{self, Triton};
+use kiln_proto::pb::ToolchainInfo;
+use tokio::sync::OnceCell;
+
+#[derive(Debug)]
+pub struct Toolchains {
+    pub nvrtc: Nvrtc,
+    /// ptxas, or why there is none.
+    pub ptxas: Result<Ptxas, String>,
+    triton_settings: triton::Settings,
+    triton: OnceCell<Triton>,
+    /// Why the last Triton start failed; a std Mutex, never held across an await.
+    triton_error: std::sync::Mutex<String>,
+}
+
+impl Toolchains {
+    pub fn new(nvrtc: Nvrtc, ptxas: Result<Ptxas, String>, triton_settings: triton::Settings) -> Self {
+        Toolchains {
+            nvrtc,
+            ptxas,
+            triton_settings,
+            triton: OnceCell::new(),
+            triton_error: std::sync::Mutex::new("not started yet".into()),
+        }
+    }
+
+    /// The Triton toolchain, starting its pool on first use. Concurrent first requests wait for
+    /// one start.
+    pub async fn triton(&self) -> Result<&Triton, String> {
+        let started = self.triton.get_or_try_init(|| Triton::start(&self.triton_settings)).await;
+        started.map_err(|e| {
+            let reason = format!("{e} (set KILN_PYTHON to an interpreter with triton installed)");
+            *self.triton_error.lock().unwrap_or_else(|p| p.into_inner()) = reason.clone();
+            reason
+        })
+    }
+
+    /// The Triton toolchain if it has started.
+    pub fn triton_started(&self) -> Option<&Triton> {
+        self.triton.get()
+    }
+
+    pub fn triton_unavailable_reason(&self) -> String {
+        self.triton_error.lock().map(|e| e.clone()).unwrap_or_default()
+    }
+
+    pub fn infos(&self) -> Vec<ToolchainInfo> {
+        let mut out = vec![self.nvrtc.info()];
+        match &self.ptxas {
+            Ok(p) => out.push(p.info()),
+            Err(why) => out.push(ToolchainInfo {
+                name: super::ptxas::NAME.into(),
+                version: format!("unavailable: {why}"),
+                ..Default::default()
+            }),
+        }
+        match self.triton_started() {
+            Some(t) => out.push(t.info()),
+            None => out.push(ToolchainInfo {
+                name: triton::NAME.into(),
+                version: format!(
+                    "not started: starts on the first Triton request ({})",
+                    self.triton_settings.python.display()
+                ),
+                ..Default::default()
+            }),
+        }
+        out
+    }
+}

@@ -1,0 +1,169 @@
+"""kilnd's Triton compile worker.
+
+kilnd starts a pool of these, lazily, and talks to each over stdin/stdout in frames: a u32
+little-endian length, then one JSON object. The first frame is the worker's hello (versions and
+the inputs of the toolchain fingerprint, or an error); then one response per request.
+
+The worker runs client code (the kernel's module), so kilnd gives it a clean environment, its
+own TRITON_CACHE_DIR with TRITON_ALWAYS_COMPILE=1 (Triton's cache must never answer for
+kiln's), an unprivileged user when kilnd is root, and resource limits set here at start.
+"""
+
+import base64
+import importlib.util
+import json
+import os
+import resource
+import shutil
+import struct
+import sys
+import tempfile
+import time
+import traceback
+
+
+def read_frame(stream):
+    header = stream.read(4)
+    if len(header) < 4:
+        return None
+    (length,) = struct.unpack("<I", header)
+    return json.loads(stream.read(length))
+
+
+def write_frame(stream, obj):
+    data = json.dumps(obj, default=str).encode()
+    stream.write(struct.pack("<I", len(data)))
+    stream.write(data)
+    stream.flush()
+
+
+def limit_resources():
+    memory_mb = int(os.environ.get("KILN_WORKER_MEMORY_MB", "0"))
+    if memory_mb > 0:
+        limit = memory_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def limit_cpu_from_now(seconds):
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    used = int(usage.ru_utime + usage.ru_stime) + 1
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    soft = used + max(1, int(seconds))
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
+def hello():
+    import triton
+    from triton._C.libtriton import get_cache_invalidating_env_vars
+    from triton.backends.nvidia.compiler import get_ptxas, get_ptxas_version
+    from triton.runtime.cache import triton_key
+
+    ptxas_versions, locations = {}, {}
+    for arch in (90, 100):
+        ptxas_versions[str(arch)] = get_ptxas_version(arch)
+        locations[f"ptxas_sm{arch}"] = get_ptxas(arch).path
+    return {
+        "version": triton.__version__,
+        "location": os.path.dirname(triton.__file__),
+        "locations": locations,
+        # Everything that can change Triton's output, and nothing host-specific: this is hashed
+        # into the toolchain fingerprint, and so into every key.
+        "fingerprint": {
+            "version": triton.__version__,
+            "python": sys.version.split()[0],
+            "triton_key": triton_key(),
+            "ptxas_versions": ptxas_versions,
+            "TRITON_PTXAS_PATH": os.environ.get("TRITON_PTXAS_PATH", ""),
+            "cache_invalidating_env_vars": get_cache_invalidating_env_vars(),
+        },
+    }
+
+
+def constexpr_value(c):
+    for kind in ("int", "float", "bool", "string"):
+        if kind in c:
+            return c[kind]
+    raise ValueError(f"constexpr {c.get('name')} has no value")
+
+
+def compile_one(request, workdir, counter):
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler.compiler import ASTSource
+
+    # @triton.jit needs inspect.getsource, which needs a real file: write the module out and
+    # import it under a name no other request uses.
+    module_name = f"kiln_kernel_{os.getpid()}_{counter}"
+    module_dir = os.path.join(workdir, module_name)
+    os.makedirs(module_dir)
+    path = os.path.join(module_dir, f"{module_name}.py")
+    with open(path, "w") as f:
+        f.write(request["source"])
+    try:
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+        fn = getattr(module, request["kernel_name"], None)
+        if fn is None:
+            raise NameError(f"the module defines no `{request['kernel_name']}`")
+        signature = {a["name"]: a["type"] for a in request["signature"]}
+        constexprs = {c["name"]: constexpr_value(c) for c in request.get("constexprs", [])}
+        attrs = {}
+        for a in request.get("attributes", []):
+            attrs.setdefault((a["arg_index"],), []).append([a["name"], a["value"]])
+        source = ASTSource(fn, signature, constexprs=constexprs, attrs=attrs)
+        target = GPUTarget("cuda", request["capability"], 32)
+        started = time.perf_counter()
+        kernel = triton.compile(source, target=target, options=request.get("options") or {})
+        micros = int((time.perf_counter() - started) * 1e6)
+        metadata = kernel.metadata._asdict()
+        metadata["target"] = {"backend": target.backend, "arch": target.arch, "warp_size": target.warp_size}
+        return {
+            "ok": True,
+            "cubin": base64.b64encode(kernel.asm["cubin"]).decode(),
+            "ptx": kernel.asm.get("ptx", ""),
+            "metadata_json": json.dumps(metadata, default=str, sort_keys=True),
+            "log": "",
+            "compile_micros": micros,
+        }
+    finally:
+        sys.modules.pop(module_name, None)
+        shutil.rmtree(module_dir, ignore_errors=True)
+
+
+def main():
+    # The protocol gets a private copy of fd 1, and fd 1 goes to stderr, so nothing a kernel
+    # module or Triton prints can corrupt a frame.
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    inp = sys.stdin.buffer
+    try:
+        limit_resources()
+        greeting = hello()
+    except BaseException:
+        write_frame(out, {"error": "Triton is not usable: " + traceback.format_exc()})
+        return 1
+    write_frame(out, greeting)
+    workdir = tempfile.mkdtemp(prefix="kiln-triton-")
+    counter = 0
+    try:
+        while True:
+            request = read_frame(inp)
+            if request is None:
+                return 0
+            counter += 1
+            try:
+                limit_cpu_from_now(request.get("cpu_seconds", 300))
+                response = compile_one(request, workdir, counter)
+            except BaseException:
+                response = {"ok": False, "log": traceback.format_exc(), "compile_micros": 0}
+            write_frame(out, response)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

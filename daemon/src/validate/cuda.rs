@@ -1,0 +1,77 @@
+//! CUDA C++ kernels for NVRTC: source, headers by content, allowlisted options, name
+//! expressions, and the include check that keeps host paths out of the compiler.
+
+use super::{Context, KernelJob, KernelSource, invalid};
+use crate::toolchain::{includes, nvrtc, options};
+use kiln_proto::pb;
+use kiln_proto::{KeyInputs, Target};
+use std::collections::HashMap;
+use tonic::Status;
+
+pub(super) fn kernel(
+    id: &str,
+    c: &pb::CudaSource,
+    target: &Target,
+    field: &str,
+    ctx: &Context<'_>,
+) -> Result<KernelJob, Status> {
+    if c.source.is_empty() {
+        return Err(invalid(format!("{field}.source"), "empty"));
+    }
+    if c.source.contains('\0') {
+        return Err(invalid(format!("{field}.source"), "contains a NUL byte"));
+    }
+    let size = c.source.len() + c.headers.iter().map(|h| h.name.len() + h.content.len()).sum::<usize>();
+    if size > ctx.limits.max_source_bytes {
+        return Err(invalid(
+            field,
+            format!("{size} bytes of source and headers exceeds the limit of {}", ctx.limits.max_source_bytes),
+        ));
+    }
+    let mut names = HashMap::new();
+    for (j, h) in c.headers.iter().enumerate() {
+        let hf = format!("{field}.headers[{j}]");
+        let bad_name = h.name.is_empty()
+            || h.name.starts_with('/')
+            || h.name.split('/').any(|p| p == "..")
+            || h.name.contains(['\0', '\\', '\n']);
+        if bad_name {
+            return Err(invalid(
+                format!("{hf}.name"),
+                "must be a relative name as the #include spells it, with no `..`",
+            ));
+        }
+        if h.content.contains('\0') {
+            return Err(invalid(format!("{hf}.content"), "contains a NUL byte"));
+        }
+        if let Some(first) = names.insert(h.name.as_str(), j) {
+            return Err(invalid(
+                format!("{hf}.name"),
+                format!("duplicate header `{}` (also headers[{first}])", h.name),
+            ));
+        }
+    }
+    for (j, o) in c.options.iter().enumerate() {
+        options::check(o).map_err(|e| invalid(format!("{field}.options[{j}]"), e))?;
+    }
+    for (j, e) in c.name_expressions.iter().enumerate() {
+        if e.trim().is_empty() || e.contains('\0') {
+            return Err(invalid(format!("{field}.name_expressions[{j}]"), "empty or contains a NUL byte"));
+        }
+    }
+    let refusal = std::iter::once(("source", c.source.as_str()))
+        .chain(c.headers.iter().map(|h| (h.name.as_str(), h.content.as_str())))
+        .find_map(|(name, text)| includes::check(text).err().map(|e| format!("refused before compiling: {name}: {e}")));
+    let headers: Vec<(&str, &[u8])> = c.headers.iter().map(|h| (h.name.as_str(), h.content.as_bytes())).collect();
+    let key = KeyInputs {
+        toolchain: nvrtc::NAME,
+        fingerprint: ctx.nvrtc_fingerprint,
+        target,
+        source: c.source.as_bytes(),
+        options: &c.options,
+        headers: &headers,
+        entries: &c.name_expressions,
+    }
+    .derive();
+    Ok(KernelJob { id: id.to_string(), key, source: KernelSource::Cuda(c.clone()), refusal })
+}

@@ -1,0 +1,32 @@
+//! PTX kernels for ptxas: the text and allowlisted ptxas options.
+
+use super::{Context, KernelJob, KernelSource, invalid, text, unavailable};
+use crate::toolchain::{options, ptxas};
+use kiln_proto::pb;
+use kiln_proto::{KeyInputs, Target};
+use tonic::Status;
+
+pub(super) fn kernel(
+    id: &str,
+    p: &pb::PtxSource,
+    target: &Target,
+    field: &str,
+    ctx: &Context<'_>,
+) -> Result<KernelJob, Status> {
+    let fingerprint = ctx.ptxas.map_err(|why| unavailable(field, ptxas::NAME, why))?;
+    text(&format!("{field}.ptx"), &p.ptx, ctx)?;
+    for (j, o) in p.options.iter().enumerate() {
+        options::check_ptxas(o).map_err(|e| invalid(format!("{field}.options[{j}]"), e))?;
+    }
+    let key = KeyInputs {
+        toolchain: ptxas::NAME,
+        fingerprint,
+        target,
+        source: p.ptx.as_bytes(),
+        options: &p.options,
+        headers: &[],
+        entries: &[],
+    }
+    .derive();
+    Ok(KernelJob { id: id.to_string(), key, source: KernelSource::Ptx(p.clone()), refusal: None })
+}
