@@ -51,21 +51,15 @@ impl Default for Announcements {
 }
 
 /// A watch stream's events, as the proto sends them.
-pub type PublishStream =
-    std::pin::Pin<Box<dyn Stream<Item = Result<PublishEvent, tonic::Status>> + Send>>;
+pub type PublishStream = std::pin::Pin<Box<dyn Stream<Item = Result<PublishEvent, tonic::Status>> + Send>>;
 
 fn subscribed() -> PublishEvent {
-    PublishEvent {
-        event: Some(Event::Subscribed(Subscribed {})),
-    }
+    PublishEvent { event: Some(Event::Subscribed(Subscribed {})) }
 }
 
 impl Announcements {
     pub fn new() -> Self {
-        Announcements {
-            published: broadcast::channel(FANOUT_CAPACITY).0,
-            live: watch::channel(None).0,
-        }
+        Announcements { published: broadcast::channel(FANOUT_CAPACITY).0, live: watch::channel(None).0 }
     }
 
     /// Whether the subscription is live now.
@@ -94,14 +88,7 @@ impl Announcements {
             .and_then(|r| r.ok().and_then(|g| *g))
             .ok_or(Error::PubSubDown)?;
         live.mark_unchanged();
-        let state = WatchState {
-            keys,
-            published,
-            live,
-            generation,
-            stop,
-            _open: OpenStream::new(metrics),
-        };
+        let state = WatchState { keys, published, live, generation, stop, _open: OpenStream::new(metrics) };
         let first = futures_util::stream::once(async { Ok(subscribed()) });
         let rest = futures_util::stream::unfold(state, |mut s| async move {
             let event = s.next_event().await?;
@@ -273,9 +260,7 @@ mod tests {
         let hub = Announcements::new();
         let m = Arc::new(Metrics::new());
         let keys = HashSet::from([key(1)]);
-        let down = hub
-            .watch(keys, Duration::from_millis(20), CancellationToken::new(), m)
-            .await;
+        let down = hub.watch(keys, Duration::from_millis(20), CancellationToken::new(), m).await;
         assert!(matches!(down, Err(Error::PubSubDown)));
     }
 
@@ -285,10 +270,7 @@ mod tests {
         let m = Arc::new(Metrics::new());
         hub.live.send_replace(Some(1));
         let stop = CancellationToken::new();
-        let mut s = hub
-            .watch(HashSet::from([key(1)]), Duration::ZERO, stop.clone(), m.clone())
-            .await
-            .unwrap();
+        let mut s = hub.watch(HashSet::from([key(1)]), Duration::ZERO, stop.clone(), m.clone()).await.unwrap();
         assert_eq!(next(&mut s).await, "subscribed");
         assert_eq!(m.watch_streams.get(), 1);
         hub.published.send(key(2)).unwrap();

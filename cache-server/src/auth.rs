@@ -35,10 +35,7 @@ pub struct TokenEntry {
 
 impl std::fmt::Debug for TokenEntry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TokenEntry")
-            .field("token", &"<redacted>")
-            .field("access", &self.access)
-            .finish()
+        f.debug_struct("TokenEntry").field("token", &"<redacted>").field("access", &self.access).finish()
     }
 }
 
@@ -67,10 +64,7 @@ pub fn parse_tokens_file(text: &str) -> Result<Vec<TokenEntry>, TokenError> {
             Some(("write", t)) => (Access::Write, t),
             _ => return Err(TokenError::Syntax { line: i + 1 }),
         };
-        out.push(TokenEntry {
-            token: token.to_owned(),
-            access,
-        });
+        out.push(TokenEntry { token: token.to_owned(), access });
     }
     Ok(out)
 }
@@ -86,10 +80,7 @@ pub struct Tokens {
 
 impl std::fmt::Debug for Tokens {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tokens")
-            .field("count", &self.by_digest.len())
-            .field("open", &self.open)
-            .finish()
+        f.debug_struct("Tokens").field("count", &self.by_digest.len()).field("open", &self.open).finish()
     }
 }
 
@@ -106,23 +97,15 @@ impl Tokens {
             if !e.token.bytes().all(|b| b.is_ascii_graphic()) {
                 return Err(TokenError::BadCharacter);
             }
-            let slot = by_digest
-                .entry(*blake3::hash(e.token.as_bytes()).as_bytes())
-                .or_insert(e.access);
+            let slot = by_digest.entry(*blake3::hash(e.token.as_bytes()).as_bytes()).or_insert(e.access);
             *slot = (*slot).max(e.access);
         }
-        Ok(Tokens {
-            by_digest,
-            open: false,
-        })
+        Ok(Tokens { by_digest, open: false })
     }
 
     /// No authentication at all: only for a cache on a trusted network or a test.
     pub fn insecure() -> Self {
-        Tokens {
-            by_digest: HashMap::new(),
-            open: true,
-        }
+        Tokens { by_digest: HashMap::new(), open: true }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -141,10 +124,7 @@ impl Tokens {
             .map(str::trim)
             .filter(|t| !t.is_empty())
             .ok_or(Error::NoToken)?;
-        let access = self
-            .by_digest
-            .get(blake3::hash(token.as_bytes()).as_bytes())
-            .ok_or(Error::WrongToken)?;
+        let access = self.by_digest.get(blake3::hash(token.as_bytes()).as_bytes()).ok_or(Error::WrongToken)?;
         if *access < needs {
             return Err(Error::ReadOnly { op });
         }
@@ -185,53 +165,30 @@ mod tests {
         assert_eq!(code(t.check(&read, "Get", Access::Read)), None);
         assert_eq!(code(t.check(&write, "Put", Access::Write)), None);
         assert_eq!(code(t.check(&write, "Get", Access::Read)), None);
-        assert_eq!(
-            code(t.check(&read, "Put", Access::Write)),
-            Some(Code::PermissionDenied)
-        );
+        assert_eq!(code(t.check(&read, "Put", Access::Write)), Some(Code::PermissionDenied));
     }
 
     #[test]
     fn missing_or_wrong_tokens_are_unauthenticated() {
         let t = tokens();
-        for m in [
-            meta(None),
-            meta(Some(R)),
-            meta(Some("Bearer ")),
-            meta(Some("Bearer not-a-configured-token")),
-        ] {
-            assert_eq!(
-                code(t.check(&m, "Get", Access::Read)),
-                Some(Code::Unauthenticated)
-            );
+        for m in [meta(None), meta(Some(R)), meta(Some("Bearer ")), meta(Some("Bearer not-a-configured-token"))] {
+            assert_eq!(code(t.check(&m, "Get", Access::Read)), Some(Code::Unauthenticated));
         }
-        assert_eq!(
-            code(Tokens::insecure().check(&meta(None), "Put", Access::Write)),
-            None
-        );
+        assert_eq!(code(Tokens::insecure().check(&meta(None), "Put", Access::Write)), None);
     }
 
     #[test]
     fn bad_token_lists_are_refused() {
-        assert_eq!(
-            parse_tokens_file("admin:x").unwrap_err(),
-            TokenError::Syntax { line: 1 }
-        );
+        assert_eq!(parse_tokens_file("admin:x").unwrap_err(), TokenError::Syntax { line: 1 });
         let short = parse_tokens_file("read:short").unwrap();
-        assert_eq!(
-            Tokens::new(&short).unwrap_err(),
-            TokenError::TooShort { chars: 5 }
-        );
+        assert_eq!(Tokens::new(&short).unwrap_err(), TokenError::TooShort { chars: 5 });
         let spaced = parse_tokens_file("read:has a space in it ok").unwrap();
         assert_eq!(Tokens::new(&spaced).unwrap_err(), TokenError::BadCharacter);
     }
 
     #[test]
     fn debug_never_prints_a_token() {
-        let e = TokenEntry {
-            token: W.into(),
-            access: Access::Write,
-        };
+        let e = TokenEntry { token: W.into(), access: Access::Write };
         assert!(!format!("{e:?}").contains(W));
     }
 }

@@ -50,19 +50,15 @@ pub struct Connected {
 impl Redis {
     /// Sets up connections without waiting for Redis to answer.
     pub fn connect(urls: &[String], cluster: bool, timeouts: Timeouts) -> RedisResult<Connected> {
-        let subscribe_via = urls
-            .iter()
-            .map(|u| redis::Client::open(u.as_str()))
-            .collect::<RedisResult<Vec<_>>>()?;
+        let subscribe_via = urls.iter().map(|u| redis::Client::open(u.as_str())).collect::<RedisResult<Vec<_>>>()?;
         let commands = if cluster {
             let client = redis::cluster::ClusterClient::builder(urls.iter().map(String::as_str))
                 .connection_timeout(timeouts.connect)
                 .response_timeout(timeouts.response)
                 .retries(2)
                 .build()?;
-            let config = ClusterConfig::new()
-                .set_connection_timeout(timeouts.connect)
-                .set_response_timeout(timeouts.response);
+            let config =
+                ClusterConfig::new().set_connection_timeout(timeouts.connect).set_response_timeout(timeouts.response);
             Redis::Cluster(client.get_pending_async_connection_with_config(config))
         } else {
             let [url] = urls else {
@@ -83,10 +79,7 @@ impl Redis {
             let client = redis::Client::open(url.as_str())?;
             Redis::Standalone(ConnectionManager::new_lazy_with_config(client, config)?)
         };
-        Ok(Connected {
-            commands,
-            subscribe_via,
-        })
+        Ok(Connected { commands, subscribe_via })
     }
 
     /// `standalone` or `cluster`, for `CacheStats`.

@@ -14,11 +14,7 @@ use std::time::Duration;
 
 /// `kiln-cache` command line. Every flag has a `KILN_CACHE_*` variable.
 #[derive(Debug, Clone, Default, Parser)]
-#[command(
-    name = "kiln-cache",
-    version,
-    about = "kiln fleet cache server: artifacts, manifests and leases over Redis"
-)]
+#[command(name = "kiln-cache", version, about = "kiln fleet cache server: artifacts, manifests and leases over Redis")]
 pub struct Flags {
     /// TOML configuration file.
     #[arg(long, env = "KILN_CACHE_CONFIG")]
@@ -83,14 +79,9 @@ pub struct FileConfig {
 impl FileConfig {
     /// Reads and parses the file; unknown keys are an error, so a typo never goes unnoticed.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
-            path: path.to_owned(),
-            reason: e.to_string(),
-        })?;
-        toml::from_str(&text).map_err(|e| ConfigError::Parse {
-            path: path.to_owned(),
-            reason: e.to_string(),
-        })
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::Read { path: path.to_owned(), reason: e.to_string() })?;
+        toml::from_str(&text).map_err(|e| ConfigError::Parse { path: path.to_owned(), reason: e.to_string() })
     }
 }
 
@@ -213,10 +204,7 @@ impl Config {
             ));
         }
         Ok(Config {
-            listen: flags
-                .listen
-                .or(file.listen)
-                .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 7171))),
+            listen: flags.listen.or(file.listen).unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 7171))),
             redis,
             redis_cluster: flags.redis_cluster || file.redis_cluster.unwrap_or(false),
             metrics: flags.metrics.or(file.metrics),
@@ -280,10 +268,7 @@ mod tests {
     fn no_tokens_refuses_to_start_unless_insecure() {
         let none = Config::merge(&Flags::default(), &FileConfig::default(), None);
         assert_eq!(none.unwrap_err(), ConfigError::NoTokens);
-        let flags = Flags {
-            insecure_no_auth: true,
-            ..Default::default()
-        };
+        let flags = Flags { insecure_no_auth: true, ..Default::default() };
         let c = Config::merge(&flags, &FileConfig::default(), None).unwrap();
         assert!(c.insecure_no_auth && c.tokens.is_empty());
     }
@@ -292,22 +277,10 @@ mod tests {
     fn bad_settings_are_refused() {
         let short = Config::merge(&Flags::default(), &FileConfig::default(), Some("read:abc"));
         assert!(matches!(short, Err(ConfigError::Tokens(_))));
-        let file = FileConfig {
-            tls_cert: Some("/c.pem".into()),
-            ..Default::default()
-        };
-        assert_eq!(
-            Config::merge(&Flags::default(), &file, Some(TOKENS)).unwrap_err(),
-            ConfigError::HalfTls
-        );
-        let file = FileConfig {
-            max_artifact_mb: Some(512),
-            ..Default::default()
-        };
-        assert!(matches!(
-            Config::merge(&Flags::default(), &file, Some(TOKENS)),
-            Err(ConfigError::Limit(_))
-        ));
+        let file = FileConfig { tls_cert: Some("/c.pem".into()), ..Default::default() };
+        assert_eq!(Config::merge(&Flags::default(), &file, Some(TOKENS)).unwrap_err(), ConfigError::HalfTls);
+        let file = FileConfig { max_artifact_mb: Some(512), ..Default::default() };
+        assert!(matches!(Config::merge(&Flags::default(), &file, Some(TOKENS)), Err(ConfigError::Limit(_))));
         assert!(toml::from_str::<FileConfig>("lisen = \"x\"").is_err());
     }
 }

@@ -18,24 +18,11 @@ pub enum Error {
     #[error("envelope: {0}")]
     Envelope(#[from] IntegrityError),
     #[error("{field}: {size} bytes is over the limit of {limit}")]
-    TooLarge {
-        field: &'static str,
-        size: u64,
-        limit: u64,
-    },
+    TooLarge { field: &'static str, size: u64, limit: u64 },
     #[error("{field}: {count} entries is over the limit of {limit}")]
-    TooMany {
-        field: &'static str,
-        count: usize,
-        limit: usize,
-    },
+    TooMany { field: &'static str, count: usize, limit: usize },
     #[error("{field}: {value} is outside {min}..={max}")]
-    OutOfRange {
-        field: &'static str,
-        value: u64,
-        min: u64,
-        max: u64,
-    },
+    OutOfRange { field: &'static str, value: u64, min: u64, max: u64 },
     #[error("holder: expected 16 to 128 characters of [A-Za-z0-9_-]")]
     BadHolder,
     #[error("missing or malformed `authorization: Bearer <token>` metadata")]
@@ -122,21 +109,10 @@ mod tests {
 
     #[test]
     fn codes_follow_the_proto() {
-        assert_eq!(
-            Error::BadKey {
-                field: "keys[2]".into()
-            }
-            .code(),
-            Code::InvalidArgument
-        );
+        assert_eq!(Error::BadKey { field: "keys[2]".into() }.code(), Code::InvalidArgument);
         assert_eq!(Error::NoToken.code(), Code::Unauthenticated);
-        assert_eq!(
-            Error::ReadOnly { op: "Put" }.code(),
-            Code::PermissionDenied
-        );
-        let io = redis::RedisError::from(std::io::Error::from(
-            std::io::ErrorKind::ConnectionRefused,
-        ));
+        assert_eq!(Error::ReadOnly { op: "Put" }.code(), Code::PermissionDenied);
+        let io = redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
         let e = Error::Redis(io);
         assert!(e.is_connection() && e.is_redis());
         let status = Status::from(e);
@@ -146,12 +122,7 @@ mod tests {
 
     #[test]
     fn messages_name_the_field() {
-        let s = Status::from(Error::OutOfRange {
-            field: "ttl_ms",
-            value: 5,
-            min: 100,
-            max: 600_000,
-        });
+        let s = Status::from(Error::OutOfRange { field: "ttl_ms", value: 5, min: 100, max: 600_000 });
         assert_eq!(s.message(), "ttl_ms: 5 is outside 100..=600000");
     }
 }

@@ -119,25 +119,13 @@ pub fn parse_head(value: &[u8]) -> Result<(Head, &[u8]), LayoutError> {
     if u64::from(pieces) != expected || (value.len() - HEAD_FIXED) as u64 != first_len {
         return Err(LayoutError::BadHead);
     }
-    Ok((
-        Head {
-            pieces,
-            total_len,
-            digest,
-        },
-        &value[HEAD_FIXED..],
-    ))
+    Ok((Head { pieces, total_len, digest }, &value[HEAD_FIXED..]))
 }
 
 /// Joins the first piece and the rest (`None` where Redis had no value), then checks length,
 /// digest and that the envelope holds `key`. The envelope's own digest was checked in full on Put;
 /// the head's digest proves these are still those bytes, so the payload is not decompressed here.
-pub fn assemble(
-    key: &CacheKey,
-    head: &Head,
-    first: &[u8],
-    rest: Vec<Option<Vec<u8>>>,
-) -> Result<Vec<u8>, LayoutError> {
+pub fn assemble(key: &CacheKey, head: &Head, first: &[u8], rest: Vec<Option<Vec<u8>>>) -> Result<Vec<u8>, LayoutError> {
     let mut out = Vec::with_capacity(head.total_len.min(1 << 30) as usize);
     out.extend_from_slice(first);
     for (i, piece) in rest.into_iter().enumerate() {
@@ -145,10 +133,7 @@ pub fn assemble(
         out.extend_from_slice(&piece);
     }
     if out.len() as u64 != head.total_len {
-        return Err(LayoutError::Length {
-            expected: head.total_len,
-            found: out.len() as u64,
-        });
+        return Err(LayoutError::Length { expected: head.total_len, found: out.len() as u64 });
     }
     if blake3::hash(&out).as_bytes() != &head.digest {
         return Err(LayoutError::Digest);
@@ -182,7 +167,7 @@ pub fn encode_manifest(kernel_keys: &[CacheKey]) -> Vec<u8> {
 }
 
 pub fn decode_manifest(value: &[u8]) -> Result<Vec<CacheKey>, LayoutError> {
-    if value.len() < 36 || &value[..4] != MANIFEST_MAGIC || (value.len() - 36) % 32 != 0 {
+    if value.len() < 36 || &value[..4] != MANIFEST_MAGIC || !(value.len() - 36).is_multiple_of(32) {
         return Err(LayoutError::BadManifest);
     }
     let keys = &value[36..];
@@ -212,10 +197,7 @@ mod tests {
     /// An envelope of roughly `n` incompressible bytes.
     fn sealed(k: &CacheKey, n: usize) -> Vec<u8> {
         let mut bytes = vec![0u8; n];
-        blake3::Hasher::new()
-            .update(b"layout test")
-            .finalize_xof()
-            .fill(&mut bytes);
+        blake3::Hasher::new().update(b"layout test").finalize_xof().fill(&mut bytes);
         envelope::seal(k, ArtifactMeta::default(), &bytes)
     }
 
@@ -230,13 +212,7 @@ mod tests {
     fn keys_share_one_hash_tag() {
         let k = key(0xab);
         let tag = format!("{{{k}}}");
-        for name in [
-            head_key(&k),
-            piece_key(&k, 3),
-            negative_key(&k),
-            lease_key(&k),
-            manifest_key(&k),
-        ] {
+        for name in [head_key(&k), piece_key(&k, 3), negative_key(&k), lease_key(&k), manifest_key(&k)] {
             assert!(name.starts_with("kiln:v1:") && name.contains(&tag), "{name}");
         }
         assert_eq!(piece_key(&k, 2), format!("kiln:v1:{tag}:a:2"));
@@ -249,8 +225,8 @@ mod tests {
             let env = sealed(&k, n);
             assert_eq!(round_trip(&env, &k).unwrap(), env);
         }
-        let (_, rest) = split(&sealed(&k, 3 * PIECE_BYTES + 17));
-        assert_eq!(rest.len(), 3);
+        let big = sealed(&k, 3 * PIECE_BYTES + 17);
+        assert_eq!(split(&big).1.len(), 3);
     }
 
     #[test]
@@ -260,10 +236,7 @@ mod tests {
         let (head, rest) = split(&env);
         let (h, first) = parse_head(&head).unwrap();
         let missing = vec![Some(rest[0].to_vec()), None];
-        assert_eq!(
-            assemble(&k, &h, first, missing),
-            Err(LayoutError::MissingPiece(2))
-        );
+        assert_eq!(assemble(&k, &h, first, missing), Err(LayoutError::MissingPiece(2)));
         let mut swapped = rest[1].to_vec();
         swapped[0] ^= 1;
         let mixed = vec![Some(rest[0].to_vec()), Some(swapped)];
@@ -298,9 +271,6 @@ mod tests {
         let mut bad = value.clone();
         bad[40] ^= 1;
         assert_eq!(decode_manifest(&bad), Err(LayoutError::BadManifest));
-        assert_eq!(
-            decode_manifest(&value[..value.len() - 1]),
-            Err(LayoutError::BadManifest)
-        );
+        assert_eq!(decode_manifest(&value[..value.len() - 1]), Err(LayoutError::BadManifest));
     }
 }

@@ -9,10 +9,7 @@ use kiln_cache_server::server::{self, Listeners};
 fn main() -> anyhow::Result<()> {
     let flags = Flags::parse();
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("KILN_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("KILN_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .init();
     let file = match &flags.config {
@@ -21,8 +18,7 @@ fn main() -> anyhow::Result<()> {
     };
     let tokens_text = match Config::tokens_path(&flags, &file) {
         Some(path) => Some(
-            std::fs::read_to_string(&path)
-                .with_context(|| format!("reading the tokens file {}", path.display()))?,
+            std::fs::read_to_string(&path).with_context(|| format!("reading the tokens file {}", path.display()))?,
         ),
         None => None,
     };
@@ -33,11 +29,9 @@ fn main() -> anyhow::Result<()> {
             .await
             .with_context(|| format!("binding --listen {}", config.listen))?;
         let metrics = match config.metrics {
-            Some(addr) => Some(
-                tokio::net::TcpListener::bind(addr)
-                    .await
-                    .with_context(|| format!("binding --metrics {addr}"))?,
-            ),
+            Some(addr) => {
+                Some(tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding --metrics {addr}"))?)
+            }
             None => None,
         };
         server::run(Listeners { grpc, metrics }, config, shutdown_signal()).await?;
@@ -47,10 +41,7 @@ fn main() -> anyhow::Result<()> {
 
 async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
         tracing::error!("cannot install signal handlers; stop kiln-cache with SIGKILL");
         return std::future::pending().await;
     };

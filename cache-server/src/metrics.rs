@@ -63,48 +63,25 @@ impl Metrics {
         let mut registry = Registry::with_prefix("kiln_server");
         registry.register("requests", "RPCs by operation and gRPC code", m.requests.clone());
         registry.register("redis_errors", "Redis commands that failed", m.redis_errors.clone());
-        registry.register(
-            "redis_up",
-            "1 while Redis answers, 0 while it does not",
-            m.redis_up.clone(),
-        );
-        registry.register(
-            "pubsub_up",
-            "1 while the publish subscription is live",
-            m.pubsub_up.clone(),
-        );
+        registry.register("redis_up", "1 while Redis answers, 0 while it does not", m.redis_up.clone());
+        registry.register("pubsub_up", "1 while the publish subscription is live", m.pubsub_up.clone());
         registry.register(
             "integrity_failures",
             "Stored values refused on read and deleted: bad digest, wrong key, missing piece",
             m.integrity_failures.clone(),
         );
-        registry.register(
-            "artifact_bytes",
-            "Envelope bytes put (in) and served (out)",
-            m.artifact_bytes.clone(),
-        );
-        registry.register(
-            "watch_streams",
-            "Open WatchPublish streams",
-            m.watch_streams.clone(),
-        );
+        registry.register("artifact_bytes", "Envelope bytes put (in) and served (out)", m.artifact_bytes.clone());
+        registry.register("watch_streams", "Open WatchPublish streams", m.watch_streams.clone());
         Metrics { registry, ..m }
     }
 
     pub fn request(&self, op: &'static str, code: Code) {
         self.requests_all.inc();
-        self.requests
-            .get_or_create(&RequestLabels {
-                op,
-                code: code_label(code),
-            })
-            .inc();
+        self.requests.get_or_create(&RequestLabels { op, code: code_label(code) }).inc();
     }
 
     pub fn bytes(&self, direction: &'static str, n: usize) {
-        self.artifact_bytes
-            .get_or_create(&DirectionLabels { direction })
-            .inc_by(n as u64);
+        self.artifact_bytes.get_or_create(&DirectionLabels { direction }).inc_by(n as u64);
     }
 
     /// The Prometheus text exposition.
@@ -151,19 +128,11 @@ pub async fn serve(
         get(move || {
             let m = metrics.clone();
             async move {
-                (
-                    [(
-                        header::CONTENT_TYPE,
-                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    )],
-                    m.render(),
-                )
+                ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], m.render())
             }
         }),
     );
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
+    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
 }
 
 #[cfg(test)]

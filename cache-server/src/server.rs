@@ -41,10 +41,7 @@ pub enum ServerError {
     #[error("redis configuration: {0}")]
     Redis(#[from] redis::RedisError),
     #[error("reading {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Read { path: PathBuf, source: std::io::Error },
     #[error("TLS: {0}")]
     Tls(tonic::transport::Error),
     #[error("gRPC server: {0}")]
@@ -69,10 +66,7 @@ pub async fn run(
     } else {
         Tokens::new(&config.tokens)?
     };
-    let timeouts = Timeouts {
-        connect: config.redis_connect_timeout,
-        response: config.redis_timeout,
-    };
+    let timeouts = Timeouts { connect: config.redis_connect_timeout, response: config.redis_timeout };
     let connected = Redis::connect(&config.redis, config.redis_cluster, timeouts)?;
     let store = Store::new(connected.commands, config.ttl, config.limits.max_artifact_bytes);
     let metrics = Arc::new(Metrics::new());
@@ -105,33 +99,23 @@ pub async fn run(
         .http2_keepalive_timeout(Some(Duration::from_secs(10)));
     if let Some((cert, key)) = &config.tls {
         let identity = Identity::from_pem(read(cert)?, read(key)?);
-        builder = builder
-            .tls_config(ServerTlsConfig::new().identity(identity))
-            .map_err(ServerError::Tls)?;
+        builder = builder.tls_config(ServerTlsConfig::new().identity(identity)).map_err(ServerError::Tls)?;
     }
     let router = builder.add_service(
-        ArtifactCacheServer::from_arc(service)
-            .max_decoding_message_size(limit)
-            .max_encoding_message_size(limit),
+        ArtifactCacheServer::from_arc(service).max_decoding_message_size(limit).max_encoding_message_size(limit),
     );
     let mut servers = tokio::task::JoinSet::new();
     // TCP_NODELAY: answers are small frames, and Nagle against delayed ACKs adds 40 ms.
     let incoming = TcpIncoming::from(listeners.grpc).with_nodelay(Some(true));
     let stopped = stop.clone().cancelled_owned();
-    servers.spawn(async move {
-        router
-            .serve_with_incoming_shutdown(incoming, stopped)
-            .await
-            .map_err(ServerError::Serve)
-    });
+    servers
+        .spawn(async move { router.serve_with_incoming_shutdown(incoming, stopped).await.map_err(ServerError::Serve) });
     if let Some(listener) = listeners.metrics {
         let stopped = stop.clone().cancelled_owned();
         let metrics = Arc::clone(&metrics);
-        servers.spawn(async move {
-            crate::metrics::serve(listener, metrics, stopped)
-                .await
-                .map_err(ServerError::Metrics)
-        });
+        servers.spawn(
+            async move { crate::metrics::serve(listener, metrics, stopped).await.map_err(ServerError::Metrics) },
+        );
     }
     // URLs may hold passwords: log how many, not what.
     tracing::info!(listen = %config.listen, redis_nodes = config.redis.len(), mode, tls = config.tls.is_some(), "kiln-cache serving");
@@ -164,10 +148,7 @@ fn flatten(ended: Result<Result<(), ServerError>, tokio::task::JoinError>) -> Re
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, ServerError> {
-    std::fs::read(path).map_err(|source| ServerError::Read {
-        path: path.to_owned(),
-        source,
-    })
+    std::fs::read(path).map_err(|source| ServerError::Read { path: path.to_owned(), source })
 }
 
 /// Pings Redis every [`PROBE_EVERY`] and records the answer in `kiln_server_redis_up`.

@@ -16,10 +16,9 @@ use kiln_proto::CacheKey;
 use kiln_proto::envelope;
 use kiln_proto::pb::artifact_cache_server::ArtifactCache;
 use kiln_proto::pb::{
-    CacheBatchGetRequest, CacheGetRequest, CacheGetResponse, CachePutRequest, CachePutResponse,
-    CacheStatsRequest, CacheStatsResponse, LeaseRequest, LeaseResponse, ManifestGetRequest,
-    ManifestGetResponse, ManifestPutRequest, WatchPublishRequest, cache_get_response,
-    cache_put_request,
+    CacheBatchGetRequest, CacheGetRequest, CacheGetResponse, CachePutRequest, CachePutResponse, CacheStatsRequest,
+    CacheStatsResponse, LeaseRequest, LeaseResponse, ManifestGetRequest, ManifestGetResponse, ManifestPutRequest,
+    WatchPublishRequest, cache_get_response, cache_put_request,
 };
 use std::collections::HashSet;
 use std::future::Future;
@@ -89,9 +88,7 @@ impl Op {
     /// Leases are writes: a read-only client holding one would stall every other host.
     fn needs(self) -> Access {
         match self {
-            Op::Put | Op::PutManifest | Op::AcquireLease | Op::RenewLease | Op::ReleaseLease => {
-                Access::Write
-            }
+            Op::Put | Op::PutManifest | Op::AcquireLease | Op::RenewLease | Op::ReleaseLease => Access::Write,
             _ => Access::Read,
         }
     }
@@ -131,11 +128,7 @@ impl CacheService {
             Some(cache_put_request::Entry::Envelope(bytes)) => {
                 let limit = self.limits.max_artifact_bytes;
                 if bytes.len() as u64 > limit {
-                    return Err(Error::TooLarge {
-                        field: "envelope",
-                        size: bytes.len() as u64,
-                        limit,
-                    });
+                    return Err(Error::TooLarge { field: "envelope", size: bytes.len() as u64, limit });
                 }
                 let bytes = verify(bytes, key, limit).await?;
                 self.store.put_envelope(&key, &bytes).await?;
@@ -175,8 +168,7 @@ impl CacheService {
 
     async fn put_manifest(&self, req: ManifestPutRequest) -> Result<CachePutResponse, Error> {
         let graph_key = validate::key("graph_key", &req.graph_key)?;
-        let kernel_keys =
-            validate::keys("kernel_keys", &req.kernel_keys, self.limits.max_manifest_keys)?;
+        let kernel_keys = validate::keys("kernel_keys", &req.kernel_keys, self.limits.max_manifest_keys)?;
         self.store.put_manifest(&graph_key, &kernel_keys).await?;
         Ok(CachePutResponse {})
     }
@@ -242,10 +234,7 @@ async fn lookup(store: Store, metrics: Arc<Metrics>, key: CacheKey) -> Result<Ca
             None
         }
     };
-    Ok(CacheGetResponse {
-        key: key.to_hex(),
-        entry,
-    })
+    Ok(CacheGetResponse { key: key.to_hex(), entry })
 }
 
 #[tonic::async_trait]
@@ -260,10 +249,7 @@ impl ArtifactCache for CacheService {
 
     type BatchGetStream = BatchGetStream;
 
-    async fn batch_get(
-        &self,
-        request: Request<CacheBatchGetRequest>,
-    ) -> Result<Response<BatchGetStream>, Status> {
+    async fn batch_get(&self, request: Request<CacheBatchGetRequest>) -> Result<Response<BatchGetStream>, Status> {
         self.serve(Op::BatchGet, request, |req| async move {
             let keys = validate::keys("keys", &req.keys, self.limits.max_batch_keys)?;
             let (store, metrics) = (self.store.clone(), Arc::clone(&self.metrics));
@@ -294,10 +280,7 @@ impl ArtifactCache for CacheService {
         self.serve(Op::GetManifest, request, |req| self.get_manifest(req)).await
     }
 
-    async fn put_manifest(
-        &self,
-        request: Request<ManifestPutRequest>,
-    ) -> Result<Response<CachePutResponse>, Status> {
+    async fn put_manifest(&self, request: Request<ManifestPutRequest>) -> Result<Response<CachePutResponse>, Status> {
         self.serve(Op::PutManifest, request, |req| self.put_manifest(req)).await
     }
 
@@ -315,27 +298,19 @@ impl ArtifactCache for CacheService {
 
     type WatchPublishStream = PublishStream;
 
-    async fn watch_publish(
-        &self,
-        request: Request<WatchPublishRequest>,
-    ) -> Result<Response<PublishStream>, Status> {
+    async fn watch_publish(&self, request: Request<WatchPublishRequest>) -> Result<Response<PublishStream>, Status> {
         self.serve(Op::WatchPublish, request, |req| async move {
             if req.keys.is_empty() {
                 return Err(Error::Missing { field: "keys" });
             }
             let keys = validate::keys("keys", &req.keys, self.limits.max_batch_keys)?;
             let keys: HashSet<CacheKey> = keys.into_iter().collect();
-            self.announcements
-                .watch(keys, WATCH_WAIT, self.stop.clone(), Arc::clone(&self.metrics))
-                .await
+            self.announcements.watch(keys, WATCH_WAIT, self.stop.clone(), Arc::clone(&self.metrics)).await
         })
         .await
     }
 
-    async fn cache_stats(
-        &self,
-        request: Request<CacheStatsRequest>,
-    ) -> Result<Response<CacheStatsResponse>, Status> {
+    async fn cache_stats(&self, request: Request<CacheStatsRequest>) -> Result<Response<CacheStatsResponse>, Status> {
         self.serve(Op::CacheStats, request, |_| async move {
             Ok(CacheStatsResponse {
                 redis_up: self.metrics.redis_up.get() == 1,

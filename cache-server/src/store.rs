@@ -84,11 +84,7 @@ pub struct Store {
 
 impl Store {
     pub fn new(redis: Redis, ttl: Duration, max_envelope: u64) -> Self {
-        Store {
-            redis,
-            ttl_ms: ttl.as_millis().max(1) as u64,
-            max_envelope,
-        }
+        Store { redis, ttl_ms: ttl.as_millis().max(1) as u64, max_envelope }
     }
 
     pub fn mode(&self) -> &'static str {
@@ -127,10 +123,7 @@ impl Store {
             Ok(entry) => Lookup::Hit(Entry::Negative(entry)),
             Err(_) => {
                 let mut con = self.redis.clone();
-                redis::cmd("DEL")
-                    .arg(layout::negative_key(key))
-                    .query_async::<Value>(&mut con)
-                    .await?;
+                redis::cmd("DEL").arg(layout::negative_key(key)).query_async::<Value>(&mut con).await?;
                 Lookup::Corrupt(LayoutError::BadHead)
             }
         })
@@ -152,10 +145,7 @@ impl Store {
             let mut pipe = redis::pipe();
             pipe.atomic().cmd("GET").arg(layout::head_key(key));
             for n in 1..record.pieces {
-                pipe.cmd("GETEX")
-                    .arg(layout::piece_key(key, n))
-                    .arg("PX")
-                    .arg(self.ttl_ms);
+                pipe.cmd("GETEX").arg(layout::piece_key(key, n)).arg("PX").arg(self.ttl_ms);
             }
             let mut con = self.redis.clone();
             let mut values: Vec<Option<Vec<u8>>> = pipe.query_async(&mut con).await?;
@@ -176,13 +166,7 @@ impl Store {
 
     /// Deletes a damaged artifact (its head and `pieces - 1` further pieces) unless a writer has
     /// replaced the head since it was read.
-    async fn discard<T>(
-        &self,
-        key: &CacheKey,
-        head: &[u8],
-        pieces: u32,
-        why: LayoutError,
-    ) -> Result<Lookup<T>, Error> {
+    async fn discard<T>(&self, key: &CacheKey, head: &[u8], pieces: u32, why: LayoutError) -> Result<Lookup<T>, Error> {
         let mut invocation = DELETE_IF_SAME.key(layout::head_key(key));
         for n in 1..pieces {
             invocation.key(layout::piece_key(key, n));
@@ -200,19 +184,9 @@ impl Store {
         let mut pipe = redis::pipe();
         pipe.atomic();
         for (i, piece) in rest.iter().enumerate() {
-            pipe.cmd("SET")
-                .arg(layout::piece_key(key, i as u32 + 1))
-                .arg(*piece)
-                .arg("PX")
-                .arg(self.ttl_ms)
-                .ignore();
+            pipe.cmd("SET").arg(layout::piece_key(key, i as u32 + 1)).arg(*piece).arg("PX").arg(self.ttl_ms).ignore();
         }
-        pipe.cmd("SET")
-            .arg(layout::head_key(key))
-            .arg(head)
-            .arg("PX")
-            .arg(self.ttl_ms)
-            .ignore();
+        pipe.cmd("SET").arg(layout::head_key(key)).arg(head).arg("PX").arg(self.ttl_ms).ignore();
         pipe.cmd("DEL").arg(layout::negative_key(key)).ignore();
         let mut con = self.redis.clone();
         pipe.query_async::<()>(&mut con).await?;
@@ -250,23 +224,15 @@ impl Store {
     pub async fn get_manifest(&self, graph_key: &CacheKey) -> Result<Lookup<Vec<CacheKey>>, Error> {
         let name = layout::manifest_key(graph_key);
         let mut con = self.redis.clone();
-        let value: Option<Vec<u8>> = redis::cmd("GETEX")
-            .arg(&name)
-            .arg("PX")
-            .arg(self.ttl_ms)
-            .query_async(&mut con)
-            .await?;
+        let value: Option<Vec<u8>> =
+            redis::cmd("GETEX").arg(&name).arg("PX").arg(self.ttl_ms).query_async(&mut con).await?;
         let Some(value) = value else {
             return Ok(Lookup::Miss);
         };
         match layout::decode_manifest(&value) {
             Ok(keys) => Ok(Lookup::Hit(keys)),
             Err(e) => {
-                DELETE_IF_SAME
-                    .key(&name)
-                    .arg(value)
-                    .invoke_async::<i64>(&mut con)
-                    .await?;
+                DELETE_IF_SAME.key(&name).arg(value).invoke_async::<i64>(&mut con).await?;
                 Ok(Lookup::Corrupt(e))
             }
         }
@@ -301,23 +267,15 @@ impl Store {
     /// Whether `holder` still held the lease; if so it now lives `ttl` from now.
     pub async fn renew_lease(&self, key: &CacheKey, holder: &str, ttl: Duration) -> Result<bool, Error> {
         let mut con = self.redis.clone();
-        let renewed: i64 = RENEW
-            .key(layout::lease_key(key))
-            .arg(holder)
-            .arg(ttl.as_millis() as u64)
-            .invoke_async(&mut con)
-            .await?;
+        let renewed: i64 =
+            RENEW.key(layout::lease_key(key)).arg(holder).arg(ttl.as_millis() as u64).invoke_async(&mut con).await?;
         Ok(renewed == 1)
     }
 
     /// Whether `holder` still held the lease; if so it is gone now.
     pub async fn release_lease(&self, key: &CacheKey, holder: &str) -> Result<bool, Error> {
         let mut con = self.redis.clone();
-        let released: i64 = RELEASE
-            .key(layout::lease_key(key))
-            .arg(holder)
-            .invoke_async(&mut con)
-            .await?;
+        let released: i64 = RELEASE.key(layout::lease_key(key)).arg(holder).invoke_async(&mut con).await?;
         Ok(released == 1)
     }
 }

@@ -7,39 +7,27 @@ use kiln_proto::CacheKey;
 use std::time::Duration;
 
 /// Largest compiler log a negative entry keeps; a log past this is usually the same error
-/// repeated, and every waiter receives it.
-pub const MAX_NEGATIVE_LOG: usize = 1 << 20;
+/// repeated, and every waiter receives it. The client cuts logs to the same bound.
+pub const MAX_NEGATIVE_LOG: usize = crate::client::MAX_NEGATIVE_LOG_BYTES;
 
 /// A cache key: 64 lowercase hex characters, nothing else, so no input ever shapes a Redis key.
 pub fn key(field: &str, value: &str) -> Result<CacheKey, Error> {
-    value.parse().map_err(|_| Error::BadKey {
-        field: field.to_owned(),
-    })
+    value.parse().map_err(|_| Error::BadKey { field: field.to_owned() })
 }
 
 /// A list of keys, each named by its index, at most `limit` of them.
 pub fn keys(field: &'static str, values: &[String], limit: usize) -> Result<Vec<CacheKey>, Error> {
     if values.len() > limit {
-        return Err(Error::TooMany {
-            field,
-            count: values.len(),
-            limit,
-        });
+        return Err(Error::TooMany { field, count: values.len(), limit });
     }
-    values
-        .iter()
-        .enumerate()
-        .map(|(i, v)| key(&format!("{field}[{i}]"), v))
-        .collect()
+    values.iter().enumerate().map(|(i, v)| key(&format!("{field}[{i}]"), v)).collect()
 }
 
 /// A lease holder token: 16 to 128 characters of `[A-Za-z0-9_-]`, as the proto says. Random and
 /// long enough that two holders never collide, and plain enough to log.
 pub fn holder(value: &str) -> Result<(), Error> {
-    let ok = (16..=128).contains(&value.len())
-        && value
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    let ok =
+        (16..=128).contains(&value.len()) && value.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
     if ok { Ok(()) } else { Err(Error::BadHolder) }
 }
 
@@ -60,12 +48,7 @@ fn in_range(field: &'static str, ms: u64, min: Duration, max: Duration) -> Resul
     if (min..=max).contains(&ms) {
         Ok(Duration::from_millis(ms))
     } else {
-        Err(Error::OutOfRange {
-            field,
-            value: ms,
-            min,
-            max,
-        })
+        Err(Error::OutOfRange { field, value: ms, min, max })
     }
 }
 
@@ -75,13 +58,8 @@ mod tests {
     use crate::config::{Config, FileConfig, Flags};
 
     fn limits() -> Limits {
-        let flags = Flags {
-            insecure_no_auth: true,
-            ..Default::default()
-        };
-        Config::merge(&flags, &FileConfig::default(), None)
-            .unwrap()
-            .limits
+        let flags = Flags { insecure_no_auth: true, ..Default::default() };
+        Config::merge(&flags, &FileConfig::default(), None).unwrap().limits
     }
 
     #[test]
@@ -94,10 +72,7 @@ mod tests {
         }
         let e = keys("keys", &[good.clone(), "x".into()], 10).unwrap_err();
         assert!(e.to_string().starts_with("keys[1]:"), "{e}");
-        assert!(matches!(
-            keys("keys", &[good.clone(), good], 1),
-            Err(Error::TooMany { .. })
-        ));
+        assert!(matches!(keys("keys", &[good.clone(), good], 1), Err(Error::TooMany { .. })));
     }
 
     #[test]

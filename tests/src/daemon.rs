@@ -78,6 +78,7 @@ impl Daemon {
             .arg("--config")
             .arg(&config_path)
             .env_remove("KILN_TARGET")
+            .env("KILN_PYTHON", env::python())
             .env("KILN_LOG", "warn")
             .stdin(Stdio::null());
         if let Some(t) = &options.target {

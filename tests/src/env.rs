@@ -42,3 +42,16 @@ pub fn cuda_root() -> PathBuf {
         )
     })
 }
+
+/// The interpreter with the pinned triton: `KILN_TEST_PYTHON`, or `.venv/bin/python`.
+pub fn python() -> PathBuf {
+    let python =
+        std::env::var_os("KILN_TEST_PYTHON").map(PathBuf::from).unwrap_or_else(|| repo_root().join(".venv/bin/python"));
+    let ok = std::process::Command::new(&python).args(["-c", "import triton"]).status().is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "{} cannot import triton: run scripts/test, which installs triton==3.6.0 into .venv/",
+        python.display()
+    );
+    python
+}

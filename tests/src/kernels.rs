@@ -61,3 +61,38 @@ pub fn slow_kernel(statements: usize) -> String {
     s.push_str("  x[0] = a + b;\n}\n");
     s
 }
+
+/// The Triton kernels of examples/triton/kernels.py.
+pub fn triton_module() -> String {
+    std::fs::read_to_string(crate::env::repo_root().join("examples/triton/kernels.py"))
+        .expect("examples/triton/kernels.py")
+}
+
+/// A Triton kernel request: `sig` as (name, type) pairs, `ints` as integer constexprs.
+pub fn triton(
+    source: &str,
+    name: &str,
+    sig: &[(&str, &str)],
+    ints: &[(&str, i64)],
+    num_warps: u32,
+) -> pb::TritonSource {
+    pb::TritonSource {
+        source: source.into(),
+        kernel_name: name.into(),
+        signature: sig.iter().map(|(n, t)| pb::TritonArg { name: (*n).into(), r#type: (*t).into() }).collect(),
+        constexprs: ints
+            .iter()
+            .map(|(n, v)| pb::TritonConstexpr {
+                name: (*n).into(),
+                value: Some(pb::triton_constexpr::Value::IntValue(*v)),
+            })
+            .collect(),
+        options: Some(pb::TritonOptions { num_warps, ..Default::default() }),
+        ..Default::default()
+    }
+}
+
+/// A kernel of any toolchain.
+pub fn any_kernel(id: &str, source: pb::kernel::Source) -> pb::Kernel {
+    pb::Kernel { id: id.into(), source: Some(source) }
+}

@@ -50,3 +50,19 @@ pub fn appended_byte_root(dir: &Path) -> PathBuf {
 pub fn witnessed_compiles(file: &Path) -> usize {
     std::fs::read_to_string(file).map(|t| t.lines().count()).unwrap_or(0)
 }
+
+/// A CUDA root whose bin/ptxas is a copy of the real one with one byte appended.
+pub fn appended_ptxas_root(dir: &Path) -> PathBuf {
+    let real = env::cuda_root();
+    let root = dir.join("ptxas-cu13");
+    link_tree(&real, &root);
+    std::os::unix::fs::symlink(real.join("lib/libnvrtc.so.13"), root.join("lib/libnvrtc.so.13")).expect("link nvrtc");
+    std::fs::create_dir_all(root.join("bin")).expect("mkdir bin");
+    let mut bytes = std::fs::read(real.join("bin/ptxas")).expect("read ptxas");
+    bytes.push(0);
+    let copy = root.join("bin/ptxas");
+    std::fs::write(&copy, bytes).expect("write ptxas copy");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).expect("chmod ptxas");
+    root
+}

@@ -6,20 +6,21 @@ the inputs of the toolchain fingerprint, or an error); then one response per req
 
 The worker runs client code (the kernel's module), so kilnd gives it a clean environment, its
 own TRITON_CACHE_DIR with TRITON_ALWAYS_COMPILE=1 (Triton's cache must never answer for
-kiln's), an unprivileged user when kilnd is root, and resource limits set here at start.
+kiln's), an unprivileged user when kilnd is root, and resource limits set here at start. The
+kernel's module runs from memory (see load_module), so the worker writes no files of its own.
 """
 
 import base64
-import importlib.util
+import hashlib
 import json
+import linecache
 import os
 import resource
-import shutil
 import struct
 import sys
-import tempfile
 import time
 import traceback
+import types
 
 
 def read_frame(stream):
@@ -88,24 +89,31 @@ def constexpr_value(c):
     raise ValueError(f"constexpr {c.get('name')} has no value")
 
 
-def compile_one(request, workdir, counter):
+def load_module(source):
+    """Runs the kernel's module from memory under a file name derived from its content.
+
+    @triton.jit reads its function's source through inspect, which finds it in linecache; the
+    name (not a temporary path) is what Triton writes into the cubin's line information, so
+    the same source gives the same cubin on every host and in every worker."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    name = f"kiln_{digest}"
+    filename = f"kiln/{digest}/kernel.py"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    module = types.ModuleType(name)
+    module.__file__ = filename
+    sys.modules[name] = module
+    exec(compile(source, filename, "exec"), module.__dict__)
+    return name, module
+
+
+def compile_one(request):
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler.compiler import ASTSource
 
-    # @triton.jit needs inspect.getsource, which needs a real file: write the module out and
-    # import it under a name no other request uses.
-    module_name = f"kiln_kernel_{os.getpid()}_{counter}"
-    module_dir = os.path.join(workdir, module_name)
-    os.makedirs(module_dir)
-    path = os.path.join(module_dir, f"{module_name}.py")
-    with open(path, "w") as f:
-        f.write(request["source"])
+    module_name = None
     try:
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        spec.loader.exec_module(module)
+        module_name, module = load_module(request["source"])
         fn = getattr(module, request["kernel_name"], None)
         if fn is None:
             raise NameError(f"the module defines no `{request['kernel_name']}`")
@@ -130,8 +138,8 @@ def compile_one(request, workdir, counter):
             "compile_micros": micros,
         }
     finally:
-        sys.modules.pop(module_name, None)
-        shutil.rmtree(module_dir, ignore_errors=True)
+        if module_name:
+            sys.modules.pop(module_name, None)
 
 
 def main():
@@ -147,22 +155,16 @@ def main():
         write_frame(out, {"error": "Triton is not usable: " + traceback.format_exc()})
         return 1
     write_frame(out, greeting)
-    workdir = tempfile.mkdtemp(prefix="kiln-triton-")
-    counter = 0
-    try:
-        while True:
-            request = read_frame(inp)
-            if request is None:
-                return 0
-            counter += 1
-            try:
-                limit_cpu_from_now(request.get("cpu_seconds", 300))
-                response = compile_one(request, workdir, counter)
-            except BaseException:
-                response = {"ok": False, "log": traceback.format_exc(), "compile_micros": 0}
-            write_frame(out, response)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    while True:
+        request = read_frame(inp)
+        if request is None:
+            return 0
+        try:
+            limit_cpu_from_now(request.get("cpu_seconds", 300))
+            response = compile_one(request)
+        except BaseException:
+            response = {"ok": False, "log": traceback.format_exc(), "compile_micros": 0}
+        write_frame(out, response)
 
 
 if __name__ == "__main__":

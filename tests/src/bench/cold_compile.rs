@@ -105,10 +105,11 @@ async fn level(bench: &Bench, nvrtc: &Arc<Nvrtc>, concurrency: usize, section: &
     let best = |t: &[Duration]| t.iter().min().map_or(0.0, Duration::as_secs_f64);
     let (kiln_best, direct_best) = (best(&kiln_times), best(&direct_times));
     section.notes.push(format!(
-        "concurrency {concurrency}: kilnd rounds {}; NVRTC rounds {}; best of each compared. The cubins kilnd returned \
-         were {} to NVRTC's own.",
+        "concurrency {concurrency}: kilnd rounds {}; NVRTC rounds {}; best of each compared: {:+.2} ms per kernel. \
+         The cubins kilnd returned were {} to NVRTC's own.",
         secs(&kiln_times),
         secs(&direct_times),
+        (kiln_best - direct_best) * 1e3 / GRAPH_KERNELS as f64,
         if identical { "byte-for-byte identical" } else { "**not identical**" }
     ));
     let threads = if concurrency == 1 { "1 thread".to_string() } else { format!("{concurrency} threads") };
@@ -155,6 +156,22 @@ pub async fn run(bench: &Bench, shared: &mut Shared) -> Result<Section> {
             }
             Err(e) => section.notes.push(format!("**concurrency {concurrency} failed:** {e:#}")),
         }
+    }
+    let scaling = match section.rows.as_slice() {
+        [one, many] => match (&one.kiln, &one.baseline, &many.kiln, &many.baseline) {
+            (Ok(k1), Ok(d1), Ok(kn), Ok(dn)) => Some((*k1, *d1, *kn, *dn)),
+            _ => None,
+        },
+        _ => None,
+    };
+    if let Some((k1, d1, kn, dn)) = scaling {
+        section.notes.push(format!(
+            "Scaling from 1 to {}: kilnd (separate worker processes) {:.2}× as fast; NVRTC threads in one process \
+             {:.2}× as fast.",
+            bench.cores,
+            k1.seconds() / kn.seconds(),
+            d1.seconds() / dn.seconds()
+        ));
     }
     Ok(section)
 }

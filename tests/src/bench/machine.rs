@@ -16,6 +16,9 @@ pub struct Machine {
     pub date: String,
     /// The commit, with a note when the work tree differs from it.
     pub commit: String,
+    /// 1, 5 and 15-minute load averages when the run started: other work on the machine
+    /// skews every figure, so a reader should see whether there was any.
+    pub load_at_start: String,
 }
 
 impl Machine {
@@ -30,15 +33,25 @@ impl Machine {
                 .map_or_else(|_| "unknown".into(), |s| format!("Linux {}", s.trim())),
             date: utc_now(),
             commit: commit(repo),
+            load_at_start: load_average(),
         }
     }
 
-    pub fn markdown(&self) -> String {
+    /// The machine table; `load_at_end` is read by the caller when the run is over.
+    pub fn markdown(&self, load_at_end: &str) -> String {
         format!(
-            "| | |\n|---|---|\n| CPU | {} |\n| cores | {} |\n| memory | {} |\n| kernel | {} |\n| date (UTC) | {} |\n| commit | {} |\n",
-            self.cpu, self.cores, self.memory, self.kernel, self.date, self.commit
+            "| | |\n|---|---|\n| CPU | {} |\n| cores | {} |\n| memory | {} |\n| kernel | {} |\n| date (UTC) | {} |\n\
+             | commit | {} |\n| load average at start (1, 5, 15 min) | {} |\n| load average at end | {} |\n",
+            self.cpu, self.cores, self.memory, self.kernel, self.date, self.commit, self.load_at_start, load_at_end
         )
     }
+}
+
+/// "0.52 0.40 0.31", from /proc/loadavg.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
 }
 
 /// The value of the first `key: value` line of a /proc file.

@@ -60,7 +60,7 @@ impl Default for Options {
             memory_samples: 500,
             disk_samples: 300,
             restart_samples: 30,
-            cold_rounds: 2,
+            cold_rounds: 5,
             clients: vec![16, 64],
             throughput_secs: 3.0,
             redis_requests: 200_000,

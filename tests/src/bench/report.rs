@@ -133,6 +133,13 @@ impl Row {
     }
 }
 
+/// Two decimals, or three significant digits below 0.1, so a ratio of 0.0005 does not print as
+/// a misleading 0.00.
+fn format_ratio(r: f64) -> String {
+    let decimals = if r > 0.0 && r < 0.1 { (2.0 - r.log10().floor()) as usize } else { 2 };
+    format!("{r:.decimals$}×")
+}
+
 fn cell(m: &Measured) -> String {
     match m {
         Ok(v) => v.to_string(),
@@ -170,7 +177,7 @@ impl Section {
         out.push_str("| measurement | kiln | baseline | baseline figure | kiln ÷ baseline | target | met? |\n");
         out.push_str("|---|---|---|---|---|---|---|\n");
         for r in &self.rows {
-            let ratio = r.ratio().map_or("—".to_string(), |x| format!("{x:.2}×"));
+            let ratio = r.ratio().map_or("—".to_string(), format_ratio);
             let target = r.target.map_or("—".to_string(), |t| t.to_string());
             let _ = writeln!(
                 out,
@@ -237,5 +244,8 @@ mod tests {
         assert_eq!(Value::PerSecond(1234567.4).to_string(), "1,234,567 /s");
         assert_eq!(Value::Millis(1.23456).to_string(), "1.235 ms");
         assert_eq!(Value::Seconds(12.345).to_string(), "12.35 s");
+        assert_eq!(format_ratio(12.894), "12.89×");
+        assert_eq!(format_ratio(0.000512), "0.000512×");
+        assert_eq!(format_ratio(0.0512), "0.0512×");
     }
 }

@@ -96,7 +96,7 @@ impl Sccache {
         ];
         let picked: Vec<String> = stats
             .lines()
-            .filter(|l| wanted.iter().any(|w| l.starts_with(w)))
+            .filter(|l| wanted.iter().any(|w| l.starts_with(w)) && !l.contains("rate"))
             .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
             .collect();
         Ok(picked.join("; "))

@@ -25,10 +25,19 @@ const TARGET_MS: f64 = 2.0;
 /// Times `samples` warm compiles of the graph on one connection, each required to be served
 /// entirely by `tier`.
 async fn compile_samples(client: &kiln_client::Client, samples: usize, tier: pb::Tier) -> Result<Samples> {
+    timed_samples(client, &graph_request(), samples, tier).await
+}
+
+async fn timed_samples(
+    client: &kiln_client::Client,
+    request: &pb::CompileRequest,
+    samples: usize,
+    tier: pb::Tier,
+) -> Result<Samples> {
     let mut times = Vec::with_capacity(samples);
     for _ in 0..samples {
         let start = Instant::now();
-        let job = client.compile(graph_request()).await?.collect().await?;
+        let job = client.compile(request.clone()).await?.collect().await?;
         times.push(start.elapsed());
         check_job(&job, GRAPH_KERNELS, Some(tier))?;
     }
@@ -93,9 +102,10 @@ pub async fn run(bench: &Bench, redis: &RedisServer, shared: &mut Shared) -> Res
     let mut section = Section::new(TITLE);
     section.method = vec![
         format!(
-            "Latency of one `Compile` of the whole {GRAPH_KERNELS}-kernel graph ({} ids, one request, results \
-             streamed per kernel, artifacts included), from the call until the last result, sequentially on one \
-             connection over the Unix socket. Each sample must have all {GRAPH_KERNELS} results from the tier named.",
+            "Latency of one `Compile` of the whole {GRAPH_KERNELS}-kernel graph (distinct vector-add kernels for \
+             {}, one request, results streamed per kernel, cubins included), from the call until the last result, \
+             sequentially on one connection over the Unix socket. Each sample must have all {GRAPH_KERNELS} results \
+             from the tier named.",
             super::TARGET
         ),
         format!("Memory tier: one daemon, after a cold fill and 20 unmeasured warm-ups, {} samples.", o.memory_samples),
@@ -132,6 +142,10 @@ pub async fn run(bench: &Bench, redis: &RedisServer, shared: &mut Shared) -> Res
     let cubins = check_job(&job, GRAPH_KERNELS, None)?;
     compile_samples(&client, 20, pb::Tier::Memory).await.context("memory warm-up")?;
     let memory = compile_samples(&client, o.memory_samples, pb::Tier::Memory).await.context("memory tier")?;
+    // Where the time goes: the same hits without the cubins on the wire.
+    let bare = pb::CompileRequest { omit_artifacts: true, ..graph_request() };
+    let omitted = timed_samples(&client, &bare, o.memory_samples / 2, pb::Tier::Memory).await?;
+    section.notes.push(format!("memory tier with `omit_artifacts` (no cubins on the wire): {}", omitted.summary()));
     drop(client);
     daemon.stop().await?;
 

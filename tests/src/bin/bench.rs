@@ -12,7 +12,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 #[derive(Debug, Parser)]
-#[command(name = "kiln-bench", about = "Benchmark kiln against its baselines and write BENCHMARKS.md", args_override_self = true)]
+#[command(
+    name = "kiln-bench",
+    about = "Benchmark kiln against its baselines and write BENCHMARKS.md",
+    args_override_self = true
+)]
 struct Args {
     /// Where to write the report.
     #[arg(long, default_value = "BENCHMARKS.md")]
@@ -114,6 +118,10 @@ async fn main() -> Result<()> {
     let work = tempfile::Builder::new().prefix("kiln-bench-").tempdir().context("creating a scratch directory")?;
     let bench = Bench::new(work.path(), args.options())?;
     let machine = Machine::probe(&bench.repo);
+    eprintln!(
+        "kiln-bench: load average {} on {} cores; other work on the machine skews every figure",
+        machine.load_at_start, machine.cores
+    );
     let mut shared = Shared::default();
     let redis = RedisServer::start(&work.path().join("redis"));
 
@@ -139,7 +147,7 @@ async fn main() -> Result<()> {
          measured by that run. Do not edit by hand. Each figure is a ratio against a baseline measured side by side \
          in the same run; the absolute numbers belong to this machine.\n\n## Machine\n\n",
     );
-    md.push_str(&machine.markdown());
+    md.push_str(&machine.markdown(&kiln_tests::bench::machine::load_average()));
     md.push_str(&software(&bench));
     if args.quick {
         md.push_str("\n**Quick run (`--quick`): too few samples to publish.**\n");

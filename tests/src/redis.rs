@@ -1,0 +1,422 @@
+//! Real Redis and real `kiln-cache` processes for tests.
+//!
+//! - [`RedisServer`]: a private `redis-server` on a Unix socket in a temporary directory (no TCP:
+//!   `--port 0`), which a test can stop and restart on the same socket.
+//! - [`RedisCluster`]: a Redis Cluster of N masters on loopback ports, created with
+//!   `redis-cli --cluster create`.
+//! - [`CacheServer`]: a `kiln-cache` process with its own tokens, config, gRPC and metrics ports,
+//!   stopped with SIGTERM and checked to exit 0.
+//!
+//! A missing `redis-server` fails the test with what to run; nothing is ever skipped.
+
+use crate::env;
+use kiln_cache_server::client::{ClientOptions, RemoteCache};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A read-write token every [`CacheServer`] accepts unless told otherwise.
+pub const WRITE_TOKEN: &str = "test-write-token-0123456789";
+/// A read-only token every [`CacheServer`] accepts unless told otherwise.
+pub const READ_TOKEN: &str = "test-read-token-0123456789";
+
+/// `redis-server` or `redis-cli` from PATH, or a panic that says how to get it.
+pub fn redis_tool(name: &str) -> PathBuf {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+    });
+    found.unwrap_or_else(|| {
+        panic!(
+            "{name} is missing: run scripts/test, which installs Redis \
+             (or `apt-get install -y redis-server`)"
+        )
+    })
+}
+
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    l.local_addr().expect("local addr").port()
+}
+
+fn kill_and_wait(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Sends PING over RESP and checks for PONG.
+fn pong(mut stream: impl Read + Write) -> bool {
+    let mut buf = [0u8; 7];
+    stream.write_all(b"*1\r\n$4\r\nPING\r\n").is_ok()
+        && stream.read_exact(&mut buf).is_ok()
+        && &buf == b"+PONG\r\n"
+}
+
+/// A `redis-server` on a private Unix socket.
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Option<Child>,
+    pub socket: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    pub fn start() -> RedisServer {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let socket = dir.path().join("redis.sock");
+        let mut r = RedisServer {
+            child: None,
+            socket,
+            dir,
+        };
+        r.restart();
+        r
+    }
+
+    /// `unix:///.../redis.sock`, as `--redis` takes it.
+    pub fn url(&self) -> String {
+        format!("unix://{}", self.socket.display())
+    }
+
+    /// Starts the server again (after [`RedisServer::stop`]) on the same socket, empty.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "redis-server is already running");
+        let child = Command::new(redis_tool("redis-server"))
+            .args(["--port", "0", "--unixsocketperm", "700", "--save", "", "--appendonly", "no"])
+            .arg("--unixsocket")
+            .arg(&self.socket)
+            .arg("--dir")
+            .arg(self.dir.path())
+            .args(["--daemonize", "no", "--loglevel", "warning"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            let up = std::os::unix::net::UnixStream::connect(&self.socket)
+                .is_ok_and(|s| s.set_read_timeout(Some(Duration::from_secs(2))).is_ok() && pong(s));
+            if up {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("redis-server did not answer on {} within 20 s", self.socket.display());
+    }
+
+    /// Kills the server (SIGKILL: an outage, not a shutdown) and waits for it.
+    pub fn stop(&mut self) {
+        let mut child = self.child.take().expect("redis-server is running");
+        kill_and_wait(&mut child);
+        let _ = std::fs::remove_file(&self.socket);
+    }
+
+    /// `redis-cli -s SOCKET ARGS...` with raw output, trailing newline removed.
+    pub fn cli(&self, args: &[&str]) -> Vec<u8> {
+        let socket = self.socket.to_string_lossy().into_owned();
+        let mut all = vec!["-s", socket.as_str(), "--raw"];
+        all.extend_from_slice(args);
+        cli(&all)
+    }
+}
+
+fn cli(args: &[&str]) -> Vec<u8> {
+    let out = Command::new(redis_tool("redis-cli"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run redis-cli");
+    assert!(
+        out.status.success(),
+        "redis-cli {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut stdout = out.stdout;
+    if stdout.last() == Some(&b'\n') {
+        stdout.pop();
+    }
+    stdout
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            kill_and_wait(&mut c);
+        }
+    }
+}
+
+/// A Redis Cluster of masters only, on loopback.
+#[derive(Debug)]
+pub struct RedisCluster {
+    nodes: Vec<Child>,
+    pub ports: Vec<u16>,
+    _dir: tempfile::TempDir,
+}
+
+impl RedisCluster {
+    pub fn start(masters: usize) -> RedisCluster {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // A node also listens on port + 10000 for the cluster bus.
+        let mut ports = Vec::new();
+        while ports.len() < masters {
+            let p = free_port();
+            if p < 55_000 && TcpListener::bind(("127.0.0.1", p + 10_000)).is_ok() && !ports.contains(&p) {
+                ports.push(p);
+            }
+        }
+        let mut cluster = RedisCluster {
+            nodes: Vec::new(),
+            ports: ports.clone(),
+            _dir: dir,
+        };
+        for p in &ports {
+            let node_dir = cluster._dir.path().join(p.to_string());
+            std::fs::create_dir_all(&node_dir).expect("node dir");
+            let child = Command::new(redis_tool("redis-server"))
+                .args(["--bind", "127.0.0.1", "--port", &p.to_string()])
+                .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
+                .args(["--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning"])
+                .arg("--dir")
+                .arg(&node_dir)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("spawn redis-server");
+            cluster.nodes.push(child);
+        }
+        for p in &ports {
+            wait_tcp_pong(*p);
+        }
+        let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let mut args = vec!["--cluster", "create"];
+        args.extend(addrs.iter().map(String::as_str));
+        args.extend(["--cluster-replicas", "0", "--cluster-yes"]);
+        cli(&args);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !ports.iter().all(|p| {
+            let info = cli(&["-p", &p.to_string(), "CLUSTER", "INFO"]);
+            String::from_utf8_lossy(&info).contains("cluster_state:ok")
+        }) {
+            assert!(Instant::now() < deadline, "the cluster did not reach state ok within 30 s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        cluster
+    }
+
+    /// Seed node URLs for `--redis`.
+    pub fn urls(&self) -> Vec<String> {
+        self.ports.iter().map(|p| format!("redis://127.0.0.1:{p}")).collect()
+    }
+
+    /// `redis-cli -c -p PORT ARGS...` against the first node, following redirects.
+    pub fn cli(&self, args: &[&str]) -> Vec<u8> {
+        let port = self.ports[0].to_string();
+        let mut all = vec!["-c", "-p", port.as_str(), "--raw"];
+        all.extend_from_slice(args);
+        cli(&all)
+    }
+}
+
+fn wait_tcp_pong(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        let up = TcpStream::connect(("127.0.0.1", port))
+            .is_ok_and(|s| s.set_read_timeout(Some(Duration::from_secs(2))).is_ok() && pong(s));
+        if up {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("redis-server on port {port} did not answer within 20 s");
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        for c in &mut self.nodes {
+            kill_and_wait(c);
+        }
+    }
+}
+
+/// How to start a `kiln-cache`.
+#[derive(Debug, Clone)]
+pub struct CacheOptions {
+    pub redis: Vec<String>,
+    pub cluster: bool,
+    /// Lines of the tokens file; by default one read and one write token.
+    pub tokens: Vec<String>,
+    /// Extra TOML for the config file.
+    pub config: String,
+    /// Certificate and key (PEM) to serve TLS with.
+    pub tls: Option<(PathBuf, PathBuf)>,
+}
+
+impl CacheOptions {
+    pub fn new(redis: Vec<String>) -> Self {
+        CacheOptions {
+            redis,
+            cluster: false,
+            tokens: vec![format!("read:{READ_TOKEN}"), format!("write:{WRITE_TOKEN}")],
+            config: String::new(),
+            tls: None,
+        }
+    }
+}
+
+/// A running `kiln-cache`. Dropping it kills the process; [`CacheServer::stop`] stops it with
+/// SIGTERM and asserts a clean exit.
+#[derive(Debug)]
+pub struct CacheServer {
+    child: Option<Child>,
+    pub addr: SocketAddr,
+    pub metrics: SocketAddr,
+    tls: bool,
+    _dir: tempfile::TempDir,
+}
+
+impl CacheServer {
+    /// Starts a kiln-cache and waits until it accepts connections and serves `/metrics`.
+    pub fn start(options: CacheOptions) -> CacheServer {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (child, addr, metrics) = Self::spawn(&options, &dir, Stdio::inherit());
+        let mut server = CacheServer {
+            child: Some(child),
+            addr,
+            metrics,
+            tls: options.tls.is_some(),
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            assert!(server.alive(), "kiln-cache exited during start-up");
+            if TcpStream::connect(addr).is_ok() && crate::http::get(metrics, "/metrics").is_ok() {
+                return server;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("kiln-cache did not answer within 30 s");
+    }
+
+    /// Spawns a kiln-cache with `options`, its files in `dir`; returns it and its addresses.
+    fn spawn(
+        options: &CacheOptions,
+        dir: &tempfile::TempDir,
+        stderr: Stdio,
+    ) -> (Child, SocketAddr, SocketAddr) {
+        let tokens = dir.path().join("tokens");
+        std::fs::write(&tokens, options.tokens.join("\n")).expect("write tokens");
+        let config = dir.path().join("kiln-cache.toml");
+        std::fs::write(&config, &options.config).expect("write config");
+        let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+        let metrics: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+        let mut cmd = Command::new(env::binary("kiln-cache"));
+        cmd.arg("--listen")
+            .arg(addr.to_string())
+            .arg("--metrics")
+            .arg(metrics.to_string())
+            .arg("--config")
+            .arg(&config)
+            .env("KILN_LOG", "warn")
+            .stdin(Stdio::null())
+            .stderr(stderr);
+        for k in [
+            "KILN_CACHE_REDIS",
+            "KILN_CACHE_TOKENS",
+            "KILN_CACHE_REDIS_CLUSTER",
+            "KILN_CACHE_INSECURE_NO_AUTH",
+        ] {
+            cmd.env_remove(k);
+        }
+        if !options.tokens.is_empty() {
+            cmd.arg("--tokens").arg(&tokens);
+        }
+        for r in &options.redis {
+            cmd.arg("--redis").arg(r);
+        }
+        if options.cluster {
+            cmd.arg("--redis-cluster");
+        }
+        if let Some((cert, key)) = &options.tls {
+            cmd.arg("--tls-cert").arg(cert).arg("--tls-key").arg(key);
+        }
+        (cmd.spawn().expect("spawn kiln-cache"), addr, metrics)
+    }
+
+    /// `http://127.0.0.1:PORT` (or `https://localhost:PORT` with TLS, matching the test cert).
+    pub fn uri(&self) -> String {
+        if self.tls {
+            format!("https://localhost:{}", self.addr.port())
+        } else {
+            format!("http://{}", self.addr)
+        }
+    }
+
+    pub fn client(&self, token: &str) -> RemoteCache {
+        RemoteCache::connect(&self.uri(), token).expect("kiln-cache client")
+    }
+
+    pub fn client_with(&self, token: &str, options: ClientOptions) -> RemoteCache {
+        RemoteCache::connect_with(&self.uri(), token, options).expect("kiln-cache client")
+    }
+
+    /// The `/metrics` text.
+    pub fn metrics_text(&self) -> String {
+        crate::http::get(self.metrics, "/metrics").expect("GET /metrics")
+    }
+
+    /// Whether the process is still running.
+    pub fn alive(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_none())
+    }
+
+    /// SIGTERM, then asserts exit status 0 within `bound`.
+    pub fn stop_within(mut self, bound: Duration) {
+        let mut child = self.child.take().expect("running");
+        let status = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -TERM failed");
+        let deadline = Instant::now() + bound;
+        loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                assert!(status.success(), "kiln-cache exited with {status} after SIGTERM");
+                return;
+            }
+            if Instant::now() > deadline {
+                kill_and_wait(&mut child);
+                panic!("kiln-cache did not exit within {bound:?} of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn stop(self) {
+        self.stop_within(Duration::from_secs(15));
+    }
+}
+
+/// Runs `kiln-cache` with `options` expecting it to refuse to start; returns its stderr.
+pub fn cache_server_refuses(options: CacheOptions) -> String {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (child, _, _) = CacheServer::spawn(&options, &dir, Stdio::piped());
+    let out = child.wait_with_output().expect("wait for kiln-cache");
+    assert!(!out.status.success(), "kiln-cache started; it should have refused");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+impl Drop for CacheServer {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            kill_and_wait(&mut c);
+        }
+    }
+}

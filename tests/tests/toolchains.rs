@@ -1,0 +1,284 @@
+//! PTX through ptxas and Triton through the Python worker pool, with the real compilers.
+
+use kiln_proto::pb::{self, Outcome, Tier, kernel::Source};
+use kiln_tests::daemon::{Daemon, Options};
+use kiln_tests::elf::{Cubin, EM_CUDA};
+use kiln_tests::kernels::*;
+use kiln_tests::{env, toolkits};
+use std::process::Command;
+
+const ADD_SIG: &[(&str, &str)] =
+    &[("x_ptr", "*fp32"), ("y_ptr", "*fp32"), ("out_ptr", "*fp32"), ("n", "i32"), ("BLOCK", "constexpr")];
+
+fn check_cubin(k: &pb::KernelResult, symbol: &str) {
+    assert_eq!(k.outcome(), Outcome::Ok, "{}: {}", k.id, k.log);
+    let elf = Cubin::parse(&k.artifact).expect("an ELF cubin");
+    assert_eq!(elf.machine, EM_CUDA);
+    assert_eq!(elf.sm(), 90, "{}: e_flags {:#x}", k.id, elf.flags);
+    assert!(elf.symbols.iter().any(|s| s == symbol), "{symbol} not in {:?}", elf.symbols);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn triton_kernels_compile_to_valid_cubins_with_metadata() {
+    let d = Daemon::start(Options::default());
+    let client = d.client().await;
+    let m = triton_module();
+    let mut kernels: Vec<pb::Kernel> = [128, 256, 1024]
+        .iter()
+        .map(|b| {
+            any_kernel(&format!("add_{b}"), Source::Triton(triton(&m, "add_kernel", ADD_SIG, &[("BLOCK", *b)], 4)))
+        })
+        .collect();
+    let softmax =
+        [("out_ptr", "*fp32"), ("in_ptr", "*fp32"), ("row_stride", "i32"), ("n_cols", "i32"), ("BLOCK", "constexpr")];
+    kernels.push(any_kernel("softmax", Source::Triton(triton(&m, "softmax_kernel", &softmax, &[("BLOCK", 1024)], 4))));
+    let ln = [
+        ("x_ptr", "*fp32"),
+        ("y_ptr", "*fp32"),
+        ("w_ptr", "*fp32"),
+        ("b_ptr", "*fp32"),
+        ("stride", "i32"),
+        ("n_cols", "i32"),
+        ("eps", "fp32"),
+        ("BLOCK", "constexpr"),
+    ];
+    kernels.push(any_kernel("layer_norm", Source::Triton(triton(&m, "layer_norm_kernel", &ln, &[("BLOCK", 1024)], 8))));
+    let mm = [
+        ("a_ptr", "*fp16"),
+        ("b_ptr", "*fp16"),
+        ("c_ptr", "*fp16"),
+        ("M", "i32"),
+        ("N", "i32"),
+        ("K", "i32"),
+        ("BM", "constexpr"),
+        ("BN", "constexpr"),
+        ("BK", "constexpr"),
+    ];
+    let mut matmul = triton(&m, "matmul_kernel", &mm, &[("BM", 64), ("BN", 64), ("BK", 32)], 4);
+    matmul.want_ptx = true;
+    kernels.push(any_kernel("matmul", Source::Triton(matmul)));
+    let job = client.compile(request("sm_90", kernels)).await.unwrap().collect().await.unwrap();
+    for (id, symbol, warps) in [
+        ("add_128", "add_kernel", 4),
+        ("add_1024", "add_kernel", 4),
+        ("softmax", "softmax_kernel", 4),
+        ("layer_norm", "layer_norm_kernel", 8),
+        ("matmul", "matmul_kernel", 4),
+    ] {
+        let k = job.kernel(id).unwrap();
+        check_cubin(k, symbol);
+        assert_eq!(k.toolchain, "triton");
+        let meta: serde_json::Value = serde_json::from_str(&k.metadata_json).expect("metadata JSON");
+        assert_eq!(meta["name"], symbol);
+        assert_eq!(meta["num_warps"], warps);
+        assert!(meta.get("shared").is_some(), "{meta}");
+    }
+    assert!(job.kernel("matmul").unwrap().ptx.contains(".entry matmul_kernel"), "PTX comes back when asked");
+    assert!(job.kernel("add_128").unwrap().ptx.is_empty(), "and only then");
+    let keys: std::collections::HashSet<_> = job.kernels.iter().map(|k| &k.key).collect();
+    let cubins: std::collections::HashSet<_> = job.kernels.iter().map(|k| &k.artifact).collect();
+    assert_eq!(keys.len(), 6, "different constexprs give different keys");
+    assert_eq!(cubins.len(), 6, "and different cubins");
+
+    // num_warps alone changes key and cubin.
+    let eight = client
+        .compile(request(
+            "sm_90",
+            vec![any_kernel("add", Source::Triton(triton(&m, "add_kernel", ADD_SIG, &[("BLOCK", 1024)], 8)))],
+        ))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let four = job.kernel("add_1024").unwrap();
+    assert_ne!(eight.kernels[0].key, four.key);
+    assert_ne!(eight.kernels[0].artifact, four.artifact);
+
+    // The same request straight through triton.compile gives the same bytes.
+    let direct = Command::new(env::python())
+        .arg(env::repo_root().join("tests/triton_direct.py"))
+        .arg(env::repo_root().join("examples/triton/kernels.py"))
+        .env("TRITON_ALWAYS_COMPILE", "1")
+        .env("TRITON_CACHE_DIR", d.dir.join("direct-triton-cache"))
+        .output()
+        .unwrap();
+    assert!(direct.status.success(), "{}", String::from_utf8_lossy(&direct.stderr));
+    assert_eq!(direct.stdout, four.artifact, "kiln's cubin differs from triton.compile's");
+    d.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn triton_errors_and_dead_workers_are_failed_outcomes() {
+    let d = Daemon::start(Options { concurrency: 1, ..Options::default() });
+    let client = d.client().await;
+    let broken = "import triton\n@triton.jit\ndef add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK:\n    pass\n";
+    let job = client
+        .compile(request(
+            "sm_90",
+            vec![any_kernel("bad", Source::Triton(triton(broken, "add_kernel", ADD_SIG, &[("BLOCK", 64)], 4)))],
+        ))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(job.kernels[0].outcome(), Outcome::Failed);
+    assert!(
+        job.kernels[0].log.contains("SyntaxError") && job.kernels[0].log.contains("Traceback"),
+        "{}",
+        job.kernels[0].log
+    );
+
+    // A worker killed mid-compile: that request fails with the reason; the next one succeeds.
+    let slow = format!(
+        "{}\n@triton.jit\ndef slow_kernel(x_ptr, BLOCK: tl.constexpr):\n    x = tl.load(x_ptr + tl.arange(0, BLOCK))\n    for i in tl.static_range(3000):\n        x = x * 1.0001 + i\n    tl.store(x_ptr + tl.arange(0, BLOCK), x)\n",
+        triton_module()
+    );
+    let slow_kernel = triton(&slow, "slow_kernel", &[("x_ptr", "*fp32"), ("BLOCK", "constexpr")], &[("BLOCK", 128)], 4);
+    let job_id = client.submit(request("sm_90", vec![any_kernel("slow", Source::Triton(slow_kernel))])).await.unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while client.stats().await.unwrap().inflight_compiles < 1 {
+        assert!(std::time::Instant::now() < deadline, "the slow compile never started");
+        tokio::task::yield_now().await;
+    }
+    let killed = kill_triton_workers(d.pid());
+    assert!(killed > 0, "found no Triton worker to kill");
+    let done = client.watch(&job_id).await.unwrap().collect().await.unwrap();
+    assert_eq!(done.kernels[0].outcome(), Outcome::Failed);
+    assert!(done.kernels[0].log.contains("worker died"), "{}", done.kernels[0].log);
+    let next = client
+        .compile(request(
+            "sm_90",
+            vec![any_kernel(
+                "ok",
+                Source::Triton(triton(&triton_module(), "add_kernel", ADD_SIG, &[("BLOCK", 64)], 4)),
+            )],
+        ))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(next.kernels[0].outcome(), Outcome::Ok, "the pool did not recover: {}", next.kernels[0].log);
+    d.stop();
+}
+
+/// SIGKILLs every Triton worker whose parent is `daemon`; returns how many.
+fn kill_triton_workers(daemon: u32) -> usize {
+    let mut killed = 0;
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let ppid =
+            stat.rsplit(')').next().and_then(|r| r.split_whitespace().nth(1)).and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(daemon) && String::from_utf8_lossy(&cmdline).contains("triton_worker.py") {
+            let status = Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap();
+            killed += usize::from(status.success());
+        }
+    }
+    killed
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ptx_from_nvcc_assembles_and_broken_ptx_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let ptx_path = dir.path().join("va.ptx");
+    let nvcc = env::cuda_root().join("bin/nvcc");
+    let status = Command::new(&nvcc)
+        .args(["-ptx", "-arch=sm_90", "-o"])
+        .arg(&ptx_path)
+        .arg(env::repo_root().join("examples/cuda/vector_add.cu"))
+        .env(
+            "PATH",
+            format!("{}:{}", env::cuda_root().join("bin").display(), std::env::var("PATH").unwrap_or_default()),
+        )
+        .status()
+        .expect("run nvcc from the pinned wheel");
+    assert!(status.success(), "nvcc -ptx failed");
+    let ptx = std::fs::read_to_string(&ptx_path).unwrap();
+    let d = Daemon::start(Options::default());
+    let client = d.client().await;
+    let job = client
+        .compile(request(
+            "sm_90",
+            vec![
+                any_kernel("va", Source::Ptx(pb::PtxSource { ptx: ptx.clone(), options: vec!["-O3".into()] })),
+                any_kernel(
+                    "broken",
+                    Source::Ptx(pb::PtxSource { ptx: ptx.replace(".entry", ".entyr"), options: vec![] }),
+                ),
+            ],
+        ))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    check_cubin(job.kernel("va").unwrap(), "vector_add");
+    let broken = job.kernel("broken").unwrap();
+    assert_eq!(broken.outcome(), Outcome::Failed);
+    assert!(broken.log.contains("ptxas"), "{}", broken.log);
+    let refused = client
+        .compile(request(
+            "sm_90",
+            vec![any_kernel("o", Source::Ptx(pb::PtxSource { ptx, options: vec!["-o/tmp/x".into()] }))],
+        ))
+        .await;
+    let err = match refused {
+        Ok(s) => s.collect().await.unwrap_err(),
+        Err(e) => e,
+    };
+    assert_eq!(err.code(), Some(tonic::Code::InvalidArgument), "{err}");
+    assert!(err.to_string().contains("graph.kernels[0].ptx.options[0]"), "{err}");
+    d.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mixed_graph_compiles_every_toolchain() {
+    let d = Daemon::start(Options::default());
+    let text = std::fs::read_to_string(env::repo_root().join("examples/mixed.graph.json")).unwrap();
+    let graph: pb::CompileGraph = serde_json::from_str(&text).unwrap();
+    let req = pb::CompileRequest { graph: Some(graph), ..Default::default() };
+    let client = d.client().await;
+    let job = client.compile(req.clone()).await.unwrap().collect().await.unwrap();
+    let toolchains: std::collections::HashSet<_> = job.kernels.iter().map(|k| k.toolchain.as_str()).collect();
+    assert_eq!(toolchains, ["nvrtc", "ptxas", "triton"].into_iter().collect());
+    for k in &job.kernels {
+        assert_eq!(k.outcome(), Outcome::Ok, "{}: {}", k.id, k.log);
+        assert_eq!(Cubin::parse(&k.artifact).unwrap().machine, EM_CUDA);
+    }
+    let warm = client.compile(req).await.unwrap().collect().await.unwrap();
+    assert!(warm.kernels.iter().all(|k| k.tier() == Tier::Memory));
+    d.stop();
+}
+
+/// A changed toolchain changes every key of that toolchain and no other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changed_ptxas_or_triton_fingerprints_change_their_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(env::repo_root().join("examples/mixed.graph.json")).unwrap();
+    let graph: pb::CompileGraph = serde_json::from_str(&text).unwrap();
+    let req = pb::CompileRequest { graph: Some(graph), ..Default::default() };
+    let keys = |job: &kiln_client::CompletedJob| -> std::collections::HashMap<String, String> {
+        job.kernels.iter().map(|k| (k.toolchain.clone(), k.key.clone())).collect()
+    };
+    let base = Daemon::start(Options::default());
+    let a = keys(&base.client().await.lookup(req.clone()).await.unwrap().collect().await.unwrap());
+    base.stop();
+    let ptxas = Daemon::start(Options { cuda_root: toolkits::appended_ptxas_root(dir.path()), ..Options::default() });
+    let b = keys(&ptxas.client().await.lookup(req.clone()).await.unwrap().collect().await.unwrap());
+    ptxas.stop();
+    assert_ne!(a["ptxas"], b["ptxas"]);
+    assert_eq!(a["nvrtc"], b["nvrtc"]);
+    assert_eq!(a["triton"], b["triton"]);
+    // TRITON_PTXAS_PATH is part of Triton's identity, even pointing at the same ptxas.
+    let triton_ptxas = env::repo_root().join(".venv/lib/python3.11/site-packages/triton/backends/nvidia/bin/ptxas");
+    let env_override = vec![("TRITON_PTXAS_PATH".to_string(), triton_ptxas.display().to_string())];
+    let triton = Daemon::start(Options { extra_env: env_override, ..Options::default() });
+    let c = keys(&triton.client().await.lookup(req).await.unwrap().collect().await.unwrap());
+    triton.stop();
+    assert_ne!(a["triton"], c["triton"]);
+    assert_eq!(a["nvrtc"], c["nvrtc"]);
+}
