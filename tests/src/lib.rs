@@ -15,4 +15,5 @@ pub mod elf;
 pub mod env;
 pub mod http;
 pub mod kernels;
+pub mod redis;
 pub mod toolkits;

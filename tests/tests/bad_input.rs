@@ -1,5 +1,7 @@
 //! Bad input gets a clear error naming the field, and nothing a client sends takes kilnd down.
 
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
 use kiln_proto::pb::{self, Outcome};
 use kiln_tests::daemon::{Daemon, Options};
 use kiln_tests::kernels::*;

@@ -1,5 +1,7 @@
 //! The tiers across restarts, corruption on disk, and fingerprints.
 
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
 use kiln_proto::CacheKey;
 use kiln_proto::envelope;
 use kiln_proto::pb::{Outcome, Tier};

@@ -1,6 +1,8 @@
 //! The `kiln` command line against a real kilnd: header resolution on the client, NDJSON, --out,
 //! exit codes, lookup, submit/watch, --graph and doctor.
 
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
 use kiln_tests::daemon::{Daemon, Options};
 use kiln_tests::elf::Cubin;
 use kiln_tests::env;

@@ -1,5 +1,7 @@
 //! Real kernels compiled by the real NVRTC through a real kilnd over its Unix socket.
 
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
 use kiln_proto::pb::{self, Outcome, Tier};
 use kiln_tests::daemon::{Daemon, Options};
 use kiln_tests::elf::{Cubin, EM_CUDA};

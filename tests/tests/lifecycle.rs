@@ -1,5 +1,7 @@
 //! The daemon's life: socket mode, health, metrics, clients that leave, and clean shutdown.
 
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
 use kiln_proto::pb::{Outcome, Tier};
 use kiln_tests::daemon::{Daemon, Options};
 use kiln_tests::kernels::*;

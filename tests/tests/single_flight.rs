@@ -1,6 +1,8 @@
 //! 50 concurrent clients asking for one uncompiled graph cause exactly one compile per kernel,
 //! counted by a witness NVRTC outside kiln's code.
 
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
 use kiln_proto::pb::{Outcome, Tier};
 use kiln_tests::daemon::{Daemon, Options};
 use kiln_tests::kernels::*;

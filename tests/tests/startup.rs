@@ -1,5 +1,7 @@
 //! A missing or broken toolchain is a clear error at start-up, never a panic; TCP is optional.
 
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
 use kiln_tests::daemon::{Daemon, Options};
 use kiln_tests::env;
 use std::process::Command;

@@ -1,5 +1,7 @@
 //! PTX through ptxas and Triton through the Python worker pool, with the real compilers.
 
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
 use kiln_proto::pb::{self, Outcome, Tier, kernel::Source};
 use kiln_tests::daemon::{Daemon, Options};
 use kiln_tests::elf::{Cubin, EM_CUDA};

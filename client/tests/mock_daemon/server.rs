@@ -79,7 +79,7 @@ fn key(i: usize) -> String {
 fn cuda(kernel: &pb::Kernel) -> Option<&pb::CudaSource> {
     match &kernel.source {
         Some(pb::kernel::Source::Cuda(cuda)) => Some(cuda),
-        None => None,
+        _ => None,
     }
 }
 
