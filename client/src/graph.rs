@@ -164,7 +164,7 @@ mod tests {
     fn cuda(kernel: &pb::Kernel) -> &pb::CudaSource {
         match &kernel.source {
             Some(pb::kernel::Source::Cuda(cuda)) => cuda,
-            None => panic!("kernel {} has no source", kernel.id),
+            _ => panic!("kernel {} has no CUDA source", kernel.id),
         }
     }
 
@@ -172,10 +172,12 @@ mod tests {
     fn kernel_id_is_the_stem_of_a_cu_file() {
         assert_eq!(kernel_id(Path::new("dir/saxpy.cu")).unwrap(), "saxpy");
         assert_eq!(kernel_id(Path::new("a.b.cu")).unwrap(), "a.b");
-        for bad in ["k.ptx", "k.cuh", "k", "dir/.cu"] {
+        assert_eq!(kernel_id(Path::new("k.ptx")).unwrap(), "k");
+        for bad in ["k.cuh", "k", "k.py"] {
             let err = kernel_id(Path::new(bad)).unwrap_err();
-            assert!(err.to_string().contains("unsupported file type (only .cu for now)"), "{bad}: {err}");
+            assert!(err.to_string().contains("unsupported file type"), "{bad}: {err}");
         }
+        assert!(kernel_id(Path::new("dir/.cu")).is_err());
     }
 
     #[test]

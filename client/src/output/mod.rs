@@ -175,6 +175,7 @@ mod tests {
             }],
             toolchain: "nvrtc".into(),
             target: "sm_90".into(),
+            ..Default::default()
         }
     }
 

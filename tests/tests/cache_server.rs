@@ -1,0 +1,398 @@
+//! kiln-cache end to end: a real `redis-server`, a real `kiln-cache` over a real socket, and the
+//! `RemoteCache` client that kilnd uses.
+
+use kiln_cache_server::client::{ClientError, ClientOptions, Lookup, PublishEvent, PublishStream, new_holder};
+use kiln_proto::CacheKey;
+use kiln_proto::envelope;
+use kiln_proto::pb::ArtifactMeta;
+use kiln_tests::http::sample;
+use kiln_tests::redis::{
+    CacheOptions, CacheServer, READ_TOKEN, RedisCluster, RedisServer, WRITE_TOKEN, cache_server_refuses,
+};
+use std::time::{Duration, Instant};
+use tonic::Code;
+
+const MIB: usize = 1 << 20;
+
+fn key(name: &str) -> CacheKey {
+    CacheKey::from_bytes(*blake3::hash(name.as_bytes()).as_bytes())
+}
+
+/// An envelope under `k` holding `n` incompressible bytes, so its size is about `n`.
+fn envelope_of(k: &CacheKey, n: usize) -> Vec<u8> {
+    let mut bytes = vec![0u8; n];
+    blake3::Hasher::new().update(k.as_bytes()).finalize_xof().fill(&mut bytes);
+    let meta = ArtifactMeta { toolchain: "nvrtc".into(), target: "sm_90".into(), ..Default::default() };
+    envelope::seal(k, meta, &bytes)
+}
+
+fn start() -> (RedisServer, CacheServer) {
+    let redis = RedisServer::start();
+    let cache = CacheServer::start(CacheOptions::new(vec![redis.url()]));
+    (redis, cache)
+}
+
+fn code(r: Result<impl std::fmt::Debug, ClientError>) -> (Code, String) {
+    let e = r.expect_err("the call should have failed");
+    (e.code().unwrap_or_else(|| panic!("not an RPC error: {e}")), e.to_string())
+}
+
+fn head(k: &CacheKey) -> String {
+    format!("kiln:v1:{{{k}}}:a")
+}
+
+async fn next(stream: &mut PublishStream, within: Duration) -> PublishEvent {
+    tokio::time::timeout(within, stream.next_event())
+        .await
+        .expect("no publish event in time")
+        .expect("watch stream failed")
+        .expect("watch stream ended")
+}
+
+/// Flips one byte of a Redis string at `offset`, with redis-cli.
+fn corrupt(redis: &RedisServer, name: &str, offset: usize) {
+    let offset = offset.to_string();
+    let old = redis.cli(&["GETRANGE", name, &offset, &offset]);
+    let new = if old == b"Z" { "Y" } else { "Z" };
+    redis.cli(&["SETRANGE", name, &offset, new]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn put_and_get_small_and_chunked_envelopes() {
+    let (redis, cache) = start();
+    let c = cache.client(WRITE_TOKEN);
+    let (small, big) = (key("small"), key("big"));
+    let (small_env, big_env) = (envelope_of(&small, 1000), envelope_of(&big, 3 * MIB + 123));
+    assert_eq!(c.get(&small).await.unwrap(), Lookup::Miss);
+    c.put(&small, small_env.clone()).await.unwrap();
+    c.put(&big, big_env.clone()).await.unwrap();
+    assert_eq!(c.get(&small).await.unwrap(), Lookup::Hit(small_env.clone()));
+    assert_eq!(c.get(&big).await.unwrap(), Lookup::Hit(big_env.clone()));
+    // The big one is a head plus three 1 MiB pieces, all with the sliding TTL.
+    for n in 1..=3 {
+        assert_eq!(redis.cli(&["EXISTS", &format!("{}:{n}", head(&big))]), b"1", "piece {n}");
+    }
+    assert_eq!(redis.cli(&["EXISTS", &format!("{}:1", head(&small))]), b"0");
+    let ttl: u64 = String::from_utf8(redis.cli(&["TTL", &head(&big)])).unwrap().parse().unwrap();
+    assert!(ttl > 6 * 86_400, "TTL {ttl}");
+    // A read-only token reads.
+    let reader = cache.client(READ_TOKEN);
+    assert_eq!(reader.get(&small).await.unwrap(), Lookup::Hit(small_env.clone()));
+    let m = cache.metrics_text();
+    assert_eq!(sample(&m, "kiln_server_requests_total{op=\"Put\",code=\"ok\"}"), Some(2.0));
+    let out = sample(&m, "kiln_server_artifact_bytes_total{direction=\"out\"}").unwrap();
+    assert_eq!(out as usize, 2 * small_env.len() + big_env.len());
+    assert_eq!(sample(&m, "kiln_server_redis_up"), Some(1.0));
+    let stats = c.stats().await.unwrap();
+    assert!(stats.redis_up && stats.redis_mode == "standalone" && stats.requests >= 6);
+    cache.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_are_invalid_argument_naming_the_field() {
+    let (_redis, cache) = start();
+    let c = cache.client(WRITE_TOKEN);
+    let k = key("k");
+    let mut bad = envelope_of(&k, 500);
+    bad[100] ^= 1;
+    let (c1, msg) = code(c.put(&k, bad).await);
+    assert_eq!(c1, Code::InvalidArgument);
+    assert!(msg.contains("envelope: digest mismatch"), "{msg}");
+    // A valid envelope under another key.
+    let (c2, msg) = code(c.put(&key("other"), envelope_of(&k, 500)).await);
+    assert_eq!(c2, Code::InvalidArgument);
+    assert!(msg.contains("envelope: envelope holds key"), "{msg}");
+    // Keys that are not 64 lowercase hex, straight through the generated client.
+    let mut raw = kiln_proto::pb::artifact_cache_client::ArtifactCacheClient::connect(cache.uri()).await.unwrap();
+    for bad_key in ["", "ABCD", &"AB".repeat(32), "../../etc/passwd"] {
+        let mut req = tonic::Request::new(kiln_proto::pb::CacheGetRequest { key: bad_key.into() });
+        req.metadata_mut().insert("authorization", format!("Bearer {WRITE_TOKEN}").parse().unwrap());
+        let status = raw.get(req).await.unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument, "{bad_key}");
+        assert!(status.message().starts_with("key:"), "{}", status.message());
+    }
+    let mut req = tonic::Request::new(kiln_proto::pb::CachePutRequest { key: k.to_hex(), entry: None, negative_ttl_ms: 0 });
+    req.metadata_mut().insert("authorization", format!("Bearer {WRITE_TOKEN}").parse().unwrap());
+    assert_eq!(raw.put(req).await.unwrap_err().message(), "entry: missing");
+    let (c3, msg) = code(c.acquire_lease(&k, "short", Duration::from_secs(1)).await);
+    assert!(c3 == Code::InvalidArgument && msg.contains("holder"), "{msg}");
+    let (c4, msg) = code(c.acquire_lease(&k, &new_holder(), Duration::from_millis(5)).await);
+    assert!(c4 == Code::InvalidArgument && msg.contains("ttl_ms"), "{msg}");
+    let (c5, msg) = code(c.put_negative(&k, "log", 1, Duration::from_secs(86_400)).await);
+    assert!(c5 == Code::InvalidArgument && msg.contains("negative_ttl_ms"), "{msg}");
+    let m = cache.metrics_text();
+    assert_eq!(sample(&m, "kiln_server_requests_total{op=\"Put\",code=\"invalid_argument\"}"), Some(4.0));
+    cache.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversize_envelopes_are_refused() {
+    let redis = RedisServer::start();
+    let mut options = CacheOptions::new(vec![redis.url()]);
+    options.config = "max_artifact_mb = 1\n".into();
+    let cache = CacheServer::start(options);
+    let c = cache.client(WRITE_TOKEN);
+    let k = key("huge");
+    let (c1, msg) = code(c.put(&k, envelope_of(&k, 2 * MIB)).await);
+    assert!(c1 == Code::InvalidArgument && msg.contains("envelope:") && msg.contains("limit"), "{msg}");
+    cache.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_get_answers_in_order_with_misses_and_negatives() {
+    let (_redis, cache) = start();
+    let c = cache.client(WRITE_TOKEN);
+    let keys: Vec<CacheKey> = (0..6).map(|i| key(&format!("batch {i}"))).collect();
+    let envelopes: Vec<Vec<u8>> = keys.iter().map(|k| envelope_of(k, 2000)).collect();
+    for i in [0, 2, 5] {
+        c.put(&keys[i], envelopes[i].clone()).await.unwrap();
+    }
+    c.put_negative(&keys[3], "error: expected ';'", 1234, Duration::from_secs(30)).await.unwrap();
+    let got = c.batch_get(&keys).await.unwrap();
+    assert_eq!(got.iter().map(|(k, _)| *k).collect::<Vec<_>>(), keys);
+    for (i, (_, lookup)) in got.iter().enumerate() {
+        match i {
+            0 | 2 | 5 => assert_eq!(lookup, &Lookup::Hit(envelopes[i].clone()), "key {i}"),
+            3 => match lookup {
+                Lookup::Negative(n) => assert!(n.log.contains("expected ';'") && n.compile_micros == 1234),
+                other => panic!("key 3: {other:?}"),
+            },
+            _ => assert_eq!(lookup, &Lookup::Miss, "key {i}"),
+        }
+    }
+    // An artifact put later replaces the negative entry.
+    c.put(&keys[3], envelopes[3].clone()).await.unwrap();
+    assert_eq!(c.get(&keys[3]).await.unwrap(), Lookup::Hit(envelopes[3].clone()));
+    assert!(c.batch_get(&[]).await.unwrap().is_empty());
+    cache.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manifests_round_trip() {
+    let (_redis, cache) = start();
+    let c = cache.client(WRITE_TOKEN);
+    let graph = key("graph");
+    let kernels = vec![key("a"), key("b"), key("a")];
+    assert_eq!(c.get_manifest(&graph).await.unwrap(), None);
+    c.put_manifest(&graph, &kernels).await.unwrap();
+    assert_eq!(c.get_manifest(&graph).await.unwrap(), Some(kernels));
+    c.put_manifest(&graph, &[]).await.unwrap();
+    assert_eq!(c.get_manifest(&graph).await.unwrap(), Some(vec![]));
+    let (c1, _) = code(cache.client(READ_TOKEN).put_manifest(&graph, &[key("x")]).await);
+    assert_eq!(c1, Code::PermissionDenied);
+    cache.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_belong_to_their_holder_and_expire() {
+    let (redis, cache) = start();
+    let c = cache.client(WRITE_TOKEN);
+    let k = key("lease");
+    let (a, b) = (new_holder(), new_holder());
+    let ttl = Duration::from_secs(30);
+    assert!(c.acquire_lease(&k, &a, ttl).await.unwrap());
+    assert!(!c.acquire_lease(&k, &b, ttl).await.unwrap(), "a second holder got a held lease");
+    assert!(!c.renew_lease(&k, &b, ttl).await.unwrap(), "another holder renewed");
+    assert!(!c.release_lease(&k, &b).await.unwrap(), "another holder released");
+    assert_eq!(redis.cli(&["GET", &format!("kiln:v1:{{{k}}}:lease")]), a.as_bytes());
+    assert!(c.renew_lease(&k, &a, ttl).await.unwrap());
+    assert!(c.release_lease(&k, &a).await.unwrap());
+    assert!(!c.release_lease(&k, &a).await.unwrap(), "released twice");
+    assert!(c.acquire_lease(&k, &b, Duration::from_millis(300)).await.unwrap());
+    // b dies without releasing: its lease expires and exactly one other takes over.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let c2 = new_holder();
+    while !c.acquire_lease(&k, &c2, ttl).await.unwrap() {
+        assert!(Instant::now() < deadline, "the lease never expired");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!c.renew_lease(&k, &b, ttl).await.unwrap(), "an expired holder renewed");
+    assert!(!c.acquire_lease(&k, &a, ttl).await.unwrap());
+    let (c1, _) = code(cache.client(READ_TOKEN).acquire_lease(&k, &new_holder(), ttl).await);
+    assert_eq!(c1, Code::PermissionDenied);
+    cache.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchers_hear_publishes_and_shutdown_ends_their_streams() {
+    let (_redis, cache) = start();
+    let c = cache.client(WRITE_TOKEN);
+    let (k, other, failed) = (key("watched"), key("unwatched"), key("failed"));
+    let mut watch = cache.client(READ_TOKEN).watch_publish(&[k, failed]).await.unwrap();
+    assert_eq!(next(&mut watch, Duration::from_secs(5)).await, PublishEvent::Subscribed);
+    c.put(&other, envelope_of(&other, 100)).await.unwrap();
+    c.put(&k, envelope_of(&k, 100)).await.unwrap();
+    assert_eq!(next(&mut watch, Duration::from_secs(5)).await, PublishEvent::Published(k));
+    c.put_negative(&failed, "boom", 1, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(next(&mut watch, Duration::from_secs(5)).await, PublishEvent::Published(failed));
+    assert_eq!(sample(&cache.metrics_text(), "kiln_server_watch_streams"), Some(1.0));
+    let (c1, msg) = code(c.watch_publish(&[]).await);
+    assert!(c1 == Code::InvalidArgument && msg.contains("keys"), "{msg}");
+    // SIGTERM with a stream open: the server ends the stream and exits 0 promptly.
+    let stopping = tokio::task::spawn_blocking(move || cache.stop_within(Duration::from_secs(10)));
+    let end = tokio::time::timeout(Duration::from_secs(10), watch.next_event()).await.expect("stream left open");
+    assert!(matches!(end, Ok(None) | Err(_)), "{end:?}");
+    stopping.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_are_required_and_read_only_tokens_cannot_write() {
+    let (_redis, cache) = start();
+    let k = key("auth");
+    let env = envelope_of(&k, 100);
+    for token in ["", "not-a-configured-token-at-all"] {
+        let (c1, msg) = code(cache.client(token).get(&k).await);
+        assert_eq!(c1, Code::Unauthenticated, "{token:?}: {msg}");
+        let (c2, _) = code(cache.client(token).put(&k, env.clone()).await);
+        assert_eq!(c2, Code::Unauthenticated);
+        assert_eq!(code(cache.client(token).watch_publish(&[k]).await).0, Code::Unauthenticated);
+    }
+    let (c3, msg) = code(cache.client(READ_TOKEN).put(&k, env.clone()).await);
+    assert!(c3 == Code::PermissionDenied && msg.contains("read-only"), "{msg}");
+    assert_eq!(cache.client(READ_TOKEN).get(&k).await.unwrap(), Lookup::Miss);
+    cache.client(WRITE_TOKEN).put(&k, env.clone()).await.unwrap();
+    let m = cache.metrics_text();
+    assert_eq!(sample(&m, "kiln_server_requests_total{op=\"Get\",code=\"unauthenticated\"}"), Some(2.0));
+    assert_eq!(sample(&m, "kiln_server_requests_total{op=\"Put\",code=\"permission_denied\"}"), Some(1.0));
+    cache.stop();
+    // No tokens at all: refuses to start, and says how to fix it.
+    let mut options = CacheOptions::new(vec!["redis://127.0.0.1:1".into()]);
+    options.tokens.clear();
+    let stderr = cache_server_refuses(options);
+    assert!(stderr.contains("no tokens configured") && stderr.contains("--insecure-no-auth"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn damaged_or_misplaced_values_are_deleted_counted_and_missed() {
+    let (redis, cache) = start();
+    let c = cache.client(WRITE_TOKEN);
+    let (small, big, source, copy) = (key("small"), key("big"), key("source"), key("copy"));
+    c.put(&small, envelope_of(&small, 1000)).await.unwrap();
+    c.put(&big, envelope_of(&big, 2 * MIB + 500)).await.unwrap();
+    c.put(&source, envelope_of(&source, 1000)).await.unwrap();
+    // A flipped byte in a head, one in a piece, and a valid head copied under another key.
+    let len: usize = String::from_utf8(redis.cli(&["STRLEN", &head(&small)])).unwrap().parse().unwrap();
+    corrupt(&redis, &head(&small), len - 40);
+    corrupt(&redis, &format!("{}:2", head(&big)), 100);
+    redis.cli(&["COPY", &head(&source), &head(&copy)]);
+    for k in [small, big, copy] {
+        assert_eq!(c.get(&k).await.unwrap(), Lookup::Miss, "{k}");
+        assert_eq!(redis.cli(&["EXISTS", &head(&k)]), b"0", "{k} was not deleted");
+    }
+    assert_eq!(redis.cli(&["EXISTS", &format!("{}:1", head(&big))]), b"0");
+    assert!(matches!(c.get(&source).await.unwrap(), Lookup::Hit(_)));
+    // A value that is not a kiln head at all.
+    let junk = key("junk");
+    redis.cli(&["SET", &head(&junk), "not an envelope"]);
+    assert_eq!(c.batch_get(&[junk]).await.unwrap(), vec![(junk, Lookup::Miss)]);
+    let m = cache.metrics_text();
+    assert_eq!(sample(&m, "kiln_server_integrity_failures_total"), Some(4.0));
+    // Repaired by the next put.
+    c.put(&small, envelope_of(&small, 1000)).await.unwrap();
+    assert!(matches!(c.get(&small).await.unwrap(), Lookup::Hit(_)));
+    cache.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_outage_is_unavailable_and_recovers_without_a_restart() {
+    let (mut redis, mut cache) = start();
+    let c = cache.client(WRITE_TOKEN);
+    let (k, later) = (key("before"), key("after"));
+    c.put(&k, envelope_of(&k, 100)).await.unwrap();
+    let mut watch = c.watch_publish(&[later]).await.unwrap();
+    assert_eq!(next(&mut watch, Duration::from_secs(5)).await, PublishEvent::Subscribed);
+
+    redis.stop();
+    let (c1, msg) = code(c.get(&k).await);
+    assert_eq!(c1, Code::Unavailable, "{msg}");
+    assert!(msg.contains("Redis"), "{msg}");
+    assert_eq!(code(c.put(&later, envelope_of(&later, 100)).await).0, Code::Unavailable);
+    assert_eq!(code(c.acquire_lease(&k, &new_holder(), Duration::from_secs(1)).await).0, Code::Unavailable);
+    let (c2, msg) = code(c.watch_publish(&[k]).await);
+    assert!(c2 == Code::Unavailable && msg.contains("pub/sub"), "{msg}");
+    assert!(!c.stats().await.unwrap().redis_up);
+    assert!(cache.alive(), "kiln-cache died with Redis");
+    let m = cache.metrics_text();
+    assert_eq!(sample(&m, "kiln_server_redis_up"), Some(0.0));
+    assert!(sample(&m, "kiln_server_redis_errors_total").unwrap() >= 3.0);
+
+    redis.restart();
+    // The open watch hears that the subscription is live again, so its waiter re-checks.
+    assert_eq!(next(&mut watch, Duration::from_secs(20)).await, PublishEvent::Subscribed);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match c.get(&k).await {
+            Ok(found) => break assert_eq!(found, Lookup::Miss, "the restarted Redis is empty"),
+            Err(e) if Instant::now() < deadline => assert_eq!(e.code(), Some(Code::Unavailable), "{e}"),
+            Err(e) => panic!("Redis came back but kiln-cache did not: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    c.put(&later, envelope_of(&later, 100)).await.unwrap();
+    assert_eq!(next(&mut watch, Duration::from_secs(5)).await, PublishEvent::Published(later));
+    assert!(c.stats().await.unwrap().redis_up);
+    assert_eq!(sample(&cache.metrics_text(), "kiln_server_pubsub_up"), Some(1.0));
+    cache.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_round_trip() {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec!["localhost".to_owned()]).unwrap().signed_by(&leaf_key, &ca).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key_file) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert, leaf.pem()).unwrap();
+    std::fs::write(&key_file, leaf_key.serialize_pem()).unwrap();
+
+    let redis = RedisServer::start();
+    let mut options = CacheOptions::new(vec![redis.url()]);
+    options.tls = Some((cert, key_file));
+    let cache = CacheServer::start(options);
+    let ca_pem = ca.as_ref().pem().into_bytes();
+    let c = cache.client_with(WRITE_TOKEN, ClientOptions { ca_pem: Some(ca_pem), ..Default::default() });
+    let k = key("tls");
+    c.put(&k, envelope_of(&k, 5000)).await.unwrap();
+    assert!(matches!(c.get(&k).await.unwrap(), Lookup::Hit(_)));
+    // Without the CA the server's certificate is not trusted.
+    assert_eq!(cache.client(WRITE_TOKEN).get(&k).await.unwrap_err().code(), Some(Code::Unavailable));
+    cache.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_round_trip_publish_and_lease() {
+    let cluster = RedisCluster::start(3);
+    let mut options = CacheOptions::new(cluster.urls());
+    options.cluster = true;
+    let cache = CacheServer::start(options);
+    let c = cache.client(WRITE_TOKEN);
+    assert_eq!(c.stats().await.unwrap().redis_mode, "cluster");
+    let keys: Vec<CacheKey> = (0..8).map(|i| key(&format!("cluster {i}"))).collect();
+    let mut watch = c.watch_publish(&keys).await.unwrap();
+    assert_eq!(next(&mut watch, Duration::from_secs(5)).await, PublishEvent::Subscribed);
+    let mut envelopes = Vec::new();
+    for (i, k) in keys.iter().enumerate() {
+        // Keys land on different masters; one of them is chunked.
+        let env = envelope_of(k, if i == 3 { 2 * MIB + 1 } else { 1000 });
+        c.put(k, env.clone()).await.unwrap();
+        assert_eq!(next(&mut watch, Duration::from_secs(5)).await, PublishEvent::Published(*k));
+        envelopes.push(env);
+    }
+    let got = c.batch_get(&keys).await.unwrap();
+    for (i, (_, lookup)) in got.into_iter().enumerate() {
+        assert_eq!(lookup, Lookup::Hit(envelopes[i].clone()), "key {i}");
+    }
+    assert_eq!(cluster.cli(&["EXISTS", &format!("{}:2", head(&keys[3]))]), b"1");
+    let graph = key("cluster graph");
+    c.put_manifest(&graph, &keys).await.unwrap();
+    assert_eq!(c.get_manifest(&graph).await.unwrap(), Some(keys.clone()));
+    let (a, b) = (new_holder(), new_holder());
+    assert!(c.acquire_lease(&keys[0], &a, Duration::from_secs(10)).await.unwrap());
+    assert!(!c.acquire_lease(&keys[0], &b, Duration::from_secs(10)).await.unwrap());
+    assert!(c.renew_lease(&keys[0], &a, Duration::from_secs(10)).await.unwrap());
+    assert!(c.release_lease(&keys[0], &a).await.unwrap());
+    cache.stop();
+}
