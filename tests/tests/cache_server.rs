@@ -358,7 +358,9 @@ async fn tls_round_trip() {
     c.put(&k, envelope_of(&k, 5000)).await.unwrap();
     assert!(matches!(c.get(&k).await.unwrap(), Lookup::Hit(_)));
     // Without the CA the server's certificate is not trusted.
-    assert_eq!(cache.client(WRITE_TOKEN).get(&k).await.unwrap_err().code(), Some(Code::Unavailable));
+    let untrusted = cache.client(WRITE_TOKEN).get(&k).await.unwrap_err();
+    eprintln!("UNTRUSTED: {untrusted}");
+    assert_eq!(untrusted.code(), Some(Code::Unavailable), "{untrusted}");
     cache.stop();
 }
 
