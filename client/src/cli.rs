@@ -28,10 +28,27 @@ pub enum Command {
     Submit(SubmitArgs),
     /// Follow a submitted job's events until it is done.
     Watch(WatchArgs),
+    /// Pull graphs from the fleet cache into the daemon's local tiers ahead of a job.
+    Warm(WarmArgs),
     /// Show the daemon's counters, toolchains, GPUs and cache tiers.
     Stats(JsonArg),
     /// Check that the daemon is reachable and has a usable toolchain.
     Doctor(JsonArg),
+}
+
+/// What to warm: graph keys, or manifests (the last line of `kiln compile --json`).
+#[derive(Debug, Args)]
+pub struct WarmArgs {
+    /// Graph key to warm (its manifest in the fleet cache lists its kernels); repeatable.
+    #[arg(long = "graph-key", value_name = "KEY", required_unless_present = "manifests")]
+    pub graph_keys: Vec<String>,
+    /// A manifest file: JSON or NDJSON with `graph_key` and `kernel_keys` (the last line of
+    /// `kiln compile --json`); repeatable.
+    #[arg(long = "manifest", value_name = "FILE")]
+    pub manifests: Vec<PathBuf>,
+    /// Print progress and the result as JSON lines.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// What to compile: `.cu` files (one kernel each), or a graph in proto3 JSON.

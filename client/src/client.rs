@@ -99,6 +99,12 @@ impl Client {
         Ok(EventStream::new(response.into_inner()))
     }
 
+    /// Pulls graphs and kernels from the fleet cache into the daemon's local tiers; the stream
+    /// reports progress and ends with `finished`.
+    pub async fn warm(&self, request: pb::WarmRequest) -> Result<tonic::Streaming<pb::WarmProgress>, ClientError> {
+        Ok(self.inner.clone().warm(request).await?.into_inner())
+    }
+
     /// Counters, toolchains, GPUs and tier sizes of the daemon.
     pub async fn stats(&self) -> Result<pb::StatsResponse, ClientError> {
         let response = self.inner.clone().stats(pb::StatsRequest {}).await?;

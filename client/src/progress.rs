@@ -28,6 +28,15 @@ impl Progress {
         self.bar = Some(bar);
     }
 
+    /// Moves the bar to `done` of `total` (for warm-ups, which report in batches).
+    pub fn set(&mut self, done: u64, total: u64) {
+        self.start(total as usize);
+        if let Some(bar) = &self.bar {
+            bar.set_length(total);
+            bar.set_position(done);
+        }
+    }
+
     /// Counts one kernel done.
     pub fn inc(&self) {
         if let Some(bar) = &self.bar {

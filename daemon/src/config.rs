@@ -32,7 +32,7 @@ pub struct Flags {
     /// Prometheus endpoint address, serving /metrics.
     #[arg(long, env = "KILN_METRICS")]
     pub metrics: Option<SocketAddr>,
-    /// Fleet cache URI (kiln-cache). Not yet supported: the remote tier arrives with the fleet cache.
+    /// Fleet cache URI: a kiln-cache at http://host:port or https://host:port.
     #[arg(long, env = "KILN_REMOTE")]
     pub remote: Option<String>,
     /// Token for the fleet cache, or @FILE.
@@ -83,6 +83,12 @@ pub struct FileConfig {
     pub metrics: Option<SocketAddr>,
     pub remote: Option<String>,
     pub remote_token: Option<String>,
+    /// Fleet leases: how long one lives; its holder renews it every third of this.
+    pub lease_ttl_ms: Option<u64>,
+    /// How long a waiter waits on another host's compile before compiling itself.
+    pub hedge_secs: Option<u64>,
+    /// Fleet single-flight on or off (off only to measure what it saves).
+    pub fleet_leases: Option<bool>,
     pub concurrency: Option<usize>,
     pub cuda_root: Option<PathBuf>,
     pub python: Option<PathBuf>,
@@ -139,7 +145,7 @@ pub struct Config {
     pub cache_dir: PathBuf,
     pub target: Option<String>,
     pub metrics: Option<SocketAddr>,
-    pub remote: Option<String>,
+    pub remote: Option<Remote>,
     pub concurrency: usize,
     pub cuda_root: Option<PathBuf>,
     pub python: PathBuf,
@@ -148,6 +154,29 @@ pub struct Config {
     pub memory_cache_bytes: u64,
     pub disk_cache_bytes: u64,
     pub limits: Limits,
+}
+
+/// The fleet cache this daemon uses, with its lease settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Remote {
+    pub uri: String,
+    /// The bearer token itself (read from the file when given as @FILE).
+    pub token: String,
+    pub lease_ttl: Duration,
+    pub hedge: Duration,
+    pub leases: bool,
+}
+
+/// `TOKEN` or `@FILE`: the token, with the file's surrounding whitespace trimmed.
+pub fn read_token(value: &str) -> anyhow::Result<String> {
+    use anyhow::Context;
+    match value.strip_prefix('@') {
+        Some(path) => Ok(std::fs::read_to_string(path)
+            .with_context(|| format!("reading the token file {path}"))?
+            .trim()
+            .to_string()),
+        None => Ok(value.to_string()),
+    }
 }
 
 /// Host facts the defaults depend on, passed in so that [`Config::merge`] stays pure.
@@ -194,7 +223,13 @@ impl Config {
                 .unwrap_or_else(|| defaults.cache_dir.clone()),
             target: flags.target.clone().or_else(|| file.target.clone()),
             metrics: flags.metrics.or(file.metrics),
-            remote: flags.remote.clone().or_else(|| file.remote.clone()),
+            remote: flags.remote.clone().or_else(|| file.remote.clone()).map(|uri| Remote {
+                uri,
+                token: flags.remote_token.clone().or_else(|| file.remote_token.clone()).unwrap_or_default(),
+                lease_ttl: Duration::from_millis(file.lease_ttl_ms.unwrap_or(10_000).max(300)),
+                hedge: Duration::from_secs(file.hedge_secs.unwrap_or(600)),
+                leases: file.fleet_leases.unwrap_or(true),
+            }),
             concurrency: flags.concurrency.or(file.concurrency).unwrap_or(defaults.cores).max(1),
             cuda_root: flags.cuda_root.clone().or_else(|| file.cuda_root.clone()),
             python: flags.python.clone().or_else(|| file.python.clone()).unwrap_or_else(|| "python3".into()),

@@ -2,6 +2,7 @@
 //! a worker, publish, answer. Everything a job does per kernel goes through [`Engine::resolve`].
 
 use crate::config::Limits;
+use crate::fleet::{Claim, Fleet, Found};
 use crate::metrics::{CompileLabels, Metrics, ToolchainLabels};
 use crate::scheduler::flight::{Flights, Join, Leader};
 use crate::scheduler::gate::{Gate, Priority};
@@ -14,6 +15,7 @@ use bytes::Bytes;
 use kiln_proto::envelope::{self, Artifact};
 use kiln_proto::pb::{self, ArtifactMeta, LoweredName};
 use kiln_proto::{CacheKey, Target};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::task::TaskTracker;
@@ -65,6 +67,7 @@ fn tier_of(name: TierName) -> pb::Tier {
     match name {
         TierName::Memory => pb::Tier::Memory,
         TierName::Disk => pb::Tier::Disk,
+        TierName::Remote => pb::Tier::Remote,
     }
 }
 
@@ -78,6 +81,8 @@ struct Failure {
 #[derive(Debug)]
 pub struct Engine {
     pub toolchains: Toolchains,
+    /// The fleet cache's leases and notifications, when kilnd has `--remote`.
+    pub fleet: Option<Fleet>,
     pub store: TieredStore,
     pub metrics: Arc<Metrics>,
     pub gate: Arc<Gate>,
@@ -94,6 +99,7 @@ pub struct Engine {
 impl Engine {
     pub fn new(
         toolchains: Toolchains,
+        fleet: Option<Fleet>,
         store: TieredStore,
         metrics: Arc<Metrics>,
         concurrency: usize,
@@ -102,6 +108,7 @@ impl Engine {
         let negative = moka::future::Cache::builder().max_capacity(100_000).time_to_live(limits.negative_ttl).build();
         Engine {
             toolchains,
+            fleet,
             store,
             metrics,
             gate: Gate::new(concurrency),
@@ -114,13 +121,54 @@ impl Engine {
 
     /// Answers from the caches only: the negative cache, then the tiers.
     pub async fn cached(&self, key: &CacheKey) -> Option<Outcome> {
+        self.cached_in(key, true).await
+    }
+
+    async fn cached_in(&self, key: &CacheKey, remote: bool) -> Option<Outcome> {
         if let Some(f) = self.negative.get(key).await {
             self.metrics.negative_hits.inc();
             return Some(Outcome::failed(pb::Tier::Memory, f.log.clone(), f.compile_micros));
         }
-        let hit = self.store.get(key).await?;
+        let hit = if remote { self.store.get(key).await? } else { self.store.get_local(key).await? };
         self.metrics.seconds_saved.inc_by(hit.artifact.meta.compile_micros as f64 / 1e6);
         Some(Outcome::from_artifact(hit.artifact, tier_of(hit.tier)))
+    }
+
+    /// Publishes a graph manifest (graph key → kernel keys) so another host can warm the whole
+    /// graph by its key.
+    pub async fn publish_manifest(&self, graph_key: &CacheKey, kernel_keys: &[CacheKey]) {
+        let Some(fleet) = self.fleet.as_ref().filter(|f| f.tier.usable()) else { return };
+        let result = fleet.tier.client.put_manifest(graph_key, kernel_keys).await;
+        fleet.tier.observe(&result);
+        if let Err(e) = result {
+            tracing::warn!(%graph_key, error = %e, "could not publish the graph manifest");
+        }
+    }
+
+    /// Answers as many of `keys` as the caches can, asking the fleet cache for all the local
+    /// misses in one BatchGet: a fresh host warm-starts a whole graph in one round trip.
+    pub async fn prefetch(&self, keys: &[CacheKey]) -> HashMap<CacheKey, Outcome> {
+        let mut found = HashMap::new();
+        let mut missing = Vec::new();
+        for key in keys {
+            match self.cached_in(key, false).await {
+                Some(outcome) => {
+                    found.insert(*key, outcome);
+                }
+                None => missing.push(*key),
+            }
+        }
+        let Some(fleet) = self.fleet.as_ref().filter(|f| f.tier.usable() && !missing.is_empty()) else {
+            return found;
+        };
+        let fetched = fleet.tier.client.batch_get(&missing).await;
+        fleet.tier.observe(&fetched);
+        for (key, lookup) in fetched.unwrap_or_default() {
+            if let Some(f) = fleet.verify(&key, lookup) {
+                found.insert(key, self.adopt(&key, f).await);
+            }
+        }
+        found
     }
 
     /// Looks a kernel up and compiles it on a miss, once per key however many ask at once.
@@ -163,6 +211,17 @@ impl Engine {
             leader.finish(hit.clone());
             return hit;
         }
+        let lease = match &self.fleet {
+            None => None,
+            Some(fleet) => match fleet.claim(&kernel.key).await {
+                Claim::Compile(lease) => lease,
+                Claim::Found(found) => {
+                    let outcome = self.adopt(&kernel.key, found).await;
+                    leader.finish(outcome.clone());
+                    return outcome;
+                }
+            },
+        };
         self.metrics.queue_depth.inc();
         let permit = self.gate.acquire(priority).await;
         self.metrics.queue_depth.dec();
@@ -171,8 +230,27 @@ impl Engine {
         self.metrics.inflight.dec();
         drop(permit);
         let outcome = self.publish(&kernel.key, &target, kernel.source.toolchain(), compiled).await;
+        if let Some(lease) = lease {
+            lease.release().await;
+        }
         leader.finish(outcome.clone());
         outcome
+    }
+
+    /// Takes another host's result: an artifact goes into the local tiers, a failure into the
+    /// negative cache.
+    pub async fn adopt(&self, key: &CacheKey, found: Found) -> Outcome {
+        match found {
+            Found::Artifact(artifact, bytes) => {
+                self.store.put_local(key, Bytes::from(bytes)).await;
+                self.metrics.seconds_saved.inc_by(artifact.meta.compile_micros as f64 / 1e6);
+                Outcome::from_artifact(artifact, pb::Tier::Remote)
+            }
+            Found::Failed { log, compile_micros } => {
+                self.negative.insert(*key, Arc::new(Failure { log: log.clone(), compile_micros })).await;
+                Outcome::failed(pb::Tier::Remote, log, compile_micros)
+            }
+        }
     }
 
     /// Runs the kernel's toolchain. Validation only passes kernels whose toolchain is available;
@@ -212,6 +290,9 @@ impl Engine {
             }
             let failure = Arc::new(Failure { log: log.clone(), compile_micros: c.compile_micros });
             self.negative.insert(*key, failure).await;
+            if let Some(fleet) = &self.fleet {
+                fleet.publish_failure(key, &log, c.compile_micros).await;
+            }
             return Outcome::failed(pb::Tier::Compiled, log, c.compile_micros);
         }
         self.metrics.compiles.get_or_create(&labels("ok")).inc();

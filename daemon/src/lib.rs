@@ -9,7 +9,9 @@
 //! - [`service`]: the `kiln.v1.Compiler` gRPC handlers; [`stats`] builds the Stats answer.
 //! - [`validate`]: request validation; every bad field is INVALID_ARGUMENT naming it.
 //! - [`jobs`]: background jobs and their replayable event streams.
+//! - [`warm`]: `Warm`, which pulls graphs from the fleet cache into the local tiers.
 //! - [`engine`]: one kernel's path: negative cache, tiers, single-flight compile, publish.
+//! - [`fleet`]: fleet-wide single-flight through kiln-cache leases and publish notifications.
 //! - [`scheduler`]: the priority gate and single-flight.
 //! - [`store`]: the `Store` trait, the memory and disk tiers, and the tiered store.
 //! - [`toolchain`]: CUDA discovery, fingerprints, the option allowlist, include checks, NVRTC.
@@ -21,6 +23,7 @@
 pub mod check;
 pub mod config;
 pub mod engine;
+pub mod fleet;
 pub mod gpu;
 pub mod jobs;
 pub mod metrics;
@@ -31,4 +34,5 @@ pub mod stats;
 pub mod store;
 pub mod toolchain;
 pub mod validate;
+pub mod warm;
 pub mod worker;

@@ -33,6 +33,12 @@ pub struct TierLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LeaseLabels {
+    /// acquired | waited | takeover | timeout | error
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BytesLabels {
     pub tier: &'static str,
     pub direction: &'static str,
@@ -57,6 +63,9 @@ pub struct Metrics {
     pub integrity_failures: Family<TierLabels, Counter>,
     pub negative_hits: Counter,
     pub jobs: Counter,
+    pub leases: Family<LeaseLabels, Counter>,
+    /// 1 while the fleet cache answers, 0 while it does not (absent without --remote).
+    pub remote_up: Gauge,
 }
 
 impl Default for Metrics {
@@ -79,6 +88,8 @@ impl Metrics {
             integrity_failures: Family::default(),
             negative_hits: Counter::default(),
             jobs: Counter::default(),
+            leases: Family::default(),
+            remote_up: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register("cache_lookups", "Cache lookups by tier and result", m.lookups.clone());
@@ -107,7 +118,17 @@ impl Metrics {
             m.negative_hits.clone(),
         );
         registry.register("jobs", "Jobs accepted", m.jobs.clone());
+        registry.register("lease", "Fleet leases: acquired, waited, takeover, timeout", m.leases.clone());
         Metrics { registry, ..m }
+    }
+
+    /// Registers `kiln_remote_up`; only a daemon with a fleet cache has one.
+    pub fn enable_remote_up(&mut self) {
+        self.registry.register("remote_up", "Whether the fleet cache answers", self.remote_up.clone());
+    }
+
+    pub fn lease(&self, result: &'static str) {
+        self.leases.get_or_create(&LeaseLabels { result }).inc();
     }
 
     pub fn lookup(&self, tier: &'static str, result: &'static str) {

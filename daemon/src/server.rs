@@ -1,15 +1,18 @@
 //! The daemon's entry point as a library: [`run`] takes bound listeners, the configuration and a
 //! shutdown future, so a test can bind anything and stop the daemon whenever it likes.
 
-use crate::config::Config;
+use crate::config::{Config, read_token};
 use crate::engine::Engine;
+use crate::fleet::Fleet;
 use crate::gpu;
 use crate::jobs::Jobs;
 use crate::metrics::Metrics;
 use crate::service::CompilerService;
+use crate::store::remote::RemoteTier;
 use crate::store::{Store, disk::DiskTier, memory::MemoryTier, tiered::TieredStore};
 use crate::toolchain::{cuda, nvrtc::Nvrtc, ptxas::Ptxas, set::Toolchains, triton};
 use anyhow::Context;
+use kiln_cache_server::client::RemoteCache;
 use kiln_proto::Target;
 use kiln_proto::pb::compiler_server::CompilerServer;
 use std::future::Future;
@@ -25,13 +28,17 @@ pub struct Listeners {
     pub metrics: Option<TcpListener>,
 }
 
-/// Builds the daemon's state: toolchain, GPUs, tiers, engine.
-pub async fn build(config: &Config) -> anyhow::Result<(Arc<CompilerService>, Arc<Metrics>)> {
-    if config.remote.is_some() {
-        anyhow::bail!(
-            "--remote: the fleet cache tier (kiln-cache) is not part of this build yet; run without --remote"
-        );
-    }
+/// The daemon's state, as [`build`] makes it.
+#[derive(Debug)]
+pub struct Built {
+    pub service: Arc<CompilerService>,
+    pub metrics: Arc<Metrics>,
+    /// The fleet cache tier, whose health probe [`run`] keeps going.
+    pub remote: Option<Arc<RemoteTier>>,
+}
+
+/// Finds and starts the toolchains: NVRTC (required), ptxas (when present), Triton (lazily).
+async fn toolchains(config: &Config) -> anyhow::Result<Toolchains> {
     let cuda_home = std::env::var_os("CUDA_HOME").map(std::path::PathBuf::from);
     let install = cuda::discover(config.cuda_root.as_deref(), cuda_home.as_deref())?;
     let exe = std::env::current_exe().context("finding kilnd's own executable for its workers")?;
@@ -51,19 +58,48 @@ pub async fn build(config: &Config) -> anyhow::Result<(Arc<CompilerService>, Arc
         max_workers: config.triton_workers,
         memory_mb: config.limits.worker_memory_mb,
     };
-    let toolchains = Toolchains::new(nvrtc, ptxas, triton_settings);
+    Ok(Toolchains::new(nvrtc, ptxas, triton_settings))
+}
+
+/// Builds the daemon's state: toolchains, GPUs, tiers, fleet, engine.
+pub async fn build(config: &Config) -> anyhow::Result<Built> {
+    let toolchains = toolchains(config).await?;
     let gpus = tokio::task::spawn_blocking(gpu::probe).await.context("probing GPUs")?;
     let default_target = match &config.target {
         Some(t) => Some(t.parse::<Target>().with_context(|| "--target")?),
         None => gpus.default_target(),
     };
     tracing::info!(gpus = gpus.gpus.len(), note = %gpus.note, target = ?default_target.map(|t| t.to_string()), "GPU probe");
-    let metrics = Arc::new(Metrics::new());
+    let mut metrics = Metrics::new();
+    if config.remote.is_some() {
+        metrics.enable_remote_up();
+    }
+    let metrics = Arc::new(metrics);
     let disk = DiskTier::open(&config.cache_dir, config.disk_cache_bytes)
         .with_context(|| format!("opening the cache directory {}", config.cache_dir.display()))?;
-    let tiers: Vec<Arc<dyn Store>> = vec![Arc::new(MemoryTier::new(config.memory_cache_bytes)), Arc::new(disk)];
+    let mut tiers: Vec<Arc<dyn Store>> = vec![Arc::new(MemoryTier::new(config.memory_cache_bytes)), Arc::new(disk)];
+    let (remote, fleet) = match &config.remote {
+        None => (None, None),
+        Some(r) => {
+            let token = read_token(&r.token).context("--remote-token")?;
+            let client = RemoteCache::connect(&r.uri, &token).context("--remote")?;
+            let tier = RemoteTier::new(client, Arc::clone(&metrics));
+            tiers.push(tier.clone());
+            let fleet = Fleet {
+                tier: Arc::clone(&tier),
+                lease_ttl: r.lease_ttl,
+                hedge: r.hedge,
+                leases: r.leases,
+                negative_ttl: config.limits.negative_ttl,
+                metrics: Arc::clone(&metrics),
+                max_artifact_bytes: config.limits.max_artifact_bytes,
+            };
+            tracing::info!(uri = %r.uri, leases = r.leases, "fleet cache configured");
+            (Some(tier), Some(fleet))
+        }
+    };
     let store = TieredStore::new(tiers, Arc::clone(&metrics), config.limits.max_artifact_bytes);
-    let engine = Engine::new(toolchains, store, Arc::clone(&metrics), config.concurrency, config.limits.clone());
+    let engine = Engine::new(toolchains, fleet, store, Arc::clone(&metrics), config.concurrency, config.limits.clone());
     let service = CompilerService {
         engine: Arc::new(engine),
         jobs: Arc::new(Jobs::default()),
@@ -71,7 +107,7 @@ pub async fn build(config: &Config) -> anyhow::Result<(Arc<CompilerService>, Arc
         default_target,
         config: config.clone(),
     };
-    Ok((Arc::new(service), metrics))
+    Ok(Built { service: Arc::new(service), metrics, remote })
 }
 
 /// Serves until `shutdown` resolves, then stops accepting, drains running work within the
@@ -81,7 +117,7 @@ pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let (service, metrics) = build(&config).await?;
+    let Built { service, metrics, remote } = build(&config).await?;
     let stop = CancellationToken::new();
     let trigger = stop.clone();
     let stop_watch = tokio::spawn(async move {
@@ -89,6 +125,13 @@ pub async fn run(
         trigger.cancel();
     });
     let mut servers = tokio::task::JoinSet::new();
+    if let Some(tier) = remote {
+        let stopped = stop.clone();
+        servers.spawn(async move {
+            tier.probe(stopped).await;
+            Ok(())
+        });
+    }
     let limit = config.limits.max_message_bytes;
     let (health_reporter, health) = tonic_health::server::health_reporter();
     health_reporter.set_serving::<CompilerServer<CompilerService>>().await;

@@ -85,6 +85,7 @@ impl CompilerService {
 impl Compiler for CompilerService {
     type CompileStream = EventStream;
     type WatchStream = EventStream;
+    type WarmStream = ReceiverStream<Result<pb::WarmProgress, Status>>;
     type LookupStream = tokio_stream::Iter<std::vec::IntoIter<Result<pb::JobEvent, Status>>>;
 
     async fn compile(&self, request: Request<pb::CompileRequest>) -> Result<Response<Self::CompileStream>, Status> {
@@ -150,6 +151,10 @@ impl Compiler for CompilerService {
             missed,
         })));
         Ok(Response::new(tokio_stream::iter(events)))
+    }
+
+    async fn warm(&self, request: Request<pb::WarmRequest>) -> Result<Response<Self::WarmStream>, Status> {
+        crate::warm::start(Arc::clone(&self.engine), request.get_ref()).map(Response::new)
     }
 
     async fn stats(&self, _request: Request<pb::StatsRequest>) -> Result<Response<pb::StatsResponse>, Status> {

@@ -3,6 +3,7 @@
 //!
 //! - [`compile`]: `compile` and `lookup`, which wait for results;
 //! - [`submit`] and [`watch`]: the same work split in two;
+//! - [`warm`]: fleet cache to local tiers, ahead of a job;
 //! - [`stats`] and [`doctor`]: what the daemon is and whether it can work.
 
 mod compile;
@@ -10,6 +11,7 @@ mod doctor;
 mod local_check;
 mod stats;
 mod submit;
+mod warm;
 mod watch;
 
 use crate::cli::{Cli, Command, GraphArgs};
@@ -28,6 +30,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Lookup(args) => compile::run(&daemon, args, compile::Mode::Lookup).await,
         Command::Submit(args) => submit::run(&daemon, args).await,
         Command::Watch(args) => watch::run(&daemon, args).await,
+        Command::Warm(args) => warm::run(&daemon, args).await,
         Command::Stats(args) => stats::run(&daemon, args.json).await,
         Command::Doctor(args) => doctor::run(&daemon, args.json).await,
     }

@@ -38,7 +38,19 @@ impl TieredStore {
 
     /// Looks `key` up in every tier, fastest first.
     pub async fn get(&self, key: &CacheKey) -> Option<Hit> {
+        self.get_from(key, true).await
+    }
+
+    /// Looks `key` up in the local tiers only (memory and disk).
+    pub async fn get_local(&self, key: &CacheKey) -> Option<Hit> {
+        self.get_from(key, false).await
+    }
+
+    async fn get_from(&self, key: &CacheKey, remote: bool) -> Option<Hit> {
         for (i, tier) in self.tiers.iter().enumerate() {
+            if !remote && tier.name() == TierName::Remote {
+                continue;
+            }
             let name = tier.name().as_str();
             let bytes = match tier.get(key).await {
                 Ok(Some(bytes)) => bytes,
@@ -70,6 +82,13 @@ impl TieredStore {
             }
         }
         None
+    }
+
+    /// Stores an envelope in the local tiers only (memory and disk): for artifacts fetched from
+    /// the fleet cache, which already holds them.
+    pub async fn put_local(&self, key: &CacheKey, envelope: Bytes) {
+        let local: Vec<Arc<dyn Store>> = self.tiers.iter().filter(|t| t.name() != TierName::Remote).cloned().collect();
+        self.backfill(&local, key, &envelope).await;
     }
 
     /// Stores a sealed envelope in every tier, slowest first.
