@@ -150,6 +150,23 @@ impl Daemon {
         self.stop_within(Duration::from_secs(30));
     }
 
+    /// SIGKILL, as a preempted host dies: no drain, no release of anything.
+    pub fn kill9(mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// A daemon that uses the fleet cache at `uri` with `token`, plus `config` lines.
+    pub fn fleet_options(uri: &str, token: &str, config: &str) -> Options {
+        Options {
+            extra_env: vec![("KILN_REMOTE".into(), uri.into()), ("KILN_REMOTE_TOKEN".into(), token.into())],
+            config: config.into(),
+            ..Options::default()
+        }
+    }
+
     /// Whether the process is still running.
     pub fn alive(&mut self) -> bool {
         self.child.as_mut().is_some_and(|c| c.try_wait().ok().flatten().is_none())

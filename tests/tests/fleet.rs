@@ -1,0 +1,283 @@
+//! The fleet: several real kilnd "hosts" (own cache directories) over a real kiln-cache and a
+//! real redis-server. Compiles are counted by the witness NVRTC, outside kiln's code.
+
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+use kiln_proto::pb::{self, Outcome, Tier, kernel::Source};
+use kiln_tests::daemon::{Daemon, Options};
+use kiln_tests::http::sample;
+use kiln_tests::kernels::*;
+use kiln_tests::redis::{CacheOptions, CacheServer, READ_TOKEN, RedisServer, WRITE_TOKEN};
+use kiln_tests::toolkits;
+use std::time::{Duration, Instant};
+
+fn fleet() -> (RedisServer, CacheServer) {
+    let redis = RedisServer::start();
+    let cache = CacheServer::start(CacheOptions::new(vec![redis.url()]));
+    (redis, cache)
+}
+
+/// `n` daemons sharing one witness NVRTC; returns them and the witness file.
+fn hosts(n: usize, cache: &CacheServer, dir: &std::path::Path, config: &str) -> (Vec<Daemon>, std::path::PathBuf) {
+    let witness = dir.join("compiles.log");
+    let (root, env) = toolkits::witness_root(dir, &witness);
+    let daemons = (0..n)
+        .map(|_| {
+            let mut o = Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, config);
+            o.cuda_root = root.clone();
+            o.extra_env.extend(env.clone());
+            Daemon::start(o)
+        })
+        .collect();
+    (daemons, witness)
+}
+
+fn metric(d: &Daemon, series: &str) -> f64 {
+    sample(&d.metrics_text(), series).unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_hosts_compile_each_kernel_once_across_the_fleet() {
+    let (_redis, cache) = fleet();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut daemons, witness) = hosts(5, &cache, dir.path(), "");
+    // The fifth host starts out of the race, for the warm start below.
+    let fresh = daemons.pop().unwrap();
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(daemons.len()));
+    let mut clients = tokio::task::JoinSet::new();
+    for d in &daemons {
+        let (uri, barrier) = (d.uri(), barrier.clone());
+        clients.spawn(async move {
+            let client = kiln_client::connect(&uri).await.unwrap();
+            barrier.wait().await;
+            client.compile(vector_graph("sm_90", 16)).await.unwrap().collect().await.unwrap()
+        });
+    }
+    let mut jobs = Vec::new();
+    while let Some(j) = clients.join_next().await {
+        jobs.push(j.unwrap());
+    }
+    assert_eq!(toolkits::witnessed_compiles(&witness), 16, "the fleet compiled a kernel more than once");
+    let compiled: f64 =
+        daemons.iter().map(|d| metric(d, "kiln_compiles_total{toolchain=\"nvrtc\",outcome=\"ok\"}")).sum();
+    assert_eq!(compiled, 16.0, "/metrics disagrees with the witness");
+    for job in &jobs {
+        for k in &job.kernels {
+            assert_eq!(k.outcome(), Outcome::Ok, "{}", k.log);
+            assert_eq!(k.artifact, jobs[0].kernel(&k.id).unwrap().artifact, "hosts got different bytes");
+            assert!(matches!(k.tier(), Tier::Compiled | Tier::Remote | Tier::Joined), "{:?}", k.tier());
+        }
+    }
+    // The fifth, fresh host warms the whole graph from the fleet in one round trip.
+    let warm = fresh.client().await.compile(vector_graph("sm_90", 16)).await.unwrap().collect().await.unwrap();
+    assert!(
+        warm.kernels.iter().all(|k| k.tier() == Tier::Remote),
+        "{:?}",
+        warm.kernels.iter().map(|k| k.tier()).collect::<Vec<_>>()
+    );
+    assert_eq!(toolkits::witnessed_compiles(&witness), 16, "the warm start compiled");
+    fresh.stop();
+    for d in daemons {
+        d.stop();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_holder_is_taken_over_by_exactly_one_waiter() {
+    let (_redis, cache) = fleet();
+    let config = "lease_ttl_ms = 1500\nhedge_secs = 600\n";
+    let a = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, config));
+    let b = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, config));
+    let req = request("sm_90", vec![kernel("slow", cuda(&format!("// takeover\n{}", slow_kernel(3000))))]);
+    let ca = a.client().await;
+    ca.submit(req.clone()).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ca.stats().await.unwrap().inflight_compiles < 1 {
+        assert!(Instant::now() < deadline, "A never started compiling");
+        tokio::task::yield_now().await;
+    }
+    let waiter = {
+        let uri = b.uri();
+        let req = req.clone();
+        tokio::spawn(async move {
+            kiln_client::connect(&uri).await.unwrap().compile(req).await.unwrap().collect().await.unwrap()
+        })
+    };
+    // B is waiting on A's lease; now A's host dies.
+    while metric(&b, "kiln_lease_total{result=\"waited\"}") < 1.0 {
+        assert!(Instant::now() < deadline, "B never waited on A's lease");
+        tokio::task::yield_now().await;
+    }
+    drop(ca);
+    a.kill9();
+    let job = tokio::time::timeout(Duration::from_secs(120), waiter).await.expect("the waiter hung").unwrap();
+    assert_eq!(job.kernels[0].outcome(), Outcome::Ok, "{}", job.kernels[0].log);
+    assert_eq!(metric(&b, "kiln_lease_total{result=\"takeover\"}"), 1.0);
+    assert_eq!(metric(&b, "kiln_lease_total{result=\"timeout\"}"), 0.0);
+    b.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_compile_releases_every_waiter_with_its_log() {
+    let (_redis, cache) = fleet();
+    // A long TTL: waiters that finish well inside it were released by the failure itself.
+    let config = "lease_ttl_ms = 30000\n";
+    let a = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, config));
+    let b = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, config));
+    // Slow in Triton's front end, then a failed static assert at the end.
+    let source = format!(
+        "{}\n@triton.jit\ndef doomed(x_ptr, BLOCK: tl.constexpr):\n    x = tl.load(x_ptr + tl.arange(0, BLOCK))\n    for i in tl.static_range(2500):\n        x = x * 1.0001 + i\n    tl.static_assert(BLOCK < 0, \"doomed by design\")\n    tl.store(x_ptr + tl.arange(0, BLOCK), x)\n",
+        triton_module()
+    );
+    let t = triton(&source, "doomed", &[("x_ptr", "*fp32"), ("BLOCK", "constexpr")], &[("BLOCK", 128)], 4);
+    let req = request("sm_90", vec![any_kernel("doomed", Source::Triton(t))]);
+    let ca = a.client().await;
+    let job_a = ca.submit(req.clone()).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while ca.stats().await.unwrap().inflight_compiles < 1 {
+        assert!(Instant::now() < deadline, "A never started compiling");
+        tokio::task::yield_now().await;
+    }
+    let started = Instant::now();
+    let waited = b.client().await.compile(req).await.unwrap().collect().await.unwrap();
+    let elapsed = started.elapsed();
+    let held = ca.watch(&job_a).await.unwrap().collect().await.unwrap();
+    assert_eq!(held.kernels[0].outcome(), Outcome::Failed);
+    let k = &waited.kernels[0];
+    assert_eq!(k.outcome(), Outcome::Failed);
+    assert!(k.log.contains("doomed by design"), "the waiter did not get the holder's log: {}", k.log);
+    assert_eq!(k.tier(), Tier::Remote, "the waiter compiled it itself");
+    assert!(elapsed < Duration::from_secs(30), "the waiter sat out the lease TTL ({elapsed:?})");
+    assert_eq!(metric(&b, "kiln_compiles_total{toolchain=\"triton\",outcome=\"failed\"}"), 0.0);
+    a.stop();
+    b.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_outages_cost_nothing_and_the_remote_tier_comes_back() {
+    let (mut redis, cache) = fleet();
+    let d = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, ""));
+    let client = d.client().await;
+    assert!(client.compile(vector_graph("sm_90", 2)).await.unwrap().collect().await.unwrap().all_ok());
+    redis.stop();
+    let during = client
+        .compile(request("sm_90", vec![kernel("outage", cuda(&vector_add(50)))]))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert!(during.all_ok(), "a Redis outage failed a compile");
+    let warm = client.compile(vector_graph("sm_90", 2)).await.unwrap().collect().await.unwrap();
+    assert!(warm.kernels.iter().all(|k| k.tier() == Tier::Memory));
+    redis.restart();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while metric(&d, "kiln_remote_up") < 1.0 {
+        assert!(Instant::now() < deadline, "the remote tier never came back");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let after = client
+        .compile(request("sm_90", vec![kernel("after", cuda(&vector_add(51)))]))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert!(after.all_ok());
+    let fresh = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, ""));
+    let got = fresh
+        .client()
+        .await
+        .lookup(request("sm_90", vec![kernel("after", cuda(&vector_add(51)))]))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(got.kernels[0].tier(), Tier::Remote, "publishes did not resume");
+    fresh.stop();
+    d.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupt_or_misplaced_values_in_redis_are_recompiled_and_repaired() {
+    let (redis, cache) = fleet();
+    let a = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, ""));
+    let job = a.client().await.compile(vector_graph("sm_90", 3)).await.unwrap().collect().await.unwrap();
+    a.stop();
+    let head = |id: &str| format!("kiln:v1:{{{}}}:a", job.kernel(id).unwrap().key);
+    // Flip a byte inside add_0's stored value; store add_2's valid envelope under add_1's key.
+    let len: usize = String::from_utf8_lossy(&redis.cli(&["STRLEN", &head("add_0")])).trim().parse().unwrap();
+    let middle = (len / 2).to_string();
+    let byte = redis.cli(&["GETRANGE", &head("add_0"), &middle, &middle]);
+    let other = if byte == b"A" { "B" } else { "A" };
+    redis.cli(&["SETRANGE", &head("add_0"), &middle, other]);
+    redis.cli(&["COPY", &head("add_2"), &head("add_1"), "REPLACE"]);
+
+    let b = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, ""));
+    let again = b.client().await.compile(vector_graph("sm_90", 3)).await.unwrap().collect().await.unwrap();
+    for id in ["add_0", "add_1"] {
+        let k = again.kernel(id).unwrap();
+        assert_eq!(k.tier(), Tier::Compiled, "{id} was served from a bad value");
+        assert_eq!(k.artifact, job.kernel(id).unwrap().artifact);
+    }
+    assert_eq!(again.kernel("add_2").unwrap().tier(), Tier::Remote);
+    let detected = sample(&cache.metrics_text(), "kiln_server_integrity_failures_total").unwrap_or(0.0)
+        + metric(&b, "kiln_integrity_failures_total{tier=\"remote\"}");
+    assert!(detected >= 2.0, "the bad values were not counted ({detected})");
+    b.stop();
+    // Repaired: a third host gets good bytes from the fleet.
+    let c = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, ""));
+    let repaired = c.client().await.compile(vector_graph("sm_90", 3)).await.unwrap().collect().await.unwrap();
+    for k in &repaired.kernels {
+        assert_eq!(k.tier(), Tier::Remote, "{} was not repaired", k.id);
+        assert_eq!(k.artifact, job.kernel(&k.id).unwrap().artifact);
+    }
+    c.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_tokens_and_a_full_redis_never_fail_a_compile() {
+    let (redis, cache) = fleet();
+    for token in ["", "wrong-token-0123456789", READ_TOKEN] {
+        let d = Daemon::start(Daemon::fleet_options(&cache.uri(), token, ""));
+        let job = d
+            .client()
+            .await
+            .compile(request("sm_90", vec![kernel("k", cuda(&vector_add(60)))]))
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        assert!(job.all_ok(), "token {token:?}: {:?}", job.kernels[0].log);
+        d.stop();
+    }
+    // Nothing was published with those tokens.
+    let probe = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, ""));
+    let look = probe
+        .client()
+        .await
+        .lookup(request("sm_90", vec![kernel("k", cuda(&vector_add(60)))]))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(look.kernels[0].outcome(), Outcome::Miss, "a read-only or bad token published");
+    probe.stop();
+    // Redis at its memory limit: writes fail, compiles do not, nothing half-written remains.
+    redis.cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    redis.cli(&["CONFIG", "SET", "maxmemory", "1"]);
+    let d = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, ""));
+    let job = d.client().await.compile(vector_graph("sm_90", 3)).await.unwrap().collect().await.unwrap();
+    assert!(job.all_ok());
+    assert!(
+        sample(&cache.metrics_text(), "kiln_server_redis_errors_total").unwrap_or(0.0) >= 1.0,
+        "the failed writes were not counted"
+    );
+    redis.cli(&["CONFIG", "SET", "maxmemory", "0"]);
+    let keys = String::from_utf8_lossy(&redis.cli(&["KEYS", "kiln:v1:*:a*"])).to_string();
+    assert!(keys.trim().is_empty(), "half-written values left behind: {keys}");
+    d.stop();
+}
