@@ -69,6 +69,8 @@ async fn four_hosts_compile_each_kernel_once_across_the_fleet() {
         }
     }
     // The fifth, fresh host warms the whole graph from the fleet in one round trip.
+    let ops = |op: &str| sample(&cache.metrics_text(), &format!("kiln_server_requests_total{{op=\"{op}\",code=\"ok\"}}")).unwrap_or(0.0);
+    let (batch_before, get_before) = (ops("BatchGet"), ops("Get"));
     let warm = fresh.client().await.compile(vector_graph("sm_90", 16)).await.unwrap().collect().await.unwrap();
     assert!(
         warm.kernels.iter().all(|k| k.tier() == Tier::Remote),
@@ -76,6 +78,8 @@ async fn four_hosts_compile_each_kernel_once_across_the_fleet() {
         warm.kernels.iter().map(|k| k.tier()).collect::<Vec<_>>()
     );
     assert_eq!(toolkits::witnessed_compiles(&witness), 16, "the warm start compiled");
+    assert_eq!(ops("BatchGet") - batch_before, 1.0, "the warm start was not one BatchGet");
+    assert_eq!(ops("Get") - get_before, 0.0, "the warm start fetched kernels one by one");
     fresh.stop();
     for d in daemons {
         d.stop();
@@ -280,4 +284,76 @@ async fn bad_tokens_and_a_full_redis_never_fail_a_compile() {
     let keys = String::from_utf8_lossy(&redis.cli(&["KEYS", "kiln:v1:*:a*"])).to_string();
     assert!(keys.trim().is_empty(), "half-written values left behind: {keys}");
     d.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_cluster_works_end_to_end() {
+    let cluster = kiln_tests::redis::RedisCluster::start(3);
+    let cache = CacheServer::start(CacheOptions { cluster: true, ..CacheOptions::new(cluster.urls()) });
+    let dir = tempfile::tempdir().unwrap();
+    let (daemons, witness) = hosts(3, &cache, dir.path(), "");
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(2));
+    let mut clients = tokio::task::JoinSet::new();
+    for d in &daemons[..2] {
+        let (uri, barrier) = (d.uri(), barrier.clone());
+        clients.spawn(async move {
+            let client = kiln_client::connect(&uri).await.unwrap();
+            barrier.wait().await;
+            client.compile(vector_graph("sm_90", 8)).await.unwrap().collect().await.unwrap()
+        });
+    }
+    while let Some(job) = clients.join_next().await {
+        assert!(job.unwrap().all_ok());
+    }
+    assert_eq!(toolkits::witnessed_compiles(&witness), 8, "leases did not hold across the cluster");
+    let warm = daemons[2].client().await.compile(vector_graph("sm_90", 8)).await.unwrap().collect().await.unwrap();
+    assert!(warm.kernels.iter().all(|k| k.tier() == Tier::Remote));
+    for d in daemons {
+        d.stop();
+    }
+}
+
+#[test]
+fn kiln_warm_pulls_a_graph_into_a_fresh_host() {
+    let (_redis, cache) = fleet();
+    let a = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, ""));
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..10 {
+        std::fs::write(dir.path().join(format!("k{i}.cu")), vector_add(100 + i)).unwrap();
+    }
+    let files: Vec<String> = (0..10).map(|i| format!("k{i}.cu")).collect();
+    let kiln = |d: &Daemon, args: &[&str]| {
+        std::process::Command::new(kiln_tests::env::binary("kiln"))
+            .env("KILN_DAEMON", d.uri())
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap()
+    };
+    let mut args = vec!["compile", "--target", "sm_90", "--json"];
+    args.extend(files.iter().map(String::as_str));
+    let out = kiln(&a, &args);
+    assert!(out.status.success());
+    std::fs::write(dir.path().join("manifest.ndjson"), &out.stdout).unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let last: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    let graph_key = last["graph_key"].as_str().unwrap().to_string();
+    a.stop();
+
+    let b = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, ""));
+    let warmed = kiln(&b, &["warm", "--graph-key", &graph_key, "--json"]);
+    assert!(warmed.status.success(), "{}", String::from_utf8_lossy(&warmed.stderr));
+    let lines = String::from_utf8_lossy(&warmed.stdout).to_string();
+    let end: serde_json::Value = serde_json::from_str(lines.lines().last().unwrap()).unwrap();
+    assert_eq!((end["total"].as_u64(), end["fetched"].as_u64(), end["finished"].as_bool()), (Some(10), Some(10), Some(true)));
+    let mut lookup = vec!["lookup", "--target", "sm_90", "--json"];
+    lookup.extend(files.iter().map(String::as_str));
+    let local = String::from_utf8_lossy(&kiln(&b, &lookup).stdout).to_string();
+    assert_eq!(local.matches("\"tier\":\"memory\"").count(), 10, "{local}");
+    // A manifest file works too, and an unknown graph key is an exit code of 1.
+    let again = kiln(&b, &["warm", "--manifest", "manifest.ndjson"]);
+    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stdout));
+    let unknown = kiln(&b, &["warm", "--graph-key", &"0".repeat(64)]);
+    assert_eq!(unknown.status.code(), Some(1));
+    b.stop();
 }
