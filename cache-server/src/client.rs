@@ -100,7 +100,7 @@ impl Default for ClientOptions {
 
 /// Puts `authorization: Bearer <token>` on every request.
 #[derive(Debug, Clone)]
-pub struct Bearer(Option<MetadataValue<Ascii>>);
+struct Bearer(Option<MetadataValue<Ascii>>);
 
 impl Interceptor for Bearer {
     fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {

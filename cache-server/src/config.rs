@@ -7,6 +7,7 @@
 
 use crate::auth::{TokenEntry, TokenError, parse_tokens_file};
 use clap::Parser;
+use clap::builder::BoolishValueParser;
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -22,12 +23,12 @@ pub struct Flags {
     /// gRPC address. Default 0.0.0.0:7171.
     #[arg(long, env = "KILN_CACHE_LISTEN")]
     pub listen: Option<SocketAddr>,
-    /// Redis URL: redis://[:password@]host:port, rediss://..., or unix:///path/redis.sock.
+    /// Redis URL: redis://[:password@]host:port or unix:///path/redis.sock[?pass=password].
     /// Repeat (or comma-separate in the variable) for the seed nodes of a cluster.
     #[arg(long, env = "KILN_CACHE_REDIS", value_delimiter = ',')]
     pub redis: Vec<String>,
     /// The --redis URLs are Redis Cluster seed nodes.
-    #[arg(long, env = "KILN_CACHE_REDIS_CLUSTER")]
+    #[arg(long, env = "KILN_CACHE_REDIS_CLUSTER", value_parser = BoolishValueParser::new())]
     pub redis_cluster: bool,
     /// Tokens file: one `read:TOKEN` or `write:TOKEN` per line.
     #[arg(long, env = "KILN_CACHE_TOKENS")]
@@ -42,7 +43,7 @@ pub struct Flags {
     #[arg(long, env = "KILN_CACHE_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
     /// Serve without any token. See [`Config::merge`] for why this must be said out loud.
-    #[arg(long, env = "KILN_CACHE_INSECURE_NO_AUTH")]
+    #[arg(long, env = "KILN_CACHE_INSECURE_NO_AUTH", value_parser = BoolishValueParser::new())]
     pub insecure_no_auth: bool,
 }
 
@@ -271,6 +272,16 @@ mod tests {
         let flags = Flags { insecure_no_auth: true, ..Default::default() };
         let c = Config::merge(&flags, &FileConfig::default(), None).unwrap();
         assert!(c.insecure_no_auth && c.tokens.is_empty());
+    }
+
+    #[test]
+    fn the_shipped_example_config_parses() {
+        let file: FileConfig = toml::from_str(include_str!("../kiln-cache.toml")).unwrap();
+        let flags = Flags { insecure_no_auth: true, ..Default::default() };
+        let c = Config::merge(&flags, &file, None).unwrap();
+        let defaults = Config::merge(&flags, &FileConfig::default(), None).unwrap();
+        assert_eq!(c.limits, defaults.limits, "the example documents the defaults");
+        assert_eq!((c.ttl, c.drain), (defaults.ttl, defaults.drain));
     }
 
     #[test]

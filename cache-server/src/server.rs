@@ -46,6 +46,8 @@ pub enum ServerError {
     Tls(tonic::transport::Error),
     #[error("gRPC server: {0}")]
     Serve(tonic::transport::Error),
+    #[error("the gRPC listener: {0}")]
+    Listener(std::io::Error),
     #[error("metrics server: {0}")]
     Metrics(std::io::Error),
     #[error("a server task panicked: {0}")]
@@ -104,6 +106,7 @@ pub async fn run(
     let router = builder.add_service(
         ArtifactCacheServer::from_arc(service).max_decoding_message_size(limit).max_encoding_message_size(limit),
     );
+    let listen = listeners.grpc.local_addr().map_err(ServerError::Listener)?;
     let mut servers = tokio::task::JoinSet::new();
     // TCP_NODELAY: answers are small frames, and Nagle against delayed ACKs adds 40 ms.
     let incoming = TcpIncoming::from(listeners.grpc).with_nodelay(Some(true));
@@ -118,7 +121,7 @@ pub async fn run(
         );
     }
     // URLs may hold passwords: log how many, not what.
-    tracing::info!(listen = %config.listen, redis_nodes = config.redis.len(), mode, tls = config.tls.is_some(), "kiln-cache serving");
+    tracing::info!(%listen, redis_nodes = config.redis.len(), mode, tls = config.tls.is_some(), "kiln-cache serving");
 
     tokio::pin!(shutdown);
     let outcome = tokio::select! {

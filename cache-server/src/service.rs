@@ -8,6 +8,7 @@ use crate::announce::{Announcements, PublishStream};
 use crate::auth::{Access, Tokens};
 use crate::config::Limits;
 use crate::error::Error;
+use crate::layout::LayoutError;
 use crate::metrics::Metrics;
 use crate::store::{Entry, Lookup, Store};
 use crate::validate;
@@ -111,8 +112,9 @@ impl CacheService {
         };
         match &outcome {
             Err(e) => observe(&self.metrics, e),
-            // Every other operation went to Redis and came back.
-            Ok(_) if !matches!(op, Op::CacheStats | Op::WatchPublish) => {
+            // These went to Redis and came back. (BatchGet reaches Redis only in its stream,
+            // which accounts for itself.)
+            Ok(_) if !matches!(op, Op::CacheStats | Op::WatchPublish | Op::BatchGet) => {
                 self.metrics.redis_up.set(1);
             }
             Ok(_) => {}
@@ -215,7 +217,13 @@ fn observe(metrics: &Metrics, e: &Error) {
     }
 }
 
-fn corrupt(metrics: &Metrics, key: &CacheKey, why: &crate::layout::LayoutError) {
+/// Accounts for a value the store refused and deleted. A missing piece is what LRU eviction of
+/// one piece looks like, not damage, so it is not counted as an integrity failure.
+fn corrupt(metrics: &Metrics, key: &CacheKey, why: &LayoutError) {
+    if matches!(why, LayoutError::MissingPiece(_)) {
+        tracing::debug!(%key, %why, "dropped a partly evicted artifact; answering a miss");
+        return;
+    }
     metrics.integrity_failures.inc();
     tracing::warn!(%key, %why, "deleted a damaged value; answering a miss");
 }
@@ -257,10 +265,14 @@ impl ArtifactCache for CacheService {
                 .map(move |key| {
                     let (store, metrics) = (store.clone(), Arc::clone(&metrics));
                     async move {
-                        lookup(store, Arc::clone(&metrics), key).await.map_err(|e| {
-                            observe(&metrics, &e);
-                            Status::from(e)
-                        })
+                        let answer = lookup(store, Arc::clone(&metrics), key).await;
+                        match &answer {
+                            Ok(_) => {
+                                metrics.redis_up.set(1);
+                            }
+                            Err(e) => observe(&metrics, e),
+                        }
+                        answer.map_err(Status::from)
                     }
                 })
                 .buffered(BATCH_READ_AHEAD);
@@ -320,5 +332,64 @@ impl ArtifactCache for CacheService {
             })
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::TokenEntry;
+    use crate::backend::{Redis, Timeouts};
+    use crate::config::{Config, FileConfig, Flags};
+
+    const READ: &str = "read-token-0123456789";
+
+    /// A service whose Redis (port 1) never answers: what is checked before Redis is reached
+    /// answers anyway, and the rest is UNAVAILABLE.
+    fn service() -> CacheService {
+        let timeouts = Timeouts { connect: Duration::from_millis(200), response: Duration::from_millis(200) };
+        let redis = Redis::connect(&["redis://127.0.0.1:1".to_owned()], false, timeouts).unwrap();
+        let flags = Flags { insecure_no_auth: true, ..Default::default() };
+        let config = Config::merge(&flags, &FileConfig::default(), None).unwrap();
+        CacheService {
+            store: Store::new(redis.commands, config.ttl, config.limits.max_artifact_bytes),
+            tokens: Tokens::new(&[TokenEntry { token: READ.into(), access: Access::Read }]).unwrap(),
+            announcements: Arc::new(Announcements::new()),
+            metrics: Arc::new(Metrics::new()),
+            limits: config.limits,
+            stop: CancellationToken::new(),
+        }
+    }
+
+    fn request<T>(message: T, token: Option<&str>) -> Request<T> {
+        let mut r = Request::new(message);
+        if let Some(t) = token {
+            r.metadata_mut().insert("authorization", format!("Bearer {t}").parse().unwrap());
+        }
+        r
+    }
+
+    #[tokio::test]
+    async fn auth_and_validation_answer_before_redis() {
+        let s = service();
+        let key = "ab".repeat(32);
+        let get = |k: &str, t| request(CacheGetRequest { key: k.to_owned() }, t);
+        let code = |r: Result<Response<CacheGetResponse>, Status>| r.unwrap_err().code();
+        assert_eq!(code(ArtifactCache::get(&s, get(&key, None)).await), Code::Unauthenticated);
+        assert_eq!(code(ArtifactCache::get(&s, get("AB", Some(READ))).await), Code::InvalidArgument);
+        assert_eq!(code(ArtifactCache::get(&s, get(&key, Some(READ))).await), Code::Unavailable);
+        let put = request(CachePutRequest { key: key.clone(), entry: None, negative_ttl_ms: 0 }, Some(READ));
+        assert_eq!(ArtifactCache::put(&s, put).await.unwrap_err().code(), Code::PermissionDenied);
+        let text = s.metrics.render();
+        for line in [
+            "kiln_server_requests_total{op=\"Get\",code=\"unauthenticated\"} 1",
+            "kiln_server_requests_total{op=\"Get\",code=\"invalid_argument\"} 1",
+            "kiln_server_requests_total{op=\"Get\",code=\"unavailable\"} 1",
+            "kiln_server_requests_total{op=\"Put\",code=\"permission_denied\"} 1",
+            "kiln_server_redis_errors_total 1",
+            "kiln_server_redis_up 0",
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
     }
 }

@@ -131,7 +131,7 @@ impl Fleet {
                 waited = true;
             }
             match self.wait_for_publish(key, started).await {
-                Wait::Found(found) => return Claim::Found(found),
+                Wait::Found(found) => return Claim::Found(*found),
                 Wait::RetryLease => continue,
                 Wait::Hedge => {
                     self.metrics.lease("timeout");
@@ -160,7 +160,7 @@ impl Fleet {
                 // publish may have landed before the subscription was live.
                 Ok(Ok(Some(PublishEvent::Subscribed | PublishEvent::Published(_)))) => {
                     if let Some(found) = self.fetch(key).await {
-                        return Wait::Found(found);
+                        return Wait::Found(Box::new(found));
                     }
                 }
                 Ok(Ok(None)) | Ok(Err(_)) => {
@@ -209,7 +209,7 @@ impl Fleet {
 }
 
 enum Wait {
-    Found(Found),
+    Found(Box<Found>),
     RetryLease,
     Hedge,
     Unavailable,

@@ -54,6 +54,8 @@ fn compile_histogram() -> Histogram {
 pub struct Metrics {
     registry: Registry,
     pub lookups: Family<LookupLabels, Counter>,
+    /// Writes by tier and result (ok | error): a full disk or a full Redis shows here.
+    pub writes: Family<LookupLabels, Counter>,
     pub compiles: Family<CompileLabels, Counter>,
     pub compile_seconds: Family<ToolchainLabels, Histogram, fn() -> Histogram>,
     pub seconds_saved: Counter<f64, AtomicU64>,
@@ -79,6 +81,7 @@ impl Metrics {
         let mut registry = Registry::with_prefix("kiln");
         let m = Metrics {
             lookups: Family::default(),
+            writes: Family::default(),
             compiles: Family::default(),
             compile_seconds: Family::new_with_constructor(compile_histogram),
             seconds_saved: Counter::default(),
@@ -93,6 +96,7 @@ impl Metrics {
             registry: Registry::default(),
         };
         registry.register("cache_lookups", "Cache lookups by tier and result", m.lookups.clone());
+        registry.register("cache_writes", "Cache writes by tier and result", m.writes.clone());
         registry.register("compiles", "Compiles by toolchain and outcome", m.compiles.clone());
         registry.register("compile_seconds", "Time one compile took", m.compile_seconds.clone());
         registry.register(

@@ -35,6 +35,18 @@ ensure_rust() {
   command -v cargo >/dev/null || die "cargo is missing: install Rust (https://rustup.rs) first"
 }
 
+# redis-server and redis-cli for the fleet tests, which start their own servers on private
+# sockets and ports. A policy-rc.d keeps apt from starting Redis as a system service.
+ensure_redis() {
+  if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
+    if [ -d /usr/sbin ] && [ ! -e /usr/sbin/policy-rc.d ]; then
+      printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+      trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+    fi
+    apt_install redis-server redis-tools
+  fi
+}
+
 ensure_cc() {
   command -v cc >/dev/null || apt_install gcc libc6-dev
 }

@@ -24,11 +24,8 @@ pub const READ_TOKEN: &str = "test-read-token-0123456789";
 
 /// `redis-server` or `redis-cli` from PATH, or a panic that says how to get it.
 pub fn redis_tool(name: &str) -> PathBuf {
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join(name))
-            .find(|p| p.is_file())
-    });
+    let found = std::env::var_os("PATH")
+        .and_then(|paths| std::env::split_paths(&paths).map(|d| d.join(name)).find(|p| p.is_file()));
     found.unwrap_or_else(|| {
         panic!(
             "{name} is missing: run scripts/test, which installs Redis \
@@ -50,9 +47,7 @@ fn kill_and_wait(child: &mut Child) {
 /// Sends PING over RESP and checks for PONG.
 fn pong(mut stream: impl Read + Write) -> bool {
     let mut buf = [0u8; 7];
-    stream.write_all(b"*1\r\n$4\r\nPING\r\n").is_ok()
-        && stream.read_exact(&mut buf).is_ok()
-        && &buf == b"+PONG\r\n"
+    stream.write_all(b"*1\r\n$4\r\nPING\r\n").is_ok() && stream.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
 }
 
 /// A `redis-server` on a private Unix socket.
@@ -67,11 +62,7 @@ impl RedisServer {
     pub fn start() -> RedisServer {
         let dir = tempfile::tempdir().expect("tempdir");
         let socket = dir.path().join("redis.sock");
-        let mut r = RedisServer {
-            child: None,
-            socket,
-            dir,
-        };
+        let mut r = RedisServer { child: None, socket, dir };
         r.restart();
         r
     }
@@ -125,16 +116,8 @@ impl RedisServer {
 }
 
 fn cli(args: &[&str]) -> Vec<u8> {
-    let out = Command::new(redis_tool("redis-cli"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run redis-cli");
-    assert!(
-        out.status.success(),
-        "redis-cli {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = Command::new(redis_tool("redis-cli")).args(args).stdin(Stdio::null()).output().expect("run redis-cli");
+    assert!(out.status.success(), "redis-cli {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     let mut stdout = out.stdout;
     if stdout.last() == Some(&b'\n') {
         stdout.pop();
@@ -169,11 +152,7 @@ impl RedisCluster {
                 ports.push(p);
             }
         }
-        let mut cluster = RedisCluster {
-            nodes: Vec::new(),
-            ports: ports.clone(),
-            _dir: dir,
-        };
+        let mut cluster = RedisCluster { nodes: Vec::new(), ports: ports.clone(), _dir: dir };
         for p in &ports {
             let node_dir = cluster._dir.path().join(p.to_string());
             std::fs::create_dir_all(&node_dir).expect("node dir");
@@ -284,13 +263,7 @@ impl CacheServer {
     pub fn start(options: CacheOptions) -> CacheServer {
         let dir = tempfile::tempdir().expect("tempdir");
         let (child, addr, metrics) = Self::spawn(&options, &dir, Stdio::inherit());
-        let mut server = CacheServer {
-            child: Some(child),
-            addr,
-            metrics,
-            tls: options.tls.is_some(),
-            _dir: dir,
-        };
+        let mut server = CacheServer { child: Some(child), addr, metrics, tls: options.tls.is_some(), _dir: dir };
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
             assert!(server.alive(), "kiln-cache exited during start-up");
@@ -303,11 +276,7 @@ impl CacheServer {
     }
 
     /// Spawns a kiln-cache with `options`, its files in `dir`; returns it and its addresses.
-    fn spawn(
-        options: &CacheOptions,
-        dir: &tempfile::TempDir,
-        stderr: Stdio,
-    ) -> (Child, SocketAddr, SocketAddr) {
+    fn spawn(options: &CacheOptions, dir: &tempfile::TempDir, stderr: Stdio) -> (Child, SocketAddr, SocketAddr) {
         let tokens = dir.path().join("tokens");
         std::fs::write(&tokens, options.tokens.join("\n")).expect("write tokens");
         let config = dir.path().join("kiln-cache.toml");
@@ -324,12 +293,7 @@ impl CacheServer {
             .env("KILN_LOG", "warn")
             .stdin(Stdio::null())
             .stderr(stderr);
-        for k in [
-            "KILN_CACHE_REDIS",
-            "KILN_CACHE_TOKENS",
-            "KILN_CACHE_REDIS_CLUSTER",
-            "KILN_CACHE_INSECURE_NO_AUTH",
-        ] {
+        for k in ["KILN_CACHE_REDIS", "KILN_CACHE_TOKENS", "KILN_CACHE_REDIS_CLUSTER", "KILN_CACHE_INSECURE_NO_AUTH"] {
             cmd.env_remove(k);
         }
         if !options.tokens.is_empty() {
@@ -349,11 +313,7 @@ impl CacheServer {
 
     /// `http://127.0.0.1:PORT` (or `https://localhost:PORT` with TLS, matching the test cert).
     pub fn uri(&self) -> String {
-        if self.tls {
-            format!("https://localhost:{}", self.addr.port())
-        } else {
-            format!("http://{}", self.addr)
-        }
+        if self.tls { format!("https://localhost:{}", self.addr.port()) } else { format!("http://{}", self.addr) }
     }
 
     pub fn client(&self, token: &str) -> RemoteCache {
@@ -371,19 +331,13 @@ impl CacheServer {
 
     /// Whether the process is still running.
     pub fn alive(&mut self) -> bool {
-        self.child
-            .as_mut()
-            .is_some_and(|c| c.try_wait().ok().flatten().is_none())
+        self.child.as_mut().is_some_and(|c| c.try_wait().ok().flatten().is_none())
     }
 
     /// SIGTERM, then asserts exit status 0 within `bound`.
     pub fn stop_within(mut self, bound: Duration) {
         let mut child = self.child.take().expect("running");
-        let status = Command::new("kill")
-            .arg("-TERM")
-            .arg(child.id().to_string())
-            .status()
-            .expect("run kill");
+        let status = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().expect("run kill");
         assert!(status.success(), "kill -TERM failed");
         let deadline = Instant::now() + bound;
         loop {

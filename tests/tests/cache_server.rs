@@ -73,19 +73,85 @@ async fn put_and_get_small_and_chunked_envelopes() {
         assert_eq!(redis.cli(&["EXISTS", &format!("{}:{n}", head(&big))]), b"1", "piece {n}");
     }
     assert_eq!(redis.cli(&["EXISTS", &format!("{}:1", head(&small))]), b"0");
-    let ttl: u64 = String::from_utf8(redis.cli(&["TTL", &head(&big)])).unwrap().parse().unwrap();
-    assert!(ttl > 6 * 86_400, "TTL {ttl}");
+    // TTLs slide on read, the pieces' too.
+    let piece = format!("{}:2", head(&big));
+    for name in [head(&big), piece.clone()] {
+        redis.cli(&["EXPIRE", &name, "100"]);
+    }
+    c.get(&big).await.unwrap();
+    for name in [head(&big), piece] {
+        let ttl: u64 = String::from_utf8(redis.cli(&["TTL", &name])).unwrap().parse().unwrap();
+        assert!(ttl > 6 * 86_400, "TTL of {name}: {ttl}");
+    }
     // A read-only token reads.
     let reader = cache.client(READ_TOKEN);
     assert_eq!(reader.get(&small).await.unwrap(), Lookup::Hit(small_env.clone()));
     let m = cache.metrics_text();
     assert_eq!(sample(&m, "kiln_server_requests_total{op=\"Put\",code=\"ok\"}"), Some(2.0));
     let out = sample(&m, "kiln_server_artifact_bytes_total{direction=\"out\"}").unwrap();
-    assert_eq!(out as usize, 2 * small_env.len() + big_env.len());
+    assert_eq!(out as usize, 2 * small_env.len() + 2 * big_env.len());
     assert_eq!(sample(&m, "kiln_server_redis_up"), Some(1.0));
     let stats = c.stats().await.unwrap();
     assert!(stats.redis_up && stats.redis_mode == "standalone" && stats.requests >= 6);
     cache.stop();
+}
+
+/// Concurrent writers of one chunked key, through two replicas (so two Redis connections whose
+/// commands can interleave), never leave a mix of their pieces, and readers only ever see one
+/// writer's envelope whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writers_never_mix_pieces() {
+    let (redis, cache) = start();
+    let other = CacheServer::start(CacheOptions::new(vec![redis.url()]));
+    let k = key("contended");
+    let versions: Vec<Vec<u8>> = (0..3)
+        .map(|v| {
+            let mut bytes = vec![0u8; 4 * MIB + 1000];
+            blake3::Hasher::new().update(&[v]).finalize_xof().fill(&mut bytes);
+            envelope::seal(&k, ArtifactMeta { log: format!("version {v}"), ..Default::default() }, &bytes)
+        })
+        .collect();
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, v) in versions.iter().cloned().enumerate() {
+        let c = [&cache, &other][i % 2].client(WRITE_TOKEN);
+        tasks.spawn(async move {
+            for _ in 0..6 {
+                c.put(&k, v.clone()).await.unwrap();
+            }
+            0
+        });
+    }
+    for i in 0..3 {
+        let (c, versions) = ([&cache, &other][i % 2].client(READ_TOKEN), versions.clone());
+        tasks.spawn(async move {
+            let mut hits = 0;
+            for _ in 0..8 {
+                match c.get(&k).await.unwrap() {
+                    Lookup::Hit(env) => {
+                        assert!(versions.contains(&env), "a reader got a mixed envelope");
+                        hits += 1;
+                    }
+                    Lookup::Miss => {}
+                    Lookup::Negative(n) => panic!("negative entry {n:?}"),
+                }
+            }
+            hits
+        });
+    }
+    let mut hits = 0;
+    while let Some(done) = tasks.join_next().await {
+        hits += done.unwrap();
+    }
+    assert!(hits > 0, "no reader ever saw the artifact");
+    assert!(versions.contains(&match cache.client(READ_TOKEN).get(&k).await.unwrap() {
+        Lookup::Hit(env) => env,
+        other => panic!("{other:?}"),
+    }));
+    for server in [&cache, &other] {
+        assert_eq!(sample(&server.metrics_text(), "kiln_server_integrity_failures_total"), Some(0.0));
+    }
+    cache.stop();
+    other.stop();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -111,7 +177,8 @@ async fn bad_requests_are_invalid_argument_naming_the_field() {
         assert_eq!(status.code(), Code::InvalidArgument, "{bad_key}");
         assert!(status.message().starts_with("key:"), "{}", status.message());
     }
-    let mut req = tonic::Request::new(kiln_proto::pb::CachePutRequest { key: k.to_hex(), entry: None, negative_ttl_ms: 0 });
+    let mut req =
+        tonic::Request::new(kiln_proto::pb::CachePutRequest { key: k.to_hex(), entry: None, negative_ttl_ms: 0 });
     req.metadata_mut().insert("authorization", format!("Bearer {WRITE_TOKEN}").parse().unwrap());
     assert_eq!(raw.put(req).await.unwrap_err().message(), "entry: missing");
     let (c3, msg) = code(c.acquire_lease(&k, "short", Duration::from_secs(1)).await);
@@ -335,6 +402,47 @@ async fn redis_outage_is_unavailable_and_recovers_without_a_restart() {
     cache.stop();
 }
 
+/// Replicas keep no state of their own: a put through one is served and announced by another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_share_one_redis() {
+    let (redis, a) = start();
+    let b = CacheServer::start(CacheOptions::new(vec![redis.url()]));
+    let k = key("replicated");
+    let mut watch = b.client(READ_TOKEN).watch_publish(&[k]).await.unwrap();
+    assert_eq!(next(&mut watch, Duration::from_secs(5)).await, PublishEvent::Subscribed);
+    let env = envelope_of(&k, 1000);
+    a.client(WRITE_TOKEN).put(&k, env.clone()).await.unwrap();
+    assert_eq!(next(&mut watch, Duration::from_secs(5)).await, PublishEvent::Published(k));
+    assert_eq!(b.client(READ_TOKEN).get(&k).await.unwrap(), Lookup::Hit(env));
+    a.stop();
+    b.stop();
+}
+
+/// kiln-cache starts and answers while Redis is not there yet, then serves once it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starts_while_redis_is_down() {
+    let mut redis = RedisServer::start();
+    redis.stop();
+    let mut cache = CacheServer::start(CacheOptions::new(vec![redis.url()]));
+    let c = cache.client(WRITE_TOKEN);
+    let k = key("late");
+    assert_eq!(code(c.get(&k).await).0, Code::Unavailable);
+    assert!(cache.alive());
+    redis.restart();
+    // Each refused watch waits up to 2 s for the subscription on the server's side: no busy loop.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut watch = loop {
+        match c.watch_publish(&[k]).await {
+            Ok(w) => break w,
+            Err(e) => assert!(e.code() == Some(Code::Unavailable) && Instant::now() < deadline, "{e}"),
+        }
+    };
+    assert_eq!(next(&mut watch, Duration::from_secs(5)).await, PublishEvent::Subscribed);
+    c.put(&k, envelope_of(&k, 100)).await.unwrap();
+    assert_eq!(next(&mut watch, Duration::from_secs(5)).await, PublishEvent::Published(k));
+    cache.stop();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_round_trip() {
     use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
@@ -359,7 +467,6 @@ async fn tls_round_trip() {
     assert!(matches!(c.get(&k).await.unwrap(), Lookup::Hit(_)));
     // Without the CA the server's certificate is not trusted.
     let untrusted = cache.client(WRITE_TOKEN).get(&k).await.unwrap_err();
-    eprintln!("UNTRUSTED: {untrusted}");
     assert_eq!(untrusted.code(), Some(Code::Unavailable), "{untrusted}");
     cache.stop();
 }

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
-use kiln_proto::pb::{self, Outcome, Tier, kernel::Source};
+use kiln_proto::pb::{Outcome, Tier, kernel::Source};
 use kiln_tests::daemon::{Daemon, Options};
 use kiln_tests::http::sample;
 use kiln_tests::kernels::*;
@@ -69,7 +69,9 @@ async fn four_hosts_compile_each_kernel_once_across_the_fleet() {
         }
     }
     // The fifth, fresh host warms the whole graph from the fleet in one round trip.
-    let ops = |op: &str| sample(&cache.metrics_text(), &format!("kiln_server_requests_total{{op=\"{op}\",code=\"ok\"}}")).unwrap_or(0.0);
+    let ops = |op: &str| {
+        sample(&cache.metrics_text(), &format!("kiln_server_requests_total{{op=\"{op}\",code=\"ok\"}}")).unwrap_or(0.0)
+    };
     let (batch_before, get_before) = (ops("BatchGet"), ops("Get"));
     let warm = fresh.client().await.compile(vector_graph("sm_90", 16)).await.unwrap().collect().await.unwrap();
     assert!(
@@ -345,7 +347,10 @@ fn kiln_warm_pulls_a_graph_into_a_fresh_host() {
     assert!(warmed.status.success(), "{}", String::from_utf8_lossy(&warmed.stderr));
     let lines = String::from_utf8_lossy(&warmed.stdout).to_string();
     let end: serde_json::Value = serde_json::from_str(lines.lines().last().unwrap()).unwrap();
-    assert_eq!((end["total"].as_u64(), end["fetched"].as_u64(), end["finished"].as_bool()), (Some(10), Some(10), Some(true)));
+    assert_eq!(
+        (end["total"].as_u64(), end["fetched"].as_u64(), end["finished"].as_bool()),
+        (Some(10), Some(10), Some(true))
+    );
     let mut lookup = vec!["lookup", "--target", "sm_90", "--json"];
     lookup.extend(files.iter().map(String::as_str));
     let local = String::from_utf8_lossy(&kiln(&b, &lookup).stdout).to_string();
@@ -356,4 +361,54 @@ fn kiln_warm_pulls_a_graph_into_a_fresh_host() {
     let unknown = kiln(&b, &["warm", "--graph-key", &"0".repeat(64)]);
     assert_eq!(unknown.status.code(), Some(1));
     b.stop();
+}
+
+/// A full disk under the disk tier (a 16 KiB tmpfs; mounting needs root, which scripts/test and
+/// CI have): compiles succeed, the failed writes are counted, and no partial file is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_never_fails_a_compile_or_leaves_a_partial_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=16k", "tmpfs"])
+        .arg(&cache)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(mounted, "mounting a small tmpfs failed: this test needs root (scripts/test runs as root in CI)");
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(cache.clone());
+    let d = Daemon::start_in(dir.path(), Options::default());
+    // Several KiB of envelope each: the tmpfs fills within a few kernels.
+    let big = |i: usize| kernel(&format!("big{i}"), cuda(&format!("// {i}\n{}", slow_kernel(400))));
+    let job =
+        d.client().await.compile(request("sm_90", (0..8).map(big).collect())).await.unwrap().collect().await.unwrap();
+    assert!(job.all_ok(), "a full disk failed a compile");
+    assert!(metric(&d, "kiln_cache_writes_total{tier=\"disk\",result=\"error\"}") >= 1.0, "{}", d.metrics_text());
+    d.stop();
+    let tmp: Vec<_> = std::fs::read_dir(cache.join("v1/tmp")).unwrap().collect();
+    assert!(tmp.is_empty(), "temp files left behind: {tmp:?}");
+    for shard in walk(&cache.join("v1")) {
+        let key: kiln_proto::CacheKey = shard.file_name().unwrap().to_str().unwrap().parse().unwrap();
+        let bytes = std::fs::read(&shard).unwrap();
+        assert!(kiln_proto::envelope::open(&bytes, &key, 1 << 30).is_ok(), "{} is partial", shard.display());
+    }
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() && p.file_name().is_some_and(|n| n != "tmp") {
+            out.extend(walk(&p));
+        } else if p.is_file() {
+            out.push(p);
+        }
+    }
+    out
 }

@@ -163,6 +163,7 @@ impl Compiler for Mock {
     type CompileStream = Events;
     type WatchStream = Events;
     type LookupStream = Events;
+    type WarmStream = tokio_stream::Iter<std::vec::IntoIter<Result<pb::WarmProgress, Status>>>;
 
     async fn compile(&self, request: Request<pb::CompileRequest>) -> Result<Response<Events>, Status> {
         let request = request.into_inner();
@@ -191,6 +192,11 @@ impl Compiler for Mock {
         let request = request.into_inner();
         self.log.lock().expect("log").push(("lookup", request.clone()));
         Ok(Response::new(events(&request, true)?))
+    }
+
+    /// Warm is exercised against the real daemon and kiln-cache in tests/tests/fleet.rs.
+    async fn warm(&self, _: Request<pb::WarmRequest>) -> Result<Response<Self::WarmStream>, Status> {
+        Err(Status::unimplemented("the mock daemon does not warm"))
     }
 
     async fn stats(&self, _: Request<pb::StatsRequest>) -> Result<Response<pb::StatsResponse>, Status> {

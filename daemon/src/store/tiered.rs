@@ -11,7 +11,7 @@
 //! its client either way, because a cache that cannot write must not fail a compile.
 
 use super::{Store, TierName, Usage};
-use crate::metrics::{Metrics, TierLabels};
+use crate::metrics::{LookupLabels, Metrics, TierLabels};
 use bytes::Bytes;
 use kiln_proto::CacheKey;
 use kiln_proto::envelope::{self, Artifact};
@@ -100,9 +100,13 @@ impl TieredStore {
         for tier in tiers.iter().rev() {
             let name = tier.name().as_str();
             match tier.put(key, envelope.clone()).await {
-                Ok(()) => self.metrics.bytes(name, "write", envelope.len()),
+                Ok(()) => {
+                    self.metrics.bytes(name, "write", envelope.len());
+                    self.metrics.writes.get_or_create(&LookupLabels { tier: name, result: "ok" }).inc();
+                }
                 Err(e) => {
-                    tracing::warn!(%key, error = %e, "tier write failed; the other tiers still hold the entry")
+                    self.metrics.writes.get_or_create(&LookupLabels { tier: name, result: "error" }).inc();
+                    tracing::warn!(%key, error = %e, "tier write failed; the other tiers still hold the entry");
                 }
             }
         }

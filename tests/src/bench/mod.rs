@@ -10,6 +10,7 @@
 //!   `redis-benchmark`.
 //! - [`sccache_nvcc`]: figure (d), the same kernels through sccache + nvcc, cold and warm.
 //! - [`kilnd`], [`redis`], [`sccache`]: the processes the figures need, started privately.
+//! - [`source_tree`]: the kernels as `.cu` files, built one process per file like `make -j`.
 //! - [`samples`], [`report`], [`machine`]: percentiles, tables, and what the run ran on.
 
 pub mod cold_compile;
@@ -22,6 +23,7 @@ pub mod report;
 pub mod samples;
 pub mod sccache;
 pub mod sccache_nvcc;
+pub mod source_tree;
 pub mod warm_hit;
 
 use anyhow::{Context, Result, ensure};

@@ -11,93 +11,14 @@ use super::kilnd::{Kilnd, KilndOptions};
 use super::redis::RedisServer;
 use super::report::{Measured, Row, Section, Value};
 use super::sccache::{Backend, Sccache};
+use super::source_tree::{SourceTree, median_pass, no_check};
 use super::{Bench, GRAPH_KERNELS, Shared, TARGET};
 use anyhow::{Context, Result, bail, ensure};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const TITLE: &str = "(d) A build of the 64 kernels: kiln against sccache + nvcc";
-
-/// The `.cu` files and where their cubins go.
-struct Tree {
-    sources: Vec<PathBuf>,
-    out: PathBuf,
-}
-
-impl Tree {
-    fn cubin(&self, i: usize) -> PathBuf {
-        self.out.join(format!("add_{i}.cubin"))
-    }
-
-    /// Empties the output directory, so each pass must write every cubin itself.
-    fn clear(&self) -> Result<()> {
-        std::fs::remove_dir_all(&self.out)?;
-        std::fs::create_dir_all(&self.out)?;
-        Ok(())
-    }
-
-    fn check_cubins(&self) -> Result<()> {
-        for i in 0..self.sources.len() {
-            let bytes = std::fs::read(self.cubin(i)).with_context(|| format!("no cubin for add_{i}"))?;
-            ensure!(bytes.starts_with(b"\x7fELF"), "add_{i}.cubin is not an ELF file");
-        }
-        Ok(())
-    }
-}
-
-/// Runs `make(i)` for every file with `jobs` processes at a time, like `make -j`, and returns
-/// the wall time of the whole pass. `check(i, stdout)` validates each process's output.
-fn pass(
-    tree: &Tree,
-    jobs: usize,
-    make: &(dyn Fn(usize) -> Command + Sync),
-    check: &(dyn Fn(usize, &str) -> Result<()> + Sync),
-) -> Result<Duration> {
-    tree.clear()?;
-    let next = AtomicUsize::new(0);
-    let errors = Mutex::new(Vec::new());
-    let start = Instant::now();
-    std::thread::scope(|scope| {
-        for _ in 0..jobs {
-            scope.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= tree.sources.len() {
-                        break;
-                    }
-                    let result = make(i).output().map_err(anyhow::Error::from).and_then(|out| {
-                        ensure!(out.status.success(), "add_{i}: {}", String::from_utf8_lossy(&out.stderr).trim());
-                        check(i, &String::from_utf8_lossy(&out.stdout))
-                    });
-                    if let Err(e) = result {
-                        errors.lock().unwrap_or_else(|p| p.into_inner()).push(e);
-                    }
-                }
-            });
-        }
-    });
-    let elapsed = start.elapsed();
-    if let Some(e) = errors.into_inner().unwrap_or_else(|p| p.into_inner()).into_iter().next() {
-        return Err(e);
-    }
-    tree.check_cubins()?;
-    Ok(elapsed)
-}
-
-fn no_check(_: usize, _: &str) -> Result<()> {
-    Ok(())
-}
-
-/// The median of `passes` passes.
-fn median_pass(passes: usize, mut one: impl FnMut() -> Result<Duration>) -> Result<(Duration, Vec<Duration>)> {
-    let mut times = (0..passes.max(1)).map(|_| one()).collect::<Result<Vec<_>>>()?;
-    let all = times.clone();
-    times.sort_unstable();
-    Ok((times[times.len() / 2], all))
-}
 
 fn secs(d: Duration) -> Value {
     Value::Seconds(d.as_secs_f64())
@@ -126,7 +47,7 @@ impl Figures {
 
 fn sccache_figures(
     bench: &Bench,
-    tree: &Tree,
+    tree: &SourceTree,
     nvcc: &Path,
     backend: &Backend,
     label: &str,
@@ -141,10 +62,10 @@ fn sccache_figures(
         c.args(["-cubin", &format!("-arch={TARGET}"), "-o"]).arg(tree.cubin(i)).arg(&tree.sources[i]);
         c
     };
-    let cold = pass(tree, bench.cores, &make, &no_check)?;
+    let cold = tree.pass(bench.cores, &make, &no_check)?;
     let cold_counters = server.counters()?;
     server.zero_stats()?;
-    let (warm, all) = median_pass(bench.options.warm_passes, || pass(tree, bench.cores, &make, &no_check))?;
+    let (warm, all) = median_pass(bench.options.warm_passes, || tree.pass(bench.cores, &make, &no_check))?;
     let warm_counters = server.counters()?;
     notes.push(format!("sccache ({label}) cold pass: {cold_counters}."));
     notes.push(format!("sccache ({label}) warm passes {}: {warm_counters}.", list(&all)));
@@ -164,7 +85,7 @@ fn kiln_check(tier: &'static str) -> impl Fn(usize, &str) -> Result<()> + Sync {
     }
 }
 
-async fn kiln_cli_figures(bench: &Bench, tree: &Tree, notes: &mut Vec<String>) -> Result<Figures> {
+async fn kiln_cli_figures(bench: &Bench, tree: &SourceTree, notes: &mut Vec<String>) -> Result<Figures> {
     let dir = bench.dir("cli-kilnd")?;
     let options = KilndOptions { concurrency: bench.cores, memory_cache_mb: None };
     let kiln = bench.kiln();
@@ -181,33 +102,18 @@ async fn kiln_cli_figures(bench: &Bench, tree: &Tree, notes: &mut Vec<String>) -
     let daemon = Kilnd::start(&bench.kilnd(), &bench.cuda_root, &dir, &options).await?;
     let make = make_for(daemon.uri());
     let (cold, warm, all) = tokio::task::block_in_place(|| -> Result<_> {
-        let cold = pass(tree, bench.cores, &make, &kiln_check("compiled"))?;
+        let cold = tree.pass(bench.cores, &make, &kiln_check("compiled"))?;
         let (warm, all) =
-            median_pass(bench.options.warm_passes, || pass(tree, bench.cores, &make, &kiln_check("memory")))?;
+            median_pass(bench.options.warm_passes, || tree.pass(bench.cores, &make, &kiln_check("memory")))?;
         Ok((cold, warm, all))
     })?;
     daemon.stop().await?;
     let daemon = Kilnd::start(&bench.kilnd(), &bench.cuda_root, &dir, &options).await?;
     let make = make_for(daemon.uri());
-    let restart = tokio::task::block_in_place(|| pass(tree, bench.cores, &make, &kiln_check("disk")))?;
+    let restart = tokio::task::block_in_place(|| tree.pass(bench.cores, &make, &kiln_check("disk")))?;
     daemon.stop().await?;
     notes.push(format!("kiln CLI warm passes (memory tier): {}.", list(&all)));
     Ok(Figures { cold: Ok(secs(cold)), warm: Ok(secs(warm)), restart: Ok(secs(restart)) })
-}
-
-fn write_tree(bench: &Bench) -> Result<Tree> {
-    let root = bench.dir("nvcc-tree")?;
-    let src = root.join("src");
-    std::fs::create_dir_all(&src)?;
-    let sources = (0..GRAPH_KERNELS)
-        .map(|i| {
-            let path = src.join(format!("add_{i}.cu"));
-            std::fs::write(&path, super::source(i)).map(|_| path)
-        })
-        .collect::<std::io::Result<Vec<_>>>()?;
-    let out = root.join("out");
-    std::fs::create_dir_all(&out)?;
-    Ok(Tree { sources, out })
 }
 
 pub async fn run(bench: &Bench, redis: &RedisServer, shared: &Shared) -> Result<Section> {
@@ -239,7 +145,7 @@ pub async fn run(bench: &Bench, redis: &RedisServer, shared: &Shared) -> Result<
         "Ratio = kiln ÷ baseline; below 1 means kiln finished sooner.".into(),
     ];
 
-    let tree = write_tree(bench)?;
+    let tree = SourceTree::write(bench)?;
     let nvcc = bench.cuda_root.join("bin/nvcc");
     let plain = tokio::task::block_in_place(|| {
         let make = |i: usize| {
@@ -247,7 +153,7 @@ pub async fn run(bench: &Bench, redis: &RedisServer, shared: &Shared) -> Result<
             c.args(["-cubin", &format!("-arch={TARGET}"), "-o"]).arg(tree.cubin(i)).arg(&tree.sources[i]);
             c
         };
-        pass(&tree, jobs, &make, &no_check)
+        tree.pass(jobs, &make, &no_check)
     });
     let plain = plain.map(secs).map_err(|e| format!("{e:#}"));
 
