@@ -412,3 +412,27 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// A waiter past the hedge bound compiles by itself and says so in its metrics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_past_the_hedge_bound_compiles_itself() {
+    let (_redis, cache) = fleet();
+    let config = "lease_ttl_ms = 60000\nhedge_secs = 1\n";
+    let a = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, config));
+    let b = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, config));
+    let req = request("sm_90", vec![kernel("slow", cuda(&format!("// hedge\n{}", slow_kernel(6000))))]);
+    let ca = a.client().await;
+    let job_a = ca.submit(req.clone()).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ca.stats().await.unwrap().inflight_compiles < 1 {
+        assert!(Instant::now() < deadline, "A never started compiling");
+        tokio::task::yield_now().await;
+    }
+    let job_b = b.client().await.compile(req).await.unwrap().collect().await.unwrap();
+    assert_eq!(job_b.kernels[0].outcome(), Outcome::Ok);
+    assert_eq!(metric(&b, "kiln_lease_total{result=\"timeout\"}"), 1.0, "{}", b.metrics_text());
+    let done_a = ca.watch(&job_a).await.unwrap().collect().await.unwrap();
+    assert_eq!(done_a.kernels[0].artifact, job_b.kernels[0].artifact, "the hedge compiled different bytes");
+    a.stop();
+    b.stop();
+}
