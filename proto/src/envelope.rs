@@ -71,6 +71,23 @@ fn unreachable_compress() -> Vec<u8> {
     panic!("zstd compression of an in-memory buffer failed")
 }
 
+thread_local! {
+    /// One zstd decompression context per thread: creating a context costs more than
+    /// decompressing a typical cubin, and every cache hit decompresses one.
+    static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+fn decompress(payload: &[u8], capacity: usize) -> Option<Vec<u8>> {
+    DECOMPRESSOR.with(|cell| {
+        let mut slot = cell.try_borrow_mut().ok()?;
+        if slot.is_none() {
+            *slot = zstd::bulk::Decompressor::new().ok();
+        }
+        slot.as_mut()?.decompress(payload, capacity).ok()
+    })
+}
+
 /// Verifies and unpacks an envelope that must hold `expected`, refusing a payload larger than
 /// `max_raw_bytes` before allocating it.
 pub fn open(envelope: &[u8], expected: &CacheKey, max_raw_bytes: u64) -> Result<Artifact, IntegrityError> {
@@ -109,7 +126,7 @@ pub fn open(envelope: &[u8], expected: &CacheKey, max_raw_bytes: u64) -> Result<
     if meta.raw_bytes > max_raw_bytes {
         return Err(IntegrityError::TooLarge(meta.raw_bytes));
     }
-    let bytes = zstd::bulk::decompress(payload, meta.raw_bytes as usize).map_err(|_| IntegrityError::Payload)?;
+    let bytes = decompress(payload, meta.raw_bytes as usize).ok_or(IntegrityError::Payload)?;
     if bytes.len() as u64 != meta.raw_bytes {
         return Err(IntegrityError::Payload);
     }

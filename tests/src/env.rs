@@ -10,8 +10,11 @@ pub fn repo_root() -> PathBuf {
 /// A binary of this workspace, built in the same target directory as the running test.
 pub fn binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
-    // target/<profile>/deps/<test> -> target/<profile>/<name>
-    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir").to_path_buf();
+    // target/<profile>/deps/<test> -> target/<profile>/<name>; a binary sits in target/<profile>.
+    let mut dir = exe.parent().expect("target dir").to_path_buf();
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir.pop();
+    }
     let path = dir.join(name);
     assert!(
         path.is_file(),
