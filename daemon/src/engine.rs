@@ -49,7 +49,7 @@ impl Outcome {
         }
     }
 
-    fn from_artifact(artifact: Artifact, tier: pb::Tier) -> Self {
+    fn from_artifact(artifact: Arc<Artifact>, tier: pb::Tier) -> Self {
         Outcome {
             ok: true,
             tier,
@@ -58,7 +58,7 @@ impl Outcome {
             compile_micros: artifact.meta.compile_micros,
             metadata_json: artifact.meta.metadata_json.clone(),
             ptx: artifact.meta.ptx.clone(),
-            artifact: Some(Arc::new(artifact)),
+            artifact: Some(artifact),
         }
     }
 }
@@ -244,7 +244,7 @@ impl Engine {
             Found::Artifact(artifact, bytes) => {
                 self.store.put_local(key, Bytes::from(bytes)).await;
                 self.metrics.seconds_saved.inc_by(artifact.meta.compile_micros as f64 / 1e6);
-                Outcome::from_artifact(artifact, pb::Tier::Remote)
+                Outcome::from_artifact(Arc::new(artifact), pb::Tier::Remote)
             }
             Found::Failed { log, compile_micros } => {
                 self.negative.insert(*key, Arc::new(Failure { log: log.clone(), compile_micros })).await;
@@ -308,7 +308,7 @@ impl Engine {
         };
         let sealed = envelope::seal(key, meta.clone(), &c.cubin);
         self.store.put(key, Bytes::from(sealed)).await;
-        Outcome::from_artifact(Artifact { meta, bytes: c.cubin }, pb::Tier::Compiled)
+        Outcome::from_artifact(Arc::new(Artifact { meta, bytes: c.cubin }), pb::Tier::Compiled)
     }
 
     /// Waits up to `bound` for running compiles to finish.

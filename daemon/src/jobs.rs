@@ -33,8 +33,14 @@ pub struct JobRecord {
 
 impl JobRecord {
     fn push(&self, event: Event) {
+        self.push_all(std::iter::once(event));
+    }
+
+    /// Appends events under one lock and wakes watchers once: a warm graph's results arrive
+    /// together, and one wake-up per kernel was a measurable part of a warm hit.
+    fn push_all(&self, new: impl IntoIterator<Item = Event>) {
         let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
-        events.push(pb::JobEvent { job_id: self.id.clone(), event: Some(event) });
+        events.extend(new.into_iter().map(|event| pb::JobEvent { job_id: self.id.clone(), event: Some(event) }));
         let n = events.len();
         drop(events);
         self.count.send_replace(n);
@@ -119,13 +125,16 @@ pub fn watch(
 pub async fn run(engine: Arc<Engine>, record: Arc<JobRecord>, job: Job) {
     engine.metrics.jobs.inc();
     let started = Instant::now();
-    record.push(Event::Queued(pb::Queued { kernels: job.kernels.len() as u32, target: job.target.to_string() }));
-    record.push(Event::Started(pb::Started {}));
+    record.push_all([
+        Event::Queued(pb::Queued { kernels: job.kernels.len() as u32, target: job.target.to_string() }),
+        Event::Started(pb::Started {}),
+    ]);
     let (mut ok, mut failed) = (0, 0);
     // Everything the caches hold is answered first, with one fleet round trip for the rest.
     let keys: Vec<CacheKey> = job.kernels.iter().filter(|k| k.refusal.is_none()).map(|k| k.key).collect();
     let mut cached = engine.prefetch(&keys).await;
     let mut tasks = tokio::task::JoinSet::new();
+    let mut answered = Vec::with_capacity(cached.len());
     for (index, kernel) in job.kernels.iter().cloned().enumerate() {
         if let Some(outcome) = cached.remove(&kernel.key) {
             if outcome.ok {
@@ -133,7 +142,7 @@ pub async fn run(engine: Arc<Engine>, record: Arc<JobRecord>, job: Job) {
             } else {
                 failed += 1
             }
-            record.push(Event::Kernel(result(&kernel, &job, outcome, started)));
+            answered.push(Event::Kernel(result(&kernel, &job, outcome, started)));
             continue;
         }
         let engine = Arc::clone(&engine);
@@ -143,6 +152,7 @@ pub async fn run(engine: Arc<Engine>, record: Arc<JobRecord>, job: Job) {
             (index, outcome)
         });
     }
+    record.push_all(answered);
     while let Some(joined) = tasks.join_next().await {
         let Ok((index, outcome)) = joined else {
             record.push(Event::Failed(pb::JobFailed { reason: "a kernel task ended abnormally".into() }));

@@ -88,9 +88,9 @@ fn decompress(payload: &[u8], capacity: usize) -> Option<Vec<u8>> {
     })
 }
 
-/// Verifies and unpacks an envelope that must hold `expected`, refusing a payload larger than
-/// `max_raw_bytes` before allocating it.
-pub fn open(envelope: &[u8], expected: &CacheKey, max_raw_bytes: u64) -> Result<Artifact, IntegrityError> {
+/// Checks an envelope's frame, digest and key without unpacking it; returns the part the digest
+/// covers. Enough for a tier that already holds the unpacked artifact beside its envelope.
+pub fn verify<'a>(envelope: &'a [u8], expected: &CacheKey) -> Result<&'a [u8], IntegrityError> {
     if envelope.len() < FIXED_HEAD + 8 + DIGEST_LEN {
         return Err(IntegrityError::Truncated);
     }
@@ -111,6 +111,13 @@ pub fn open(envelope: &[u8], expected: &CacheKey, max_raw_bytes: u64) -> Result<
     if &found != expected {
         return Err(IntegrityError::WrongKey { expected: *expected, found });
     }
+    Ok(body)
+}
+
+/// Verifies and unpacks an envelope that must hold `expected`, refusing a payload larger than
+/// `max_raw_bytes` before allocating it.
+pub fn open(envelope: &[u8], expected: &CacheKey, max_raw_bytes: u64) -> Result<Artifact, IntegrityError> {
+    let body = verify(envelope, expected)?;
     let meta_len = u32::from_le_bytes(body[42..46].try_into().map_err(|_| IntegrityError::Truncated)?) as usize;
     let rest = &body[FIXED_HEAD..];
     if rest.len() < meta_len + 8 {

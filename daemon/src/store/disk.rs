@@ -7,7 +7,7 @@
 //! scan reads the real directory, so two daemons sharing it converge without coordination; a
 //! file deleted while another process reads it stays readable through the open handle.
 
-use super::{Store, StoreError, StoreFuture, TierName, Usage};
+use super::{Store, StoreError, StoreFuture, Stored, TierName, Usage};
 use bytes::Bytes;
 use kiln_proto::CacheKey;
 use std::io::Write;
@@ -202,9 +202,9 @@ impl Store for DiskTier {
         TierName::Disk
     }
 
-    fn get<'a>(&'a self, key: &'a CacheKey) -> StoreFuture<'a, Result<Option<Bytes>, StoreError>> {
+    fn get<'a>(&'a self, key: &'a CacheKey) -> StoreFuture<'a, Result<Option<Stored>, StoreError>> {
         let key = *key;
-        Box::pin(blocking(&self.inner, move |i| i.read(&key)))
+        Box::pin(async move { Ok(blocking(&self.inner, move |i| i.read(&key)).await?.map(Stored::packed)) })
     }
 
     fn put<'a>(&'a self, key: &'a CacheKey, envelope: Bytes) -> StoreFuture<'a, Result<(), StoreError>> {
@@ -241,7 +241,7 @@ mod tests {
         let tier = DiskTier::open(dir.path(), 1 << 20).unwrap();
         assert!(tier.get(&key(1)).await.unwrap().is_none());
         tier.put(&key(1), Bytes::from_static(b"envelope")).await.unwrap();
-        assert_eq!(tier.get(&key(1)).await.unwrap().unwrap(), Bytes::from_static(b"envelope"));
+        assert_eq!(tier.get(&key(1)).await.unwrap().unwrap().envelope, Bytes::from_static(b"envelope"));
         let hex = key(1).to_hex();
         assert!(tier.path_of(&key(1)).ends_with(format!("v1/{}/{}/{hex}", &hex[..2], &hex[2..4])));
         let reopened = DiskTier::open(dir.path(), 1 << 20).unwrap();
@@ -282,7 +282,7 @@ mod tests {
         for w in writes {
             w.await;
         }
-        let got = b.get(&key(5)).await.unwrap().unwrap();
+        let got = b.get(&key(5)).await.unwrap().unwrap().envelope;
         assert!(got.iter().all(|x| *x == got[0]) && got.len() == 4096, "mixed or partial content");
     }
 }

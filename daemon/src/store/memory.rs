@@ -1,23 +1,38 @@
-//! The memory tier: a byte-bounded LRU (moka, weighed by envelope size). It holds envelopes, not
-//! decoded artifacts, so a read verifies the digest here like in every other tier.
+//! The memory tier: a byte-bounded LRU (moka, weighed by size). Each entry holds the envelope and
+//! the artifact unpacked from it at insert time: a read verifies the envelope's digest and key,
+//! as in every tier, but skips decompression, which was most of a memory hit's cost.
 
-use super::{Store, StoreError, StoreFuture, TierName, Usage};
+use super::{Store, StoreError, StoreFuture, Stored, TierName, Usage};
 use bytes::Bytes;
 use kiln_proto::CacheKey;
+use kiln_proto::envelope::{self, Artifact};
+use std::sync::Arc;
+
+#[derive(Debug)]
+struct Entry {
+    envelope: Bytes,
+    artifact: Arc<Artifact>,
+}
 
 #[derive(Debug)]
 pub struct MemoryTier {
-    cache: moka::future::Cache<CacheKey, Bytes>,
+    cache: moka::future::Cache<CacheKey, Arc<Entry>>,
     capacity: u64,
+    /// Largest artifact this tier will unpack, from the daemon's limits.
+    max_artifact_bytes: u64,
 }
 
 impl MemoryTier {
-    pub fn new(capacity_bytes: u64) -> Self {
+    pub fn new(capacity_bytes: u64, max_artifact_bytes: u64) -> Self {
         let cache = moka::future::Cache::builder()
             .max_capacity(capacity_bytes)
-            .weigher(|_k: &CacheKey, v: &Bytes| u32::try_from(v.len()).unwrap_or(u32::MAX))
+            .weigher(|_k: &CacheKey, e: &Arc<Entry>| {
+                let size =
+                    e.envelope.len() + e.artifact.bytes.len() + e.artifact.meta.log.len() + e.artifact.meta.ptx.len();
+                u32::try_from(size).unwrap_or(u32::MAX)
+            })
             .build();
-        MemoryTier { cache, capacity: capacity_bytes }
+        MemoryTier { cache, capacity: capacity_bytes, max_artifact_bytes }
     }
 }
 
@@ -26,13 +41,22 @@ impl Store for MemoryTier {
         TierName::Memory
     }
 
-    fn get<'a>(&'a self, key: &'a CacheKey) -> StoreFuture<'a, Result<Option<Bytes>, StoreError>> {
-        Box::pin(async move { Ok(self.cache.get(key).await) })
+    fn get<'a>(&'a self, key: &'a CacheKey) -> StoreFuture<'a, Result<Option<Stored>, StoreError>> {
+        Box::pin(async move {
+            Ok(self
+                .cache
+                .get(key)
+                .await
+                .map(|e| Stored { envelope: e.envelope.clone(), unpacked: Some(Arc::clone(&e.artifact)) }))
+        })
     }
 
+    /// Unpacks the envelope once, here; an envelope that does not open is not stored.
     fn put<'a>(&'a self, key: &'a CacheKey, envelope: Bytes) -> StoreFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            self.cache.insert(*key, envelope).await;
+            let artifact = envelope::open(&envelope, key, self.max_artifact_bytes)
+                .map_err(|e| StoreError { tier: "memory", source: std::io::Error::other(e) })?;
+            self.cache.insert(*key, Arc::new(Entry { envelope, artifact: Arc::new(artifact) })).await;
             // moka applies size accounting lazily; settle it so Stats and eviction see this
             // entry now. Inserts follow compiles or slower-tier hits, so this is off the hot path.
             self.cache.run_pending_tasks().await;
@@ -49,5 +73,15 @@ impl Store for MemoryTier {
 
     fn usage(&self) -> Usage {
         Usage { entries: self.cache.entry_count(), bytes: self.cache.weighted_size(), capacity_bytes: self.capacity }
+    }
+}
+
+#[cfg(test)]
+impl MemoryTier {
+    /// Replaces an entry's envelope behind the tier's back, as memory corruption would.
+    pub async fn corrupt(&self, key: &CacheKey, envelope: Bytes) {
+        if let Some(e) = self.cache.get(key).await {
+            self.cache.insert(*key, Arc::new(Entry { envelope, artifact: Arc::clone(&e.artifact) })).await;
+        }
     }
 }

@@ -14,8 +14,10 @@ pub mod tiered;
 
 use bytes::Bytes;
 use kiln_proto::CacheKey;
+use kiln_proto::envelope::Artifact;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 /// A boxed future, so that tiers can sit in one list as trait objects.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -53,6 +55,20 @@ impl StoreError {
     }
 }
 
+/// What a tier holds for a key: the envelope, and for tiers that keep it unpacked (memory) the
+/// artifact too, so a hit there verifies the envelope's digest and key but skips decompression.
+#[derive(Debug, Clone)]
+pub struct Stored {
+    pub envelope: Bytes,
+    pub unpacked: Option<Arc<Artifact>>,
+}
+
+impl Stored {
+    pub fn packed(envelope: Bytes) -> Self {
+        Stored { envelope, unpacked: None }
+    }
+}
+
 /// Size of a tier now.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Usage {
@@ -64,7 +80,7 @@ pub struct Usage {
 /// One cache tier, holding sealed envelopes by key.
 ///
 /// Contract:
-/// - `get` returns `Ok(Some(envelope))` on a hit and `Ok(None)` on a miss. It returns the bytes as
+/// - `get` returns `Ok(Some(stored))` on a hit and `Ok(None)` on a miss. It returns the envelope as
 ///   stored, unverified: the caller verifies the digest and the key of every envelope it reads,
 ///   whatever the tier, and evicts the entry with `remove` when they do not match.
 /// - `Err` means the tier could not answer. Callers treat it as a miss plus a metric, never as a
@@ -72,7 +88,7 @@ pub struct Usage {
 /// - `put` makes the entry visible whole or not at all: no reader ever sees a partial envelope.
 pub trait Store: Send + Sync + std::fmt::Debug {
     fn name(&self) -> TierName;
-    fn get<'a>(&'a self, key: &'a CacheKey) -> StoreFuture<'a, Result<Option<Bytes>, StoreError>>;
+    fn get<'a>(&'a self, key: &'a CacheKey) -> StoreFuture<'a, Result<Option<Stored>, StoreError>>;
     fn put<'a>(&'a self, key: &'a CacheKey, envelope: Bytes) -> StoreFuture<'a, Result<(), StoreError>>;
     fn remove<'a>(&'a self, key: &'a CacheKey) -> StoreFuture<'a, Result<(), StoreError>>;
     fn usage(&self) -> Usage;

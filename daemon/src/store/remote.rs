@@ -5,7 +5,7 @@
 //! per lookup; a background probe with exponential backoff closes the breaker when the server is
 //! back and keeps `kiln_remote_up` true to what it sees. tonic's channel reconnects by itself.
 
-use super::{Store, StoreError, StoreFuture, TierName, Usage};
+use super::{Store, StoreError, StoreFuture, Stored, TierName, Usage};
 use crate::metrics::Metrics;
 use bytes::Bytes;
 use kiln_cache_server::client::{ClientError, Lookup, RemoteCache};
@@ -93,7 +93,7 @@ impl Store for RemoteTier {
         TierName::Remote
     }
 
-    fn get<'a>(&'a self, key: &'a CacheKey) -> StoreFuture<'a, Result<Option<Bytes>, StoreError>> {
+    fn get<'a>(&'a self, key: &'a CacheKey) -> StoreFuture<'a, Result<Option<Stored>, StoreError>> {
         Box::pin(async move {
             if !self.usable() {
                 return Err(skipped());
@@ -101,7 +101,7 @@ impl Store for RemoteTier {
             let result = self.client.get(key).await;
             self.observe(&result);
             match result.map_err(StoreError::remote)? {
-                Lookup::Hit(bytes) => Ok(Some(Bytes::from(bytes))),
+                Lookup::Hit(bytes) => Ok(Some(Stored::packed(Bytes::from(bytes)))),
                 // Negative entries are the engine's business (see fleet.rs), not a tier's.
                 Lookup::Negative(_) | Lookup::Miss => Ok(None),
             }

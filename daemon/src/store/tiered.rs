@@ -27,7 +27,7 @@ pub struct TieredStore {
 /// A verified hit and the tier that served it.
 #[derive(Debug)]
 pub struct Hit {
-    pub artifact: Artifact,
+    pub artifact: Arc<Artifact>,
     pub tier: TierName,
 }
 
@@ -52,8 +52,8 @@ impl TieredStore {
                 continue;
             }
             let name = tier.name().as_str();
-            let bytes = match tier.get(key).await {
-                Ok(Some(bytes)) => bytes,
+            let stored = match tier.get(key).await {
+                Ok(Some(stored)) => stored,
                 Ok(None) => {
                     self.metrics.lookup(name, "miss");
                     continue;
@@ -64,11 +64,18 @@ impl TieredStore {
                     continue;
                 }
             };
-            match envelope::open(&bytes, key, self.max_artifact_bytes) {
+            let bytes = &stored.envelope;
+            let verified = match stored.unpacked {
+                // The tier unpacked this envelope when it stored it: check that the envelope is
+                // still whole and still the key's, and use the unpacked copy.
+                Some(artifact) => envelope::verify(bytes, key).map(|_| artifact),
+                None => envelope::open(bytes, key, self.max_artifact_bytes).map(Arc::new),
+            };
+            match verified {
                 Ok(artifact) => {
                     self.metrics.lookup(name, "hit");
                     self.metrics.bytes(name, "read", bytes.len());
-                    self.backfill(&self.tiers[..i], key, &bytes).await;
+                    self.backfill(&self.tiers[..i], key, bytes).await;
                     return Some(Hit { artifact, tier: tier.name() });
                 }
                 Err(e) => {
@@ -129,7 +136,7 @@ mod tests {
     }
 
     fn setup(dir: &std::path::Path) -> (TieredStore, Arc<MemoryTier>, Arc<DiskTier>, Arc<Metrics>) {
-        let memory = Arc::new(MemoryTier::new(1 << 20));
+        let memory = Arc::new(MemoryTier::new(1 << 20, 1 << 20));
         let disk = Arc::new(DiskTier::open(dir, 1 << 20).unwrap());
         let metrics = Arc::new(Metrics::new());
         let store = TieredStore::new(vec![memory.clone(), disk.clone()], metrics.clone(), 1 << 20);
@@ -155,8 +162,14 @@ mod tests {
         let last = env.len() - 40;
         env[last] ^= 1;
         disk.put(&key(1), Bytes::from(env)).await.unwrap();
-        // A valid envelope for key 2, stored under key 3.
-        memory.put(&key(3), Bytes::from(envelope::seal(&key(2), ArtifactMeta::default(), b"x"))).await.unwrap();
+        // A valid envelope for key 2, found under key 3 (the memory tier refuses to store it so,
+        // so it is swapped in behind the tier's back).
+        let three = Bytes::from(envelope::seal(&key(3), ArtifactMeta::default(), b"x"));
+        assert!(
+            memory.put(&key(3), Bytes::from(envelope::seal(&key(2), ArtifactMeta::default(), b"x"))).await.is_err()
+        );
+        memory.put(&key(3), three).await.unwrap();
+        memory.corrupt(&key(3), Bytes::from(envelope::seal(&key(2), ArtifactMeta::default(), b"x"))).await;
         assert!(store.get(&key(1)).await.is_none());
         assert!(store.get(&key(3)).await.is_none());
         assert!(disk.get(&key(1)).await.unwrap().is_none(), "corrupt entry not evicted");
