@@ -16,6 +16,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
+/// How stale a file's mtime may get before a read moves it forward.
+const TOUCH_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
 #[derive(Debug)]
 pub struct DiskTier {
     inner: Arc<Inner>,
@@ -72,14 +75,25 @@ impl Inner {
         let path = self.path_of(key);
         match std::fs::read(&path) {
             Ok(bytes) => {
-                // Best effort: a failed touch only makes the entry look older to eviction.
-                if let Ok(f) = std::fs::File::options().write(true).open(&path) {
-                    let _ = f.set_modified(SystemTime::now());
-                }
+                self.touch(&path);
                 Ok(Some(Bytes::from(bytes)))
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
+        }
+    }
+
+    /// Moves the file's mtime (the LRU clock) to now, at most once per [`TOUCH_EVERY`]: eviction
+    /// needs only a coarse order, and a metadata write on every hit costs more than the read.
+    /// Best effort: a failed touch only makes the entry look older to eviction.
+    fn touch(&self, path: &Path) {
+        let stale = std::fs::metadata(path)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_none_or(|age| age > TOUCH_EVERY);
+        if stale && let Ok(f) = std::fs::File::options().write(true).open(path) {
+            let _ = f.set_modified(SystemTime::now());
         }
     }
 
