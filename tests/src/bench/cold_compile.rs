@@ -69,6 +69,15 @@ async fn direct(nvrtc: &Arc<Nvrtc>, sources: Vec<String>, threads: usize) -> Res
     tokio::task::spawn_blocking(move || direct_round(&nvrtc, &sources, threads)).await?
 }
 
+/// The median over rounds of (kiln ÷ NVRTC − 1) in percent: each round's two sides ran back to
+/// back, so this is less swayed by load that comes and goes than the ratio of the two bests.
+fn median_overhead_percent(kiln: &[Duration], direct: &[Duration]) -> f64 {
+    let mut overheads: Vec<f64> =
+        kiln.iter().zip(direct).map(|(k, d)| (k.as_secs_f64() / d.as_secs_f64() - 1.0) * 100.0).collect();
+    overheads.sort_by(f64::total_cmp);
+    overheads.get(overheads.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
 fn secs(d: &[Duration]) -> String {
     d.iter().map(|d| format!("{:.2} s", d.as_secs_f64())).collect::<Vec<_>>().join(", ")
 }
@@ -106,10 +115,12 @@ async fn level(bench: &Bench, nvrtc: &Arc<Nvrtc>, concurrency: usize, section: &
     let (kiln_best, direct_best) = (best(&kiln_times), best(&direct_times));
     section.notes.push(format!(
         "concurrency {concurrency}: kilnd rounds {}; NVRTC rounds {}; best of each compared: {:+.2} ms per kernel. \
-         The cubins kilnd returned were {} to NVRTC's own.",
+         Median of the per-round overheads (each round's two sides ran back to back): {:+.1}%. The cubins kilnd \
+         returned were {} to NVRTC's own.",
         secs(&kiln_times),
         secs(&direct_times),
         (kiln_best - direct_best) * 1e3 / GRAPH_KERNELS as f64,
+        median_overhead_percent(&kiln_times, &direct_times),
         if identical { "byte-for-byte identical" } else { "**not identical**" }
     ));
     let threads = if concurrency == 1 { "1 thread".to_string() } else { format!("{concurrency} threads") };

@@ -59,12 +59,12 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            memory_samples: 500,
-            disk_samples: 300,
-            restart_samples: 30,
-            cold_rounds: 5,
+            memory_samples: 1000,
+            disk_samples: 500,
+            restart_samples: 50,
+            cold_rounds: 7,
             clients: vec![16, 64],
-            throughput_secs: 3.0,
+            throughput_secs: 5.0,
             redis_requests: 200_000,
             warm_passes: 3,
         }

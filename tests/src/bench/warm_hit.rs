@@ -9,84 +9,123 @@
 //! host sees. Every sample's 64 results must all come from the tier being measured.
 
 use super::kilnd::{Kilnd, KilndOptions};
-use super::redis::RedisServer;
+use super::redis::{RedisServer, Resp};
 use super::report::{Measured, Row, Section, Target, Value};
 use super::samples::Samples;
 use super::{Bench, GRAPH_KERNELS, Shared, check_job, graph_request};
 use anyhow::{Context, Result, bail};
 use kiln_proto::pb;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 const TITLE: &str = "(a) Warm hit of a 64-kernel graph";
 /// The issue's target for the whole graph.
 const TARGET_MS: f64 = 2.0;
 
-/// Times `samples` warm compiles of the graph on one connection, each required to be served
-/// entirely by `tier`.
-async fn compile_samples(client: &kiln_client::Client, samples: usize, tier: pb::Tier) -> Result<Samples> {
-    timed_samples(client, &graph_request(), samples, tier).await
+/// The baselines over the same cubins: raw files, and keys in the run's Redis. They are sampled
+/// in step with kiln, one baseline sample after each kiln sample, so that whatever else the
+/// machine is doing weighs on both sides alike.
+struct Baselines {
+    files: Vec<PathBuf>,
+    keys: Vec<Vec<u8>>,
+    redis: Resp,
 }
 
-async fn timed_samples(
-    client: &kiln_client::Client,
-    request: &pb::CompileRequest,
-    samples: usize,
-    tier: pb::Tier,
-) -> Result<Samples> {
-    let mut times = Vec::with_capacity(samples);
-    for _ in 0..samples {
-        let start = Instant::now();
-        let job = client.compile(request.clone()).await?.collect().await?;
-        times.push(start.elapsed());
-        check_job(&job, GRAPH_KERNELS, Some(tier))?;
+impl Baselines {
+    fn prepare(bench: &Bench, redis: &RedisServer, cubins: &[Vec<u8>]) -> Result<Baselines> {
+        let raw = bench.dir("warm-raw")?;
+        let mut conn = redis.connect()?;
+        conn.flushall()?;
+        let (mut files, mut keys) = (Vec::new(), Vec::new());
+        for (i, cubin) in cubins.iter().enumerate() {
+            let f = raw.join(format!("add_{i}.cubin"));
+            std::fs::write(&f, cubin).with_context(|| format!("writing {}", f.display()))?;
+            files.push(f);
+            let key = format!("bench:cubin:add_{i}").into_bytes();
+            conn.set(&key, cubin)?;
+            keys.push(key);
+        }
+        Ok(Baselines { files, keys, redis: conn })
     }
-    Ok(Samples::new(times))
-}
 
-/// Reads every file, as a process with no cache service would load its cubins.
-fn file_samples(files: &[PathBuf], samples: usize) -> Result<Samples> {
-    let mut times = Vec::with_capacity(samples);
-    for _ in 0..samples {
+    /// One sample of each: every file read, as a process with no cache service would load its
+    /// cubins; and every key fetched in one pipelined round trip.
+    fn sample(&mut self, phase: &mut Phase) -> Result<()> {
         let start = Instant::now();
         let mut bytes = 0;
-        for f in files {
+        for f in &self.files {
             bytes += std::fs::read(f).with_context(|| format!("reading {}", f.display()))?.len();
         }
-        times.push(start.elapsed());
+        phase.files.push(start.elapsed());
         std::hint::black_box(bytes);
+        let start = Instant::now();
+        let values = self.redis.get_all(&self.keys)?;
+        phase.redis.push(start.elapsed());
+        std::hint::black_box(values);
+        Ok(())
     }
-    Ok(Samples::new(times))
 }
 
-/// Fetches every key in one pipelined round trip.
-fn redis_samples(redis: &RedisServer, keys: &[Vec<u8>], samples: usize) -> Result<Samples> {
-    let mut conn = redis.connect()?;
-    let mut times = Vec::with_capacity(samples);
+/// One phase's samples: kiln's and the baselines' taken beside them.
+#[derive(Debug, Default)]
+struct Phase {
+    kiln: Vec<Duration>,
+    files: Vec<Duration>,
+    redis: Vec<Duration>,
+}
+
+/// Times one compile of `request`, which must be served entirely by `tier`.
+async fn timed(client: &kiln_client::Client, request: &pb::CompileRequest, tier: pb::Tier) -> Result<Duration> {
+    let start = Instant::now();
+    let job = client.compile(request.clone()).await?.collect().await?;
+    let elapsed = start.elapsed();
+    check_job(&job, GRAPH_KERNELS, Some(tier))?;
+    Ok(elapsed)
+}
+
+/// `samples` warm compiles of the graph on one connection, each followed by a baseline sample.
+async fn interleaved(
+    client: &kiln_client::Client,
+    samples: usize,
+    tier: pb::Tier,
+    base: &mut Baselines,
+) -> Result<Phase> {
+    let request = graph_request();
+    let mut phase = Phase::default();
     for _ in 0..samples {
-        let start = Instant::now();
-        let values = conn.get_all(keys)?;
-        times.push(start.elapsed());
-        std::hint::black_box(values);
+        phase.kiln.push(timed(client, &request, tier).await?);
+        base.sample(&mut phase)?;
     }
-    Ok(Samples::new(times))
+    Ok(phase)
 }
 
 /// Starts a fresh daemon on `dir` per sample and times its first compile of the graph.
-async fn restart_samples(bench: &Bench, dir: &Path, samples: usize) -> Result<Samples> {
+async fn restarts(bench: &Bench, dir: &Path, base: &mut Baselines) -> Result<Phase> {
     let options = KilndOptions { concurrency: bench.cores, memory_cache_mb: None };
-    let mut times = Vec::with_capacity(samples);
-    for _ in 0..samples {
+    let mut phase = Phase::default();
+    for _ in 0..bench.options.restart_samples {
         let daemon = Kilnd::start(&bench.kilnd(), &bench.cuda_root, dir, &options).await?;
         let client = daemon.connect().await?;
-        let start = Instant::now();
-        let job = client.compile(graph_request()).await?.collect().await?;
-        times.push(start.elapsed());
-        check_job(&job, GRAPH_KERNELS, Some(pb::Tier::Disk))?;
+        phase.kiln.push(timed(&client, &graph_request(), pb::Tier::Disk).await?);
         drop(client);
         daemon.stop().await?;
+        base.sample(&mut phase)?;
     }
-    Ok(Samples::new(times))
+    Ok(phase)
+}
+
+/// A daemon on the filled directory with its memory tier off, so every hit is a disk hit.
+async fn disk_steady(bench: &Bench, dir: &Path, base: &mut Baselines) -> Result<Phase> {
+    let options = KilndOptions { concurrency: bench.cores, memory_cache_mb: Some(0) };
+    let daemon = Kilnd::start(&bench.kilnd(), &bench.cuda_root, dir, &options).await?;
+    let client = daemon.connect().await?;
+    if let Err(e) = interleaved(&client, 20, pb::Tier::Disk, base).await {
+        bail!("with memory_cache_mb = 0, a warm compile was not served by the disk tier: {e:#}");
+    }
+    let phase = interleaved(&client, bench.options.disk_samples, pb::Tier::Disk, base).await?;
+    drop(client);
+    daemon.stop().await?;
+    Ok(phase)
 }
 
 fn p(s: &Samples, pct: f64) -> Measured {
@@ -121,96 +160,71 @@ pub async fn run(bench: &Bench, redis: &RedisServer, shared: &mut Shared) -> Res
             o.restart_samples
         ),
         format!(
-            "Baselines, same run: the same {GRAPH_KERNELS} cubins read as raw files (`std::fs::read`, one process, \
-             page cache warm), and fetched from a private redis-server on a Unix socket with {GRAPH_KERNELS} GETs in \
-             one pipelined round trip; {} samples each. Neither verifies a digest nor decompresses, so the ratio is \
-             kiln's whole overhead.",
-            o.memory_samples
+            "Baselines, side by side: the same {GRAPH_KERNELS} cubins read as raw files (`std::fs::read`, one \
+             process, page cache warm), and fetched from a private redis-server on a Unix socket with \
+             {GRAPH_KERNELS} GETs in one pipelined round trip. One sample of each is taken right after every kiln \
+             sample, so each row's baseline comes from the same stretch of time as its kiln figure. Neither \
+             verifies a digest nor decompresses, so the ratio is kiln's whole overhead."
         ),
     ];
 
     let dir = bench.dir("warm")?;
-    let daemon = Kilnd::start(
-        &bench.kilnd(),
-        &bench.cuda_root,
-        &dir,
-        &KilndOptions { concurrency: bench.cores, memory_cache_mb: None },
-    )
-    .await?;
+    let options = KilndOptions { concurrency: bench.cores, memory_cache_mb: None };
+    let daemon = Kilnd::start(&bench.kilnd(), &bench.cuda_root, &dir, &options).await?;
     let client = daemon.connect().await?;
     let job = client.compile(graph_request()).await?.collect().await.context("cold fill")?;
     let cubins = check_job(&job, GRAPH_KERNELS, None)?;
-    compile_samples(&client, 20, pb::Tier::Memory).await.context("memory warm-up")?;
-    let memory = compile_samples(&client, o.memory_samples, pb::Tier::Memory).await.context("memory tier")?;
+    let bytes: usize = cubins.iter().map(Vec::len).sum();
+    section.notes.push(format!("The graph's {GRAPH_KERNELS} cubins total {bytes} bytes."));
+    let mut base = Baselines::prepare(bench, redis, &cubins)?;
+    interleaved(&client, 20, pb::Tier::Memory, &mut base).await.context("memory warm-up")?;
+    let memory = interleaved(&client, o.memory_samples, pb::Tier::Memory, &mut base).await.context("memory tier")?;
     // Where the time goes: the same hits without the cubins on the wire.
     let bare = pb::CompileRequest { omit_artifacts: true, ..graph_request() };
-    let omitted = timed_samples(&client, &bare, o.memory_samples / 2, pb::Tier::Memory).await?;
-    section.notes.push(format!("memory tier with `omit_artifacts` (no cubins on the wire): {}", omitted.summary()));
+    let mut omitted = Vec::new();
+    for _ in 0..o.memory_samples / 2 {
+        omitted.push(timed(&client, &bare, pb::Tier::Memory).await?);
+    }
+    section.notes.push(format!(
+        "memory tier with `omit_artifacts` (no cubins on the wire), for where the time goes: {}",
+        Samples::new(omitted).summary()
+    ));
     drop(client);
     daemon.stop().await?;
 
-    // Baselines over the same bytes.
-    let raw = bench.dir("warm-raw")?;
-    let mut files = Vec::new();
-    let mut keys = Vec::new();
-    let mut conn = redis.connect()?;
-    conn.flushall()?;
-    for (i, cubin) in cubins.iter().enumerate() {
-        let f = raw.join(format!("add_{i}.cubin"));
-        std::fs::write(&f, cubin)?;
-        files.push(f);
-        let key = format!("bench:cubin:add_{i}").into_bytes();
-        conn.set(&key, cubin)?;
-        keys.push(key);
-    }
-    file_samples(&files, 20)?;
-    let files_s = file_samples(&files, o.memory_samples)?;
-    let redis_s = redis_samples(redis, &keys, o.memory_samples)?;
-    let bytes: usize = cubins.iter().map(Vec::len).sum();
-    section.notes.push(format!("The graph's {GRAPH_KERNELS} cubins total {bytes} bytes."));
+    let disk = failed(disk_steady(bench, &dir, &mut base).await, &mut section.notes, "the disk tier with memory off");
+    let restart = failed(restarts(bench, &dir, &mut base).await, &mut section.notes, "the restart samples");
 
-    let disk = failed(disk_steady(bench, &dir).await, &mut section.notes, "the disk tier with memory off");
-    let restart =
-        failed(restart_samples(bench, &dir, o.restart_samples).await, &mut section.notes, "the restart samples");
-
-    shared.kiln_memory_p50_ms = memory.p50_ms();
-    shared.kiln_restart_p50_ms = restart.as_ref().and_then(Samples::p50_ms);
+    shared.kiln_memory_p50_ms = Samples::new(memory.kiln.clone()).p50_ms();
+    shared.kiln_restart_p50_ms = restart.as_ref().and_then(|r| Samples::new(r.kiln.clone()).p50_ms());
     let target = Target::AtMostMillis(TARGET_MS);
-    let mut add = |label: &str, kiln: &Samples| {
+    let mut add = |label: &str, phase: Phase| {
+        let kiln = Samples::new(phase.kiln);
+        let files = Samples::new(phase.files);
+        let redis = Samples::new(phase.redis);
         for (pct, name) in [(50.0, "p50"), (99.0, "p99")] {
-            for (base, base_s) in [("raw file reads", &files_s), ("Redis GETs, pipelined", &redis_s)] {
+            for (base, base_s) in [("raw file reads", &files), ("Redis GETs, pipelined", &redis)] {
                 let mut row =
-                    Row::new(format!("{label}, {name}"), p(kiln, pct), format!("{base}, {name}"), p(base_s, pct));
+                    Row::new(format!("{label}, {name}"), p(&kiln, pct), format!("{base}, {name}"), p(base_s, pct));
                 if pct == 50.0 {
                     row = row.with_target(target);
                 }
                 section.rows.push(row);
             }
         }
-        section.notes.push(format!("{label}: {}", kiln.summary()));
+        section.notes.push(format!(
+            "{label}: kiln {}; beside it, raw file reads {}; Redis GETs {}",
+            kiln.summary(),
+            files.summary(),
+            redis.summary()
+        ));
     };
-    add("memory tier", &memory);
-    if let Some(d) = &disk {
+    add("memory tier", memory);
+    if let Some(d) = disk {
         add("disk tier (memory off)", d);
     }
-    if let Some(r) = &restart {
+    if let Some(r) = restart {
         add("disk tier, first compile after restart", r);
     }
-    section.notes.push(format!("raw file reads: {}", files_s.summary()));
-    section.notes.push(format!("Redis GETs, pipelined: {}", redis_s.summary()));
     Ok(section)
-}
-
-async fn disk_steady(bench: &Bench, dir: &Path) -> Result<Samples> {
-    let options = KilndOptions { concurrency: bench.cores, memory_cache_mb: Some(0) };
-    let daemon = Kilnd::start(&bench.kilnd(), &bench.cuda_root, dir, &options).await?;
-    let client = daemon.connect().await?;
-    let warm = compile_samples(&client, 20, pb::Tier::Disk).await;
-    if let Err(e) = warm {
-        bail!("with memory_cache_mb = 0, a warm compile was not served by the disk tier: {e:#}");
-    }
-    let samples = compile_samples(&client, bench.options.disk_samples, pb::Tier::Disk).await?;
-    drop(client);
-    daemon.stop().await?;
-    Ok(samples)
 }
