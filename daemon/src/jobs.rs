@@ -19,7 +19,9 @@ use tokio_stream::wrappers::ReceiverStream;
 /// Finished jobs are kept this long for late watchers.
 const RETENTION: Duration = Duration::from_secs(600);
 /// And at most this many, oldest pruned first.
-const MAX_FINISHED: usize = 1024;
+const MAX_FINISHED: usize = 256;
+/// Pruning walks every job, so it runs at most this often, not on every request.
+const PRUNE_EVERY: Duration = Duration::from_secs(1);
 
 #[derive(Debug)]
 pub struct JobRecord {
@@ -29,6 +31,10 @@ pub struct JobRecord {
     /// The number of events so far; watchers wait on it.
     count: watch::Sender<usize>,
     finished: Mutex<Option<Instant>>,
+    /// Keep the cubins in the record after the job's first watcher is done: true for `Submit`,
+    /// whose results are fetched later by `Watch`; false for `Compile`, whose caller received
+    /// them as they came, so a finished record does not pin megabytes for ten minutes.
+    retain_artifacts: bool,
 }
 
 impl JobRecord {
@@ -46,6 +52,16 @@ impl JobRecord {
         self.count.send_replace(n);
     }
 
+    /// Drops the artifact bytes from the recorded results (sizes and everything else stay).
+    fn strip_artifacts(&self) {
+        let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        for e in events.iter_mut() {
+            if let Some(Event::Kernel(k)) = &mut e.event {
+                k.artifact = Vec::new();
+            }
+        }
+    }
+
     fn events_from(&self, from: usize) -> Vec<pb::JobEvent> {
         let events = self.events.lock().unwrap_or_else(|p| p.into_inner());
         events.get(from..).map(<[_]>::to_vec).unwrap_or_default()
@@ -56,23 +72,35 @@ fn is_last(event: &pb::JobEvent) -> bool {
     matches!(event.event, Some(Event::Done(_)) | Some(Event::Failed(_)))
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Jobs {
     map: Mutex<HashMap<String, Arc<JobRecord>>>,
+    last_prune: Mutex<Instant>,
+}
+
+impl Default for Jobs {
+    fn default() -> Self {
+        Jobs { map: Mutex::new(HashMap::new()), last_prune: Mutex::new(Instant::now()) }
+    }
 }
 
 impl Jobs {
     /// Registers a new job and returns its record.
-    pub fn create(&self) -> Arc<JobRecord> {
+    pub fn create(&self, retain_artifacts: bool) -> Arc<JobRecord> {
         let id = format!("{:016x}{:016x}", rand::random::<u64>(), rand::random::<u64>());
         let record = Arc::new(JobRecord {
             id: id.clone(),
             events: Mutex::new(Vec::new()),
             count: watch::channel(0).0,
             finished: Mutex::new(None),
+            retain_artifacts,
         });
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        prune(&mut map);
+        let mut last = self.last_prune.lock().unwrap_or_else(|p| p.into_inner());
+        if last.elapsed() >= PRUNE_EVERY || map.len() > 4 * MAX_FINISHED {
+            prune(&mut map);
+            *last = Instant::now();
+        }
         map.insert(id, Arc::clone(&record));
         record
     }
@@ -96,29 +124,42 @@ fn prune(map: &mut HashMap<String, Arc<JobRecord>>) {
 }
 
 /// Streams a job's events: the ones so far, then new ones until the last. The stream ends when
-/// the client goes away; the job does not.
+/// the client goes away; the job does not. `primary` marks the `Compile` caller's own stream,
+/// after which a record that does not retain artifacts drops them.
 pub fn watch(
     record: Arc<JobRecord>,
     tracker: &tokio_util::task::TaskTracker,
+    primary: bool,
 ) -> ReceiverStream<Result<pb::JobEvent, tonic::Status>> {
     let (tx, rx) = mpsc::channel(64);
     let mut count = record.count.subscribe();
     tracker.spawn(async move {
-        let mut sent = 0;
-        loop {
-            for event in record.events_from(sent) {
-                sent += 1;
-                let last = is_last(&event);
-                if tx.send(Ok(event)).await.is_err() || last {
-                    return;
-                }
-            }
-            if count.wait_for(|n| *n > sent).await.is_err() {
-                return;
-            }
+        forward(&record, &tx, &mut count).await;
+        if primary && !record.retain_artifacts {
+            record.strip_artifacts();
         }
     });
     ReceiverStream::new(rx)
+}
+
+async fn forward(
+    record: &JobRecord,
+    tx: &mpsc::Sender<Result<pb::JobEvent, tonic::Status>>,
+    count: &mut watch::Receiver<usize>,
+) {
+    let mut sent = 0;
+    loop {
+        for event in record.events_from(sent) {
+            sent += 1;
+            let last = is_last(&event);
+            if tx.send(Ok(event)).await.is_err() || last {
+                return;
+            }
+        }
+        if count.wait_for(|n| *n > sent).await.is_err() {
+            return;
+        }
+    }
 }
 
 /// Runs a job to the end, recording its events.

@@ -73,7 +73,7 @@ impl CompilerService {
                 self.config.limits.max_queue
             )));
         }
-        let record = self.jobs.create();
+        let record = self.jobs.create(default_priority == Priority::Background);
         let engine = Arc::clone(&self.engine);
         let running = Arc::clone(&record);
         self.engine.tracker.spawn(jobs::run(engine, running, job));
@@ -90,7 +90,7 @@ impl Compiler for CompilerService {
 
     async fn compile(&self, request: Request<pb::CompileRequest>) -> Result<Response<Self::CompileStream>, Status> {
         let record = self.start(request.get_ref(), Priority::Interactive).await?;
-        Ok(Response::new(jobs::watch(record, &self.engine.tracker)))
+        Ok(Response::new(jobs::watch(record, &self.engine.tracker, true)))
     }
 
     async fn submit(&self, request: Request<pb::CompileRequest>) -> Result<Response<pb::SubmitResponse>, Status> {
@@ -107,7 +107,7 @@ impl Compiler for CompilerService {
             .jobs
             .get(id)
             .ok_or_else(|| Status::not_found(format!("job_id: no job {id} (finished jobs are kept 10 minutes)")))?;
-        Ok(Response::new(jobs::watch(record, &self.engine.tracker)))
+        Ok(Response::new(jobs::watch(record, &self.engine.tracker, false)))
     }
 
     async fn lookup(&self, request: Request<pb::CompileRequest>) -> Result<Response<Self::LookupStream>, Status> {
