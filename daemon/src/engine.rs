@@ -6,8 +6,8 @@ use crate::fleet::{Claim, Fleet, Found};
 use crate::metrics::{CompileLabels, Metrics, ToolchainLabels};
 use crate::scheduler::flight::{Flights, Join, Leader};
 use crate::scheduler::gate::{Gate, Priority};
-use crate::store::TierName;
 use crate::store::tiered::TieredStore;
+use crate::store::{Stored, TierName};
 use crate::toolchain::Compiled;
 use crate::toolchain::set::Toolchains;
 use crate::validate::{KernelJob, KernelSource};
@@ -244,9 +244,11 @@ impl Engine {
     pub async fn adopt(&self, key: &CacheKey, found: Found) -> Outcome {
         match found {
             Found::Artifact(artifact, bytes) => {
-                self.store.put_local(key, Bytes::from(bytes)).await;
+                let artifact = Arc::new(artifact);
+                let stored = Stored { envelope: Bytes::from(bytes), unpacked: Some(Arc::clone(&artifact)) };
+                self.store.put_local(key, stored).await;
                 self.metrics.seconds_saved.inc_by(artifact.meta.compile_micros as f64 / 1e6);
-                Outcome::from_artifact(Arc::new(artifact), pb::Tier::Remote)
+                Outcome::from_artifact(artifact, pb::Tier::Remote)
             }
             Found::Failed { log, compile_micros } => {
                 self.negative.insert(*key, Arc::new(Failure { log: log.clone(), compile_micros })).await;
@@ -308,9 +310,10 @@ impl Engine {
             metadata_json: c.metadata_json,
             ptx: c.ptx,
         };
-        let sealed = envelope::seal(key, meta.clone(), &c.cubin);
-        self.store.put(key, Bytes::from(sealed)).await;
-        Outcome::from_artifact(Arc::new(Artifact { meta, bytes: c.cubin }), pb::Tier::Compiled)
+        let sealed = Bytes::from(envelope::seal(key, meta.clone(), &c.cubin));
+        let artifact = Arc::new(Artifact { meta, bytes: c.cubin });
+        self.store.put(key, Stored { envelope: sealed, unpacked: Some(Arc::clone(&artifact)) }).await;
+        Outcome::from_artifact(artifact, pb::Tier::Compiled)
     }
 
     /// Waits up to `bound` for running compiles to finish.

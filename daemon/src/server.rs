@@ -77,8 +77,13 @@ pub async fn build(config: &Config) -> anyhow::Result<Built> {
     let metrics = Arc::new(metrics);
     let disk = DiskTier::open(&config.cache_dir, config.disk_cache_bytes)
         .with_context(|| format!("opening the cache directory {}", config.cache_dir.display()))?;
-    let mut tiers: Vec<Arc<dyn Store>> =
-        vec![Arc::new(MemoryTier::new(config.memory_cache_bytes, config.limits.max_artifact_bytes)), Arc::new(disk)];
+    // `memory_cache_mb = 0` leaves the memory tier out rather than keeping an empty one that
+    // every hit would fill and evict again.
+    let mut tiers: Vec<Arc<dyn Store>> = Vec::new();
+    if config.memory_cache_bytes > 0 {
+        tiers.push(Arc::new(MemoryTier::new(config.memory_cache_bytes, config.limits.max_artifact_bytes)));
+    }
+    tiers.push(Arc::new(disk));
     let (remote, fleet) = match &config.remote {
         None => (None, None),
         Some(r) => {

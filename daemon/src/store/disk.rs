@@ -221,7 +221,8 @@ impl Store for DiskTier {
         Box::pin(async move { Ok(blocking(&self.inner, move |i| i.read(&key)).await?.map(Stored::packed)) })
     }
 
-    fn put<'a>(&'a self, key: &'a CacheKey, envelope: Bytes) -> StoreFuture<'a, Result<(), StoreError>> {
+    fn put<'a>(&'a self, key: &'a CacheKey, stored: Stored) -> StoreFuture<'a, Result<(), StoreError>> {
+        let envelope = stored.envelope;
         let key = *key;
         Box::pin(blocking(&self.inner, move |i| i.write(&key, &envelope)))
     }
@@ -254,7 +255,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let tier = DiskTier::open(dir.path(), 1 << 20).unwrap();
         assert!(tier.get(&key(1)).await.unwrap().is_none());
-        tier.put(&key(1), Bytes::from_static(b"envelope")).await.unwrap();
+        tier.put(&key(1), Stored::packed(Bytes::from_static(b"envelope"))).await.unwrap();
         assert_eq!(tier.get(&key(1)).await.unwrap().unwrap().envelope, Bytes::from_static(b"envelope"));
         let hex = key(1).to_hex();
         assert!(tier.path_of(&key(1)).ends_with(format!("v1/{}/{}/{hex}", &hex[..2], &hex[2..4])));
@@ -269,12 +270,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let tier = DiskTier::open(dir.path(), 3000).unwrap();
         for b in 0..3u8 {
-            tier.put(&key(b), Bytes::from(vec![b; 1000])).await.unwrap();
+            tier.put(&key(b), Stored::packed(Bytes::from(vec![b; 1000]))).await.unwrap();
             let old = SystemTime::now() - std::time::Duration::from_secs(100 - u64::from(b));
             std::fs::File::options().write(true).open(tier.path_of(&key(b))).unwrap().set_modified(old).unwrap();
         }
         tier.get(&key(0)).await.unwrap(); // key 0 is now the most recently used
-        tier.put(&key(9), Bytes::from(vec![9; 1000])).await.unwrap();
+        tier.put(&key(9), Stored::packed(Bytes::from(vec![9; 1000]))).await.unwrap();
         assert!(tier.get(&key(0)).await.unwrap().is_some());
         assert!(tier.get(&key(1)).await.unwrap().is_none(), "the LRU entry survived");
         assert!(tier.get(&key(9)).await.unwrap().is_some());
@@ -290,7 +291,7 @@ mod tests {
             let (a, b) = (&a, &b);
             async move {
                 let t = if i % 2 == 0 { a } else { b };
-                t.put(&key(5), Bytes::from(vec![i % 2; 4096])).await.unwrap();
+                t.put(&key(5), Stored::packed(Bytes::from(vec![i % 2; 4096]))).await.unwrap();
             }
         });
         for w in writes {

@@ -51,12 +51,20 @@ impl Store for MemoryTier {
         })
     }
 
-    /// Unpacks the envelope once, here; an envelope that does not open is not stored.
-    fn put<'a>(&'a self, key: &'a CacheKey, envelope: Bytes) -> StoreFuture<'a, Result<(), StoreError>> {
+    /// Keeps the caller's unpacked artifact, or unpacks the envelope once, here (checking its
+    /// digest and key); an envelope that does not open is not stored.
+    fn put<'a>(&'a self, key: &'a CacheKey, stored: Stored) -> StoreFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            let artifact = envelope::open(&envelope, key, self.max_artifact_bytes)
-                .map_err(|e| StoreError { tier: "memory", source: std::io::Error::other(e) })?;
-            self.cache.insert(*key, Arc::new(Entry { envelope, artifact: Arc::new(artifact) })).await;
+            let refused = |e| StoreError { tier: "memory", source: std::io::Error::other(e) };
+            let envelope = stored.envelope;
+            let artifact = match stored.unpacked {
+                Some(artifact) => {
+                    envelope::verify(&envelope, key).map_err(refused)?;
+                    artifact
+                }
+                None => Arc::new(envelope::open(&envelope, key, self.max_artifact_bytes).map_err(refused)?),
+            };
+            self.cache.insert(*key, Arc::new(Entry { envelope, artifact })).await;
             // moka applies size accounting lazily; settle it so Stats and eviction see this
             // entry now. Inserts follow compiles or slower-tier hits, so this is off the hot path.
             self.cache.run_pending_tasks().await;

@@ -89,7 +89,9 @@ pub struct Usage {
 pub trait Store: Send + Sync + std::fmt::Debug {
     fn name(&self) -> TierName;
     fn get<'a>(&'a self, key: &'a CacheKey) -> StoreFuture<'a, Result<Option<Stored>, StoreError>>;
-    fn put<'a>(&'a self, key: &'a CacheKey, envelope: Bytes) -> StoreFuture<'a, Result<(), StoreError>>;
+    /// Stores `stored.envelope`; a tier that keeps artifacts unpacked uses `stored.unpacked` when
+    /// the caller has it, instead of unpacking the envelope again.
+    fn put<'a>(&'a self, key: &'a CacheKey, stored: Stored) -> StoreFuture<'a, Result<(), StoreError>>;
     fn remove<'a>(&'a self, key: &'a CacheKey) -> StoreFuture<'a, Result<(), StoreError>>;
     fn usage(&self) -> Usage;
 }

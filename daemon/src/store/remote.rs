@@ -108,7 +108,8 @@ impl Store for RemoteTier {
         })
     }
 
-    fn put<'a>(&'a self, key: &'a CacheKey, envelope: Bytes) -> StoreFuture<'a, Result<(), StoreError>> {
+    fn put<'a>(&'a self, key: &'a CacheKey, stored: Stored) -> StoreFuture<'a, Result<(), StoreError>> {
+        let envelope = stored.envelope;
         Box::pin(async move {
             if !self.usable() {
                 return Err(skipped());

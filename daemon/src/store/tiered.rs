@@ -10,9 +10,8 @@
 //! is logged and counted and the others still get the entry; the compile result is returned to
 //! its client either way, because a cache that cannot write must not fail a compile.
 
-use super::{Store, TierName, Usage};
+use super::{Store, Stored, TierName, Usage};
 use crate::metrics::{LookupLabels, Metrics, TierLabels};
-use bytes::Bytes;
 use kiln_proto::CacheKey;
 use kiln_proto::envelope::{self, Artifact};
 use std::sync::Arc;
@@ -75,7 +74,8 @@ impl TieredStore {
                 Ok(artifact) => {
                     self.metrics.lookup(name, "hit");
                     self.metrics.bytes(name, "read", bytes.len());
-                    self.backfill(&self.tiers[..i], key, bytes).await;
+                    let stored = Stored { envelope: bytes.clone(), unpacked: Some(Arc::clone(&artifact)) };
+                    self.backfill(&self.tiers[..i], key, stored).await;
                     return Some(Hit { artifact, tier: tier.name() });
                 }
                 Err(e) => {
@@ -93,20 +93,21 @@ impl TieredStore {
 
     /// Stores an envelope in the local tiers only (memory and disk): for artifacts fetched from
     /// the fleet cache, which already holds them.
-    pub async fn put_local(&self, key: &CacheKey, envelope: Bytes) {
+    pub async fn put_local(&self, key: &CacheKey, stored: Stored) {
         let local: Vec<Arc<dyn Store>> = self.tiers.iter().filter(|t| t.name() != TierName::Remote).cloned().collect();
-        self.backfill(&local, key, &envelope).await;
+        self.backfill(&local, key, stored).await;
     }
 
     /// Stores a sealed envelope in every tier, slowest first.
-    pub async fn put(&self, key: &CacheKey, envelope: Bytes) {
-        self.backfill(&self.tiers, key, &envelope).await;
+    pub async fn put(&self, key: &CacheKey, stored: Stored) {
+        self.backfill(&self.tiers, key, stored).await;
     }
 
-    async fn backfill(&self, tiers: &[Arc<dyn Store>], key: &CacheKey, envelope: &Bytes) {
+    async fn backfill(&self, tiers: &[Arc<dyn Store>], key: &CacheKey, stored: Stored) {
+        let envelope = &stored.envelope;
         for tier in tiers.iter().rev() {
             let name = tier.name().as_str();
-            match tier.put(key, envelope.clone()).await {
+            match tier.put(key, stored.clone()).await {
                 Ok(()) => {
                     self.metrics.bytes(name, "write", envelope.len());
                     self.metrics.writes.get_or_create(&LookupLabels { tier: name, result: "ok" }).inc();
@@ -129,6 +130,7 @@ impl TieredStore {
 mod tests {
     use super::*;
     use crate::store::{disk::DiskTier, memory::MemoryTier};
+    use bytes::Bytes;
     use kiln_proto::pb::ArtifactMeta;
 
     fn key(b: u8) -> CacheKey {
@@ -148,7 +150,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (store, memory, disk, _) = setup(dir.path());
         let env = envelope::seal(&key(1), ArtifactMeta::default(), b"cubin");
-        disk.put(&key(1), Bytes::from(env)).await.unwrap();
+        disk.put(&key(1), Stored::packed(Bytes::from(env))).await.unwrap();
         assert_eq!(store.get(&key(1)).await.unwrap().tier, TierName::Disk);
         assert!(memory.get(&key(1)).await.unwrap().is_some());
         assert_eq!(store.get(&key(1)).await.unwrap().tier, TierName::Memory);
@@ -161,14 +163,17 @@ mod tests {
         let mut env = envelope::seal(&key(1), ArtifactMeta::default(), b"cubin");
         let last = env.len() - 40;
         env[last] ^= 1;
-        disk.put(&key(1), Bytes::from(env)).await.unwrap();
+        disk.put(&key(1), Stored::packed(Bytes::from(env))).await.unwrap();
         // A valid envelope for key 2, found under key 3 (the memory tier refuses to store it so,
         // so it is swapped in behind the tier's back).
         let three = Bytes::from(envelope::seal(&key(3), ArtifactMeta::default(), b"x"));
         assert!(
-            memory.put(&key(3), Bytes::from(envelope::seal(&key(2), ArtifactMeta::default(), b"x"))).await.is_err()
+            memory
+                .put(&key(3), Stored::packed(Bytes::from(envelope::seal(&key(2), ArtifactMeta::default(), b"x"))))
+                .await
+                .is_err()
         );
-        memory.put(&key(3), three).await.unwrap();
+        memory.put(&key(3), Stored::packed(three)).await.unwrap();
         memory.corrupt(&key(3), Bytes::from(envelope::seal(&key(2), ArtifactMeta::default(), b"x"))).await;
         assert!(store.get(&key(1)).await.is_none());
         assert!(store.get(&key(3)).await.is_none());
