@@ -61,13 +61,16 @@ async fn four_hosts_compile_each_kernel_once_across_the_fleet() {
     let compiled: f64 =
         daemons.iter().map(|d| metric(d, "kiln_compiles_total{toolchain=\"nvrtc\",outcome=\"ok\"}")).sum();
     assert_eq!(compiled, 16.0, "/metrics disagrees with the witness");
+    let mut paid = 0;
     for job in &jobs {
         for k in &job.kernels {
             assert_eq!(k.outcome(), Outcome::Ok, "{}", k.log);
             assert_eq!(k.artifact, jobs[0].kernel(&k.id).unwrap().artifact, "hosts got different bytes");
             assert!(matches!(k.tier(), Tier::Compiled | Tier::Remote | Tier::Joined), "{:?}", k.tier());
+            paid += usize::from(k.tier() == Tier::Compiled);
         }
     }
+    assert_eq!(paid, 16, "every client but one per kernel reports remote or joined");
     // The fifth, fresh host warms the whole graph from the fleet in one round trip.
     let ops = |op: &str| {
         sample(&cache.metrics_text(), &format!("kiln_server_requests_total{{op=\"{op}\",code=\"ok\"}}")).unwrap_or(0.0)

@@ -284,3 +284,38 @@ async fn changed_ptxas_or_triton_fingerprints_change_their_keys() {
     assert_ne!(a["triton"], c["triton"]);
     assert_eq!(a["nvrtc"], c["nvrtc"]);
 }
+
+/// Triton workers run client code: as `nobody` under a root kilnd, with no view of kiln's cache
+/// directory and none of kilnd's environment (tokens included). Needs root, as CI runs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn triton_workers_cannot_see_the_cache_or_the_daemons_environment() {
+    let mut options = Options::default();
+    options.extra_env.push(("KILN_REMOTE_TOKEN".into(), "secret-token-that-must-not-leak".into()));
+    options.config = String::new();
+    let d = Daemon::start(options);
+    let client = d.client().await;
+    // Fill the cache so there is something to look at.
+    client.compile(vector_graph("sm_90", 1)).await.unwrap().collect().await.unwrap();
+    let cache = d.cache_dir.join("v1");
+    let probe = format!(
+        "import os\n\
+         leaks = [k for k in os.environ if k.startswith('KILN_') and k != 'KILN_WORKER_MEMORY_MB']\n\
+         if leaks:\n    raise RuntimeError(f'LEAK: environment {{leaks}}')\n\
+         if os.geteuid() == 0:\n    raise RuntimeError('LEAK: the worker runs as root')\n\
+         try:\n    os.listdir({cache:?})\n    raise RuntimeError('LEAK: the worker can list the cache')\n\
+         except PermissionError:\n    pass\n\
+         {}",
+        triton_module(),
+        cache = cache.display().to_string()
+    );
+    let t = triton(&probe, "add_kernel", ADD_SIG, &[("BLOCK", 64)], 4);
+    let job = client
+        .compile(request("sm_90", vec![any_kernel("probe", Source::Triton(t))]))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(job.kernels[0].outcome(), Outcome::Ok, "{}", job.kernels[0].log);
+    d.stop();
+}

@@ -45,6 +45,10 @@ impl DiskTier {
     pub fn open(cache_dir: &Path, capacity_bytes: u64) -> std::io::Result<Self> {
         let root = cache_dir.join("v1");
         std::fs::create_dir_all(root.join("tmp"))?;
+        // Owner only: compile workers that run client code (Triton's, as `nobody`) must not read
+        // or plant cache entries, and artifacts are code that will run on GPUs.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700))?;
         let inner = Inner {
             root,
             capacity: capacity_bytes,
