@@ -83,7 +83,7 @@ pub struct Engine {
     pub toolchains: Toolchains,
     /// The fleet cache's leases and notifications, when kilnd has `--remote`.
     pub fleet: Option<Fleet>,
-    pub store: TieredStore,
+    pub store: Arc<TieredStore>,
     pub metrics: Arc<Metrics>,
     pub gate: Arc<Gate>,
     /// Failed compiles, kept for `negative_ttl` so a herd asking for a broken kernel pays one
@@ -109,7 +109,7 @@ impl Engine {
         Engine {
             toolchains,
             fleet,
-            store,
+            store: Arc::new(store),
             metrics,
             gate: Gate::new(concurrency),
             negative,
@@ -312,7 +312,13 @@ impl Engine {
         };
         let sealed = Bytes::from(envelope::seal(key, meta.clone(), &c.cubin));
         let artifact = Arc::new(Artifact { meta, bytes: c.cubin });
-        self.store.put(key, Stored { envelope: sealed, unpacked: Some(Arc::clone(&artifact)) }).await;
+        let stored = Stored { envelope: sealed, unpacked: Some(Arc::clone(&artifact)) };
+        // The fleet first (its publish releases other hosts' waiters), then memory, which this
+        // host answers from. The disk write ends in an fsync, so it goes on in a tracked task
+        // rather than in front of the answer; shutdown waits for it.
+        self.store.put_where(key, stored.clone(), |t| t != TierName::Disk).await;
+        let (store, key) = (Arc::clone(&self.store), *key);
+        self.tracker.spawn(async move { store.put_where(&key, stored, |t| t == TierName::Disk).await });
         Outcome::from_artifact(artifact, pb::Tier::Compiled)
     }
 

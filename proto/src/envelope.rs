@@ -52,7 +52,7 @@ pub fn seal(key: &CacheKey, mut meta: ArtifactMeta, bytes: &[u8]) -> Vec<u8> {
     meta.raw_bytes = bytes.len() as u64;
     let meta_bytes = meta.encode_to_vec();
     // Level 3 is zstd's default: compresses a cubin in well under a millisecond.
-    let payload = zstd::bulk::compress(bytes, 3).unwrap_or_else(|_| unreachable_compress());
+    let payload = compress(bytes);
     let mut out = Vec::with_capacity(FIXED_HEAD + meta_bytes.len() + 8 + payload.len() + DIGEST_LEN);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&VERSION.to_le_bytes());
@@ -66,9 +66,24 @@ pub fn seal(key: &CacheKey, mut meta: ArtifactMeta, bytes: &[u8]) -> Vec<u8> {
     out
 }
 
-/// In-memory zstd compression fails only on allocation failure, which aborts anyway.
-fn unreachable_compress() -> Vec<u8> {
-    panic!("zstd compression of an in-memory buffer failed")
+thread_local! {
+    /// One zstd compression context per thread, at level 3 (zstd's default): making a context
+    /// costs about as much as compressing a cubin.
+    static COMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Compresses with the thread's context; falls back to a one-off context if it cannot be had.
+fn compress(bytes: &[u8]) -> Vec<u8> {
+    let reused = COMPRESSOR.with(|cell| {
+        let mut slot = cell.try_borrow_mut().ok()?;
+        if slot.is_none() {
+            *slot = zstd::bulk::Compressor::new(3).ok();
+        }
+        slot.as_mut()?.compress(bytes).ok()
+    });
+    // In-memory compression fails only when allocation fails, which aborts anyway.
+    reused.or_else(|| zstd::bulk::compress(bytes, 3).ok()).unwrap_or_default()
 }
 
 thread_local! {

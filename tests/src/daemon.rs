@@ -124,6 +124,20 @@ impl Daemon {
         crate::http::get(self.metrics, "/metrics").expect("GET /metrics")
     }
 
+    /// Waits until `/metrics` has `series` at `at_least` or more (disk writes finish after the
+    /// answer, in the background); panics after 30 s with the metrics text.
+    pub fn wait_for_metric(&self, series: &str, at_least: f64) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let text = self.metrics_text();
+            if crate::http::sample(&text, series).is_some_and(|v| v >= at_least) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{series} never reached {at_least}:\n{text}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.as_ref().map(|c| c.id()).unwrap_or(0)
     }

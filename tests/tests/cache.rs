@@ -68,13 +68,14 @@ async fn corrupt_disk_entries_are_counted_recompiled_and_never_served() {
     }
     assert_eq!(again.kernel("add_4").unwrap().tier(), Tier::Disk);
     assert_eq!(sample(&d.metrics_text(), "kiln_integrity_failures_total{tier=\"disk\"}"), Some(4.0));
+    // Disk writes finish after the answer; a clean stop waits for them.
+    d.stop();
     // The recompiled artifacts replaced the corrupt files.
     for id in ["add_0", "add_1", "add_2", "add_3"] {
         let bytes = std::fs::read(disk_path(&cache, &key_of(id))).unwrap();
         let key: CacheKey = key_of(id).parse().unwrap();
         assert!(envelope::open(&bytes, &key, 1 << 30).is_ok(), "{id} still corrupt on disk");
     }
-    d.stop();
 }
 
 /// One byte appended to a copy of libnvrtc changes the fingerprint and so every key.

@@ -392,7 +392,7 @@ async fn a_full_disk_never_fails_a_compile_or_leaves_a_partial_file() {
     let job =
         d.client().await.compile(request("sm_90", (0..8).map(big).collect())).await.unwrap().collect().await.unwrap();
     assert!(job.all_ok(), "a full disk failed a compile");
-    assert!(metric(&d, "kiln_cache_writes_total{tier=\"disk\",result=\"error\"}") >= 1.0, "{}", d.metrics_text());
+    d.wait_for_metric("kiln_cache_writes_total{tier=\"disk\",result=\"error\"}", 1.0);
     d.stop();
     let tmp: Vec<_> = std::fs::read_dir(cache.join("v1/tmp")).unwrap().collect();
     assert!(tmp.is_empty(), "temp files left behind: {tmp:?}");

@@ -33,6 +33,7 @@ async fn socket_health_and_metrics() {
     assert!(listed.contains("kiln.v1.Compiler"), "{listed}");
     client.compile(vector_graph("sm_90", 2)).await.unwrap().collect().await.unwrap();
     client.compile(vector_graph("sm_90", 2)).await.unwrap().collect().await.unwrap();
+    d.wait_for_metric("kiln_cache_writes_total{tier=\"disk\",result=\"ok\"}", 2.0);
     let m = d.metrics_text();
     for series in [
         "kiln_cache_lookups_total{tier=\"memory\",result=\"hit\"} 2",

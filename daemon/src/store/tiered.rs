@@ -94,8 +94,13 @@ impl TieredStore {
     /// Stores an envelope in the local tiers only (memory and disk): for artifacts fetched from
     /// the fleet cache, which already holds them.
     pub async fn put_local(&self, key: &CacheKey, stored: Stored) {
-        let local: Vec<Arc<dyn Store>> = self.tiers.iter().filter(|t| t.name() != TierName::Remote).cloned().collect();
-        self.backfill(&local, key, stored).await;
+        self.put_where(key, stored, |t| t != TierName::Remote).await;
+    }
+
+    /// Stores an envelope in the tiers `which` selects, slowest first.
+    pub async fn put_where(&self, key: &CacheKey, stored: Stored, which: impl Fn(TierName) -> bool) {
+        let chosen: Vec<Arc<dyn Store>> = self.tiers.iter().filter(|t| which(t.name())).cloned().collect();
+        self.backfill(&chosen, key, stored).await;
     }
 
     /// Stores a sealed envelope in every tier, slowest first.
