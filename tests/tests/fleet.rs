@@ -177,6 +177,8 @@ async fn redis_outages_cost_nothing_and_the_remote_tier_comes_back() {
         .await
         .unwrap();
     assert!(during.all_ok(), "a Redis outage failed a compile");
+    let stats = client.stats().await.unwrap();
+    assert!(!stats.remote.is_empty() && !stats.remote_up, "stats should show the fleet cache down");
     let warm = client.compile(vector_graph("sm_90", 2)).await.unwrap().collect().await.unwrap();
     assert!(warm.kernels.iter().all(|k| k.tier() == Tier::Memory));
     redis.restart();

@@ -13,6 +13,12 @@ pub const FINGERPRINT_NOTE: &str =
 pub fn stats_text(stats: &pb::StatsResponse) -> String {
     let mut text = identity_text(stats);
     let _ = writeln!(text, "concurrency     {}", stats.concurrency);
+    let remote = match (stats.remote.as_str(), stats.remote_up) {
+        ("", _) => "none (local tiers only)".to_string(),
+        (uri, true) => format!("{uri} (up)"),
+        (uri, false) => format!("{uri} (DOWN: serving from local tiers)"),
+    };
+    let _ = writeln!(text, "fleet cache     {remote}");
     let _ = writeln!(
         text,
         "jobs            {} total, {} queued, {} compiling now",
