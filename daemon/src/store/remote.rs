@@ -58,9 +58,22 @@ impl RemoteTier {
     pub async fn probe(self: Arc<Self>, stop: tokio_util::sync::CancellationToken) {
         let mut backoff = Duration::from_millis(100);
         loop {
-            let result = self.client.stats().await;
-            self.observe(&result);
-            let wait = if result.is_ok() {
+            // kiln-cache answers Stats while Redis is down, so health is its `redis_up`.
+            let healthy = match self.client.stats().await {
+                Ok(stats) if stats.redis_up => {
+                    self.observe(&Ok::<(), ClientError>(()));
+                    true
+                }
+                Ok(_) => {
+                    self.mark_down("kiln-cache reports Redis down");
+                    false
+                }
+                Err(e) => {
+                    self.observe(&Err::<(), _>(e));
+                    false
+                }
+            };
+            let wait = if healthy {
                 backoff = Duration::from_millis(100);
                 Duration::from_secs(5)
             } else {
@@ -70,9 +83,16 @@ impl RemoteTier {
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = tokio::time::sleep(wait) => {}
-                _ = self.wake.notified(), if result.is_ok() => {}
+                _ = self.wake.notified(), if healthy => {}
             }
         }
+    }
+
+    fn mark_down(&self, why: &str) {
+        if !self.down.swap(true, Ordering::Relaxed) {
+            tracing::warn!(why, "fleet cache unusable; serving from local tiers until it returns");
+        }
+        self.metrics.remote_up.set(0);
     }
 }
 
