@@ -85,7 +85,7 @@ fn secs(d: &[Duration]) -> String {
 /// Measures one concurrency level; returns its row and the best kiln time.
 async fn level(bench: &Bench, nvrtc: &Arc<Nvrtc>, concurrency: usize, section: &mut Section) -> Result<(Row, f64)> {
     let dir = bench.dir(&format!("cold-c{concurrency}"))?;
-    let options = KilndOptions { concurrency, memory_cache_mb: None };
+    let options = KilndOptions::new(concurrency);
     let daemon = Kilnd::start(&bench.kilnd(), &bench.cuda_root, &dir, &options).await?;
     let client = daemon.connect().await?;
     // Warm-up: every worker and this process's NVRTC compile once before anything is timed.

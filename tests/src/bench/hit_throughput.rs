@@ -55,7 +55,7 @@ pub async fn run(bench: &Bench, redis: &RedisServer) -> Result<Section> {
     let o = &bench.options;
     let mut s = Section::new(TITLE);
     let dir = bench.dir("throughput")?;
-    let options = KilndOptions { concurrency: bench.cores, memory_cache_mb: None };
+    let options = KilndOptions::new(bench.cores);
     let daemon = Kilnd::start(&bench.kilnd(), &bench.cuda_root, &dir, &options).await?;
     let job = daemon.connect().await?.compile(crate::kernels::vector_graph(TARGET, 1)).await?.collect().await?;
     let size = check_job(&job, 1, None)?.first().map_or(0, Vec::len);

@@ -10,12 +10,26 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// How to start one daemon.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct KilndOptions {
     pub concurrency: usize,
     /// `memory_cache_mb` in the config file; `Some(0)` turns the memory tier off so that every
     /// hit is served by the disk tier.
     pub memory_cache_mb: Option<u64>,
+    /// Further lines of the config file (`fleet_leases`, `triton_workers`, …).
+    pub config: String,
+    /// Extra environment: `KILN_REMOTE`, `KILN_PYTHON`, a witness NVRTC's variables.
+    pub env: Vec<(String, String)>,
+    /// Serve `/metrics` on a free loopback port, for figures that count compiles.
+    pub metrics: bool,
+    /// A CUDA root other than the bench's (the witness NVRTC).
+    pub cuda_root: Option<PathBuf>,
+}
+
+impl KilndOptions {
+    pub fn new(concurrency: usize) -> KilndOptions {
+        KilndOptions { concurrency, ..KilndOptions::default() }
+    }
 }
 
 /// A running kilnd. Dropping it kills the process; [`Kilnd::stop`] stops it with SIGTERM.
@@ -24,6 +38,8 @@ pub struct Kilnd {
     child: Option<Child>,
     pub socket: PathBuf,
     pub cache_dir: PathBuf,
+    /// Where `/metrics` is served, when asked for.
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 impl Kilnd {
@@ -34,15 +50,24 @@ impl Kilnd {
         let socket = dir.join("kilnd.sock");
         let cache_dir = dir.join("cache");
         let config = dir.join("kilnd.toml");
-        let text = options.memory_cache_mb.map(|mb| format!("memory_cache_mb = {mb}\n")).unwrap_or_default();
+        let mut text = options.memory_cache_mb.map(|mb| format!("memory_cache_mb = {mb}\n")).unwrap_or_default();
+        text.push_str(&options.config);
         std::fs::write(&config, text).with_context(|| format!("writing {}", config.display()))?;
-        let child = Command::new(exe)
+        let metrics = match options.metrics {
+            true => Some(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?),
+            false => None,
+        };
+        let mut cmd = Command::new(exe);
+        if let Some(addr) = metrics {
+            cmd.arg("--metrics").arg(addr.to_string());
+        }
+        let child = cmd
             .arg("--socket")
             .arg(&socket)
             .arg("--cache-dir")
             .arg(&cache_dir)
             .arg("--cuda-root")
-            .arg(cuda_root)
+            .arg(options.cuda_root.as_deref().unwrap_or(cuda_root))
             .arg("--target")
             .arg("sm_90")
             .arg("--concurrency")
@@ -50,10 +75,11 @@ impl Kilnd {
             .arg("--config")
             .arg(&config)
             .env("KILN_LOG", "warn")
+            .envs(options.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .spawn()
             .with_context(|| format!("starting {}", exe.display()))?;
-        let mut daemon = Kilnd { child: Some(child), socket, cache_dir };
+        let mut daemon = Kilnd { child: Some(child), socket, cache_dir, metrics };
         daemon.wait_ready().await?;
         Ok(daemon)
     }
@@ -64,7 +90,8 @@ impl Kilnd {
             if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
                 bail!("kilnd exited during start-up with {status}");
             }
-            if self.socket.exists() && self.answers().await {
+            let metrics_up = self.metrics.is_none_or(|m| crate::http::get(m, "/metrics").is_ok());
+            if self.socket.exists() && metrics_up && self.answers().await {
                 return Ok(());
             }
             if Instant::now() > deadline {
@@ -87,6 +114,17 @@ impl Kilnd {
 
     pub async fn connect(&self) -> Result<kiln_client::Client> {
         kiln_client::connect(&self.uri()).await.with_context(|| format!("connecting to {}", self.uri()))
+    }
+
+    /// The sum of every `series` sample in `/metrics` (all label sets that start with it).
+    pub fn metric_sum(&self, series: &str) -> Result<f64> {
+        let addr = self.metrics.context("this kilnd serves no /metrics")?;
+        let text = crate::http::get(addr, "/metrics").context("GET /metrics")?;
+        Ok(text
+            .lines()
+            .filter(|l| l.starts_with(series))
+            .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
+            .sum())
     }
 
     /// SIGTERM, then waits for a clean exit, as a service manager would stop it.

@@ -9,21 +9,33 @@
 //! - [`hit_throughput`]: figure (c), lookups per second from many clients against
 //!   `redis-benchmark`.
 //! - [`sccache_nvcc`]: figure (d), the same kernels through sccache + nvcc, cold and warm.
+//! - [`fleet_warm`], [`fleet_cold`], [`fleet_lookups`]: figures (e) to (g), issue 3's fleet
+//!   figures, over a private Redis and a real kiln-cache ([`fleet`]).
+//! - [`triton_compile`], [`triton_pool`], [`ptxas_compile`]: figures (h) to (j), issue 4's
+//!   toolchain figures ([`triton_kernels`]: the Triton kernels and the direct baseline).
 //! - [`kilnd`], [`redis`], [`sccache`]: the processes the figures need, started privately.
 //! - [`source_tree`]: the kernels as `.cu` files, built one process per file like `make -j`.
 //! - [`samples`], [`report`], [`machine`]: percentiles, tables, and what the run ran on.
 
 pub mod cold_compile;
+pub mod fleet;
+pub mod fleet_cold;
+pub mod fleet_lookups;
+pub mod fleet_warm;
 pub mod hit_throughput;
 pub mod kilnd;
 pub mod machine;
 pub mod nvrtc;
+pub mod ptxas_compile;
 pub mod redis;
 pub mod report;
 pub mod samples;
 pub mod sccache;
 pub mod sccache_nvcc;
 pub mod source_tree;
+pub mod triton_compile;
+pub mod triton_kernels;
+pub mod triton_pool;
 pub mod warm_hit;
 
 use anyhow::{Context, Result, ensure};
@@ -54,6 +66,12 @@ pub struct Options {
     pub redis_requests: usize,
     /// Warm passes through sccache and the kiln CLI; the median pass is reported.
     pub warm_passes: usize,
+    /// Fresh daemons, each timed on its first graph compile from the remote tier.
+    pub fleet_warm_samples: usize,
+    /// Fleet cold starts of each kind (leases on, leases off).
+    pub fleet_rounds: usize,
+    /// Timed rounds of each Triton comparison.
+    pub triton_rounds: usize,
 }
 
 impl Default for Options {
@@ -67,6 +85,9 @@ impl Default for Options {
             throughput_secs: 5.0,
             redis_requests: 200_000,
             warm_passes: 3,
+            fleet_warm_samples: 40,
+            fleet_rounds: 3,
+            triton_rounds: 5,
         }
     }
 }

@@ -47,6 +47,32 @@ impl Nvrtc {
 
     /// Compiles one CUDA C++ source to a cubin for `target` (such as `sm_90`).
     pub fn compile(&self, source: &str, target: &str) -> Result<Vec<u8>> {
+        let prog = self.program(source, target)?;
+        let mut size = 0usize;
+        // SAFETY: prog is compiled; writes one usize.
+        check(unsafe { sys::nvrtcGetCUBINSize(prog.0, &mut size) }, "nvrtcGetCUBINSize")?;
+        ensure!(size > 0, "NVRTC produced no cubin for {target}");
+        let mut cubin = vec![0u8; size];
+        // SAFETY: the buffer holds exactly the size NVRTC reported.
+        check(unsafe { sys::nvrtcGetCUBIN(prog.0, cubin.as_mut_ptr().cast()) }, "nvrtcGetCUBIN")?;
+        Ok(cubin)
+    }
+
+    /// Compiles one CUDA C++ source to PTX for a virtual `arch` (such as `compute_90`).
+    pub fn ptx(&self, source: &str, arch: &str) -> Result<String> {
+        let prog = self.program(source, arch)?;
+        let mut size = 0usize;
+        // SAFETY: prog is compiled; writes one usize.
+        check(unsafe { sys::nvrtcGetPTXSize(prog.0, &mut size) }, "nvrtcGetPTXSize")?;
+        let mut ptx = vec![0u8; size];
+        // SAFETY: the buffer holds exactly the size NVRTC reported.
+        check(unsafe { sys::nvrtcGetPTX(prog.0, ptx.as_mut_ptr().cast()) }, "nvrtcGetPTX")?;
+        let end = ptx.iter().position(|&b| b == 0).unwrap_or(ptx.len());
+        Ok(String::from_utf8_lossy(&ptx[..end]).into_owned())
+    }
+
+    /// A program compiled for `arch` with the toolkit's include directories.
+    fn program(&self, source: &str, arch: &str) -> Result<Program> {
         let source = CString::new(source).context("source contains a NUL byte")?;
         let mut prog: nvrtcProgram = std::ptr::null_mut();
         // SAFETY: the source and name are NUL-terminated and outlive the call; no headers.
@@ -62,7 +88,7 @@ impl Nvrtc {
         };
         check(r, "nvrtcCreateProgram")?;
         let prog = Program(prog);
-        let arch = CString::new(format!("--gpu-architecture={target}"))?;
+        let arch = CString::new(format!("--gpu-architecture={arch}"))?;
         let options: Vec<*const c_char> =
             std::iter::once(&arch).chain(&self.include_options).map(|c| c.as_ptr()).collect();
         // SAFETY: prog is live; the option strings outlive the call.
@@ -70,14 +96,7 @@ impl Nvrtc {
         if r != nvrtcResult::NVRTC_SUCCESS {
             bail!("NVRTC failed to compile: {}", prog.log());
         }
-        let mut size = 0usize;
-        // SAFETY: prog is compiled; writes one usize.
-        check(unsafe { sys::nvrtcGetCUBINSize(prog.0, &mut size) }, "nvrtcGetCUBINSize")?;
-        ensure!(size > 0, "NVRTC produced no cubin for {target}");
-        let mut cubin = vec![0u8; size];
-        // SAFETY: the buffer holds exactly the size NVRTC reported.
-        check(unsafe { sys::nvrtcGetCUBIN(prog.0, cubin.as_mut_ptr().cast()) }, "nvrtcGetCUBIN")?;
-        Ok(cubin)
+        Ok(prog)
     }
 }
 

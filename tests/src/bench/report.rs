@@ -15,6 +15,16 @@ pub enum Value {
     Seconds(f64),
     /// Operations per second.
     PerSecond(f64),
+    /// A count of events, such as compiles across a fleet.
+    Count(f64),
+}
+
+/// What a value measures; only values of the same kind divide into a ratio.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Time,
+    Rate,
+    Count,
 }
 
 impl Value {
@@ -24,7 +34,7 @@ impl Value {
         match self {
             Value::Millis(ms) => ms,
             Value::Seconds(s) => s * 1e3,
-            Value::PerSecond(r) => r,
+            Value::PerSecond(r) | Value::Count(r) => r,
         }
     }
 
@@ -33,8 +43,12 @@ impl Value {
         self.magnitude() / 1e3
     }
 
-    fn is_rate(self) -> bool {
-        matches!(self, Value::PerSecond(_))
+    fn kind(self) -> Kind {
+        match self {
+            Value::Millis(_) | Value::Seconds(_) => Kind::Time,
+            Value::PerSecond(_) => Kind::Rate,
+            Value::Count(_) => Kind::Count,
+        }
     }
 }
 
@@ -45,6 +59,7 @@ impl std::fmt::Display for Value {
             Value::Millis(ms) => write!(f, "{ms:.1} ms"),
             Value::Seconds(s) => write!(f, "{s:.2} s"),
             Value::PerSecond(r) => write!(f, "{} /s", group_thousands(r.round() as u64)),
+            Value::Count(n) => write!(f, "{}", group_thousands(n.round() as u64)),
         }
     }
 }
@@ -65,6 +80,10 @@ pub enum Target {
     AtMostMillis(f64),
     /// kiln's figure may exceed the baseline's by at most this many percent.
     OverheadAtMostPercent(f64),
+    /// kiln ÷ baseline must be at most this.
+    RatioAtMost(f64),
+    /// kiln's count must be exactly this (such as compiles = distinct kernels).
+    CountEquals(u64),
 }
 
 impl std::fmt::Display for Target {
@@ -72,6 +91,8 @@ impl std::fmt::Display for Target {
         match *self {
             Target::AtMostMillis(ms) => write!(f, "≤ {ms} ms"),
             Target::OverheadAtMostPercent(p) => write!(f, "overhead ≤ {p}%"),
+            Target::RatioAtMost(r) => write!(f, "≤ {r:.2}×"),
+            Target::CountEquals(n) => write!(f, "= {n}"),
         }
     }
 }
@@ -105,7 +126,7 @@ impl Row {
     /// serves more.
     pub fn ratio(&self) -> Option<f64> {
         let (Ok(k), Ok(b)) = (&self.kiln, &self.baseline) else { return None };
-        if k.is_rate() != b.is_rate() || b.magnitude() == 0.0 {
+        if k.kind() != b.kind() || b.magnitude() == 0.0 {
             return None;
         }
         Some(k.magnitude() / b.magnitude())
@@ -116,6 +137,10 @@ impl Row {
         match self.target? {
             Target::AtMostMillis(ms) => self.kiln.as_ref().ok().map(|k| k.magnitude() <= ms),
             Target::OverheadAtMostPercent(p) => self.ratio().map(|r| (r - 1.0) * 100.0 <= p),
+            Target::RatioAtMost(max) => self.ratio().map(|r| r <= max),
+            Target::CountEquals(n) => {
+                self.kiln.as_ref().ok().map(|k| k.kind() == Kind::Count && k.magnitude() == n as f64)
+            }
         }
     }
 
@@ -237,6 +262,14 @@ mod tests {
         let r = Row::new("x", Err("boom".into()), "b", Ok(Value::Millis(1.0))).with_target(Target::AtMostMillis(2.0));
         assert_eq!(r.met(), None);
         assert_eq!(r.met_cell(), "not measured");
+        let r =
+            Row::new("x", Ok(Value::Count(32.0)), "b", Ok(Value::Count(256.0))).with_target(Target::CountEquals(32));
+        assert_eq!((r.ratio(), r.met()), (Some(0.125), Some(true)));
+        let r = Row::new("x", Ok(Value::Count(32.0)), "b", Ok(Value::Millis(1.0)));
+        assert_eq!(r.ratio(), None, "a count and a time do not divide");
+        let r =
+            Row::new("x", Ok(Value::Seconds(1.2)), "b", Ok(Value::Seconds(1.0))).with_target(Target::RatioAtMost(1.1));
+        assert_eq!(r.met(), Some(false));
     }
 
     #[test]

@@ -87,7 +87,7 @@ fn kiln_check(tier: &'static str) -> impl Fn(usize, &str) -> Result<()> + Sync {
 
 async fn kiln_cli_figures(bench: &Bench, tree: &SourceTree, notes: &mut Vec<String>) -> Result<Figures> {
     let dir = bench.dir("cli-kilnd")?;
-    let options = KilndOptions { concurrency: bench.cores, memory_cache_mb: None };
+    let options = KilndOptions::new(bench.cores);
     let kiln = bench.kiln();
     let make_for = |uri: String| {
         let kiln = kiln.clone();

@@ -101,7 +101,7 @@ async fn interleaved(
 
 /// Starts a fresh daemon on `dir` per sample and times its first compile of the graph.
 async fn restarts(bench: &Bench, dir: &Path, base: &mut Baselines) -> Result<Phase> {
-    let options = KilndOptions { concurrency: bench.cores, memory_cache_mb: None };
+    let options = KilndOptions::new(bench.cores);
     let mut phase = Phase::default();
     for _ in 0..bench.options.restart_samples {
         let daemon = Kilnd::start(&bench.kilnd(), &bench.cuda_root, dir, &options).await?;
@@ -116,7 +116,7 @@ async fn restarts(bench: &Bench, dir: &Path, base: &mut Baselines) -> Result<Pha
 
 /// A daemon on the filled directory with its memory tier off, so every hit is a disk hit.
 async fn disk_steady(bench: &Bench, dir: &Path, base: &mut Baselines) -> Result<Phase> {
-    let options = KilndOptions { concurrency: bench.cores, memory_cache_mb: Some(0) };
+    let options = KilndOptions { memory_cache_mb: Some(0), ..KilndOptions::new(bench.cores) };
     let daemon = Kilnd::start(&bench.kilnd(), &bench.cuda_root, dir, &options).await?;
     let client = daemon.connect().await?;
     if let Err(e) = interleaved(&client, 20, pb::Tier::Disk, base).await {
@@ -169,7 +169,7 @@ pub async fn run(bench: &Bench, redis: &RedisServer, shared: &mut Shared) -> Res
     ];
 
     let dir = bench.dir("warm")?;
-    let options = KilndOptions { concurrency: bench.cores, memory_cache_mb: None };
+    let options = KilndOptions::new(bench.cores);
     let daemon = Kilnd::start(&bench.kilnd(), &bench.cuda_root, &dir, &options).await?;
     let client = daemon.connect().await?;
     let job = client.compile(graph_request()).await?.collect().await.context("cold fill")?;

@@ -4,10 +4,14 @@
 
 use anyhow::{Context, Result};
 use clap::Parser;
+use kiln_tests::bench::fleet::Fleet;
 use kiln_tests::bench::machine::Machine;
 use kiln_tests::bench::redis::RedisServer;
 use kiln_tests::bench::report::Section;
-use kiln_tests::bench::{Bench, Options, Shared, cold_compile, hit_throughput, sccache_nvcc, warm_hit};
+use kiln_tests::bench::{
+    Bench, Options, Shared, cold_compile, fleet_cold, fleet_lookups, fleet_warm, hit_throughput, ptxas_compile,
+    sccache_nvcc, triton_compile, triton_pool, warm_hit,
+};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -32,6 +36,9 @@ struct Args {
     restart_samples: Option<usize>,
     #[arg(long)]
     cold_rounds: Option<usize>,
+    /// Run only the figures whose titles start with one of these letters, e.g. `--only efg`.
+    #[arg(long)]
+    only: Option<String>,
 }
 
 impl Args {
@@ -47,6 +54,9 @@ impl Args {
                 throughput_secs: 1.0,
                 redis_requests: 20_000,
                 warm_passes: 1,
+                fleet_warm_samples: 3,
+                fleet_rounds: 1,
+                triton_rounds: 1,
             };
         }
         o.memory_samples = self.memory_samples.unwrap_or(o.memory_samples);
@@ -60,7 +70,9 @@ impl Args {
 /// Runs one figure; a failure becomes a section that says so, and the run goes on.
 async fn figure(title: &str, run: impl Future<Output = Result<Section>>) -> Section {
     eprintln!("kiln-bench: measuring {title} …");
+    let started = std::time::Instant::now();
     let section = run.await.unwrap_or_else(|e| Section::failed(title, &e));
+    eprintln!("kiln-bench: {title} took {:.0} s", started.elapsed().as_secs_f64());
     println!("\n## {}\n\n{}", section.title, section.table());
     section
 }
@@ -125,19 +137,63 @@ async fn main() -> Result<()> {
     let mut shared = Shared::default();
     let redis = RedisServer::start(&work.path().join("redis"));
 
+    let wanted = |title: &str| {
+        let letter = title.chars().nth(1).unwrap_or(' ');
+        args.only.as_ref().is_none_or(|only| only.contains(letter))
+    };
     let mut sections = Vec::new();
-    sections.push(figure("(b) Cold compile", cold_compile::run(&bench, &mut shared)).await);
+    if wanted("(b)") {
+        sections.push(figure("(b) Cold compile", cold_compile::run(&bench, &mut shared)).await);
+    }
     match &redis {
         Ok(redis) => {
-            sections.push(figure("(a) Warm hit", warm_hit::run(&bench, redis, &mut shared)).await);
-            sections.push(figure("(c) Hit throughput", hit_throughput::run(&bench, redis)).await);
-            sections.push(figure("(d) sccache + nvcc", sccache_nvcc::run(&bench, redis, &shared)).await);
+            if wanted("(a)") {
+                sections.push(figure("(a) Warm hit", warm_hit::run(&bench, redis, &mut shared)).await);
+            }
+            if wanted("(c)") {
+                sections.push(figure("(c) Hit throughput", hit_throughput::run(&bench, redis)).await);
+            }
+            if wanted("(d)") {
+                sections.push(figure("(d) sccache + nvcc", sccache_nvcc::run(&bench, redis, &shared)).await);
+            }
         }
         Err(e) => {
             for title in ["(a) Warm hit", "(c) Hit throughput", "(d) sccache + nvcc"] {
                 sections.push(Section::failed(title, &anyhow::anyhow!("redis-server could not start: {e:#}")));
             }
         }
+    }
+    // Issue 3: the fleet, over its own Redis and a real kiln-cache.
+    let fleet_titles = ["(e) Fleet warm start", "(f) Fleet cold start", "(g) Fleet lookups"];
+    if fleet_titles.iter().any(|t| wanted(t)) {
+        match Fleet::start(&bench).await {
+            Ok(fleet) => {
+                if wanted("(e)") {
+                    sections.push(figure(fleet_titles[0], fleet_warm::run(&bench, &fleet)).await);
+                }
+                if wanted("(f)") {
+                    sections.push(figure(fleet_titles[1], fleet_cold::run(&bench, &fleet)).await);
+                }
+                if wanted("(g)") {
+                    sections.push(figure(fleet_titles[2], fleet_lookups::run(&bench, &fleet)).await);
+                }
+            }
+            Err(e) => {
+                for title in fleet_titles.iter().filter(|t| wanted(t)) {
+                    sections.push(Section::failed(*title, &anyhow::anyhow!("the fleet could not start: {e:#}")));
+                }
+            }
+        }
+    }
+    // Issue 4: the Triton and PTX toolchains.
+    if wanted("(h)") {
+        sections.push(figure("(h) Triton compile", triton_compile::run(&bench)).await);
+    }
+    if wanted("(i)") {
+        sections.push(figure("(i) Triton worker pool", triton_pool::run(&bench)).await);
+    }
+    if wanted("(j)") {
+        sections.push(figure("(j) ptxas", ptxas_compile::run(&bench)).await);
     }
     // Report in the issue's order; (b) ran first so that nothing else had warmed the machine.
     sections.sort_by(|a, b| a.title.cmp(&b.title));

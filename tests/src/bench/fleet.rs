@@ -1,0 +1,65 @@
+//! The fleet the fleet figures share: a private `redis-server` and a real `kiln-cache` over it,
+//! and how to start a kilnd "host" that uses them as its remote tier.
+//!
+//! The Redis server is the bench's own ([`super::redis::RedisServer`], a Unix socket in the run's
+//! directory) but a second instance, apart from the one figures (a) to (d) flush and fill, so
+//! the two never see each other's keys. `kiln-cache` is the tests' harness process
+//! ([`crate::redis::CacheServer`]), which panics when it cannot start; the panic is caught here
+//! and becomes the figure's recorded error.
+
+use super::Bench;
+use super::kilnd::KilndOptions;
+use super::redis::RedisServer;
+use crate::redis::{CacheOptions, CacheServer, WRITE_TOKEN};
+use anyhow::{Context, Result, anyhow};
+use kiln_cache_server::client::RemoteCache;
+
+/// Redis plus kiln-cache, stopped on drop.
+#[derive(Debug)]
+pub struct Fleet {
+    pub redis: RedisServer,
+    pub cache: CacheServer,
+}
+
+/// The text of a caught panic.
+pub fn panic_text(e: tokio::task::JoinError) -> String {
+    match e.try_into_panic() {
+        Ok(p) => p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_string()))
+            .unwrap_or_else(|| "a panic".into()),
+        Err(e) => e.to_string(),
+    }
+}
+
+impl Fleet {
+    pub async fn start(bench: &Bench) -> Result<Fleet> {
+        let redis = RedisServer::start(&bench.dir("fleet-redis")?).context("starting the fleet's redis-server")?;
+        let url = format!("unix://{}", redis.socket.display());
+        let cache = tokio::task::spawn_blocking(move || CacheServer::start(CacheOptions::new(vec![url])))
+            .await
+            .map_err(|e| anyhow!("kiln-cache did not start: {}", panic_text(e)))?;
+        Ok(Fleet { redis, cache })
+    }
+
+    /// A kilnd "host" of this fleet: its remote tier is the fleet's kiln-cache, with a
+    /// read-write token; `config` adds lines to its config file.
+    pub fn kilnd_options(&self, concurrency: usize, config: &str) -> KilndOptions {
+        KilndOptions {
+            config: config.to_string(),
+            env: vec![("KILN_REMOTE".into(), self.cache.uri()), ("KILN_REMOTE_TOKEN".into(), WRITE_TOKEN.into())],
+            ..KilndOptions::new(concurrency)
+        }
+    }
+
+    /// A plain kiln-cache client with its own connection.
+    pub fn client(&self) -> Result<RemoteCache> {
+        RemoteCache::connect(&self.cache.uri(), WRITE_TOKEN).context("kiln-cache client")
+    }
+}
+
+/// The Redis key of an artifact's envelope (DESIGN.md, "Redis layout").
+pub fn artifact_key(key: &str) -> Vec<u8> {
+    format!("kiln:v1:{{{key}}}:a").into_bytes()
+}

@@ -1,0 +1,104 @@
+//! Figure (g), issue 3 part 6 (c): lookups per second through kiln-cache from many clients,
+//! against `redis-benchmark` GETs of values of the same size on the Redis behind it.
+//!
+//! Each client is a concurrent task with its own `kiln_cache_server::client::RemoteCache` (its
+//! own HTTP/2 connection), issuing `Get` of one stored artifact, one request at a time, as
+//! `redis-benchmark` does by default. Both sides share this machine's cores with their load
+//! generator; the kiln side also has Redis under it.
+
+use super::fleet::{Fleet, artifact_key};
+use super::kilnd::Kilnd;
+use super::redis::benchmark_get_rps;
+use super::report::{Row, Section, Value};
+use super::{Bench, TARGET, check_job};
+use anyhow::{Context, Result, bail};
+use kiln_cache_server::client::{Lookup, RemoteCache};
+use kiln_proto::CacheKey;
+use std::time::{Duration, Instant};
+use tokio::task::JoinSet;
+
+const TITLE: &str = "(g) Fleet: lookups per second through kiln-cache";
+
+/// `Get`s per second that `clients` sustain for `secs`; every answer must be the stored value.
+async fn rps(clients: &[RemoteCache], key: CacheKey, size: usize, secs: f64) -> Result<f64> {
+    // `size` is what kiln-cache answers: the envelope, without Redis's own framing of it.
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    let start = Instant::now();
+    let mut tasks = JoinSet::new();
+    for client in clients {
+        let client = client.clone();
+        tasks.spawn(async move {
+            let mut done = 0u64;
+            while Instant::now() < deadline {
+                match client.get(&key).await? {
+                    Lookup::Hit(bytes) if bytes.len() == size => done += 1,
+                    Lookup::Hit(bytes) => bail!("a Get returned {} bytes, not {size}", bytes.len()),
+                    other => bail!("a Get of a stored key answered {other:?}"),
+                }
+            }
+            anyhow::Ok(done)
+        });
+    }
+    let mut total = 0;
+    while let Some(done) = tasks.join_next().await {
+        total += done??;
+    }
+    Ok(total as f64 / start.elapsed().as_secs_f64())
+}
+
+pub async fn run(bench: &Bench, fleet: &Fleet) -> Result<Section> {
+    let o = &bench.options;
+    let mut s = Section::new(TITLE);
+    let filler =
+        Kilnd::start(&bench.kilnd(), &bench.cuda_root, &bench.dir("fleet-lookups")?, &fleet.kilnd_options(1, ""))
+            .await?;
+    let req = crate::kernels::request(
+        TARGET,
+        vec![crate::kernels::kernel("add_0", crate::kernels::cuda(&format!("// lookups\n{}", super::source(0))))],
+    );
+    let job = filler.connect().await?.compile(req).await?.collect().await?;
+    check_job(&job, 1, None)?;
+    filler.stop().await?;
+    let hex = &job.kernels[0].key;
+    let key: CacheKey = hex.parse().map_err(|e| anyhow::anyhow!("key {hex}: {e:?}"))?;
+    let stored = fleet.redis.connect()?.get_all(&[artifact_key(hex)]).context("the kernel is not in Redis")?;
+    let size = stored[0].len();
+    let answered = match fleet.client()?.get(&key).await? {
+        Lookup::Hit(bytes) => bytes.len(),
+        other => bail!("kiln-cache does not have the kernel: {other:?}"),
+    };
+    s.method = vec![
+        format!(
+            "kiln: C concurrent tasks in one process, each its own `RemoteCache` client (own HTTP/2 connection, \
+             read-write token) to the run's kiln-cache over loopback TCP, each issuing `Get` of one stored artifact \
+             (a {answered}-byte envelope; Redis holds it as a {size}-byte value) one at a time, for {} s after a 0.5 s warm-up; every answer must be a hit of \
+             that size. Rate = answers ÷ wall time. kiln-cache reads the value from its redis-server on a Unix \
+             socket, checks it and answers; the client does not open the envelope.",
+            o.throughput_secs
+        ),
+        format!(
+            "Baseline: `redis-benchmark -s SOCK -t set,get -d {size} -c C -n {} --csv` against the same \
+             redis-server, the GET line's rate: values of the size Redis stores.",
+            o.redis_requests
+        ),
+        "Ratio = kiln ÷ Redis; above 1 means kiln-cache served more lookups per second. kiln-cache sits in front \
+         of that same Redis, so it cannot exceed it; the ratio is the price of the gRPC service (auth, \
+         validation, TTL refresh, metrics)."
+            .into(),
+    ];
+    for &c in &o.clients {
+        let clients = (0..c).map(|_| fleet.client()).collect::<Result<Vec<_>>>()?;
+        let redis_rps = benchmark_get_rps(&fleet.redis, size, c, o.redis_requests)
+            .map(Value::PerSecond)
+            .map_err(|e| format!("{e:#}"));
+        rps(&clients, key, answered, 0.5).await.with_context(|| format!("warm-up with {c} clients"))?;
+        let kiln = rps(&clients, key, answered, o.throughput_secs).await.with_context(|| format!("{c} clients"))?;
+        s.rows.push(Row::new(
+            format!("kiln-cache `Get`, {c} clients"),
+            Ok(Value::PerSecond(kiln)),
+            format!("redis-benchmark GET, {c} clients, {size} B"),
+            redis_rps,
+        ));
+    }
+    Ok(s)
+}
