@@ -239,6 +239,15 @@ impl Engine {
         outcome
     }
 
+    /// Stores an artifact in this host's tiers: memory now, since this host answers from it; the
+    /// disk write ends in an fsync, so it goes on in a tracked task rather than in front of the
+    /// answer (shutdown waits for it).
+    async fn store_locally(&self, key: &CacheKey, stored: Stored) {
+        self.store.put_where(key, stored.clone(), |t| t == TierName::Memory).await;
+        let (store, key) = (Arc::clone(&self.store), *key);
+        self.tracker.spawn(async move { store.put_where(&key, stored, |t| t == TierName::Disk).await });
+    }
+
     /// Takes another host's result: an artifact goes into the local tiers, a failure into the
     /// negative cache.
     pub async fn adopt(&self, key: &CacheKey, found: Found) -> Outcome {
@@ -246,7 +255,7 @@ impl Engine {
             Found::Artifact(artifact, bytes) => {
                 let artifact = Arc::new(artifact);
                 let stored = Stored { envelope: Bytes::from(bytes), unpacked: Some(Arc::clone(&artifact)) };
-                self.store.put_local(key, stored).await;
+                self.store_locally(key, stored).await;
                 self.metrics.seconds_saved.inc_by(artifact.meta.compile_micros as f64 / 1e6);
                 Outcome::from_artifact(artifact, pb::Tier::Remote)
             }
@@ -313,12 +322,9 @@ impl Engine {
         let sealed = Bytes::from(envelope::seal(key, meta.clone(), &c.cubin));
         let artifact = Arc::new(Artifact { meta, bytes: c.cubin });
         let stored = Stored { envelope: sealed, unpacked: Some(Arc::clone(&artifact)) };
-        // The fleet first (its publish releases other hosts' waiters), then memory, which this
-        // host answers from. The disk write ends in an fsync, so it goes on in a tracked task
-        // rather than in front of the answer; shutdown waits for it.
-        self.store.put_where(key, stored.clone(), |t| t != TierName::Disk).await;
-        let (store, key) = (Arc::clone(&self.store), *key);
-        self.tracker.spawn(async move { store.put_where(&key, stored, |t| t == TierName::Disk).await });
+        // The fleet first: its publish releases other hosts' waiters.
+        self.store.put_where(key, stored.clone(), |t| t == TierName::Remote).await;
+        self.store_locally(key, stored).await;
         Outcome::from_artifact(artifact, pb::Tier::Compiled)
     }
 

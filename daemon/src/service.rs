@@ -158,6 +158,7 @@ impl Compiler for CompilerService {
     }
 
     async fn stats(&self, _request: Request<pb::StatsRequest>) -> Result<Response<pb::StatsResponse>, Status> {
+        self.engine.store.settle().await;
         Ok(Response::new(crate::stats::collect(self)))
     }
 }

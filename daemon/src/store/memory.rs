@@ -65,9 +65,6 @@ impl Store for MemoryTier {
                 None => Arc::new(envelope::open(&envelope, key, self.max_artifact_bytes).map_err(refused)?),
             };
             self.cache.insert(*key, Arc::new(Entry { envelope, artifact })).await;
-            // moka applies size accounting lazily; settle it so Stats and eviction see this
-            // entry now. Inserts follow compiles or slower-tier hits, so this is off the hot path.
-            self.cache.run_pending_tasks().await;
             Ok(())
         })
     }
@@ -77,6 +74,12 @@ impl Store for MemoryTier {
             self.cache.invalidate(key).await;
             Ok(())
         })
+    }
+
+    /// moka applies size accounting lazily (it would cost a warm start from the fleet several
+    /// milliseconds to settle it on every insert), so Stats settles it before reading.
+    fn settle(&self) -> StoreFuture<'_, ()> {
+        Box::pin(self.cache.run_pending_tasks())
     }
 
     fn usage(&self) -> Usage {

@@ -93,5 +93,10 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// the caller has it, instead of unpacking the envelope again.
     fn put<'a>(&'a self, key: &'a CacheKey, stored: Stored) -> StoreFuture<'a, Result<(), StoreError>>;
     fn remove<'a>(&'a self, key: &'a CacheKey) -> StoreFuture<'a, Result<(), StoreError>>;
+    /// Brings `usage` up to date, for tiers that account lazily; a no-op for the others.
+    fn settle(&self) -> StoreFuture<'_, ()> {
+        Box::pin(async {})
+    }
+
     fn usage(&self) -> Usage;
 }

@@ -91,12 +91,6 @@ impl TieredStore {
         None
     }
 
-    /// Stores an envelope in the local tiers only (memory and disk): for artifacts fetched from
-    /// the fleet cache, which already holds them.
-    pub async fn put_local(&self, key: &CacheKey, stored: Stored) {
-        self.put_where(key, stored, |t| t != TierName::Remote).await;
-    }
-
     /// Stores an envelope in the tiers `which` selects, slowest first.
     pub async fn put_where(&self, key: &CacheKey, stored: Stored, which: impl Fn(TierName) -> bool) {
         let chosen: Vec<Arc<dyn Store>> = self.tiers.iter().filter(|t| which(t.name())).cloned().collect();
@@ -122,6 +116,13 @@ impl TieredStore {
                     tracing::warn!(%key, error = %e, "tier write failed; the other tiers still hold the entry");
                 }
             }
+        }
+    }
+
+    /// Settles lazy accounting in every tier (see [`Store::settle`]).
+    pub async fn settle(&self) {
+        for tier in &self.tiers {
+            tier.settle().await;
         }
     }
 
