@@ -111,6 +111,9 @@ async fn concurrent_writers_never_mix_pieces() {
             envelope::seal(&k, ArtifactMeta { log: format!("version {v}"), ..Default::default() }, &bytes)
         })
         .collect();
+    // One version is in place before the race, so readers have something to see however the
+    // scheduler orders them (on a loaded machine they could otherwise all finish first).
+    cache.client(WRITE_TOKEN).put(&k, versions[0].clone()).await.unwrap();
     let mut tasks = tokio::task::JoinSet::new();
     for (i, v) in versions.iter().cloned().enumerate() {
         let c = [&cache, &other][i % 2].client(WRITE_TOKEN);
