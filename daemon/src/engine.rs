@@ -20,6 +20,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::task::TaskTracker;
 
+/// Local lookups of one graph in flight at once (see [`Engine::prefetch`]).
+const LOCAL_LOOKUPS_IN_FLIGHT: usize = 8;
+
 /// The answer for one kernel.
 #[derive(Debug, Clone)]
 pub struct Outcome {
@@ -153,8 +156,12 @@ impl Engine {
     pub async fn prefetch(&self, keys: &[CacheKey]) -> HashMap<CacheKey, Outcome> {
         let mut found = HashMap::new();
         let mut missing = Vec::new();
-        // Concurrently: a disk hit waits on a blocking read, and 64 of them in a row add up.
-        let local = futures_util::future::join_all(keys.iter().map(|key| self.cached_in(key, false))).await;
+        // A few at a time: a disk hit waits on a blocking read, and 64 in a row add up; but 64 at
+        // once would start 64 blocking threads on a fresh daemon.
+        use futures_util::StreamExt;
+        let lookups = keys.iter().copied().map(|key| async move { self.cached_in(&key, false).await });
+        let local: Vec<Option<Outcome>> =
+            futures_util::stream::iter(lookups).buffered(LOCAL_LOOKUPS_IN_FLIGHT).collect().await;
         for (key, outcome) in keys.iter().zip(local) {
             match outcome {
                 Some(outcome) => {
