@@ -86,12 +86,6 @@ impl Nvrtc {
         Ok(Nvrtc { install, version: hello.version, fingerprint: fp, supported: hello.supported_targets, pool })
     }
 
-    /// Whether NVRTC can compile for `target` (the base architecture must be one it lists).
-    pub fn supports(&self, target: &Target) -> bool {
-        let base = format!("sm_{}", target.sm());
-        self.supported.contains(&base)
-    }
-
     pub fn info(&self) -> ToolchainInfo {
         ToolchainInfo {
             name: NAME.into(),
@@ -123,9 +117,5 @@ impl Nvrtc {
             },
             Err(failure) => Compiled::failed(failure.to_string(), started),
         }
-    }
-
-    pub fn idle_workers(&self) -> usize {
-        self.pool.idle_count()
     }
 }

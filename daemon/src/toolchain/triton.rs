@@ -176,10 +176,6 @@ impl Triton {
             ..Default::default()
         }
     }
-
-    pub fn worker_pids(&self) -> Vec<u32> {
-        self.pool.idle_pids()
-    }
 }
 
 /// The request as the worker reads it.

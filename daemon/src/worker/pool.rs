@@ -145,16 +145,6 @@ impl<P: Protocol> WorkerPool<P> {
             }
         }
     }
-
-    /// Workers alive and idle now.
-    pub fn idle_count(&self) -> usize {
-        self.idle.lock().map(|i| i.len()).unwrap_or(0)
-    }
-
-    /// Process ids of the idle workers, for tests that kill one.
-    pub fn idle_pids(&self) -> Vec<u32> {
-        self.idle.lock().map(|i| i.iter().filter_map(|w| w.child.id()).collect()).unwrap_or_default()
-    }
 }
 
 /// Waits briefly for a worker that broke its pipe and says how it ended.
