@@ -62,6 +62,33 @@ pub fn slow_kernel(statements: usize) -> String {
     s
 }
 
+/// Signatures of the kernels in examples/triton/kernels.py, in parameter order.
+pub const TRITON_ADD: &[(&str, &str)] =
+    &[("x_ptr", "*fp32"), ("y_ptr", "*fp32"), ("out_ptr", "*fp32"), ("n", "i32"), ("BLOCK", "constexpr")];
+pub const TRITON_SOFTMAX: &[(&str, &str)] =
+    &[("out_ptr", "*fp32"), ("in_ptr", "*fp32"), ("row_stride", "i32"), ("n_cols", "i32"), ("BLOCK", "constexpr")];
+pub const TRITON_LAYER_NORM: &[(&str, &str)] = &[
+    ("x_ptr", "*fp32"),
+    ("y_ptr", "*fp32"),
+    ("w_ptr", "*fp32"),
+    ("b_ptr", "*fp32"),
+    ("stride", "i32"),
+    ("n_cols", "i32"),
+    ("eps", "fp32"),
+    ("BLOCK", "constexpr"),
+];
+pub const TRITON_MATMUL: &[(&str, &str)] = &[
+    ("a_ptr", "*fp16"),
+    ("b_ptr", "*fp16"),
+    ("c_ptr", "*fp16"),
+    ("M", "i32"),
+    ("N", "i32"),
+    ("K", "i32"),
+    ("BM", "constexpr"),
+    ("BN", "constexpr"),
+    ("BK", "constexpr"),
+];
+
 /// The Triton kernels of examples/triton/kernels.py.
 pub fn triton_module() -> String {
     std::fs::read_to_string(crate::env::repo_root().join("examples/triton/kernels.py"))

@@ -9,8 +9,7 @@ use kiln_tests::kernels::*;
 use kiln_tests::{env, toolkits};
 use std::process::Command;
 
-const ADD_SIG: &[(&str, &str)] =
-    &[("x_ptr", "*fp32"), ("y_ptr", "*fp32"), ("out_ptr", "*fp32"), ("n", "i32"), ("BLOCK", "constexpr")];
+const ADD_SIG: &[(&str, &str)] = TRITON_ADD;
 
 fn check_cubin(k: &pb::KernelResult, symbol: &str) {
     assert_eq!(k.outcome(), Outcome::Ok, "{}: {}", k.id, k.log);
@@ -31,32 +30,12 @@ async fn triton_kernels_compile_to_valid_cubins_with_metadata() {
             any_kernel(&format!("add_{b}"), Source::Triton(triton(&m, "add_kernel", ADD_SIG, &[("BLOCK", *b)], 4)))
         })
         .collect();
-    let softmax =
-        [("out_ptr", "*fp32"), ("in_ptr", "*fp32"), ("row_stride", "i32"), ("n_cols", "i32"), ("BLOCK", "constexpr")];
-    kernels.push(any_kernel("softmax", Source::Triton(triton(&m, "softmax_kernel", &softmax, &[("BLOCK", 1024)], 4))));
-    let ln = [
-        ("x_ptr", "*fp32"),
-        ("y_ptr", "*fp32"),
-        ("w_ptr", "*fp32"),
-        ("b_ptr", "*fp32"),
-        ("stride", "i32"),
-        ("n_cols", "i32"),
-        ("eps", "fp32"),
-        ("BLOCK", "constexpr"),
-    ];
-    kernels.push(any_kernel("layer_norm", Source::Triton(triton(&m, "layer_norm_kernel", &ln, &[("BLOCK", 1024)], 8))));
-    let mm = [
-        ("a_ptr", "*fp16"),
-        ("b_ptr", "*fp16"),
-        ("c_ptr", "*fp16"),
-        ("M", "i32"),
-        ("N", "i32"),
-        ("K", "i32"),
-        ("BM", "constexpr"),
-        ("BN", "constexpr"),
-        ("BK", "constexpr"),
-    ];
-    let mut matmul = triton(&m, "matmul_kernel", &mm, &[("BM", 64), ("BN", 64), ("BK", 32)], 4);
+    let softmax = TRITON_SOFTMAX;
+    kernels.push(any_kernel("softmax", Source::Triton(triton(&m, "softmax_kernel", softmax, &[("BLOCK", 1024)], 4))));
+    let ln = TRITON_LAYER_NORM;
+    kernels.push(any_kernel("layer_norm", Source::Triton(triton(&m, "layer_norm_kernel", ln, &[("BLOCK", 1024)], 8))));
+    let mm = TRITON_MATMUL;
+    let mut matmul = triton(&m, "matmul_kernel", mm, &[("BM", 64), ("BN", 64), ("BK", 32)], 4);
     matmul.want_ptx = true;
     kernels.push(any_kernel("matmul", Source::Triton(matmul)));
     let job = client.compile(request("sm_90", kernels)).await.unwrap().collect().await.unwrap();

@@ -6,7 +6,7 @@
 //! when the daemon is unreachable or has no toolchain.
 
 use super::local_check::{LocalCheck, run_kilnd_check};
-use crate::output::stats::{FINGERPRINT_NOTE, gpus_text, identity_text, tiers_text, toolchains_text};
+use crate::output::stats::{FINGERPRINT_NOTE, details_text, identity_text};
 use crate::report::print_line;
 use anyhow::Context;
 use kiln_client::pb;
@@ -75,12 +75,7 @@ fn diagnosis_text(d: &Diagnosis) -> String {
     let _ = writeln!(text, "reachable       {}", if d.reachable { "yes" } else { "no" });
     if let Some(stats) = &d.stats {
         text.push_str(&identity_text(stats));
-        text.push('\n');
-        text.push_str(&toolchains_text(&stats.toolchains));
-        text.push('\n');
-        text.push_str(&gpus_text(&stats.gpus));
-        text.push('\n');
-        text.push_str(&tiers_text(&stats.tiers));
+        text.push_str(&details_text(stats));
     }
     if let Some(check) = &d.local_check {
         text.push('\n');

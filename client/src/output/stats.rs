@@ -29,12 +29,17 @@ pub fn stats_text(stats: &pb::StatsResponse) -> String {
         "compiles        {} ok, {} failed; {:.1} s of compile time saved by the caches",
         stats.compiles_ok, stats.compiles_failed, stats.compile_seconds_saved
     );
-    text.push('\n');
-    text.push_str(&toolchains_text(&stats.toolchains));
-    text.push('\n');
-    text.push_str(&gpus_text(&stats.gpus));
-    text.push('\n');
-    text.push_str(&tiers_text(&stats.tiers));
+    text.push_str(&details_text(stats));
+    text
+}
+
+/// Toolchains, GPUs and tiers, each after a blank line: shared by `stats` and `doctor`.
+pub fn details_text(stats: &pb::StatsResponse) -> String {
+    let mut text = String::new();
+    for part in [toolchains_text(&stats.toolchains), gpus_text(&stats.gpus), tiers_text(&stats.tiers)] {
+        text.push('\n');
+        text.push_str(&part);
+    }
     text
 }
 

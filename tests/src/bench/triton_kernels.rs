@@ -10,31 +10,9 @@ use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
-const ADD: &[(&str, &str)] =
-    &[("x_ptr", "*fp32"), ("y_ptr", "*fp32"), ("out_ptr", "*fp32"), ("n", "i32"), ("BLOCK", "constexpr")];
-const SOFTMAX: &[(&str, &str)] =
-    &[("out_ptr", "*fp32"), ("in_ptr", "*fp32"), ("row_stride", "i32"), ("n_cols", "i32"), ("BLOCK", "constexpr")];
-const LAYER_NORM: &[(&str, &str)] = &[
-    ("x_ptr", "*fp32"),
-    ("y_ptr", "*fp32"),
-    ("w_ptr", "*fp32"),
-    ("b_ptr", "*fp32"),
-    ("stride", "i32"),
-    ("n_cols", "i32"),
-    ("eps", "fp32"),
-    ("BLOCK", "constexpr"),
-];
-const MATMUL: &[(&str, &str)] = &[
-    ("a_ptr", "*fp16"),
-    ("b_ptr", "*fp16"),
-    ("c_ptr", "*fp16"),
-    ("M", "i32"),
-    ("N", "i32"),
-    ("K", "i32"),
-    ("BM", "constexpr"),
-    ("BN", "constexpr"),
-    ("BK", "constexpr"),
-];
+use crate::kernels::{
+    TRITON_ADD as ADD, TRITON_LAYER_NORM as LAYER_NORM, TRITON_MATMUL as MATMUL, TRITON_SOFTMAX as SOFTMAX,
+};
 
 /// One kernel of a list: which function, its signature, integer constexprs and warps.
 #[derive(Debug, Clone)]
