@@ -97,8 +97,6 @@ pub struct Engine {
     /// cache when its client disconnects); shutdown waits for them here.
     pub tracker: TaskTracker,
     limits: Limits,
-    /// Serialises the write-behind disk writes (see `store_locally`).
-    disk_writer: Arc<tokio::sync::Semaphore>,
 }
 
 impl Engine {
@@ -121,7 +119,6 @@ impl Engine {
             flights: Arc::default(),
             tracker: TaskTracker::new(),
             limits,
-            disk_writer: Arc::new(tokio::sync::Semaphore::new(1)),
         }
     }
 
@@ -254,13 +251,8 @@ impl Engine {
     /// answer (shutdown waits for it).
     async fn store_locally(&self, key: &CacheKey, stored: Stored) {
         self.store.put_where(key, stored.clone(), |t| t == TierName::Memory).await;
-        let (store, key, writer) = (Arc::clone(&self.store), *key, Arc::clone(&self.disk_writer));
-        self.tracker.spawn(async move {
-            // One write at a time: a warm start that fetches a whole graph would otherwise start
-            // a blocking thread and an fsync per kernel, all at once, and starve the answer.
-            let _turn = writer.acquire_owned().await;
-            store.put_where(&key, stored, |t| t == TierName::Disk).await;
-        });
+        let (store, key) = (Arc::clone(&self.store), *key);
+        self.tracker.spawn(async move { store.put_where(&key, stored, |t| t == TierName::Disk).await });
     }
 
     /// Takes another host's result: an artifact goes into the local tiers, a failure into the

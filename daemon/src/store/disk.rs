@@ -22,6 +22,8 @@ const TOUCH_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 #[derive(Debug)]
 pub struct DiskTier {
     inner: Arc<Inner>,
+    /// Serialises writes (see `put`).
+    writes: tokio::sync::Semaphore,
 }
 
 #[derive(Debug)]
@@ -60,7 +62,7 @@ impl DiskTier {
         let (bytes, entries) = inner.measure().map(|files| (files.iter().map(|f| f.1).sum(), files.len() as u64))?;
         inner.bytes.store(bytes, Ordering::Relaxed);
         inner.entries.store(entries, Ordering::Relaxed);
-        Ok(DiskTier { inner: Arc::new(inner) })
+        Ok(DiskTier { inner: Arc::new(inner), writes: tokio::sync::Semaphore::new(1) })
     }
 
     /// Where `key` lives; the key is hex, so no input ever becomes an arbitrary path.
@@ -225,10 +227,15 @@ impl Store for DiskTier {
         Box::pin(async move { Ok(blocking(&self.inner, move |i| i.read(&key)).await?.map(Stored::packed)) })
     }
 
+    /// One write at a time: a warm start that fetches a whole graph would otherwise start a
+    /// blocking thread and an fsync per kernel at once, and starve the answers on a small host.
     fn put<'a>(&'a self, key: &'a CacheKey, stored: Stored) -> StoreFuture<'a, Result<(), StoreError>> {
         let envelope = stored.envelope;
         let key = *key;
-        Box::pin(blocking(&self.inner, move |i| i.write(&key, &envelope)))
+        Box::pin(async move {
+            let _turn = self.writes.acquire().await.map_err(|e| io_err(std::io::Error::other(e)))?;
+            blocking(&self.inner, move |i| i.write(&key, &envelope)).await
+        })
     }
 
     fn remove<'a>(&'a self, key: &'a CacheKey) -> StoreFuture<'a, Result<(), StoreError>> {

@@ -97,11 +97,6 @@ impl TieredStore {
         self.backfill(&chosen, key, stored).await;
     }
 
-    /// Stores a sealed envelope in every tier, slowest first.
-    pub async fn put(&self, key: &CacheKey, stored: Stored) {
-        self.backfill(&self.tiers, key, stored).await;
-    }
-
     async fn backfill(&self, tiers: &[Arc<dyn Store>], key: &CacheKey, stored: Stored) {
         let envelope = &stored.envelope;
         for tier in tiers.iter().rev() {
