@@ -1,0 +1,124 @@
+"""``KILN_TORCH=1``: kiln behind torch.compile's caches with no change to the job's code.
+
+torch has no plugin hook, so the package installs ``kiln-torch.pth`` into site-packages: Python
+runs its one line at start-up, and when ``KILN_TORCH`` is set (and not ``0``) it imports this
+module. Importing torch here would cost every Python process of the job a second or more, so
+nothing is imported: an import hook waits for torch to load the modules kiln changes, and acts
+right after each has run:
+
+- ``torch._inductor.config``, ``torch._functorch.config``, ``torch._dynamo.config``: switch on
+  the remote caches whose flags the user left unset;
+- ``torch._inductor.remote_cache``: replace the remote cache classes (see :mod:`kiln.torch`).
+
+It also sets Triton's two variables (unless set), so the Triton kernels Inductor compiles go
+through :class:`kiln.triton.KilnRemoteCacheBackend` too. An untested torch version gets one
+warning and is left alone; nothing here raises into the job.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from types import ModuleType
+
+log = logging.getLogger("kiln")
+
+TRITON_ENV = {
+    "TRITON_CACHE_MANAGER": "triton.runtime.cache:RemoteCacheManager",
+    "TRITON_REMOTE_CACHE_BACKEND": "kiln.triton:KilnRemoteCacheBackend",
+}
+
+
+def _version_ok() -> bool:
+    from . import torch as kt
+
+    torch = sys.modules.get("torch")
+    version = getattr(torch, "__version__", "?")
+    try:
+        kt.check_version(str(version))
+    except kt.UnsupportedTorchVersion as e:
+        from . import _fleet
+
+        _fleet.warn_once("torch-version", "kiln: KILN_TORCH is set but kiln stays off: %s", e)
+        return False
+    return True
+
+
+def _on_config(module: ModuleType) -> None:
+    if _version_ok():
+        from . import torch as kt
+
+        kt.switch_on_flags(module, kt.FLAGS[module.__name__])
+
+
+def _on_remote_cache(module: ModuleType) -> None:
+    if _version_ok():
+        from . import torch as kt
+
+        kt.patch_remote_cache(module, str(sys.modules["torch"].__version__))
+
+
+class _Loader(importlib.abc.Loader):
+    """Runs the real loader, then the hook."""
+
+    def __init__(self, inner: importlib.abc.Loader, hook: Callable[[ModuleType], None]) -> None:
+        self._inner = inner
+        self._hook = hook
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._inner.exec_module(module)
+        try:
+            self._hook(module)
+        except Exception:  # noqa: BLE001 - the job goes on without kiln
+            log.warning("kiln: KILN_TORCH: setting up %s failed; kiln stays off there", module.__name__, exc_info=True)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: for the watched names it asks the rest of ``sys.meta_path`` and
+    wraps the loader of the spec it gets."""
+
+    def __init__(self, hooks: dict[str, Callable[[ModuleType], None]]) -> None:
+        self._hooks = hooks
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        hook = self._hooks.get(fullname)
+        if hook is None:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _Loader(spec.loader, hook)
+                return spec
+        return None
+
+
+def install_hooks() -> None:
+    from . import torch as kt
+
+    hooks: dict[str, Callable[[ModuleType], None]] = {name: _on_config for name in kt.FLAGS}
+    hooks[kt.REMOTE_CACHE_MODULE] = _on_remote_cache
+    already = [name for name in hooks if name in sys.modules]
+    for name in already:
+        hooks.pop(name)(sys.modules[name])
+    if hooks and not any(isinstance(f, _Finder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _Finder(hooks))
+    for key, value in TRITON_ENV.items():
+        os.environ.setdefault(key, value)
+
+
+try:
+    install_hooks()
+except Exception:  # noqa: BLE001
+    log.warning("kiln: KILN_TORCH is set but setting kiln up failed; torch runs without it", exc_info=True)

@@ -1,0 +1,1 @@
+"""Generated gRPC stubs of kiln.v1 (scripts/gen-python-stubs; do not edit)."""

@@ -1,0 +1,433 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Priority(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PRIORITY_UNSPECIFIED: _ClassVar[Priority]
+    PRIORITY_INTERACTIVE: _ClassVar[Priority]
+    PRIORITY_BACKGROUND: _ClassVar[Priority]
+
+class Outcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OUTCOME_UNSPECIFIED: _ClassVar[Outcome]
+    OUTCOME_OK: _ClassVar[Outcome]
+    OUTCOME_FAILED: _ClassVar[Outcome]
+    OUTCOME_MISS: _ClassVar[Outcome]
+
+class Tier(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TIER_UNSPECIFIED: _ClassVar[Tier]
+    TIER_MEMORY: _ClassVar[Tier]
+    TIER_DISK: _ClassVar[Tier]
+    TIER_REMOTE: _ClassVar[Tier]
+    TIER_COMPILED: _ClassVar[Tier]
+    TIER_JOINED: _ClassVar[Tier]
+PRIORITY_UNSPECIFIED: Priority
+PRIORITY_INTERACTIVE: Priority
+PRIORITY_BACKGROUND: Priority
+OUTCOME_UNSPECIFIED: Outcome
+OUTCOME_OK: Outcome
+OUTCOME_FAILED: Outcome
+OUTCOME_MISS: Outcome
+TIER_UNSPECIFIED: Tier
+TIER_MEMORY: Tier
+TIER_DISK: Tier
+TIER_REMOTE: Tier
+TIER_COMPILED: Tier
+TIER_JOINED: Tier
+
+class WarmRequest(_message.Message):
+    __slots__ = ("graph_keys", "kernel_keys")
+    GRAPH_KEYS_FIELD_NUMBER: _ClassVar[int]
+    KERNEL_KEYS_FIELD_NUMBER: _ClassVar[int]
+    graph_keys: _containers.RepeatedScalarFieldContainer[str]
+    kernel_keys: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, graph_keys: _Optional[_Iterable[str]] = ..., kernel_keys: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class WarmProgress(_message.Message):
+    __slots__ = ("total", "done", "already_local", "fetched", "missing", "unknown_graphs", "finished")
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    ALREADY_LOCAL_FIELD_NUMBER: _ClassVar[int]
+    FETCHED_FIELD_NUMBER: _ClassVar[int]
+    MISSING_FIELD_NUMBER: _ClassVar[int]
+    UNKNOWN_GRAPHS_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_FIELD_NUMBER: _ClassVar[int]
+    total: int
+    done: int
+    already_local: int
+    fetched: int
+    missing: int
+    unknown_graphs: _containers.RepeatedScalarFieldContainer[str]
+    finished: bool
+    def __init__(self, total: _Optional[int] = ..., done: _Optional[int] = ..., already_local: _Optional[int] = ..., fetched: _Optional[int] = ..., missing: _Optional[int] = ..., unknown_graphs: _Optional[_Iterable[str]] = ..., finished: _Optional[bool] = ...) -> None: ...
+
+class CompileGraph(_message.Message):
+    __slots__ = ("name", "target", "kernels")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    KERNELS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    target: str
+    kernels: _containers.RepeatedCompositeFieldContainer[Kernel]
+    def __init__(self, name: _Optional[str] = ..., target: _Optional[str] = ..., kernels: _Optional[_Iterable[_Union[Kernel, _Mapping]]] = ...) -> None: ...
+
+class Kernel(_message.Message):
+    __slots__ = ("id", "cuda", "ptx", "triton")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    CUDA_FIELD_NUMBER: _ClassVar[int]
+    PTX_FIELD_NUMBER: _ClassVar[int]
+    TRITON_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    cuda: CudaSource
+    ptx: PtxSource
+    triton: TritonSource
+    def __init__(self, id: _Optional[str] = ..., cuda: _Optional[_Union[CudaSource, _Mapping]] = ..., ptx: _Optional[_Union[PtxSource, _Mapping]] = ..., triton: _Optional[_Union[TritonSource, _Mapping]] = ...) -> None: ...
+
+class CudaSource(_message.Message):
+    __slots__ = ("source", "name_expressions", "headers", "options")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    NAME_EXPRESSIONS_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    source: str
+    name_expressions: _containers.RepeatedScalarFieldContainer[str]
+    headers: _containers.RepeatedCompositeFieldContainer[Header]
+    options: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, source: _Optional[str] = ..., name_expressions: _Optional[_Iterable[str]] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., options: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class PtxSource(_message.Message):
+    __slots__ = ("ptx", "options")
+    PTX_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    ptx: str
+    options: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, ptx: _Optional[str] = ..., options: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class TritonSource(_message.Message):
+    __slots__ = ("source", "kernel_name", "signature", "constexprs", "attributes", "options", "want_ptx")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    KERNEL_NAME_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    CONSTEXPRS_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    WANT_PTX_FIELD_NUMBER: _ClassVar[int]
+    source: str
+    kernel_name: str
+    signature: _containers.RepeatedCompositeFieldContainer[TritonArg]
+    constexprs: _containers.RepeatedCompositeFieldContainer[TritonConstexpr]
+    attributes: _containers.RepeatedCompositeFieldContainer[TritonAttribute]
+    options: TritonOptions
+    want_ptx: bool
+    def __init__(self, source: _Optional[str] = ..., kernel_name: _Optional[str] = ..., signature: _Optional[_Iterable[_Union[TritonArg, _Mapping]]] = ..., constexprs: _Optional[_Iterable[_Union[TritonConstexpr, _Mapping]]] = ..., attributes: _Optional[_Iterable[_Union[TritonAttribute, _Mapping]]] = ..., options: _Optional[_Union[TritonOptions, _Mapping]] = ..., want_ptx: _Optional[bool] = ...) -> None: ...
+
+class TritonArg(_message.Message):
+    __slots__ = ("name", "type")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    type: str
+    def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ...) -> None: ...
+
+class TritonConstexpr(_message.Message):
+    __slots__ = ("name", "int_value", "float_value", "bool_value", "string_value")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    INT_VALUE_FIELD_NUMBER: _ClassVar[int]
+    FLOAT_VALUE_FIELD_NUMBER: _ClassVar[int]
+    BOOL_VALUE_FIELD_NUMBER: _ClassVar[int]
+    STRING_VALUE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    int_value: int
+    float_value: float
+    bool_value: bool
+    string_value: str
+    def __init__(self, name: _Optional[str] = ..., int_value: _Optional[int] = ..., float_value: _Optional[float] = ..., bool_value: _Optional[bool] = ..., string_value: _Optional[str] = ...) -> None: ...
+
+class TritonAttribute(_message.Message):
+    __slots__ = ("arg_index", "name", "value")
+    ARG_INDEX_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    arg_index: int
+    name: str
+    value: int
+    def __init__(self, arg_index: _Optional[int] = ..., name: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+
+class TritonOptions(_message.Message):
+    __slots__ = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "enable_fp_fusion_set")
+    NUM_WARPS_FIELD_NUMBER: _ClassVar[int]
+    NUM_STAGES_FIELD_NUMBER: _ClassVar[int]
+    NUM_CTAS_FIELD_NUMBER: _ClassVar[int]
+    MAXNREG_FIELD_NUMBER: _ClassVar[int]
+    ENABLE_FP_FUSION_FIELD_NUMBER: _ClassVar[int]
+    ENABLE_FP_FUSION_SET_FIELD_NUMBER: _ClassVar[int]
+    num_warps: int
+    num_stages: int
+    num_ctas: int
+    maxnreg: int
+    enable_fp_fusion: bool
+    enable_fp_fusion_set: bool
+    def __init__(self, num_warps: _Optional[int] = ..., num_stages: _Optional[int] = ..., num_ctas: _Optional[int] = ..., maxnreg: _Optional[int] = ..., enable_fp_fusion: _Optional[bool] = ..., enable_fp_fusion_set: _Optional[bool] = ...) -> None: ...
+
+class Header(_message.Message):
+    __slots__ = ("name", "content")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    content: str
+    def __init__(self, name: _Optional[str] = ..., content: _Optional[str] = ...) -> None: ...
+
+class CompileRequest(_message.Message):
+    __slots__ = ("graph", "priority", "omit_artifacts")
+    GRAPH_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    OMIT_ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
+    graph: CompileGraph
+    priority: Priority
+    omit_artifacts: bool
+    def __init__(self, graph: _Optional[_Union[CompileGraph, _Mapping]] = ..., priority: _Optional[_Union[Priority, str]] = ..., omit_artifacts: _Optional[bool] = ...) -> None: ...
+
+class SubmitResponse(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class WatchRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class JobEvent(_message.Message):
+    __slots__ = ("job_id", "queued", "started", "kernel", "done", "failed")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_FIELD_NUMBER: _ClassVar[int]
+    STARTED_FIELD_NUMBER: _ClassVar[int]
+    KERNEL_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    queued: Queued
+    started: Started
+    kernel: KernelResult
+    done: JobDone
+    failed: JobFailed
+    def __init__(self, job_id: _Optional[str] = ..., queued: _Optional[_Union[Queued, _Mapping]] = ..., started: _Optional[_Union[Started, _Mapping]] = ..., kernel: _Optional[_Union[KernelResult, _Mapping]] = ..., done: _Optional[_Union[JobDone, _Mapping]] = ..., failed: _Optional[_Union[JobFailed, _Mapping]] = ...) -> None: ...
+
+class JobFailed(_message.Message):
+    __slots__ = ("reason",)
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    def __init__(self, reason: _Optional[str] = ...) -> None: ...
+
+class Queued(_message.Message):
+    __slots__ = ("kernels", "target")
+    KERNELS_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    kernels: int
+    target: str
+    def __init__(self, kernels: _Optional[int] = ..., target: _Optional[str] = ...) -> None: ...
+
+class Started(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class LoweredName(_message.Message):
+    __slots__ = ("name_expression", "lowered_name")
+    NAME_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
+    LOWERED_NAME_FIELD_NUMBER: _ClassVar[int]
+    name_expression: str
+    lowered_name: str
+    def __init__(self, name_expression: _Optional[str] = ..., lowered_name: _Optional[str] = ...) -> None: ...
+
+class KernelResult(_message.Message):
+    __slots__ = ("id", "key", "outcome", "tier", "artifact", "artifact_bytes", "compile_micros", "elapsed_micros", "log", "lowered_names", "toolchain", "target", "metadata_json", "ptx")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    COMPILE_MICROS_FIELD_NUMBER: _ClassVar[int]
+    ELAPSED_MICROS_FIELD_NUMBER: _ClassVar[int]
+    LOG_FIELD_NUMBER: _ClassVar[int]
+    LOWERED_NAMES_FIELD_NUMBER: _ClassVar[int]
+    TOOLCHAIN_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    METADATA_JSON_FIELD_NUMBER: _ClassVar[int]
+    PTX_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    key: str
+    outcome: Outcome
+    tier: Tier
+    artifact: bytes
+    artifact_bytes: int
+    compile_micros: int
+    elapsed_micros: int
+    log: str
+    lowered_names: _containers.RepeatedCompositeFieldContainer[LoweredName]
+    toolchain: str
+    target: str
+    metadata_json: str
+    ptx: str
+    def __init__(self, id: _Optional[str] = ..., key: _Optional[str] = ..., outcome: _Optional[_Union[Outcome, str]] = ..., tier: _Optional[_Union[Tier, str]] = ..., artifact: _Optional[bytes] = ..., artifact_bytes: _Optional[int] = ..., compile_micros: _Optional[int] = ..., elapsed_micros: _Optional[int] = ..., log: _Optional[str] = ..., lowered_names: _Optional[_Iterable[_Union[LoweredName, _Mapping]]] = ..., toolchain: _Optional[str] = ..., target: _Optional[str] = ..., metadata_json: _Optional[str] = ..., ptx: _Optional[str] = ...) -> None: ...
+
+class JobDone(_message.Message):
+    __slots__ = ("graph_key", "kernel_keys", "ok", "failed", "missed")
+    GRAPH_KEY_FIELD_NUMBER: _ClassVar[int]
+    KERNEL_KEYS_FIELD_NUMBER: _ClassVar[int]
+    OK_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    MISSED_FIELD_NUMBER: _ClassVar[int]
+    graph_key: str
+    kernel_keys: _containers.RepeatedScalarFieldContainer[str]
+    ok: int
+    failed: int
+    missed: int
+    def __init__(self, graph_key: _Optional[str] = ..., kernel_keys: _Optional[_Iterable[str]] = ..., ok: _Optional[int] = ..., failed: _Optional[int] = ..., missed: _Optional[int] = ...) -> None: ...
+
+class StatsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ToolchainInfo(_message.Message):
+    __slots__ = ("name", "version", "fingerprint", "location", "include_dirs", "supported_targets")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    LOCATION_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_DIRS_FIELD_NUMBER: _ClassVar[int]
+    SUPPORTED_TARGETS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    version: str
+    fingerprint: str
+    location: str
+    include_dirs: _containers.RepeatedScalarFieldContainer[str]
+    supported_targets: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., fingerprint: _Optional[str] = ..., location: _Optional[str] = ..., include_dirs: _Optional[_Iterable[str]] = ..., supported_targets: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Gpu(_message.Message):
+    __slots__ = ("index", "name", "target")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    name: str
+    target: str
+    def __init__(self, index: _Optional[int] = ..., name: _Optional[str] = ..., target: _Optional[str] = ...) -> None: ...
+
+class TierStats(_message.Message):
+    __slots__ = ("tier", "entries", "bytes", "capacity_bytes", "hits", "misses", "integrity_failures")
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    HITS_FIELD_NUMBER: _ClassVar[int]
+    MISSES_FIELD_NUMBER: _ClassVar[int]
+    INTEGRITY_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    tier: str
+    entries: int
+    bytes: int
+    capacity_bytes: int
+    hits: int
+    misses: int
+    integrity_failures: int
+    def __init__(self, tier: _Optional[str] = ..., entries: _Optional[int] = ..., bytes: _Optional[int] = ..., capacity_bytes: _Optional[int] = ..., hits: _Optional[int] = ..., misses: _Optional[int] = ..., integrity_failures: _Optional[int] = ...) -> None: ...
+
+class StatsResponse(_message.Message):
+    __slots__ = ("version", "toolchains", "gpus", "default_target", "tiers", "compiles_ok", "compiles_failed", "queue_depth", "inflight_compiles", "jobs_total", "compile_seconds_saved", "concurrency", "remote", "remote_up")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    TOOLCHAINS_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_TARGET_FIELD_NUMBER: _ClassVar[int]
+    TIERS_FIELD_NUMBER: _ClassVar[int]
+    COMPILES_OK_FIELD_NUMBER: _ClassVar[int]
+    COMPILES_FAILED_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_DEPTH_FIELD_NUMBER: _ClassVar[int]
+    INFLIGHT_COMPILES_FIELD_NUMBER: _ClassVar[int]
+    JOBS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    COMPILE_SECONDS_SAVED_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_UP_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    toolchains: _containers.RepeatedCompositeFieldContainer[ToolchainInfo]
+    gpus: _containers.RepeatedCompositeFieldContainer[Gpu]
+    default_target: str
+    tiers: _containers.RepeatedCompositeFieldContainer[TierStats]
+    compiles_ok: int
+    compiles_failed: int
+    queue_depth: int
+    inflight_compiles: int
+    jobs_total: int
+    compile_seconds_saved: float
+    concurrency: int
+    remote: str
+    remote_up: bool
+    def __init__(self, version: _Optional[str] = ..., toolchains: _Optional[_Iterable[_Union[ToolchainInfo, _Mapping]]] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., default_target: _Optional[str] = ..., tiers: _Optional[_Iterable[_Union[TierStats, _Mapping]]] = ..., compiles_ok: _Optional[int] = ..., compiles_failed: _Optional[int] = ..., queue_depth: _Optional[int] = ..., inflight_compiles: _Optional[int] = ..., jobs_total: _Optional[int] = ..., compile_seconds_saved: _Optional[float] = ..., concurrency: _Optional[int] = ..., remote: _Optional[str] = ..., remote_up: _Optional[bool] = ...) -> None: ...
+
+class ArtifactMeta(_message.Message):
+    __slots__ = ("toolchain", "target", "compile_micros", "log", "lowered_names", "raw_bytes", "metadata_json", "ptx")
+    TOOLCHAIN_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    COMPILE_MICROS_FIELD_NUMBER: _ClassVar[int]
+    LOG_FIELD_NUMBER: _ClassVar[int]
+    LOWERED_NAMES_FIELD_NUMBER: _ClassVar[int]
+    RAW_BYTES_FIELD_NUMBER: _ClassVar[int]
+    METADATA_JSON_FIELD_NUMBER: _ClassVar[int]
+    PTX_FIELD_NUMBER: _ClassVar[int]
+    toolchain: str
+    target: str
+    compile_micros: int
+    log: str
+    lowered_names: _containers.RepeatedCompositeFieldContainer[LoweredName]
+    raw_bytes: int
+    metadata_json: str
+    ptx: str
+    def __init__(self, toolchain: _Optional[str] = ..., target: _Optional[str] = ..., compile_micros: _Optional[int] = ..., log: _Optional[str] = ..., lowered_names: _Optional[_Iterable[_Union[LoweredName, _Mapping]]] = ..., raw_bytes: _Optional[int] = ..., metadata_json: _Optional[str] = ..., ptx: _Optional[str] = ...) -> None: ...
+
+class WorkerHello(_message.Message):
+    __slots__ = ("toolchain", "version", "supported_targets", "error")
+    TOOLCHAIN_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    SUPPORTED_TARGETS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    toolchain: str
+    version: str
+    supported_targets: _containers.RepeatedScalarFieldContainer[str]
+    error: str
+    def __init__(self, toolchain: _Optional[str] = ..., version: _Optional[str] = ..., supported_targets: _Optional[_Iterable[str]] = ..., error: _Optional[str] = ...) -> None: ...
+
+class WorkerRequest(_message.Message):
+    __slots__ = ("cuda", "target", "system_include_dirs", "cpu_seconds")
+    CUDA_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_INCLUDE_DIRS_FIELD_NUMBER: _ClassVar[int]
+    CPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    cuda: CudaSource
+    target: str
+    system_include_dirs: _containers.RepeatedScalarFieldContainer[str]
+    cpu_seconds: int
+    def __init__(self, cuda: _Optional[_Union[CudaSource, _Mapping]] = ..., target: _Optional[str] = ..., system_include_dirs: _Optional[_Iterable[str]] = ..., cpu_seconds: _Optional[int] = ...) -> None: ...
+
+class WorkerResponse(_message.Message):
+    __slots__ = ("ok", "cubin", "log", "lowered_names", "compile_micros")
+    OK_FIELD_NUMBER: _ClassVar[int]
+    CUBIN_FIELD_NUMBER: _ClassVar[int]
+    LOG_FIELD_NUMBER: _ClassVar[int]
+    LOWERED_NAMES_FIELD_NUMBER: _ClassVar[int]
+    COMPILE_MICROS_FIELD_NUMBER: _ClassVar[int]
+    ok: bool
+    cubin: bytes
+    log: str
+    lowered_names: _containers.RepeatedCompositeFieldContainer[LoweredName]
+    compile_micros: int
+    def __init__(self, ok: _Optional[bool] = ..., cubin: _Optional[bytes] = ..., log: _Optional[str] = ..., lowered_names: _Optional[_Iterable[_Union[LoweredName, _Mapping]]] = ..., compile_micros: _Optional[int] = ...) -> None: ...

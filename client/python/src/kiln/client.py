@@ -1,0 +1,373 @@
+"""`Client`: kilnd's Compiler and Blobs services over one gRPC channel.
+
+Errors come back as :class:`kiln.KilnError` subclasses carrying the gRPC status; results as the
+dataclasses of :mod:`kiln.results`. A client is thread-safe (gRPC channels are) but not
+fork-safe: make a new one in a child process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+
+import grpc
+
+from . import errors
+from ._proto import blob_pb2 as bpb
+from ._proto import blob_pb2_grpc
+from ._proto import kiln_pb2 as pb
+from ._proto import kiln_pb2_grpc
+from .graph import Graph, Kernel
+from .paths import daemon_uri, grpc_target
+from .results import (
+    BlobEntry,
+    CompileResult,
+    Event,
+    JobFailedEvent,
+    LeaseKind,
+    Priority,
+    Stats,
+    WarmProgress,
+    event_from_proto,
+)
+
+#: kilnd's gRPC message limit (max_message_mb, 256 by default); the client matches it, so a
+#: large cubin or blob group never meets gRPC's default of 4 MiB.
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+]
+#: gRPC sends a unix socket's path as the HTTP/2 authority, which kilnd (hyper) refuses with
+#: a PROTOCOL_ERROR; name it localhost, as the Rust client does.
+UNIX_OPTIONS = [("grpc.default_authority", "localhost")]
+
+GraphLike = Graph | Iterable[Kernel]
+Key = bytes | str
+
+
+def _key_bytes(key: Key) -> bytes:
+    return key.encode() if isinstance(key, str) else bytes(key)
+
+
+def _scope(namespace: str, tool_version: str) -> bpb.BlobScope:
+    return bpb.BlobScope(namespace=namespace, tool_version=tool_version)
+
+
+def _files(files: Mapping[str, bytes] | bytes) -> list[bpb.BlobFile]:
+    if isinstance(files, (bytes, bytearray, memoryview)):
+        return [bpb.BlobFile(name="", data=bytes(files))]
+    return [bpb.BlobFile(name=name, data=bytes(data)) for name, data in files.items()]
+
+
+def _ms(seconds: float | None, field: str) -> int:
+    if seconds is None:
+        return 0
+    if seconds < 0:
+        raise ValueError(f"{field}: must not be negative")
+    return max(1, round(seconds * 1000)) if seconds > 0 else 0
+
+
+class Client:
+    """A connection to one kilnd.
+
+    ``uri`` is ``unix:///path``, ``http://host:port`` or ``https://host:port``; left out, it is
+    ``KILN_DAEMON`` or the default socket (see :mod:`kiln.paths`). ``timeout`` is the default
+    deadline in seconds of the unary calls (``stats``, ``submit``, the blob calls); ``None``
+    waits as long as the call takes. Streams take their own ``timeout``.
+    """
+
+    def __init__(self, uri: str | None = None, *, timeout: float | None = None) -> None:
+        self.uri = uri or daemon_uri()
+        self.timeout = timeout
+        target, tls = grpc_target(self.uri)
+        if tls:
+            self._channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(), options=CHANNEL_OPTIONS)
+        else:
+            unix = UNIX_OPTIONS if target.startswith("unix:") else []
+            self._channel = grpc.insecure_channel(target, options=CHANNEL_OPTIONS + unix)
+        self._compiler = kiln_pb2_grpc.CompilerStub(self._channel)
+        self._blobs = blob_pb2_grpc.BlobsStub(self._channel)
+
+    # -- lifecycle --
+
+    def close(self) -> None:
+        """Closes the channel; calls still running (and leases still held) end with it."""
+        self._channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"kiln.Client({self.uri!r})"
+
+    @contextlib.contextmanager
+    def _rpc(self) -> Iterator[None]:
+        try:
+            yield
+        except grpc.RpcError as e:
+            raise errors.from_rpc_error(e, self.uri) from None
+
+    def _timeout(self, timeout: float | None) -> float | None:
+        return self.timeout if timeout is None else timeout
+
+    # -- Compiler --
+
+    def _request(
+        self, graph: GraphLike, target: str | None, priority: Priority, omit_artifacts: bool
+    ) -> pb.CompileRequest:
+        g = graph if isinstance(graph, Graph) else Graph(kernels=list(graph))
+        proto = g.to_proto()
+        if target is not None:
+            proto.target = target
+        return pb.CompileRequest(graph=proto, priority=int(priority), omit_artifacts=omit_artifacts)
+
+    def _events(self, call: Iterator[pb.JobEvent]) -> Iterator[Event]:
+        with self._rpc():
+            for m in call:
+                event = event_from_proto(m)
+                if event is not None:
+                    yield event
+
+    def _collect(self, events: Iterator[Event], on_event: Callable[[Event], None] | None) -> CompileResult:
+        result = CompileResult()
+        for event in events:
+            if on_event is not None:
+                on_event(event)
+            if isinstance(event, JobFailedEvent):
+                raise errors.JobFailed(event.reason, partial=result, uri=self.uri)
+            result.add(event)
+        return result
+
+    def compile_events(
+        self,
+        graph: GraphLike,
+        *,
+        target: str | None = None,
+        priority: Priority = Priority.UNSPECIFIED,
+        omit_artifacts: bool = False,
+        timeout: float | None = None,
+    ) -> Iterator[Event]:
+        """Submits ``graph`` and yields its events (queued, started, one per kernel, done)."""
+        call = self._compiler.Compile(self._request(graph, target, priority, omit_artifacts), timeout=timeout)
+        return self._events(call)
+
+    def compile(
+        self,
+        graph: GraphLike,
+        *,
+        target: str | None = None,
+        priority: Priority = Priority.UNSPECIFIED,
+        omit_artifacts: bool = False,
+        timeout: float | None = None,
+        on_event: Callable[[Event], None] | None = None,
+    ) -> CompileResult:
+        """Compiles ``graph`` (a :class:`Graph` or kernels) and returns every kernel's result.
+
+        A kernel that does not compile is a result with ``outcome == Outcome.FAILED`` and the
+        compiler's log, not an exception. Raises :class:`kiln.JobFailed` when the job as a whole
+        fails, and :class:`kiln.KilnError` subclasses for RPC errors.
+        """
+        events = self.compile_events(
+            graph, target=target, priority=priority, omit_artifacts=omit_artifacts, timeout=timeout
+        )
+        return self._collect(events, on_event)
+
+    def submit(
+        self,
+        graph: GraphLike,
+        *,
+        target: str | None = None,
+        priority: Priority = Priority.UNSPECIFIED,
+        omit_artifacts: bool = False,
+        timeout: float | None = None,
+    ) -> str:
+        """Submits ``graph`` as a background job and returns its id at once."""
+        request = self._request(graph, target, priority, omit_artifacts)
+        with self._rpc():
+            return self._compiler.Submit(request, timeout=self._timeout(timeout)).job_id
+
+    def watch_events(self, job_id: str, *, timeout: float | None = None) -> Iterator[Event]:
+        """A job's events; those already emitted come first."""
+        return self._events(self._compiler.Watch(pb.WatchRequest(job_id=job_id), timeout=timeout))
+
+    def watch(
+        self, job_id: str, *, timeout: float | None = None, on_event: Callable[[Event], None] | None = None
+    ) -> CompileResult:
+        """Waits for a submitted job and returns its results."""
+        return self._collect(self.watch_events(job_id, timeout=timeout), on_event)
+
+    def lookup(
+        self,
+        graph: GraphLike,
+        *,
+        target: str | None = None,
+        omit_artifacts: bool = False,
+        timeout: float | None = None,
+    ) -> CompileResult:
+        """Asks the caches only; a kernel in no tier has ``outcome == Outcome.MISS``."""
+        request = self._request(graph, target, Priority.UNSPECIFIED, omit_artifacts)
+        return self._collect(self._events(self._compiler.Lookup(request, timeout=timeout)), None)
+
+    def stats(self, *, timeout: float | None = None) -> Stats:
+        """Toolchains, GPUs, tiers, counters and the fleet cache of the daemon."""
+        with self._rpc():
+            return Stats.from_proto(self._compiler.Stats(pb.StatsRequest(), timeout=self._timeout(timeout)))
+
+    def warm(
+        self,
+        graph_keys: Iterable[str] = (),
+        kernel_keys: Iterable[str] = (),
+        *,
+        timeout: float | None = None,
+        on_progress: Callable[[WarmProgress], None] | None = None,
+    ) -> WarmProgress:
+        """Pulls graphs (by graph key) and kernels (by key) from the fleet cache into the local
+        tiers ahead of a job; returns the last progress report."""
+        request = pb.WarmRequest(graph_keys=list(graph_keys), kernel_keys=list(kernel_keys))
+        last = WarmProgress(0, 0, 0, 0, 0, [], False)
+        with self._rpc():
+            for m in self._compiler.Warm(request, timeout=timeout):
+                last = WarmProgress.from_proto(m)
+                if on_progress is not None:
+                    on_progress(last)
+        return last
+
+    # -- Blobs --
+
+    def get_blobs(
+        self, namespace: str, tool_version: str, keys: Sequence[Key], *, timeout: float | None = None
+    ) -> list[BlobEntry | None]:
+        """Looks up entries by the caller's own keys, through every tier; one answer per key, in
+        order, ``None`` for a miss."""
+        request = bpb.GetBlobsRequest(scope=_scope(namespace, tool_version), keys=[_key_bytes(k) for k in keys])
+        with self._rpc():
+            response = self._blobs.GetBlobs(request, timeout=self._timeout(timeout))
+        return [BlobEntry.from_proto(e) for e in response.entries]
+
+    def put_blob(
+        self,
+        namespace: str,
+        tool_version: str,
+        key: Key,
+        files: Mapping[str, bytes] | bytes,
+        *,
+        timeout: float | None = None,
+    ) -> str:
+        """Stores one entry: ``files`` by name (a group readers always see whole), or bytes for a
+        single unnamed file. Returns the stored key (64 hex characters, schema kiln-blob-v1).
+        Publishing releases every process and host waiting on the key's lease."""
+        request = bpb.PutBlobRequest(scope=_scope(namespace, tool_version), key=_key_bytes(key), files=_files(files))
+        with self._rpc():
+            return self._blobs.PutBlob(request, timeout=self._timeout(timeout)).stored_key
+
+    def lease_blob(
+        self,
+        namespace: str,
+        tool_version: str,
+        key: Key,
+        *,
+        wait: float | None = None,
+        hold: float | None = None,
+        timeout: float | None = None,
+    ) -> Lease:
+        """Fleet single-flight for one entry; returns once kilnd says who produces it.
+
+        ``wait``: seconds to wait for another producer before PROCEED (``None``: kilnd's hedge
+        bound). ``hold``: seconds a GRANTED lease may be held before kilnd ends it (``None``:
+        kilnd's default, 10 minutes). ``timeout`` bounds the whole stream, held lease included.
+        A GRANTED lease lives while the returned :class:`Lease` is open; close it (or exit the
+        process) to release it fleet-wide. A :meth:`put_blob` of the key ends it as PUBLISHED.
+        """
+        request = bpb.LeaseBlobRequest(
+            scope=_scope(namespace, tool_version),
+            key=_key_bytes(key),
+            wait_ms=_ms(wait, "wait"),
+            hold_ms=_ms(hold, "hold"),
+        )
+        call = self._blobs.LeaseBlob(request, timeout=timeout)
+        try:
+            with self._rpc():
+                first = next(call)
+        except StopIteration:
+            call.cancel()
+            raise errors.KilnError(grpc.StatusCode.INTERNAL, "LeaseBlob ended before its first event", uri=self.uri)
+        except BaseException:
+            call.cancel()
+            raise
+        return Lease(call, first, self.uri)
+
+
+class Lease:
+    """The answer of :meth:`Client.lease_blob`, holding its stream.
+
+    ``kind`` is GRANTED (the caller produces the entry and holds the lease while this object is
+    open), FOUND (``entry`` holds the published entry) or PROCEED (``reason`` says why there is
+    no lease). Close it to release a GRANTED lease at once; it is also a context manager.
+    """
+
+    def __init__(self, call: grpc.Call, first: bpb.LeaseBlobEvent, uri: str) -> None:
+        self._call = call
+        self._uri = uri
+        self.kind = LeaseKind(first.kind) if first.kind in LeaseKind._value2member_map_ else LeaseKind.UNSPECIFIED
+        self.entry: BlobEntry | None = BlobEntry.from_proto(first.entry) if first.HasField("entry") else None
+        self.reason: str = first.reason
+        self._end: LeaseKind | None = None
+        self._end_reason = ""
+        self._reader: threading.Thread | None = None
+        self._lock = threading.Lock()
+        if self.kind != LeaseKind.GRANTED:
+            # FOUND and PROCEED end the exchange; nothing is held.
+            self._end = self.kind
+            call.cancel()
+
+    @property
+    def granted(self) -> bool:
+        return self.kind == LeaseKind.GRANTED
+
+    def _read_end(self) -> None:
+        kind, reason = None, ""
+        try:
+            for m in self._call:
+                if m.kind in (LeaseKind.PUBLISHED, LeaseKind.EXPIRED):
+                    kind, reason = LeaseKind(m.kind), m.reason
+                    break
+        except grpc.RpcError:
+            pass
+        self._end, self._end_reason = kind, reason
+
+    def wait(self, timeout: float | None = None) -> LeaseKind | None:
+        """For a GRANTED lease: waits until kilnd ends it, and returns PUBLISHED (a put of the key
+        landed) or EXPIRED (the hold bound passed); ``None`` when the stream broke or was closed,
+        or the timeout passed first. Other kinds return at once."""
+        if self.kind != LeaseKind.GRANTED:
+            return self.kind
+        with self._lock:
+            if self._reader is None:
+                self._reader = threading.Thread(target=self._read_end, name="kiln-lease", daemon=True)
+                self._reader.start()
+        self._reader.join(timeout)
+        return self._end
+
+    @property
+    def end_reason(self) -> str:
+        """Why an EXPIRED lease ended."""
+        return self._end_reason
+
+    def close(self) -> None:
+        """Releases the lease (if GRANTED and still held); safe to call twice."""
+        self._call.cancel()
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"kiln.Lease({self.kind}, reason={self.reason!r})"

@@ -1,0 +1,328 @@
+"""Typed results: what the daemon answers, as dataclasses apart from the protobuf types.
+
+Conversions from the generated messages live here (``from_proto``), so the rest of the package
+and its users never touch protobuf objects.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._proto import blob_pb2 as bpb
+from ._proto import kiln_pb2 as pb
+
+
+class Outcome(enum.IntEnum):
+    UNSPECIFIED = pb.OUTCOME_UNSPECIFIED
+    OK = pb.OUTCOME_OK
+    FAILED = pb.OUTCOME_FAILED
+    #: Lookup only: the kernel is in no tier.
+    MISS = pb.OUTCOME_MISS
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+
+class Tier(enum.IntEnum):
+    UNSPECIFIED = pb.TIER_UNSPECIFIED
+    MEMORY = pb.TIER_MEMORY
+    DISK = pb.TIER_DISK
+    REMOTE = pb.TIER_REMOTE
+    #: This request paid the compile.
+    COMPILED = pb.TIER_COMPILED
+    #: This request waited on a compile another request had started.
+    JOINED = pb.TIER_JOINED
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+
+class Priority(enum.IntEnum):
+    UNSPECIFIED = pb.PRIORITY_UNSPECIFIED
+    INTERACTIVE = pb.PRIORITY_INTERACTIVE
+    BACKGROUND = pb.PRIORITY_BACKGROUND
+
+
+def _enum(cls: type[enum.IntEnum], value: int) -> Any:
+    try:
+        return cls(value)
+    except ValueError:
+        return cls(0)
+
+
+@dataclass(frozen=True)
+class KernelResult:
+    """One kernel's answer."""
+
+    id: str
+    #: 64 lowercase hex characters, schema kiln-key-v1.
+    key: str
+    outcome: Outcome
+    tier: Tier
+    #: The cubin; empty when artifacts were omitted or the kernel failed.
+    artifact: bytes
+    #: Size of the artifact even when omitted.
+    artifact_bytes: int
+    #: What the artifact cost to compile, even on a hit.
+    compile_micros: int
+    #: Time this request spent on the kernel, from the start of the job.
+    elapsed_micros: int
+    log: str
+    #: name expression -> lowered (mangled) name.
+    lowered_names: dict[str, str]
+    toolchain: str
+    target: str
+    #: Toolchain metadata as JSON text (for Triton: name, num_warps, shared memory, ...).
+    metadata_json: str
+    #: The PTX, for Triton kernels that asked for it.
+    ptx: str
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == Outcome.OK
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """``metadata_json`` parsed; empty when there is none."""
+        return json.loads(self.metadata_json) if self.metadata_json else {}
+
+    @classmethod
+    def from_proto(cls, m: pb.KernelResult) -> KernelResult:
+        return cls(
+            id=m.id,
+            key=m.key,
+            outcome=_enum(Outcome, m.outcome),
+            tier=_enum(Tier, m.tier),
+            artifact=bytes(m.artifact),
+            artifact_bytes=m.artifact_bytes,
+            compile_micros=m.compile_micros,
+            elapsed_micros=m.elapsed_micros,
+            log=m.log,
+            lowered_names={n.name_expression: n.lowered_name for n in m.lowered_names},
+            toolchain=m.toolchain,
+            target=m.target,
+            metadata_json=m.metadata_json,
+            ptx=m.ptx,
+        )
+
+
+@dataclass(frozen=True)
+class Queued:
+    job_id: str
+    kernels: int
+    target: str
+
+
+@dataclass(frozen=True)
+class Started:
+    job_id: str
+
+
+@dataclass(frozen=True)
+class KernelDone:
+    job_id: str
+    result: KernelResult
+
+
+@dataclass(frozen=True)
+class JobDone:
+    job_id: str
+    #: Key of the graph manifest (for ``kiln warm --graph-key``).
+    graph_key: str
+    kernel_keys: list[str]
+    ok: int
+    failed: int
+    missed: int
+
+
+@dataclass(frozen=True)
+class JobFailedEvent:
+    job_id: str
+    reason: str
+
+
+#: One event of a job's stream, in the order the daemon sends them.
+Event = Queued | Started | KernelDone | JobDone | JobFailedEvent
+
+
+def event_from_proto(m: pb.JobEvent) -> Event | None:
+    """The typed event, or ``None`` for an event kind this client does not know."""
+    kind = m.WhichOneof("event")
+    if kind == "queued":
+        return Queued(m.job_id, m.queued.kernels, m.queued.target)
+    if kind == "started":
+        return Started(m.job_id)
+    if kind == "kernel":
+        return KernelDone(m.job_id, KernelResult.from_proto(m.kernel))
+    if kind == "done":
+        d = m.done
+        return JobDone(m.job_id, d.graph_key, list(d.kernel_keys), d.ok, d.failed, d.missed)
+    if kind == "failed":
+        return JobFailedEvent(m.job_id, m.failed.reason)
+    return None
+
+
+@dataclass
+class CompileResult:
+    """A whole job: every kernel's result, in arrival order, and the job's summary."""
+
+    job_id: str = ""
+    kernels: list[KernelResult] = field(default_factory=list)
+    graph_key: str = ""
+    kernel_keys: list[str] = field(default_factory=list)
+    ok: int = 0
+    failed: int = 0
+    missed: int = 0
+    #: Whether the job's final ``done`` event arrived.
+    done: bool = False
+
+    def __getitem__(self, kernel_id: str) -> KernelResult:
+        for k in self.kernels:
+            if k.id == kernel_id:
+                return k
+        raise KeyError(kernel_id)
+
+    @property
+    def by_id(self) -> dict[str, KernelResult]:
+        return {k.id: k for k in self.kernels}
+
+    @property
+    def all_ok(self) -> bool:
+        return self.done and all(k.ok for k in self.kernels)
+
+    def add(self, event: Event) -> None:
+        """Folds one event in (the client does this for :meth:`Client.compile`)."""
+        if event.job_id:
+            self.job_id = event.job_id
+        if isinstance(event, KernelDone):
+            self.kernels.append(event.result)
+        elif isinstance(event, JobDone):
+            self.graph_key = event.graph_key
+            self.kernel_keys = event.kernel_keys
+            self.ok, self.failed, self.missed = event.ok, event.failed, event.missed
+            self.done = True
+
+
+@dataclass(frozen=True)
+class ToolchainInfo:
+    name: str
+    version: str
+    #: 64 hex characters; hosts share artifacts only when fingerprints match.
+    fingerprint: str
+    location: str
+    include_dirs: list[str]
+    supported_targets: list[str]
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str
+    target: str
+
+
+@dataclass(frozen=True)
+class TierStats:
+    tier: str
+    entries: int
+    bytes: int
+    capacity_bytes: int
+    hits: int
+    misses: int
+    integrity_failures: int
+
+
+@dataclass(frozen=True)
+class Stats:
+    version: str
+    toolchains: list[ToolchainInfo]
+    gpus: list[Gpu]
+    #: Empty when there is neither a --target nor a local GPU.
+    default_target: str
+    tiers: list[TierStats]
+    compiles_ok: int
+    compiles_failed: int
+    queue_depth: int
+    inflight_compiles: int
+    jobs_total: int
+    compile_seconds_saved: float
+    concurrency: int
+    #: The fleet cache (kilnd --remote); empty without one.
+    remote: str
+    remote_up: bool
+
+    @classmethod
+    def from_proto(cls, m: pb.StatsResponse) -> Stats:
+        return cls(
+            version=m.version,
+            toolchains=[
+                ToolchainInfo(t.name, t.version, t.fingerprint, t.location, list(t.include_dirs), list(t.supported_targets))
+                for t in m.toolchains
+            ],
+            gpus=[Gpu(g.index, g.name, g.target) for g in m.gpus],
+            default_target=m.default_target,
+            tiers=[
+                TierStats(t.tier, t.entries, t.bytes, t.capacity_bytes, t.hits, t.misses, t.integrity_failures)
+                for t in m.tiers
+            ],
+            compiles_ok=m.compiles_ok,
+            compiles_failed=m.compiles_failed,
+            queue_depth=m.queue_depth,
+            inflight_compiles=m.inflight_compiles,
+            jobs_total=m.jobs_total,
+            compile_seconds_saved=m.compile_seconds_saved,
+            concurrency=m.concurrency,
+            remote=m.remote,
+            remote_up=m.remote_up,
+        )
+
+
+@dataclass(frozen=True)
+class WarmProgress:
+    total: int
+    done: int
+    already_local: int
+    fetched: int
+    missing: int
+    unknown_graphs: list[str]
+    finished: bool
+
+    @classmethod
+    def from_proto(cls, m: pb.WarmProgress) -> WarmProgress:
+        return cls(m.total, m.done, m.already_local, m.fetched, m.missing, list(m.unknown_graphs), m.finished)
+
+
+@dataclass(frozen=True)
+class BlobEntry:
+    """A stored entry: its files by name (a single-file entry may have the name ``""``)."""
+
+    files: dict[str, bytes]
+    #: Which tier answered.
+    tier: Tier
+
+    @classmethod
+    def from_proto(cls, m: bpb.BlobEntry) -> BlobEntry | None:
+        """The entry, or ``None`` for a miss."""
+        if not m.found:
+            return None
+        return cls({f.name: bytes(f.data) for f in m.files}, _enum(Tier, m.tier))
+
+
+class LeaseKind(enum.IntEnum):
+    UNSPECIFIED = bpb.LeaseBlobEvent.KIND_UNSPECIFIED
+    #: The caller produces the entry; it holds the lease while the stream is open.
+    GRANTED = bpb.LeaseBlobEvent.KIND_GRANTED
+    #: Another process or host published the entry while the caller waited.
+    FOUND = bpb.LeaseBlobEvent.KIND_FOUND
+    #: Produce it without a lease (fleet cache down, leases off, or the wait bound passed).
+    PROCEED = bpb.LeaseBlobEvent.KIND_PROCEED
+    #: After GRANTED: the entry was stored; the lease is released.
+    PUBLISHED = bpb.LeaseBlobEvent.KIND_PUBLISHED
+    #: After GRANTED: the hold bound passed with no put; the lease is released.
+    EXPIRED = bpb.LeaseBlobEvent.KIND_EXPIRED
+
+    def __str__(self) -> str:
+        return self.name.lower()

@@ -1,0 +1,277 @@
+"""Triton's cache through kilnd and the fleet: ``KilnRemoteCacheBackend``.
+
+Turn it on for a job with two environment variables::
+
+    TRITON_CACHE_MANAGER=triton.runtime.cache:RemoteCacheManager
+    TRITON_REMOTE_CACHE_BACKEND=kiln.triton:KilnRemoteCacheBackend
+
+How Triton 3.6.0 drives a backend (triton/runtime/cache.py, triton/compiler/compiler.py):
+``compile()`` makes one ``RemoteCacheManager`` per kernel key, which makes one backend
+instance. It asks ``get(["__grp__<name>.json"])``; on a hit it reads the group file's
+``child_paths`` and asks ``get(children)``. On a miss it compiles, calls ``put(file, bytes)``
+once per file (source, IRs, cubin, metadata), and last ``put("__grp__<name>.json", ...)``.
+Other users of the cache (the launcher build in ``runtime/build.py``, the autotuner's cache)
+``get`` one file and ``put`` it back, with no group.
+
+What this backend does with that:
+
+- **Entries.** Namespace ``triton``, tool version ``triton.__version__`` (Triton's own key
+  already hashes its sources), caller key ``"<kernel key>/<file name>"``.
+- **Groups.** After a ``__grp__`` lookup misses, the instance is in a compile: every ``put`` is
+  buffered, and the ``__grp__`` put stores the buffered files and the group file as ONE entry
+  under the group file's key, so a reader sees all of one writer's files or none. A ``put`` on an
+  instance that has not missed a ``__grp__`` lookup (a launcher ``.so``, an autotune record) is
+  stored at once as a single-file entry. Buffered files of a compile that raises are dropped
+  with the instance: nothing half-written is ever published.
+- **Reads.** A ``__grp__`` hit keeps the group's files on the instance, and the following
+  ``get(children)`` is answered from them, never from another writer's entries. Names outside
+  the group fall back to single-file entries.
+- **Fleet single-flight.** Only when a ``__grp__`` lookup misses, the backend asks kilnd for
+  the entry's lease (``LeaseBlob``), waiting up to ``KILN_TRITON_WAIT_SECS`` (default 60) for
+  another process or host that is compiling the kernel. FOUND: the published group is a hit,
+  and this process compiles nothing. GRANTED: a miss (Triton compiles), and the lease stays
+  held in a process-wide table until the group put lands, or the instance is dropped without
+  one (the compile raised), or ``KILN_TRITON_HOLD_SECS`` pass (default: the wait bound), or the
+  process exits, whichever comes first. PROCEED: a miss, no lease.
+- **kilnd down.** Triton compiles locally as if there were no remote cache; the job gets one
+  warning, and kiln asks again only every 30 s (see :mod:`kiln._fleet`). No method raises.
+
+For comparison: Triton 3.6.0's own ``RedisRemoteCacheBackend`` fails at construction, because
+it reads ``knobs.cache.redis``, which does not exist in 3.6.0; and once patched it lets every
+process that misses compile by itself, and stores each file under its own Redis key, so a
+reader can mix files of two writers.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+import time
+import weakref
+
+import triton
+from triton.runtime.cache import RemoteCacheBackend
+
+from . import _fleet
+from .client import Lease
+from .results import BlobEntry, LeaseKind
+
+NAMESPACE = "triton"
+GROUP_PREFIX = "__grp__"
+WAIT_ENV = "KILN_TRITON_WAIT_SECS"
+HOLD_ENV = "KILN_TRITON_HOLD_SECS"
+DEFAULT_WAIT_SECS = 60.0
+
+#: Deadlines of the unary calls: a hung kilnd costs a lookup this much once, then kiln backs off.
+GET_TIMEOUT_SECS = 60.0
+PUT_TIMEOUT_SECS = 120.0
+
+
+def _env_secs(name: str, default: float) -> float:
+    raw = os.environ.get(name, "")
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        _fleet.warn_once(f"env:{name}", "kiln: %s=%r is not a number of seconds; using %s", name, raw, default)
+        return default
+    return max(value, 0.0)
+
+
+def wait_secs() -> float:
+    """How long a lookup that missed waits for another producer of the kernel."""
+    return _env_secs(WAIT_ENV, DEFAULT_WAIT_SECS)
+
+
+def hold_secs() -> float:
+    """How long a compile may hold a kernel's lease."""
+    return _env_secs(HOLD_ENV, wait_secs())
+
+
+class _Leases:
+    """GRANTED leases of this process, by stored caller key.
+
+    Process-wide, not per backend instance, so that exit can release them all, and so that the
+    lease outlives nothing: each is dropped on the group put, on the instance's finalizer, at its
+    hold deadline (swept on every hold and release; kilnd ends it at the same bound too), or at
+    exit. A plain lock: nothing blocks while it is held but a ``cancel``.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._held: dict[bytes, tuple[Lease, float]] = {}
+        #: Leases inherited from a parent process by fork: never touched in the child.
+        self._orphans: list[Lease] = []
+
+    def _fork_check(self) -> None:
+        if self._pid != os.getpid():
+            self._orphans.extend(lease for lease, _ in self._held.values())
+            self._held = {}
+            self._pid = os.getpid()
+
+    def hold(self, key: bytes, lease: Lease, hold: float) -> None:
+        expired: list[Lease] = []
+        with self._lock:
+            self._fork_check()
+            now = time.monotonic()
+            for k, (old, deadline) in list(self._held.items()):
+                if deadline <= now or k == key:
+                    expired.append(old)
+                    del self._held[k]
+            self._held[key] = (lease, now + hold)
+        for old in expired:
+            old.close()
+
+    def release(self, key: bytes, lease: Lease) -> None:
+        """Releases ``lease`` (only that one: a later compile of the key may hold another)."""
+        with self._lock:
+            self._fork_check()
+            entry = self._held.get(key)
+            if entry is not None and entry[0] is lease:
+                del self._held[key]
+            inherited = any(o is lease for o in self._orphans)
+        if not inherited:
+            lease.close()
+
+    def held(self) -> list[bytes]:
+        with self._lock:
+            self._fork_check()
+            return list(self._held)
+
+    def release_all(self) -> None:
+        with self._lock:
+            if self._pid != os.getpid():
+                return
+            leases = [lease for lease, _ in self._held.values()]
+            self._held = {}
+        for lease in leases:
+            lease.close()
+
+
+_leases = _Leases()
+atexit.register(_leases.release_all)
+
+
+class KilnRemoteCacheBackend(RemoteCacheBackend):
+    """Triton's ``RemoteCacheBackend`` over kilnd's named blobs. One instance per kernel key."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self._key = key
+        self._version = triton.__version__
+        #: Files of the group entry this instance read (a hit): later lookups come from here.
+        self._group: dict[str, bytes] | None = None
+        #: Files put since a ``__grp__`` lookup missed, for the group put; ``None`` outside a
+        #: compile, where a put is stored at once.
+        self._pending: dict[str, bytes] | None = None
+        #: The lease this instance holds, if any: its key, itself, and the finalizer that
+        #: releases it when the instance is dropped without a group put (the compile raised).
+        self._lease: tuple[bytes, Lease, weakref.finalize] | None = None
+
+    def _caller_key(self, filename: str) -> bytes:
+        return f"{self._key}/{filename}".encode()
+
+    # -- reads --
+
+    def get(self, filenames: list[str]) -> dict[str, bytes]:
+        try:
+            return self._get(list(filenames))
+        except Exception as e:  # noqa: BLE001 - Triton must compile whatever happens here
+            _fleet.failed(e, "Triton cache lookup")
+            return {}
+
+    def _get(self, filenames: list[str]) -> dict[str, bytes]:
+        found: dict[str, bytes] = {}
+        ask: list[str] = []
+        for name in filenames:
+            local = self._local(name)
+            if local is not None:
+                found[name] = local
+            else:
+                ask.append(name)
+        if not ask:
+            return found
+        keys = [self._caller_key(n) for n in ask]
+        entries: list[BlobEntry | None] = _fleet.call(
+            "Triton cache lookup",
+            lambda c: c.get_blobs(NAMESPACE, self._version, keys, timeout=GET_TIMEOUT_SECS),
+            [None] * len(keys),
+        )
+        for name, entry in zip(ask, entries):
+            if name.startswith(GROUP_PREFIX):
+                if entry is None or name not in entry.files:
+                    entry = self._missed_group(name)
+                if entry is not None and name in entry.files:
+                    self._group = dict(entry.files)
+                    self._pending = None
+                    found[name] = entry.files[name]
+            elif entry is not None:
+                data = entry.files.get(name, entry.files.get(""))
+                if data is not None:
+                    found[name] = data
+        return found
+
+    def _local(self, name: str) -> bytes | None:
+        if self._group is not None and name in self._group:
+            return self._group[name]
+        if self._pending is not None and name in self._pending:
+            return self._pending[name]
+        return None
+
+    def _missed_group(self, name: str) -> BlobEntry | None:
+        """A group lookup missed: this instance is about to compile. Ask for the lease; return
+        the entry when another producer published it meanwhile."""
+        self._pending = {}
+        if not _fleet.available():
+            return None
+        key = self._caller_key(name)
+        wait, hold = wait_secs(), hold_secs()
+        lease: Lease | None = _fleet.call(
+            "Triton cache lease",
+            lambda c: c.lease_blob(NAMESPACE, self._version, key, wait=wait, hold=hold, timeout=wait + hold + 30),
+            None,
+        )
+        if lease is None:
+            return None
+        if lease.kind == LeaseKind.FOUND:
+            return lease.entry
+        if lease.kind == LeaseKind.GRANTED:
+            _leases.hold(key, lease, hold)
+            self._lease = (key, lease, weakref.finalize(self, _leases.release, key, lease))
+        return None
+
+    # -- writes --
+
+    def put(self, filename: str, data: bytes) -> None:
+        try:
+            self._put(filename, bytes(data))
+        except Exception as e:  # noqa: BLE001
+            _fleet.failed(e, "Triton cache store")
+
+    def _put(self, filename: str, data: bytes) -> None:
+        if filename.startswith(GROUP_PREFIX):
+            files = dict(self._pending or {})
+            files[filename] = data
+            self._pending = None
+            self._store(filename, files)
+            if self._lease is not None:
+                # After the put: closing first would let a waiter take the lease and compile.
+                key, lease, finalizer = self._lease
+                self._lease = None
+                finalizer.detach()
+                _leases.release(key, lease)
+        elif self._pending is not None:
+            self._pending[filename] = data
+        else:
+            self._store(filename, {filename: data})
+
+    def _store(self, filename: str, files: dict[str, bytes]) -> None:
+        key = self._caller_key(filename)
+        _fleet.call(
+            "Triton cache store",
+            lambda c: c.put_blob(NAMESPACE, self._version, key, files, timeout=PUT_TIMEOUT_SECS),
+            None,
+        )
