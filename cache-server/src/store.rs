@@ -272,10 +272,15 @@ impl Store {
         Ok(renewed == 1)
     }
 
-    /// Whether `holder` still held the lease; if so it is gone now.
+    /// Whether `holder` still held the lease; if so it is gone now, and the release is announced
+    /// like a publish: waiters look for the artifact, and when the holder gave up without one
+    /// they retry the lease at once instead of waiting out its TTL.
     pub async fn release_lease(&self, key: &CacheKey, holder: &str) -> Result<bool, Error> {
         let mut con = self.redis.clone();
         let released: i64 = RELEASE.key(layout::lease_key(key)).arg(holder).invoke_async(&mut con).await?;
+        if released == 1 {
+            self.announce(key).await?;
+        }
         Ok(released == 1)
     }
 }

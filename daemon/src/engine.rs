@@ -246,6 +246,13 @@ impl Engine {
         outcome
     }
 
+    /// Stores a new artifact in every tier: the fleet first, since its publish releases other
+    /// hosts' waiters, then this host's.
+    pub async fn store_everywhere(&self, key: &CacheKey, stored: Stored) {
+        self.store.put_where(key, stored.clone(), |t| t == TierName::Remote).await;
+        self.store_locally(key, stored).await;
+    }
+
     /// Stores an artifact in this host's tiers: memory now, since this host answers from it; the
     /// disk write ends in an fsync, so it goes on in a tracked task rather than in front of the
     /// answer (shutdown waits for it).
@@ -329,9 +336,7 @@ impl Engine {
         let sealed = Bytes::from(envelope::seal(key, meta.clone(), &c.cubin));
         let artifact = Arc::new(Artifact { meta, bytes: c.cubin });
         let stored = Stored { envelope: sealed, unpacked: Some(Arc::clone(&artifact)) };
-        // The fleet first: its publish releases other hosts' waiters.
-        self.store.put_where(key, stored.clone(), |t| t == TierName::Remote).await;
-        self.store_locally(key, stored).await;
+        self.store_everywhere(key, stored).await;
         Outcome::from_artifact(artifact, pb::Tier::Compiled)
     }
 

@@ -4,8 +4,9 @@
 //! new for each acquisition) and compiles, renewing the lease every third of its TTL. A daemon
 //! that finds the lease held subscribes to publish notifications, **then** checks for the
 //! artifact (and checks again after every resubscribe), so a publish that lands in between is
-//! never missed; then it waits. It retries the lease once per TTL, so when a holder dies its
-//! lease expires and exactly one waiter takes over. A holder whose compile fails publishes a
+//! never missed; then it waits. It retries the lease when a release is announced (a holder that
+//! gave up) and once per TTL, so when a holder dies its lease expires and exactly one waiter
+//! takes over. A holder whose compile fails publishes a
 //! negative entry, which releases every waiter at once with the log. A waiter past the hedge
 //! bound compiles by itself. Whatever goes wrong with the fleet cache, the answer is "compile
 //! here": the fleet can save work, never cost a compile.
@@ -158,11 +159,17 @@ impl Fleet {
             match tokio::time::timeout(wait, stream.next_event()).await {
                 // Subscribed (first, or again after the server resubscribed): check now, since a
                 // publish may have landed before the subscription was live.
-                Ok(Ok(Some(PublishEvent::Subscribed | PublishEvent::Published(_)))) => {
+                Ok(Ok(Some(PublishEvent::Subscribed))) => {
                     if let Some(found) = self.fetch(key).await {
                         return Wait::Found(Box::new(found));
                     }
                 }
+                // A publish, or a release (announced the same way): with nothing to fetch, the
+                // holder let go without a result, so try for the lease now.
+                Ok(Ok(Some(PublishEvent::Published(_)))) => match self.fetch(key).await {
+                    Some(found) => return Wait::Found(Box::new(found)),
+                    None => return Wait::RetryLease,
+                },
                 Ok(Ok(None)) | Ok(Err(_)) => {
                     // The stream ended: wait out a moment rather than spin, then retry.
                     tokio::time::sleep(Duration::from_millis(50).min(wait)).await;

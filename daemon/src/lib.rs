@@ -9,6 +9,7 @@
 //! - [`service`]: the `kiln.v1.Compiler` gRPC handlers; [`stats`] builds the Stats answer.
 //! - [`validate`]: request validation; every bad field is INVALID_ARGUMENT naming it.
 //! - [`jobs`]: background jobs and their replayable event streams.
+//! - [`blob`]: `kiln.v1.Blobs`, named blobs that integrations key themselves (Triton, Inductor).
 //! - [`warm`]: `Warm`, which pulls graphs from the fleet cache into the local tiers.
 //! - [`engine`]: one kernel's path: negative cache, tiers, single-flight compile, publish.
 //! - [`fleet`]: fleet-wide single-flight through kiln-cache leases and publish notifications.
@@ -20,6 +21,7 @@
 //! - [`metrics`]: Prometheus metrics and the `/metrics` endpoint.
 //! - [`check`]: `kilnd check`, the toolchain report `kiln doctor` falls back on.
 
+pub mod blob;
 pub mod check;
 pub mod config;
 pub mod engine;

@@ -44,6 +44,30 @@ pub struct BytesLabels {
     pub direction: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BlobLookupLabels {
+    pub namespace: String,
+    /// memory | disk | remote, or none for a miss.
+    pub tier: &'static str,
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NamespaceLabels {
+    pub namespace: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BlobLeaseLabels {
+    pub namespace: String,
+    /// granted | found | proceed | expired
+    pub result: &'static str,
+}
+
+/// Distinct `namespace` label values kept; later ones are counted as `other`, so a client
+/// inventing namespaces cannot grow the metrics without bound.
+const MAX_NAMESPACES: usize = 32;
+
 fn compile_histogram() -> Histogram {
     // 10 ms to about 20 minutes.
     Histogram::new(exponential_buckets(0.01, 2.0, 18))
@@ -68,6 +92,11 @@ pub struct Metrics {
     pub leases: Family<LeaseLabels, Counter>,
     /// 1 while the fleet cache answers, 0 while it does not (absent without --remote).
     pub remote_up: Gauge,
+    pub blob_lookups: Family<BlobLookupLabels, Counter>,
+    pub blob_puts: Family<NamespaceLabels, Counter>,
+    pub blob_put_bytes: Family<NamespaceLabels, Counter>,
+    pub blob_leases: Family<BlobLeaseLabels, Counter>,
+    namespaces: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl Default for Metrics {
@@ -93,6 +122,11 @@ impl Metrics {
             jobs: Counter::default(),
             leases: Family::default(),
             remote_up: Gauge::default(),
+            blob_lookups: Family::default(),
+            blob_puts: Family::default(),
+            blob_put_bytes: Family::default(),
+            blob_leases: Family::default(),
+            namespaces: Default::default(),
             registry: Registry::default(),
         };
         registry.register("cache_lookups", "Cache lookups by tier and result", m.lookups.clone());
@@ -123,6 +157,14 @@ impl Metrics {
         );
         registry.register("jobs", "Jobs accepted", m.jobs.clone());
         registry.register("lease", "Fleet leases: acquired, waited, takeover, timeout", m.leases.clone());
+        registry.register("blob_lookups", "Named-blob lookups by namespace, tier and result", m.blob_lookups.clone());
+        registry.register("blob_puts", "Named blobs stored, by namespace", m.blob_puts.clone());
+        registry.register("blob_put_bytes", "Bytes of named blobs stored, by namespace", m.blob_put_bytes.clone());
+        registry.register(
+            "blob_leases",
+            "Named-blob leases: granted, found while waiting, proceed without, expired",
+            m.blob_leases.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -133,6 +175,39 @@ impl Metrics {
 
     pub fn lease(&self, result: &'static str) {
         self.leases.get_or_create(&LeaseLabels { result }).inc();
+    }
+
+    /// The `namespace` label for `namespace`: itself among the first few seen, else `other`.
+    fn namespace(&self, namespace: &str) -> String {
+        let mut seen = self.namespaces.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if seen.contains(namespace) || (seen.len() < MAX_NAMESPACES && seen.insert(namespace.to_string())) {
+            namespace.to_string()
+        } else {
+            "other".to_string()
+        }
+    }
+
+    /// One named-blob lookup: a hit in `tier`, or a miss.
+    pub fn blob_lookup(&self, namespace: &str, tier: Option<i32>) {
+        use kiln_proto::pb::Tier;
+        let tier = match tier.and_then(|t| Tier::try_from(t).ok()) {
+            None => "none",
+            Some(Tier::Memory) => "memory",
+            Some(Tier::Disk) => "disk",
+            Some(_) => "remote",
+        };
+        let result = if tier == "none" { "miss" } else { "hit" };
+        self.blob_lookups.get_or_create(&BlobLookupLabels { namespace: self.namespace(namespace), tier, result }).inc();
+    }
+
+    pub fn blob_put(&self, namespace: &str, bytes: usize) {
+        let labels = NamespaceLabels { namespace: self.namespace(namespace) };
+        self.blob_puts.get_or_create(&labels).inc();
+        self.blob_put_bytes.get_or_create(&labels).inc_by(bytes as u64);
+    }
+
+    pub fn blob_lease(&self, namespace: &str, result: &'static str) {
+        self.blob_leases.get_or_create(&BlobLeaseLabels { namespace: self.namespace(namespace), result }).inc();
     }
 
     pub fn lookup(&self, tier: &'static str, result: &'static str) {

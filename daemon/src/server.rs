@@ -1,6 +1,7 @@
 //! The daemon's entry point as a library: [`run`] takes bound listeners, the configuration and a
 //! shutdown future, so a test can bind anything and stop the daemon whenever it likes.
 
+use crate::blob::service::{BlobService, BlobState};
 use crate::config::{Config, read_token};
 use crate::engine::Engine;
 use crate::fleet::Fleet;
@@ -14,9 +15,11 @@ use crate::toolchain::{cuda, nvrtc::Nvrtc, ptxas::Ptxas, set::Toolchains, triton
 use anyhow::Context;
 use kiln_cache_server::client::RemoteCache;
 use kiln_proto::Target;
+use kiln_proto::pb::blobs_server::BlobsServer;
 use kiln_proto::pb::compiler_server::CompilerServer;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::net::{TcpListener, UnixListener};
 use tokio_util::sync::CancellationToken;
 
@@ -60,6 +63,13 @@ async fn toolchains(config: &Config) -> anyhow::Result<Toolchains> {
     };
     Ok(Toolchains::new(nvrtc, ptxas, triton_settings))
 }
+
+/// After the running work has drained, how long in-flight responses get to reach their clients.
+const RESPONSE_FLUSH: Duration = Duration::from_secs(1);
+
+/// How long a blob lease waits on another process of this host when there is no fleet cache
+/// (with one, the fleet's hedge bound applies).
+const BLOB_WAIT_WITHOUT_FLEET: Duration = Duration::from_secs(600);
 
 /// Builds the daemon's state: toolchains, GPUs, tiers, fleet, engine.
 pub async fn build(config: &Config) -> anyhow::Result<Built> {
@@ -146,11 +156,28 @@ pub async fn run(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .context("building gRPC reflection")?;
-    let router = tonic::transport::Server::builder().add_service(health).add_service(reflection).add_service(
-        CompilerServer::from_arc(Arc::clone(&service))
-            .max_decoding_message_size(limit)
-            .max_encoding_message_size(limit),
-    );
+    health_reporter.set_serving::<BlobsServer<BlobService>>().await;
+    let blobs = BlobState {
+        engine: Arc::clone(&service.engine),
+        holders: Arc::default(),
+        metrics: Arc::clone(&metrics),
+        max_artifact_bytes: config.limits.max_artifact_bytes,
+        max_message_bytes: limit as u64,
+        default_wait: config.remote.as_ref().map_or(BLOB_WAIT_WITHOUT_FLEET, |r| r.hedge),
+    };
+    let router = tonic::transport::Server::builder()
+        .add_service(health)
+        .add_service(reflection)
+        .add_service(
+            CompilerServer::from_arc(Arc::clone(&service))
+                .max_decoding_message_size(limit)
+                .max_encoding_message_size(limit),
+        )
+        .add_service(
+            BlobsServer::new(BlobService(Arc::new(blobs)))
+                .max_decoding_message_size(limit)
+                .max_encoding_message_size(limit),
+        );
     let unix = tokio_stream::wrappers::UnixListenerStream::new(listeners.unix);
     let stopped = stop.clone().cancelled_owned();
     let unix_router = router.clone();
@@ -176,19 +203,25 @@ pub async fn run(
     stop.cancelled().await;
     tracing::info!("shutting down: no new requests; draining running work");
     health_reporter.set_not_serving::<CompilerServer<CompilerService>>().await;
-    let drain = async {
+    health_reporter.set_not_serving::<BlobsServer<BlobService>>().await;
+    // Running compiles finish first (their results reach the caches and their clients); then
+    // the servers get a moment to flush the last responses. They are not waited on beyond
+    // that: a graceful HTTP/2 shutdown lasts until every peer hangs up, and an idle client that
+    // keeps its channel open (every Triton job does) would hold kilnd up to the drain bound.
+    let drained = service.engine.drain(config.limits.drain).await;
+    let flush = async {
         while let Some(done) = servers.join_next().await {
             if let Ok(Err(e)) = done {
                 tracing::warn!(error = %e, "server ended with an error");
             }
         }
-        service.engine.drain(config.limits.drain).await
     };
-    match tokio::time::timeout(config.limits.drain, drain).await {
-        Ok(true) => tracing::info!("drained; exiting"),
-        _ => {
-            tracing::warn!(bound = ?config.limits.drain, "drain bound passed; exiting with work unfinished")
-        }
+    let _ = tokio::time::timeout(RESPONSE_FLUSH, flush).await;
+    servers.abort_all();
+    if drained {
+        tracing::info!("drained; exiting");
+    } else {
+        tracing::warn!(bound = ?config.limits.drain, "drain bound passed; exiting with work unfinished");
     }
     stop_watch.abort();
     Ok(())

@@ -1,0 +1,17 @@
+//! Named blobs: artifacts that integrations (Triton's cache, Inductor's caches) produce and key
+//! themselves, stored in the same tiers, envelope, limits and fleet leases as cubins.
+//!
+//! - [`validate`]: every request field checked, INVALID_ARGUMENT naming it.
+//! - [`entry`]: a blob entry (one file or a group) as an envelope payload.
+//! - [`holders`]: single-flight among the processes of this host, tied to open lease streams.
+//! - [`service`]: the `kiln.v1.Blobs` handlers.
+//!
+//! A group is stored as one envelope under one key, so a reader sees all of one writer's files
+//! or none: two writers of one group can never interleave, whatever the tier.
+
+pub mod entry;
+pub mod holders;
+pub mod service;
+pub mod validate;
+
+pub use service::BlobService;

@@ -1,0 +1,209 @@
+//! The `kiln.v1.Blobs` handlers: validation, the tiers through the engine, and leases that live
+//! exactly as long as the client's stream.
+
+use super::entry;
+use super::holders::{self, Holders, Holding, Try, Waited};
+use super::validate::{self, Scope};
+use crate::engine::Engine;
+use crate::fleet::{Claim, Found, HeldLease};
+use crate::metrics::Metrics;
+use crate::store::Stored;
+use bytes::Bytes;
+use kiln_proto::CacheKey;
+use kiln_proto::pb::{self, BlobEntry, lease_blob_event::Kind};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+/// A GRANTED lease with no `hold_ms` ends after this long with no put.
+pub const DEFAULT_HOLD: Duration = Duration::from_secs(600);
+/// Room left in a GetBlobs answer for framing, under the gRPC message limit.
+const ANSWER_HEADROOM: u64 = 1 << 20;
+
+/// The handlers; cloning shares the state, so a lease's task can own it.
+#[derive(Debug, Clone)]
+pub struct BlobService(pub Arc<BlobState>);
+
+#[derive(Debug)]
+pub struct BlobState {
+    pub engine: Arc<Engine>,
+    pub holders: Arc<Holders>,
+    pub metrics: Arc<Metrics>,
+    pub max_artifact_bytes: u64,
+    pub max_message_bytes: u64,
+    /// How long a LeaseBlob with no `wait_ms` waits on another producer: the fleet's hedge bound.
+    pub default_wait: Duration,
+}
+
+/// Who produces an entry, as decided for one LeaseBlob.
+enum Decision {
+    Found(BlobEntry),
+    Proceed(String),
+    Granted(Holding, Option<HeldLease>),
+}
+
+fn event(kind: Kind, entry: Option<BlobEntry>, reason: String) -> Result<pb::LeaseBlobEvent, Status> {
+    Ok(pb::LeaseBlobEvent { kind: kind as i32, entry, reason })
+}
+
+impl BlobState {
+    /// Looks one entry up in every tier.
+    async fn lookup(&self, scope: &Scope, key: &CacheKey) -> Option<BlobEntry> {
+        let outcome = self.engine.cached(key).await?;
+        entry::open(outcome.artifact.as_deref()?, &scope.namespace, outcome.tier)
+    }
+
+    /// Decides who produces `key`: an entry already there, another process on this host, another
+    /// host (through the fleet lease), or this caller.
+    async fn decide(self: &Arc<Self>, scope: &Scope, key: &CacheKey, wait: Duration) -> Decision {
+        let deadline = Instant::now() + wait;
+        loop {
+            if let Some(found) = self.lookup(scope, key).await {
+                return Decision::Found(found);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            let holding = match self.holders.try_hold(key) {
+                Try::Held(holding) => holding,
+                Try::Busy(rx) => match holders::wait(rx, left).await {
+                    Waited::TimedOut => {
+                        return Decision::Proceed(format!("waited {wait:?} for another process on this host"));
+                    }
+                    Waited::Published | Waited::Released => continue,
+                },
+            };
+            let Some(fleet) = &self.engine.fleet else { return Decision::Granted(holding, None) };
+            match tokio::time::timeout(left, fleet.claim(key)).await {
+                Err(_) => return Decision::Proceed(format!("waited {wait:?} for another host")),
+                Ok(Claim::Compile(lease)) => return Decision::Granted(holding, lease),
+                Ok(Claim::Found(found @ Found::Artifact(..))) => {
+                    let outcome = self.engine.adopt(key, found).await;
+                    self.holders.published(key);
+                    if let Some(found) = outcome.artifact.and_then(|a| entry::open(&a, &scope.namespace, outcome.tier))
+                    {
+                        return Decision::Found(found);
+                    }
+                    return Decision::Granted(holding, None);
+                }
+                // Nothing publishes failures under blob keys; produce it here.
+                Ok(Claim::Found(Found::Failed { .. })) => return Decision::Granted(holding, None),
+            }
+        }
+    }
+
+    /// Runs one LeaseBlob: decide, answer, and for a grant hold the lease until the put lands,
+    /// the hold bound passes, or the client goes away; then release it at once.
+    async fn run_lease(
+        self: Arc<Self>,
+        scope: Scope,
+        key: CacheKey,
+        wait: Duration,
+        hold: Duration,
+        tx: mpsc::Sender<Result<pb::LeaseBlobEvent, Status>>,
+    ) {
+        let decision = tokio::select! {
+            d = self.decide(&scope, &key, wait) => d,
+            _ = tx.closed() => return,
+        };
+        let (mut holding, lease) = match decision {
+            Decision::Found(found) => {
+                self.metrics.blob_lease(&scope.namespace, "found");
+                let _ = tx.send(event(Kind::Found, Some(found), String::new())).await;
+                return;
+            }
+            Decision::Proceed(reason) => {
+                self.metrics.blob_lease(&scope.namespace, "proceed");
+                let _ = tx.send(event(Kind::Proceed, None, reason)).await;
+                return;
+            }
+            Decision::Granted(holding, lease) => (holding, lease),
+        };
+        self.metrics.blob_lease(&scope.namespace, "granted");
+        let reason = if lease.is_some() || self.engine.fleet.is_none() {
+            String::new()
+        } else {
+            "the fleet cache is not answering; single-flight covers this host only".to_string()
+        };
+        if tx.send(event(Kind::Granted, None, reason)).await.is_ok() {
+            let ending = tokio::select! {
+                _ = holding.published() => Some(event(Kind::Published, None, String::new())),
+                _ = tokio::time::sleep(hold) => {
+                    self.metrics.blob_lease(&scope.namespace, "expired");
+                    tracing::warn!(%key, namespace = %scope.namespace, ?hold, "blob lease held past its bound with no put; released");
+                    Some(event(Kind::Expired, None, format!("held {hold:?} with no put")))
+                }
+                _ = tx.closed() => None,
+            };
+            if let Some(ending) = ending {
+                let _ = tx.send(ending).await;
+            }
+        }
+        if let Some(lease) = lease {
+            lease.release().await;
+        }
+        drop(holding);
+    }
+}
+
+#[tonic::async_trait]
+impl pb::blobs_server::Blobs for BlobService {
+    type LeaseBlobStream = ReceiverStream<Result<pb::LeaseBlobEvent, Status>>;
+
+    async fn get_blobs(&self, request: Request<pb::GetBlobsRequest>) -> Result<Response<pb::GetBlobsResponse>, Status> {
+        let this = &self.0;
+        let req = request.into_inner();
+        let scope = validate::scope(req.scope.as_ref())?;
+        validate::keys(&req.keys)?;
+        let stored: Vec<CacheKey> = req.keys.iter().map(|k| scope.key(k)).collect();
+        let found = this.engine.prefetch(&stored).await;
+        let budget = this.max_message_bytes.saturating_sub(ANSWER_HEADROOM);
+        let mut size = 0u64;
+        let mut entries = Vec::with_capacity(stored.len());
+        for key in &stored {
+            let hit = found
+                .get(key)
+                .and_then(|o| o.artifact.as_deref().and_then(|a| entry::open(a, &scope.namespace, o.tier)));
+            let hit = hit.filter(|e| {
+                size += e.files.iter().map(|f| f.data.len() as u64).sum::<u64>();
+                // Past the message limit the rest read as misses: the caller produces them, and
+                // nothing wrong is ever served.
+                size <= budget
+            });
+            let tier = hit.as_ref().map(|e| e.tier);
+            this.metrics.blob_lookup(&scope.namespace, tier);
+            entries.push(hit.unwrap_or_else(entry::missing));
+        }
+        Ok(Response::new(pb::GetBlobsResponse { entries }))
+    }
+
+    async fn put_blob(&self, request: Request<pb::PutBlobRequest>) -> Result<Response<pb::PutBlobResponse>, Status> {
+        let this = &self.0;
+        let req = request.into_inner();
+        let scope = validate::scope(req.scope.as_ref())?;
+        validate::caller_key("key", &req.key)?;
+        validate::files(&req.files, this.max_artifact_bytes)?;
+        let key = scope.key(&req.key);
+        let (sealed, artifact) = entry::seal(&key, &scope.namespace, req.files);
+        this.metrics.blob_put(&scope.namespace, artifact.bytes.len());
+        let stored = Stored { envelope: Bytes::from(sealed), unpacked: Some(Arc::new(artifact)) };
+        this.engine.store_everywhere(&key, stored).await;
+        this.holders.published(&key);
+        Ok(Response::new(pb::PutBlobResponse { stored_key: key.to_hex() }))
+    }
+
+    async fn lease_blob(
+        &self,
+        request: Request<pb::LeaseBlobRequest>,
+    ) -> Result<Response<Self::LeaseBlobStream>, Status> {
+        let req = request.into_inner();
+        let scope = validate::scope(req.scope.as_ref())?;
+        validate::caller_key("key", &req.key)?;
+        let wait = validate::duration("wait_ms", req.wait_ms, self.0.default_wait)?;
+        let hold = validate::duration("hold_ms", req.hold_ms, DEFAULT_HOLD)?;
+        let key = scope.key(&req.key);
+        let (tx, rx) = mpsc::channel(4);
+        tokio::spawn(Arc::clone(&self.0).run_lease(scope, key, wait, hold, tx));
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
