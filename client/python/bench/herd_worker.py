@@ -1,0 +1,83 @@
+"""One process of a fleet herd: imports Triton and the kernels, waits at a barrier, compiles
+every kernel for sm_90 through ``triton.compile`` (with whatever cache the environment
+configures: ``TRITON_CACHE_MANAGER``/``TRITON_REMOTE_CACHE_BACKEND``, ``TRITON_CACHE_DIR``), and
+writes what happened as JSON.
+
+Compiles are counted by a hook on Triton itself, not by any cache's counters: a cache hit returns
+from ``triton.compile`` before the pipeline starts, and a real compile always calls
+``ASTSource.make_ir`` first, so a wrapper around ``make_ir`` counts real compiles only.
+
+Usage: herd_worker.py OUT_JSON BARRIER_DIR [--only N]
+  writes BARRIER_DIR/ready.<pid> when imported, starts when BARRIER_DIR/go exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import compiler as triton_compiler  # noqa: E402
+
+import herd_kernels  # noqa: E402
+
+#: Names (from herd_kernels.KERNELS) of the kernels this process really compiled.
+compiled: list[str] = []
+#: The kernel triton.compile is working on now.
+current: list[str] = [""]
+_make_ir = triton_compiler.ASTSource.make_ir
+
+
+def _counting_make_ir(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+    compiled.append(current[0])
+    return _make_ir(self, *args, **kwargs)
+
+
+triton_compiler.ASTSource.make_ir = _counting_make_ir
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out")
+    parser.add_argument("barrier")
+    parser.add_argument("--only", type=int, default=len(herd_kernels.KERNELS))
+    args = parser.parse_args()
+    barrier = Path(args.barrier)
+    (barrier / f"ready.{os.getpid()}").write_text("")
+    while not (barrier / "go").exists():
+        time.sleep(0.002)
+    go = (barrier / "go").stat().st_mtime
+    started = time.time()
+    target = GPUTarget("cuda", 90, 32)
+    cubins: dict[str, str] = {}
+    for name, fn, signature, constexprs, options in herd_kernels.KERNELS[: args.only]:
+        current[0] = name
+        src = triton_compiler.ASTSource(fn, signature, constexprs=constexprs, attrs={})
+        kernel = triton.compile(src, target=target, options=options)
+        cubins[name] = hashlib.sha256(kernel.asm["cubin"]).hexdigest()
+    finished = time.time()
+    Path(args.out).write_text(
+        json.dumps(
+            {
+                "pid": os.getpid(),
+                "compiles": len(compiled),
+                "compiled": compiled,
+                "cubins": cubins,
+                "go": go,
+                "started": started,
+                "finished": finished,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
