@@ -30,7 +30,7 @@ class DaemonUnavailable(KilnError):
 
     def __init__(self, code: grpc.StatusCode | None, details: str, *, uri: str | None = None) -> None:
         super().__init__(code, details, uri=uri)
-        hint = "is kilnd running there? KILN_DAEMON names another daemon (unix:///path or http://host:port)"
+        hint = "is kilnd running? KILN_DAEMON=unix:///path or http://host:port names another daemon"
         self.args = (f"kilnd is not reachable at {uri}: {details} ({hint})",)
 
 

@@ -11,13 +11,16 @@ torch's class                 kiln namespace      switched on by (unless the use
 ============================  ==================  =============================================
 RemoteFxGraphCache            inductor-fx         torch._inductor.config.fx_graph_remote_cache
 RemoteAutotuneCache           inductor-autotune   torch._inductor.config.autotune_remote_cache
-RemoteBundledAutotuneCache    inductor-bundled    ..._inductor.config.bundled_autotune_remote_cache
+RemoteBundledAutotuneCache    inductor-bundled    (left as the user set it; see below)
 RemoteAOTAutogradCache        aot-autograd        torch._functorch.config.enable_remote_autograd_cache
 RemoteDynamoPGOCache          dynamo-pgo          torch._dynamo.config.automatic_dynamic_remote_pgo
 ============================  ==================  =============================================
 
 A flag that is ``None`` (neither the code nor its ``TORCHINDUCTOR_*``/``TORCH_*`` variable set
-it) becomes ``True``; one the user set, to either value, is left alone. The tool version of
+it) becomes ``True``; one the user set, to either value, is left alone. The bundled autotune
+cache is not switched on: in torch 2.11 it fails the whole compile (an assertion on
+``backend_hash``) on a host where Triton has no active GPU driver, even for a CPU graph. Its
+class is replaced all the same, so ``bundled_autotune_remote_cache=True`` stores through kiln. The tool version of
 every entry is ``torch.__version__``; the caller key is ``"<cache id>::<key>"``, as torch's own
 Redis cache writes it. As with Triton, a kilnd that does not answer turns into misses and one
 warning per process, never a failed compile.
@@ -51,7 +54,7 @@ NAMESPACES: dict[str, str] = {
 
 #: Config module -> flags that switch the remote caches on.
 FLAGS: dict[str, tuple[str, ...]] = {
-    "torch._inductor.config": ("fx_graph_remote_cache", "autotune_remote_cache", "bundled_autotune_remote_cache"),
+    "torch._inductor.config": ("fx_graph_remote_cache", "autotune_remote_cache"),
     "torch._functorch.config": ("enable_remote_autograd_cache",),
     "torch._dynamo.config": ("automatic_dynamic_remote_pgo",),
 }

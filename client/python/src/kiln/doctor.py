@@ -1,0 +1,145 @@
+"""``python -m kiln doctor``: what this Python environment and its kilnd look like to kiln.
+
+Prints the daemon URI and where it came from, whether kilnd answers (its toolchains, GPUs,
+tiers and fleet cache), the versions of kiln, grpcio and protobuf, whether Triton and torch
+import (and whether kiln supports that torch), and the environment variables that switch kiln
+on. Exits 1 when kilnd does not answer, 0 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.metadata
+import json
+import os
+import sys
+from typing import Any
+
+from . import __version__
+from .paths import DAEMON_ENV, daemon_uri
+
+#: Variables that switch kiln on, and the value each needs.
+SWITCHES: dict[str, str | None] = {
+    "TRITON_CACHE_MANAGER": "triton.runtime.cache:RemoteCacheManager",
+    "TRITON_REMOTE_CACHE_BACKEND": "kiln.triton:KilnRemoteCacheBackend",
+    "KILN_TORCH": None,
+    "KILN_TRITON_WAIT_SECS": None,
+    "KILN_TRITON_HOLD_SECS": None,
+}
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _probe_import(module: str) -> dict[str, Any]:
+    try:
+        mod = importlib.import_module(module)
+    except Exception as e:  # noqa: BLE001 - any failure to import is the answer
+        return {"importable": False, "error": f"{type(e).__name__}: {e}"}
+    return {"importable": True, "version": str(getattr(mod, "__version__", "?"))}
+
+
+def gather(timeout: float = 5.0) -> dict[str, Any]:
+    """Everything doctor reports, as a dict (``--json`` prints it)."""
+    from . import errors
+    from .client import Client
+
+    uri = daemon_uri()
+    report: dict[str, Any] = {
+        "kiln": {"version": __version__, "location": os.path.dirname(os.path.abspath(__file__))},
+        "grpcio": _version("grpcio"),
+        "protobuf": _version("protobuf"),
+        "python": sys.version.split()[0],
+        "daemon": {"uri": uri, "from": DAEMON_ENV if os.environ.get(DAEMON_ENV) else "default socket rule"},
+    }
+    try:
+        with Client(uri) as client:
+            stats = client.stats(timeout=timeout)
+        report["daemon"].update(
+            reachable=True,
+            version=stats.version,
+            toolchains=[{"name": t.name, "version": t.version, "fingerprint": t.fingerprint} for t in stats.toolchains],
+            gpus=[{"index": g.index, "name": g.name, "target": g.target} for g in stats.gpus],
+            default_target=stats.default_target,
+            tiers=[{"tier": t.tier, "entries": t.entries, "bytes": t.bytes} for t in stats.tiers],
+            remote=stats.remote,
+            remote_up=stats.remote_up,
+        )
+    except (errors.KilnError, ValueError) as e:
+        report["daemon"].update(reachable=False, error=str(e))
+    report["triton"] = _probe_import("triton")
+    torch = _probe_import("torch")
+    if torch["importable"]:
+        from .torch import UnsupportedTorchVersion, check_version, tested_versions_text
+
+        try:
+            check_version(torch["version"])
+            torch["supported"] = True
+        except UnsupportedTorchVersion:
+            torch["supported"] = False
+        torch["tested"] = tested_versions_text()
+    report["torch"] = torch
+    report["env"] = {name: os.environ.get(name) for name in SWITCHES}
+    return report
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def render(report: dict[str, Any]) -> str:
+    lines = []
+    d = report["daemon"]
+    lines.append(f"daemon      {d['uri']}  (from {d['from']})")
+    if d.get("reachable"):
+        lines.append(f"  answers   yes, kilnd {d['version']}")
+        for t in d["toolchains"]:
+            fp = t["fingerprint"][:16] or "(known once its workers start)"
+            lines.append(f"  toolchain {t['name']:<7} {t['version']}  fingerprint {fp}")
+        gpus = ", ".join(f"{g['index']}: {g['name']} ({g['target']})" for g in d["gpus"]) or "none"
+        lines.append(f"  gpus      {gpus}")
+        lines.append(f"  target    {d['default_target'] or '(none: graphs must name one)'}")
+        tiers = ", ".join(f"{t['tier']} {t['entries']} entries" for t in d["tiers"])
+        lines.append(f"  tiers     {tiers}")
+        remote = f"{d['remote']} ({'up' if d['remote_up'] else 'DOWN'})" if d["remote"] else "none (no --remote)"
+        lines.append(f"  fleet     {remote}")
+    else:
+        lines.append(f"  answers   NO: {d['error']}")
+    lines.append(f"kiln        {report['kiln']['version']}  ({report['kiln']['location']})")
+    lines.append(f"grpcio      {report['grpcio']}   protobuf {report['protobuf']}   python {report['python']}")
+    for name in ("triton", "torch"):
+        p = report[name]
+        if p["importable"]:
+            extra = ""
+            if name == "torch":
+                extra = "  (supported)" if p["supported"] else f"  (NOT supported by kiln.torch; tested: {p['tested']})"
+            lines.append(f"{name:<11} {p['version']}{extra}")
+        else:
+            lines.append(f"{name:<11} not importable ({p['error']})")
+    env = report["env"]
+    triton_on = all(env[k] == SWITCHES[k] for k in ("TRITON_CACHE_MANAGER", "TRITON_REMOTE_CACHE_BACKEND"))
+    lines.append(f"triton via kiln  {_yes(triton_on)}" + ("" if triton_on else "  (set TRITON_CACHE_MANAGER and TRITON_REMOTE_CACHE_BACKEND; see the README)"))
+    torch_on = env["KILN_TORCH"] not in (None, "", "0")
+    lines.append(f"torch via kiln   {_yes(torch_on)}" + ("" if torch_on else "  (KILN_TORCH=1, or kiln.torch.install())"))
+    for name, value in env.items():
+        if value is not None:
+            lines.append(f"  {name}={value}")
+    if not d.get("reachable"):
+        lines.append("")
+        lines.append(f"error: kilnd is not reachable at {d['uri']}: start kilnd, or point {DAEMON_ENV} at it")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kiln doctor", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for kilnd (default 5)")
+    args = parser.parse_args(argv)
+    report = gather(args.timeout)
+    print(json.dumps(report, indent=2) if args.json else render(report))
+    return 0 if report["daemon"].get("reachable") else 1

@@ -1,0 +1,43 @@
+"""python -m kiln doctor, against a live kilnd and a dead socket."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from harness import Kilnd
+
+
+def doctor(uri: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KILN_DAEMON": uri}
+    return subprocess.run([sys.executable, "-m", "kiln", "doctor", *args], env=env, capture_output=True, text=True)
+
+
+def test_doctor_reports_a_live_daemon(kilnd: Kilnd) -> None:
+    run = doctor(kilnd.uri)
+    assert run.returncode == 0, run.stdout + run.stderr
+    out = run.stdout
+    assert f"daemon      {kilnd.uri}  (from KILN_DAEMON)" in out
+    assert "answers   yes" in out and "toolchain nvrtc" in out and "target    sm_90" in out
+    assert "fleet     http://127.0.0.1:" in out and "(up)" in out
+    assert "grpcio      1." in out and "triton      3.6.0" in out
+
+
+def test_doctor_json(kilnd: Kilnd) -> None:
+    run = doctor(kilnd.uri, "--json")
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    assert report["daemon"]["reachable"] is True
+    assert {t["name"] for t in report["daemon"]["toolchains"]} == {"nvrtc", "ptxas", "triton"}
+    assert report["triton"] == {"importable": True, "version": "3.6.0"}
+    assert set(report["env"]) >= {"TRITON_CACHE_MANAGER", "TRITON_REMOTE_CACHE_BACKEND", "KILN_TORCH"}
+
+
+def test_doctor_exits_1_with_a_clear_message_when_kilnd_is_down(tmp_path) -> None:
+    uri = f"unix://{tmp_path}/none.sock"
+    run = doctor(uri)
+    assert run.returncode == 1
+    assert f"error: kilnd is not reachable at {uri}" in run.stdout
+    assert "answers   NO" in run.stdout
