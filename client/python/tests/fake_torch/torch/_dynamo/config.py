@@ -1,0 +1,1 @@
+automatic_dynamic_remote_pgo = None

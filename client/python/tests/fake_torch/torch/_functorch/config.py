@@ -1,0 +1,1 @@
+enable_remote_autograd_cache = None
