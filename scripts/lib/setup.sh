@@ -16,6 +16,18 @@ PY_PACKAGES=(
   nvidia-cuda-crt==13.0.88
 )
 
+# The Python client's own dependencies and test tools, pinned: grpcio and protobuf at the oldest
+# versions client/python supports (its stubs come from grpcio-tools 1.84.0, whose gencode needs
+# protobuf 7.35.1), pytest, blake3 for the key vectors, and redis for the Triton Redis peer of
+# the fleet-herd benchmark.
+PY_CLIENT_PACKAGES=(
+  grpcio==1.84.0
+  protobuf==7.35.1
+  pytest==9.2.0
+  blake3==1.0.11
+  redis==8.1.0
+)
+
 say() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
@@ -89,6 +101,31 @@ ensure_venv() {
   "$VENV/bin/python" -c 'import triton' 2>/dev/null || die "triton does not import in $VENV"
   KILN_PYTHON="$VENV/bin/python"
   export KILN_CUDA_ROOT KILN_PYTHON
+}
+
+# The Python package kiln (client/python) and what its tests need, in .venv/. The package is
+# installed with pip from the source tree, as a user would (a wheel build, not an editable
+# install, so its kiln-torch.pth lands in site-packages), again whenever its files change.
+ensure_python_client() {
+  ensure_venv
+  local missing=()
+  local frozen
+  frozen="$("$VENV/bin/python" -m pip freeze 2>/dev/null || true)"
+  for w in "${PY_CLIENT_PACKAGES[@]}"; do
+    grep -qix "$w" <<<"$frozen" || missing+=("$w")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    say "installing pinned packages: ${missing[*]}"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${PY_CLIENT_PACKAGES[@]}" || die "pip install of the Python client's packages failed"
+  fi
+  local src="$KILN_ROOT/client/python" stamp="$VENV/.kiln-python-client.sha256" sum
+  sum="$(cd "$src" && find pyproject.toml setup.py README.md src -type f -not -name '*.pyc' -not -path '*.egg-info/*' | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -d' ' -f1)"
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$sum" ] || ! "$VENV/bin/python" -c 'import kiln' 2>/dev/null; then
+    say "pip install ./client/python"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps --force-reinstall "$src" || die "pip install ./client/python failed"
+    rm -rf "$src/build" "$src/src/kiln.egg-info"
+    printf '%s\n' "$sum" >"$stamp"
+  fi
 }
 
 # Builds every binary once into the shared target directory.
