@@ -104,6 +104,8 @@ pub struct FileConfig {
     pub worker_memory_mb: Option<u64>,
     pub negative_ttl_secs: Option<u64>,
     pub drain_secs: Option<u64>,
+    /// Load each fresh cubin on a local GPU of its target before caching it (default on).
+    pub validate_cubins: Option<bool>,
 }
 
 impl FileConfig {
@@ -153,6 +155,8 @@ pub struct Config {
     pub triton_workers: usize,
     pub memory_cache_bytes: u64,
     pub disk_cache_bytes: u64,
+    /// Load fresh cubins on a local GPU before caching them, where one matches their target.
+    pub validate_cubins: bool,
     pub limits: Limits,
 }
 
@@ -236,6 +240,7 @@ impl Config {
             triton_workers: file.triton_workers.unwrap_or(defaults.cores.min(8)).max(1),
             memory_cache_bytes: file.memory_cache_mb.unwrap_or(1024) * MIB,
             disk_cache_bytes: file.disk_cache_mb.unwrap_or(20 * 1024) * MIB,
+            validate_cubins: file.validate_cubins.unwrap_or(true),
             limits,
         }
     }

@@ -3,6 +3,8 @@
 
 use crate::config::Limits;
 use crate::fleet::{Claim, Fleet, Found};
+use crate::gpu::validator::{Checked, Validator};
+use crate::metrics::ResultLabels;
 use crate::metrics::{CompileLabels, Metrics, ToolchainLabels};
 use crate::scheduler::flight::{Flights, Join, Leader};
 use crate::scheduler::gate::{Gate, Priority};
@@ -13,7 +15,7 @@ use crate::toolchain::set::Toolchains;
 use crate::validate::{KernelJob, KernelSource};
 use bytes::Bytes;
 use kiln_proto::envelope::{self, Artifact};
-use kiln_proto::pb::{self, ArtifactMeta, LoweredName};
+use kiln_proto::pb::{self, ArtifactMeta, KernelAttributes, LoweredName};
 use kiln_proto::{CacheKey, Target};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -97,6 +99,10 @@ pub struct Engine {
     /// cache when its client disconnects); shutdown waits for them here.
     pub tracker: TaskTracker,
     limits: Limits,
+    /// Loads fresh cubins on a local GPU before they are cached; `None` without a GPU or with
+    /// validation turned off, and then `validation_off` says which.
+    validator: Option<Validator>,
+    validation_off: String,
 }
 
 impl Engine {
@@ -119,6 +125,16 @@ impl Engine {
             flights: Arc::default(),
             tracker: TaskTracker::new(),
             limits,
+            validator: None,
+            validation_off: "not validated: no GPU on this host".into(),
+        }
+    }
+
+    /// Validates fresh cubins with `validator`, or records why none is used.
+    pub fn with_validator(self, validator: Result<Validator, String>) -> Self {
+        match validator {
+            Ok(v) => Engine { validator: Some(v), ..self },
+            Err(why) => Engine { validator: None, validation_off: why, ..self },
         }
     }
 
@@ -235,10 +251,11 @@ impl Engine {
         let permit = self.gate.acquire(priority).await;
         self.metrics.queue_depth.dec();
         self.metrics.inflight.inc();
-        let compiled = self.compile(&kernel.source, &target).await;
+        let mut compiled = self.compile(&kernel.source, &target).await;
         self.metrics.inflight.dec();
         drop(permit);
-        let outcome = self.publish(&kernel.key, &target, kernel.source.toolchain(), compiled).await;
+        let validated = self.validate(&mut compiled, &target).await;
+        let outcome = self.publish(&kernel.key, &target, kernel.source.toolchain(), compiled, validated).await;
         if let Some(lease) = lease {
             lease.release().await;
         }
@@ -267,7 +284,7 @@ impl Engine {
     pub async fn adopt(&self, key: &CacheKey, found: Found) -> Outcome {
         match found {
             Found::Artifact(artifact, bytes) => {
-                let artifact = Arc::new(artifact);
+                let artifact: Arc<Artifact> = Arc::from(artifact);
                 let stored = Stored { envelope: Bytes::from(bytes), unpacked: Some(Arc::clone(&artifact)) };
                 self.store_locally(key, stored).await;
                 self.metrics.seconds_saved.inc_by(artifact.meta.compile_micros as f64 / 1e6);
@@ -298,7 +315,41 @@ impl Engine {
         }
     }
 
-    async fn publish(&self, key: &CacheKey, target: &Target, toolchain: &'static str, c: Compiled) -> Outcome {
+    /// Loads a fresh cubin on a local GPU of its target (see [`crate::gpu::validator`]). A cubin
+    /// the driver refuses turns `compiled` into a failure; otherwise the answer is the entry
+    /// points' attributes and a note saying how (or whether) the cubin was checked.
+    async fn validate(&self, compiled: &mut Compiled, target: &Target) -> (Vec<KernelAttributes>, String) {
+        if !compiled.ok {
+            return (Vec::new(), String::new());
+        }
+        let Some(validator) = &self.validator else { return (Vec::new(), self.validation_off.clone()) };
+        match validator.check(target, &compiled.cubin).await {
+            Checked::Loaded { attributes, note } => {
+                self.metrics.validations.get_or_create(&ResultLabels { result: "loaded" }).inc();
+                (attributes, note)
+            }
+            Checked::Skipped(note) => {
+                self.metrics.validations.get_or_create(&ResultLabels { result: "skipped" }).inc();
+                (Vec::new(), note)
+            }
+            Checked::Refused(why) => {
+                self.metrics.validations.get_or_create(&ResultLabels { result: "refused" }).inc();
+                tracing::warn!(%target, %why, "a fresh cubin failed GPU validation; it is not cached");
+                compiled.ok = false;
+                compiled.log.push_str(&format!("\n{why}\n"));
+                (Vec::new(), why)
+            }
+        }
+    }
+
+    async fn publish(
+        &self,
+        key: &CacheKey,
+        target: &Target,
+        toolchain: &'static str,
+        c: Compiled,
+        (attributes, validation): (Vec<KernelAttributes>, String),
+    ) -> Outcome {
         let labels = |outcome| CompileLabels { toolchain, outcome };
         self.metrics
             .compile_seconds
@@ -332,6 +383,8 @@ impl Engine {
             raw_bytes: c.cubin.len() as u64,
             metadata_json: c.metadata_json,
             ptx: c.ptx,
+            attributes,
+            validation,
         };
         let sealed = Bytes::from(envelope::seal(key, meta.clone(), &c.cubin));
         let artifact = Arc::new(Artifact { meta, bytes: c.cubin });

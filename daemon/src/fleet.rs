@@ -35,7 +35,7 @@ pub struct Fleet {
 #[derive(Debug)]
 pub enum Found {
     /// A verified artifact and its envelope bytes (for the local tiers).
-    Artifact(Artifact, Vec<u8>),
+    Artifact(Box<Artifact>, Vec<u8>),
     /// A failed compile, with its log.
     Failed { log: String, compile_micros: u64 },
 }
@@ -193,7 +193,7 @@ impl Fleet {
     pub fn verify(&self, key: &CacheKey, lookup: Lookup) -> Option<Found> {
         match lookup {
             Lookup::Hit(bytes) => match envelope::open(&bytes, key, self.max_artifact_bytes) {
-                Ok(artifact) => Some(Found::Artifact(artifact, bytes)),
+                Ok(artifact) => Some(Found::Artifact(Box::new(artifact), bytes)),
                 Err(e) => {
                     tracing::warn!(%key, error = %e, "corrupt fleet cache entry; it will be recompiled and replaced");
                     self.metrics.integrity_failures.get_or_create(&TierLabels { tier: "remote" }).inc();

@@ -230,6 +230,8 @@ fn finish(record: &JobRecord) {
 pub fn result(kernel: &KernelJob, job: &Job, outcome: Outcome, started: Instant) -> pb::KernelResult {
     let outcome_code = if outcome.ok { pb::Outcome::Ok } else { pb::Outcome::Failed };
     let size = outcome.artifact.as_ref().map_or(0, |a| a.bytes.len() as u64);
+    let (attributes, validation) =
+        outcome.artifact.as_ref().map(|a| (a.meta.attributes.clone(), a.meta.validation.clone())).unwrap_or_default();
     let artifact = match (&outcome.artifact, job.omit_artifacts) {
         (Some(a), false) => a.bytes.clone(),
         _ => Vec::new(),
@@ -249,5 +251,7 @@ pub fn result(kernel: &KernelJob, job: &Job, outcome: Outcome, started: Instant)
         target: job.target.to_string(),
         metadata_json: outcome.metadata_json,
         ptx: if kernel.source.wants_ptx() { outcome.ptx } else { String::new() },
+        attributes,
+        validation,
     }
 }

@@ -45,6 +45,11 @@ pub struct BytesLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BlobLookupLabels {
     pub namespace: String,
     /// memory | disk | remote, or none for a miss.
@@ -92,6 +97,8 @@ pub struct Metrics {
     pub leases: Family<LeaseLabels, Counter>,
     /// 1 while the fleet cache answers, 0 while it does not (absent without --remote).
     pub remote_up: Gauge,
+    /// Fresh cubins by validation result: loaded | skipped | refused.
+    pub validations: Family<ResultLabels, Counter>,
     pub blob_lookups: Family<BlobLookupLabels, Counter>,
     pub blob_puts: Family<NamespaceLabels, Counter>,
     pub blob_put_bytes: Family<NamespaceLabels, Counter>,
@@ -122,6 +129,7 @@ impl Metrics {
             jobs: Counter::default(),
             leases: Family::default(),
             remote_up: Gauge::default(),
+            validations: Family::default(),
             blob_lookups: Family::default(),
             blob_puts: Family::default(),
             blob_put_bytes: Family::default(),
@@ -157,6 +165,11 @@ impl Metrics {
         );
         registry.register("jobs", "Jobs accepted", m.jobs.clone());
         registry.register("lease", "Fleet leases: acquired, waited, takeover, timeout", m.leases.clone());
+        registry.register(
+            "gpu_validations",
+            "Fresh cubins checked on a local GPU: loaded, skipped, refused",
+            m.validations.clone(),
+        );
         registry.register("blob_lookups", "Named-blob lookups by namespace, tier and result", m.blob_lookups.clone());
         registry.register("blob_puts", "Named blobs stored, by namespace", m.blob_puts.clone());
         registry.register("blob_put_bytes", "Bytes of named blobs stored, by namespace", m.blob_put_bytes.clone());

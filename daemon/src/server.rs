@@ -5,7 +5,7 @@ use crate::blob::service::{BlobService, BlobState};
 use crate::config::{Config, read_token};
 use crate::engine::Engine;
 use crate::fleet::Fleet;
-use crate::gpu;
+use crate::gpu::{self, validator::Validator};
 use crate::jobs::Jobs;
 use crate::metrics::Metrics;
 use crate::service::CompilerService;
@@ -115,7 +115,15 @@ pub async fn build(config: &Config) -> anyhow::Result<Built> {
         }
     };
     let store = TieredStore::new(tiers, Arc::clone(&metrics), config.limits.max_artifact_bytes);
-    let engine = Engine::new(toolchains, fleet, store, Arc::clone(&metrics), config.concurrency, config.limits.clone());
+    let validator = if !config.validate_cubins {
+        Err("not validated: validate_cubins = false".to_string())
+    } else if gpus.gpus.is_empty() {
+        Err(format!("not validated: {}", gpus.note))
+    } else {
+        Ok(Validator::start(gpus.gpus.clone()))
+    };
+    let engine = Engine::new(toolchains, fleet, store, Arc::clone(&metrics), config.concurrency, config.limits.clone())
+        .with_validator(validator);
     let service = CompilerService {
         engine: Arc::new(engine),
         jobs: Arc::new(Jobs::default()),

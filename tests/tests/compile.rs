@@ -24,6 +24,10 @@ async fn compiles_cold_then_serves_warm_with_valid_cubins() {
             assert_eq!(elf.sm(), want, "{target}: e_flags {:#x}", elf.flags);
             let entry = if k.id == "add" { "add_1" } else { "mixed" };
             assert!(elf.symbols.iter().any(|s| s == entry), "{entry} not in {:?}", elf.symbols);
+            // No GPU here: nothing was loaded, and the result says why (tests/gpu checks the
+            // loaded case on an H100).
+            assert!(k.attributes.is_empty());
+            assert!(k.validation.starts_with("not validated: no CUDA driver"), "{}", k.validation);
         }
         let warm = client.compile(req).await.unwrap().collect().await.unwrap();
         for (c, w) in cold.kernels.iter().zip(&warm.kernels) {

@@ -61,6 +61,16 @@ pub fn kernel_json(result: &pb::KernelResult) -> Value {
         "target": result.target,
         // Triton's launcher metadata (num_warps, shared memory, ...), as an object.
         "metadata": serde_json::from_str::<Value>(&result.metadata_json).unwrap_or(Value::Null),
+        // Entry points' resources from the GPU validation, and how the cubin was checked.
+        "attributes": result.attributes.iter().map(|a| json!({
+            "name": a.name,
+            "registers": a.registers,
+            "static_shared_bytes": a.static_shared_bytes,
+            "max_threads_per_block": a.max_threads_per_block,
+            "local_bytes": a.local_bytes,
+            "const_bytes": a.const_bytes,
+        })).collect::<Vec<_>>(),
+        "validation": result.validation,
     })
 }
 
@@ -94,6 +104,13 @@ pub fn kernel_text(result: &pb::KernelResult, id_width: usize) -> String {
     if outcome == pb::Outcome::Ok {
         for lowered in &result.lowered_names {
             let _ = write!(text, "\n    {} -> {}", lowered.name_expression, lowered.lowered_name);
+        }
+        for a in &result.attributes {
+            let _ = write!(
+                text,
+                "\n    {}: {} registers, {} B shared, {} B local, max {} threads/block",
+                a.name, a.registers, a.static_shared_bytes, a.local_bytes, a.max_threads_per_block
+            );
         }
     }
     if outcome == pb::Outcome::Failed {

@@ -2,6 +2,8 @@
 //! driver or no GPU is normal for kiln (build hosts, CPU-only CI): it simply has no default
 //! target. cudarc panics when libcuda is missing, so presence is checked first.
 
+pub mod validator;
+
 use cudarc::driver::sys::{self, CUdevice_attribute, CUresult};
 use kiln_proto::Target;
 use kiln_proto::pb::Gpu;
