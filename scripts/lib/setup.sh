@@ -43,8 +43,30 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null || die "apt-get install $* failed"
 }
 
+# Rust 1.88 or newer (edition 2024) with rustfmt and clippy. A machine without cargo gets the
+# stable toolchain from rustup.rs under ~/.cargo; an older one is updated the same way.
 ensure_rust() {
-  command -v cargo >/dev/null || die "cargo is missing: install Rust (https://rustup.rs) first"
+  [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+  if ! command -v cargo >/dev/null || ! rust_new_enough; then
+    command -v curl >/dev/null || apt_install curl ca-certificates
+    say "installing the stable Rust toolchain with rustup"
+    curl -sSf --proto '=https' --tlsv1.2 https://sh.rustup.rs | sh -s -- -y -q --profile minimal \
+      --component rustfmt,clippy >/dev/null || die "rustup could not install Rust"
+    export PATH="$HOME/.cargo/bin:$PATH"
+    rust_new_enough || die "rustc is older than 1.88 even after rustup; run rustup update"
+  fi
+  for component in rustfmt clippy; do
+    if ! cargo "${component/rustfmt/fmt}" --version >/dev/null 2>&1; then
+      command -v rustup >/dev/null || die "cargo $component is missing and there is no rustup to add it"
+      rustup component add "$component" >/dev/null || die "rustup component add $component failed"
+    fi
+  done
+}
+
+rust_new_enough() {
+  local minor
+  minor="$(rustc --version 2>/dev/null | sed -n 's/^rustc 1\.\([0-9]*\)\..*/\1/p')"
+  [ -n "$minor" ] && [ "$minor" -ge 88 ]
 }
 
 # redis-server and redis-cli for the fleet tests, which start their own servers on private
