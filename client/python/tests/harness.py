@@ -1,8 +1,9 @@
 """Real processes for the Python tests: redis-server, kiln-cache and kilnd.
 
 Each starts in its own directory, on a private socket or loopback port, and is waited for until
-it answers. A missing binary or toolchain fails the test with what to run; nothing is skipped.
-Processes are stopped by the fixtures that started them (SIGTERM, then SIGKILL after a bound).
+it answers. A missing binary or toolchain raises :class:`MissingComponent` saying what to run,
+which fails the test (never a skip). Processes are stopped by the fixtures that started them
+(SIGTERM, then SIGKILL after a bound). No pytest here: bench/fleet_herd.py uses it too.
 """
 
 from __future__ import annotations
@@ -17,26 +18,32 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[3]
 PYTHON_DIR = REPO / "client" / "python"
 
 WRITE_TOKEN = "python-test-write-token-0123456789"
 
 
+class MissingComponent(RuntimeError):
+    """A binary, tool or toolchain the tests need is not there; the message says how to fix it."""
+
+
+class StartFailed(RuntimeError):
+    """A process exited during start-up or did not answer in time."""
+
+
 def binary(name: str) -> Path:
     """A workspace binary: ``$KILN_BIN_DIR/name`` or ``target/debug/name``."""
     path = Path(os.environ.get("KILN_BIN_DIR", REPO / "target" / "debug")) / name
     if not path.is_file():
-        pytest.fail(f"{path} is missing: build the binaries first (`cargo build --workspace --bins`, which scripts/test does)")
+        raise MissingComponent(f"{path} is missing: build the binaries first (`cargo build --workspace --bins`, which scripts/test does)")
     return path
 
 
 def tool(name: str) -> str:
     found = shutil.which(name)
     if found is None:
-        pytest.fail(f"{name} is missing: run scripts/test, which installs Redis (or `apt-get install -y redis-server`)")
+        raise MissingComponent(f"{name} is missing: run scripts/test, which installs Redis (or `apt-get install -y redis-server`)")
     return found
 
 
@@ -53,7 +60,7 @@ def cuda_root() -> Path:
     except ImportError:
         root = Path("/nonexistent")
     if not (root / "lib" / "libnvrtc.so.13").is_file():
-        pytest.fail(f"NVRTC is missing under {root}: run scripts/test, which installs the pinned CUDA wheels into .venv/")
+        raise MissingComponent(f"NVRTC is missing under {root}: run scripts/test, which installs the pinned CUDA wheels into .venv/")
     return root
 
 
@@ -68,11 +75,11 @@ def _wait(what: str, ready, proc: subprocess.Popen | None, log: Path | None, bou
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             text = log.read_text(errors="replace")[-4000:] if log and log.exists() else ""
-            pytest.fail(f"{what} exited during start-up with {proc.returncode}:\n{text}")
+            raise StartFailed(f"{what} exited during start-up with {proc.returncode}:\n{text}")
         if ready():
             return
         time.sleep(0.02)
-    pytest.fail(f"{what} did not answer within {bound:.0f} s")
+    raise StartFailed(f"{what} did not answer within {bound:.0f} s")
 
 
 def _unix_connects(path: Path) -> bool:

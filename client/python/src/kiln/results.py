@@ -54,6 +54,21 @@ def _enum(cls: type[enum.IntEnum], value: int) -> Any:
 
 
 @dataclass(frozen=True)
+class KernelAttributes:
+    """One entry point of a cubin, as the CUDA driver reported it when kilnd validated the cubin
+    on a local GPU (cuFuncGetAttribute)."""
+
+    #: The entry point's (mangled) name.
+    name: str
+    registers: int
+    static_shared_bytes: int
+    max_threads_per_block: int
+    #: Local memory per thread: spills and stack.
+    local_bytes: int
+    const_bytes: int
+
+
+@dataclass(frozen=True)
 class KernelResult:
     """One kernel's answer."""
 
@@ -79,6 +94,10 @@ class KernelResult:
     metadata_json: str
     #: The PTX, for Triton kernels that asked for it.
     ptx: str
+    #: Each entry point's resources, when the cubin was validated on a local GPU; else empty.
+    attributes: list[KernelAttributes] = field(default_factory=list)
+    #: How the cubin was checked before it was cached ("loaded on <GPU> (sm_XX)"), or why not.
+    validation: str = ""
 
     @property
     def ok(self) -> bool:
@@ -106,6 +125,13 @@ class KernelResult:
             target=m.target,
             metadata_json=m.metadata_json,
             ptx=m.ptx,
+            attributes=[
+                KernelAttributes(
+                    a.name, a.registers, a.static_shared_bytes, a.max_threads_per_block, a.local_bytes, a.const_bytes
+                )
+                for a in m.attributes
+            ],
+            validation=m.validation,
         )
 
 

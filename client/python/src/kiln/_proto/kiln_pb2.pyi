@@ -249,7 +249,7 @@ class LoweredName(_message.Message):
     def __init__(self, name_expression: _Optional[str] = ..., lowered_name: _Optional[str] = ...) -> None: ...
 
 class KernelResult(_message.Message):
-    __slots__ = ("id", "key", "outcome", "tier", "artifact", "artifact_bytes", "compile_micros", "elapsed_micros", "log", "lowered_names", "toolchain", "target", "metadata_json", "ptx")
+    __slots__ = ("id", "key", "outcome", "tier", "artifact", "artifact_bytes", "compile_micros", "elapsed_micros", "log", "lowered_names", "toolchain", "target", "metadata_json", "ptx", "attributes", "validation")
     ID_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
@@ -264,6 +264,8 @@ class KernelResult(_message.Message):
     TARGET_FIELD_NUMBER: _ClassVar[int]
     METADATA_JSON_FIELD_NUMBER: _ClassVar[int]
     PTX_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    VALIDATION_FIELD_NUMBER: _ClassVar[int]
     id: str
     key: str
     outcome: Outcome
@@ -278,7 +280,25 @@ class KernelResult(_message.Message):
     target: str
     metadata_json: str
     ptx: str
-    def __init__(self, id: _Optional[str] = ..., key: _Optional[str] = ..., outcome: _Optional[_Union[Outcome, str]] = ..., tier: _Optional[_Union[Tier, str]] = ..., artifact: _Optional[bytes] = ..., artifact_bytes: _Optional[int] = ..., compile_micros: _Optional[int] = ..., elapsed_micros: _Optional[int] = ..., log: _Optional[str] = ..., lowered_names: _Optional[_Iterable[_Union[LoweredName, _Mapping]]] = ..., toolchain: _Optional[str] = ..., target: _Optional[str] = ..., metadata_json: _Optional[str] = ..., ptx: _Optional[str] = ...) -> None: ...
+    attributes: _containers.RepeatedCompositeFieldContainer[KernelAttributes]
+    validation: str
+    def __init__(self, id: _Optional[str] = ..., key: _Optional[str] = ..., outcome: _Optional[_Union[Outcome, str]] = ..., tier: _Optional[_Union[Tier, str]] = ..., artifact: _Optional[bytes] = ..., artifact_bytes: _Optional[int] = ..., compile_micros: _Optional[int] = ..., elapsed_micros: _Optional[int] = ..., log: _Optional[str] = ..., lowered_names: _Optional[_Iterable[_Union[LoweredName, _Mapping]]] = ..., toolchain: _Optional[str] = ..., target: _Optional[str] = ..., metadata_json: _Optional[str] = ..., ptx: _Optional[str] = ..., attributes: _Optional[_Iterable[_Union[KernelAttributes, _Mapping]]] = ..., validation: _Optional[str] = ...) -> None: ...
+
+class KernelAttributes(_message.Message):
+    __slots__ = ("name", "registers", "static_shared_bytes", "max_threads_per_block", "local_bytes", "const_bytes")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    REGISTERS_FIELD_NUMBER: _ClassVar[int]
+    STATIC_SHARED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_THREADS_PER_BLOCK_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CONST_BYTES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    registers: int
+    static_shared_bytes: int
+    max_threads_per_block: int
+    local_bytes: int
+    const_bytes: int
+    def __init__(self, name: _Optional[str] = ..., registers: _Optional[int] = ..., static_shared_bytes: _Optional[int] = ..., max_threads_per_block: _Optional[int] = ..., local_bytes: _Optional[int] = ..., const_bytes: _Optional[int] = ...) -> None: ...
 
 class JobDone(_message.Message):
     __slots__ = ("graph_key", "kernel_keys", "ok", "failed", "missed")
@@ -375,7 +395,7 @@ class StatsResponse(_message.Message):
     def __init__(self, version: _Optional[str] = ..., toolchains: _Optional[_Iterable[_Union[ToolchainInfo, _Mapping]]] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., default_target: _Optional[str] = ..., tiers: _Optional[_Iterable[_Union[TierStats, _Mapping]]] = ..., compiles_ok: _Optional[int] = ..., compiles_failed: _Optional[int] = ..., queue_depth: _Optional[int] = ..., inflight_compiles: _Optional[int] = ..., jobs_total: _Optional[int] = ..., compile_seconds_saved: _Optional[float] = ..., concurrency: _Optional[int] = ..., remote: _Optional[str] = ..., remote_up: _Optional[bool] = ...) -> None: ...
 
 class ArtifactMeta(_message.Message):
-    __slots__ = ("toolchain", "target", "compile_micros", "log", "lowered_names", "raw_bytes", "metadata_json", "ptx")
+    __slots__ = ("toolchain", "target", "compile_micros", "log", "lowered_names", "raw_bytes", "metadata_json", "ptx", "attributes", "validation")
     TOOLCHAIN_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
     COMPILE_MICROS_FIELD_NUMBER: _ClassVar[int]
@@ -384,6 +404,8 @@ class ArtifactMeta(_message.Message):
     RAW_BYTES_FIELD_NUMBER: _ClassVar[int]
     METADATA_JSON_FIELD_NUMBER: _ClassVar[int]
     PTX_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    VALIDATION_FIELD_NUMBER: _ClassVar[int]
     toolchain: str
     target: str
     compile_micros: int
@@ -392,7 +414,9 @@ class ArtifactMeta(_message.Message):
     raw_bytes: int
     metadata_json: str
     ptx: str
-    def __init__(self, toolchain: _Optional[str] = ..., target: _Optional[str] = ..., compile_micros: _Optional[int] = ..., log: _Optional[str] = ..., lowered_names: _Optional[_Iterable[_Union[LoweredName, _Mapping]]] = ..., raw_bytes: _Optional[int] = ..., metadata_json: _Optional[str] = ..., ptx: _Optional[str] = ...) -> None: ...
+    attributes: _containers.RepeatedCompositeFieldContainer[KernelAttributes]
+    validation: str
+    def __init__(self, toolchain: _Optional[str] = ..., target: _Optional[str] = ..., compile_micros: _Optional[int] = ..., log: _Optional[str] = ..., lowered_names: _Optional[_Iterable[_Union[LoweredName, _Mapping]]] = ..., raw_bytes: _Optional[int] = ..., metadata_json: _Optional[str] = ..., ptx: _Optional[str] = ..., attributes: _Optional[_Iterable[_Union[KernelAttributes, _Mapping]]] = ..., validation: _Optional[str] = ...) -> None: ...
 
 class WorkerHello(_message.Message):
     __slots__ = ("toolchain", "version", "supported_targets", "error")
