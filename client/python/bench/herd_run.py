@@ -38,6 +38,7 @@ def run_herd(
     env: dict[str, str],
     *,
     only: int | None = None,
+    triton_preinit: bool = False,
     python: str = sys.executable,
     timeout: float = 600.0,
 ) -> Herd:
@@ -52,6 +53,8 @@ def run_herd(
         args = [python, str(WORKER), str(workdir / f"report-{i}.json"), str(barrier)]
         if only is not None:
             args += ["--only", str(only)]
+        if triton_preinit:
+            args.append("--triton-preinit")
         err = open(workdir / f"stderr-{i}.txt", "wb")
         procs.append((subprocess.Popen(args, env=penv, stdin=subprocess.DEVNULL, stdout=err, stderr=err), err))
     deadline = time.monotonic() + timeout
