@@ -166,3 +166,28 @@ def test_tritons_own_redis_backend_fails_at_construction() -> None:
 
     with pytest.raises(AttributeError, match="redis"):
         RedisRemoteCacheBackend("key")
+
+
+def test_a_forked_child_gets_its_own_connection(client: kiln.Client, fleet_env: Kilnd) -> None:
+    import os
+
+    key = triton_key()
+    client.put_blob("triton", VERSION, f"{key}/cuda_utils.so", {"cuda_utils.so": b"launcher"})
+    assert KilnRemoteCacheBackend(key).get(["cuda_utils.so"]) == {"cuda_utils.so": b"launcher"}
+    parent_client = _fleet.client()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report and leave without running anything of pytest's
+        try:
+            got = KilnRemoteCacheBackend(key).get(["cuda_utils.so"])
+            fresh = _fleet.client() is not parent_client
+            os.write(write, json.dumps({"got": {k: v.decode() for k, v in got.items()}, "fresh": fresh}).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        report = json.loads(f.read() or "{}")
+    os.waitpid(pid, 0)
+    assert report == {"got": {"cuda_utils.so": "launcher"}, "fresh": True}
+    assert _fleet.client() is parent_client, "the parent keeps its connection"
+    assert KilnRemoteCacheBackend(key).get(["cuda_utils.so"]) == {"cuda_utils.so": b"launcher"}
