@@ -91,12 +91,12 @@ def hold_secs() -> float:
 
 
 class _Leases:
-    """GRANTED leases of this process, by stored caller key.
+    """GRANTED leases of this process, by caller key.
 
-    Process-wide, not per backend instance, so that exit can release them all, and so that the
-    lease outlives nothing: each is dropped on the group put, on the instance's finalizer, at its
-    hold deadline (swept on every hold and release; kilnd ends it at the same bound too), or at
-    exit. A plain lock: nothing blocks while it is held but a ``cancel``.
+    Process-wide, not per backend instance, so that exit can release them all. Each is released
+    by the group put, by its instance's finalizer (the compile raised), at its hold deadline
+    (swept on every hold; kilnd ends it at the same bound too), or at exit. A plain lock:
+    nothing is closed while it is held.
     """
 
     def __init__(self) -> None:
@@ -148,7 +148,10 @@ class _Leases:
             leases = [lease for lease, _ in self._held.values()]
             self._held = {}
         for lease in leases:
-            lease.close()
+            try:
+                lease.close()
+            except Exception:  # noqa: BLE001 - at exit, the process's end releases it anyway
+                pass
 
 
 _leases = _Leases()
