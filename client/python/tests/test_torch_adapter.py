@@ -80,6 +80,7 @@ INSTALL = """
         "before": before,
         "again": rc.create_cache("fx-graph-v1", False, "Fb", "RemoteFxGraphCache").get(key),
         "installed_twice": kiln.torch.install(),
+        "triton_backend": os.environ.get("TRITON_REMOTE_CACHE_BACKEND"),
     }))
 """
 
@@ -97,6 +98,7 @@ def test_install_replaces_the_remote_caches_and_switches_them_on(client: kiln.Cl
     assert out["flags"] == [True, True, None, True, True]
     assert out["before"] is None and out["again"] == {"graph": "compiled", "n": 3}
     assert out["installed_twice"] == []
+    assert out["triton_backend"] == "kiln.triton:KilnRemoteCacheBackend"
     (entry,) = client.get_blobs("inductor-fx", "2.11.0+cu130", [f"fx-graph-v1::{key}"])
     assert entry is not None and json.loads(entry.files[""]) == {"graph": "compiled", "n": 3}
 

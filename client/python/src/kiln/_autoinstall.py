@@ -20,17 +20,11 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import logging
-import os
 import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
 
 log = logging.getLogger("kiln")
-
-TRITON_ENV = {
-    "TRITON_CACHE_MANAGER": "triton.runtime.cache:RemoteCacheManager",
-    "TRITON_REMOTE_CACHE_BACKEND": "kiln.triton:KilnRemoteCacheBackend",
-}
 
 
 def _version_ok() -> bool:
@@ -114,8 +108,7 @@ def install_hooks() -> None:
         hooks.pop(name)(sys.modules[name])
     if hooks and not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.insert(0, _Finder(hooks))
-    for key, value in TRITON_ENV.items():
-        os.environ.setdefault(key, value)
+    kt.switch_on_triton()
 
 
 try:

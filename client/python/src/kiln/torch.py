@@ -61,6 +61,20 @@ FLAGS: dict[str, tuple[str, ...]] = {
 
 REMOTE_CACHE_MODULE = "torch._inductor.remote_cache"
 
+#: Triton's switches for kiln's backend (kiln.triton), so the Triton kernels Inductor compiles go
+#: through kiln too. Set unless the user set them.
+TRITON_ENV = {
+    "TRITON_CACHE_MANAGER": "triton.runtime.cache:RemoteCacheManager",
+    "TRITON_REMOTE_CACHE_BACKEND": "kiln.triton:KilnRemoteCacheBackend",
+}
+
+
+def switch_on_triton() -> None:
+    """Sets Triton's two variables for kiln's backend where the user has not set them (Triton
+    reads them at each compile; child processes inherit them)."""
+    for key, value in TRITON_ENV.items():
+        os.environ.setdefault(key, value)
+
 GET_TIMEOUT_SECS = 60.0
 PUT_TIMEOUT_SECS = 120.0
 
@@ -195,13 +209,14 @@ def _clear_memoized() -> None:
         getter.cache_clear()
 
 
-def install(*, allow_untested: bool = False, flags: bool = True) -> list[str]:
+def install(*, allow_untested: bool = False, flags: bool = True, triton: bool = True) -> list[str]:
     """Plugs kiln in behind torch.compile's remote caches, in this process; idempotent.
 
     Imports torch, checks its version (raises :class:`UnsupportedTorchVersion` on an untested
     one), replaces the remote cache classes and, with ``flags``, switches on the caches whose
-    flags the user left unset. Returns the torch class names replaced. Call it before the first
-    ``torch.compile``; child processes (Inductor's compile workers) need ``KILN_TORCH=1``.
+    flags the user left unset; with ``triton``, sets Triton's two variables for
+    :mod:`kiln.triton` unless set. Returns the torch class names replaced. Call it before the
+    first ``torch.compile``; child processes (Inductor's compile workers) need ``KILN_TORCH=1``.
     """
     import torch
 
@@ -213,6 +228,8 @@ def install(*, allow_untested: bool = False, flags: bool = True) -> list[str]:
             switch_on_flags(importlib.import_module(module_name), names)
     replaced = patch_remote_cache(importlib.import_module(REMOTE_CACHE_MODULE), torch.__version__)
     _clear_memoized()
+    if triton:
+        switch_on_triton()
     return replaced
 
 
