@@ -1,0 +1,305 @@
+"""Shared pieces of the GPU run: ports, waiting for services, Prometheus text, kilnd processes,
+and a record of checks that keeps going after a failure (GPU time is scarce: one run should say
+everything that is wrong, not only the first thing).
+
+Also a small command line for tests/gpu/run:
+
+    common.py free-ports N           N free loopback ports, one per line
+    common.py wait-unix PATH SECS    until a unix socket accepts a connection
+    common.py wait-tcp PORT SECS     until 127.0.0.1:PORT accepts a connection
+    common.py wait-http PORT SECS    until http://127.0.0.1:PORT/metrics answers
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def free_ports(n: int) -> list[int]:
+    socks, ports = [], []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+            ports.append(s.getsockname()[1])
+    finally:
+        for s in socks:
+            s.close()
+    return ports
+
+
+def unix_connects(path: str | Path) -> bool:
+    try:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(2)
+            s.connect(str(path))
+        return True
+    except OSError:
+        return False
+
+
+def tcp_connects(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        return True
+    except OSError:
+        return False
+
+
+def http_get(port: int, path: str = "/metrics", timeout: float = 10) -> str:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        body = resp.read().decode(errors="replace")
+        if resp.status != 200:
+            raise OSError(f"GET {path}: HTTP {resp.status}")
+        return body
+    finally:
+        conn.close()
+
+
+def http_ok(port: int) -> bool:
+    try:
+        http_get(port, timeout=2)
+        return True
+    except OSError:
+        return False
+
+
+def wait_for(what: str, ready, seconds: float, proc: subprocess.Popen | None = None, log: Path | None = None) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            tail = log.read_text(errors="replace")[-3000:] if log is not None and log.exists() else ""
+            raise RuntimeError(f"{what} exited with {proc.returncode} while starting:\n{tail}")
+        if ready():
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"{what} did not answer within {seconds:.0f} s")
+
+
+# -- Prometheus text --
+
+
+def parse_labels(text: str) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    i = 0
+    while i < len(text):
+        eq = text.index("=", i)
+        name = text[i:eq].strip().lstrip(",").strip()
+        j = eq + 2  # past ="
+        value = []
+        while text[j] != '"':
+            if text[j] == "\\":
+                j += 1
+            value.append(text[j])
+            j += 1
+        labels[name] = "".join(value)
+        i = j + 1
+        while i < len(text) and text[i] in ", ":
+            i += 1
+    return labels
+
+
+def metric_sum(text: str, name: str, **want: str) -> float:
+    """The sum of every sample of ``name`` whose labels include ``want`` (0 when none)."""
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name) or line.startswith("#"):
+            continue
+        rest = line[len(name) :]
+        if rest.startswith("{"):
+            close = rest.rindex("}")
+            labels = parse_labels(rest[1:close])
+            value = rest[close + 1 :].split()[0]
+        elif rest.startswith(" "):
+            labels, value = {}, rest.split()[0]
+        else:
+            continue  # a longer name that starts with this one
+        if all(labels.get(k) == v for k, v in want.items()):
+            total += float(value)
+    return total
+
+
+# -- kilnd --
+
+
+@dataclass
+class Kilnd:
+    """One kilnd "host": its own socket, cache directory, metrics port and log."""
+
+    name: str
+    binary: str
+    dir: Path
+    cuda_root: str
+    python: str
+    remote: str = ""
+    target: str = ""
+    proc: subprocess.Popen | None = None
+    metrics_port: int = 0
+    extra_args: list[str] = field(default_factory=list)
+
+    @property
+    def socket(self) -> Path:
+        return self.dir / "kilnd.sock"
+
+    @property
+    def uri(self) -> str:
+        return f"unix://{self.socket}"
+
+    @property
+    def log(self) -> Path:
+        return self.dir / "kilnd.log"
+
+    def start(self, wait_secs: float = 90) -> Kilnd:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.metrics_port,) = free_ports(1)
+        args = [self.binary, "--socket", str(self.socket), "--cache-dir", str(self.dir / "cache")]
+        args += ["--cuda-root", self.cuda_root, "--python", self.python]
+        args += ["--metrics", f"127.0.0.1:{self.metrics_port}"]
+        if self.remote:
+            args += ["--remote", self.remote]
+        if self.target:
+            args += ["--target", self.target]
+        args += self.extra_args
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
+        env.setdefault("KILN_LOG", "info")
+        with open(self.log, "ab") as log:
+            log.write(("$ " + " ".join(args) + "\n").encode())
+            log.flush()
+            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env)
+        wait_for(
+            f"kilnd {self.name}",
+            lambda: unix_connects(self.socket) and http_ok(self.metrics_port),
+            wait_secs,
+            self.proc,
+            self.log,
+        )
+        return self
+
+    def metrics(self) -> str:
+        return http_get(self.metrics_port)
+
+    def stop(self, bound: float = 60) -> int:
+        """SIGTERM, then the exit status (SIGKILL past ``bound``, reported as -9)."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(bound)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+# -- checks --
+
+
+@dataclass
+class Check:
+    name: str
+    status: str  # PASS | FAIL | SKIP | INFO
+    detail: str = ""
+
+
+class Checks:
+    """Named checks; a failure is recorded and the run goes on."""
+
+    def __init__(self, title: str) -> None:
+        self.title = title
+        self.items: list[Check] = []
+
+    def record(self, name: str, ok: bool, detail: str = "") -> bool:
+        self.items.append(Check(name, "PASS" if ok else "FAIL", detail))
+        mark = "ok  " if ok else "FAIL"
+        print(f"[{mark}] {name}{': ' + detail if detail else ''}", flush=True)
+        return ok
+
+    def skip(self, name: str, why: str) -> None:
+        self.items.append(Check(name, "SKIP", why))
+        print(f"[SKIP] {name}: {why}", flush=True)
+
+    def info(self, name: str, detail: str) -> None:
+        self.items.append(Check(name, "INFO", detail))
+        print(f"[info] {name}: {detail}", flush=True)
+
+    def guard(self, name: str):
+        """A context manager: an exception inside is this check's failure (with its traceback)."""
+        checks = self
+
+        class _Guard:
+            def __enter__(self) -> None:
+                return None
+
+            def __exit__(self, kind, value, tb) -> bool:
+                if kind is None:
+                    return False
+                if kind is KeyboardInterrupt:
+                    return False
+                text = "".join(traceback.format_exception(kind, value, tb))
+                print(text, file=sys.stderr, flush=True)
+                checks.record(name, False, f"{kind.__name__}: {value}")
+                return True
+
+        return _Guard()
+
+    @property
+    def failed(self) -> list[Check]:
+        return [c for c in self.items if c.status == "FAIL"]
+
+    def summary(self) -> str:
+        counts = {s: sum(1 for c in self.items if c.status == s) for s in ("PASS", "FAIL", "SKIP")}
+        lines = [f"## {self.title}: {counts['PASS']} passed, {counts['FAIL']} failed, {counts['SKIP']} skipped"]
+        for c in self.items:
+            if c.status != "PASS" or os.environ.get("KILN_GPU_VERBOSE"):
+                lines.append(f"  {c.status:4}  {c.name}{': ' + c.detail if c.detail else ''}")
+        return "\n".join(lines)
+
+    def to_json(self) -> list[dict]:
+        return [c.__dict__ for c in self.items]
+
+
+def write_json(path: Path, data: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str))
+    tmp.replace(path)
+
+
+def _main(argv: list[str]) -> int:
+    cmd = argv[0] if argv else ""
+    if cmd == "free-ports":
+        print("\n".join(str(p) for p in free_ports(int(argv[1]))))
+        return 0
+    if cmd in ("wait-unix", "wait-tcp", "wait-http"):
+        target, secs = argv[1], float(argv[2])
+        ready = {
+            "wait-unix": lambda: unix_connects(target),
+            "wait-tcp": lambda: tcp_connects(int(target)),
+            "wait-http": lambda: http_ok(int(target)),
+        }[cmd]
+        try:
+            wait_for(f"{cmd} {target}", ready, secs)
+        except RuntimeError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
