@@ -181,6 +181,25 @@ impl Fleet {
         }
     }
 
+    /// Resolves with the artifact once another host publishes `key` (checking on every
+    /// (re)subscription, so a publish in between is not missed); never, if the fleet cache's
+    /// notifications are unavailable (the caller bounds the wait).
+    pub async fn published_elsewhere(&self, key: &CacheKey) -> Found {
+        loop {
+            let stream = self.tier.client.watch_publish(std::slice::from_ref(key)).await;
+            self.tier.observe(&stream);
+            if let Ok(mut stream) = stream {
+                while let Ok(Some(_)) = stream.next_event().await {
+                    if let Some(found @ Found::Artifact(..)) = self.fetch(key).await {
+                        return found;
+                    }
+                }
+            }
+            // The stream ended or could not open: try again after a pause, without spinning.
+            tokio::time::sleep(self.lease_ttl / 3).await;
+        }
+    }
+
     /// Reads `key` from the fleet cache and verifies it.
     pub async fn fetch(&self, key: &CacheKey) -> Option<Found> {
         let result = self.tier.client.get(key).await;

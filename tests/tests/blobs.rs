@@ -229,6 +229,12 @@ async fn across_hosts_one_producer_and_a_dead_one_releases_the_fleet_at_once() {
     let e = waiter.await.unwrap();
     assert_eq!(kind(&e), Kind::Found, "{e:?}");
     assert_eq!(e.entry.as_ref().unwrap().tier, Tier::Remote as i32);
+    // A put of the key through another host ends a holder's lease too.
+    let (mut held, first) = lease(&mut blobs(&a).await, b"P", 0, 0).await;
+    assert_eq!(kind(&first), Kind::Granted);
+    put(&mut blobs(&b).await, "triton", b"P", files(&[("p", b"from b")])).await;
+    let e = tokio::time::timeout(Duration::from_secs(5), held.message()).await.expect("no PUBLISHED").unwrap().unwrap();
+    assert_eq!(kind(&e), Kind::Published, "{e:?}");
     // A holder whose process dies (its stream closes) releases the fleet lease at once: the
     // other host is granted well inside the 20 s lease TTL.
     let (held, first) = lease(&mut blobs(&a).await, b"D", 0, 0).await;

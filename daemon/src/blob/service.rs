@@ -126,8 +126,20 @@ impl BlobState {
             "the fleet cache is not answering; single-flight covers this host only".to_string()
         };
         if tx.send(event(Kind::Granted, None, reason)).await.is_ok() {
+            // A put through another host's kilnd ends this lease too: it arrives as a fleet
+            // publish, which is adopted here like any other host's result.
+            let elsewhere = async {
+                match &self.engine.fleet {
+                    Some(fleet) => fleet.published_elsewhere(&key).await,
+                    None => std::future::pending().await,
+                }
+            };
             let ending = tokio::select! {
                 _ = holding.published() => Some(event(Kind::Published, None, String::new())),
+                found = elsewhere => {
+                    self.engine.adopt(&key, found).await;
+                    Some(event(Kind::Published, None, "stored through another host".into()))
+                }
                 _ = tokio::time::sleep(hold) => {
                     self.metrics.blob_lease(&scope.namespace, "expired");
                     tracing::warn!(%key, namespace = %scope.namespace, ?hold, "blob lease held past its bound with no put; released");
