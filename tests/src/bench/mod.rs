@@ -34,6 +34,7 @@ pub mod sccache;
 pub mod sccache_nvcc;
 pub mod source_tree;
 pub mod triton_compile;
+pub mod triton_herd;
 pub mod triton_kernels;
 pub mod triton_pool;
 pub mod warm_hit;

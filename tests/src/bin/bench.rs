@@ -10,7 +10,7 @@ use kiln_tests::bench::redis::RedisServer;
 use kiln_tests::bench::report::Section;
 use kiln_tests::bench::{
     Bench, Options, Shared, cold_compile, fleet_cold, fleet_lookups, fleet_warm, hit_throughput, ptxas_compile,
-    sccache_nvcc, triton_compile, triton_pool, warm_hit,
+    sccache_nvcc, triton_compile, triton_herd, triton_pool, warm_hit,
 };
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -102,6 +102,23 @@ fn software(bench: &Bench) -> String {
 }
 
 /// Every row that carries a target, once per measurement.
+/// The GPU figures (issue 6) are measured by `tests/gpu/run` on a GPU host, which this machine
+/// may not be; its summary is kept in `tests/gpu/RESULTS.md` and copied in here unchanged, so a
+/// CPU-only run of this harness never drops or invents them.
+fn gpu_results(repo: &Path) -> String {
+    let path = repo.join("tests/gpu/RESULTS.md");
+    match std::fs::read_to_string(&path) {
+        Ok(text) => format!(
+            "\n## GPU host: kernels launched and torch.compile warm starts (tests/gpu/run)\n\nNot measured by this \
+             run: copied from `tests/gpu/RESULTS.md`, the summary of the last `tests/gpu/run` on a GPU host, with \
+             its own machine and date.\n\n{text}"
+        ),
+        Err(_) => {
+            "\n## GPU host\n\nNo `tests/gpu/RESULTS.md`: `tests/gpu/run` has not been run on a GPU host.\n".into()
+        }
+    }
+}
+
 fn targets(sections: &[Section]) -> String {
     let mut out = String::from("| figure | measurement | kiln | target | met? |\n|---|---|---|---|---|\n");
     let mut seen = std::collections::HashSet::new();
@@ -195,6 +212,11 @@ async fn main() -> Result<()> {
     if wanted("(j)") {
         sections.push(figure("(j) ptxas", ptxas_compile::run(&bench)).await);
     }
+    // Issue 5: the Triton drop-in in a herd of Python processes.
+    if wanted("(k)") {
+        sections
+            .push(figure("(k) Fleet herd", async { tokio::task::block_in_place(|| triton_herd::run(&bench)) }).await);
+    }
     // Report in the issue's order; (b) ran first so that nothing else had warmed the machine.
     sections.sort_by(|a, b| a.title.cmp(&b.title));
 
@@ -214,6 +236,7 @@ async fn main() -> Result<()> {
     for s in &sections {
         md.push_str(&s.markdown());
     }
+    md.push_str(&gpu_results(&bench.repo));
     std::fs::write(&args.out, md).with_context(|| format!("writing {}", args.out.display()))?;
     eprintln!("kiln-bench: wrote {}", args.out.display());
     Ok(())
