@@ -470,6 +470,17 @@ def main() -> int:
                       f"kiln_artifact_bytes_total{{tier=remote,direction=read}} {read:.0f}")
         for k in res_b.kernels:
             report["kernels"].setdefault(k.id, {})["tier_b"] = str(k.tier)
+        # The names a launch will ask the cubin for are in it (CuPy's get_function, Triton's load).
+        missing = {}
+        for k in res_b.kernels:
+            s = spec[k.id]
+            name = k.lowered_names.get(s["expr"], "") if s["expr"] else s["entry"]
+            if s["toolchain"] == "triton":
+                name = json.loads(k.metadata_json or "{}").get("name", "")
+            report["kernels"][k.id]["entry"] = name
+            if not name or (name.encode() + b"\0") not in k.artifact:
+                missing[k.id] = name
+        checks.record("every entry name a launch uses is in its cubin", not missing, f"missing: {missing}" if missing else "")
 
     # 4. Validation on host A: attributes for sm_90 kernels (GPU), the note everywhere.
     with checks.guard("kilnd's validation metadata"):
