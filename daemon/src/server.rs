@@ -80,6 +80,9 @@ pub async fn build(config: &Config) -> anyhow::Result<Built> {
         None => gpus.default_target(),
     };
     tracing::info!(gpus = gpus.gpus.len(), note = %gpus.note, target = ?default_target.map(|t| t.to_string()), "GPU probe");
+    for gpu in &gpus.gpus {
+        tracing::info!(index = gpu.index, name = %gpu.name, capability = %gpu.target, "GPU");
+    }
     let mut metrics = Metrics::new();
     if config.remote.is_some() {
         metrics.enable_remote_up();
