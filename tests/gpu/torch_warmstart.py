@@ -397,7 +397,7 @@ def main() -> int:
                 run.results["skipped"].append(str(e))
                 run.checks.skip(f"{model}: the rest", str(e))
         if args.herd > 0:
-            herd_model = args.herd_model
+            herd_model = args.herd_model if args.herd_model in models else models[-1]
             wall = run.results["models"].get(herd_model, {}).get("cold", {}).get("wall_s", 100)
             need = run.herd_estimate(wall, "kiln") + run.herd_estimate(wall, "redis")
             if herd_model != "regional" and run.left() < need and "cold" in run.results["models"].get("regional", {}):
