@@ -225,7 +225,8 @@ class Run:
         res["d_fill"] = self.single("(d)fill = cold with kiln, host A", model, "kiln", self.fresh_dirs(f"{model}-dfill"),
                                     daemon=self.a.host_a, estimate=est_cold)
         self.checks.record(f"{model} (d)fill: kiln is installed in the process", bool(res["d_fill"].get("kiln")),
-                           f"replaced {res['d_fill'].get('kiln_replaced')}")
+                           f"kiln.torch.installed() {res['d_fill'].get('kiln')}; classes install() replaced {res['d_fill'].get('kiln_replaced')} "
+                           "(empty when KILN_TORCH=1 had already replaced them)")
         self.need(est_warm + 10, f"{model} (d)")
         b = self.kilnd(f"B-{model}")
         try:
@@ -271,7 +272,16 @@ class Run:
         # kiln: every process lowers the graph, one compiles each kernel; torch Redis: all compile.
         return cold_wall * (1.5 if mode == "kiln" else 2.5) + 20
 
+    def cold_only(self, model: str) -> None:
+        """The cold run alone (the herd's reference: its compiles are the distinct kernels)."""
+        res = self.results["models"].setdefault(model, {})
+        if "cold" not in res:
+            res["cold"] = self.single("cold", model, "plain", self.fresh_dirs(f"{model}-cold"),
+                                      estimate=60 if self.a.device == "cpu" else (150 if model == "gpt2" else 60))
+            self.results.setdefault("gpu", res["cold"].get("gpu", ""))
+
     def herd(self, model: str, n: int) -> None:
+        self.cold_only(model)
         cold = self.results["models"].get(model, {}).get("cold", {})
         out: dict = {"model": model, "processes": n}
         self.results["herd"] = out
@@ -383,24 +393,31 @@ def main() -> int:
     p.add_argument("--herd-model", default="gpt2")
     p.add_argument("--herd", type=int, default=4, help="processes in the herd; 0 skips it")
     p.add_argument("--no-a", action="store_true", help="skip variant (a), no caches")
+    p.add_argument("--herd-model-strict", action="store_true", help="never fall back to the regional model for the herd")
+    p.add_argument("--phases", default="main,herd,a",
+                   help="main (cold, b, c, d), herd (runs the model's cold first if main did not), a; comma-separated")
     args = p.parse_args()
     run = Run(args)
     if not pth_dirs():
         run.checks.info("kiln-torch.pth", "not found on sys.path; KILN_TORCH=1 reaches child processes only through the explicit install()")
     status = 0
     models = [m for m in args.models.split(",") if m]
+    phases = {p for p in args.phases.split(",") if p}
+    if phases - {"main", "herd", "a"}:
+        p.error(f"--phases: unknown {sorted(phases - {'main', 'herd', 'a'})}")
+    run.results["phases"] = sorted(phases)
     try:
-        for model in models:
+        for model in models if "main" in phases else []:
             try:
                 run.model(model)
             except OutOfTime as e:
                 run.results["skipped"].append(str(e))
                 run.checks.skip(f"{model}: the rest", str(e))
-        if args.herd > 0:
+        if args.herd > 0 and "herd" in phases:
             herd_model = args.herd_model if args.herd_model in models else models[-1]
             wall = run.results["models"].get(herd_model, {}).get("cold", {}).get("wall_s", 100)
             need = run.herd_estimate(wall, "kiln") + run.herd_estimate(wall, "redis")
-            if herd_model != "regional" and run.left() < need and "cold" in run.results["models"].get("regional", {}):
+            if herd_model != "regional" and run.left() < need and "cold" in run.results["models"].get("regional", {}) and not args.herd_model_strict:
                 run.checks.info("herd model", f"not enough time for a {herd_model} herd ({run.left():.0f} s left, ~{need:.0f} s needed): the regional model instead")
                 herd_model = "regional"
             try:
@@ -408,7 +425,7 @@ def main() -> int:
             except OutOfTime as e:
                 run.results["skipped"].append(str(e))
                 run.checks.skip("herd", str(e))
-        if not args.no_a:
+        if not args.no_a and "a" in phases:
             for model in models:
                 try:
                     run.no_cache(model)
