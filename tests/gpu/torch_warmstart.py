@@ -204,10 +204,25 @@ class Run:
         self.checks.record(f"kilnd {k.name} exits 0 on SIGTERM", rc == 0, f"exit {rc}")
         shutil.copy(k.log, self.work / f"kilnd-{k.name}.log")
 
+    def redis(self, *args: str) -> str:
+        r = subprocess.run([self.a.redis_cli, "-s", self.a.redis_socket, *args], capture_output=True, text=True, timeout=60)
+        if r.returncode != 0:
+            raise RuntimeError(f"redis-cli {' '.join(args)} failed: {r.stdout} {r.stderr}")
+        return r.stdout
+
     def flush_fleet(self) -> None:
-        r = subprocess.run([self.a.redis_cli, "-s", self.a.redis_socket, "FLUSHALL"], capture_output=True, text=True, timeout=60)
-        if r.returncode != 0 or "OK" not in r.stdout:
-            raise RuntimeError(f"redis FLUSHALL failed: {r.stdout} {r.stderr}")
+        out = self.redis("FLUSHALL")
+        if "OK" not in out:
+            raise RuntimeError(f"redis FLUSHALL failed: {out}")
+
+    def torch_redis_state(self) -> tuple[int, int]:
+        """Keys torch's Redis cache wrote (``pt2:*``), and Redis's keyspace hits so far."""
+        keys = len([ln for ln in self.redis("--scan", "--pattern", "pt2:*").splitlines() if ln.strip()])
+        hits = 0
+        for line in self.redis("INFO", "stats").splitlines():
+            if line.startswith("keyspace_hits:"):
+                hits = int(line.split(":", 1)[1])
+        return keys, hits
 
     # -- phases --
 
@@ -248,8 +263,15 @@ class Run:
 
         self.checks.record(f"{model} (d)fill: kilnd reachable", not res["d_fill"]["kiln_unreachable_warning"])
 
+        keys0, _ = self.torch_redis_state()
         res["c_fill"] = self.single("(c)fill torch Redis", model, "redis", self.fresh_dirs(f"{model}-cfill"), estimate=est_cold)
-        res["c_redis"] = self.single("(c) torch Redis, fresh dirs", model, "redis", self.fresh_dirs(f"{model}-c"), estimate=est_warm)
+        keys1, hits1 = self.torch_redis_state()
+        res["c_redis"] = c = self.single("(c) torch Redis, fresh dirs", model, "redis", self.fresh_dirs(f"{model}-c"), estimate=est_warm)
+        keys2, hits2 = self.torch_redis_state()
+        c["torch_redis_keys_written_by_fill"], c["redis_keyspace_hits"] = keys1 - keys0, hits2 - hits1
+        # A silently broken torch Redis cache would make (c) a cold compile and the comparison moot.
+        self.checks.record(f"{model} (c)fill: torch's Redis cache was written", keys1 > keys0, f"pt2:* keys {keys0} -> {keys1}")
+        self.checks.record(f"{model} (c): torch's Redis cache was read", hits2 > hits1, f"Redis keyspace hits +{hits2 - hits1}")
 
     def no_cache(self, model: str) -> None:
         """(a), after the herd: it is a cold compile again, the least news per second of GPU time."""
