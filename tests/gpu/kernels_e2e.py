@@ -314,6 +314,44 @@ class CupyLauncher:
         return cp.asnumpy(c)
 
 
+def run_triton_cupy(cl: CupyLauncher, kid: str, fn, meta: dict, d: Data) -> np.ndarray:
+    """A Triton cubin launched by hand: the non-constexpr arguments, then the two hidden
+    pointers Triton 3.6 appends (global and profile scratch; null when their size is 0), with
+    num_warps * 32 threads and the metadata's shared memory."""
+    cp, i32, f32, null = cl.cp, np.int32, np.float32, np.uint64(0)
+    assert meta.get("global_scratch_size", 0) == 0 and meta.get("profile_scratch_size", 0) == 0, "needs scratch memory"
+    block, shared = (32 * meta["num_warps"],), meta["shared"]
+
+    def launch(grid, *args):
+        fn(grid, block, args + (null, null), shared_mem=shared)
+
+    if kid == "add":
+        x, y, out = cp.asarray(d.a), cp.asarray(d.b), cl.nan(ks.N_VEC)
+        launch((cdiv(ks.N_VEC, 1024),), x, y, out, i32(ks.N_VEC))
+    elif kid == "sum":
+        cur, n = cp.asarray(d.pos), ks.N_VEC
+        while True:
+            nxt = cl.nan(cdiv(n, 1024))
+            launch((cdiv(n, 1024),), cur, nxt, i32(n))
+            cur, n = nxt, cdiv(n, 1024)
+            if n == 1:
+                break
+        out = cur
+    elif kid == "softmax":
+        x, out = cp.asarray(d.x), cl.nan((ks.ROWS, ks.COLS))
+        launch((ks.ROWS,), out, x, i32(ks.COLS), i32(ks.COLS))
+    elif kid == "layer_norm":
+        x, w, b, out = cp.asarray(d.lx), cp.asarray(d.w), cp.asarray(d.bias), cl.nan((ks.ROWS, ks.COLS))
+        launch((ks.ROWS,), x, out, w, b, i32(ks.COLS), i32(ks.COLS), f32(ks.LN_EPS))
+    elif kid == "matmul":
+        a, b, out = cp.asarray(d.A16), cp.asarray(d.B16), cl.nan((ks.TMM_M, ks.TMM_N))
+        launch((ks.TMM_M // 64, ks.TMM_N // 64), a, b, out, i32(ks.TMM_M), i32(ks.TMM_N), i32(ks.TMM_K))
+    else:
+        raise KeyError(kid)
+    cp.cuda.runtime.deviceSynchronize()
+    return cp.asnumpy(out)
+
+
 def load_triton_module(work: Path):
     """The Triton kernels' module, from a file (Triton's JIT reads its functions' source)."""
     path = work / "kiln_gpu_triton_kernels.py"
@@ -605,6 +643,21 @@ def launch(args, checks: common.Checks, report: dict, spec: dict, res_b, wrong, 
                 launches[k.id] = {"entry": ck.name, "rel_err": err, "tol": tol, "n_regs": getattr(ck, "n_regs", None),
                                   "global_scratch_size": meta.get("global_scratch_size"), "profile_scratch_size": meta.get("profile_scratch_size")}
                 checks.record(f"launch {k.id} (CompiledKernel {ck.name}) matches float64", passes(err, tol), f"rel err {err:.2e} < {tol:.0e}, regs {getattr(ck, 'n_regs', '?')}")
+    # The same Triton cubins by hand through CuPy, hidden scratch pointers included: a second
+    # launcher for B's bytes, independent of Triton's (which needs a C compiler and Python.h).
+    if cl is not None:
+        for k in res_b.kernels:
+            s = spec[k.id]
+            if s["toolchain"] != "triton":
+                continue
+            with checks.guard(f"launch {k.id} through CuPy"):
+                meta = json.loads(k.metadata_json)
+                out = run_triton_cupy(cl, s["family"], cl.function(f"{k.id}_cupy", k.artifact, meta["name"]), meta, d)
+                fp16 = s["family"] == "matmul"
+                err = rel_err(out, d.ref(s["family"], fp16))
+                tol = tol_for(s["family"], fp16)
+                launches[f"{k.id}_cupy"] = {"entry": meta["name"], "rel_err": err, "tol": tol}
+                checks.record(f"launch {k.id} through CuPy (+2 scratch pointers) matches float64", passes(err, tol), f"rel err {err:.2e} < {tol:.0e}")
     # The wrong capability: a clean driver error, and the context still works.
     if cl is not None and wrong is not None:
         import cupy

@@ -78,8 +78,60 @@ class FakeFunction:
             M, N, K = (_scalar(v, I32) for v in args[3:6])
             assert (bx, by) == (16, 16) and gx * 16 >= N and gy * 16 >= M, f"grid {grid} block {block} does not cover {M}x{N}"
             C[: M * N] = (A[: M * K].reshape(M, K) @ B[: K * N].reshape(K, N)).ravel()
+        elif n in TRITON_NAMES:
+            kid = TRITON_NAMES[n]
+            *args, g_scratch, p_scratch = args
+            assert type(g_scratch) is np.uint64 and type(p_scratch) is np.uint64 and g_scratch == 0 == p_scratch, "the two hidden scratch pointers"
+            _, sig, consts, _, warps = ks.TRITON[kid]
+            params = [(p, t) for p, t in sig if t != "constexpr"]
+            assert len(args) == len(params), f"{kid}: {len(args)} arguments for {len(params)} parameters"
+            assert bx == 32 * warps, f"{kid}: {bx} threads for {warps} warps"
+            v = {}
+            for (pname, ptype), a in zip(params, args):
+                if ptype.startswith("*"):
+                    want = np.float16 if ptype == "*fp16" else F32
+                    assert isinstance(a, np.ndarray) and a.dtype == want, f"{pname}: {getattr(a, 'dtype', type(a))}"
+                    v[pname] = a.ravel()
+                else:
+                    v[pname] = _scalar(a, I32 if ptype == "i32" else F32)
+            v.update(consts)
+            _emulate_triton(kid, v, (gx, gy))
         else:
             raise AssertionError(f"unknown entry {n}")
+
+
+TRITON_NAMES = {name: kid for kid, (name, *_rest) in ks.TRITON.items()}
+
+
+def _emulate_triton(kid: str, v: dict, grid) -> None:
+    """A Triton kernel's effect on NumPy arrays (flat), given its arguments by name."""
+    g0, g1 = grid
+    if kid == "add":
+        m = min(v["n"], g0 * v["BLOCK"])
+        v["out_ptr"][:m] = v["x_ptr"][:m] + v["y_ptr"][:m]
+    elif kid == "sum":
+        B, n = v["BLOCK"], v["n"]
+        for pid in range(g0):
+            v["out_ptr"][pid] = v["x_ptr"][pid * B : min((pid + 1) * B, n)].sum(dtype=F32)
+    elif kid == "softmax":
+        cols, stride = v["n_cols"], v["row_stride"]
+        x = v["in_ptr"][: g0 * stride].reshape(g0, stride)[:, :cols]
+        e = np.exp(x - x.max(axis=1, keepdims=True))
+        v["out_ptr"][: g0 * stride].reshape(g0, stride)[:, :cols] = e / e.sum(axis=1, keepdims=True)
+    elif kid == "layer_norm":
+        cols, stride = v["n_cols"], v["stride"]
+        x = v["x_ptr"][: g0 * stride].reshape(g0, stride)[:, :cols]
+        mean = x.mean(axis=1, keepdims=True)
+        var = ((x - mean) ** 2).mean(axis=1, keepdims=True)
+        v["y_ptr"][: g0 * stride].reshape(g0, stride)[:, :cols] = (x - mean) / np.sqrt(var + v["eps"]) * v["w_ptr"][:cols] + v["b_ptr"][:cols]
+    elif kid == "matmul":
+        M, N, K = v["M"], v["N"], v["K"]
+        assert g0 * v["BM"] == M and g1 * v["BN"] == N, f"grid {grid} does not tile {M}x{N}"
+        a = v["a_ptr"][: M * K].reshape(M, K).astype(F32)
+        b = v["b_ptr"][: K * N].reshape(K, N).astype(F32)
+        v["c_ptr"][: M * N] = (a @ b).ravel()
+    else:
+        raise AssertionError(kid)
 
 
 def fake_cupy() -> types.ModuleType:
@@ -97,6 +149,7 @@ def fake_cupy() -> types.ModuleType:
 
     cp.RawModule = RawModule
     cp.cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(deviceSynchronize=lambda: None))
+    cp.float16 = np.float16
     return cp
 
 
@@ -176,6 +229,12 @@ def main() -> int:
             fn = cl.function(f"selftest_{family}", b"\x7fELF stand-in", entry)
             err = e2e.rel_err(cl.run(family, fn, d), d.ref(family))
             checks.record(f"CuPy path: {family} ({entry})", e2e.passes(err, e2e.tol_for(family)), f"rel err {err:.2e}")
+    for kid, (name, *_rest) in ks.TRITON.items():
+        with checks.guard(f"CuPy path for Triton cubins: {kid}"):
+            meta = {"name": name, "num_warps": ks.TRITON[kid][4], "shared": 0, "global_scratch_size": 0, "profile_scratch_size": 0}
+            fp16 = kid == "matmul"
+            err = e2e.rel_err(e2e.run_triton_cupy(cl, kid, FakeFunction(name), meta, d), d.ref(kid, fp16))
+            checks.record(f"CuPy path for Triton cubins: {kid} (+2 scratch pointers)", e2e.passes(err, e2e.tol_for(kid, fp16)), f"rel err {err:.2e}")
     with checks.guard("a wrong result fails the comparison"):
         err = e2e.rel_err(cl.run("softmax", FakeFunction("softmax_rows"), d), d.ref("layer_norm"))
         checks.record("a wrong result fails the comparison", not e2e.passes(err, e2e.tol_for("layer_norm")), f"rel err {err:.2e}")
