@@ -5,7 +5,7 @@ use crate::config::Limits;
 use crate::fleet::{Claim, Fleet, Found};
 use crate::gpu::validator::{Checked, Validator};
 use crate::metrics::ResultLabels;
-use crate::metrics::{CompileLabels, Metrics, ToolchainLabels};
+use crate::metrics::{CompileLabels, LookupLabels, Metrics, ToolchainLabels};
 use crate::scheduler::flight::{Flights, Join, Leader};
 use crate::scheduler::gate::{Gate, Priority};
 use crate::store::tiered::TieredStore;
@@ -188,6 +188,12 @@ impl Engine {
         };
         let fetched = fleet.tier.client.batch_get(&missing).await;
         fleet.tier.observe(&fetched);
+        if fetched.is_err() {
+            self.metrics
+                .lookups
+                .get_or_create(&LookupLabels { tier: "remote", result: "error" })
+                .inc_by(missing.len() as u64);
+        }
         for (key, lookup) in fetched.unwrap_or_default() {
             if let Some(f) = fleet.verify(&key, lookup) {
                 found.insert(key, self.adopt(&key, f).await);

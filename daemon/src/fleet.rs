@@ -204,23 +204,42 @@ impl Fleet {
     pub async fn fetch(&self, key: &CacheKey) -> Option<Found> {
         let result = self.tier.client.get(key).await;
         self.tier.observe(&result);
-        self.verify(key, result.ok()?)
+        match result {
+            Ok(lookup) => self.verify(key, lookup),
+            Err(_) => {
+                self.metrics.lookup("remote", "error");
+                None
+            }
+        }
     }
 
     /// Turns a fleet cache answer into a verified [`Found`]; a corrupt entry is counted and
     /// treated as a miss, so it is recompiled and replaced.
+    /// Every answer is counted in `kiln_cache_lookups_total{tier="remote"}` (and the bytes of a
+    /// hit in `kiln_artifact_bytes_total`), as the local tiers count theirs.
     pub fn verify(&self, key: &CacheKey, lookup: Lookup) -> Option<Found> {
         match lookup {
             Lookup::Hit(bytes) => match envelope::open(&bytes, key, self.max_artifact_bytes) {
-                Ok(artifact) => Some(Found::Artifact(Box::new(artifact), bytes)),
+                Ok(artifact) => {
+                    self.metrics.lookup("remote", "hit");
+                    self.metrics.bytes("remote", "read", bytes.len());
+                    Some(Found::Artifact(Box::new(artifact), bytes))
+                }
                 Err(e) => {
                     tracing::warn!(%key, error = %e, "corrupt fleet cache entry; it will be recompiled and replaced");
                     self.metrics.integrity_failures.get_or_create(&TierLabels { tier: "remote" }).inc();
+                    self.metrics.lookup("remote", "miss");
                     None
                 }
             },
-            Lookup::Negative(n) => Some(Found::Failed { log: n.log, compile_micros: n.compile_micros }),
-            Lookup::Miss => None,
+            Lookup::Negative(n) => {
+                self.metrics.lookup("remote", "hit");
+                Some(Found::Failed { log: n.log, compile_micros: n.compile_micros })
+            }
+            Lookup::Miss => {
+                self.metrics.lookup("remote", "miss");
+                None
+            }
         }
     }
 

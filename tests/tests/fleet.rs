@@ -85,6 +85,8 @@ async fn four_hosts_compile_each_kernel_once_across_the_fleet() {
     assert_eq!(toolkits::witnessed_compiles(&witness), 16, "the warm start compiled");
     assert_eq!(ops("BatchGet") - batch_before, 1.0, "the warm start was not one BatchGet");
     assert_eq!(ops("Get") - get_before, 0.0, "the warm start fetched kernels one by one");
+    assert_eq!(metric(&fresh, "kiln_cache_lookups_total{tier=\"remote\",result=\"hit\"}"), 16.0);
+    assert!(metric(&fresh, "kiln_artifact_bytes_total{tier=\"remote\",direction=\"read\"}") > 0.0);
     fresh.stop();
     for d in daemons {
         d.stop();
