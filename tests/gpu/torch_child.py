@@ -53,11 +53,31 @@ def main() -> None:
         (args.barrier / f"ready.{os.getpid()}").write_text("")
         while not (args.barrier / "go").exists():
             time.sleep(0.002)
+    profile_dir = os.environ.get("KILN_GPU_PROFILE_DIR")
+    profiler = None
+    if profile_dir:
+        # Where a first call's time goes (a diagnostic run only: cProfile slows Python down).
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
     t0 = time.perf_counter()
     value = work.step()
     if args.device == "cuda":
         torch.cuda.synchronize()
     t1 = time.perf_counter()
+    if profiler is not None:
+        import io
+        import pstats
+
+        profiler.disable()
+        text = io.StringIO()
+        stats = pstats.Stats(profiler, stream=text)
+        stats.sort_stats("cumulative").print_stats(70)
+        stats.sort_stats("tottime").print_stats(30)
+        label = args.result.stem.replace(" ", "_").replace("(", "").replace(")", "").replace(",", "")
+        Path(profile_dir).mkdir(parents=True, exist_ok=True)
+        (Path(profile_dir) / f"{label}.txt").write_text(f"first call {t1 - t0:.2f} s\n" + text.getvalue())
     value2 = work.step()
     if args.device == "cuda":
         torch.cuda.synchronize()
