@@ -427,7 +427,7 @@ async fn a_waiter_past_the_hedge_bound_compiles_itself() {
     let config = "lease_ttl_ms = 60000\nhedge_secs = 1\n";
     let a = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, config));
     let b = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, config));
-    let req = request("sm_90", vec![kernel("slow", cuda(&format!("// hedge\n{}", slow_kernel(6000))))]);
+    let req = request("sm_90", vec![kernel("slow", cuda(&format!("// hedge\n{}", slow_kernel(24_000))))]);
     let ca = a.client().await;
     let job_a = ca.submit(req.clone()).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
