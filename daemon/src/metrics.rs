@@ -178,12 +178,45 @@ impl Metrics {
             "Named-blob leases: granted, found while waiting, proceed without, expired",
             m.blob_leases.clone(),
         );
-        Metrics { registry, ..m }
+        let m = Metrics { registry, ..m };
+        m.zero(&["memory", "disk"]);
+        for toolchain in ["nvrtc", "ptxas", "triton"] {
+            for outcome in ["ok", "failed"] {
+                let _ = m.compiles.get_or_create(&CompileLabels { toolchain, outcome });
+            }
+            let _ = m.compile_seconds.get_or_create(&ToolchainLabels { toolchain });
+        }
+        for result in ["loaded", "skipped", "refused"] {
+            let _ = m.validations.get_or_create(&ResultLabels { result });
+        }
+        m
     }
 
-    /// Registers `kiln_remote_up`; only a daemon with a fleet cache has one.
+    /// Creates the series of `tiers` at zero, so that a dashboard's `rate()` has a series from
+    /// the start and a quiet tier reads 0 rather than "no data".
+    fn zero(&self, tiers: &[&'static str]) {
+        for &tier in tiers {
+            for result in ["hit", "miss", "error"] {
+                let _ = self.lookups.get_or_create(&LookupLabels { tier, result });
+            }
+            for result in ["ok", "error"] {
+                let _ = self.writes.get_or_create(&LookupLabels { tier, result });
+            }
+            for direction in ["read", "write"] {
+                let _ = self.artifact_bytes.get_or_create(&BytesLabels { tier, direction });
+            }
+            let _ = self.integrity_failures.get_or_create(&TierLabels { tier });
+        }
+    }
+
+    /// Registers `kiln_remote_up` and the remote tier's series; only a daemon with a fleet cache
+    /// has them.
     pub fn enable_remote_up(&mut self) {
         self.registry.register("remote_up", "Whether the fleet cache answers", self.remote_up.clone());
+        self.zero(&["remote"]);
+        for result in ["acquired", "waited", "takeover", "timeout", "error"] {
+            let _ = self.leases.get_or_create(&LeaseLabels { result });
+        }
     }
 
     pub fn lease(&self, result: &'static str) {
