@@ -90,8 +90,11 @@ def main() -> None:
         result["triton"] = None
     if os.environ.get("KILN_GPU_KILN") == "1":
         import kiln.torch
+        from kiln import torch_artifacts
 
         result["kiln"] = kiln.torch.installed()
+        # The job's stored artifacts, loaded inside the first call (seconds and bytes).
+        result["kiln_artifacts"] = torch_artifacts.stats()
     result.update(
         {
             "first_call_s": t1 - t0,

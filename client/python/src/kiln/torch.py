@@ -158,6 +158,11 @@ def _kiln_classes(rc: ModuleType, tool_version: str) -> dict[str, type]:
             self._store = store
 
         def _get(self, key: str) -> bytes | None:
+            # The first lookup of the process warms its empty local caches with the job's
+            # stored artifacts (see kiln.torch_artifacts); torch is fully imported by now.
+            from . import torch_artifacts
+
+            torch_artifacts.restore_once()
             return self._store.get(key)
 
         def _put(self, key: str, data: bytes) -> None:

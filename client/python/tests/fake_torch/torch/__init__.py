@@ -5,3 +5,4 @@ remote cache classes are looked up), not torch's code. FAKE_TORCH_VERSION sets t
 import os
 
 __version__ = os.environ.get("FAKE_TORCH_VERSION", "2.11.0+cu130")
+from . import compiler  # noqa: E402,F401
