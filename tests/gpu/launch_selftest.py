@@ -1,4 +1,4 @@
-"""Dry-run self-test of the launch code of kernels_e2e.py, with no GPU.
+"""Dry-run self-test of the launch code of kernels_e2e.py (launching.py), with no GPU.
 
 The launch paths only run on the GPU machine, where a mistake (arguments in the wrong order, a
 wrong grid, an int where the kernel takes an int32) costs a whole run. Here CuPy and Triton's
@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
 import kernel_sources as ks  # noqa: E402
-import kernels_e2e as e2e  # noqa: E402
+import launching as e2e  # noqa: E402
 
 F32, I32 = np.float32, np.int32
 

@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from harness import Kilnd
 
+import kiln.torch
+
 torch = pytest.importorskip("torch", reason="torch is not installed in this interpreter (the GPU hosts run this test)")
 
 JOB = """
@@ -42,12 +44,16 @@ def run_job(kilnd: Kilnd, cache_dir: Path) -> dict[str, dict[str, int]]:
 
 
 def test_a_fresh_process_gets_the_compiled_graph_from_kiln(kilnd: Kilnd, tmp_path: Path) -> None:
-    from kiln.torch import TESTED_VERSIONS, check_version
+    from kiln.torch import UnsupportedTorchVersion, check_version
 
     try:
         check_version(torch.__version__)
-    except Exception:
-        pytest.skip(f"torch {torch.__version__} is not a tested version {TESTED_VERSIONS}")
+    except UnsupportedTorchVersion as e:
+        # An untested torch must be refused by install(), loudly, not half-patched.
+        with pytest.raises(UnsupportedTorchVersion):
+            kiln.torch.install()
+        assert torch.__version__ in str(e)
+        return
     first = run_job(kilnd, tmp_path / "first")
     assert first["KilnFxGraphCache"]["put"] >= 1, first
     second = run_job(kilnd, tmp_path / "second")
