@@ -7,7 +7,10 @@ use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = PathBuf::from(std::env::var("OUT_DIR")?);
-    let fds = protox::compile(["kiln/v1/kiln.proto", "kiln/v1/cache.proto", "kiln/v1/blob.proto"], ["."])?;
+    let fds = protox::compile(
+        ["kiln/v1/kiln.proto", "kiln/v1/cache.proto", "kiln/v1/blob.proto", "kiln/v1/snapshot.proto"],
+        ["."],
+    )?;
     let descriptor_path = out.join("kiln_v1_descriptor.bin");
     std::fs::write(&descriptor_path, fds.encode_to_vec())?;
 
@@ -18,5 +21,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=kiln/v1/kiln.proto");
     println!("cargo:rerun-if-changed=kiln/v1/cache.proto");
     println!("cargo:rerun-if-changed=kiln/v1/blob.proto");
+    println!("cargo:rerun-if-changed=kiln/v1/snapshot.proto");
     Ok(())
 }

@@ -100,6 +100,7 @@ pub struct FileConfig {
     pub max_message_mb: Option<usize>,
     pub max_source_kb: Option<usize>,
     pub max_artifact_mb: Option<u64>,
+    pub max_snapshot_mb: Option<u64>,
     pub compile_timeout_secs: Option<u64>,
     pub worker_memory_mb: Option<u64>,
     pub negative_ttl_secs: Option<u64>,
@@ -130,6 +131,8 @@ pub struct Limits {
     pub max_source_bytes: usize,
     /// One artifact, after decompression; also bounds what a tier may hand back.
     pub max_artifact_bytes: u64,
+    /// One job snapshot: the sum of its files' sizes.
+    pub max_snapshot_bytes: u64,
     pub compile_timeout: Duration,
     /// Address-space limit of each worker process.
     pub worker_memory_mb: u64,
@@ -212,6 +215,7 @@ impl Config {
             max_message_bytes: file.max_message_mb.unwrap_or(256) * MIB as usize,
             max_source_bytes: file.max_source_kb.unwrap_or(8 * 1024) * 1024,
             max_artifact_bytes: file.max_artifact_mb.unwrap_or(128) * MIB,
+            max_snapshot_bytes: file.max_snapshot_mb.unwrap_or(2048) * MIB,
             compile_timeout: Duration::from_secs(file.compile_timeout_secs.unwrap_or(300)),
             worker_memory_mb: file.worker_memory_mb.unwrap_or(8192),
             negative_ttl: Duration::from_secs(file.negative_ttl_secs.unwrap_or(60)),

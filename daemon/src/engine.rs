@@ -76,6 +76,15 @@ fn tier_of(name: TierName) -> pb::Tier {
     }
 }
 
+/// The metric label of a tier that answered.
+fn tier_name(tier: pb::Tier) -> &'static str {
+    match tier {
+        pb::Tier::Disk => TierName::Disk.as_str(),
+        pb::Tier::Remote => TierName::Remote.as_str(),
+        _ => TierName::Memory.as_str(),
+    }
+}
+
 /// A remembered compile failure.
 #[derive(Debug)]
 struct Failure {
@@ -167,6 +176,21 @@ impl Engine {
     /// Answers as many of `keys` as the caches can, asking the fleet cache for all the local
     /// misses in one BatchGet: a fresh host warm-starts a whole graph in one round trip.
     pub async fn prefetch(&self, keys: &[CacheKey]) -> HashMap<CacheKey, Outcome> {
+        self.prefetch_where(keys, |_, _| true).await
+    }
+
+    /// [`Engine::prefetch`], answering only artifacts that `accept` takes: a content-addressed
+    /// caller checks the bytes against their address here, before a fleet answer is adopted into
+    /// the local tiers. A refused artifact reads as a miss and is counted as an integrity failure.
+    pub async fn prefetch_where(
+        &self,
+        keys: &[CacheKey],
+        accept: impl Fn(&CacheKey, &Artifact) -> bool,
+    ) -> HashMap<CacheKey, Outcome> {
+        let refused = |key: &CacheKey, tier: &'static str| {
+            tracing::warn!(%key, tier, "cache entry refused: its content does not match its address");
+            self.metrics.integrity_failures.get_or_create(&crate::metrics::TierLabels { tier }).inc();
+        };
         let mut found = HashMap::new();
         let mut missing = Vec::new();
         // A few at a time: a disk hit waits on a blocking read, and 64 in a row add up; but 64 at
@@ -177,8 +201,12 @@ impl Engine {
             futures_util::stream::iter(lookups).buffered(LOCAL_LOOKUPS_IN_FLIGHT).collect().await;
         for (key, outcome) in keys.iter().zip(local) {
             match outcome {
-                Some(outcome) => {
+                Some(outcome) if outcome.artifact.as_deref().is_none_or(|a| accept(key, a)) => {
                     found.insert(*key, outcome);
+                }
+                Some(outcome) => {
+                    refused(key, tier_name(outcome.tier));
+                    missing.push(*key);
                 }
                 None => missing.push(*key),
             }
@@ -195,8 +223,12 @@ impl Engine {
                 .inc_by(missing.len() as u64);
         }
         for (key, lookup) in fetched.unwrap_or_default() {
-            if let Some(f) = fleet.verify(&key, lookup) {
-                found.insert(key, self.adopt(&key, f).await);
+            match fleet.verify(&key, lookup) {
+                Some(Found::Artifact(a, _)) if !accept(&key, &a) => refused(&key, "remote"),
+                Some(f) => {
+                    found.insert(key, self.adopt(&key, f).await);
+                }
+                None => {}
             }
         }
         found

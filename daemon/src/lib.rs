@@ -32,6 +32,7 @@ pub mod metrics;
 pub mod scheduler;
 pub mod server;
 pub mod service;
+pub mod snapshot;
 pub mod stats;
 pub mod store;
 pub mod toolchain;

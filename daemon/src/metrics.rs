@@ -50,6 +50,11 @@ pub struct ResultLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DirectionLabels {
+    pub direction: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BlobLookupLabels {
     pub namespace: String,
     /// memory | disk | remote, or none for a miss.
@@ -103,6 +108,16 @@ pub struct Metrics {
     pub blob_puts: Family<NamespaceLabels, Counter>,
     pub blob_put_bytes: Family<NamespaceLabels, Counter>,
     pub blob_leases: Family<BlobLeaseLabels, Counter>,
+    /// Snapshot saves by result: changed | unchanged | refused.
+    pub snapshot_saves: Family<ResultLabels, Counter>,
+    /// Snapshot lookups for a restore by result: found | missing.
+    pub snapshot_restores: Family<ResultLabels, Counter>,
+    /// Files of restores by result: fetched | present | missing.
+    pub snapshot_restore_files: Family<ResultLabels, Counter>,
+    /// Snapshot file bytes by direction: in (stored) | out (sent to a restore).
+    pub snapshot_bytes: Family<DirectionLabels, Counter>,
+    /// How long kilnd took to send one restore's files.
+    pub snapshot_restore_seconds: Histogram,
     namespaces: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
@@ -134,6 +149,12 @@ impl Metrics {
             blob_puts: Family::default(),
             blob_put_bytes: Family::default(),
             blob_leases: Family::default(),
+            snapshot_saves: Family::default(),
+            snapshot_restores: Family::default(),
+            snapshot_restore_files: Family::default(),
+            snapshot_bytes: Family::default(),
+            // 1 ms to about a minute.
+            snapshot_restore_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 17)),
             namespaces: Default::default(),
             registry: Registry::default(),
         };
@@ -178,6 +199,31 @@ impl Metrics {
             "Named-blob leases: granted, found while waiting, proceed without, expired",
             m.blob_leases.clone(),
         );
+        registry.register(
+            "snapshot_saves",
+            "Job snapshot saves: changed, unchanged, refused",
+            m.snapshot_saves.clone(),
+        );
+        registry.register(
+            "snapshot_restores",
+            "Job snapshot lookups for a restore: found, missing",
+            m.snapshot_restores.clone(),
+        );
+        registry.register(
+            "snapshot_restore_files",
+            "Files of snapshot restores: fetched, present at the client, missing in every tier",
+            m.snapshot_restore_files.clone(),
+        );
+        registry.register(
+            "snapshot_bytes",
+            "Snapshot file bytes stored (in) and sent to restores (out)",
+            m.snapshot_bytes.clone(),
+        );
+        registry.register(
+            "snapshot_restore_seconds",
+            "Time kilnd took to send one restore's files",
+            m.snapshot_restore_seconds.clone(),
+        );
         let m = Metrics { registry, ..m };
         m.zero(&["memory", "disk"]);
         for toolchain in ["nvrtc", "ptxas", "triton"] {
@@ -188,6 +234,18 @@ impl Metrics {
         }
         for result in ["loaded", "skipped", "refused"] {
             let _ = m.validations.get_or_create(&ResultLabels { result });
+        }
+        for result in ["changed", "unchanged", "refused"] {
+            let _ = m.snapshot_saves.get_or_create(&ResultLabels { result });
+        }
+        for result in ["found", "missing"] {
+            let _ = m.snapshot_restores.get_or_create(&ResultLabels { result });
+        }
+        for result in ["fetched", "present", "missing"] {
+            let _ = m.snapshot_restore_files.get_or_create(&ResultLabels { result });
+        }
+        for direction in ["in", "out"] {
+            let _ = m.snapshot_bytes.get_or_create(&DirectionLabels { direction });
         }
         m
     }
@@ -254,6 +312,16 @@ impl Metrics {
 
     pub fn blob_lease(&self, namespace: &str, result: &'static str) {
         self.blob_leases.get_or_create(&BlobLeaseLabels { namespace: self.namespace(namespace), result }).inc();
+    }
+
+    /// Adds `n` to the counter of `family` labelled `result`.
+    pub fn count(family: &Family<ResultLabels, Counter>, result: &'static str, n: u64) {
+        family.get_or_create(&ResultLabels { result }).inc_by(n);
+    }
+
+    /// The counter of `family` labelled `result`, for `Stats`.
+    pub fn counted(family: &Family<ResultLabels, Counter>, result: &'static str) -> u64 {
+        family.get_or_create(&ResultLabels { result }).get()
     }
 
     pub fn lookup(&self, tier: &'static str, result: &'static str) {

@@ -9,6 +9,8 @@ use crate::gpu::{self, validator::Validator};
 use crate::jobs::Jobs;
 use crate::metrics::Metrics;
 use crate::service::CompilerService;
+use crate::snapshot::service::{SnapshotService, SnapshotState, host_name};
+use crate::snapshot::{host, store::SnapshotStore};
 use crate::store::remote::RemoteTier;
 use crate::store::{Store, disk::DiskTier, memory::MemoryTier, tiered::TieredStore};
 use crate::toolchain::{cuda, nvrtc::Nvrtc, ptxas::Ptxas, set::Toolchains, triton};
@@ -17,6 +19,7 @@ use kiln_cache_server::client::RemoteCache;
 use kiln_proto::Target;
 use kiln_proto::pb::blobs_server::BlobsServer;
 use kiln_proto::pb::compiler_server::CompilerServer;
+use kiln_proto::pb::snapshots_server::SnapshotsServer;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -176,6 +179,17 @@ pub async fn run(
         max_message_bytes: limit as u64,
         default_wait: config.remote.as_ref().map_or(BLOB_WAIT_WITHOUT_FLEET, |r| r.hedge),
     };
+    health_reporter.set_serving::<SnapshotsServer<SnapshotService>>().await;
+    let snapshots = SnapshotState {
+        store: SnapshotStore { engine: Arc::clone(&service.engine) },
+        metrics: Arc::clone(&metrics),
+        host: host::environment(&service.gpus, service.default_target, &service.engine.toolchains.nvrtc.version),
+        max_file_bytes: config.limits.max_artifact_bytes,
+        max_snapshot_bytes: config.limits.max_snapshot_bytes,
+        host_name: host_name(),
+        saving: tokio::sync::Mutex::new(()),
+    };
+    tracing::info!(environment = ?snapshots.host, "snapshot keys include this host's facts");
     let router = tonic::transport::Server::builder()
         .add_service(health)
         .add_service(reflection)
@@ -186,6 +200,11 @@ pub async fn run(
         )
         .add_service(
             BlobsServer::new(BlobService(Arc::new(blobs)))
+                .max_decoding_message_size(limit)
+                .max_encoding_message_size(limit),
+        )
+        .add_service(
+            SnapshotsServer::new(SnapshotService(Arc::new(snapshots)))
                 .max_decoding_message_size(limit)
                 .max_encoding_message_size(limit),
         );
@@ -215,6 +234,7 @@ pub async fn run(
     tracing::info!("shutting down: no new requests; draining running work");
     health_reporter.set_not_serving::<CompilerServer<CompilerService>>().await;
     health_reporter.set_not_serving::<BlobsServer<BlobService>>().await;
+    health_reporter.set_not_serving::<SnapshotsServer<SnapshotService>>().await;
     // Running compiles finish first (their results reach the caches and their clients); then
     // the servers get a moment to flush the last responses. They are not waited on beyond
     // that: a graceful HTTP/2 shutdown lasts until every peer hangs up, and an idle client that

@@ -1,5 +1,6 @@
 //! The `Stats` answer: read from the metrics and the tiers, so there is one source of truth.
 
+use crate::metrics::Metrics;
 use crate::service::CompilerService;
 use kiln_proto::pb;
 use prometheus_client::metrics::counter::Counter;
@@ -55,5 +56,22 @@ pub fn collect(s: &CompilerService) -> pb::StatsResponse {
         concurrency: s.config.concurrency as u32,
         remote: s.config.remote.as_ref().map(|r| r.uri.clone()).unwrap_or_default(),
         remote_up: s.engine.fleet.as_ref().is_some_and(|f| f.tier.usable() && m.remote_up.get() == 1),
+        snapshots: Some(snapshots(m)),
+    }
+}
+
+fn snapshots(m: &Metrics) -> pb::SnapshotStats {
+    use crate::metrics::DirectionLabels;
+    let bytes = |direction| m.snapshot_bytes.get_or_create(&DirectionLabels { direction }).get();
+    pb::SnapshotStats {
+        saves_changed: Metrics::counted(&m.snapshot_saves, "changed"),
+        saves_unchanged: Metrics::counted(&m.snapshot_saves, "unchanged"),
+        restores_found: Metrics::counted(&m.snapshot_restores, "found"),
+        restores_missing: Metrics::counted(&m.snapshot_restores, "missing"),
+        files_fetched: Metrics::counted(&m.snapshot_restore_files, "fetched"),
+        files_present: Metrics::counted(&m.snapshot_restore_files, "present"),
+        files_missing: Metrics::counted(&m.snapshot_restore_files, "missing"),
+        bytes_fetched: bytes("out"),
+        bytes_stored: bytes("in"),
     }
 }

@@ -16,6 +16,12 @@ pub const KEY_SCHEMA: &str = "kiln-key-v1";
 pub const GRAPH_SCHEMA: &str = "kiln-graph-v1";
 /// Schema tag of keys for blobs that integrations bring with their own keys.
 pub const BLOB_SCHEMA: &str = "kiln-blob-v1";
+/// Schema of a job snapshot's file: content-addressed, shared by every snapshot that holds it.
+pub const SNAPSHOT_FILE_SCHEMA: &str = "kiln-snapshot-file-v1";
+/// Schema of a job snapshot's manifest.
+pub const SNAPSHOT_SCHEMA: &str = "kiln-snapshot-v1";
+/// Schema of the list of one job's snapshots, and of the list of jobs (no job field).
+pub const SNAPSHOT_INDEX_SCHEMA: &str = "kiln-snapshot-index-v1";
 
 /// Field tags, in the order they are written.
 mod tag {
@@ -33,6 +39,10 @@ mod tag {
     pub const NAMESPACE: u8 = 0x0c;
     pub const TOOL_VERSION: u8 = 0x0d;
     pub const CALLER_KEY: u8 = 0x0e;
+    pub const DIGEST: u8 = 0x0f;
+    pub const JOB: u8 = 0x10;
+    pub const PART_NAME: u8 = 0x11;
+    pub const PART_VALUE: u8 = 0x12;
 }
 
 macro_rules! digest_type {
@@ -180,3 +190,33 @@ pub fn blob_key(namespace: &str, tool_version: &str, caller_key: &[u8]) -> Cache
 
 #[cfg(test)]
 mod tests;
+
+/// The key of a snapshot file whose bytes hash (blake3) to `digest`.
+pub fn snapshot_file_key(digest: &[u8; 32]) -> CacheKey {
+    let mut e = Encoder::new(SNAPSHOT_FILE_SCHEMA);
+    e.field(tag::DIGEST, digest);
+    e.finish()
+}
+
+/// The key of a job's snapshot manifest for one environment: the job and every key part, sorted
+/// by name, so the order a client lists them in does not matter.
+pub fn snapshot_key<'a>(job: &str, parts: impl IntoIterator<Item = (&'a str, &'a str)>) -> CacheKey {
+    let mut parts: Vec<_> = parts.into_iter().collect();
+    parts.sort();
+    let mut e = Encoder::new(SNAPSHOT_SCHEMA);
+    e.field(tag::JOB, job.as_bytes());
+    for (name, value) in parts {
+        e.field(tag::PART_NAME, name.as_bytes());
+        e.field(tag::PART_VALUE, value.as_bytes());
+    }
+    e.finish()
+}
+
+/// The key of the list of `job`'s snapshots, or with `None` of the list of jobs.
+pub fn snapshot_index_key(job: Option<&str>) -> CacheKey {
+    let mut e = Encoder::new(SNAPSHOT_INDEX_SCHEMA);
+    if let Some(job) = job {
+        e.field(tag::JOB, job.as_bytes());
+    }
+    e.finish()
+}

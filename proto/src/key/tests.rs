@@ -176,3 +176,15 @@ fn test_vectors_match() {
     }
     assert!(checked >= 6, "too few vectors: {checked}");
 }
+
+#[test]
+fn snapshot_keys_ignore_part_order_and_separate_every_field() {
+    let a = snapshot_key("job", [("torch", "2.11.0"), ("host.target", "sm_90")]);
+    assert_eq!(a, snapshot_key("job", [("host.target", "sm_90"), ("torch", "2.11.0")]));
+    assert_ne!(a, snapshot_key("job", [("torch", "2.11.0"), ("host.target", "sm_80")]), "another GPU");
+    assert_ne!(a, snapshot_key("job2", [("torch", "2.11.0"), ("host.target", "sm_90")]), "another job");
+    // Length prefixes: moving bytes between a name and its value changes the key.
+    assert_ne!(snapshot_key("j", [("ab", "c")]), snapshot_key("j", [("a", "bc")]));
+    assert_ne!(snapshot_file_key(&[1; 32]), snapshot_file_key(&[2; 32]));
+    assert_ne!(snapshot_index_key(None), snapshot_index_key(Some("")), "the job list is not a job's list");
+}

@@ -363,7 +363,7 @@ class TierStats(_message.Message):
     def __init__(self, tier: _Optional[str] = ..., entries: _Optional[int] = ..., bytes: _Optional[int] = ..., capacity_bytes: _Optional[int] = ..., hits: _Optional[int] = ..., misses: _Optional[int] = ..., integrity_failures: _Optional[int] = ...) -> None: ...
 
 class StatsResponse(_message.Message):
-    __slots__ = ("version", "toolchains", "gpus", "default_target", "tiers", "compiles_ok", "compiles_failed", "queue_depth", "inflight_compiles", "jobs_total", "compile_seconds_saved", "concurrency", "remote", "remote_up")
+    __slots__ = ("version", "toolchains", "gpus", "default_target", "tiers", "compiles_ok", "compiles_failed", "queue_depth", "inflight_compiles", "jobs_total", "compile_seconds_saved", "concurrency", "remote", "remote_up", "snapshots")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     TOOLCHAINS_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
@@ -378,6 +378,7 @@ class StatsResponse(_message.Message):
     CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
     REMOTE_FIELD_NUMBER: _ClassVar[int]
     REMOTE_UP_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOTS_FIELD_NUMBER: _ClassVar[int]
     version: str
     toolchains: _containers.RepeatedCompositeFieldContainer[ToolchainInfo]
     gpus: _containers.RepeatedCompositeFieldContainer[Gpu]
@@ -392,7 +393,30 @@ class StatsResponse(_message.Message):
     concurrency: int
     remote: str
     remote_up: bool
-    def __init__(self, version: _Optional[str] = ..., toolchains: _Optional[_Iterable[_Union[ToolchainInfo, _Mapping]]] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., default_target: _Optional[str] = ..., tiers: _Optional[_Iterable[_Union[TierStats, _Mapping]]] = ..., compiles_ok: _Optional[int] = ..., compiles_failed: _Optional[int] = ..., queue_depth: _Optional[int] = ..., inflight_compiles: _Optional[int] = ..., jobs_total: _Optional[int] = ..., compile_seconds_saved: _Optional[float] = ..., concurrency: _Optional[int] = ..., remote: _Optional[str] = ..., remote_up: _Optional[bool] = ...) -> None: ...
+    snapshots: SnapshotStats
+    def __init__(self, version: _Optional[str] = ..., toolchains: _Optional[_Iterable[_Union[ToolchainInfo, _Mapping]]] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., default_target: _Optional[str] = ..., tiers: _Optional[_Iterable[_Union[TierStats, _Mapping]]] = ..., compiles_ok: _Optional[int] = ..., compiles_failed: _Optional[int] = ..., queue_depth: _Optional[int] = ..., inflight_compiles: _Optional[int] = ..., jobs_total: _Optional[int] = ..., compile_seconds_saved: _Optional[float] = ..., concurrency: _Optional[int] = ..., remote: _Optional[str] = ..., remote_up: _Optional[bool] = ..., snapshots: _Optional[_Union[SnapshotStats, _Mapping]] = ...) -> None: ...
+
+class SnapshotStats(_message.Message):
+    __slots__ = ("saves_changed", "saves_unchanged", "restores_found", "restores_missing", "files_fetched", "files_present", "files_missing", "bytes_fetched", "bytes_stored")
+    SAVES_CHANGED_FIELD_NUMBER: _ClassVar[int]
+    SAVES_UNCHANGED_FIELD_NUMBER: _ClassVar[int]
+    RESTORES_FOUND_FIELD_NUMBER: _ClassVar[int]
+    RESTORES_MISSING_FIELD_NUMBER: _ClassVar[int]
+    FILES_FETCHED_FIELD_NUMBER: _ClassVar[int]
+    FILES_PRESENT_FIELD_NUMBER: _ClassVar[int]
+    FILES_MISSING_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FETCHED_FIELD_NUMBER: _ClassVar[int]
+    BYTES_STORED_FIELD_NUMBER: _ClassVar[int]
+    saves_changed: int
+    saves_unchanged: int
+    restores_found: int
+    restores_missing: int
+    files_fetched: int
+    files_present: int
+    files_missing: int
+    bytes_fetched: int
+    bytes_stored: int
+    def __init__(self, saves_changed: _Optional[int] = ..., saves_unchanged: _Optional[int] = ..., restores_found: _Optional[int] = ..., restores_missing: _Optional[int] = ..., files_fetched: _Optional[int] = ..., files_present: _Optional[int] = ..., files_missing: _Optional[int] = ..., bytes_fetched: _Optional[int] = ..., bytes_stored: _Optional[int] = ...) -> None: ...
 
 class ArtifactMeta(_message.Message):
     __slots__ = ("toolchain", "target", "compile_micros", "log", "lowered_names", "raw_bytes", "metadata_json", "ptx", "attributes", "validation")
