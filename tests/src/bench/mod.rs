@@ -13,6 +13,8 @@
 //!   figures, over a private Redis and a real kiln-cache ([`fleet`]).
 //! - [`triton_compile`], [`triton_pool`], [`ptxas_compile`]: figures (h) to (j), issue 4's
 //!   toolchain figures ([`triton_kernels`]: the Triton kernels and the direct baseline).
+//! - [`snapshot_job`]: figures (l) and (m), issue 10's job snapshots: a Triton job on a fresh
+//!   host restored from a snapshot against a warm host, and restore time against Redis GETs.
 //! - [`kilnd`], [`redis`], [`sccache`]: the processes the figures need, started privately.
 //! - [`source_tree`]: the kernels as `.cu` files, built one process per file like `make -j`.
 //! - [`samples`], [`report`], [`machine`]: percentiles, tables, and what the run ran on.
@@ -32,6 +34,7 @@ pub mod report;
 pub mod samples;
 pub mod sccache;
 pub mod sccache_nvcc;
+pub mod snapshot_job;
 pub mod source_tree;
 pub mod triton_compile;
 pub mod triton_herd;
@@ -73,6 +76,8 @@ pub struct Options {
     pub fleet_rounds: usize,
     /// Timed rounds of each Triton comparison.
     pub triton_rounds: usize,
+    /// Fresh-host rounds of each job-snapshot figure; medians are reported.
+    pub snapshot_rounds: usize,
 }
 
 impl Default for Options {
@@ -89,6 +94,7 @@ impl Default for Options {
             fleet_warm_samples: 40,
             fleet_rounds: 3,
             triton_rounds: 5,
+            snapshot_rounds: 3,
         }
     }
 }

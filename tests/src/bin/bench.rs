@@ -10,7 +10,7 @@ use kiln_tests::bench::redis::RedisServer;
 use kiln_tests::bench::report::Section;
 use kiln_tests::bench::{
     Bench, Options, Shared, cold_compile, fleet_cold, fleet_lookups, fleet_warm, hit_throughput, ptxas_compile,
-    sccache_nvcc, triton_compile, triton_herd, triton_pool, warm_hit,
+    sccache_nvcc, snapshot_job, triton_compile, triton_herd, triton_pool, warm_hit,
 };
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -57,6 +57,7 @@ impl Args {
                 fleet_warm_samples: 3,
                 fleet_rounds: 1,
                 triton_rounds: 1,
+                snapshot_rounds: 1,
             };
         }
         o.memory_samples = self.memory_samples.unwrap_or(o.memory_samples);
@@ -216,6 +217,13 @@ async fn main() -> Result<()> {
     if wanted("(k)") {
         sections
             .push(figure("(k) Fleet herd", async { tokio::task::block_in_place(|| triton_herd::run(&bench)) }).await);
+    }
+    // Issue 10: job snapshots.
+    if wanted("(l)") {
+        sections.push(figure("(l) Job snapshots", snapshot_job::run_job_figure(&bench)).await);
+    }
+    if wanted("(m)") {
+        sections.push(figure("(m) Snapshot restore", snapshot_job::run_restore_figure(&bench)).await);
     }
     // Report in the issue's order; (b) ran first so that nothing else had warmed the machine.
     sections.sort_by(|a, b| a.title.cmp(&b.title));
