@@ -3,6 +3,7 @@
 
 use clap::{Args, Parser, Subcommand};
 use kiln_client::graph::{self, GraphOptions};
+use kiln_client::snapshot::spec::{self, Root, SnapshotId};
 use std::path::PathBuf;
 
 /// kiln: compile GPU kernels through kilnd, the per-host compile daemon and fleet-wide cache.
@@ -34,6 +35,85 @@ pub enum Command {
     Stats(JsonArg),
     /// Check that the daemon is reachable and has a usable toolchain.
     Doctor(JsonArg),
+    /// Job snapshots: save directories of JIT caches through the fleet, restore them on a fresh
+    /// host.
+    #[command(subcommand)]
+    Snapshot(SnapshotCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SnapshotCommand {
+    /// Save directories as the job's snapshot for this host's environment, a union with what
+    /// is stored; only files no tier holds are sent.
+    Save(SnapshotSaveArgs),
+    /// Restore the job's snapshot: never overwrites a file, skips those present. Exit 0
+    /// restored (or all present), 1 no snapshot for this host, 2 error.
+    Restore(SnapshotRestoreArgs),
+    /// List the snapshots saved through the fleet.
+    List(SnapshotListArgs),
+    /// Show a snapshot's manifest: its environment, roots and files. Exit 1 if there is none.
+    Show(SnapshotShowArgs),
+}
+
+/// Which snapshot: the job and the caller's key parts (kilnd adds the host's).
+#[derive(Debug, Args)]
+pub struct SnapshotIdArgs {
+    /// The job's name (1 to 256 printable ASCII characters).
+    #[arg(long, value_name = "NAME", value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    pub job: String,
+    /// What else must match for the files to be valid, such as torch=2.11.0; repeatable.
+    #[arg(long = "key", value_name = "K=V", value_parser = spec::parse_key_part)]
+    pub keys: Vec<(String, String)>,
+}
+
+impl SnapshotIdArgs {
+    pub fn id(&self) -> anyhow::Result<SnapshotId> {
+        SnapshotId::new(&self.job, self.keys.iter().cloned()).map_err(anyhow::Error::msg)
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct SnapshotSaveArgs {
+    #[command(flatten)]
+    pub id: SnapshotIdArgs,
+    /// A directory to save, as DIR or NAME=DIR (the name defaults to DIR's last component).
+    #[arg(value_name = "DIR", required = true, value_parser = Root::parse)]
+    pub roots: Vec<Root>,
+    /// Print the result as a JSON line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SnapshotRestoreArgs {
+    #[command(flatten)]
+    pub id: SnapshotIdArgs,
+    /// Where to restore a root, as DIR or NAME=DIR, matched by name; none restores every root to
+    /// the path it was saved from.
+    #[arg(value_name = "DIR", value_parser = Root::parse)]
+    pub roots: Vec<Root>,
+    /// Print a JSON line per root, then one for the restore (NDJSON).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SnapshotListArgs {
+    /// Only this job's snapshots, one per environment.
+    #[arg(long, value_name = "NAME")]
+    pub job: Option<String>,
+    /// Print a JSON line per snapshot, then a count (NDJSON).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SnapshotShowArgs {
+    #[command(flatten)]
+    pub id: SnapshotIdArgs,
+    /// Print a JSON line per file, then one for the manifest (NDJSON).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// What to warm: graph keys, or manifests (the last line of `kiln compile --json`).
@@ -245,6 +325,30 @@ mod tests {
         ] {
             assert!(parse(args).is_err(), "{args:?} parsed");
         }
+    }
+
+    #[test]
+    fn snapshot_commands_take_a_job_keys_and_roots() {
+        let cli =
+            parse(&["snapshot", "save", "--job", "j", "--key", "torch=2.11", "--key", "a=", "t=/x/y", "/z/w"]).unwrap();
+        let Command::Snapshot(SnapshotCommand::Save(args)) = cli.command else { panic!("not a save") };
+        let id = args.id.id().unwrap();
+        assert_eq!(id.keys.get("torch").map(String::as_str), Some("2.11"));
+        assert_eq!(args.roots.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["t", "w"]);
+        let cli = parse(&["snapshot", "restore", "--job", "j", "--json"]).unwrap();
+        assert!(matches!(cli.command, Command::Snapshot(SnapshotCommand::Restore(ref a)) if a.roots.is_empty()));
+        for args in [
+            &["snapshot", "save", "--job", "j"][..],
+            &["snapshot", "save", "/x"],
+            &["snapshot", "save", "--job", "", "/x"],
+            &["snapshot", "restore", "--job", "j", "--key", "novalue"],
+            &["snapshot", "show"],
+        ] {
+            assert!(parse(args).is_err(), "{args:?} parsed");
+        }
+        let twice = parse(&["snapshot", "show", "--job", "j", "--key", "a=1", "--key", "a=2"]).unwrap();
+        let Command::Snapshot(SnapshotCommand::Show(args)) = twice.command else { panic!("not a show") };
+        assert!(args.id.id().is_err(), "a key part given twice");
     }
 
     #[test]

@@ -5,6 +5,7 @@ use crate::events::EventStream;
 use hyper_util::rt::TokioIo;
 use kiln_proto::pb;
 use kiln_proto::pb::compiler_client::CompilerClient;
+use kiln_proto::pb::snapshots_client::SnapshotsClient;
 use std::path::PathBuf;
 use std::time::Duration;
 use tonic::transport::{Channel, Endpoint, Uri};
@@ -71,6 +72,14 @@ impl Client {
     /// The generated tonic client, for calls this wrapper does not cover.
     pub fn grpc(&self) -> CompilerClient<Channel> {
         self.inner.clone()
+    }
+
+    /// The generated client of `kiln.v1.Snapshots` on this connection, with the same raised
+    /// message limits: a `PutFiles` batch or a `GetFiles` message carries whole files.
+    pub fn snapshots(&self) -> SnapshotsClient<Channel> {
+        SnapshotsClient::new(self.channel.clone())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES)
     }
 
     /// Submits a graph and streams its events until the job is done.

@@ -9,6 +9,8 @@
 //! - [`includes`]: finds the headers a `.cu` file includes, on the client's side, because the
 //!   daemon never reads a path a client names; headers travel by name and content.
 //! - [`graph`]: builds a `CompileGraph` from `.cu` files, or reads one written in proto3 JSON.
+//! - [`snapshot`]: job snapshots: saves directories of JIT caches through kilnd and restores
+//!   them on another host, never overwriting a file and never leaving a half-written one.
 //!
 //! The wire types are [`kiln_proto::pb`], re-exported here as [`pb`].
 
@@ -17,6 +19,7 @@ mod error;
 mod events;
 pub mod graph;
 pub mod includes;
+pub mod snapshot;
 
 pub use client::{Client, MAX_MESSAGE_BYTES, connect};
 pub use error::{ClientError, code_name};

@@ -1,8 +1,12 @@
-//! The progress bar of a job. Shown on stderr only when stderr is a terminal and the graph is big
-//! enough to be worth one, so piped and scripted runs (and small graphs) get clean output.
+//! Progress bars: a job's kernels, and a snapshot's transfer. Shown on stderr only when stderr
+//! is a terminal (and a graph is big enough to be worth one), so piped and scripted runs (and
+//! small graphs) get clean output.
 
 use indicatif::{ProgressBar, ProgressStyle};
+use kiln_client::snapshot::{Observer, Phase};
 use std::io::IsTerminal;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Graphs smaller than this finish before a bar is worth drawing.
 const MIN_KERNELS: usize = 8;
@@ -62,6 +66,56 @@ impl Progress {
     pub fn finish(&self) {
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();
+        }
+    }
+}
+
+/// The bar of a snapshot save or restore, on stderr when it is a terminal: the current phase
+/// (hashing, uploading, fetching) in bytes, or in files while sizes are not known yet.
+#[derive(Debug, Default)]
+pub struct TransferBar {
+    bar: Option<ProgressBar>,
+    /// Whether the current phase counts bytes (else files).
+    in_bytes: AtomicBool,
+}
+
+impl TransferBar {
+    /// A bar that draws only when `wanted` (no `--json`) and stderr is a terminal.
+    pub fn new(wanted: bool) -> Arc<TransferBar> {
+        let bar = (wanted && std::io::stderr().is_terminal()).then(|| ProgressBar::new(0));
+        Arc::new(TransferBar { bar, in_bytes: AtomicBool::new(false) })
+    }
+
+    /// Removes the bar before the result is printed.
+    pub fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+impl Observer for TransferBar {
+    fn phase(&self, phase: Phase, files: u64, bytes: u64) {
+        let Some(bar) = &self.bar else { return };
+        let in_bytes = bytes > 0;
+        self.in_bytes.store(in_bytes, Ordering::Relaxed);
+        let counts = if in_bytes { "{bytes}/{total_bytes}" } else { "{pos}/{len} files" };
+        let template = format!("{{spinner}} {{msg:9}} [{{bar:30}}] {counts}  {{elapsed}}");
+        if let Ok(style) = ProgressStyle::with_template(&template) {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        bar.set_message(match phase {
+            Phase::Hash => "hashing",
+            Phase::Upload => "uploading",
+            Phase::Fetch => "fetching",
+        });
+        bar.set_length(if in_bytes { bytes } else { files });
+        bar.set_position(0);
+    }
+
+    fn advance(&self, files: u64, bytes: u64) {
+        if let Some(bar) = &self.bar {
+            bar.inc(if self.in_bytes.load(Ordering::Relaxed) { bytes } else { files });
         }
     }
 }

@@ -19,6 +19,23 @@ pub mod pb {
     tonic::include_proto!("kiln.v1");
     include!(concat!(env!("OUT_DIR"), "/kiln.v1.serde.rs"));
 
+    /// A manifest's line in a snapshot listing: what `kiln snapshot list` and kilnd's listings
+    /// show of it.
+    impl From<&SnapshotManifest> for SnapshotSummary {
+        fn from(m: &SnapshotManifest) -> Self {
+            SnapshotSummary {
+                job: m.job.clone(),
+                environment: m.environment.clone(),
+                key: m.key.clone(),
+                files: m.files.len() as u64,
+                total_bytes: m.total_bytes,
+                updated_unix_ms: m.updated_unix_ms,
+                saved_by: m.saved_by.clone(),
+                roots: m.roots.clone(),
+            }
+        }
+    }
+
     /// The encoded `FileDescriptorSet`, for gRPC reflection.
     pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/kiln_v1_descriptor.bin"));
 }

@@ -2,8 +2,10 @@
 //! format is tested without a daemon and printing stays in one place (`report`).
 //!
 //! - this module: one kernel result or one job summary, as a human line or an NDJSON object;
-//! - [`stats`]: the daemon's stats and the doctor's report, for humans.
+//! - [`stats`]: the daemon's stats and the doctor's report, for humans;
+//! - [`snapshot`]: job snapshots' saves, restores, listings and manifests.
 
+pub mod snapshot;
 pub mod stats;
 
 use kiln_proto::pb;

@@ -129,7 +129,7 @@ impl SnapshotStore {
     /// Records a saved manifest in the listings. Two hosts saving at the same moment may drop
     /// each other's line from a listing (never a snapshot); the next save puts it back.
     pub async fn list_saved(&self, manifest: &SnapshotManifest) {
-        let summary = summary(manifest);
+        let summary = SnapshotSummary::from(manifest);
         let mut jobs = self.listing(None).await;
         let job_line = SnapshotSummary {
             job: manifest.job.clone(),
@@ -156,19 +156,5 @@ impl SnapshotStore {
             out.extend(self.listing(Some(&job)).await);
         }
         out
-    }
-}
-
-/// A manifest's line in a listing.
-pub fn summary(m: &SnapshotManifest) -> SnapshotSummary {
-    SnapshotSummary {
-        job: m.job.clone(),
-        environment: m.environment.clone(),
-        key: m.key.clone(),
-        files: m.files.len() as u64,
-        total_bytes: m.total_bytes,
-        updated_unix_ms: m.updated_unix_ms,
-        saved_by: m.saved_by.clone(),
-        roots: m.roots.clone(),
     }
 }

@@ -1,0 +1,18 @@
+//! The file-system calls several snapshot steps share: durability (`fsync` of a directory, so a
+//! new name survives a crash as surely as the bytes it names) and "does anything exist here".
+
+use super::SnapshotError;
+use std::fs::File;
+use std::path::Path;
+
+/// Flushes a directory's entries to disk: a created, linked or renamed name is durable only
+/// once its directory is synced.
+pub fn sync_dir(dir: &Path) -> Result<(), SnapshotError> {
+    File::open(dir).and_then(|d| d.sync_all()).map_err(SnapshotError::io("syncing directory", dir))
+}
+
+/// Whether anything, a dangling symlink included, has this name (Python's `os.path.lexists`).
+/// A path under a non-directory does not exist.
+pub fn lexists(path: &Path) -> bool {
+    path.symlink_metadata().is_ok()
+}
