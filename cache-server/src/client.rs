@@ -202,6 +202,16 @@ impl RemoteCache {
             .unwrap_or_else(|_| Err(Status::deadline_exceeded("BatchGet took too long").into()))
     }
 
+    /// Which of `keys` hold an artifact, in order, without reading them.
+    pub async fn contains(&self, keys: &[CacheKey]) -> Result<Vec<bool>, ClientError> {
+        let req = self.request(pb::CacheContainsRequest { keys: keys.iter().map(CacheKey::to_hex).collect() });
+        let present = self.inner.clone().contains(req).await?.into_inner().present;
+        if present.len() != keys.len() {
+            return Err(ClientError::Protocol(format!("Contains answered {} of {} keys", present.len(), keys.len())));
+        }
+        Ok(present)
+    }
+
     /// Stores an envelope under `key`; the server verifies it against the key first.
     pub async fn put(&self, key: &CacheKey, envelope: Vec<u8>) -> Result<(), ClientError> {
         self.put_entry(key, cache_put_request::Entry::Envelope(envelope), 0).await

@@ -17,9 +17,10 @@ use kiln_proto::CacheKey;
 use kiln_proto::envelope;
 use kiln_proto::pb::artifact_cache_server::ArtifactCache;
 use kiln_proto::pb::{
-    CacheBatchGetRequest, CacheGetRequest, CacheGetResponse, CachePutRequest, CachePutResponse, CacheStatsRequest,
-    CacheStatsResponse, LeaseRequest, LeaseResponse, ManifestGetRequest, ManifestGetResponse, ManifestPutRequest,
-    WatchPublishRequest, cache_get_response, cache_put_request,
+    CacheBatchGetRequest, CacheContainsRequest, CacheContainsResponse, CacheGetRequest, CacheGetResponse,
+    CachePutRequest, CachePutResponse, CacheStatsRequest, CacheStatsResponse, LeaseRequest, LeaseResponse,
+    ManifestGetRequest, ManifestGetResponse, ManifestPutRequest, WatchPublishRequest, cache_get_response,
+    cache_put_request,
 };
 use std::collections::HashSet;
 use std::future::Future;
@@ -61,6 +62,7 @@ enum Op {
     Get,
     BatchGet,
     Put,
+    Contains,
     GetManifest,
     PutManifest,
     AcquireLease,
@@ -76,6 +78,7 @@ impl Op {
             Op::Get => "Get",
             Op::BatchGet => "BatchGet",
             Op::Put => "Put",
+            Op::Contains => "Contains",
             Op::GetManifest => "GetManifest",
             Op::PutManifest => "PutManifest",
             Op::AcquireLease => "AcquireLease",
@@ -283,6 +286,26 @@ impl ArtifactCache for CacheService {
 
     async fn put(&self, request: Request<CachePutRequest>) -> Result<Response<CachePutResponse>, Status> {
         self.serve(Op::Put, request, |req| self.put(req)).await
+    }
+
+    async fn contains(
+        &self,
+        request: Request<CacheContainsRequest>,
+    ) -> Result<Response<CacheContainsResponse>, Status> {
+        self.serve(Op::Contains, request, |req| async move {
+            let keys = validate::keys("keys", &req.keys, self.limits.max_batch_keys)?;
+            // One command per key, a few in flight: a cluster's keys live in different slots.
+            let store = &self.store;
+            let present = futures_util::stream::iter(keys)
+                .map(|key| async move { store.contains(&key).await })
+                .buffered(BATCH_READ_AHEAD)
+                .collect::<Vec<_>>()
+                .await
+                .into_iter()
+                .collect::<Result<Vec<bool>, Error>>()?;
+            Ok(CacheContainsResponse { present })
+        })
+        .await
     }
 
     async fn get_manifest(

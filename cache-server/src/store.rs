@@ -97,6 +97,13 @@ impl Store {
         Ok(())
     }
 
+    /// Whether `key` holds an artifact: its head, which a write stores last.
+    pub async fn contains(&self, key: &CacheKey) -> Result<bool, Error> {
+        let mut con = self.redis.clone();
+        let n: i64 = redis::cmd("EXISTS").arg(layout::head_key(key)).query_async(&mut con).await?;
+        Ok(n > 0)
+    }
+
     /// An artifact or a negative entry. The artifact wins where both exist.
     pub async fn get(&self, key: &CacheKey) -> Result<Lookup<Entry>, Error> {
         let mut con = self.redis.clone();

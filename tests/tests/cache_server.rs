@@ -357,6 +357,8 @@ async fn damaged_or_misplaced_values_are_deleted_counted_and_missed() {
     assert_eq!(c.batch_get(&[junk]).await.unwrap(), vec![(junk, Lookup::Miss)]);
     let m = cache.metrics_text();
     assert_eq!(sample(&m, "kiln_server_integrity_failures_total"), Some(4.0));
+    // Contains sees what the reads left (every damaged value is gone), in order.
+    assert_eq!(c.contains(&[small, source, junk, copy]).await.unwrap(), [false, true, false, false]);
     // Repaired by the next put.
     c.put(&small, envelope_of(&small, 1000)).await.unwrap();
     assert!(matches!(c.get(&small).await.unwrap(), Lookup::Hit(_)));
@@ -498,6 +500,10 @@ async fn redis_cluster_round_trip_publish_and_lease() {
         assert_eq!(lookup, Lookup::Hit(envelopes[i].clone()), "key {i}");
     }
     assert_eq!(cluster.cli(&["EXISTS", &format!("{}:2", head(&keys[3]))]), b"1");
+    let mut asked = keys.clone();
+    asked.push(key("cluster absent"));
+    let present = c.contains(&asked).await.unwrap();
+    assert_eq!(present, [vec![true; keys.len()], vec![false]].concat(), "Contains across masters");
     let graph = key("cluster graph");
     c.put_manifest(&graph, &keys).await.unwrap();
     assert_eq!(c.get_manifest(&graph).await.unwrap(), Some(keys.clone()));

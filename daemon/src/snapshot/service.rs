@@ -201,9 +201,14 @@ impl pb::snapshots_server::Snapshots for SnapshotService {
         request: Request<pb::MissingFilesRequest>,
     ) -> Result<Response<pb::MissingFilesResponse>, Status> {
         let digests = validate::digests("digests", &request.into_inner().digests, 1)?;
-        let missing = self.0.local_sizes(&digests).await;
-        let missing = missing.into_iter().filter(|(_, size)| size.is_none()).map(|(d, _)| d.to_vec()).collect();
-        Ok(Response::new(pb::MissingFilesResponse { missing }))
+        let (held, missing): (Vec<_>, Vec<_>) =
+            self.0.local_sizes(&digests).await.into_iter().partition(|(_, size)| size.is_some());
+        // What this host holds need not be sent, but the fleet may have lost some of it; that is
+        // kilnd's to mend, after the answer (a save's next step waits on nothing of it).
+        let held: Vec<[u8; 32]> = held.into_iter().map(|(d, _)| d).collect();
+        let this = Arc::clone(&self.0);
+        self.0.store.engine.tracker.spawn(async move { this.store.republish_lost(&held).await });
+        Ok(Response::new(pb::MissingFilesResponse { missing: missing.into_iter().map(|(d, _)| d.to_vec()).collect() }))
     }
 
     async fn put_files(&self, request: Request<pb::PutFilesRequest>) -> Result<Response<pb::PutFilesResponse>, Status> {

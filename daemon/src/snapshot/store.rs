@@ -9,7 +9,7 @@
 use crate::blob::entry;
 use crate::engine::Engine;
 use crate::fleet::Found;
-use crate::store::Stored;
+use crate::store::{Stored, TierName};
 use bytes::Bytes;
 use kiln_proto::CacheKey;
 use kiln_proto::envelope::Artifact;
@@ -27,6 +27,8 @@ const INDEX_NAMESPACE: &str = "snapshot-index";
 const MAX_LISTED_ENVIRONMENTS: usize = 256;
 /// Jobs listed; past it the least recently saved drop out of the listing.
 const MAX_LISTED_JOBS: usize = 10_000;
+/// Keys per fleet `Contains`: kiln-cache's default bound on a batch.
+const CONTAINS_CHUNK: usize = 4096;
 
 /// A file's bytes as a restore receives them, and the tier that had them.
 #[derive(Debug)]
@@ -58,6 +60,26 @@ impl SnapshotStore {
         let hit = self.engine.store.get_local(&key).await?;
         let data = single(&hit.artifact, FILE_NAMESPACE, pb::Tier::Unspecified)?;
         (blake3::hash(&data).as_bytes() == digest).then_some(data.len() as u64)
+    }
+
+    /// Of files this host holds, stores again in the fleet cache those it no longer has (Redis
+    /// evicted them, or kiln-cache deleted a damaged copy), so fresh hosts can restore them.
+    /// Asks the fleet which it lacks without downloading anything; a fleet that does not answer
+    /// is left alone.
+    pub async fn republish_lost(&self, held: &[[u8; 32]]) {
+        let Some(fleet) = self.engine.fleet.as_ref().filter(|f| f.tier.usable()) else { return };
+        for chunk in held.chunks(CONTAINS_CHUNK) {
+            let keys: Vec<CacheKey> = chunk.iter().map(snapshot_file_key).collect();
+            let answer = fleet.tier.client.contains(&keys).await;
+            fleet.tier.observe(&answer);
+            let Ok(present) = answer else { return };
+            for (key, _) in keys.iter().zip(present).filter(|(_, present)| !present) {
+                let Some(hit) = self.engine.store.get_local(key).await else { continue };
+                let Some(data) = single(&hit.artifact, FILE_NAMESPACE, pb::Tier::Unspecified) else { continue };
+                tracing::info!(%key, "snapshot file lost from the fleet cache; stored again");
+                self.engine.store.put_where(key, seal(key, FILE_NAMESPACE, data), |t| t == TierName::Remote).await;
+            }
+        }
     }
 
     /// Stores a file whose digest the caller has checked, in every tier.
