@@ -10,7 +10,7 @@ use kiln_tests::env;
 use kiln_tests::http::sample;
 use kiln_tests::redis::{CacheOptions, CacheServer, RedisServer, WRITE_TOKEN};
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -140,6 +140,40 @@ fn staging_dirs(dir: &Path) -> Vec<String> {
     names.filter(|n| n.starts_with(".kiln-restore-")).collect()
 }
 
+/// The counts of `snapshots` in `kiln stats --json` (kiln.v1.SnapshotStats, proto3 JSON names).
+const SNAPSHOT_STATS: [&str; 9] = [
+    "savesChanged",
+    "savesUnchanged",
+    "restoresFound",
+    "restoresMissing",
+    "filesFetched",
+    "filesPresent",
+    "filesMissing",
+    "bytesFetched",
+    "bytesStored",
+];
+
+/// `kiln stats --json` of `d`: every count of its `snapshots` object (proto3 JSON: counts as
+/// strings, zero counts left out, so an absent one reads 0).
+fn snapshot_stats(d: &Daemon) -> BTreeMap<String, u64> {
+    let run = kiln(d, &["stats", "--json"]);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    let stats: Value = serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {run:?}"));
+    let snapshots = stats["snapshots"].as_object().unwrap_or_else(|| panic!("no snapshots in {stats}"));
+    for name in snapshots.keys() {
+        assert!(SNAPSHOT_STATS.contains(&name.as_str()), "unexpected snapshot stat {name} in {stats}");
+    }
+    let count = |v: &Value| v.as_str().and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("not a count: {v}"));
+    SNAPSHOT_STATS.iter().map(|n| (n.to_string(), snapshots.get(*n).map_or(0, count))).collect()
+}
+
+/// [`snapshot_stats`] as it should read: these counts, every other 0.
+fn snapshot_counts(nonzero: &[(&str, u64)]) -> BTreeMap<String, u64> {
+    let mut all: BTreeMap<String, u64> = SNAPSHOT_STATS.iter().map(|n| (n.to_string(), 0)).collect();
+    all.extend(nonzero.iter().map(|(k, v)| (k.to_string(), *v)));
+    all
+}
+
 fn metric(text: &str, series: &str) -> f64 {
     sample(text, series).unwrap_or(0.0)
 }
@@ -185,6 +219,21 @@ fn a_fresh_host_restores_byte_identical_files_with_modes_through_the_fleet() {
     assert_eq!(tree(&root), saved, "bytes or modes differ after the restore");
     assert!(batch_gets() > before, "host B did not read from kiln-cache");
     assert!(staging_dirs(dir.path()).is_empty());
+
+    // `kiln stats` of each host counts what it did: A saved twice and stored each distinct
+    // content once; B found the snapshot and sent each distinct content once.
+    let distinct: BTreeSet<&[u8]> = saved.values().map(|(d, _)| d.as_slice()).collect();
+    let distinct_bytes: u64 = distinct.iter().map(|d| d.len() as u64).sum();
+    let on_a = snapshot_counts(&[("savesChanged", 1), ("savesUnchanged", 1), ("bytesStored", distinct_bytes)]);
+    assert_eq!(snapshot_stats(&a), on_a);
+    let fetched = distinct.len() as u64;
+    let on_b = snapshot_counts(&[("restoresFound", 1), ("filesFetched", fetched), ("bytesFetched", distinct_bytes)]);
+    assert_eq!(snapshot_stats(&b), on_b);
+    let text = kiln(&b, &["stats"]);
+    assert_eq!(text.code, Some(0), "{text:?}");
+    for needle in ["1 restore (1 found, 0 with no snapshot for this host)", "snapshot files  6 fetched ("] {
+        assert!(text.stdout.contains(needle), "missing {needle:?} in\n{}", text.stdout);
+    }
 }
 
 #[test]

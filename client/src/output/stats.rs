@@ -29,8 +29,34 @@ pub fn stats_text(stats: &pb::StatsResponse) -> String {
         "compiles        {} ok, {} failed; {:.1} s of compile time saved by the caches",
         stats.compiles_ok, stats.compiles_failed, stats.compile_seconds_saved
     );
+    text.push_str(&snapshots_text(stats.snapshots.as_ref()));
     text.push_str(&details_text(stats));
     text
+}
+
+/// Job snapshots: saves and restores, then the files of restores and the bytes they moved.
+/// `None` is a kilnd from before snapshots, which reports none: said so, never shown as zeros.
+pub fn snapshots_text(snapshots: Option<&pb::SnapshotStats>) -> String {
+    let Some(s) = snapshots else {
+        return "snapshots       not reported (this kilnd predates job snapshots)\n".to_owned();
+    };
+    format!(
+        "snapshots       {} save{} ({} changed, {} unchanged); {} restore{} ({} found, {} with no snapshot for this \
+         host)\nsnapshot files  {} fetched ({}), {} already present, {} missing; {} stored\n",
+        s.saves_changed + s.saves_unchanged,
+        plural((s.saves_changed + s.saves_unchanged) as usize),
+        s.saves_changed,
+        s.saves_unchanged,
+        s.restores_found + s.restores_missing,
+        plural((s.restores_found + s.restores_missing) as usize),
+        s.restores_found,
+        s.restores_missing,
+        s.files_fetched,
+        format_bytes(s.bytes_fetched),
+        s.files_present,
+        s.files_missing,
+        format_bytes(s.bytes_stored),
+    )
 }
 
 /// Toolchains, GPUs and tiers, each after a blank line: shared by `stats` and `doctor`.
@@ -138,6 +164,17 @@ mod tests {
             compiles_ok: 4,
             compile_seconds_saved: 2.5,
             concurrency: 16,
+            snapshots: Some(pb::SnapshotStats {
+                saves_changed: 2,
+                saves_unchanged: 1,
+                restores_found: 1,
+                restores_missing: 1,
+                files_fetched: 7,
+                files_present: 3,
+                files_missing: 1,
+                bytes_fetched: 5 << 20,
+                bytes_stored: 3 << 20,
+            }),
             ..Default::default()
         }
     }
@@ -158,6 +195,41 @@ mod tests {
         ] {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");
         }
+    }
+
+    #[test]
+    fn stats_show_snapshot_saves_restores_and_files() {
+        let text = stats_text(&sample());
+        for needle in [
+            "snapshots       3 saves (2 changed, 1 unchanged); 2 restores (1 found, 1 with no snapshot for this host)\n",
+            "snapshot files  7 fetched (5.0 MiB), 3 already present, 1 missing; 3.0 MiB stored\n",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+        }
+        // Before the toolchains, with the other counters.
+        assert!(text.find("snapshot files").unwrap() < text.find("toolchain").unwrap(), "{text}");
+    }
+
+    #[test]
+    fn stats_from_a_kilnd_without_snapshots_say_so_instead_of_zeros() {
+        let text = stats_text(&pb::StatsResponse { snapshots: None, ..sample() });
+        assert!(text.contains("snapshots       not reported"), "{text}");
+        assert!(!text.contains("snapshot files"), "{text}");
+        let quiet = stats_text(&pb::StatsResponse { snapshots: Some(pb::SnapshotStats::default()), ..sample() });
+        assert!(quiet.contains("snapshots       0 saves (0 changed, 0 unchanged); 0 restores"), "{quiet}");
+    }
+
+    #[test]
+    fn stats_json_carries_the_snapshot_counts() {
+        // `kiln stats --json` is the proto3 JSON mapping of the whole response (as `run` prints
+        // it): camelCase names, 64-bit counts as strings, zero counts left out.
+        let json = serde_json::to_value(sample()).unwrap();
+        let snapshots = &json["snapshots"];
+        assert_eq!(snapshots["restoresFound"], "1", "{json}");
+        assert_eq!(snapshots["filesFetched"], "7", "{json}");
+        assert_eq!(snapshots["bytesStored"], (3u64 << 20).to_string(), "{json}");
+        let quiet = pb::StatsResponse { snapshots: Some(pb::SnapshotStats::default()), ..sample() };
+        assert_eq!(serde_json::to_value(quiet).unwrap()["snapshots"], serde_json::json!({}));
     }
 
     #[test]

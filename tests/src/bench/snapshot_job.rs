@@ -79,20 +79,51 @@ fn run_job(bench: &Bench, cache_dir: &Path, work: &Path) -> Result<JobRun> {
     Ok(JobRun { wall, compiles })
 }
 
-/// Runs `kiln ARGS` against `daemon`; returns the wall time, or fails with its stderr.
-fn kiln(bench: &Bench, daemon: &Kilnd, args: &[&str]) -> Result<Duration> {
+/// The baseline: the job on host A's warm directory, which must compile nothing.
+fn warm_job(bench: &Bench, cache_dir: &Path, work: &Path, round: usize) -> Result<Duration> {
+    let b = run_job(bench, cache_dir, work)?;
+    ensure!(b.compiles == 0, "round {round}: the warm job compiled {} kernels", b.compiles);
+    Ok(b.wall)
+}
+
+/// Runs `kiln ARGS` against `daemon`; returns the wall time and stdout, or fails with its stderr.
+fn kiln(bench: &Bench, daemon: &Kilnd, args: &[&str]) -> Result<(Duration, String)> {
     let started = Instant::now();
-    let out = Command::new(bench.bin_dir.join("kiln"))
-        .arg("--daemon")
-        .arg(daemon.uri())
-        .args(args)
-        .output()
-        .context("running kiln")?;
+    let out =
+        Command::new(bench.kiln()).arg("--daemon").arg(daemon.uri()).args(args).output().context("running kiln")?;
     let took = started.elapsed();
     if !out.status.success() {
         bail!("kiln {} failed ({}): {}", args.join(" "), out.status, String::from_utf8_lossy(&out.stderr));
     }
-    Ok(took)
+    Ok((took, String::from_utf8_lossy(&out.stdout).into_owned()))
+}
+
+/// What one `kiln snapshot restore --json` did.
+struct Restore {
+    /// The CLI process, spawn to exit: what a job's start-up waits for.
+    wall: Duration,
+    /// The restore itself as the CLI timed it (`seconds` of its result line: GetSnapshot, the
+    /// fetch, checks, writes, fsyncs and placement), without process start and connecting.
+    inside: Duration,
+    files: u64,
+    bytes: u64,
+}
+
+/// `kiln snapshot restore --json --job JOB DIR` through `daemon`; fails unless it restored.
+fn restore(bench: &Bench, daemon: &Kilnd, job: &str, dir: &str) -> Result<Restore> {
+    let (wall, stdout) = kiln(bench, daemon, &["snapshot", "restore", "--json", "--job", job, dir])?;
+    let last = stdout.lines().last().context("kiln snapshot restore printed nothing")?;
+    let line: serde_json::Value = serde_json::from_str(last).with_context(|| format!("not JSON: {last}"))?;
+    ensure!(line["event"] == "restored", "kiln snapshot restore did not restore: {line}");
+    let count = |field: &str| line[field].as_u64().with_context(|| format!("no `{field}` in {line}"));
+    ensure!(count("missing")? == 0, "the restore could not fetch some files: {line}");
+    let seconds = line["seconds"].as_f64().with_context(|| format!("no `seconds` in {line}"))?;
+    Ok(Restore {
+        wall,
+        inside: Duration::from_secs_f64(seconds),
+        files: count("restored_files")?,
+        bytes: count("restored_bytes")?,
+    })
 }
 
 fn fresh_host(bench: &Bench, fleet: &Fleet, name: &str) -> impl Future<Output = Result<Kilnd>> {
@@ -126,10 +157,11 @@ pub async fn run_job_figure(bench: &Bench) -> Result<Section> {
          snapshot save --job J DIR`."
             .into(),
         format!(
-            "Then {rounds} rounds of: (b) the job again on host A, its directory warm (the baseline); (d) a fresh host: \
-             a new kilnd on an empty cache directory on the same fleet, the job's directory removed, then `kiln \
-             snapshot restore --job J DIR` through it and the job, timed together. Medians; every (b) and (d) run \
-             must compile nothing."
+            "Then {rounds} rounds of: (b) the job again on host A, in its own warm directory (the baseline); (d) a \
+             fresh host: a new kilnd on an empty cache directory on the same fleet, host A's directory moved aside \
+             (and put back after), then `kiln snapshot restore --job J DIR` through it and the job, timed together \
+             (kilnd's start is not: a host's daemon runs before its jobs). (b) runs first in even rounds, (d) in odd \
+             ones. Medians; every (b) and (d) run must compile nothing."
         ),
     ];
     let fleet = Fleet::start(bench).await?;
@@ -140,7 +172,7 @@ pub async fn run_job_figure(bench: &Bench) -> Result<Section> {
     empty(&cache_dir)?;
     let cold = run_job(bench, &cache_dir, &work)?;
     ensure!(cold.compiles > 0, "the cold job compiled nothing: the cache directory was not empty");
-    let save = kiln(bench, &host_a, &["snapshot", "save", "--job", JOB, &dir])?;
+    let (save, _) = kiln(bench, &host_a, &["snapshot", "save", "--job", JOB, &dir])?;
     s.notes.push(format!(
         "Cold job: {:.2} s, {} Triton compiles; `kiln snapshot save`: {:.0} ms.",
         cold.wall.as_secs_f64(),
@@ -148,22 +180,44 @@ pub async fn run_job_figure(bench: &Bench) -> Result<Section> {
         save.as_secs_f64() * 1e3
     ));
 
-    let (mut warm, mut fresh, mut restores) = (Vec::new(), Vec::new(), Vec::new());
+    // Host A's own warm directory waits here while a fresh host uses the path.
+    let stash = work.join("host-a-triton-cache");
+    let (mut warm, mut fresh, mut restores, mut insides) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for round in 0..rounds {
-        let b = run_job(bench, &cache_dir, &work)?;
-        ensure!(b.compiles == 0, "round {round}: the warm job compiled {} kernels", b.compiles);
-        warm.push(b.wall);
+        // Which side runs first alternates, so neither always follows the other.
+        let warm_first = round % 2 == 0;
+        if warm_first {
+            warm.push(warm_job(bench, &cache_dir, &work, round)?);
+        }
+        std::fs::rename(&cache_dir, &stash).context("moving host A's cache directory aside")?;
         let host_b = fresh_host(bench, &fleet, &format!("snapshot-host-b{round}")).await?;
-        empty(&cache_dir)?;
-        let restore = kiln(bench, &host_b, &["snapshot", "restore", "--job", JOB, &dir])?;
+        let restored = restore(bench, &host_b, JOB, &dir)?;
+        ensure!(restored.files > 0, "round {round}: the restore wrote no files");
         let d = run_job(bench, &cache_dir, &work)?;
         ensure!(d.compiles == 0, "round {round}: the restored job compiled {} kernels", d.compiles);
-        fresh.push(restore + d.wall);
-        restores.push(restore);
+        fresh.push(restored.wall + d.wall);
+        restores.push(restored.wall);
+        insides.push(restored.inside);
         host_b.stop().await?;
+        empty(&cache_dir)?;
+        std::fs::rename(&stash, &cache_dir).context("putting host A's cache directory back")?;
+        if !warm_first {
+            warm.push(warm_job(bench, &cache_dir, &work, round)?);
+        }
     }
     host_a.stop().await?;
-    let (warm, fresh, restores) = (Samples::new(warm), Samples::new(fresh), Samples::new(restores));
+    let ms = |d: &Duration| format!("{:.0}", d.as_secs_f64() * 1e3);
+    let per_round: Vec<String> = warm.iter().zip(&fresh).map(|(b, d)| format!("{} / {}", ms(b), ms(d))).collect();
+    let mut paired: Vec<f64> = warm.iter().zip(&fresh).map(|(b, d)| d.as_secs_f64() / b.as_secs_f64()).collect();
+    paired.sort_by(f64::total_cmp);
+    s.notes.push(format!(
+        "Each round's (b) / (d), ms: {}; the median of the rounds' own (d) ÷ (b), which a change of the machine's \
+         load between rounds moves less: {:.2}×.",
+        per_round.join("; "),
+        paired.get(paired.len() / 2).copied().unwrap_or(f64::NAN)
+    ));
+    let (warm, fresh) = (Samples::new(warm), Samples::new(fresh));
+    let (restores, insides) = (Samples::new(restores), Samples::new(insides));
     s.rows.push(
         Row::new(
             "job wall time, fresh host: restore + job (median)",
@@ -174,10 +228,12 @@ pub async fn run_job_figure(bench: &Bench) -> Result<Section> {
         .with_target(Target::RatioAtMost(TARGET_RATIO)),
     );
     s.notes.push(format!(
-        "(b) warm runs: {}; (d) restore + job: {}; restore alone: {}.",
+        "(b) warm runs: {}; (d) restore + job: {}; restore alone (the `kiln` process): {}; of which the restore \
+         itself (its `--json` `seconds`): {}.",
         warm.summary(),
         fresh.summary(),
-        restores.summary()
+        restores.summary(),
+        insides.summary()
     ));
     Ok(s)
 }
@@ -226,19 +282,34 @@ pub async fn run_restore_figure(bench: &Bench) -> Result<Section> {
         let dir_text = dir.to_str().context("work path is not UTF-8")?.to_string();
         let job = format!("bench-restore-{mb}");
         kiln(bench, &host_a, &["snapshot", "save", "--job", &job, &dir_text])?;
-        let (mut kiln_times, mut redis_times) = (Vec::new(), Vec::new());
+        let (mut kiln_times, mut insides, mut redis_times) = (Vec::new(), Vec::new(), Vec::new());
         let mut resp = fleet.redis.connect()?;
         for round in 0..rounds {
             let host_b = fresh_host(bench, &fleet, &format!("snapshot-restore-{mb}-b{round}")).await?;
             empty(&dir)?;
-            kiln_times.push(kiln(bench, &host_b, &["snapshot", "restore", "--job", &job, &dir_text])?);
+            let restored = restore(bench, &host_b, &job, &dir_text)?;
+            let want = (keys.len() as u64, (keys.len() * FILE_BYTES) as u64);
+            ensure!(
+                (restored.files, restored.bytes) == want,
+                "restored {} files ({} bytes), not {want:?}",
+                restored.files,
+                restored.bytes
+            );
+            kiln_times.push(restored.wall);
+            insides.push(restored.inside);
             host_b.stop().await?;
             let started = Instant::now();
             let values = resp.get_all(&keys)?;
             redis_times.push(started.elapsed());
             ensure!(values.len() == keys.len(), "Redis lacks some of the snapshot's files");
         }
-        let (k, r) = (Samples::new(kiln_times), Samples::new(redis_times));
+        let (k, inside, r) = (Samples::new(kiln_times), Samples::new(insides), Samples::new(redis_times));
+        s.notes.push(format!(
+            "{mb} MB: the `kiln` process {}; the restore itself (its `--json` `seconds`) {}; Redis GETs {}.",
+            k.summary(),
+            inside.summary(),
+            r.summary()
+        ));
         s.rows.push(Row::new(
             format!("restore of {mb} MB ({} files), p50", keys.len()),
             p50(&k),
