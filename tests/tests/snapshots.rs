@@ -336,7 +336,7 @@ fn a_restore_killed_mid_write_leaves_only_whole_files_and_the_next_one_completes
 }
 
 #[test]
-fn a_corrupted_file_in_redis_is_refused_never_written_and_reported_missing() {
+fn a_corrupted_file_in_redis_is_refused_never_written_reported_missing_and_put_back_by_its_holder() {
     let (redis, cache) = fleet();
     let (a, b) = (host(&cache, "sm_90"), host(&cache, "sm_90"));
     let dir = tempfile::tempdir().unwrap();
@@ -362,6 +362,21 @@ fn a_corrupted_file_in_redis_is_refused_never_written_and_reported_missing() {
     let detected = metric(&cache.metrics_text(), "kiln_server_integrity_failures_total")
         + metric(&b.metrics_text(), "kiln_integrity_failures_total{tier=\"remote\"}");
     assert!(detected >= 1.0, "the damaged value was not counted");
+
+    // kiln-cache deleted the damaged value. Host A still holds the file: its next save sends
+    // nothing (A has it) but puts it back in the fleet, and a third host restores everything.
+    assert_eq!(redis.cli(&["EXISTS", &head]), b"0", "kiln-cache kept a damaged value");
+    save(&a, "poisoned", &[&root]).ok();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while redis.cli(&["EXISTS", &head]) != b"1" {
+        assert!(std::time::Instant::now() < deadline, "host A never put the lost file back in the fleet");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let c = host(&cache, "sm_90");
+    let target = dir.path().join("on-c");
+    let run = restore(&c, "poisoned", &[("inductor", &target)]);
+    assert_eq!((run.count("restored_files"), run.count("missing")), (3, 0), "{run:?}");
+    assert_eq!(tree(&target), tree(&root));
 }
 
 #[test]
