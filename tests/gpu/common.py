@@ -133,6 +133,62 @@ def metric_sum(text: str, name: str, **want: str) -> float:
     return total
 
 
+def metric_samples(text: str, prefix: str) -> dict[str, float]:
+    """Every sample whose metric name starts with ``prefix``, by its full name and labels as
+    written (``kiln_snapshot_restores_total{result="found"}``)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith(prefix):
+            continue
+        name, _, value = line.rpartition(" ")
+        try:
+            out[name] = float(value)
+        except ValueError:
+            continue
+    return out
+
+
+def metric_deltas(before: str, after: str, prefix: str) -> dict[str, float]:
+    """``after - before`` for every sample of ``metric_samples``, zeros left out."""
+    a, b = metric_samples(after, prefix), metric_samples(before, prefix)
+    return {k: v - b.get(k, 0.0) for k, v in sorted(a.items()) if v - b.get(k, 0.0) != 0}
+
+
+# -- kilnd's Snapshots service --
+
+
+def list_snapshots(uri: str, job: str, timeout: float = 10) -> list[dict]:
+    """``kiln.v1.Snapshots/ListSnapshots`` for one job through the kilnd at ``uri``: one dict per
+    environment (files, total_bytes, updated_unix_ms, saved_by, roots, environment, key).
+    Raises ``grpc.RpcError`` (an old kilnd answers UNIMPLEMENTED) or ``ImportError`` (a kiln
+    package without the snapshot stubs)."""
+    import grpc
+    from kiln._proto import snapshot_pb2, snapshot_pb2_grpc
+
+    options = [("grpc.max_receive_message_length", 256 * 1024 * 1024)]
+    if uri.startswith("unix:"):
+        target = uri
+        options.append(("grpc.default_authority", "localhost"))  # as kiln.client does for unix sockets
+    else:
+        target = uri.split("://", 1)[-1].rstrip("/")
+    with grpc.insecure_channel(target, options=options) as channel:
+        reply = snapshot_pb2_grpc.SnapshotsStub(channel).ListSnapshots(snapshot_pb2.ListSnapshotsRequest(job=job), timeout=timeout)
+    return [
+        {
+            "job": s.job,
+            "key": s.key,
+            "files": int(s.files),
+            "total_bytes": int(s.total_bytes),
+            "updated_unix_ms": int(s.updated_unix_ms),
+            "saved_by": s.saved_by,
+            "roots": {r.name: r.path for r in s.roots},
+            "environment": dict(s.environment),
+        }
+        for s in reply.snapshots
+        if s.job == job
+    ]
+
+
 # -- kilnd --
 
 

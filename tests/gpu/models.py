@@ -1,4 +1,4 @@
-"""The two models of the torch.compile warm-start measurement, in plain torch.nn (no downloads).
+"""The three models of the torch.compile warm-start measurement, in plain torch.nn (no downloads).
 
 - ``gpt2``: GPT-2 small in size (12 layers, d=768, 12 heads, vocab 50257), batch 4 x seq 256,
   one training step under bf16 autocast: forward, loss, backward, AdamW step. The model is
@@ -6,8 +6,13 @@
 - ``regional``: the repeated-region model of PyTorch's regional-compilation recipe: a linear
   layer, then 64 copies of a small ``Layer`` (linear, ReLU, sigmoid, linear, ReLU), each copy
   wrapped in ``torch.compile`` (regional compilation: one graph, reused 64 times); inference.
+- ``convnet``: a small ResNet (a 3x3 stem, then three stages of one basic block each, 32, 64
+  and 128 channels, batch norm, global average pooling, a linear classifier) on a batch of 64
+  32x32 images, one training step under bf16 autocast in channels-last: forward, loss,
+  backward, SGD with momentum. Compiled whole; convolutions go to cuDNN, the batch norms,
+  activations and residual adds become Triton kernels, each stage's at its own shapes.
 
-``tiny=True`` shrinks both so the harness can run on a CPU in seconds (never for figures).
+``tiny=True`` shrinks them so the harness can run on a CPU in seconds (never for figures).
 Weights come from a fixed seed, so every process builds the same model and its loss (or output
 checksum) can be compared across variants.
 """
@@ -126,6 +131,49 @@ class RegionalModel(nn.Module):
         return x
 
 
+class BasicBlock(nn.Module):
+    """ResNet's basic block: two 3x3 convolutions with batch norm, and a projected shortcut when
+    the shape changes."""
+
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.shortcut: nn.Module = nn.Identity()
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride=stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return F.relu(y + self.shortcut(x))
+
+
+class ConvNet(nn.Module):
+    """A small ResNet: stem, one basic block per stage, pooling, classifier."""
+
+    def __init__(self, widths: tuple[int, ...] = (32, 64, 128), classes: int = 10) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, widths[0], 3, padding=1, bias=False), nn.BatchNorm2d(widths[0]), nn.ReLU())
+        blocks, cin = [], widths[0]
+        for i, w in enumerate(widths):
+            blocks.append(BasicBlock(cin, w, 1 if i == 0 else 2))
+            cin = w
+        self.blocks = nn.Sequential(*blocks)
+        self.fc = nn.Linear(cin, classes)
+
+    def forward(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        y = self.blocks(self.stem(x))
+        logits = self.fc(torch.flatten(F.adaptive_avg_pool2d(y, 1), 1))
+        return F.cross_entropy(logits.float(), targets)
+
+
+#: The models torch_child.py and torch_warmstart.py know.
+MODELS = ("gpt2", "regional", "convnet")
+
+
 class Workload:
     """One model's first call, ready to time: ``step()`` runs it and returns a float on the host."""
 
@@ -140,6 +188,19 @@ class Workload:
             self.idx = torch.randint(0, c.vocab, (c.batch, c.seq), generator=g).to(device)
             self.targets = torch.randint(0, c.vocab, (c.batch, c.seq), generator=g).to(device)
             self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
+            self.compiled = torch.compile(self.model)
+            self.step = self._train_step
+        elif model_name == "convnet":
+            self.model = ConvNet((8, 16) if tiny else (32, 64, 128)).to(device)
+            self.model.train()
+            g = torch.Generator().manual_seed(99)
+            batch, size = (4, 16) if tiny else (64, 32)
+            self.idx = torch.randn(batch, 3, size, size, generator=g).to(device)
+            self.targets = torch.randint(0, 10, (batch,), generator=g).to(device)
+            if device == "cuda":
+                self.model = self.model.to(memory_format=torch.channels_last)
+                self.idx = self.idx.contiguous(memory_format=torch.channels_last)
+            self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
             self.compiled = torch.compile(self.model)
             self.step = self._train_step
         elif model_name == "regional":

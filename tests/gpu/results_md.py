@@ -3,6 +3,9 @@ attributes, and the torch.compile tables, ready to commit as tests/gpu/RESULTS.m
 copies that file into BENCHMARKS.md unchanged).
 
 Usage: results_md.py OUT_DIR MACHINE_JSON STATUS   (writes OUT_DIR/RESULTS.md)
+
+OUT_DIR's torch.md and torch.json may come from several runs: ``torch_warmstart.py --merge
+OUT_DIR/torch.md RUN1/torch.json RUN2/torch.json ...`` writes both.
 """
 
 from __future__ import annotations
@@ -22,7 +25,15 @@ def fmt(v, spec: str = ".2e") -> str:
 def main() -> int:
     out, machine_path, status = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
     machine = json.loads(machine_path.read_text()) if machine_path.exists() else {}
-    lines = [f"Run of `tests/gpu/run` on {machine.get('date', '?')}: **{status}**.", "", "| | |", "|---|---|"]
+    lines = [f"Run of `tests/gpu/run` on {machine.get('date', '?')}: **{status}**."]
+    torch_json = out / "torch.json"
+    if torch_json.exists():
+        missed = json.loads(torch_json.read_text()).get("targets_missed")
+        if missed:
+            lines += ["", f"Issue 10's targets: **{len(missed)} missed** ({'; '.join(missed)}); the torch tables below break the time down."]
+        elif missed is not None:
+            lines += ["", "Issue 10's targets: every target measured was met."]
+    lines += ["", "| | |", "|---|---|"]
     for k, v in machine.items():
         if k != "date":
             lines.append(f"| {k} | {v} |")

@@ -1,41 +1,67 @@
-"""torch.compile warm start on a fresh host (issue 6, part 3), run by tests/gpu/run.
+"""torch.compile warm start on a fresh host (issue 10), run by tests/gpu/run.
 
-For each model (models.py: ``gpt2`` training step, ``regional`` inference), the first-call time
-of a FRESH process with EMPTY local Inductor and Triton cache directories, after an earlier
-process filled the cache it uses. Every process is started by this script (torch_child.py), with
-its own ``TORCHINDUCTOR_CACHE_DIR``, ``TRITON_CACHE_DIR`` and ``TRITON_HOME``:
+For each model (models.py: ``gpt2`` training step, ``regional`` inference, ``convnet`` training
+step), the first-call time of a fresh process (torch_child.py), started by this script. A real
+fresh host has the same default cache paths as the host that compiled, with nothing in them, so
+every variant of a model runs at the SAME absolute paths: Inductor's default directory
+(``TORCHINDUCTOR_CACHE_DIR`` unset: torch's and kiln's ``/tmp/torchinductor_<user>``; a fixed
+path under the work dir with ``--inductor-dir``) holding Inductor's kernels too (Triton's cache
+dir unset, so Inductor puts it at ``<inductor>/triton/<device>``), and Triton's own directory
+under one fixed ``TRITON_HOME`` (its driver helpers and launchers). "Emptied" below means these
+(and any other cache directory a process of the run reported) are removed before the process
+starts.
 
-  cold     the first process: empty local dirs, no remote cache (fills the local dirs for (b))
-  (a)      no caches at all: ``TORCHINDUCTOR_FORCE_DISABLE_CACHES=1``
-  (b)      torch's local caches warm: cold's directories again (the best a single host can do)
-  (c)fill  torch's own Redis remote caches (FX graph, autotune, AOTAutograd, Dynamo PGO), fresh dirs
-  (c)      the same settings, fresh dirs: a fresh host on torch's Redis cache
-  (d)fill  kiln through host A, fresh dirs: the first process's cold time with kiln
-  (d)      kiln through a NEW kilnd (empty cache directory, same fleet), fresh dirs: a fresh host
+  cold       plain torch, emptied: the first process (fills the directories for (b))
+  (b) x N    plain torch again, NOT emptied: the same host again, local caches warm
+  (d)fill    kiln (``KILN_TORCH=1``, job ``kiln-gpu-<model>``) through host A, emptied: the job's
+             first process compiles, and saves the job's snapshot (after its first step and at
+             exit)
+  (d) x N    kiln through a NEW kilnd each time (empty cache directory, same fleet: kiln-cache
+             on Redis), emptied: a fresh host of the job
+  (c)fill    torch's own Redis remote caches (FX graph, autotune, AOTAutograd, Dynamo PGO),
+             emptied: the first process fills Redis
+  (c) x N    the same settings, emptied: a fresh host on torch's Redis cache
 
-kiln = the Triton drop-in (``TRITON_CACHE_MANAGER``/``TRITON_REMOTE_CACHE_BACKEND``) plus
-``kiln.torch.install()`` (and ``KILN_TORCH=1`` for child processes). In (d) every Triton compile
-in every process of the run (Inductor's workers too) is counted by a hook (site/sitecustomize.py)
-and must be zero, and the new kilnd's metrics must show remote-tier hits.
+Then, per ``--preempt`` model, the preemption case: the fleet flushed, a kiln process (job
+``kiln-gpu-<model>-preempt``, a new kilnd P1, emptied) is SIGKILLed (with its compile workers)
+right after its first step, once ListSnapshots through P1 shows the save made after that step;
+its successor runs on a fresh host (a new kilnd P2, emptied). Then a herd (4 processes of one
+model at a barrier, a fresh fleet, each its own explicit directories: 4 fresh hosts), and last
+variant (a), no caches at all (``TORCHINDUCTOR_FORCE_DISABLE_CACHES=1``).
 
-Then a herd: 4 processes of one model starting together at a barrier on the one GPU, with fresh
-local dirs each and a fresh fleet (Redis flushed, a new kilnd): Triton compiles with kiln
-against torch's Redis cache. Variant (a) runs last, after the herd: it is a cold compile again,
-the least news per second of GPU time, so it is what a short budget skips first.
+In every process a hook (site/sitecustomize.py) counts Triton compiles, and shims first on PATH
+(``cc``, ``gcc``, ``c++``, ``g++``, ``clang``, ``clang++``) count C compiler runs. Processes whose
+exit does not matter to what is measured leave with ``os._exit`` once their result is written
+(torch writes nothing a cache needs at exit; Inductor's compile-worker pool takes up to ~14 s to
+wind down); the kiln fill processes and the herd exit normally (kiln saves at exit).
 
-Writes torch.json (every raw figure) and torch.md (the tables) to --out. Exit status: 0 when
-every check passed, 1 on a failed check, 3 when a phase was skipped for lack of time.
+Targets (issue 10), printed per model, never part of the exit status: (d)/(b) <= 1.05,
+(d)/(c) <= 0.80, zero Triton compiles and zero C compiler runs in (d), the SIGKILL successor
+within 1.05 of (d). Checks (a failure is exit status 1): every process runs the step and computes
+the cold run's value, each variant really ran at its fill's paths, (d) restored the job's
+snapshot with zero Triton compiles, the preempted process was killed only after its snapshot
+landed, kilnd and torch's Redis were really used.
+
+Writes torch.json (every raw figure, every run) and torch.md (the tables) to --out. Exit status:
+0 when every check passed, 1 on a failed check, 3 when a phase was skipped for lack of time.
+``--merge OUT_MD JSON...`` instead writes one torch.md (and a torch.json beside it) from the
+torch.json of several runs (a session that ran the models in separate invocations).
 """
 
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import math
 import os
+import re
 import shutil
+import signal
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -45,9 +71,12 @@ import common  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
+MODELS = ("gpt2", "regional", "convnet")
+
 #: Variables of the caller's environment that would change what a child does.
-STRIP_PREFIXES = ("TORCHINDUCTOR_", "TRITON_", "TORCH_COMPILE_", "KILN_TORCH", "KILN_TRITON_", "TORCH_DYNAMO_")
-STRIP_NAMES = ("KILN_DAEMON", "KILN_GPU_KILN", "KILN_GPU_COUNT_DIR", "KILN_GPU_SITEDIRS")
+STRIP_PREFIXES = ("TORCHINDUCTOR_", "TRITON_", "TORCH_COMPILE_", "TORCH_DYNAMO_", "KILN_")
+KEEP_NAMES = ("KILN_LOG", "KILN_GPU_PROFILE_DIR")
+STRIP_NAMES = ("CC", "CXX")  # Triton and Inductor would run these instead of the counting shims
 
 TORCH_REDIS_FLAGS = {
     "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "1",
@@ -55,14 +84,33 @@ TORCH_REDIS_FLAGS = {
     "TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE": "1",
     "TORCH_DYNAMO_AUTOMATIC_DYNAMIC_REMOTE_PGO": "1",
 }
-KILN_TRITON = {
-    "TRITON_CACHE_MANAGER": "triton.runtime.cache:RemoteCacheManager",
-    "TRITON_REMOTE_CACHE_BACKEND": "kiln.triton:KilnRemoteCacheBackend",
-}
+
+#: C compilers Triton (its driver helpers, launchers) and Inductor (C++) may run.
+COMPILERS = ("cc", "gcc", "c++", "g++", "clang", "clang++")
 
 #: Relative difference of a variant's loss (checksum) from the cold run's that still counts as
 #: the same computation (bf16 training: kernels may differ in rounding, never in result).
-VALUE_TOL = {"gpt2": 2e-2, "regional": 1e-3}
+VALUE_TOL = {"gpt2": 2e-2, "regional": 1e-3, "convnet": 2e-2}
+
+#: Issue 10's targets: reported, never part of the exit status.
+TARGET_D_OVER_B = 1.05
+TARGET_D_OVER_C = 0.80
+TARGET_SUCCESSOR_OVER_D = 1.05
+
+#: Before a model's first process: seconds of wall per process on an H100 (run 4: process walls
+#: with a normal exit, which the measured processes now skip), for the time budget.
+GPU_COLD_WALL = {"gpt2": 60, "convnet": 60, "regional": 35}
+GPU_WARM_WALL = {"gpt2": 25, "convnet": 25, "regional": 22}
+
+#: Variants with N runs: key in torch.json -> label.
+MULTI = {"b_local_warm": "(b)", "d_kiln": "(d)", "c_redis": "(c)"}
+
+
+#: wait_snapshot's outcomes that count as the snapshot having landed: a save made after the first
+#: step's end, or (kiln saved inside the step, and the save after it changed nothing) one that has
+#: not changed for seconds.
+LANDED = ("saved after the first step", "saved during the first step, unchanged since")
+
 
 
 class OutOfTime(Exception):
@@ -74,15 +122,43 @@ def pth_dirs() -> list[str]:
     return [p for p in sys.path if p and os.path.isfile(os.path.join(p, "kiln-torch.pth"))]
 
 
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-")
+
+
 def count_events(d: Path) -> tuple[int, int, dict[str, list[str]]]:
+    """Triton compiles and loads the sitecustomize hook wrote, and the compiled kernels per pid."""
     compiles, loads, per_pid = 0, 0, {}
     if d.is_dir():
         for f in d.glob("*.txt"):
-            lines = f.read_text().splitlines()
+            lines = f.read_text(errors="replace").splitlines()
             per_pid[f.stem] = [ln.split(" ", 1)[1] for ln in lines if ln.startswith("compile ")]
             compiles += sum(1 for ln in lines if ln.startswith("compile "))
             loads += sum(1 for ln in lines if ln.startswith("load "))
     return compiles, loads, per_pid
+
+
+def cc_runs(log: Path) -> list[str]:
+    """The C compiler runs the shims logged (one line each: pid, compiler, arguments)."""
+    return log.read_text(errors="replace").splitlines() if log.exists() else []
+
+
+def median(xs: list) -> float | None:
+    xs = [x for x in xs if isinstance(x, (int, float)) and math.isfinite(x)]
+    return statistics.median(xs) if xs else None
+
+
+def default_inductor_dirs() -> list[Path]:
+    """Where torch (``tempfile.gettempdir()``) and kiln (``/tmp``) put Inductor's directory when
+    ``TORCHINDUCTOR_CACHE_DIR`` is unset: ``<tmp>/torchinductor_<user>``."""
+    user = re.sub(r'[\\/:*?"<>|]', "_", getpass.getuser())
+    return sorted({Path(tempfile.gettempdir()) / f"torchinductor_{user}", Path("/tmp") / f"torchinductor_{user}"})
+
+
+def removable(p: Path) -> bool:
+    """A cache directory this script may remove: absolute, at least two levels deep, not a home."""
+    p = Path(os.path.abspath(p))
+    return len(p.parts) >= 3 and p != Path.home() and str(p) not in ("/tmp", "/var/tmp", "/root", "/home")
 
 
 class Run:
@@ -92,9 +168,28 @@ class Run:
         self.work.mkdir(parents=True, exist_ok=True)
         self.deadline = time.monotonic() + args.deadline_s
         self.checks = common.Checks("torch.compile warm start" + (" (CPU, tiny models: harness check only)" if args.device == "cpu" else ""))
-        self.results: dict = {"device": args.device, "tiny": args.tiny, "models": {}, "herd": {}, "skipped": []}
+        self.results: dict = {"device": args.device, "tiny": args.tiny, "runs_per_variant": args.runs, "models": {}, "herd": {}, "skipped": []}
         self.serial = 0
         self.kilnds: list[common.Kilnd] = []
+        # The fixed paths every variant shares, emptied before each fresh-host process.
+        self.triton_home = self.work / "triton-home"
+        self.inductor_dir: Path | None = args.inductor_dir.resolve() if args.inductor_dir else None
+        self.cache_paths: list[Path] = [self.triton_home] + ([self.inductor_dir] if self.inductor_dir else default_inductor_dirs())
+        self.results["cache_layout"] = {
+            "TORCHINDUCTOR_CACHE_DIR": str(self.inductor_dir) if self.inductor_dir else "unset (default)",
+            "TRITON_CACHE_DIR": "unset (default: <inductor dir>/triton/<device> for Inductor's kernels)",
+            "TRITON_HOME": str(self.triton_home),
+            "emptied before each fresh-host process": [str(p) for p in self.cache_paths],
+        }
+        self.shims = self.make_cc_shims()
+
+    def save(self) -> str:
+        """torch.md and torch.json as they stand; returns the tables."""
+        md = render(self.results)
+        self.results["checks"] = self.checks.to_json()
+        (self.a.out / "torch.md").write_text(md + "\n" + self.checks.summary() + "\n")
+        common.write_json(self.a.out / "torch.json", self.results)
+        return md
 
     # -- time --
 
@@ -105,23 +200,92 @@ class Run:
         if self.left() < seconds:
             raise OutOfTime(f"{what}: needs about {seconds:.0f} s, {self.left():.0f} s left")
 
-    # -- processes --
+    # -- the fresh host: directories and compilers --
 
-    def fresh_dirs(self, label: str) -> Path:
-        self.serial += 1
-        d = self.work / f"{self.serial:02d}-{label}"
-        for sub in ("inductor", "triton", "triton-home", "counts"):
-            (d / sub).mkdir(parents=True, exist_ok=True)
+    def make_cc_shims(self) -> Path:
+        """A directory, first on the children's PATH, with a shim per C compiler found on PATH:
+        it appends a line to $KILN_GPU_CC_LOG and runs the real compiler (the next one on
+        PATH). Only compilers that exist get a shim, so Triton's and Inductor's choice of
+        compiler is the one they would make without it."""
+        d = self.work / "cc-shims"
+        d.mkdir(parents=True, exist_ok=True)
+        found = []
+        for name in COMPILERS:
+            real = shutil.which(name)
+            if real is None:
+                continue
+            found.append(f"{name}={real}")
+            shim = d / name
+            shim.write_text(
+                "#!/bin/sh\n"
+                "# tests/gpu (torch_warmstart.py): count a C compiler run, then run the real compiler.\n"
+                f'name="{name}"\n'
+                f'self_dir="{d}"\n'
+                'if [ -n "${KILN_GPU_CC_LOG:-}" ]; then printf \'%s %s %s\\n\' "$$" "$name" "$*" >>"$KILN_GPU_CC_LOG" 2>/dev/null || true; fi\n'
+                'IFS=:\n'
+                'for dir in $PATH; do\n'
+                '  [ -z "$dir" ] && continue\n'
+                '  [ "$dir" = "$self_dir" ] && continue\n'
+                '  if [ -x "$dir/$name" ] && [ ! -d "$dir/$name" ]; then exec "$dir/$name" "$@"; fi\n'
+                'done\n'
+                'echo "tests/gpu cc shim: no real $name on PATH ($PATH)" >&2\n'
+                'exit 127\n'
+            )
+            shim.chmod(0o755)
+        self.results["cc_shims"] = found
+        if not found:
+            self.checks.info("C compiler shims", "no C compiler on PATH: none to count (Triton needs one to build its launchers)")
         return d
 
-    def env(self, mode: str, dirs: Path, counts: Path, daemon: str = "") -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(STRIP_PREFIXES) and k not in STRIP_NAMES}
+    def empty_caches(self) -> None:
+        """A fresh host: the cache paths removed, and beside each what kiln keeps there (its
+        restore's host lock and staging directories, its saver's lock), which a fresh host
+        does not have either."""
+        for p in self.cache_paths:
+            leftovers = list(p.parent.glob(f".kiln-snapshot-{p.name}*")) + list(p.parent.glob(".kiln-torch-save-*.lock"))
+            for q in [p] + leftovers:
+                if q.is_symlink() or q.is_file():
+                    q.unlink()
+                elif q.exists():
+                    shutil.rmtree(q)
+            if p.exists():
+                raise RuntimeError(f"could not empty {p}")
+
+    def note_dirs(self, who: str, dirs: dict | None) -> None:
+        """Adds the cache directories a process reports to those emptied before a fresh host,
+        unless one already emptied holds them."""
+        for key in ("inductor", "triton"):
+            value = (dirs or {}).get(key)
+            if not value:
+                continue
+            p = Path(value)
+            if any(p == q or q in p.parents for q in self.cache_paths):
+                continue
+            if not removable(p):
+                self.checks.info("cache directory", f"{who} used {p}, which this script will not remove: fresh-host runs may see it")
+                continue
+            self.cache_paths.append(p)
+            self.results["cache_layout"]["emptied before each fresh-host process"].append(str(p))
+            self.checks.info("cache directory", f"{who} used {p}: now emptied before each fresh-host process too")
+
+    # -- processes --
+
+    def env(self, mode: str, counts: Path, daemon: str = "", job: str = "", dirs: Path | None = None) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items()
+               if k in KEEP_NAMES or not (k.startswith(STRIP_PREFIXES) or k in STRIP_NAMES)}
         env["PYTHONPATH"] = os.pathsep.join([str(self.a.sitecustomize)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        env["PATH"] = os.pathsep.join([str(self.shims)] + [p for p in env.get("PATH", "").split(os.pathsep) if p])
         env["KILN_GPU_COUNT_DIR"] = str(counts)
-        env["TORCHINDUCTOR_CACHE_DIR"] = str(dirs / "inductor")
-        env["TRITON_CACHE_DIR"] = str(dirs / "triton")
-        env["TRITON_HOME"] = str(dirs / "triton-home")
+        env["KILN_GPU_CC_LOG"] = str(counts / "cc.log")
         env["PYTHONUNBUFFERED"] = "1"
+        if dirs is not None:  # the herd: every process a host of its own
+            env["TORCHINDUCTOR_CACHE_DIR"] = str(dirs / "inductor")
+            env["TRITON_CACHE_DIR"] = str(dirs / "triton")
+            env["TRITON_HOME"] = str(dirs / "triton-home")
+        else:
+            env["TRITON_HOME"] = str(self.triton_home)
+            if self.inductor_dir is not None:
+                env["TORCHINDUCTOR_CACHE_DIR"] = str(self.inductor_dir)
         if mode == "nocache":
             env["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"
         elif mode == "redis":
@@ -129,65 +293,119 @@ class Run:
             env["TORCHINDUCTOR_REDIS_HOST"] = "127.0.0.1"
             env["TORCHINDUCTOR_REDIS_PORT"] = str(self.a.redis_port)
         elif mode == "kiln":
-            env.update(KILN_TRITON)
-            env["KILN_DAEMON"] = daemon
+            # What a user sets: KILN_TORCH=1 (kiln-torch.pth does the rest at start-up), the job,
+            # and where kilnd is (a real host has it at the default socket).
             env["KILN_TORCH"] = "1"
+            env["KILN_TORCH_JOB"] = job
+            env["KILN_DAEMON"] = daemon
             env["KILN_GPU_KILN"] = "1"
             env["KILN_GPU_SITEDIRS"] = os.pathsep.join(pth_dirs())
         elif mode != "plain":
             raise ValueError(mode)
         return env
 
-    def child(self, label: str, model: str, mode: str, dirs: Path, counts: Path, daemon: str = "",
-              barrier: Path | None = None, timeout: float = 300) -> tuple[subprocess.Popen, Path, Path, float]:
-        result = dirs / f"result-{label}.json"
-        log = self.work / f"{dirs.name}-{label}.log"
+    def spawn(self, label: str, model: str, mode: str, *, daemon: str = "", job: str = "", dirs: Path | None = None,
+              barrier: Path | None = None, marker: Path | None = None, hold: bool = False, fast_exit: bool = False) -> dict:
+        self.serial += 1
+        name = f"{self.serial:02d}-{model}-{slug(label)}"
+        counts = self.work / "counts" / name
+        counts.mkdir(parents=True, exist_ok=True)
+        result = self.work / "results" / f"{name}.json"
+        result.parent.mkdir(parents=True, exist_ok=True)
+        log = self.work / f"{name}.log"
         args = [self.a.python, str(HERE / "torch_child.py"), "--model", model, "--device", self.a.device, "--result", str(result)]
         if self.a.tiny:
             args.append("--tiny")
         if barrier is not None:
             args += ["--barrier", str(barrier)]
-        f = open(log, "wb")
-        f.write(f"$ {' '.join(args)}\n".encode())
-        f.flush()
-        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT, env=self.env(mode, dirs, counts, daemon), cwd=str(dirs))
-        f.close()
-        return proc, result, log, time.monotonic()
+        if marker is not None:
+            args += ["--marker", str(marker)]
+        if hold:
+            args.append("--hold")
+        if fast_exit:
+            args.append("--fast-exit")
+        env = self.env(mode, counts, daemon, job, dirs)
+        shown = {k: env[k] for k in sorted(env) if k.startswith(("KILN_", "TORCHINDUCTOR_", "TRITON_", "TORCH_"))}
+        with open(log, "wb") as f:
+            f.write(f"$ {' '.join(args)}\n# env: {json.dumps(shown)}\n".encode())
+            f.flush()
+            started_wall = time.time()
+            # A session of its own, so the process and its compile workers can be killed together.
+            proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=str(self.work),
+                                    start_new_session=True)
+        return {"label": label, "model": model, "mode": mode, "name": name, "proc": proc, "result": result, "log": log,
+                "counts": counts, "started": time.monotonic(), "started_wall": started_wall, "daemon": daemon, "job": job}
 
-    def finish(self, label: str, proc: subprocess.Popen, result: Path, log: Path, started: float, timeout: float) -> dict:
+    @staticmethod
+    def kill_group(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> bool:
         try:
-            rc = proc.wait(max(1.0, timeout - (time.monotonic() - started)))
+            os.killpg(proc.pid, sig)
+            return True
+        except (ProcessLookupError, PermissionError):
+            return False
+
+    def reap_group(self, proc: subprocess.Popen, grace: float) -> int:
+        """After the leader exited: waits up to ``grace`` s for the rest of its session (compile
+        workers) to leave, then kills what is left. Returns 1 when it had to kill, else 0."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < grace:
+            try:
+                os.killpg(proc.pid, 0)
+            except (ProcessLookupError, PermissionError):
+                return 0
+            time.sleep(0.1)
+        killed = self.kill_group(proc)
+        return 1 if killed else 0
+
+    def finish(self, p: dict, timeout: float, quiet_rc: tuple = ()) -> dict:
+        proc: subprocess.Popen = p["proc"]
+        try:
+            rc = proc.wait(max(1.0, timeout - (time.monotonic() - p["started"])))
         except subprocess.TimeoutExpired:
-            proc.kill()
+            self.kill_group(proc)
             proc.wait()
             rc = "timeout"
-        wall = time.monotonic() - started
-        out: dict = {"rc": rc, "wall_s": wall, "log": log.name}
-        if rc == 0 and result.exists():
-            out.update(json.loads(result.read_text()))
-        else:
-            tail = log.read_text(errors="replace")[-4000:]
-            print(f"--- {label}: exit {rc} after {wall:.0f} s; the log's end:\n{tail}\n---", flush=True)
-        text = log.read_text(errors="replace")
+            print(f"--- {p['model']} {p['label']}: killed after {timeout:.0f} s (the time bound)", flush=True)
+        ended_wall = time.time()
+        wall = time.monotonic() - p["started"]
+        strays = self.reap_group(proc, 2.0)
+        out: dict = {"rc": rc, "wall_s": wall, "log": p["log"].name, "mode": p["mode"], "job": p["job"] or None,
+                     "daemon": p["daemon"] or None, "stray_processes_killed": bool(strays)}
+        if rc == 0 and p["result"].exists():
+            out.update(json.loads(p["result"].read_text()))
+            out["startup_s"] = out.get("start_wall", p["started_wall"]) - p["started_wall"]
+            if "end_wall" in out:
+                out["exit_s"] = ended_wall - out["end_wall"]
+        elif rc not in quiet_rc:
+            tail = p["log"].read_text(errors="replace")[-5000:]
+            print(f"--- {p['model']} {p['label']}: exit {rc} after {wall:.0f} s; the end of {p['log'].name}:\n{tail}\n---", flush=True)
+        text = p["log"].read_text(errors="replace")
         out["kiln_unreachable_warning"] = "kilnd is unreachable" in text
+        out["compiles"], out["loads"], per_pid = count_events(p["counts"])
+        out["compiled_kernels"] = sorted({k for ks in per_pid.values() for k in ks})
+        cc = cc_runs(p["counts"] / "cc.log")
+        out["cc_runs"], out["cc_lines"] = len(cc), [ln[:300] for ln in cc[:12]]
         return out
 
-    def single(self, label: str, model: str, mode: str, dirs: Path, daemon: str = "", estimate: float = 120) -> dict:
+    def measure(self, label: str, model: str, mode: str, *, fresh: bool, estimate: float, daemon: str = "", job: str = "",
+                fast_exit: bool = True) -> dict:
+        """One process of one variant: empties the cache paths first when ``fresh``."""
         self.need(estimate, f"{model} {label}")
-        counts = dirs / "counts"
-        for f in counts.glob("*.txt"):
-            f.unlink()
-        timeout = min(self.left() - 5, 400)
-        print(f"==> {model} {label}: mode {mode}, dirs {dirs.name}{', kilnd ' + daemon if daemon else ''} ({self.left():.0f} s left)", flush=True)
-        proc, result, log, started = self.child(label, model, mode, dirs, counts, daemon)
-        out = self.finish(label, proc, result, log, started, timeout)
-        out["compiles"], out["loads"], per_pid = count_events(counts)
-        out["compiled_kernels"] = sorted({k for ks in per_pid.values() for k in ks})
-        out["mode"], out["dirs"] = mode, dirs.name
+        if fresh:
+            self.empty_caches()
+        timeout = min(self.left() - 5, 420)
+        print(f"==> {model} {label}: mode {mode}{', emptied' if fresh else ', caches kept'}{', job ' + job if job else ''}"
+              f"{', kilnd ' + daemon if daemon else ''} ({self.left():.0f} s left)", flush=True)
+        p = self.spawn(label, model, mode, daemon=daemon, job=job, fast_exit=fast_exit)
+        out = self.finish(p, timeout)
+        out["fresh"] = fresh
+        self.note_dirs(f"{model} {label}", out.get("dirs"))
         ok = out["rc"] == 0 and isinstance(out.get("value"), float) and math.isfinite(out["value"])
         self.checks.record(f"{model} {label}: the process runs the step", ok,
-                           f"first call {out.get('first_call_s', float('nan')):.2f} s, wall {out['wall_s']:.0f} s, "
-                           f"Triton compiles {out['compiles']}, loads {out['loads']}, value {out.get('value')}")
+                           f"first call {out.get('first_call_s', float('nan')):.2f} s (start-up {out.get('startup_s', float('nan')):.1f}, "
+                           f"import {out.get('import_s', float('nan')):.1f}, set-up {out.get('setup_s', float('nan')):.1f}), wall {out['wall_s']:.0f} s, "
+                           f"Triton compiles {out['compiles']}, loads {out['loads']}, C compiler runs {out['cc_runs']}, value {out.get('value')}, "
+                           f"inductor dir {out.get('dirs', {}).get('inductor')}")
         return out
 
     def kilnd(self, name: str) -> common.Kilnd:
@@ -201,7 +419,7 @@ class Run:
     def stop_kilnd(self, k: common.Kilnd) -> None:
         rc = k.stop()
         self.kilnds.remove(k)
-        self.checks.record(f"kilnd {k.name} exits 0 on SIGTERM", rc == 0, f"exit {rc}")
+        self.checks.record(f"kilnd {k.name} exits 0 on SIGTERM", rc == 0, f"exit {rc}" + ("" if rc == 0 else f"; its log's end:\n{k.log.read_text(errors='replace')[-3000:]}"))
         shutil.copy(k.log, self.work / f"kilnd-{k.name}.log")
 
     def redis(self, *args: str) -> str:
@@ -224,68 +442,253 @@ class Run:
                 hits = int(line.split(":", 1)[1])
         return keys, hits
 
+    def snapshot(self, uri: str, job: str) -> dict:
+        """The job's snapshot as kilnd at ``uri`` lists it: the newest, or ``{"error": ...}``."""
+        try:
+            snaps = common.list_snapshots(uri, job)
+        except Exception as e:  # noqa: BLE001 - reported; an old kilnd answers UNIMPLEMENTED
+            return {"error": f"ListSnapshots({job}) through {uri}: {type(e).__name__}: {e}"}
+        if not snaps:
+            return {"found": False}
+        s = max(snaps, key=lambda x: x["updated_unix_ms"])
+        return {"found": True, "environments": len(snaps), **s}
+
     # -- phases --
 
-    def model(self, model: str) -> None:
-        res: dict = {}
-        self.results["models"][model] = res
-        est_cold = 60 if self.a.device == "cpu" else (150 if model == "gpt2" else 60)
-        cold_dirs = self.fresh_dirs(f"{model}-cold")
-        res["cold"] = self.single("cold", model, "plain", cold_dirs, estimate=est_cold)
-        self.results.setdefault("gpu", res["cold"].get("gpu", ""))
-        est_cold = max(res["cold"]["wall_s"] * 1.3, 20)
-        est_warm = max(res["cold"]["wall_s"] * 0.6, 15)
-        res["b_local_warm"] = self.single("(b) local warm", model, "plain", cold_dirs, estimate=est_warm)
+    def estimates(self, model: str) -> tuple[float, float]:
+        """Seconds of wall for a cold and for a warm process of ``model``, from what ran so far."""
+        res = self.results["models"].get(model, {})
+        if self.a.device == "cpu":
+            cold, warm = 90.0, 40.0
+        else:
+            cold, warm = float(GPU_COLD_WALL[model]), float(GPU_WARM_WALL[model])
+        colds = [res[k]["wall_s"] for k in ("cold", "d_fill", "c_fill") if isinstance(res.get(k, {}).get("wall_s"), float) and res[k].get("rc") == 0]
+        if colds:
+            cold = max(max(colds) * 1.3, 20)
+        warms = [r["wall_s"] for k in MULTI for r in res.get(k, {}).get("runs", []) if r.get("rc") == 0]
+        if warms:
+            warm = max(max(warms) * 1.3 + 3, 12)
+        elif colds:
+            c = res.get("cold", {})
+            if isinstance(c.get("import_s"), float) and isinstance(c.get("setup_s"), float):
+                warm = max(c.get("startup_s", 1) + c["import_s"] + c["setup_s"] + 0.3 * c.get("first_call_s", 10) + 8, 12)
+        return cold, warm
 
-        res["d_fill"] = self.single("(d)fill = cold with kiln, host A", model, "kiln", self.fresh_dirs(f"{model}-dfill"),
-                                    daemon=self.a.host_a, estimate=est_cold)
-        self.checks.record(f"{model} (d)fill: kiln is installed in the process", bool(res["d_fill"].get("kiln")),
-                           f"kiln.torch.installed() {res['d_fill'].get('kiln')}; classes install() replaced {res['d_fill'].get('kiln_replaced')} "
-                           "(empty when KILN_TORCH=1 had already replaced them)")
-        self.need(est_warm + 10, f"{model} (d)")
-        b = self.kilnd(f"B-{model}")
-        try:
-            before = b.metrics()
-            res["d_kiln"] = d = self.single("(d) kiln, fresh host B", model, "kiln", self.fresh_dirs(f"{model}-d"), daemon=b.uri, estimate=est_warm)
-            after = b.metrics()
-        finally:
-            self.stop_kilnd(b)
-        hits = common.metric_sum(after, "kiln_blob_lookups_total", tier="remote", result="hit") - common.metric_sum(
-            before, "kiln_blob_lookups_total", tier="remote", result="hit")
-        by_ns = {ns: common.metric_sum(after, "kiln_blob_lookups_total", tier="remote", result="hit", namespace=ns)
-                 for ns in ("triton", "inductor-fx", "inductor-autotune", "aot-autograd", "dynamo-pgo")}
-        misses = common.metric_sum(after, "kiln_blob_lookups_total", result="miss")
-        d["fresh_host_remote_hits"], d["fresh_host_remote_hits_by_namespace"], d["fresh_host_misses"] = hits, by_ns, misses
-        self.checks.record(f"{model} (d): zero local Triton compiles (hook on Triton, every process)", d["compiles"] == 0 and d["rc"] == 0,
-                           f"compiles {d['compiles']} {d['compiled_kernels'][:8]}, loads {d['loads']}")
-        self.checks.record(f"{model} (d): the fresh kilnd serves remote-tier hits", hits > 0, f"kiln_blob_lookups_total{{tier=remote,result=hit}} +{hits:.0f} {by_ns}, misses {misses:.0f}")
-        self.checks.record(f"{model} (d): kiln installed, kilnd reachable", bool(d.get("kiln")) and not d["kiln_unreachable_warning"])
+    def add_run(self, res: dict, key: str, run: dict) -> None:
+        v = res.setdefault(key, {"runs": []})
+        v["runs"].append(run)
+        v["first_call_s_runs"] = [r.get("first_call_s") for r in v["runs"]]
+        # The median of the runs that ran the step (a run that did not is a failed check).
+        v["first_call_s"] = median([r.get("first_call_s") for r in v["runs"] if r.get("rc") == 0])
+        v["failed_runs"] = sum(1 for r in v["runs"] if r.get("rc") != 0)
+        for field in ("compiles", "loads", "cc_runs"):
+            v[field] = sum(r.get(field, 0) for r in v["runs"])
+        for field in ("startup_s", "import_s", "setup_s", "wall_s"):
+            v[field] = median([r.get(field) for r in v["runs"]])
 
-        self.checks.record(f"{model} (d)fill: kilnd reachable", not res["d_fill"]["kiln_unreachable_warning"])
+    def same_path(self, model: str, what: str, ref: dict, runs: list[dict]) -> None:
+        want = (ref.get("dirs") or {}).get("inductor")
+        got = [(r.get("dirs") or {}).get("inductor") for r in runs if r.get("rc") == 0]
+        self.checks.record(f"{model} {what}: ran at its fill's absolute Inductor path, as a real fresh host would", bool(want) and all(g == want for g in got),
+                           f"fill {want}, runs {got}")
 
+    def model_main(self, model: str) -> None:
+        res: dict = self.results["models"].setdefault(model, {})
+        n = self.a.runs
+        if self.a.device == "cuda":
+            total = 3 * GPU_COLD_WALL[model] + 3 * n * GPU_WARM_WALL[model] + 10 * n
+            self.need(0.7 * total, f"{model} (every main variant; run it alone: KILN_GPU_TORCH_ARGS='--models {model}')")
+        job = f"kiln-gpu-{model}"
+        cold_est, warm_est = self.estimates(model)
+        res["cold"] = self.measure("cold", model, "plain", fresh=True, estimate=cold_est)
+        self.results["gpu"] = self.results.get("gpu") or res["cold"].get("gpu", "")
+
+        for i in range(1, n + 1):
+            self.add_run(res, "b_local_warm", self.measure(f"(b) local warm #{i}", model, "plain", fresh=False, estimate=self.estimates(model)[1]))
+        self.same_path(model, "(b)", res["cold"], res["b_local_warm"]["runs"])
+
+        # (d): the job's first kiln process on host A, then fresh hosts.
+        cold_est, _ = self.estimates(model)
+        res["d_fill"] = fill = self.measure("(d)fill = cold with kiln, host A", model, "kiln", fresh=True, daemon=self.a.host_a, job=job,
+                                             estimate=cold_est, fast_exit=False)
+        self.checks.record(f"{model} (d)fill: kiln is on (KILN_TORCH=1 through kiln-torch.pth) and kilnd reachable",
+                           bool(fill.get("kiln")) and not fill["kiln_unreachable_warning"],
+                           f"kiln.torch.installed() {fill.get('kiln')} {fill.get('kiln_error', '')}, unreachable warning {fill['kiln_unreachable_warning']}")
+        fill["snapshot_saved"] = snap = self.snapshot(self.a.host_a, job)
+        self.checks.record(f"{model} (d)fill: the job's snapshot is stored (ListSnapshots through host A)", snap.get("found", False) and snap.get("files", 0) > 0,
+                           json.dumps({k: snap.get(k) for k in ("error", "found", "files", "total_bytes", "roots", "saved_by")}))
+        for i in range(1, n + 1):
+            self.need(self.estimates(model)[1] + 10, f"{model} (d) #{i}")
+            b = self.kilnd(f"B{i}-{model}")
+            try:
+                before = b.metrics()
+                run = self.measure(f"(d) kiln, fresh host B{i}", model, "kiln", fresh=True, daemon=b.uri, job=job, estimate=self.estimates(model)[1])
+                after = b.metrics()
+            finally:
+                self.stop_kilnd(b)
+            self.fresh_kilnd_figures(run, before, after)
+            self.add_run(res, "d_kiln", run)
+            self.check_fresh_host(model, f"(d) #{i}", run)
+        self.same_path(model, "(d)", fill, res["d_kiln"]["runs"])
+
+        # (c): torch's own Redis caches.
         keys0, _ = self.torch_redis_state()
-        res["c_fill"] = self.single("(c)fill torch Redis", model, "redis", self.fresh_dirs(f"{model}-cfill"), estimate=est_cold)
+        res["c_fill"] = self.measure("(c)fill torch Redis", model, "redis", fresh=True, estimate=self.estimates(model)[0])
         keys1, hits1 = self.torch_redis_state()
-        res["c_redis"] = c = self.single("(c) torch Redis, fresh dirs", model, "redis", self.fresh_dirs(f"{model}-c"), estimate=est_warm)
+        for i in range(1, n + 1):
+            self.add_run(res, "c_redis", self.measure(f"(c) torch Redis, fresh host #{i}", model, "redis", fresh=True, estimate=self.estimates(model)[1]))
         keys2, hits2 = self.torch_redis_state()
+        c = res["c_redis"]
         c["torch_redis_keys_written_by_fill"], c["redis_keyspace_hits"] = keys1 - keys0, hits2 - hits1
         # A silently broken torch Redis cache would make (c) a cold compile and the comparison moot.
         self.checks.record(f"{model} (c)fill: torch's Redis cache was written", keys1 > keys0, f"pt2:* keys {keys0} -> {keys1}")
-        self.checks.record(f"{model} (c): torch's Redis cache was read", hits2 > hits1, f"Redis keyspace hits +{hits2 - hits1}")
+        self.checks.record(f"{model} (c): torch's Redis cache was read", hits2 > hits1, f"Redis keyspace hits +{hits2 - hits1} over {n} runs")
+        self.same_path(model, "(c)", res["c_fill"], c["runs"])
+
+    def fresh_kilnd_figures(self, run: dict, before: str, after: str) -> None:
+        hits_by_ns = {ns: common.metric_sum(after, "kiln_blob_lookups_total", tier="remote", result="hit", namespace=ns)
+                      - common.metric_sum(before, "kiln_blob_lookups_total", tier="remote", result="hit", namespace=ns)
+                      for ns in ("triton", "inductor-fx", "inductor-autotune", "aot-autograd", "dynamo-pgo")}
+        run["fresh_kilnd"] = {
+            "blob_remote_hits": {k: v for k, v in hits_by_ns.items() if v},
+            "blob_misses": common.metric_sum(after, "kiln_blob_lookups_total", result="miss") - common.metric_sum(before, "kiln_blob_lookups_total", result="miss"),
+            "snapshot_metrics": {k: v for k, v in common.metric_deltas(before, after, "kiln_snapshot").items() if "_bucket" not in k},
+            "restores_found": common.metric_sum(after, "kiln_snapshot_restores_total", result="found") - common.metric_sum(before, "kiln_snapshot_restores_total", result="found"),
+        }
+
+    def check_fresh_host(self, model: str, what: str, run: dict) -> None:
+        """A kiln process on a fresh host: kiln on, kilnd reachable, the snapshot restored, no
+        Triton compile."""
+        fk = run.get("fresh_kilnd", {})
+        snap = run.get("snapshot") or {}
+        files = snap_value(snap.get("stats"), "files")
+        restored = (fk.get("restores_found", 0) > 0) or (isinstance(files, (int, float)) and files > 0)
+        self.checks.record(f"{model} {what}: kiln on (KILN_TORCH=1), kilnd reachable", bool(run.get("kiln")) and not run["kiln_unreachable_warning"],
+                           f"kiln.torch.installed() {run.get('kiln')} {run.get('kiln_error', '')}")
+        self.checks.record(f"{model} {what}: the job's snapshot was restored on the fresh host", restored and run.get("rc") == 0,
+                           f"fresh kilnd: restores found +{fk.get('restores_found', 0):.0f}, {fk.get('snapshot_metrics')}; "
+                           f"kiln's stats ({snap.get('source')}): {json.dumps(snap.get('stats', snap.get('error')))[:600]}")
+        self.checks.record(f"{model} {what}: zero Triton compiles (hook on Triton, every process)", run.get("compiles") == 0 and run.get("rc") == 0,
+                           f"compiles {run.get('compiles')} {run.get('compiled_kernels', [])[:8]}, loads {run.get('loads')}")
+
+    def preempt(self, model: str) -> None:
+        """A kiln process SIGKILLed right after its first step (once the save made after that
+        step has landed), and its successor on a fresh host."""
+        res: dict = self.results["models"].setdefault(model, {})
+        job = f"kiln-gpu-{model}-preempt"
+        cold_est, warm_est = self.estimates(model)
+        self.need(cold_est + warm_est + 15, f"{model} preemption")
+        self.flush_fleet()  # the job's first process compiles everything: nothing in the fleet
+        out: dict = {"job": job}
+        res["preempt_killed"] = out
+        p1 = self.kilnd(f"P1-{model}")
+        try:
+            self.empty_caches()
+            marker = self.work / "results" / f"preempt-{model}-first-step.json"
+            marker.unlink(missing_ok=True)
+            print(f"==> {model} preemption: a kiln process on a new kilnd P1 (fleet flushed, emptied), SIGKILL after its first step "
+                  f"({self.left():.0f} s left)", flush=True)
+            p = self.spawn("preempted (SIGKILL after the first step)", model, "kiln", daemon=p1.uri, job=job, marker=marker, hold=True)
+            proc: subprocess.Popen = p["proc"]
+            bound = time.monotonic() + min(self.left() - warm_est - 20, cold_est * 2 + 60)
+            while not marker.exists() and proc.poll() is None and time.monotonic() < bound:
+                time.sleep(0.05)
+            if not marker.exists():
+                self.kill_group(proc)
+                out.update(self.finish(p, 10))
+                self.checks.record(f"{model} preemption: the process finished its first step", False,
+                                   f"exit {out['rc']}, no marker after {time.monotonic() - p['started']:.0f} s (its log is above)")
+                return
+            first = json.loads(marker.read_text())
+            out["first_step"] = first
+            waited = self.wait_snapshot(p1.uri, job, first["first_step_end_wall"], proc, (first.get("snapshot") or {}).get("stats"))
+            out["snapshot_wait"] = waited
+            killed_wall = time.time()
+            self.kill_group(proc, signal.SIGKILL)
+            out.update(self.finish(p, 30, quiet_rc=(-signal.SIGKILL,)))
+            out["killed_s_after_first_step"] = killed_wall - first["first_step_end_wall"]
+            out["first_call_s"], out["dirs"] = first.get("first_call_s"), first.get("dirs")
+            out["snapshot_at_first_step"] = first.get("snapshot")
+            snap = waited.get("snapshot") or {}
+            self.checks.record(f"{model} preemption: SIGKILLed after its first step, once its snapshot had landed",
+                               out["rc"] == -signal.SIGKILL and waited.get("outcome") in LANDED,
+                               f"exit {out['rc']}; {waited.get('outcome')} after {waited.get('waited_s', 0):.1f} s "
+                               f"({waited.get('polls')} polls of ListSnapshots through P1); killed {out['killed_s_after_first_step']:.1f} s after the "
+                               f"first step ended; snapshot files {snap.get('files')}, bytes {snap.get('total_bytes')}, roots {snap.get('roots')}"
+                               + (f"; errors {waited.get('errors')}" if waited.get("errors") else ""))
+        finally:
+            self.stop_kilnd(p1)
+        self.note_dirs(f"{model} preempted", out.get("dirs"))
+        out["snapshot_through_host_a"] = self.snapshot(self.a.host_a, job)
+        p2 = self.kilnd(f"P2-{model}")
+        try:
+            before = p2.metrics()
+            succ = self.measure("SIGKILL successor, fresh host P2", model, "kiln", fresh=True, daemon=p2.uri, job=job, estimate=warm_est)
+            after = p2.metrics()
+        finally:
+            self.stop_kilnd(p2)
+        self.fresh_kilnd_figures(succ, before, after)
+        res["successor"] = succ
+        self.check_fresh_host(model, "SIGKILL successor", succ)
+        self.same_path(model, "SIGKILL successor", out, [succ])
+
+    def wait_snapshot(self, uri: str, job: str, since_wall: float, proc: subprocess.Popen, stats: dict | None,
+                      timeout: float = 60, settle: float = 10) -> dict:
+        """Polls ListSnapshots until the snapshot has landed: a save made after ``since_wall``
+        (the first step's end) shows in ``updated_unix_ms``; or, when kiln saved inside the step
+        (it saves after every compile), the snapshot has not changed for 3 s, past ``settle`` s
+        (3 s when the process said at the marker that no save was in flight and its saves were
+        done); or ``timeout``."""
+        idle = isinstance(stats, dict) and stats.get("saving") is False and bool(stats.get("saves"))
+        if idle:
+            settle = 3.0
+        t0 = time.monotonic()
+        last, last_change, polls, errors = None, t0, 0, []
+        snap: dict = {}
+        while True:
+            now = time.monotonic()
+            snap = self.snapshot(uri, job)
+            polls += 1
+            if "error" in snap:
+                errors.append(snap["error"])
+                if len(errors) >= 5 and "UNIMPLEMENTED" in snap["error"]:
+                    return {"outcome": "kilnd has no Snapshots service", "errors": errors[-2:], "polls": polls, "waited_s": now - t0}
+            elif snap.get("found") and snap.get("files", 0) > 0:
+                key = (snap["files"], snap["updated_unix_ms"])
+                if key != last:
+                    last, last_change = key, now
+                if snap["updated_unix_ms"] >= since_wall * 1000 - 50:
+                    return {"outcome": LANDED[0], "snapshot": snap, "polls": polls, "waited_s": now - t0,
+                            "errors": errors[-2:]}
+                if now - t0 >= settle and now - last_change >= 3:
+                    return {"outcome": LANDED[1], "snapshot": snap, "polls": polls, "waited_s": now - t0,
+                            "errors": errors[-2:]}
+            if proc.poll() is not None and not (snap.get("found") and snap.get("files", 0) > 0):
+                return {"outcome": f"the process exited ({proc.returncode}) before a save showed", "snapshot": snap, "polls": polls,
+                        "waited_s": now - t0, "errors": errors[-2:]}
+            if now - t0 >= timeout:
+                return {"outcome": f"no save after the first step within {timeout:.0f} s", "snapshot": snap, "polls": polls, "waited_s": now - t0,
+                        "errors": errors[-2:]}
+            time.sleep(0.2)
 
     def no_cache(self, model: str) -> None:
-        """(a), after the herd: it is a cold compile again, the least news per second of GPU time."""
+        """(a), last: a cold compile again, the least news per second of GPU time."""
         res = self.results["models"].setdefault(model, {})
-        est = max(res.get("cold", {}).get("wall_s", 100) * 1.3, 20)
-        res["a_nocache"] = self.single("(a) no caches", model, "nocache", self.fresh_dirs(f"{model}-a"), estimate=est)
+        res["a_nocache"] = self.measure("(a) no caches", model, "nocache", fresh=True, estimate=self.estimates(model)[0])
 
     def values_agree(self, model: str) -> None:
         res = self.results["models"].get(model, {})
         ref = res.get("cold", {}).get("value")
         if not isinstance(ref, float):
             return
-        bad = {k: v.get("value") for k, v in res.items() if isinstance(v.get("value"), float)
-               and abs(v["value"] - ref) > VALUE_TOL[model] * max(abs(ref), 1e-6)}
+        bad = {}
+        for key, v in res.items():
+            if not isinstance(v, dict):
+                continue
+            for i, r in enumerate(v.get("runs", [v])):
+                x = r.get("value")
+                if isinstance(x, float) and abs(x - ref) > VALUE_TOL[model] * max(abs(ref), 1e-6):
+                    bad[f"{key}#{i + 1}" if "runs" in v else key] = x
         self.checks.record(f"{model}: every variant computes the cold run's value (rel tol {VALUE_TOL[model]:g})", not bad,
                            f"cold {ref:.6g}" + (f"; differ: {bad}" if bad else ""))
 
@@ -298,9 +701,8 @@ class Run:
         """The cold run alone (the herd's reference: its compiles are the distinct kernels)."""
         res = self.results["models"].setdefault(model, {})
         if "cold" not in res:
-            res["cold"] = self.single("cold", model, "plain", self.fresh_dirs(f"{model}-cold"),
-                                      estimate=60 if self.a.device == "cpu" else (150 if model == "gpt2" else 60))
-            self.results.setdefault("gpu", res["cold"].get("gpu", ""))
+            res["cold"] = self.measure("cold", model, "plain", fresh=True, estimate=self.estimates(model)[0])
+            self.results["gpu"] = self.results.get("gpu") or res["cold"].get("gpu", "")
 
     def herd(self, model: str, n: int) -> None:
         self.cold_only(model)
@@ -314,25 +716,31 @@ class Run:
             try:
                 barrier = self.work / f"barrier-{mode}"
                 barrier.mkdir(parents=True, exist_ok=True)
-                counts = self.work / f"herd-{mode}-counts"
-                counts.mkdir(parents=True, exist_ok=True)
-                print(f"==> herd of {n} {model} processes, {mode} ({self.left():.0f} s left)", flush=True)
-                procs = [self.child(f"herd-{mode}-{i}", model, mode, self.fresh_dirs(f"herd-{mode}-{i}"), counts,
-                                    daemon=k.uri if k else "", barrier=barrier) for i in range(n)]
+                print(f"==> herd of {n} {model} processes, {mode}, each with directories of its own ({self.left():.0f} s left)", flush=True)
+                procs = []
+                for i in range(n):
+                    dirs = self.work / "herd" / f"{mode}-{i}"
+                    shutil.rmtree(dirs, ignore_errors=True)
+                    procs.append(self.spawn(f"herd-{mode}-{i}", model, mode, daemon=k.uri if k else "", job=f"kiln-gpu-herd-{model}",
+                                            dirs=dirs, barrier=barrier))
                 deadline = time.monotonic() + 300
-                while len(list(barrier.glob("ready.*"))) < n and time.monotonic() < deadline and all(p.poll() is None for p, *_ in procs):
+                while len(list(barrier.glob("ready.*"))) < n and time.monotonic() < deadline and all(p["proc"].poll() is None for p in procs):
                     time.sleep(0.01)
                 go = time.monotonic()
                 (barrier / "go").write_text("")
                 timeout = min(self.left() - 5, 500)
                 # Each child's bound counts from the go, not from its start.
-                results = [self.finish(f"herd-{mode}-{i}", proc, result, log, started, timeout + (go - started))
-                           for i, (proc, result, log, started) in enumerate(procs)]
+                results = [self.finish(p, timeout + (go - p["started"])) for p in procs]
                 wall = time.monotonic() - go
             finally:
                 if k is not None:
                     self.stop_kilnd(k)
-            compiles, loads, per_pid = count_events(counts)
+            per_pid: dict[str, list[str]] = {}
+            compiles = loads = 0
+            for p in procs:
+                c, l, pp = count_events(p["counts"])
+                compiles, loads = compiles + c, loads + l
+                per_pid.update(pp)
             out[mode] = {
                 "compiles": compiles, "loads": loads, "wall_s": wall,
                 "first_call_s": [r.get("first_call_s") for r in results], "rc": [r["rc"] for r in results],
@@ -347,53 +755,221 @@ class Run:
             self.checks.record("herd kiln: each distinct kernel compiled once in the fleet (compiles <= the cold run's)", ok,
                                f"kiln {out['kiln']['compiles']}, torch Redis {out['redis']['compiles']}, one cold process {cold_compiles}")
 
-    # -- report --
 
-    def table(self) -> str:
-        def s(v) -> str:
-            return f"{v:.2f}" if isinstance(v, (int, float)) and math.isfinite(v) else "—"
+# -- kiln's snapshot stats, whatever their exact names --
 
-        def fc(res: dict, key: str):
-            return res.get(key, {}).get("first_call_s")
+#: Keys in kiln.torch.snapshot_stats()["restore"] (kiln/torch_snapshot.py: files and bytes
+#: written, files already present, seconds of the restore thread, seconds the first compile
+#: waited for it), and other names a later version might use.
+SNAP_KEYS = {
+    "seconds": ("seconds", "restore_s", "restore_seconds"),
+    "wait": ("waited_s", "wait_s", "join_wait_s"),
+    "files": ("files", "files_restored", "restored_files"),
+    "bytes": ("bytes", "bytes_restored", "restored_bytes"),
+    "present": ("present", "files_present"),
+}
 
-        lines = [
-            f"### torch.compile first call on a fresh host ({'CPU, tiny models: NOT figures' if self.a.device == 'cpu' else self.results.get('gpu', 'GPU')})",
-            "",
-            "Seconds from the start of the first step (compile included) to its result on the host, each in a fresh process.",
-            "",
-            "| model | cold, no kiln | cold, kiln (host A) | (a) no caches | (b) local warm | (c) torch Redis | (d) kiln, fresh host | (d)/(b) ≤ 1.10 | (d)/(c) < 1 |",
-            "|---|---|---|---|---|---|---|---|---|",
-        ]
-        for model, res in self.results["models"].items():
-            b, c, d = fc(res, "b_local_warm"), fc(res, "c_redis"), fc(res, "d_kiln")
-            rb = d / b if b and d else None
-            rc = d / c if c and d else None
-            lines.append(
-                f"| {model} | {s(fc(res, 'cold'))} | {s(fc(res, 'd_fill'))} | {s(fc(res, 'a_nocache'))} | {s(b)} | {s(c)} | {s(d)} | "
-                f"{s(rb)} {'met' if rb is not None and rb <= 1.10 else 'NOT met' if rb is not None else ''} | "
-                f"{s(rc)} {'met' if rc is not None and rc < 1 else 'NOT met' if rc is not None else ''} |"
-            )
-            res["ratios"] = {"d_over_b": rb, "d_over_c": rc, "cold_kiln_over_cold": (fc(res, "d_fill") / fc(res, "cold")) if fc(res, "d_fill") and fc(res, "cold") else None}
-        lines += ["", "Triton compiles (hook on Triton's compile, every process of the run) and loads (triton.compile calls, hits included):", "",
-                  "| model | cold | (a) | (b) | (c)fill | (c) | (d)fill | (d) | (d) remote hits on the fresh kilnd |", "|---|---|---|---|---|---|---|---|---|"]
-        for model, res in self.results["models"].items():
-            cell = lambda k: f"{res[k]['compiles']}/{res[k]['loads']}" if k in res else "—"  # noqa: E731
-            lines.append(f"| {model} | {cell('cold')} | {cell('a_nocache')} | {cell('b_local_warm')} | {cell('c_fill')} | {cell('c_redis')} | "
-                         f"{cell('d_fill')} | {cell('d_kiln')} | {res.get('d_kiln', {}).get('fresh_host_remote_hits', '—')} |")
-        h = self.results.get("herd") or {}
-        if h.get("kiln") or h.get("redis"):
-            lines += ["", f"Herd: {h['processes']} {h['model']} processes starting together on one GPU, fresh local dirs each, fresh fleet:", "",
-                      "| cache | Triton compiles | distinct kernels | wall until all done (s) | first calls (s) |", "|---|---|---|---|---|"]
-            for mode, name in (("kiln", "kiln"), ("redis", "torch Redis (c)")):
-                if mode in h:
-                    m = h[mode]
-                    lines.append(f"| {name} | {m['compiles']} | {m['distinct_kernels']} | {s(m['wall_s'])} | {', '.join(s(x) for x in m['first_call_s'])} |")
-        if self.results["skipped"]:
-            lines += ["", "**Skipped for time:** " + "; ".join(self.results["skipped"])]
-        return "\n".join(lines) + "\n"
+
+def snap_value(stats, what: str):
+    """A restore figure from kiln.torch's snapshot stats (its ``restore`` part first, then the
+    top level), or None."""
+    if not isinstance(stats, dict):
+        return None
+    restore = [v for k, v in stats.items() if isinstance(v, dict) and "restor" in k]
+    for d in restore + [stats]:
+        for k in SNAP_KEYS[what]:
+            v = d.get(k)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                return v
+    return None
+
+
+# -- the report --
+
+
+def compute_targets(results: dict) -> None:
+    """Issue 10's targets per model, into ``results["targets"]`` and ``results["targets_missed"]``."""
+    targets, missed = {}, []
+    for model, res in results.get("models", {}).items():
+        d = res.get("d_kiln", {})
+        b, c, dd = res.get("b_local_warm", {}).get("first_call_s"), res.get("c_redis", {}).get("first_call_s"), d.get("first_call_s")
+        succ = res.get("successor", {}).get("first_call_s") if res.get("successor", {}).get("rc") == 0 else None
+        t = {
+            "d_over_b": (dd / b if dd and b else None, TARGET_D_OVER_B, "le"),
+            "d_over_c": (dd / c if dd and c else None, TARGET_D_OVER_C, "le"),
+            "d_triton_compiles": (d.get("compiles") if d.get("runs") else None, 0, "eq"),
+            "d_cc_runs": (d.get("cc_runs") if d.get("runs") else None, 0, "eq"),
+            "successor_over_d": (succ / dd if succ and dd else None, TARGET_SUCCESSOR_OVER_D, "le"),
+        }
+        targets[model] = {}
+        for name, (value, bound, op) in t.items():
+            met = None if value is None else (value <= bound if op == "le" else value == bound)
+            targets[model][name] = {"value": value, "bound": bound, "met": met}
+            if met is False:
+                missed.append(f"{model} {name} = {value:.3g} (target {'≤' if op == 'le' else '='} {bound:g})")
+    results["targets"], results["targets_missed"] = targets, missed
+
+
+def render(results: dict) -> str:
+    """torch.md: the tables."""
+
+    def s(v, spec: str = ".2f") -> str:
+        return format(v, spec) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else "—"
+
+    def fc(res: dict, key: str):
+        v = res.get(key, {})
+        return v.get("first_call_s") if v.get("rc", 0) == 0 or "runs" in v else None
+
+    compute_targets(results)
+    cpu = results.get("device") == "cpu"
+    n = results.get("runs_per_variant", 3)
+    layout = results.get("cache_layout", {})
+    models = results.get("models", {})
+    lines = [
+        f"### torch.compile first call on a fresh host ({'CPU, tiny models: NOT figures' if cpu else results.get('gpu') or 'GPU'})",
+        "",
+        "Seconds from the start of the first step (compile included) to its result on the host, each in a fresh process; "
+        f"(b), (c) and (d): the median of {n} runs (each run below). Every variant ran at the same absolute cache paths, "
+        f"as a real fresh host does: Inductor's directory {layout.get('TORCHINDUCTOR_CACHE_DIR', '?')}, Triton's cache dir unset, "
+        f"`TRITON_HOME={layout.get('TRITON_HOME', '?')}`; emptied before every process but (b)'s.",
+        "",
+        "| model | cold, no kiln | cold, kiln (host A) | (b) local warm | (c) torch Redis | (d) kiln, fresh host | SIGKILL successor | (a) no caches |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for model, res in models.items():
+        lines.append(f"| {model} | {s(fc(res, 'cold'))} | {s(fc(res, 'd_fill'))} | {s(fc(res, 'b_local_warm'))} | {s(fc(res, 'c_redis'))} | "
+                     f"{s(fc(res, 'd_kiln'))} | {s(fc(res, 'successor'))} | {s(fc(res, 'a_nocache'))} |")
+
+    def cell(t: dict, spec: str) -> str:
+        if t["met"] is None:
+            return "—"
+        return f"{s(t['value'], spec)} met" if t["met"] else f"**{s(t['value'], spec)} NOT met**"
+
+    lines += ["", "Targets (issue 10" + ("; CPU: meaningless" if cpu else "") + "):", "",
+              f"| model | (d)/(b) ≤ {TARGET_D_OVER_B} | (d)/(c) ≤ {TARGET_D_OVER_C} | Triton compiles in (d) = 0 | C compiler runs in (d) = 0 | "
+              f"SIGKILL successor/(d) ≤ {TARGET_SUCCESSOR_OVER_D} |", "|---|---|---|---|---|---|"]
+    for model, t in results["targets"].items():
+        lines.append(f"| {model} | {cell(t['d_over_b'], '.2f')} | {cell(t['d_over_c'], '.2f')} | {cell(t['d_triton_compiles'], '.0f')} | "
+                     f"{cell(t['d_cc_runs'], '.0f')} | {cell(t['successor_over_d'], '.2f')} |")
+    lines += ["", ("**Targets missed:** " + "; ".join(results["targets_missed"]) + ".") if results["targets_missed"]
+              else "Every target measured was met (— : not measured in this run)."]
+
+    lines += ["", "Every run (first call, s):", "", "| model | (b) local warm | (c) torch Redis | (d) kiln, fresh host |", "|---|---|---|---|"]
+    for model, res in models.items():
+        lines.append(f"| {model} | " + " | ".join(", ".join(s(x) for x in res.get(k, {}).get("first_call_s_runs", [])) or "—"
+                                                  for k in ("b_local_warm", "c_redis", "d_kiln")) + " |")
+
+    lines += ["", "Where the time goes in (d) and the successor (each process; (b)'s median for comparison). Start-up: from the spawn to the "
+              "script's first line (interpreter, site hooks, kiln's `.pth` starting the restore); restore: kiln.torch's figures "
+              "(the restore runs in the background from start-up and is joined at the first compile).", "",
+              "| model | process | start-up | import torch | model and device set-up | snapshot restore (s) | first compile waited (s) | files restored | already present | MB | restores kilnd saw | first call |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for model, res in models.items():
+        b = res.get("b_local_warm")
+        if b:
+            lines.append(f"| {model} | (b) median | {s(b.get('startup_s'))} | {s(b.get('import_s'))} | {s(b.get('setup_s'))} | — | — | — | — | — | — | "
+                         f"{s(b.get('first_call_s'))} |")
+        rows = [(f"(d) #{i + 1}", r) for i, r in enumerate(res.get("d_kiln", {}).get("runs", []))]
+        if res.get("successor"):
+            rows.append(("SIGKILL successor", res["successor"]))
+        for name, r in rows:
+            st = (r.get("snapshot") or {}).get("stats")
+            mb = snap_value(st, "bytes")
+            lines.append(f"| {model} | {name} | {s(r.get('startup_s'))} | {s(r.get('import_s'))} | {s(r.get('setup_s'))} | {s(snap_value(st, 'seconds'))} | "
+                         f"{s(snap_value(st, 'wait'))} | {s(snap_value(st, 'files'), '.0f')} | {s(snap_value(st, 'present'), '.0f')} | "
+                         f"{s(mb / 1e6 if isinstance(mb, (int, float)) else None, '.1f')} | {s((r.get('fresh_kilnd') or {}).get('restores_found'), '.0f')} | "
+                         f"{s(r.get('first_call_s'))} |")
+    for model, res in models.items():
+        r = (res.get("d_kiln", {}).get("runs") or [{}])[0]
+        if r.get("snapshot"):
+            st = r["snapshot"].get("stats")
+            if isinstance(st, dict):
+                restore = st.get("restore") if isinstance(st.get("restore"), dict) else {}
+                brief = {k: restore[k] for k in ("found", "files", "bytes", "present", "missing", "relocated", "roots_restored",
+                                                  "timed_out", "skipped", "seconds", "waited_s") if k in restore}
+                brief.update({"saver": st.get("saver"), "saves": len(st.get("saves") or [])})
+            else:
+                brief = r["snapshot"].get("error")
+            fk = r.get("fresh_kilnd", {})
+            fk_brief = {"restores_found": fk.get("restores_found"), "blob_remote_hits": fk.get("blob_remote_hits"), "blob_misses": fk.get("blob_misses"),
+                        **{k.replace("kiln_snapshot_", ""): v for k, v in (fk.get("snapshot_metrics") or {}).items() if "seconds" not in k}}
+            lines += ["", f"{model} (d) #1: kiln's snapshot stats ({r['snapshot'].get('source')}) `{json.dumps(brief, sort_keys=True, default=str)[:600]}`; "
+                      f"the fresh kilnd's metrics `{json.dumps(fk_brief, sort_keys=True)[:400]}`"]
+        saved = res.get("d_fill", {}).get("snapshot_saved")
+        if saved:
+            saves = (((res["d_fill"].get("snapshot") or {}).get("stats") or {}).get("saves")) or []
+            lines += ["", f"{model} snapshot after (d)fill: {saved.get('files')} files, {s((saved.get('total_bytes') or 0) / 1e6, '.1f')} MB, "
+                      f"roots {saved.get('roots')}" + (f" ({saved['error']})" if saved.get("error") else "")
+                      + (f"; the fill's saves before its result (files, s): {[(x.get('files'), round(x.get('seconds') or 0, 2)) for x in saves]}" if saves else "")]
+        pk = res.get("preempt_killed")
+        if pk:
+            w = pk.get("snapshot_wait", {})
+            lines += ["", f"{model} preemption: the killed process's first call {s(pk.get('first_call_s'))} s (Triton compiles {pk.get('compiles')}); "
+                      f"{w.get('outcome')} after {s(w.get('waited_s'), '.1f')} s; SIGKILL {s(pk.get('killed_s_after_first_step'), '.1f')} s after "
+                      f"its first step (exit {pk.get('rc')}); its snapshot: {(w.get('snapshot') or {}).get('files')} files"]
+
+    lines += ["", "Triton compiles / loads (triton.compile calls, hits included) / C compiler runs (the shims), per process:", "",
+              "| model | cold | (b) | (d)fill | (d) | (c)fill | (c) | SIGKILLed | successor | (a) |", "|---|---|---|---|---|---|---|---|---|---|"]
+
+    def counts(v: dict) -> str:
+        if not v:
+            return "—"
+        rs = v.get("runs", [v])
+        return ", ".join(f"{r.get('compiles', '?')}/{r.get('loads', '?')}/{r.get('cc_runs', '?')}" for r in rs)
+
+    for model, res in models.items():
+        lines.append(f"| {model} | " + " | ".join(counts(res.get(k, {})) for k in
+                     ("cold", "b_local_warm", "d_fill", "d_kiln", "c_fill", "c_redis", "preempt_killed", "successor", "a_nocache")) + " |")
+    h = results.get("herd") or {}
+    if h.get("kiln") or h.get("redis"):
+        lines += ["", f"Herd: {h['processes']} {h['model']} processes starting together on one GPU, each with directories of its own, fresh fleet:", "",
+                  "| cache | Triton compiles | distinct kernels | wall until all done (s) | first calls (s) |", "|---|---|---|---|---|"]
+        for mode, name in (("kiln", "kiln"), ("redis", "torch Redis (c)")):
+            if mode in h:
+                m = h[mode]
+                lines.append(f"| {name} | {m['compiles']} | {m['distinct_kernels']} | {s(m['wall_s'])} | {', '.join(s(x) for x in m['first_call_s'])} |")
+    if results.get("skipped"):
+        lines += ["", "**Skipped for time:** " + "; ".join(results["skipped"])]
+    return "\n".join(lines) + "\n"
+
+
+def checks_text(title: str, checks: list[dict]) -> str:
+    counts = {st: sum(1 for c in checks if c["status"] == st) for st in ("PASS", "FAIL", "SKIP")}
+    lines = [f"## {title}: {counts['PASS']} passed, {counts['FAIL']} failed, {counts['SKIP']} skipped"]
+    for c in checks:
+        if c["status"] != "PASS" or os.environ.get("KILN_GPU_VERBOSE"):
+            lines.append(f"  {c['status']:4}  {c['name']}{': ' + c['detail'] if c['detail'] else ''}")
+    return "\n".join(lines)
+
+
+def merge(out_md: Path, paths: list[Path]) -> int:
+    """One torch.md from several runs' torch.json (later runs win for a model measured twice)."""
+    merged: dict = {"models": {}, "herd": {}, "skipped": [], "checks": []}
+    for p in paths:
+        r = json.loads(p.read_text())
+        for k in ("device", "tiny", "runs_per_variant", "cache_layout", "gpu"):
+            if r.get(k) is not None:
+                merged.setdefault(k, r[k])
+        merged["models"].update(r.get("models", {}))
+        if r.get("herd"):
+            merged["herd"] = r["herd"]
+        merged["skipped"] += r.get("skipped", [])
+        merged["checks"] += r.get("checks", [])
+    md = render(merged)
+    out_md.write_text(md + "\n" + checks_text(f"torch.compile warm start, {len(paths)} runs merged", merged["checks"]) + "\n")
+    out_json = out_md.with_name("torch.json")
+    if out_json.resolve() not in [q.resolve() for q in paths]:
+        common.write_json(out_json, merged)
+    print(md)
+    return 0
 
 
 def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--merge":
+        if len(sys.argv) < 4:
+            print("usage: torch_warmstart.py --merge OUT_MD TORCH_JSON...", file=sys.stderr)
+            return 2
+        return merge(Path(sys.argv[2]), [Path(a) for a in sys.argv[3:]])
     p = argparse.ArgumentParser()
     p.add_argument("--kilnd", required=True)
     p.add_argument("--cuda-root", required=True)
@@ -411,30 +987,54 @@ def main() -> int:
     p.add_argument("--sitecustomize", type=Path, default=HERE / "site")
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     p.add_argument("--tiny", action="store_true")
-    p.add_argument("--models", default="gpt2,regional")
+    p.add_argument("--inductor-dir", type=Path, help="one fixed TORCHINDUCTOR_CACHE_DIR for every variant (default: unset, torch's and kiln's default)")
+    p.add_argument("--models", default="gpt2,regional,convnet")
+    p.add_argument("--runs", type=int, default=3, help="runs of each warm variant, (b), (c) and (d)")
+    p.add_argument("--preempt", default="gpt2", help="models (of --models) that get the preemption case; empty: none")
     p.add_argument("--herd-model", default="gpt2")
     p.add_argument("--herd", type=int, default=4, help="processes in the herd; 0 skips it")
     p.add_argument("--no-a", action="store_true", help="skip variant (a), no caches")
     p.add_argument("--herd-model-strict", action="store_true", help="never fall back to the regional model for the herd")
-    p.add_argument("--phases", default="main,herd,a",
-                   help="main (cold, b, c, d), herd (runs the model's cold first if main did not), a; comma-separated")
+    p.add_argument("--phases", default="main,preempt,herd,a",
+                   help="main (cold, b, d, c per model), preempt, herd (runs the model's cold first if main did not), a; comma-separated")
     args = p.parse_args()
-    run = Run(args)
-    if not pth_dirs():
-        run.checks.info("kiln-torch.pth", "not found on sys.path; KILN_TORCH=1 reaches child processes only through the explicit install()")
-    status = 0
     models = [m for m in args.models.split(",") if m]
-    phases = {p for p in args.phases.split(",") if p}
-    if phases - {"main", "herd", "a"}:
-        p.error(f"--phases: unknown {sorted(phases - {'main', 'herd', 'a'})}")
+    if set(models) - set(MODELS):
+        p.error(f"--models: unknown {sorted(set(models) - set(MODELS))} (known: {', '.join(MODELS)})")
+    phases = {x for x in args.phases.split(",") if x}
+    if phases - {"main", "preempt", "herd", "a"}:
+        p.error(f"--phases: unknown {sorted(phases - {'main', 'preempt', 'herd', 'a'})}")
+    if args.runs < 1:
+        p.error("--runs must be at least 1")
+    run = Run(args)
     run.results["phases"] = sorted(phases)
+    if not pth_dirs():
+        run.checks.record("kiln-torch.pth is on sys.path (KILN_TORCH=1 needs it)", False,
+                          "not found in any sys.path directory: the kiln wheel is not installed where this interpreter looks")
+    print(f"==> torch part: models {models}, phases {sorted(phases)}, {args.runs} runs per warm variant, "
+          f"cache paths {run.results['cache_layout']}, C compiler shims {run.results['cc_shims']}", flush=True)
+    status = 0
+
+    def phase(name: str, fn, *fargs) -> None:
+        try:
+            fn(*fargs)
+            run.save()  # what ran so far, in case the machine's time runs out before the end
+        except OutOfTime as e:
+            run.results["skipped"].append(str(e))
+            run.checks.skip(name, str(e))
+        except Exception as e:  # noqa: BLE001 - one phase's failure; the others still run
+            import traceback
+
+            traceback.print_exc()
+            run.checks.record(f"{name}: ran to the end", False, f"{type(e).__name__}: {e} (traceback above)")
+
     try:
-        for model in models if "main" in phases else []:
-            try:
-                run.model(model)
-            except OutOfTime as e:
-                run.results["skipped"].append(str(e))
-                run.checks.skip(f"{model}: the rest", str(e))
+        if "main" in phases:
+            for model in models:
+                phase(f"{model}: the rest of its main variants", run.model_main, model)
+        if "preempt" in phases:
+            for model in [m for m in models if m in args.preempt.split(",")]:
+                phase(f"{model} preemption", run.preempt, model)
         if args.herd > 0 and "herd" in phases:
             herd_model = args.herd_model if args.herd_model in models else models[-1]
             wall = run.results["models"].get(herd_model, {}).get("cold", {}).get("wall_s", 100)
@@ -442,18 +1042,10 @@ def main() -> int:
             if herd_model != "regional" and run.left() < need and "cold" in run.results["models"].get("regional", {}) and not args.herd_model_strict:
                 run.checks.info("herd model", f"not enough time for a {herd_model} herd ({run.left():.0f} s left, ~{need:.0f} s needed): the regional model instead")
                 herd_model = "regional"
-            try:
-                run.herd(herd_model, args.herd)
-            except OutOfTime as e:
-                run.results["skipped"].append(str(e))
-                run.checks.skip("herd", str(e))
+            phase("herd", run.herd, herd_model, args.herd)
         if not args.no_a and "a" in phases:
             for model in models:
-                try:
-                    run.no_cache(model)
-                except OutOfTime as e:
-                    run.results["skipped"].append(str(e))
-                    run.checks.skip(f"{model} (a)", str(e))
+                phase(f"{model} (a)", run.no_cache, model)
         for model in models:
             run.values_agree(model)
     except Exception as e:  # noqa: BLE001
@@ -464,10 +1056,7 @@ def main() -> int:
     finally:
         for k in list(run.kilnds):
             run.stop_kilnd(k)
-        md = run.table()
-        run.results["checks"] = run.checks.to_json()
-        (args.out / "torch.md").write_text(md + "\n" + run.checks.summary() + "\n")
-        common.write_json(args.out / "torch.json", run.results)
+        md = run.save()
         print("\n" + md, flush=True)
         print(run.checks.summary(), flush=True)
     if run.checks.failed:
