@@ -191,3 +191,50 @@ def test_a_forked_child_gets_its_own_connection(client: kiln.Client, fleet_env: 
     assert report == {"got": {"cuda_utils.so": "launcher"}, "fresh": True}
     assert _fleet.client() is parent_client, "the parent keeps its connection"
     assert KilnRemoteCacheBackend(key).get(["cuda_utils.so"]) == {"cuda_utils.so": b"launcher"}
+
+
+def test_files_in_the_local_cache_are_served_without_asking_kilnd(
+    client: kiln.Client, fleet_env: Kilnd, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A warm host or a restored snapshot: Triton's RemoteCacheManager asks the backend on every
+    lookup, and the backend answers from the local cache directory when it holds every file."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    calls = 0
+    real_client = _fleet.client
+
+    def counting_client() -> kiln.Client:
+        nonlocal calls
+        calls += 1
+        return real_client()
+
+    monkeypatch.setattr(_fleet, "client", counting_client)
+    key = triton_key()
+    local = {"k.cubin": b"local cubin", "k.json": b"{}"}
+    (tmp_path / key).mkdir()
+    for name, data in {**local, "__grp__k.json": group_file(list(local))}.items():
+        (tmp_path / key / name).write_bytes(data)
+    backend = KilnRemoteCacheBackend(key)
+    assert backend.get(["__grp__k.json"]) == {"__grp__k.json": group_file(list(local))}
+    assert backend.get(["k.cubin", "k.json"]) == local
+    assert calls == 0 and kt._leases.held() == [], "no kilnd round trip, no lease"
+
+    # A child missing locally: the children come from the group's entry in kilnd, whole.
+    published = {"k.cubin": b"published cubin", "k.json": b"{}", "__grp__k.json": group_file(list(local))}
+    client.put_blob("triton", VERSION, f"{key}/__grp__k.json", published)
+    (tmp_path / key / "k.json").unlink()
+    backend = KilnRemoteCacheBackend(key)
+    assert list(backend.get(["__grp__k.json"])) == ["__grp__k.json"]
+    assert backend.get(["k.cubin", "k.json"]) == {"k.cubin": b"published cubin", "k.json": b"{}"}
+    assert calls == 1
+
+    # ... and with no entry in kilnd either, a miss: the compile that follows is stored as a group.
+    other = triton_key()
+    (tmp_path / other).mkdir()
+    (tmp_path / other / "__grp__k.json").write_bytes(group_file(["k.cubin"]))
+    backend = KilnRemoteCacheBackend(other)
+    assert list(backend.get(["__grp__k.json"])) == ["__grp__k.json"]
+    assert backend.get(["k.cubin"]) == {}
+    backend.put("k.cubin", b"compiled")
+    backend.put("__grp__k.json", group_file(["k.cubin"]))
+    (entry,) = client.get_blobs("triton", VERSION, [f"{other}/__grp__k.json"])
+    assert entry is not None and entry.files == {"k.cubin": b"compiled", "__grp__k.json": group_file(["k.cubin"])}

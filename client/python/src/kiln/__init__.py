@@ -3,8 +3,10 @@ for Triton (:mod:`kiln.triton`) and torch.compile (:mod:`kiln.torch`).
 
 Modules:
 
-- :mod:`kiln.client` — :class:`Client`: compile, submit/watch, lookup, stats, warm, and the
-  named-blob API (get_blobs, put_blob, lease_blob);
+- :mod:`kiln.client` — :class:`Client`: compile, submit/watch, lookup, stats, warm, the
+  named-blob API (get_blobs, put_blob, lease_blob) and job snapshots (snapshot_save,
+  snapshot_restore, snapshot_list, snapshot_show);
+- :mod:`kiln.snapshot` — job snapshots: directories saved into kilnd and restored on another host;
 - :mod:`kiln.graph` — compile graphs and the kernel builders for CUDA C++, PTX and Triton;
 - :mod:`kiln.results` — typed results (dataclasses and enums);
 - :mod:`kiln.errors` — :class:`KilnError` and its subclasses, carrying the gRPC status;
@@ -12,6 +14,8 @@ Modules:
 - :mod:`kiln.keys` — kiln-key-v1 keys computed locally (needs ``blake3``);
 - :mod:`kiln.triton` — ``KilnRemoteCacheBackend`` for Triton's remote cache;
 - :mod:`kiln.torch` — ``install()``: kiln behind Inductor's remote caches;
+- :mod:`kiln.torch_snapshot` — ``KILN_TORCH=1``: Inductor's and Triton's cache directories
+  restored before the first compile and saved after each;
 - :mod:`kiln.doctor` — ``python -m kiln doctor``.
 """
 
@@ -26,7 +30,9 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     "Client": "client",
     "Lease": "client",
+    "Cancelled": "errors",
     "DaemonUnavailable": "errors",
+    "FailedPrecondition": "errors",
     "DeadlineExceeded": "errors",
     "InvalidArgument": "errors",
     "JobFailed": "errors",
@@ -54,8 +60,18 @@ _EXPORTS: dict[str, str] = {
     "KernelResult": "results",
     "LeaseKind": "results",
     "Outcome": "results",
+    "Placement": "results",
     "Priority": "results",
     "Queued": "results",
+    "RestoreResult": "results",
+    "RootRestore": "results",
+    "SaveResult": "results",
+    "SnapshotFile": "results",
+    "SnapshotInfo": "results",
+    "SnapshotManifest": "results",
+    "SnapshotProgress": "results",
+    "SnapshotRoot": "results",
+    "SnapshotSummary": "results",
     "Started": "results",
     "Stats": "results",
     "Tier": "results",
@@ -85,8 +101,10 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from .client import Client, Lease
     from .errors import (
+        Cancelled,
         DaemonUnavailable,
         DeadlineExceeded,
+        FailedPrecondition,
         InvalidArgument,
         JobFailed,
         KilnError,
@@ -108,8 +126,18 @@ if TYPE_CHECKING:
         KernelResult,
         LeaseKind,
         Outcome,
+        Placement,
         Priority,
         Queued,
+        RestoreResult,
+        RootRestore,
+        SaveResult,
+        SnapshotFile,
+        SnapshotInfo,
+        SnapshotManifest,
+        SnapshotProgress,
+        SnapshotRoot,
+        SnapshotSummary,
         Started,
         Stats,
         Tier,

@@ -8,11 +8,15 @@ right after each has run:
 
 - ``torch._inductor.config``, ``torch._functorch.config``, ``torch._dynamo.config``: switch on
   the remote caches whose flags the user left unset;
-- ``torch._inductor.remote_cache``: replace the remote cache classes (see :mod:`kiln.torch`).
+- ``torch._inductor.remote_cache``: replace the remote cache classes (see :mod:`kiln.torch`);
+- ``torch._dynamo``: join the snapshot restore at the first compile and save after each (see
+  :mod:`kiln.torch_snapshot`).
 
-It also sets Triton's two variables (unless set), so the Triton kernels Inductor compiles go
-through :class:`kiln.triton.KilnRemoteCacheBackend` too. An untested torch version gets one
-warning and is left alone; nothing here raises into the job.
+Before any of that, it starts restoring the job's torch.compile snapshot in a background process
+(:func:`kiln.torch_snapshot.start`), so the restore overlaps ``import torch``. It also sets
+Triton's two variables (unless set), so the Triton kernels Inductor compiles go through
+:class:`kiln.triton.KilnRemoteCacheBackend` too. An untested torch version gets one warning and
+is left alone; nothing here raises into the job.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
@@ -54,6 +59,13 @@ def _on_remote_cache(module: ModuleType) -> None:
         from . import torch as kt
 
         kt.patch_remote_cache(module, str(sys.modules["torch"].__version__))
+
+
+def _on_dynamo(module: ModuleType) -> None:
+    if _version_ok():
+        from . import torch_snapshot
+
+        torch_snapshot.attach(module)
 
 
 class _Loader(importlib.abc.Loader):
@@ -98,20 +110,36 @@ class _Finder(importlib.abc.MetaPathFinder):
         return None
 
 
+def watch(hooks: dict[str, Callable[[ModuleType], None]]) -> None:
+    """Runs each hook on its module right after the module is first imported (at once for one
+    imported already)."""
+    pending = dict(hooks)
+    for name in [n for n in pending if n in sys.modules]:
+        pending.pop(name)(sys.modules[name])
+    if not pending:
+        return
+    finder = next((f for f in sys.meta_path if isinstance(f, _Finder)), None)
+    if finder is None:
+        sys.meta_path.insert(0, _Finder(pending))
+    else:
+        finder._hooks.update(pending)
+
+
 def install_hooks() -> None:
     from . import torch as kt
+    from . import torch_snapshot
 
+    torch_snapshot.start()
     hooks: dict[str, Callable[[ModuleType], None]] = {name: _on_config for name in kt.FLAGS}
     hooks[kt.REMOTE_CACHE_MODULE] = _on_remote_cache
-    already = [name for name in hooks if name in sys.modules]
-    for name in already:
-        hooks.pop(name)(sys.modules[name])
-    if hooks and not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder(hooks))
+    hooks["torch._dynamo"] = _on_dynamo
+    watch(hooks)
     kt.switch_on_triton()
 
 
-try:
-    install_hooks()
-except Exception:  # noqa: BLE001
-    log.warning("kiln: KILN_TORCH is set but setting kiln up failed; torch runs without it", exc_info=True)
+# kiln-torch.pth imports this module under KILN_TORCH; kiln.torch.install() imports it for watch().
+if os.environ.get("KILN_TORCH", "0") not in ("", "0"):
+    try:
+        install_hooks()
+    except Exception:  # noqa: BLE001
+        log.warning("kiln: KILN_TORCH is set but setting kiln up failed; torch runs without it", exc_info=True)

@@ -1,4 +1,4 @@
-"""`Client`: kilnd's Compiler and Blobs services over one gRPC channel.
+"""`Client`: kilnd's Compiler, Blobs and Snapshots services over one gRPC channel.
 
 Errors come back as :class:`kiln.KilnError` subclasses carrying the gRPC status; results as the
 dataclasses of :mod:`kiln.results`. A client is thread-safe (gRPC channels are) but not
@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -27,10 +28,18 @@ from .results import (
     JobFailedEvent,
     LeaseKind,
     Priority,
+    RestoreResult,
+    SaveResult,
+    SnapshotInfo,
+    SnapshotProgress,
+    SnapshotSummary,
     Stats,
     WarmProgress,
     event_from_proto,
 )
+
+if TYPE_CHECKING:
+    from . import snapshot
 
 #: kilnd's gRPC message limit (max_message_mb, 256 by default); the client matches it, so a
 #: large cubin or blob group never meets gRPC's default of 4 MiB.
@@ -90,6 +99,7 @@ class Client:
             self._channel = grpc.insecure_channel(target, options=CHANNEL_OPTIONS + unix)
         self._compiler = kiln_pb2_grpc.CompilerStub(self._channel)
         self._blobs = blob_pb2_grpc.BlobsStub(self._channel)
+        self._snapshots_stub: Any = None
 
     # -- lifecycle --
 
@@ -301,6 +311,62 @@ class Client:
             call.cancel()
             raise
         return Lease(call, first, self.uri)
+
+    # -- Snapshots (the algorithm is in kiln.snapshot, imported on first use: the Triton and
+    # torch integrations, which need only blobs, import this module inside a job's compile) --
+
+    @property
+    def _snapshots(self) -> Any:
+        if self._snapshots_stub is None:
+            from ._proto import snapshot_pb2_grpc
+
+            self._snapshots_stub = snapshot_pb2_grpc.SnapshotsStub(self._channel)
+        return self._snapshots_stub
+
+    def snapshot_save(
+        self,
+        job: str,
+        dirs: snapshot.Roots,
+        keys: snapshot.Keys = None,
+        *,
+        timeout: float | None = None,
+        on_progress: Callable[[SnapshotProgress], None] | None = None,
+    ) -> SaveResult:
+        """Saves ``dirs`` (``{name: dir}``, or ``DIR``/``NAME=DIR`` strings) into ``job``'s snapshot
+        for this host's environment; ``keys`` are the caller's key parts (``{"torch": "2.11.0"}``
+        or ``["torch=2.11.0"]``). kilnd unions them with what is stored: a save never shrinks a
+        snapshot, and a file no tier lacks is never sent. See :func:`kiln.snapshot.save`."""
+        from . import snapshot
+
+        return snapshot.save(self, job, dirs, keys, timeout=timeout, on_progress=on_progress)
+
+    def snapshot_restore(
+        self,
+        job: str,
+        dirs: snapshot.Roots | None = None,
+        keys: snapshot.Keys = None,
+        *,
+        timeout: float | None = None,
+        on_progress: Callable[[SnapshotProgress], None] | None = None,
+    ) -> RestoreResult:
+        """Restores ``job``'s snapshot: every root to its recorded path, or the roots named in
+        ``dirs`` to the directories given. Never overwrites a file; ``found`` is false when this
+        host's environment has no snapshot of the job. See :func:`kiln.snapshot.restore`."""
+        from . import snapshot
+
+        return snapshot.restore(self, job, dirs, keys, timeout=timeout, on_progress=on_progress)
+
+    def snapshot_list(self, job: str | None = None, *, timeout: float | None = None) -> list[SnapshotSummary]:
+        """The snapshots saved through the fleet: every job's, or ``job``'s (one per environment)."""
+        from . import snapshot
+
+        return snapshot.list_snapshots(self, job, timeout=timeout)
+
+    def snapshot_show(self, job: str, keys: snapshot.Keys = None, *, timeout: float | None = None) -> SnapshotInfo:
+        """``job``'s manifest for this host's environment (``manifest`` is ``None`` if none)."""
+        from . import snapshot
+
+        return snapshot.show(self, job, keys, timeout=timeout)
 
 
 class Lease:

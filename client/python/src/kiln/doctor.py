@@ -19,11 +19,16 @@ from typing import Any
 from . import __version__
 from .paths import DAEMON_ENV, daemon_uri
 
-#: Variables that switch kiln on, and the value each needs.
+#: Variables kiln reads, and the value each needs to switch kiln on where one does.
 SWITCHES: dict[str, str | None] = {
     "TRITON_CACHE_MANAGER": "triton.runtime.cache:RemoteCacheManager",
     "TRITON_REMOTE_CACHE_BACKEND": "kiln.triton:KilnRemoteCacheBackend",
     "KILN_TORCH": None,
+    "KILN_TORCH_JOB": None,
+    "KILN_TORCH_SNAPSHOT": None,
+    "KILN_TORCH_RESTORE_WAIT_SECS": None,
+    "TORCHINDUCTOR_CACHE_DIR": None,
+    "TRITON_CACHE_DIR": None,
     "KILN_TRITON_WAIT_SECS": None,
     "KILN_TRITON_HOLD_SECS": None,
 }

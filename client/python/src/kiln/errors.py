@@ -54,6 +54,18 @@ class Unimplemented(KilnError):
     """The daemon does not serve this RPC (a kilnd older than this client)."""
 
 
+class FailedPrecondition(KilnError):
+    """The request does not fit the daemon's state (a snapshot naming a file that was never
+    stored, for example)."""
+
+
+class Cancelled(KilnError):
+    """The caller gave up (a snapshot restore whose ``should_stop`` said stop)."""
+
+    def __init__(self, details: str, *, uri: str | None = None) -> None:
+        super().__init__(grpc.StatusCode.CANCELLED, details, uri=uri)
+
+
 class JobFailed(KilnError):
     """The job as a whole could not finish (the daemon is shutting down, for example).
 
@@ -72,7 +84,16 @@ _BY_CODE: dict[grpc.StatusCode, type[KilnError]] = {
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceeded,
     grpc.StatusCode.NOT_FOUND: NotFound,
     grpc.StatusCode.UNIMPLEMENTED: Unimplemented,
+    grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
 }
+
+
+def from_code(code: str | None, details: str) -> KilnError:
+    """The :class:`KilnError` for a status code by name (``"UNAVAILABLE"``), as another process
+    reported it; ``None`` for an error with no status."""
+    status = getattr(grpc.StatusCode, code, None) if code else None
+    cls = _BY_CODE.get(status, KilnError) if status is not None else KilnError
+    return cls(status, details)
 
 
 def from_rpc_error(error: grpc.RpcError, uri: str | None = None) -> KilnError:

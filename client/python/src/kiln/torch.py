@@ -158,11 +158,6 @@ def _kiln_classes(rc: ModuleType, tool_version: str) -> dict[str, type]:
             self._store = store
 
         def _get(self, key: str) -> bytes | None:
-            # The first lookup of the process warms its empty local caches with the job's
-            # stored artifacts (see kiln.torch_artifacts); torch is fully imported by now.
-            from . import torch_artifacts
-
-            torch_artifacts.restore_once()
             return self._store.get(key)
 
         def _put(self, key: str, data: bytes) -> None:
@@ -214,14 +209,17 @@ def _clear_memoized() -> None:
         getter.cache_clear()
 
 
-def install(*, allow_untested: bool = False, flags: bool = True, triton: bool = True) -> list[str]:
+def install(*, allow_untested: bool = False, flags: bool = True, triton: bool = True, snapshots: bool = True) -> list[str]:
     """Plugs kiln in behind torch.compile's remote caches, in this process; idempotent.
 
     Imports torch, checks its version (raises :class:`UnsupportedTorchVersion` on an untested
     one), replaces the remote cache classes and, with ``flags``, switches on the caches whose
     flags the user left unset; with ``triton``, sets Triton's two variables for
-    :mod:`kiln.triton` unless set. Returns the torch class names replaced. Call it before the
-    first ``torch.compile``; child processes (Inductor's compile workers) need ``KILN_TORCH=1``.
+    :mod:`kiln.triton` unless set; with ``snapshots`` (and ``KILN_TORCH_SNAPSHOT`` not ``0``),
+    restores the job's cache directories at the first compile and saves them after each (see
+    :mod:`kiln.torch_snapshot`; under ``KILN_TORCH=1`` the restore starts earlier, at
+    interpreter start-up). Returns the torch class names replaced. Call it before the first
+    ``torch.compile``; child processes (Inductor's compile workers) need ``KILN_TORCH=1``.
     """
     import torch
 
@@ -235,9 +233,24 @@ def install(*, allow_untested: bool = False, flags: bool = True, triton: bool = 
     _clear_memoized()
     if triton:
         switch_on_triton()
+    if snapshots:
+        from . import _autoinstall, _torch_job, torch_snapshot
+
+        if torch_snapshot.enabled():
+            _torch_job.set_default_dirs()
+            _autoinstall.watch({"torch._dynamo": torch_snapshot.attach})
     return replaced
 
 
 def installed() -> bool:
     """Whether the remote cache classes of this process are kiln's."""
     return "patch" in _done
+
+
+def snapshot_stats() -> dict[str, Any]:
+    """What this process's torch.compile snapshot did: the job, the restore (files, bytes,
+    seconds, how long the first compile waited for it) and every save (see
+    :func:`kiln.torch_snapshot.stats`)."""
+    from . import torch_snapshot
+
+    return torch_snapshot.stats()

@@ -33,6 +33,13 @@ What this backend does with that:
   held in a process-wide table until the group put lands, or the instance is dropped without
   one (the compile raised), or ``KILN_TRITON_HOLD_SECS`` pass (default: the wait bound), or the
   process exits, whichever comes first. PROCEED: a miss, no lease.
+- **Local first.** Triton's ``RemoteCacheManager`` asks the backend on every lookup, even when
+  its local ``FileCacheManager`` has the file (triton/runtime/cache.py). When every file asked
+  for is already in the local cache directory of the kernel's key (a warm host, or a restored
+  snapshot), the backend returns those bytes without asking kilnd, so a restored snapshot serves
+  kernels at local-disk speed. Should a group file be local but not all its children, the
+  children come from the group's entry in kilnd (one writer's files), else the lookup is a miss
+  and the compile is stored as a group.
 - **kilnd down.** Triton compiles locally as if there were no remote cache; the job gets one
   warning, and kiln asks again only every 30 s (see :mod:`kiln._fleet`). No method raises.
 
@@ -51,6 +58,7 @@ import time
 import weakref
 
 import triton
+from triton import knobs
 from triton.runtime.cache import RemoteCacheBackend
 
 from . import _fleet
@@ -173,6 +181,8 @@ class KilnRemoteCacheBackend(RemoteCacheBackend):
         #: The lease this instance holds, if any: its key, itself, and the finalizer that
         #: releases it when the instance is dropped without a group put (the compile raised).
         self._lease: tuple[bytes, Lease, weakref.finalize] | None = None
+        #: The group file answered from the local cache directory, if any.
+        self._local_group: str | None = None
 
     def _caller_key(self, filename: str) -> bytes:
         return f"{self._key}/{filename}".encode()
@@ -187,6 +197,12 @@ class KilnRemoteCacheBackend(RemoteCacheBackend):
             return {}
 
     def _get(self, filenames: list[str]) -> dict[str, bytes]:
+        on_disk = self._on_disk(filenames)
+        if on_disk is not None:
+            self._local_group = next((n for n in filenames if n.startswith(GROUP_PREFIX)), self._local_group)
+            return on_disk
+        if self._local_group is not None and self._group is None and self._pending is None:
+            self._children_of_local_group()
         found: dict[str, bytes] = {}
         ask: list[str] = []
         for name in filenames:
@@ -216,6 +232,37 @@ class KilnRemoteCacheBackend(RemoteCacheBackend):
                 if data is not None:
                     found[name] = data
         return found
+
+    def _on_disk(self, filenames: list[str]) -> dict[str, bytes] | None:
+        """Every file from the local cache directory of this key (where Triton's
+        ``FileCacheManager`` keeps it), or ``None`` unless all are there. Triton writes each file
+        whole (a temporary directory, then a rename), as a snapshot restore does."""
+        directory = os.path.join(knobs.cache.dir, self._key)
+        found: dict[str, bytes] = {}
+        for name in filenames:
+            try:
+                with open(os.path.join(directory, name), "rb") as f:
+                    found[name] = f.read()
+            except OSError:
+                return None
+        return found
+
+    def _children_of_local_group(self) -> None:
+        """The group file was local but not every child is: answer from the group's entry in
+        kilnd, so the files are one writer's; without one, the lookup is a compile's miss."""
+        name = self._local_group
+        assert name is not None
+        key = self._caller_key(name)
+        entries: list[BlobEntry | None] = _fleet.call(
+            "Triton cache lookup",
+            lambda c: c.get_blobs(NAMESPACE, self._version, [key], timeout=GET_TIMEOUT_SECS),
+            [None],
+        )
+        entry = entries[0] if entries else None
+        if entry is not None and name in entry.files:
+            self._group = dict(entry.files)
+        else:
+            self._pending = {}
 
     def _local(self, name: str) -> bytes | None:
         if self._group is not None and name in self._group:

@@ -1,0 +1,70 @@
+"""The restore of a torch.compile snapshot, as its own process (``python -m kiln._torch_restore
+'{"job": ..., "roots": {...}}'``), started by :mod:`kiln.torch_snapshot` at interpreter start-up.
+
+A process rather than a thread of the job: a restore thread in the job's interpreter contended
+for the GIL with ``import torch``, which on an H100 made the import about a second slower and the
+restore several times slower. Here the restore has a core of its own. SIGTERM (the job's first
+compile gave up waiting) makes it stop before placing anything; a SIGKILL at any point leaves
+only whole files, as any restore. Prints one JSON line: what it restored, the warnings to log,
+or the error, which the job reports at its first compile (so a process that never compiles never
+warns).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+import time
+from dataclasses import replace
+from typing import Any
+
+#: Deadline of each call: a restore that outlives the job's wait is stopped anyway.
+CALL_SECS = 300.0
+
+
+def restore(job: str, roots: dict[str, str], should_stop: threading.Event) -> dict[str, Any]:
+    from . import _torch_job, errors, snapshot
+    from .client import Client
+    from .torch import UnsupportedTorchVersion, check_version
+
+    version = _torch_job.keys()["torch"]
+    try:
+        if version != "none":
+            check_version(version)
+    except UnsupportedTorchVersion:
+        return {"skipped": f"torch {version} is untested"}
+    try:
+        with Client() as client:
+            result = snapshot.restore(
+                client, job, roots, _torch_job.keys(), timeout=CALL_SECS, should_stop=should_stop.is_set, warn=False
+            )
+    except errors.Cancelled:
+        return {"cancelled": True}
+    except errors.KilnError as e:
+        return {"error": {"code": e.code.name if e.code is not None else None, "details": e.details}}
+    return {
+        "found": result.found, "key": result.key, "files": result.restored_files, "bytes": result.restored_bytes,
+        "present": result.present, "missing": result.missing, "relocated": [r.name for r in result.relocated],
+        "roots_restored": [r.name for r in result.roots],
+        "warnings": snapshot.restore_warnings(replace(result, unknown_roots=[])),
+    }
+
+
+def main(argv: list[str]) -> int:
+    started = time.perf_counter()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        request = json.loads(argv[0])
+        out = restore(request["job"], request["roots"], stop)
+    except Exception as e:  # noqa: BLE001 - reported by the job, which goes on cold
+        out = {"error": {"code": None, "details": f"{type(e).__name__}: {e}"}}
+    out["seconds"] = time.perf_counter() - started
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
