@@ -213,3 +213,14 @@ def test_install_in_code_restores_at_the_first_compile(kilnd: Kilnd, tmp_path: P
     out = json.loads(run.stdout.strip().splitlines()[-1])
     assert out["counters"] == {"hit": 1, "miss": 0}
     assert out["stats"]["restore"]["found"] and out["stats"]["joined"]
+
+
+def test_helper_processes_restore_only_if_they_compile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # torch and its tools start `python -c`/`-m` helpers that inherit KILN_TORCH_JOB and never
+    # compile: they must not restore at start-up (each would ask kilnd and stat every file).
+    monkeypatch.setenv(_torch_job.JOB_ENV, "job-x")
+    script = tmp_path / "train.py"
+    script.write_text("print('train')\n")
+    assert _torch_job.job_at_startup([str(script)]) == "job-x"
+    for argv in (["-c", "import torch"], ["-m", "torch.distributed.run"], [""]):
+        assert _torch_job.job_at_startup(argv) is None, argv

@@ -97,14 +97,15 @@ def job_of_script(path: str | None) -> str | None:
 
 
 def job_at_startup(argv: list[str]) -> str | None:
-    """The job as far as interpreter start-up can tell: ``KILN_TORCH_JOB``, else the main
-    script (``sys.argv[0]`` is set when ``.pth`` files run; ``__main__.__file__`` is not).
-    ``None`` for ``-c``, ``-m`` and interactive sessions: :func:`job_now` tells later."""
-    if os.environ.get(JOB_ENV):
-        return os.environ[JOB_ENV]
+    """The job as far as interpreter start-up can tell, for a process that runs a script:
+    ``KILN_TORCH_JOB``, else the script (``sys.argv[0]`` is set when ``.pth`` files run;
+    ``__main__.__file__`` is not). ``None`` for ``-c``, ``-m`` and interactive sessions, even
+    with ``KILN_TORCH_JOB`` set: torch and its tools start many such helper processes that inherit
+    the job's environment and never compile (a GPT-2 step started ten), so they restore only if
+    they reach a first compile, where :func:`job_now` tells."""
     if not argv or argv[0] in ("", "-c", "-m", "-"):
         return None
-    return job_of_script(argv[0])
+    return os.environ.get(JOB_ENV) or job_of_script(argv[0])
 
 
 def job_now() -> str | None:
