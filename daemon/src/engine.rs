@@ -76,6 +76,17 @@ fn tier_of(name: TierName) -> pb::Tier {
     }
 }
 
+/// Whether a fleet answer is stored in this host's tiers too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Adopt {
+    /// Memory now, disk just after: what a compile's graph wants, since this host will ask again.
+    Locally,
+    /// Not at all: the caller keeps the bytes itself (a snapshot restore writes them into the
+    /// job's directory), and a copy here would cost a disk write and an fsync per file, next to
+    /// the job that is starting.
+    No,
+}
+
 /// The metric label of a tier that answered.
 fn tier_name(tier: pb::Tier) -> &'static str {
     match tier {
@@ -176,16 +187,18 @@ impl Engine {
     /// Answers as many of `keys` as the caches can, asking the fleet cache for all the local
     /// misses in one BatchGet: a fresh host warm-starts a whole graph in one round trip.
     pub async fn prefetch(&self, keys: &[CacheKey]) -> HashMap<CacheKey, Outcome> {
-        self.prefetch_where(keys, |_, _| true).await
+        self.prefetch_where(keys, |_, _| true, Adopt::Locally).await
     }
 
     /// [`Engine::prefetch`], answering only artifacts that `accept` takes: a content-addressed
     /// caller checks the bytes against their address here, before a fleet answer is adopted into
     /// the local tiers. A refused artifact reads as a miss and is counted as an integrity failure.
+    /// With [`Adopt::No`], fleet answers are passed on without being stored on this host.
     pub async fn prefetch_where(
         &self,
         keys: &[CacheKey],
         accept: impl Fn(&CacheKey, &Artifact) -> bool,
+        adopt: Adopt,
     ) -> HashMap<CacheKey, Outcome> {
         let refused = |key: &CacheKey, tier: &'static str| {
             tracing::warn!(%key, tier, "cache entry refused: its content does not match its address");
@@ -225,6 +238,9 @@ impl Engine {
         for (key, lookup) in fetched.unwrap_or_default() {
             match fleet.verify(&key, lookup) {
                 Some(Found::Artifact(a, _)) if !accept(&key, &a) => refused(&key, "remote"),
+                Some(Found::Artifact(a, _)) if adopt == Adopt::No => {
+                    found.insert(key, Outcome::from_artifact(Arc::from(a), pb::Tier::Remote));
+                }
                 Some(f) => {
                     found.insert(key, self.adopt(&key, f).await);
                 }

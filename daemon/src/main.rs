@@ -26,8 +26,17 @@ fn main() -> anyhow::Result<()> {
         std::process::exit(runtime.block_on(kiln_daemon::check::run(&config, json)));
     }
     runtime.block_on(async {
+        // Every start-up check first (toolchains, GPUs, cache directory, fleet settings): a
+        // kilnd that cannot start never leaves a socket that refuses connections.
+        let built = server::build(&config).await?;
         let listeners = bind(&config).await?;
-        server::run(listeners, config, shutdown_signal()).await
+        let socket = config.socket.clone();
+        let served = server::serve(built, listeners, config, shutdown_signal()).await;
+        // Ours to remove: bind_unix refused to start over a live daemon's socket.
+        if let Err(e) = std::fs::remove_file(&socket) {
+            tracing::warn!(socket = %socket.display(), error = %e, "could not remove the socket");
+        }
+        served
     })
 }
 

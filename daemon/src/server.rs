@@ -140,14 +140,16 @@ pub async fn build(config: &Config) -> anyhow::Result<Built> {
     Ok(Built { service: Arc::new(service), metrics, remote })
 }
 
-/// Serves until `shutdown` resolves, then stops accepting, drains running work within the
-/// configured bound and returns.
-pub async fn run(
+/// Serves what [`build`] made until `shutdown` resolves, then stops accepting, drains running
+/// work within the configured bound and returns. The caller binds the listeners after `build`
+/// succeeded, so a start-up that fails (no CUDA toolkit, say) never leaves a socket behind.
+pub async fn serve(
+    built: Built,
     listeners: Listeners,
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let Built { service, metrics, remote } = build(&config).await?;
+    let Built { service, metrics, remote } = built;
     let stop = CancellationToken::new();
     let trigger = stop.clone();
     let stop_watch = tokio::spawn(async move {

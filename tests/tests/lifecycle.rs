@@ -52,7 +52,10 @@ async fn socket_health_and_metrics() {
     assert_eq!(stats.default_target, "sm_90");
     assert_eq!(stats.toolchains[0].name, "nvrtc");
     assert_eq!(stats.toolchains[0].fingerprint.len(), 64);
+    let socket = d.socket.clone();
+    assert!(socket.exists());
     d.stop();
+    assert!(!socket.exists(), "kilnd left its socket behind after SIGTERM");
 }
 
 /// A compile keeps going to fill the cache when its client disconnects.

@@ -234,6 +234,15 @@ fn a_fresh_host_restores_byte_identical_files_with_modes_through_the_fleet() {
     for needle in ["1 restore (1 found, 0 with no snapshot for this host)", "snapshot files  6 fetched ("] {
         assert!(text.stdout.contains(needle), "missing {needle:?} in\n{}", text.stdout);
     }
+
+    // A restore keeps no copy of the files in B's tiers (the directory is the copy; a disk-tier
+    // write and fsync per file would compete with the job starting), only the manifest; yet B's
+    // save after it sends nothing: the fleet holds every file.
+    let disk_writes = metric(&b.metrics_text(), "kiln_cache_writes_total{tier=\"disk\",result=\"ok\"}");
+    assert!(disk_writes <= 1.0, "B wrote {disk_writes} entries to its disk tier: more than the manifest");
+    let from_b = save(&b, "fresh-host", &[&root]);
+    assert_eq!(from_b.ok()["changed"], false, "{from_b:?}");
+    assert_eq!((from_b.count("files_uploaded"), from_b.count("bytes_uploaded")), (0, 0), "B re-sent restored files");
 }
 
 #[test]

@@ -23,6 +23,8 @@ fn kilnd_fails_with(cuda_root: &std::path::Path, want: &str) {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains(want), "expected {want:?} in {stderr}");
     assert!(!stderr.contains("panicked"), "kilnd panicked: {stderr}");
+    // The socket is bound only once every start-up check passed: a failed start leaves none.
+    assert!(!dir.path().join("k.sock").exists(), "a failed start left its socket behind");
 }
 
 #[test]

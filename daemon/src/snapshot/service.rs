@@ -77,14 +77,27 @@ impl SnapshotState {
                 new.push(d);
             }
         }
-        for (digest, size) in self.local_sizes(&new).await {
+        let here = self.local_sizes(&new).await;
+        let elsewhere: Vec<[u8; 32]> = here.iter().filter(|(_, size)| size.is_none()).map(|(d, _)| *d).collect();
+        let in_fleet: HashSet<[u8; 32]> = match elsewhere.is_empty() {
+            true => HashSet::new(),
+            false => {
+                let held = self.store.fleet_holds(&elsewhere).await.unwrap_or_default();
+                elsewhere.iter().zip(held).filter(|(_, held)| *held).map(|(d, _)| *d).collect()
+            }
+        };
+        for (digest, size) in here {
             let i = first_use[&digest];
             let file = &req.files[i];
             match size {
+                // In the fleet cache only (another host stored it): a restore checks its digest
+                // and size when it fetches it.
+                None if in_fleet.contains(&digest) => {}
                 None => {
                     Metrics::count(&self.metrics.snapshot_saves, "refused", 1);
                     return Err(Status::failed_precondition(format!(
-                        "files[{i}]: {}/{} (content {}) is not stored on this host; send it with PutFiles first",
+                        "files[{i}]: {}/{} (content {}) is stored neither on this host nor in the fleet cache; send it with \
+                         PutFiles first",
                         file.root,
                         file.path,
                         hex::encode(digest)
@@ -201,14 +214,24 @@ impl pb::snapshots_server::Snapshots for SnapshotService {
         request: Request<pb::MissingFilesRequest>,
     ) -> Result<Response<pb::MissingFilesResponse>, Status> {
         let digests = validate::digests("digests", &request.into_inner().digests, 1)?;
-        let (held, missing): (Vec<_>, Vec<_>) =
-            self.0.local_sizes(&digests).await.into_iter().partition(|(_, size)| size.is_some());
-        // What this host holds need not be sent, but the fleet may have lost some of it; that is
-        // kilnd's to mend, after the answer (a save's next step waits on nothing of it).
-        let held: Vec<[u8; 32]> = held.into_iter().map(|(d, _)| d).collect();
-        let this = Arc::clone(&self.0);
-        self.0.store.engine.tracker.spawn(async move { this.store.republish_lost(&held).await });
-        Ok(Response::new(pb::MissingFilesResponse { missing: missing.into_iter().map(|(d, _)| d.to_vec()).collect() }))
+        let here = self.0.local_sizes(&digests).await;
+        // A file is missing when neither this host nor the fleet holds it. A restore does not
+        // keep its files in this host's tiers, so a save after it finds them in the fleet.
+        let in_fleet = self.0.store.fleet_holds(&digests).await;
+        let (mut missing, mut lost) = (Vec::new(), Vec::new());
+        for (i, (digest, size)) in here.into_iter().enumerate() {
+            match (size.is_some(), in_fleet.as_ref().map(|held| held[i])) {
+                (false, Some(true)) | (true, None) | (true, Some(true)) => {}
+                (false, _) => missing.push(digest.to_vec()),
+                (true, Some(false)) => lost.push(digest),
+            }
+        }
+        // What this host holds and the fleet lost is kilnd's to mend, after the answer.
+        if !lost.is_empty() {
+            let this = Arc::clone(&self.0);
+            self.0.store.engine.tracker.spawn(async move { this.store.republish(&lost).await });
+        }
+        Ok(Response::new(pb::MissingFilesResponse { missing }))
     }
 
     async fn put_files(&self, request: Request<pb::PutFilesRequest>) -> Result<Response<pb::PutFilesResponse>, Status> {

@@ -7,7 +7,7 @@
 //! (their key is their content), so they are read fastest tier first.
 
 use crate::blob::entry;
-use crate::engine::Engine;
+use crate::engine::{Adopt, Engine};
 use crate::fleet::Found;
 use crate::store::{Stored, TierName};
 use bytes::Bytes;
@@ -62,23 +62,29 @@ impl SnapshotStore {
         (blake3::hash(&data).as_bytes() == digest).then_some(data.len() as u64)
     }
 
-    /// Of files this host holds, stores again in the fleet cache those it no longer has (Redis
-    /// evicted them, or kiln-cache deleted a damaged copy), so fresh hosts can restore them.
-    /// Asks the fleet which it lacks without downloading anything; a fleet that does not answer
-    /// is left alone.
-    pub async fn republish_lost(&self, held: &[[u8; 32]]) {
-        let Some(fleet) = self.engine.fleet.as_ref().filter(|f| f.tier.usable()) else { return };
-        for chunk in held.chunks(CONTAINS_CHUNK) {
+    /// Which of `digests` the fleet cache holds, asked without downloading anything; `None`
+    /// when there is no fleet cache or it does not answer.
+    pub async fn fleet_holds(&self, digests: &[[u8; 32]]) -> Option<Vec<bool>> {
+        let fleet = self.engine.fleet.as_ref().filter(|f| f.tier.usable())?;
+        let mut held = Vec::with_capacity(digests.len());
+        for chunk in digests.chunks(CONTAINS_CHUNK) {
             let keys: Vec<CacheKey> = chunk.iter().map(snapshot_file_key).collect();
             let answer = fleet.tier.client.contains(&keys).await;
             fleet.tier.observe(&answer);
-            let Ok(present) = answer else { return };
-            for (key, _) in keys.iter().zip(present).filter(|(_, present)| !present) {
-                let Some(hit) = self.engine.store.get_local(key).await else { continue };
-                let Some(data) = single(&hit.artifact, FILE_NAMESPACE, pb::Tier::Unspecified) else { continue };
-                tracing::info!(%key, "snapshot file lost from the fleet cache; stored again");
-                self.engine.store.put_where(key, seal(key, FILE_NAMESPACE, data), |t| t == TierName::Remote).await;
-            }
+            held.extend(answer.ok()?);
+        }
+        Some(held)
+    }
+
+    /// Stores again in the fleet cache files this host holds and the fleet lost (Redis evicted
+    /// them, or kiln-cache deleted a damaged copy), so fresh hosts can restore them.
+    pub async fn republish(&self, digests: &[[u8; 32]]) {
+        for digest in digests {
+            let key = snapshot_file_key(digest);
+            let Some(hit) = self.engine.store.get_local(&key).await else { continue };
+            let Some(data) = single(&hit.artifact, FILE_NAMESPACE, pb::Tier::Unspecified) else { continue };
+            tracing::info!(%key, "snapshot file lost from the fleet cache; stored again");
+            self.engine.store.put_where(&key, seal(&key, FILE_NAMESPACE, data), |t| t == TierName::Remote).await;
         }
     }
 
@@ -98,7 +104,7 @@ impl SnapshotStore {
             let data = single(artifact, FILE_NAMESPACE, pb::Tier::Unspecified);
             data.is_some_and(|d| by_key.get(key).is_some_and(|want| blake3::hash(&d).as_bytes() == want))
         };
-        let found = self.engine.prefetch_where(&keys, content_matches).await;
+        let found = self.engine.prefetch_where(&keys, content_matches, Adopt::No).await;
         found
             .into_iter()
             .filter_map(|(key, outcome)| {
