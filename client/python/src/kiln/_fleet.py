@@ -50,6 +50,8 @@ class _State:
         self.warned: set[str] = set()
         #: Clients of a parent process, inherited by fork: kept alive, never used or closed.
         self.orphans: list[Client] = []
+        #: A forked child whose new client has not answered yet (see :func:`_retry_after_fork`).
+        self.unproven_after_fork = False
 
 
 _state = _State()
@@ -62,6 +64,7 @@ def _check_fork() -> None:
                 if _state.client is not None:
                     _state.orphans.append(_state.client)
                 _state.client = None
+                _state.unproven_after_fork = True
                 _state.pid = os.getpid()
                 _state.down_until = 0.0
                 _state.warned_down = False
@@ -124,15 +127,37 @@ def failed(error: BaseException, what: str) -> None:
             log.warning("kiln: %s failed unexpectedly, treated as a miss", what, exc_info=error)
 
 
+def _retry_after_fork(error: BaseException) -> bool:
+    """Whether to try once more with a new client: in a forked child, grpcio's first channel
+    sometimes fails its first call with UNAVAILABLE ("sendmsg: Wrong file descriptor
+    generation"), and a new channel may work."""
+    if not (isinstance(error, errors.KilnError) and error.code == grpc.StatusCode.UNAVAILABLE):
+        return False
+    with _state.lock:
+        if not _state.unproven_after_fork:
+            return False
+        _state.unproven_after_fork = False
+        if _state.client is not None:
+            _state.orphans.append(_state.client)
+        _state.client = None
+    return True
+
+
 def call(what: str, fn: Callable[[Client], T], default: T) -> T:
     """``fn(client)``, or ``default`` when kiln is backing off or the call fails (recorded)."""
     if not available():
         return default
     try:
-        result = fn(client())
+        try:
+            result = fn(client())
+        except Exception as e:  # noqa: BLE001 - retried once, below, or recorded
+            if not _retry_after_fork(e):
+                raise
+            result = fn(client())
     except Exception as e:  # noqa: BLE001 - the job must not fail because of its cache
         failed(e, what)
         return default
+    _state.unproven_after_fork = False
     if _state.warned_down and _state.down_until:
         with _state.lock:
             back = _state.down_until != 0.0
