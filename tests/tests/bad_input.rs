@@ -87,6 +87,12 @@ async fn host_paths_in_includes_are_failed_outcomes_without_contents() {
             kernel("dots", cuda("#include \"../../../../etc/passwd\"\n")),
             kernel("spliced", cuda("#inc\\\nlude \"/etc/passwd\"\n")),
             kernel("header", evil_header),
+            // Probes that would tell whether a host file exists, without reading it.
+            kernel(
+                "probe",
+                cuda("#if __has_include(</etc/shadow>)\nextern \"C\" __global__ void has_shadow() {}\n#endif\n"),
+            ),
+            kernel("probe-macro", cuda("#define H __has_include(\"/etc/passwd\")\n#if H\nint x;\n#endif\n")),
             kernel("fine", cuda(&vector_add(3))),
         ],
     );
@@ -95,7 +101,7 @@ async fn host_paths_in_includes_are_failed_outcomes_without_contents() {
     })
     .await
     .expect("a hostile include must not hang the daemon");
-    for id in ["passwd", "zero", "dots", "spliced", "header"] {
+    for id in ["passwd", "zero", "dots", "spliced", "header", "probe", "probe-macro"] {
         let k = job.kernel(id).unwrap();
         assert_eq!(k.outcome(), Outcome::Failed, "{id}");
         assert!(k.log.contains("outside the given headers"), "{id}: {}", k.log);

@@ -41,10 +41,71 @@ pub fn check(source: &str) -> Result<(), IncludeError> {
         let Some(name) = name.filter(|n| !n.is_empty()) else {
             return err("malformed #include".into());
         };
-        if name.starts_with('/') || name.contains('\\') || name.split('/').any(|part| part == "..") {
+        if outside(name) {
             let shown: String = name.chars().take(80).collect();
             return err(format!("#include \"{shown}\" names a path outside the given headers"));
         }
+    }
+    for (line, text) in logical_lines(source) {
+        has_include_probes(&text).map_err(|reason| IncludeError { line, reason })?;
+    }
+    Ok(())
+}
+
+/// Whether an include name could reach a file other than the given headers and the toolkit's.
+fn outside(name: &str) -> bool {
+    name.starts_with('/') || name.contains('\\') || name.split('/').any(|part| part == "..")
+}
+
+/// `__has_include(NAME)` answers whether a file exists without opening it: a probe of a host
+/// path (`#if __has_include(</etc/shadow>)`) would tell a client what the daemon's host holds.
+/// Every use is checked like `#include`, in any line (a macro can carry one into an `#if`);
+/// `__has_include_next` and computed operands are refused. String literals are skipped.
+fn has_include_probes(text: &str) -> Result<(), String> {
+    const PROBE: &str = "__has_include";
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    let mut quote: Option<u8> = None;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if let Some(q) = quote {
+            i += if b == b'\\' { 2 } else { 1 };
+            if b == q {
+                quote = None;
+            }
+            continue;
+        }
+        let starts_word = i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_');
+        if !(starts_word && text[i..].starts_with(PROBE)) {
+            if b == b'"' || b == b'\'' {
+                quote = Some(b);
+            }
+            i += 1;
+            continue;
+        }
+        let word: String = text[i..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+        i += word.len();
+        match word.as_str() {
+            "__has_include" => {}
+            "__has_include_next" => return Err("__has_include_next is not allowed".into()),
+            _ => continue,
+        }
+        let operand = text[i..].trim_start().strip_prefix('(').map(str::trim_start).unwrap_or("");
+        let name = match operand.chars().next() {
+            Some('"') => operand[1..].split('"').next(),
+            Some('<') => operand[1..].split('>').next(),
+            _ => {
+                return Err("computed __has_include is not allowed: name the header in quotes or angle brackets".into());
+            }
+        };
+        let name = name.unwrap_or_default();
+        if name.is_empty() || outside(name) {
+            let shown: String = name.chars().take(80).collect();
+            return Err(format!("__has_include(\"{shown}\") names a path outside the given headers"));
+        }
+        // On past the operand's closing quote or bracket, so a quoted name is not taken for
+        // the start of a string literal.
+        i = text.len() - operand.len() + name.len() + 2;
     }
     Ok(())
 }
@@ -140,5 +201,35 @@ mod tests {
             assert!(check(bad).is_err(), "{bad:?} passed");
         }
         assert_eq!(check("int a;\n\n#include \"/etc/passwd\"").unwrap_err().line, 3);
+    }
+
+    #[test]
+    fn has_include_probes_of_host_paths_are_refused() {
+        for bad in [
+            "#if __has_include(</etc/shadow>)\nint x;\n#endif",
+            "#if __has_include( \"/etc/shadow\" )\n#endif",
+            "#elif __has_include(\"../../etc/passwd\")",
+            "#define HAS __has_include(</root/.ssh/id_rsa>)\n#if HAS\n#endif",
+            "#if defined(X) && __has_in\\\nclude(</etc/shadow>)\n#endif",
+            "#if __has_include_next(<cuda_fp16.h>)\n#endif",
+            "#define P </etc/shadow>\n#if __has_include(P)\n#endif",
+        ] {
+            let e = check(bad).expect_err(bad);
+            assert!(e.reason.contains("__has_include"), "{bad:?}: {}", e.reason);
+        }
+        assert_eq!(check("int a;\n#if __has_include(</etc/shadow>)\n#endif").unwrap_err().line, 2);
+    }
+
+    #[test]
+    fn has_include_of_headers_and_strings_mentioning_it_pass() {
+        for good in [
+            "#if __has_include(<cuda_fp16.h>)\n#include <cuda_fp16.h>\n#endif",
+            "#if __has_include(\"local/a.h\") && __has_include(<b.h>)\n#endif",
+            "const char* s = \"__has_include(</etc/shadow>)\";",
+            "// __has_include(</etc/shadow>)\nint y;",
+            "int my__has_include_x = 1;",
+        ] {
+            assert_eq!(check(good), Ok(()), "{good:?}");
+        }
     }
 }
