@@ -20,9 +20,13 @@ pub struct Flags {
     /// Unix socket to listen on (created 0660).
     #[arg(long, env = "KILN_SOCKET")]
     pub socket: Option<PathBuf>,
-    /// Optional TCP address, e.g. 127.0.0.1:7070.
+    /// Optional TCP address, e.g. 127.0.0.1:7070. Loopback only, unless --listen-insecure.
     #[arg(long, env = "KILN_LISTEN")]
     pub listen: Option<SocketAddr>,
+    /// Serve --listen on a non-loopback address although the TCP listener has no authentication:
+    /// anyone who reaches it can have code run in kilnd's Triton workers.
+    #[arg(long, env = "KILN_LISTEN_INSECURE")]
+    pub listen_insecure: bool,
     /// Cache directory for the disk tier.
     #[arg(long, env = "KILN_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,
@@ -147,6 +151,8 @@ pub struct Limits {
 pub struct Config {
     pub socket: PathBuf,
     pub listen: Option<SocketAddr>,
+    /// `--listen` may name a non-loopback address.
+    pub listen_insecure: bool,
     pub cache_dir: PathBuf,
     pub target: Option<String>,
     pub metrics: Option<SocketAddr>,
@@ -207,6 +213,19 @@ impl Defaults {
 const MIB: u64 = 1024 * 1024;
 
 impl Config {
+    /// Refuses a TCP listener other hosts could reach, unless asked for by name: the listener
+    /// has no authentication, and a Triton kernel is code that runs in kilnd's workers.
+    pub fn check_listen(&self) -> anyhow::Result<()> {
+        match self.listen {
+            Some(addr) if !addr.ip().is_loopback() && !self.listen_insecure => anyhow::bail!(
+                "--listen {addr}: kilnd's TCP listener has no authentication, and anyone who reaches it can have \
+                 code run in kilnd's Triton workers; listen on a loopback address (and reach it through a tunnel), \
+                 use the Unix socket, or pass --listen-insecure (KILN_LISTEN_INSECURE=1) to accept that"
+            ),
+            _ => Ok(()),
+        }
+    }
+
     /// Flags (which already carry their environment variables) over the file over the defaults.
     pub fn merge(flags: &Flags, file: &FileConfig, defaults: &Defaults) -> Self {
         let limits = Limits {
@@ -224,6 +243,7 @@ impl Config {
         Config {
             socket: flags.socket.clone().or_else(|| file.socket.clone()).unwrap_or_else(|| defaults.socket.clone()),
             listen: flags.listen.or(file.listen),
+            listen_insecure: flags.listen_insecure,
             cache_dir: flags
                 .cache_dir
                 .clone()

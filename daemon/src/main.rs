@@ -28,6 +28,7 @@ fn main() -> anyhow::Result<()> {
     runtime.block_on(async {
         // Every start-up check first (toolchains, GPUs, cache directory, fleet settings): a
         // kilnd that cannot start never leaves a socket that refuses connections.
+        config.check_listen()?;
         let built = server::build(&config).await?;
         let listeners = bind(&config).await?;
         let socket = config.socket.clone();

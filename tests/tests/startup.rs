@@ -84,3 +84,23 @@ async fn serves_over_tcp_too() {
     drop(client);
     d.stop();
 }
+
+#[test]
+fn a_tcp_listener_other_hosts_could_reach_needs_listen_insecure() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env::binary("kilnd"))
+        .arg("--socket")
+        .arg(dir.path().join("k.sock"))
+        .arg("--cache-dir")
+        .arg(dir.path().join("cache"))
+        .arg("--cuda-root")
+        .arg(env::cuda_root())
+        .args(["--target", "sm_90", "--listen", "0.0.0.0:0"])
+        .env_remove("KILN_LISTEN_INSECURE")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("--listen-insecure"), "{stderr}");
+    assert!(!dir.path().join("k.sock").exists(), "a refused start left its socket behind");
+}
