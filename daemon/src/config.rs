@@ -170,14 +170,27 @@ pub struct Config {
 }
 
 /// The fleet cache this daemon uses, with its lease settings.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct Remote {
     pub uri: String,
-    /// The bearer token itself (read from the file when given as @FILE).
+    /// The bearer token itself (read from the file when given as @FILE). Never printed: `Debug`
+    /// shows `<redacted>`, so a logged configuration cannot leak it.
     pub token: String,
     pub lease_ttl: Duration,
     pub hedge: Duration,
     pub leases: bool,
+}
+
+impl std::fmt::Debug for Remote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Remote")
+            .field("uri", &self.uri)
+            .field("token", &"<redacted>")
+            .field("lease_ttl", &self.lease_ttl)
+            .field("hedge", &self.hedge)
+            .field("leases", &self.leases)
+            .finish()
+    }
 }
 
 /// `TOKEN` or `@FILE`: the token, with the file's surrounding whitespace trimmed.
@@ -310,6 +323,15 @@ mod tests {
         let flags = Flags::try_parse_from(["kilnd", "--concurrency", "0"]).unwrap();
         let c = Config::merge(&flags, &FileConfig::default(), &defaults());
         assert_eq!(c.concurrency, 1, "zero concurrency is raised to one");
+    }
+
+    #[test]
+    fn the_fleet_token_never_shows_in_debug_output() {
+        let flags = Flags::try_parse_from(["kilnd", "--remote", "http://c:7171", "--remote-token", "s3cret-token-xyz"])
+            .unwrap();
+        let c = Config::merge(&flags, &FileConfig::default(), &defaults());
+        let shown = format!("{c:?}");
+        assert!(shown.contains("<redacted>") && !shown.contains("s3cret-token-xyz"), "{shown}");
     }
 
     #[test]

@@ -232,7 +232,22 @@ pub async fn serve(
             .spawn(async move { crate::metrics::serve(listener, metrics, stopped).await.map_err(anyhow::Error::from) });
     }
     tracing::info!(socket = %config.socket.display(), "kilnd serving");
-    stop.cancelled().await;
+    // Every task in `servers` runs until the stop; one that ends before it (a listener that
+    // failed) leaves kilnd unreachable, so kilnd stops too, and exits non-zero for its supervisor.
+    let died = tokio::select! {
+        biased;
+        _ = stop.cancelled() => None,
+        // A task that ends because the stop began is not a failure.
+        Some(done) = servers.join_next() => (!stop.is_cancelled()).then(|| match done {
+            Ok(Ok(())) => "it ended".to_string(),
+            Ok(Err(e)) => format!("{e:#}"),
+            Err(e) => e.to_string(),
+        }),
+    };
+    if let Some(why) = &died {
+        tracing::error!(%why, "a server task stopped; shutting down");
+        stop.cancel();
+    }
     tracing::info!("shutting down: no new requests; draining running work");
     health_reporter.set_not_serving::<CompilerServer<CompilerService>>().await;
     health_reporter.set_not_serving::<BlobsServer<BlobService>>().await;
@@ -257,5 +272,8 @@ pub async fn serve(
         tracing::warn!(bound = ?config.limits.drain, "drain bound passed; exiting with work unfinished");
     }
     stop_watch.abort();
-    Ok(())
+    match died {
+        Some(why) => anyhow::bail!("a server task stopped before shutdown: {why}"),
+        None => Ok(()),
+    }
 }
