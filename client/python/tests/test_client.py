@@ -160,3 +160,11 @@ def test_a_dead_socket_is_daemon_unavailable_and_says_where(tmp_path) -> None:
     assert time.monotonic() - started < 5, "a dead socket must fail fast, not wait for the deadline"
     assert e.value.code == grpc.StatusCode.UNAVAILABLE
     assert uri in str(e.value) and "kilnd" in str(e.value)
+
+
+def test_an_rpc_error_keeps_its_cause(tmp_path) -> None:
+    # The grpc.RpcError behind a KilnError stays reachable (`raise ... from e`), for debugging.
+    c = kiln.Client(f"unix://{tmp_path}/nobody.sock", timeout=2)
+    with pytest.raises(kiln.KilnError) as info:
+        c.stats()
+    assert isinstance(info.value.__cause__, grpc.RpcError)

@@ -121,7 +121,7 @@ class Client:
         try:
             yield
         except grpc.RpcError as e:
-            raise errors.from_rpc_error(e, self.uri) from None
+            raise errors.from_rpc_error(e, self.uri) from e
 
     def _timeout(self, timeout: float | None) -> float | None:
         return self.timeout if timeout is None else timeout

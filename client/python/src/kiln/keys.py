@@ -35,10 +35,8 @@ _CALLER_KEY = 0x0E
 def _hasher() -> Any:
     try:
         import blake3
-    except ImportError:
-        raise ImportError(
-            "kiln.keys needs the blake3 package: pip install blake3 (or 'kiln[keys]')"
-        ) from None
+    except ImportError as e:
+        raise ImportError("kiln.keys needs the blake3 package, a dependency of kiln: pip install blake3") from e
     return blake3.blake3()
 
 

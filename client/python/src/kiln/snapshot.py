@@ -173,7 +173,7 @@ def _hash_roots(
         try:
             found, root_skipped = walk(root.path, exclude)
         except OSError as e:
-            raise _usage(f"root {root.name!r}: {root.path}: {e.strerror or e}") from None
+            raise _usage(f"root {root.name!r}: {root.path}: {e.strerror or e}") from e
         listed += [(root.name, f) for f in found]
         skipped += root_skipped
     total_bytes = sum(f.size for _, f in listed)
