@@ -276,7 +276,7 @@ mod tests {
 
     #[test]
     fn the_shipped_example_config_parses() {
-        let file: FileConfig = toml::from_str(include_str!("../kiln-cache.toml")).unwrap();
+        let file: FileConfig = toml::from_str(include_str!("../../deploy/kiln-cache.toml")).unwrap();
         let flags = Flags { insecure_no_auth: true, ..Default::default() };
         let c = Config::merge(&flags, &file, None).unwrap();
         let defaults = Config::merge(&flags, &FileConfig::default(), None).unwrap();
