@@ -1,4 +1,4 @@
-//! Prometheus metrics, with the names in DESIGN.md, served as text on `--metrics ADDR` at
+//! Prometheus metrics, with the names the README lists, served as text on `--metrics ADDR` at
 //! `/metrics`. Label values: `tier` memory|disk, `result` hit|miss|error, `outcome` ok|failed,
 //! `toolchain` nvrtc, `direction` read|write.
 

@@ -59,7 +59,7 @@ impl Fleet {
     }
 }
 
-/// The Redis key of an artifact's envelope (DESIGN.md, "Redis layout").
+/// The Redis key of an artifact's envelope (see `cache-server/src/layout.rs`).
 pub fn artifact_key(key: &str) -> Vec<u8> {
     format!("kiln:v1:{{{key}}}:a").into_bytes()
 }

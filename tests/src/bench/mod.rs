@@ -1,6 +1,6 @@
 //! The benchmark harness behind `scripts/bench`: kiln measured side by side with baselines in
-//! one run, written to BENCHMARKS.md. It is not part of the tests (DESIGN.md: performance is
-//! measured by benchmarks, never by timed tests).
+//! one run, written to BENCHMARKS.md. It is not part of the tests: performance is measured by
+//! benchmarks, never by timed tests, whose bounds would either flake or prove nothing.
 //!
 //! - [`cold_compile`]: figure (b), a cold 64-kernel graph through kilnd against NVRTC called
 //!   directly ([`nvrtc`]).
