@@ -69,6 +69,7 @@ impl Nvrtc {
             ],
             env: None,
             user: None,
+            confine: None,
             start_timeout: Duration::from_secs(60),
         };
         let (pool, hello) =

@@ -5,9 +5,13 @@
 //! - [`process`]: the worker side: `kilnd worker`, which loads NVRTC and serves requests.
 //! - [`nvrtc_ffi`]: the NVRTC calls the worker makes, through cudarc's `sys` bindings.
 //! - [`pool`]: the daemon side: long-lived workers, killed and replaced on timeout or death.
+//! - [`confine`], [`seccomp`]: the namespaces and system-call filter of workers that run client
+//!   code (Triton's), applied between fork and exec.
 
+pub mod confine;
 pub mod frame;
 mod limits;
 pub mod nvrtc_ffi;
 pub mod pool;
 pub mod process;
+pub mod seccomp;

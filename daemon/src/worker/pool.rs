@@ -6,6 +6,7 @@
 //! a fresh one, so one bad kernel costs one failed outcome and nothing else. At most `max_workers`
 //! run at once: a Triton worker costs hundreds of MB, so the pool, not the host, sets the bound.
 
+use super::confine::Confinement;
 use super::frame;
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -36,6 +37,8 @@ pub struct WorkerSpec {
     pub env: Option<Vec<(OsString, OsString)>>,
     /// Run as this uid/gid (an unprivileged user when kilnd runs as root).
     pub user: Option<(u32, u32)>,
+    /// Namespaces and a seccomp filter, for workers that run client code.
+    pub confine: Option<Confinement>,
     /// How long a new worker may take to load its compiler and say hello.
     pub start_timeout: Duration,
 }
@@ -92,7 +95,12 @@ impl<P: Protocol> WorkerPool<P> {
         if let Some(env) = &self.spec.env {
             cmd.env_clear().envs(env.iter().map(|(k, v)| (k, v)));
         }
-        if let Some((uid, gid)) = self.spec.user {
+        if let Some(confine) = self.spec.confine.clone() {
+            let user = self.spec.user;
+            // SAFETY: apply makes only system calls and allocates nothing, as code between fork
+            // and exec must.
+            unsafe { cmd.pre_exec(move || confine.apply(user)) };
+        } else if let Some((uid, gid)) = self.spec.user {
             cmd.uid(uid).gid(gid);
         }
         let mut child = cmd.spawn().map_err(|e| WorkerFailure::Start(format!("{}: {e}", self.spec.exe.display())))?;
