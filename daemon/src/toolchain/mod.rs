@@ -8,6 +8,7 @@
 //! - [`nvrtc`]: the NVRTC toolchain as the daemon sees it: a fingerprint plus a worker pool.
 //! - [`ptxas`]: PTX to cubin with ptxas, run as a subprocess per compile.
 //! - [`triton`]: Triton kernels, compiled by a lazily started pool of Python workers.
+//! - [`triton_box`]: which protections Triton's per-compile box gets on this host.
 //! - [`set`]: the toolchains of one daemon, with Triton started on first use.
 
 pub mod cuda;
@@ -18,6 +19,7 @@ pub mod options;
 pub mod ptxas;
 pub mod set;
 pub mod triton;
+pub mod triton_box;
 
 use kiln_proto::pb::LoweredName;
 

@@ -21,6 +21,8 @@ pub struct Toolchains {
 
 impl Toolchains {
     pub fn new(nvrtc: Nvrtc, ptxas: Result<Ptxas, String>, triton_settings: triton::Settings) -> Self {
+        // Probed at start-up, so what the Triton box lacks on this host is logged now.
+        super::triton_box::protections();
         Toolchains {
             nvrtc,
             ptxas,

@@ -1,9 +1,11 @@
 //! Triton kernels, compiled by a pool of long-lived Python workers that run `triton.compile`
 //! with an explicit `GPUTarget`, so no GPU is needed. The pool starts lazily, on the first Triton
 //! request: a worker imports Triton once (about a second), and most hosts never see Triton work.
-//! The worker script ships inside kilnd (`triton_worker.py`).
+//! The worker script ships inside kilnd (`triton_worker.py`); each worker is a zygote that
+//! compiles every request in a child of its own, inside the box of `triton_box.py`
+//! ([`super::triton_box`] says which protections this host gives it).
 
-use super::{Compiled, ToolchainError};
+use super::{Compiled, ToolchainError, triton_box};
 use crate::worker::pool::{Protocol, WorkerPool, WorkerSpec};
 use kiln_proto::pb::{ToolchainInfo, TritonSource, triton_constexpr::Value};
 use kiln_proto::{Fingerprint, Target};
@@ -15,6 +17,10 @@ use std::time::{Duration, Instant};
 
 pub const NAME: &str = "triton";
 const WORKER_SCRIPT: &str = include_str!("triton_worker.py");
+const BOX_SCRIPT: &str = include_str!("triton_box.py");
+/// How long past a compile's timeout kilnd waits for the worker's answer: the worker ends a
+/// compile that runs out of time itself and says so, and is killed only when it does not.
+const TIMEOUT_GRACE: Duration = Duration::from_secs(5);
 
 /// How to run the workers.
 #[derive(Debug, Clone)]
@@ -118,9 +124,11 @@ impl Triton {
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))?;
         let script = dir.path().join("triton_worker.py");
         std::fs::write(&script, WORKER_SCRIPT)?;
+        std::fs::write(dir.path().join("triton_box.py"), BOX_SCRIPT)?;
         let home = dir.path().join("home");
         std::fs::create_dir(&home)?;
         let user = worker_user();
+        let protections = triton_box::protections();
         if let Some((uid, gid)) = user {
             std::os::unix::fs::chown(&home, Some(uid), Some(gid))?;
         }
@@ -129,10 +137,12 @@ impl Triton {
             args: vec!["-u".into(), script.into_os_string()],
             env: Some(worker_env(&home, settings.memory_mb)),
             user,
+            confine: Some(protections.confinement()),
             start_timeout: Duration::from_secs(120),
         };
         let (pool, hello) =
             WorkerPool::<TritonProtocol>::start(spec, settings.max_workers).await.map_err(|e| broken(e.to_string()))?;
+        protections.verify(hello.get("box")).map_err(|e| broken(format!("the Triton box is incomplete: {e}")))?;
         let identity =
             hello.get("fingerprint").ok_or_else(|| broken("the worker's hello has no fingerprint".into()))?;
         let mut h = blake3::Hasher::new();
@@ -140,6 +150,7 @@ impl Triton {
         // serde_json maps are sorted by key, so this text is canonical.
         h.update(identity.to_string().as_bytes());
         h.update(WORKER_SCRIPT.as_bytes());
+        h.update(BOX_SCRIPT.as_bytes());
         let fingerprint = Fingerprint::from_bytes(*h.finalize().as_bytes());
         let text = |k: &str| hello.get(k).and_then(Json::as_str).unwrap_or_default().to_string();
         Ok(Triton { version: text("version"), location: text("location"), fingerprint, pool, _dir: dir })
@@ -158,7 +169,7 @@ impl Triton {
     pub async fn compile(&self, src: &TritonSource, target: &Target, timeout: Duration) -> Compiled {
         let started = Instant::now();
         let request = request_json(src, target, timeout);
-        let r = match self.pool.run(&request, timeout).await {
+        let r = match self.pool.run(&request, timeout + TIMEOUT_GRACE).await {
             Ok(r) => r,
             Err(failure) => return Compiled::failed(failure.to_string(), started),
         };
@@ -213,6 +224,7 @@ fn request_json(src: &TritonSource, target: &Target, timeout: Duration) -> Json 
         "options": options,
         "capability": target.sm(),
         "cpu_seconds": timeout.as_secs().max(1),
+        "wall_seconds": timeout.as_secs_f64(),
     })
 }
 

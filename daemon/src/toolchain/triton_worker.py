@@ -4,10 +4,12 @@ kilnd starts a pool of these, lazily, and talks to each over stdin/stdout in fra
 little-endian length, then one JSON object. The first frame is the worker's hello (versions and
 the inputs of the toolchain fingerprint, or an error); then one response per request.
 
-The worker runs client code (the kernel's module), so kilnd gives it a clean environment, its
-own TRITON_CACHE_DIR with TRITON_ALWAYS_COMPILE=1 (Triton's cache must never answer for
-kiln's), an unprivileged user when kilnd is root, and resource limits set here at start. The
-kernel's module runs from memory (see load_module), so the worker writes no files of its own.
+A request runs client code (the kernel's module), so kilnd gives the worker a clean
+environment, its own TRITON_CACHE_DIR with TRITON_ALWAYS_COMPILE=1 (Triton's cache must never
+answer for kiln's), an unprivileged user when kilnd is root, and an address-space limit set here
+at start. The worker itself never runs client code: each request is compiled in a child forked
+for it alone, inside the box of triton_box.py, and the worker only passes its answer on. The
+kernel's module runs from memory (see load_module).
 """
 
 import base64
@@ -21,6 +23,8 @@ import sys
 import time
 import traceback
 import types
+
+import triton_box
 
 
 def read_frame(stream):
@@ -43,16 +47,6 @@ def limit_resources():
     if memory_mb > 0:
         limit = memory_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
-
-def limit_cpu_from_now(seconds):
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    used = int(usage.ru_utime + usage.ru_stime) + 1
-    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
-    soft = used + max(1, int(seconds))
-    if hard != resource.RLIM_INFINITY:
-        soft = min(soft, hard)
-    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
 
 
 def hello():
@@ -142,6 +136,45 @@ def compile_one(request):
             sys.modules.pop(module_name, None)
 
 
+def readable_paths(greeting):
+    """What a compile may read besides the system's libraries: the interpreter's installation,
+    its import path (minus this script's directory, which holds the workers' home), Triton, and
+    the ptxas binaries Triton runs."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, greeting["location"]]
+    paths += [p for p in sys.path[1:] if p and os.path.abspath(p) != here]
+    paths += [os.path.dirname(p) for p in greeting["locations"].values()]
+    if os.environ.get("TRITON_PTXAS_PATH"):
+        paths.append(os.path.dirname(os.environ["TRITON_PTXAS_PATH"]))
+    return paths
+
+
+WARM_UP = """
+import triton
+import triton.language as tl
+
+@triton.jit
+def kiln_warm_up(x_ptr, BLOCK: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, BLOCK))
+    tl.store(x_ptr + tl.arange(0, BLOCK), x + 1)
+"""
+
+
+def warm_up():
+    """One compile of kiln's own kernel in the zygote, so every child starts with Triton's
+    first-compile work (lazy imports, LLVM and MLIR set-up) already done."""
+    request = {
+        "source": WARM_UP,
+        "kernel_name": "kiln_warm_up",
+        "signature": [{"name": "x_ptr", "type": "*fp32"}, {"name": "BLOCK", "type": "constexpr"}],
+        "constexprs": [{"name": "BLOCK", "int": 128}],
+        "capability": 90,
+    }
+    response = compile_one(request)
+    if not response.get("ok"):
+        raise RuntimeError("the warm-up compile failed: " + response.get("log", ""))
+
+
 def main():
     # The protocol gets a private copy of fd 1, and fd 1 goes to stderr, so nothing a kernel
     # module or Triton prints can corrupt a frame.
@@ -151,17 +184,26 @@ def main():
     try:
         limit_resources()
         greeting = hello()
+        box = triton_box.Box(os.path.join(os.environ["HOME"], "boxes"), readable_paths(greeting))
+        greeting["box"] = triton_box.status()
+        warm_up()
     except BaseException:
         write_frame(out, {"error": "Triton is not usable: " + traceback.format_exc()})
         return 1
     write_frame(out, greeting)
+    protocol_fds = [inp.fileno(), out.fileno()]
     while True:
         request = read_frame(inp)
         if request is None:
             return 0
         try:
-            limit_cpu_from_now(request.get("cpu_seconds", 300))
-            response = compile_one(request)
+            response = box.run(
+                compile_one,
+                request,
+                protocol_fds,
+                cpu_seconds=request.get("cpu_seconds", 300),
+                wall_seconds=request.get("wall_seconds", 300),
+            )
         except BaseException:
             response = {"ok": False, "log": traceback.format_exc(), "compile_micros": 0}
         write_frame(out, response)
