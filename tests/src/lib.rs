@@ -8,6 +8,7 @@
 //! - [`elf`]: just enough ELF reading to check a cubin's SM and its symbols.
 //! - [`http`]: a minimal HTTP GET for `/metrics`.
 //! - [`toolkits`]: CUDA roots for tests: a witness NVRTC, and one with a byte appended.
+//! - [`procs`]: processes from /proc: a daemon's Triton workers, processes by name.
 
 pub mod bench;
 pub mod daemon;
@@ -15,5 +16,6 @@ pub mod elf;
 pub mod env;
 pub mod http;
 pub mod kernels;
+pub mod procs;
 pub mod redis;
 pub mod toolkits;

@@ -148,16 +148,9 @@ async fn triton_errors_and_dead_workers_are_failed_outcomes() {
 /// SIGKILLs every Triton worker whose parent is `daemon`; returns how many.
 fn kill_triton_workers(daemon: u32) -> usize {
     let mut killed = 0;
-    for entry in std::fs::read_dir("/proc").expect("list /proc").flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let ppid =
-            stat.rsplit(')').next().and_then(|r| r.split_whitespace().nth(1)).and_then(|p| p.parse::<u32>().ok());
-        if ppid == Some(daemon) && String::from_utf8_lossy(&cmdline).contains("triton_worker.py") {
-            let status = Command::new("kill").args(["-KILL", &pid.to_string()]).status().expect("run kill");
-            killed += usize::from(status.success());
-        }
+    for pid in kiln_tests::procs::triton_workers(daemon) {
+        let status = Command::new("kill").args(["-KILL", &pid.to_string()]).status().expect("run kill");
+        killed += usize::from(status.success());
     }
     killed
 }

@@ -1,0 +1,264 @@
+//! A Triton kernel is a Python module whose top-level code runs in kilnd's Triton worker. Each
+//! test here sends hostile modules to a real kilnd and checks that nothing they do leaves their
+//! compile's box: no later compile sees their changes, no file outside their directory is
+//! written or read, no socket connects, no process outlives the compile, and kilnd and its
+//! worker keep serving.
+//!
+//! The targets are made reachable to the worker's user by file permissions (world-writable
+//! directories, a world-readable file, a socket anyone may connect to), so that only the box
+//! stops a module. On a kernel or under rights where a protection is missing these tests fail
+//! with the module's own report of what it got through (`LEAK: ...`). They need root, as CI
+//! runs them (the worker then runs as `nobody`).
+
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+use kiln_proto::pb::{Outcome, Tier, kernel::Source};
+use kiln_tests::daemon::{Daemon, Options};
+use kiln_tests::kernels::*;
+use kiln_tests::{env, procs};
+use std::io::ErrorKind;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+/// One worker and one compile at a time, so every compile here goes to the same zygote.
+fn one_worker() -> Options {
+    Options { concurrency: 1, config: "triton_workers = 1\ncompile_timeout_secs = 6\n".into(), ..Options::default() }
+}
+
+/// Compiles `prefix` followed by examples/triton/kernels.py's add_kernel.
+async fn compile_module(d: &Daemon, id: &str, prefix: &str) -> kiln_proto::pb::KernelResult {
+    let source = format!("{prefix}\n{}", triton_module());
+    let t = triton(&source, "add_kernel", TRITON_ADD, &[("BLOCK", 64)], 4);
+    let job = d.client().await.compile(request("sm_90", vec![any_kernel(id, Source::Triton(t))])).await.unwrap();
+    job.collect().await.unwrap().kernels.remove(0)
+}
+
+/// The one Triton worker of `d`.
+fn zygote(d: &Daemon) -> u32 {
+    let workers = procs::triton_workers(d.pid());
+    assert_eq!(workers.len(), 1, "expected one Triton worker, found {workers:?}");
+    workers[0]
+}
+
+fn chmod(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// add_kernel (BLOCK=1024, 4 warps, sm_90) straight through `triton.compile`.
+fn direct_cubin(scratch: &Path) -> Vec<u8> {
+    let direct = Command::new(env::python())
+        .arg(env::repo_root().join("tests/triton_direct.py"))
+        .arg(env::repo_root().join("examples/triton/kernels.py"))
+        .env("TRITON_ALWAYS_COMPILE", "1")
+        .env("TRITON_CACHE_DIR", scratch.join("direct-triton-cache"))
+        .output()
+        .unwrap();
+    assert!(direct.status.success(), "{}", String::from_utf8_lossy(&direct.stderr));
+    direct.stdout
+}
+
+/// A module that patches Triton, one that crashes and one that spins: each is its own compile's
+/// failure or odd result, the worker that served them is the same process afterwards, and the
+/// next ordinary compile gives exactly `triton.compile`'s bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_patched_triton_a_crash_or_a_spin_never_reaches_the_next_compile() {
+    let d = Daemon::start(one_worker());
+    let patch = "import triton\n\
+                 import triton.compiler.compiler as _compiler\n\
+                 _real = triton.compile\n\
+                 def _evil(*args, **kwargs):\n    \
+                     kernel = _real(*args, **kwargs)\n    \
+                     kernel.asm['cubin'] = b'EVIL' + kernel.asm['cubin']\n    \
+                     return kernel\n\
+                 triton.compile = _evil\n\
+                 _compiler.compile = _evil\n";
+    let patched = compile_module(&d, "patch", patch).await;
+    assert_eq!(patched.outcome(), Outcome::Ok, "{}", patched.log);
+    assert!(patched.artifact.starts_with(b"EVIL"), "the patch did not even apply to its own compile");
+    let worker = zygote(&d);
+
+    let crash = compile_module(&d, "crash", "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n").await;
+    assert_eq!(crash.outcome(), Outcome::Failed);
+    assert!(crash.log.contains("SIGSEGV"), "{}", crash.log);
+    let exit = compile_module(&d, "exit", "import os\nos._exit(7)\n").await;
+    assert_eq!(exit.outcome(), Outcome::Failed);
+    assert!(exit.log.contains("status 7"), "{}", exit.log);
+    let spin = compile_module(&d, "spin", "while True:\n    pass\n").await;
+    assert_eq!(spin.outcome(), Outcome::Failed);
+    assert!(spin.log.contains("timeout") || spin.log.contains("CPU-time"), "{}", spin.log);
+    assert_eq!(zygote(&d), worker, "a hostile compile cost the worker its life");
+
+    let ordinary = triton(&triton_module(), "add_kernel", TRITON_ADD, &[("BLOCK", 1024)], 4);
+    let job = d.client().await.compile(request("sm_90", vec![any_kernel("add", Source::Triton(ordinary))])).await;
+    let next = job.unwrap().collect().await.unwrap().kernels.remove(0);
+    assert_eq!(next.outcome(), Outcome::Ok, "{}", next.log);
+    assert_eq!(next.tier(), Tier::Compiled);
+    assert_eq!(next.artifact, direct_cubin(&d.dir), "the compile after the patch differs from triton.compile's");
+    assert_eq!(zygote(&d), worker);
+    d.stop();
+}
+
+/// Listeners a module must not reach: TCP on loopback, a Unix socket file anyone may connect
+/// to, and an abstract Unix socket.
+struct Listeners {
+    tcp: std::net::TcpListener,
+    unix: std::os::unix::net::UnixListener,
+    abstract_name: String,
+    abstract_unix: std::os::unix::net::UnixListener,
+}
+
+impl Listeners {
+    fn open(dir: &Path) -> Listeners {
+        use std::os::linux::net::SocketAddrExt;
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let unix_path = dir.join("listener.sock");
+        let unix = std::os::unix::net::UnixListener::bind(&unix_path).unwrap();
+        chmod(&unix_path, 0o777);
+        let abstract_name = format!("kiln-box-test-{}", std::process::id());
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(abstract_name.as_bytes()).unwrap();
+        let abstract_unix = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
+        for l in [&unix, &abstract_unix] {
+            l.set_nonblocking(true).unwrap();
+        }
+        tcp.set_nonblocking(true).unwrap();
+        Listeners { tcp, unix, abstract_name, abstract_unix }
+    }
+
+    /// Asserts that no listener has a connection waiting.
+    fn assert_untouched(&self) {
+        assert_eq!(self.tcp.accept().err().map(|e| e.kind()), Some(ErrorKind::WouldBlock), "TCP got a connection");
+        assert_eq!(self.unix.accept().err().map(|e| e.kind()), Some(ErrorKind::WouldBlock), "Unix got a connection");
+        let abstract_accept = self.abstract_unix.accept().err().map(|e| e.kind());
+        assert_eq!(abstract_accept, Some(ErrorKind::WouldBlock), "the abstract socket got a connection");
+    }
+}
+
+/// A module that writes outside its directory, reads a token and a world-readable file, reads
+/// kilnd's command line and connects to every listener it is told of. It reports what got
+/// through by failing with `LEAK: ...`; the test checks the same from outside.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compile_cannot_write_read_or_connect_outside_its_box() {
+    let d = Daemon::start(one_worker());
+    let outside = tempfile::tempdir().unwrap();
+    chmod(outside.path(), 0o755);
+    let open_dir = outside.path().join("open");
+    std::fs::create_dir(&open_dir).unwrap();
+    chmod(&open_dir, 0o777);
+    // A fleet token as kilnd keeps one (root's, 0600), and a file anyone may read.
+    let token = outside.path().join("kiln-cache.token");
+    std::fs::write(&token, "fleet-token-that-must-not-leak").unwrap();
+    chmod(&token, 0o600);
+    let public = outside.path().join("public.toml");
+    std::fs::write(&public, "remote_token = \"must-not-leak-either\"\n").unwrap();
+    chmod(&public, 0o644);
+    let listeners = Listeners::open(&open_dir);
+    let written = open_dir.join("escaped");
+    let in_tmp = format!("/tmp/kiln-box-escape-{}", std::process::id());
+    let module = format!(
+        r#"import os, socket
+leaks = []
+def attempt(what, action):
+    try:
+        action()
+        leaks.append(what)
+    except OSError:
+        pass
+def write(path):
+    with open(path, "w") as f:
+        f.write("escaped")
+def read(path):
+    with open(path) as f:
+        f.read()
+def tcp(port):
+    socket.create_connection(("127.0.0.1", port), timeout=2).close()
+def unix(address):
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(2)
+    s.connect(address)
+    s.close()
+attempt("wrote a world-writable directory", lambda: write({written:?}))
+attempt("wrote /tmp", lambda: write({in_tmp:?}))
+attempt("read the token", lambda: read({token:?}))
+attempt("read a world-readable file", lambda: read({public:?}))
+attempt("read kilnd's command line", lambda: read("/proc/{kilnd}/cmdline"))
+attempt("listed the daemon's directory", lambda: os.listdir({daemon_dir:?}))
+attempt("connected over TCP", lambda: tcp({port}))
+attempt("connected to a Unix socket", lambda: unix({unix:?}))
+attempt("connected to kilnd's socket", lambda: unix({kilnd_socket:?}))
+attempt("connected to an abstract socket", lambda: unix("\0{abstract_name}"))
+write("inside")  # its own directory stays writable: the box is not just broken
+if leaks:
+    raise RuntimeError("LEAK: " + "; ".join(leaks))
+"#,
+        written = written.display().to_string(),
+        token = token.display().to_string(),
+        public = public.display().to_string(),
+        kilnd = d.pid(),
+        daemon_dir = d.dir.display().to_string(),
+        port = listeners.tcp.local_addr().unwrap().port(),
+        unix = open_dir.join("listener.sock").display().to_string(),
+        kilnd_socket = d.socket.display().to_string(),
+        abstract_name = listeners.abstract_name,
+    );
+    let result = compile_module(&d, "hostile", &module).await;
+    assert_eq!(result.outcome(), Outcome::Ok, "the module got out of its box: {}", result.log);
+    listeners.assert_untouched();
+    assert!(!written.exists(), "{} was written", written.display());
+    assert!(!Path::new(&in_tmp).exists(), "{in_tmp} was written");
+    let after = compile_module(&d, "after", "").await;
+    assert_eq!(after.outcome(), Outcome::Ok, "kilnd stopped serving Triton: {}", after.log);
+    d.stop();
+}
+
+/// A module that double-forks a process into a session of its own, which would sleep and then
+/// try to connect: by the time the compile's result arrives, that process is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_a_compile_starts_do_not_outlive_it() {
+    let d = Daemon::start(one_worker());
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let name = format!("kiln-esc-{}", std::process::id() % 100_000);
+    let module = format!(
+        r#"import ctypes, os, socket, time
+r, w = os.pipe()
+if os.fork() == 0:
+    os.setsid()
+    pid = os.fork()
+    if pid == 0:
+        ctypes.CDLL(None).prctl(15, {name:?}.encode(), 0, 0, 0)
+        time.sleep(3)
+        try:
+            socket.create_connection(("127.0.0.1", {port}), timeout=2)
+        except OSError:
+            pass
+        time.sleep(60)
+        os._exit(0)
+    os.write(w, str(pid).encode())
+    os._exit(0)
+os.close(w)
+escapee = int(os.read(r, 32))
+raise RuntimeError(f"ESCAPEE {{escapee}}")
+"#,
+        port = listener.local_addr().unwrap().port(),
+    );
+    let result = compile_module(&d, "fork", &module).await;
+    assert_eq!(result.outcome(), Outcome::Failed);
+    let escapee: u32 = result
+        .log
+        .rsplit("ESCAPEE ")
+        .next()
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("the module never reported its escapee: {}", result.log));
+    assert!(!Path::new(&format!("/proc/{escapee}")).exists(), "the escapee {escapee} outlived its compile");
+    assert_eq!(procs::named(&name), Vec::<u32>::new(), "a process named {name} outlived its compile");
+    assert_eq!(procs::children(zygote(&d)), Vec::new(), "the worker still has children");
+    // Past the escapee's sleep: nothing connects.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(listener.accept().err().map(|e| e.kind()), Some(ErrorKind::WouldBlock), "the escapee connected");
+    let after = compile_module(&d, "after", "").await;
+    assert_eq!(after.outcome(), Outcome::Ok, "{}", after.log);
+    d.stop();
+}
