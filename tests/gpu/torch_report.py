@@ -213,14 +213,25 @@ def checks_text(title: str, checks: list[dict]) -> str:
 
 
 def merge(out_md: Path, paths: list[Path]) -> int:
-    """One torch.md from several runs' torch.json (later runs win for a model measured twice)."""
+    """One torch.md from several runs' torch.json.
+
+    Merged per variant: a later run's variant replaces an earlier run's (so a model's main variants
+    can be measured again without losing its preemption case), and a "skipped" note of an earlier
+    run is dropped once a later run measured that model's variants.
+    """
     merged: dict = {"models": {}, "herd": {}, "skipped": [], "checks": []}
     for p in paths:
         r = json.loads(p.read_text())
         for k in ("device", "tiny", "runs_per_variant", "cache_layout", "gpu"):
             if r.get(k) is not None:
                 merged.setdefault(k, r[k])
-        merged["models"].update(r.get("models", {}))
+        measured = set(r.get("models", {}))
+        merged["skipped"] = [s for s in merged["skipped"] if s.split(" ")[0] not in measured]
+        merged["checks"] = [
+            c for c in merged["checks"] if not (c["status"] == "SKIP" and c["name"].split(":")[0] in measured)
+        ]
+        for name, variants in r.get("models", {}).items():
+            merged["models"].setdefault(name, {}).update(variants)
         if r.get("herd"):
             merged["herd"] = r["herd"]
         merged["skipped"] += r.get("skipped", [])
