@@ -99,6 +99,23 @@ ensure_python() {
   "$BOOTSTRAP_PYTHON" -c 'import venv, ensurepip' 2>/dev/null || apt_install python3-venv
 }
 
+# Installs the pinned requirements (NAME==VERSION) into .venv/ when pip freeze lacks any of them.
+# $1 names them in the error message.
+pip_install_pinned() {
+  local what="$1"
+  shift
+  local missing=()
+  local frozen
+  frozen="$("$VENV/bin/python" -m pip freeze 2>/dev/null || true)"
+  for w in "$@"; do
+    grep -qix "$w" <<<"$frozen" || missing+=("$w")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    say "installing pinned packages: ${missing[*]}"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$@" || die "pip install of $what failed"
+  fi
+}
+
 # .venv/ with the pinned CUDA wheels and Triton. Exports KILN_CUDA_ROOT (the wheel's
 # nvidia/cu13 tree) and KILN_PYTHON (the interpreter kilnd's Triton workers use).
 ensure_venv() {
@@ -107,16 +124,7 @@ ensure_venv() {
     say "creating $VENV"
     "$BOOTSTRAP_PYTHON" -m venv "$VENV" || die "$BOOTSTRAP_PYTHON -m venv failed"
   fi
-  local missing=()
-  local frozen
-  frozen="$("$VENV/bin/python" -m pip freeze 2>/dev/null || true)"
-  for w in "${PY_PACKAGES[@]}"; do
-    grep -qix "$w" <<<"$frozen" || missing+=("$w")
-  done
-  if [ ${#missing[@]} -gt 0 ]; then
-    say "installing pinned packages: ${missing[*]}"
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${PY_PACKAGES[@]}" || die "pip install of the pinned packages failed"
-  fi
+  pip_install_pinned "the pinned packages" "${PY_PACKAGES[@]}"
   KILN_CUDA_ROOT="$("$VENV/bin/python" -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13"))')"
   [ -f "$KILN_CUDA_ROOT/lib/libnvrtc.so.13" ] || die "NVRTC missing under $KILN_CUDA_ROOT after install"
   [ -f "$KILN_CUDA_ROOT/include/cuda_fp16.h" ] || die "CUDA headers missing under $KILN_CUDA_ROOT after install"
@@ -130,16 +138,7 @@ ensure_venv() {
 # install, so its kiln-torch.pth lands in site-packages), again whenever its files change.
 ensure_python_client() {
   ensure_venv
-  local missing=()
-  local frozen
-  frozen="$("$VENV/bin/python" -m pip freeze 2>/dev/null || true)"
-  for w in "${PY_CLIENT_PACKAGES[@]}"; do
-    grep -qix "$w" <<<"$frozen" || missing+=("$w")
-  done
-  if [ ${#missing[@]} -gt 0 ]; then
-    say "installing pinned packages: ${missing[*]}"
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${PY_CLIENT_PACKAGES[@]}" || die "pip install of the Python client's packages failed"
-  fi
+  pip_install_pinned "the Python client's packages" "${PY_CLIENT_PACKAGES[@]}"
   local src="$KILN_ROOT/client/python" stamp="$VENV/.kiln-python-client.sha256" sum
   sum="$(cd "$src" && find pyproject.toml setup.py README.md src -type f -not -name '*.pyc' -not -path '*.egg-info/*' | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -d' ' -f1)"
   if [ "$(cat "$stamp" 2>/dev/null)" != "$sum" ] || ! "$VENV/bin/python" -c 'import kiln' 2>/dev/null; then
