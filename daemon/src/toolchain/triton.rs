@@ -153,6 +153,7 @@ impl Triton {
         h.update(BOX_SCRIPT.as_bytes());
         let fingerprint = Fingerprint::from_bytes(*h.finalize().as_bytes());
         let text = |k: &str| hello.get(k).and_then(Json::as_str).unwrap_or_default().to_string();
+        tracing::info!(version = %text("version"), sandbox = %protections.summary(), "Triton ready");
         Ok(Triton { version: text("version"), location: text("location"), fingerprint, pool, _dir: dir })
     }
 
