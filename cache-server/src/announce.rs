@@ -246,6 +246,7 @@ mod tests {
         match &e.event {
             Some(Event::Subscribed(_)) => "subscribed".into(),
             Some(Event::Published(k)) => format!("published {}", &k[..2]),
+            Some(Event::Value(v)) => format!("value {}", &v.key[..2]),
             None => "none".into(),
         }
     }

@@ -69,12 +69,27 @@ pub enum Lookup {
 }
 
 /// One event of [`RemoteCache::watch_publish`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum PublishEvent {
     /// The server's subscription is live (first event), or live again after a reconnect: check
-    /// for the artifact now, since a publish in between may have been missed.
+    /// for the artifact now, since a publish in between may have been missed. With `values`, the
+    /// server has checked already: the entries it found follow as [`PublishEvent::Value`]s.
     Subscribed,
+    /// A publish, or a lease released; with `values`, a release without a result.
     Published(CacheKey),
+    /// With `values` only: a watched key's entry, sent after `Subscribed` or on its publish.
+    Value(CacheKey, Lookup),
+}
+
+/// The outcome of [`RemoteCache::acquire_lease`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acquired {
+    /// This holder holds the lease now.
+    Taken,
+    /// Another holder has it.
+    Held,
+    /// The key holds an entry already, so no lease was taken: read it.
+    Present,
 }
 
 /// Connection settings beyond the URI and token.
@@ -269,10 +284,16 @@ impl RemoteCache {
         Ok(())
     }
 
-    /// Whether `holder` (see [`new_holder`]) now holds the lease on `key` for `ttl`.
-    pub async fn acquire_lease(&self, key: &CacheKey, holder: &str, ttl: Duration) -> Result<bool, ClientError> {
+    /// Takes the lease on `key` for `ttl` for `holder` (see [`new_holder`]), unless another
+    /// holds it or the key already holds an entry (checked in the same atomic step).
+    pub async fn acquire_lease(&self, key: &CacheKey, holder: &str, ttl: Duration) -> Result<Acquired, ClientError> {
         let req = self.request(lease(key, holder, ttl));
-        Ok(self.inner.clone().acquire_lease(req).await?.into_inner().ok)
+        let resp = self.inner.clone().acquire_lease(req).await?.into_inner();
+        Ok(match (resp.ok, resp.present) {
+            (true, _) => Acquired::Taken,
+            (false, true) => Acquired::Present,
+            (false, false) => Acquired::Held,
+        })
     }
 
     /// Whether `holder` still held the lease; if so it now lasts `ttl` from now.
@@ -287,11 +308,12 @@ impl RemoteCache {
         Ok(self.inner.clone().release_lease(req).await?.into_inner().ok)
     }
 
-    /// Publish events for `keys`. The first event is [`PublishEvent::Subscribed`]; check for the
-    /// artifact after it and after every later `Subscribed`. No deadline: the stream lives until
-    /// dropped, or until the server shuts down (it then ends).
-    pub async fn watch_publish(&self, keys: &[CacheKey]) -> Result<PublishStream, ClientError> {
-        let req = Request::new(pb::WatchPublishRequest { keys: keys.iter().map(CacheKey::to_hex).collect() });
+    /// Publish events for `keys`. The first event is [`PublishEvent::Subscribed`]; without
+    /// `values`, check for the artifact after it and after every later `Subscribed`; with
+    /// `values`, the server sends the entries itself ([`PublishEvent::Value`]). No deadline: the
+    /// stream lives until dropped, or until the server shuts down (it then ends).
+    pub async fn watch_publish(&self, keys: &[CacheKey], values: bool) -> Result<PublishStream, ClientError> {
+        let req = Request::new(pb::WatchPublishRequest { keys: keys.iter().map(CacheKey::to_hex).collect(), values });
         let inner = self.inner.clone().watch_publish(req).await?.into_inner();
         Ok(PublishStream { inner })
     }
@@ -338,6 +360,12 @@ fn convert(e: pb::PublishEvent) -> Result<PublishEvent, ClientError> {
         Some(publish_event::Event::Subscribed(_)) => Ok(PublishEvent::Subscribed),
         Some(publish_event::Event::Published(k)) => {
             k.parse().map(PublishEvent::Published).map_err(|_| ClientError::Protocol(format!("published `{k}`")))
+        }
+        Some(publish_event::Event::Value(resp)) => {
+            let key: CacheKey =
+                resp.key.parse().map_err(|_| ClientError::Protocol(format!("a value for `{}`", resp.key)))?;
+            let lookup = answer(&key, resp)?;
+            Ok(PublishEvent::Value(key, lookup))
         }
         None => Err(ClientError::Protocol("an empty publish event".into())),
     }

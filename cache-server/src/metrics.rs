@@ -7,6 +7,10 @@
 //! - `kiln_server_integrity_failures_total`: stored values refused on read (and deleted).
 //! - `kiln_server_artifact_bytes_total{direction="in|out"}`: envelope bytes put and served.
 //! - `kiln_server_watch_streams`: open WatchPublish streams.
+//! - `kiln_server_lookups_total{via,result}`: keys read, one per key: `via` the RPC that read it
+//!   (`get`, `batch_get`, or `watch` for an entry a WatchPublish sent), `result` `hit`,
+//!   `negative`, `miss` or `corrupt`. The fleet's hit rate, and a count of how often clients ask
+//!   for one key.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -19,6 +23,12 @@ use tonic::Code;
 pub struct RequestLabels {
     pub op: &'static str,
     pub code: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LookupLabels {
+    pub via: &'static str,
+    pub result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -39,6 +49,7 @@ pub struct Metrics {
     pub integrity_failures: Counter,
     pub artifact_bytes: Family<DirectionLabels, Counter>,
     pub watch_streams: Gauge,
+    pub lookups: Family<LookupLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -59,6 +70,7 @@ impl Metrics {
             integrity_failures: Counter::default(),
             artifact_bytes: Family::default(),
             watch_streams: Gauge::default(),
+            lookups: Family::default(),
         };
         let mut registry = Registry::with_prefix("kiln_server");
         registry.register("requests", "RPCs by operation and gRPC code", m.requests.clone());
@@ -72,12 +84,17 @@ impl Metrics {
         );
         registry.register("artifact_bytes", "Envelope bytes put (in) and served (out)", m.artifact_bytes.clone());
         registry.register("watch_streams", "Open WatchPublish streams", m.watch_streams.clone());
+        registry.register("lookups", "Keys read, by the RPC that read them and the result", m.lookups.clone());
         Metrics { registry, ..m }
     }
 
     pub fn request(&self, op: &'static str, code: Code) {
         self.requests_all.inc();
         self.requests.get_or_create(&RequestLabels { op, code: code_label(code) }).inc();
+    }
+
+    pub fn lookup(&self, via: &'static str, result: &'static str) {
+        self.lookups.get_or_create(&LookupLabels { via, result }).inc();
     }
 
     pub fn bytes(&self, direction: &'static str, n: usize) {

@@ -10,7 +10,7 @@ use crate::config::Limits;
 use crate::error::Error;
 use crate::layout::LayoutError;
 use crate::metrics::Metrics;
-use crate::store::{Entry, Lookup, Store};
+use crate::store::{Acquired, Entry, Lookup, Store};
 use crate::validate;
 use futures_util::{Stream, StreamExt};
 use kiln_proto::CacheKey;
@@ -19,8 +19,8 @@ use kiln_proto::pb::artifact_cache_server::ArtifactCache;
 use kiln_proto::pb::{
     CacheBatchGetRequest, CacheContainsRequest, CacheContainsResponse, CacheGetRequest, CacheGetResponse,
     CachePutRequest, CachePutResponse, CacheStatsRequest, CacheStatsResponse, LeaseRequest, LeaseResponse,
-    ManifestGetRequest, ManifestGetResponse, ManifestPutRequest, WatchPublishRequest, cache_get_response,
-    cache_put_request,
+    ManifestGetRequest, ManifestGetResponse, ManifestPutRequest, PublishEvent, WatchPublishRequest, cache_get_response,
+    cache_put_request, publish_event::Event,
 };
 use std::collections::HashSet;
 use std::future::Future;
@@ -189,10 +189,11 @@ impl CacheService {
             }
             _ => {
                 let ttl = validate::lease_ttl(req.ttl_ms, &self.limits)?;
-                self.store.acquire_lease(&key, &req.holder, ttl).await?
+                let acquired = self.store.acquire_lease(&key, &req.holder, ttl).await?;
+                return Ok(LeaseResponse { ok: acquired == Acquired::Taken, present: acquired == Acquired::Present });
             }
         };
-        Ok(LeaseResponse { ok })
+        Ok(LeaseResponse { ok, present: false })
     }
 }
 
@@ -232,20 +233,63 @@ fn corrupt(metrics: &Metrics, key: &CacheKey, why: &LayoutError) {
 }
 
 /// One key's answer, for Get and BatchGet.
-async fn lookup(store: Store, metrics: Arc<Metrics>, key: CacheKey) -> Result<CacheGetResponse, Error> {
-    let entry = match store.get(&key).await? {
+/// Reads one key for `via` (the metric label of the RPC that asked).
+async fn lookup(
+    store: Store,
+    metrics: Arc<Metrics>,
+    key: CacheKey,
+    via: &'static str,
+) -> Result<CacheGetResponse, Error> {
+    let (entry, result) = match store.get(&key).await? {
         Lookup::Hit(Entry::Envelope(bytes)) => {
             metrics.bytes("out", bytes.len());
-            Some(cache_get_response::Entry::Envelope(bytes))
+            (Some(cache_get_response::Entry::Envelope(bytes)), "hit")
         }
-        Lookup::Hit(Entry::Negative(n)) => Some(cache_get_response::Entry::Negative(n)),
-        Lookup::Miss => None,
+        Lookup::Hit(Entry::Negative(n)) => (Some(cache_get_response::Entry::Negative(n)), "negative"),
+        Lookup::Miss => (None, "miss"),
         Lookup::Corrupt(why) => {
             corrupt(&metrics, &key, &why);
-            None
+            (None, "corrupt")
         }
     };
+    metrics.lookup(via, result);
     Ok(CacheGetResponse { key: key.to_hex(), entry })
+}
+
+/// A watch stream that carries entries (`WatchPublishRequest.values`): after each `subscribed`,
+/// a `value` for every watched key that holds an entry; a publish of a key that holds one becomes
+/// its `value`. A read that fails passes the bare event on, so the waiter falls back to a Get.
+fn with_values(stream: PublishStream, watched: Vec<CacheKey>, store: Store, metrics: Arc<Metrics>) -> PublishStream {
+    let expanded = stream.then(move |event| {
+        let (watched, store, metrics) = (watched.clone(), store.clone(), Arc::clone(&metrics));
+        async move {
+            let Ok(event) = event else { return vec![event] };
+            let value = |key: CacheKey| {
+                let (store, metrics) = (store.clone(), Arc::clone(&metrics));
+                async move {
+                    match lookup(store, metrics, key, "watch").await {
+                        Ok(found) if found.entry.is_some() => Some(PublishEvent { event: Some(Event::Value(found)) }),
+                        _ => None,
+                    }
+                }
+            };
+            match &event.event {
+                Some(Event::Subscribed(_)) => {
+                    let mut out = vec![Ok(event.clone())];
+                    for key in watched {
+                        out.extend(value(key).await.map(Ok));
+                    }
+                    out
+                }
+                Some(Event::Published(hex)) => match hex.parse::<CacheKey>() {
+                    Ok(key) => vec![Ok(value(key).await.unwrap_or(event))],
+                    Err(_) => vec![Ok(event)],
+                },
+                _ => vec![Ok(event)],
+            }
+        }
+    });
+    Box::pin(expanded.flat_map(futures_util::stream::iter))
 }
 
 #[tonic::async_trait]
@@ -253,7 +297,7 @@ impl ArtifactCache for CacheService {
     async fn get(&self, request: Request<CacheGetRequest>) -> Result<Response<CacheGetResponse>, Status> {
         self.serve(Op::Get, request, |req| async move {
             let key = validate::key("key", &req.key)?;
-            lookup(self.store.clone(), Arc::clone(&self.metrics), key).await
+            lookup(self.store.clone(), Arc::clone(&self.metrics), key, "get").await
         })
         .await
     }
@@ -268,7 +312,7 @@ impl ArtifactCache for CacheService {
                 .map(move |key| {
                     let (store, metrics) = (store.clone(), Arc::clone(&metrics));
                     async move {
-                        let answer = lookup(store, Arc::clone(&metrics), key).await;
+                        let answer = lookup(store, Arc::clone(&metrics), key, "batch_get").await;
                         match &answer {
                             Ok(_) => {
                                 metrics.redis_up.set(1);
@@ -340,7 +384,13 @@ impl ArtifactCache for CacheService {
             }
             let keys = validate::keys("keys", &req.keys, self.limits.max_batch_keys)?;
             let keys: HashSet<CacheKey> = keys.into_iter().collect();
-            self.announcements.watch(keys, WATCH_WAIT, self.stop.clone(), Arc::clone(&self.metrics)).await
+            let watched: Vec<CacheKey> = keys.iter().copied().collect();
+            let stream =
+                self.announcements.watch(keys, WATCH_WAIT, self.stop.clone(), Arc::clone(&self.metrics)).await?;
+            if !req.values {
+                return Ok(stream);
+            }
+            Ok(with_values(stream, watched, self.store.clone(), Arc::clone(&self.metrics)))
         })
         .await
     }

@@ -30,6 +30,21 @@ static RENEW: LazyLock<Script> = LazyLock::new(|| {
     )
 });
 
+/// Takes the lease unless the key already holds an entry: 1 taken, 0 held by another, 2 an
+/// artifact (its head) or a negative entry is there. One atomic step, so a publish can never land
+/// between the check and the lease; all three keys share the artifact's hash tag, hence one slot.
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "if redis.call('EXISTS', KEYS[1], KEYS[2]) > 0 then \
+           return 2 \
+         end \
+         if redis.call('SET', KEYS[3], ARGV[1], 'NX', 'PX', ARGV[2]) then \
+           return 1 \
+         end \
+         return 0",
+    )
+});
+
 /// Deletes a lease only while `holder` holds it: a holder whose lease expired and was taken over
 /// must not release the new holder's lease.
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
@@ -65,6 +80,17 @@ pub enum Lookup<T> {
     Miss,
     /// A damaged value, already deleted.
     Corrupt(LayoutError),
+}
+
+/// The outcome of an acquire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acquired {
+    /// The caller holds the lease now.
+    Taken,
+    /// Another holder has it.
+    Held,
+    /// The key holds an entry already: no lease was taken.
+    Present,
 }
 
 /// How many times a read of a chunked artifact retries when a writer replaced the head between
@@ -257,18 +283,22 @@ impl Store {
         Ok(())
     }
 
-    /// `SET lease holder NX PX ttl`: whether `holder` now holds the lease.
-    pub async fn acquire_lease(&self, key: &CacheKey, holder: &str, ttl: Duration) -> Result<bool, Error> {
+    /// Takes the lease for `holder` unless another holds it or the key already holds an entry.
+    pub async fn acquire_lease(&self, key: &CacheKey, holder: &str, ttl: Duration) -> Result<Acquired, Error> {
         let mut con = self.redis.clone();
-        let set: Option<String> = redis::cmd("SET")
-            .arg(layout::lease_key(key))
+        let answer: i64 = ACQUIRE
+            .key(layout::head_key(key))
+            .key(layout::negative_key(key))
+            .key(layout::lease_key(key))
             .arg(holder)
-            .arg("NX")
-            .arg("PX")
             .arg(ttl.as_millis() as u64)
-            .query_async(&mut con)
+            .invoke_async(&mut con)
             .await?;
-        Ok(set.is_some())
+        Ok(match answer {
+            1 => Acquired::Taken,
+            2 => Acquired::Present,
+            _ => Acquired::Held,
+        })
     }
 
     /// Whether `holder` still held the lease; if so it now lives `ttl` from now.

@@ -5,7 +5,7 @@ use crate::config::Limits;
 use crate::fleet::{Claim, Fleet, Found};
 use crate::gpu::validator::{Checked, Validator};
 use crate::metrics::ResultLabels;
-use crate::metrics::{CompileLabels, LookupLabels, Metrics, ToolchainLabels};
+use crate::metrics::{CompileLabels, Metrics, ToolchainLabels};
 use crate::scheduler::flight::{Flights, Join, Leader};
 use crate::scheduler::gate::{Gate, Priority};
 use crate::store::tiered::TieredStore;
@@ -74,6 +74,14 @@ fn tier_of(name: TierName) -> pb::Tier {
         TierName::Disk => pb::Tier::Disk,
         TierName::Remote => pb::Tier::Remote,
     }
+}
+
+/// What [`Engine::prefetch`] found, and whether the fleet cache was asked for the rest.
+#[derive(Debug, Default)]
+pub struct Prefetched {
+    pub found: HashMap<CacheKey, Outcome>,
+    /// The fleet cache answered for every key not in `found`, so they need not be read again.
+    pub fleet_asked: bool,
 }
 
 /// Whether a fleet answer is stored in this host's tiers too.
@@ -158,17 +166,23 @@ impl Engine {
         }
     }
 
-    /// Answers from the caches only: the negative cache, then the tiers.
+    /// Answers from the caches only: this host's, then the fleet's (one Get; its negative
+    /// entries included).
     pub async fn cached(&self, key: &CacheKey) -> Option<Outcome> {
-        self.cached_in(key, true).await
+        if let Some(hit) = self.cached_here(key).await {
+            return Some(hit);
+        }
+        let found = self.fleet.as_ref().filter(|f| f.tier.usable())?.fetch(key).await?;
+        Some(self.adopt(key, found).await)
     }
 
-    async fn cached_in(&self, key: &CacheKey, remote: bool) -> Option<Outcome> {
+    /// Answers from this host's caches: the negative cache, then the tiers.
+    async fn cached_here(&self, key: &CacheKey) -> Option<Outcome> {
         if let Some(f) = self.negative.get(key).await {
             self.metrics.negative_hits.inc();
             return Some(Outcome::failed(pb::Tier::Memory, f.log.clone(), f.compile_micros));
         }
-        let hit = if remote { self.store.get(key).await? } else { self.store.get_local(key).await? };
+        let hit = self.store.get(key).await?;
         self.metrics.seconds_saved.inc_by(hit.artifact.meta.compile_micros as f64 / 1e6);
         Some(Outcome::from_artifact(hit.artifact, tier_of(hit.tier)))
     }
@@ -177,16 +191,14 @@ impl Engine {
     /// graph by its key.
     pub async fn publish_manifest(&self, graph_key: &CacheKey, kernel_keys: &[CacheKey]) {
         let Some(fleet) = self.fleet.as_ref().filter(|f| f.tier.usable()) else { return };
-        let result = fleet.tier.client.put_manifest(graph_key, kernel_keys).await;
-        fleet.tier.observe(&result);
-        if let Err(e) = result {
+        if let Err(e) = fleet.tier.put_manifest(graph_key, kernel_keys).await {
             tracing::warn!(%graph_key, error = %e, "could not publish the graph manifest");
         }
     }
 
     /// Answers as many of `keys` as the caches can, asking the fleet cache for all the local
     /// misses in one BatchGet: a fresh host warm-starts a whole graph in one round trip.
-    pub async fn prefetch(&self, keys: &[CacheKey]) -> HashMap<CacheKey, Outcome> {
+    pub async fn prefetch(&self, keys: &[CacheKey]) -> Prefetched {
         self.prefetch_where(keys, |_, _| true, Adopt::Locally).await
     }
 
@@ -199,7 +211,7 @@ impl Engine {
         keys: &[CacheKey],
         accept: impl Fn(&CacheKey, &Artifact) -> bool,
         adopt: Adopt,
-    ) -> HashMap<CacheKey, Outcome> {
+    ) -> Prefetched {
         let refused = |key: &CacheKey, tier: &'static str| {
             tracing::warn!(%key, tier, "cache entry refused: its content does not match its address");
             self.metrics.integrity_failures.get_or_create(&crate::metrics::TierLabels { tier }).inc();
@@ -209,7 +221,7 @@ impl Engine {
         // A few at a time: a disk hit waits on a blocking read, and 64 in a row add up; but 64 at
         // once would start 64 blocking threads on a fresh daemon.
         use futures_util::StreamExt;
-        let lookups = keys.iter().copied().map(|key| async move { self.cached_in(&key, false).await });
+        let lookups = keys.iter().copied().map(|key| async move { self.cached_here(&key).await });
         let local: Vec<Option<Outcome>> =
             futures_util::stream::iter(lookups).buffered(LOCAL_LOOKUPS_IN_FLIGHT).collect().await;
         for (key, outcome) in keys.iter().zip(local) {
@@ -225,18 +237,13 @@ impl Engine {
             }
         }
         let Some(fleet) = self.fleet.as_ref().filter(|f| f.tier.usable() && !missing.is_empty()) else {
-            return found;
+            return Prefetched { found, fleet_asked: false };
         };
-        let fetched = fleet.tier.client.batch_get(&missing).await;
-        fleet.tier.observe(&fetched);
-        if fetched.is_err() {
-            self.metrics
-                .lookups
-                .get_or_create(&LookupLabels { tier: "remote", result: "error" })
-                .inc_by(missing.len() as u64);
-        }
-        for (key, lookup) in fetched.unwrap_or_default() {
-            match fleet.verify(&key, lookup) {
+        let Some(answers) = fleet.lookup_many(&missing).await else {
+            return Prefetched { found, fleet_asked: false };
+        };
+        for (key, answer) in answers {
+            match answer {
                 Some(Found::Artifact(a, _)) if !accept(&key, &a) => refused(&key, "remote"),
                 Some(Found::Artifact(a, _)) if adopt == Adopt::No => {
                     found.insert(key, Outcome::from_artifact(Arc::from(a), pb::Tier::Remote));
@@ -247,16 +254,26 @@ impl Engine {
                 None => {}
             }
         }
-        found
+        Prefetched { found, fleet_asked: true }
     }
 
     /// Looks a kernel up and compiles it on a miss, once per key however many ask at once.
-    pub async fn resolve(self: &Arc<Self>, kernel: &KernelJob, target: Target, priority: Priority) -> Outcome {
+    /// `fleet_asked`: this request has read the key from the fleet cache already (a prefetch's
+    /// BatchGet), so it is not read again.
+    pub async fn resolve(
+        self: &Arc<Self>,
+        kernel: &KernelJob,
+        target: Target,
+        priority: Priority,
+        mut fleet_asked: bool,
+    ) -> Outcome {
         if let Some(reason) = &kernel.refusal {
             return Outcome::failed(pb::Tier::Compiled, reason.clone(), 0);
         }
         loop {
-            if let Some(hit) = self.cached(&kernel.key).await {
+            let hit = if fleet_asked { self.cached_here(&kernel.key).await } else { self.cached(&kernel.key).await };
+            fleet_asked = true;
+            if let Some(hit) = hit {
                 return hit;
             }
             match self.flights.join(&kernel.key) {
@@ -283,10 +300,11 @@ impl Engine {
         }
     }
 
-    /// The leader's work: check once more (a publish may have landed since the first look),
-    /// wait for a slot, compile, publish, and hand the result to every follower.
+    /// The leader's work: check this host once more (another flight may have finished since the
+    /// first look; a fleet publish since then is what the lease's acquire reports), wait for a
+    /// slot, compile, publish, and hand the result to every follower.
     async fn lead(&self, leader: Leader<Outcome>, kernel: &KernelJob, target: Target, priority: Priority) -> Outcome {
-        if let Some(hit) = self.cached(&kernel.key).await {
+        if let Some(hit) = self.cached_here(&kernel.key).await {
             leader.finish(hit.clone());
             return hit;
         }
@@ -320,7 +338,9 @@ impl Engine {
     /// Stores a new artifact in every tier: the fleet first, since its publish releases other
     /// hosts' waiters, then this host's.
     pub async fn store_everywhere(&self, key: &CacheKey, stored: Stored) {
-        self.store.put_where(key, stored.clone(), |t| t == TierName::Remote).await;
+        if let Some(fleet) = self.fleet.as_ref().filter(|f| f.tier.usable()) {
+            fleet.publish(key, &stored.envelope).await;
+        }
         self.store_locally(key, stored).await;
     }
 

@@ -173,7 +173,8 @@ pub async fn run(engine: Arc<Engine>, record: Arc<JobRecord>, job: Job) {
     let (mut ok, mut failed) = (0, 0);
     // Everything the caches hold is answered first, with one fleet round trip for the rest.
     let keys: Vec<CacheKey> = job.kernels.iter().filter(|k| k.refusal.is_none()).map(|k| k.key).collect();
-    let mut cached = engine.prefetch(&keys).await;
+    let prefetched = engine.prefetch(&keys).await;
+    let (mut cached, fleet_asked) = (prefetched.found, prefetched.fleet_asked);
     let mut tasks = tokio::task::JoinSet::new();
     let mut answered = Vec::with_capacity(cached.len());
     for (index, kernel) in job.kernels.iter().cloned().enumerate() {
@@ -189,7 +190,7 @@ pub async fn run(engine: Arc<Engine>, record: Arc<JobRecord>, job: Job) {
         let engine = Arc::clone(&engine);
         let (target, priority) = (job.target, job.priority);
         tasks.spawn(async move {
-            let outcome = engine.resolve(&kernel, target, priority).await;
+            let outcome = engine.resolve(&kernel, target, priority, fleet_asked).await;
             (index, outcome)
         });
     }

@@ -34,7 +34,8 @@ pub struct TierLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LeaseLabels {
-    /// acquired | waited | takeover | timeout | error
+    /// acquired | waited | takeover | present (the key held an entry already, so it was read
+    /// instead) | timeout | error
     pub result: &'static str,
 }
 
@@ -326,6 +327,10 @@ impl Metrics {
 
     pub fn lookup(&self, tier: &'static str, result: &'static str) {
         self.lookups.get_or_create(&LookupLabels { tier, result }).inc();
+    }
+
+    pub fn write(&self, tier: &'static str, result: &'static str) {
+        self.writes.get_or_create(&LookupLabels { tier, result }).inc();
     }
 
     pub fn bytes(&self, tier: &'static str, direction: &'static str, n: usize) {

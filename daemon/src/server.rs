@@ -5,13 +5,13 @@ use crate::blob::service::{BlobService, BlobState};
 use crate::config::{Config, read_token};
 use crate::engine::Engine;
 use crate::fleet::Fleet;
+use crate::fleet::tier::RemoteTier;
 use crate::gpu::{self, validator::Validator};
 use crate::jobs::Jobs;
 use crate::metrics::Metrics;
 use crate::service::CompilerService;
 use crate::snapshot::service::{SnapshotService, SnapshotState, host_name};
 use crate::snapshot::{host, store::SnapshotStore};
-use crate::store::remote::RemoteTier;
 use crate::store::{Store, disk::DiskTier, memory::MemoryTier, tiered::TieredStore};
 use crate::toolchain::{cuda, nvrtc::Nvrtc, ptxas::Ptxas, set::Toolchains, triton};
 use anyhow::Context;
@@ -106,7 +106,6 @@ pub async fn build(config: &Config) -> anyhow::Result<Built> {
             let token = read_token(&r.token).context("--remote-token")?;
             let client = RemoteCache::connect(&r.uri, &token).context("--remote")?;
             let tier = RemoteTier::new(client, Arc::clone(&metrics));
-            tiers.push(tier.clone());
             let fleet = Fleet {
                 tier: Arc::clone(&tier),
                 lease_ttl: r.lease_ttl,

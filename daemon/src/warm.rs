@@ -42,9 +42,7 @@ pub fn start(
         let Some(fleet) = engine.fleet.as_ref() else { return };
         let mut progress = WarmProgress::default();
         for graph in graphs {
-            let manifest = fleet.tier.client.get_manifest(&graph).await;
-            fleet.tier.observe(&manifest);
-            match manifest {
+            match fleet.tier.get_manifest(&graph).await {
                 Ok(Some(keys)) => kernels.extend(keys),
                 Ok(None) => progress.unknown_graphs.push(graph.to_hex()),
                 Err(e) => {
@@ -57,7 +55,7 @@ pub fn start(
         kernels.dedup();
         progress.total = kernels.len() as u32;
         for batch in kernels.chunks(BATCH) {
-            let found = engine.prefetch(batch).await;
+            let found = engine.prefetch(batch).await.found;
             for key in batch {
                 match found.get(key) {
                     Some(o) if o.ok && o.tier == kiln_proto::pb::Tier::Remote => progress.fetched += 1,

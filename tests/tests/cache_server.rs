@@ -1,7 +1,9 @@
 //! kiln-cache end to end: a real `redis-server`, a real `kiln-cache` over a real socket, and the
 //! `RemoteCache` client that kilnd uses.
 
-use kiln_cache_server::client::{ClientError, ClientOptions, Lookup, PublishEvent, PublishStream, new_holder};
+use kiln_cache_server::client::{
+    Acquired, ClientError, ClientOptions, Lookup, PublishEvent, PublishStream, new_holder,
+};
 use kiln_proto::CacheKey;
 use kiln_proto::envelope;
 use kiln_proto::pb::ArtifactMeta;
@@ -260,26 +262,63 @@ async fn leases_belong_to_their_holder_and_expire() {
     let k = key("lease");
     let (a, b) = (new_holder(), new_holder());
     let ttl = Duration::from_secs(30);
-    assert!(c.acquire_lease(&k, &a, ttl).await.unwrap());
-    assert!(!c.acquire_lease(&k, &b, ttl).await.unwrap(), "a second holder got a held lease");
+    assert_eq!(c.acquire_lease(&k, &a, ttl).await.unwrap(), Acquired::Taken);
+    assert_eq!(c.acquire_lease(&k, &b, ttl).await.unwrap(), Acquired::Held, "a second holder got a held lease");
     assert!(!c.renew_lease(&k, &b, ttl).await.unwrap(), "another holder renewed");
     assert!(!c.release_lease(&k, &b).await.unwrap(), "another holder released");
     assert_eq!(redis.cli(&["GET", &format!("kiln:v1:{{{k}}}:lease")]), a.as_bytes());
     assert!(c.renew_lease(&k, &a, ttl).await.unwrap());
     assert!(c.release_lease(&k, &a).await.unwrap());
     assert!(!c.release_lease(&k, &a).await.unwrap(), "released twice");
-    assert!(c.acquire_lease(&k, &b, Duration::from_millis(300)).await.unwrap());
+    assert_eq!(c.acquire_lease(&k, &b, Duration::from_millis(300)).await.unwrap(), Acquired::Taken);
     // b dies without releasing: its lease expires and exactly one other takes over.
     let deadline = Instant::now() + Duration::from_secs(10);
     let c2 = new_holder();
-    while !c.acquire_lease(&k, &c2, ttl).await.unwrap() {
+    while c.acquire_lease(&k, &c2, ttl).await.unwrap() != Acquired::Taken {
         assert!(Instant::now() < deadline, "the lease never expired");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(!c.renew_lease(&k, &b, ttl).await.unwrap(), "an expired holder renewed");
-    assert!(!c.acquire_lease(&k, &a, ttl).await.unwrap());
+    assert_eq!(c.acquire_lease(&k, &a, ttl).await.unwrap(), Acquired::Held);
     let (c1, _) = code(cache.client(READ_TOKEN).acquire_lease(&k, &new_holder(), ttl).await);
     assert_eq!(c1, Code::PermissionDenied);
+    // A key that holds an artifact or a negative entry is not leased: the acquire says so.
+    let (stored, failed) = (key("lease stored"), key("lease failed"));
+    c.put(&stored, envelope_of(&stored, 100)).await.unwrap();
+    c.put_negative(&failed, "boom", 1, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(c.acquire_lease(&stored, &new_holder(), ttl).await.unwrap(), Acquired::Present);
+    assert_eq!(c.acquire_lease(&failed, &new_holder(), ttl).await.unwrap(), Acquired::Present);
+    assert!(redis.cli(&["EXISTS", &format!("kiln:v1:{{{stored}}}:lease")]) == b"0", "a lease was taken");
+    cache.stop();
+}
+
+/// With `values`, a watch carries the entries: those already there right after `subscribed`,
+/// then each publish as its entry; a release without a result stays a bare `published`. Every
+/// entry sent counts as one `watch` lookup, none as a Get.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_with_values_carry_the_entries() {
+    let (_redis, cache) = start();
+    let c = cache.client(WRITE_TOKEN);
+    let (there, later, failed, released) = (key("v there"), key("v later"), key("v failed"), key("v released"));
+    let env = envelope_of(&there, 100);
+    c.put(&there, env.clone()).await.unwrap();
+    let mut watch = cache.client(READ_TOKEN).watch_publish(&[there, later, failed, released], true).await.unwrap();
+    assert_eq!(next(&mut watch, Duration::from_secs(5)).await, PublishEvent::Subscribed);
+    assert_eq!(next(&mut watch, Duration::from_secs(5)).await, PublishEvent::Value(there, Lookup::Hit(env)));
+    let env = envelope_of(&later, 2 * MIB + 1);
+    c.put(&later, env.clone()).await.unwrap();
+    assert_eq!(next(&mut watch, Duration::from_secs(5)).await, PublishEvent::Value(later, Lookup::Hit(env)));
+    c.put_negative(&failed, "boom", 7, Duration::from_secs(10)).await.unwrap();
+    let negative = kiln_proto::pb::NegativeEntry { log: "boom".into(), compile_micros: 7 };
+    assert_eq!(next(&mut watch, Duration::from_secs(5)).await, PublishEvent::Value(failed, Lookup::Negative(negative)));
+    let holder = new_holder();
+    assert_eq!(c.acquire_lease(&released, &holder, Duration::from_secs(10)).await.unwrap(), Acquired::Taken);
+    assert!(c.release_lease(&released, &holder).await.unwrap());
+    assert_eq!(next(&mut watch, Duration::from_secs(5)).await, PublishEvent::Published(released));
+    let text = cache.metrics_text();
+    assert_eq!(sample(&text, "kiln_server_lookups_total{via=\"watch\",result=\"hit\"}"), Some(2.0), "{text}");
+    assert_eq!(sample(&text, "kiln_server_lookups_total{via=\"watch\",result=\"negative\"}"), Some(1.0), "{text}");
+    assert_eq!(sample(&text, "kiln_server_lookups_total{via=\"get\",result=\"hit\"}"), None, "{text}");
     cache.stop();
 }
 
@@ -288,7 +327,7 @@ async fn watchers_hear_publishes_and_shutdown_ends_their_streams() {
     let (_redis, cache) = start();
     let c = cache.client(WRITE_TOKEN);
     let (k, other, failed) = (key("watched"), key("unwatched"), key("failed"));
-    let mut watch = cache.client(READ_TOKEN).watch_publish(&[k, failed]).await.unwrap();
+    let mut watch = cache.client(READ_TOKEN).watch_publish(&[k, failed], false).await.unwrap();
     assert_eq!(next(&mut watch, Duration::from_secs(5)).await, PublishEvent::Subscribed);
     c.put(&other, envelope_of(&other, 100)).await.unwrap();
     c.put(&k, envelope_of(&k, 100)).await.unwrap();
@@ -296,7 +335,7 @@ async fn watchers_hear_publishes_and_shutdown_ends_their_streams() {
     c.put_negative(&failed, "boom", 1, Duration::from_secs(10)).await.unwrap();
     assert_eq!(next(&mut watch, Duration::from_secs(5)).await, PublishEvent::Published(failed));
     assert_eq!(sample(&cache.metrics_text(), "kiln_server_watch_streams"), Some(1.0));
-    let (c1, msg) = code(c.watch_publish(&[]).await);
+    let (c1, msg) = code(c.watch_publish(&[], false).await);
     assert!(c1 == Code::InvalidArgument && msg.contains("keys"), "{msg}");
     // SIGTERM with a stream open: the server ends the stream and exits 0 promptly.
     let stopping = tokio::task::spawn_blocking(move || cache.stop_within(Duration::from_secs(10)));
@@ -315,7 +354,7 @@ async fn tokens_are_required_and_read_only_tokens_cannot_write() {
         assert_eq!(c1, Code::Unauthenticated, "{token:?}: {msg}");
         let (c2, _) = code(cache.client(token).put(&k, env.clone()).await);
         assert_eq!(c2, Code::Unauthenticated);
-        assert_eq!(code(cache.client(token).watch_publish(&[k]).await).0, Code::Unauthenticated);
+        assert_eq!(code(cache.client(token).watch_publish(&[k], false).await).0, Code::Unauthenticated);
     }
     let (c3, msg) = code(cache.client(READ_TOKEN).put(&k, env.clone()).await);
     assert!(c3 == Code::PermissionDenied && msg.contains("read-only"), "{msg}");
@@ -371,7 +410,7 @@ async fn redis_outage_is_unavailable_and_recovers_without_a_restart() {
     let c = cache.client(WRITE_TOKEN);
     let (k, later) = (key("before"), key("after"));
     c.put(&k, envelope_of(&k, 100)).await.unwrap();
-    let mut watch = c.watch_publish(&[later]).await.unwrap();
+    let mut watch = c.watch_publish(&[later], false).await.unwrap();
     assert_eq!(next(&mut watch, Duration::from_secs(5)).await, PublishEvent::Subscribed);
 
     redis.stop();
@@ -380,7 +419,7 @@ async fn redis_outage_is_unavailable_and_recovers_without_a_restart() {
     assert!(msg.contains("Redis"), "{msg}");
     assert_eq!(code(c.put(&later, envelope_of(&later, 100)).await).0, Code::Unavailable);
     assert_eq!(code(c.acquire_lease(&k, &new_holder(), Duration::from_secs(1)).await).0, Code::Unavailable);
-    let (c2, msg) = code(c.watch_publish(&[k]).await);
+    let (c2, msg) = code(c.watch_publish(&[k], false).await);
     assert!(c2 == Code::Unavailable && msg.contains("pub/sub"), "{msg}");
     assert!(!c.stats().await.unwrap().redis_up);
     assert!(cache.alive(), "kiln-cache died with Redis");
@@ -413,7 +452,7 @@ async fn replicas_share_one_redis() {
     let (redis, a) = start();
     let b = CacheServer::start(CacheOptions::new(vec![redis.url()]));
     let k = key("replicated");
-    let mut watch = b.client(READ_TOKEN).watch_publish(&[k]).await.unwrap();
+    let mut watch = b.client(READ_TOKEN).watch_publish(&[k], false).await.unwrap();
     assert_eq!(next(&mut watch, Duration::from_secs(5)).await, PublishEvent::Subscribed);
     let env = envelope_of(&k, 1000);
     a.client(WRITE_TOKEN).put(&k, env.clone()).await.unwrap();
@@ -437,7 +476,7 @@ async fn starts_while_redis_is_down() {
     // Each refused watch waits up to 2 s for the subscription on the server's side: no busy loop.
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut watch = loop {
-        match c.watch_publish(&[k]).await {
+        match c.watch_publish(&[k], false).await {
             Ok(w) => break w,
             Err(e) => assert!(e.code() == Some(Code::Unavailable) && Instant::now() < deadline, "{e}"),
         }
@@ -485,7 +524,7 @@ async fn redis_cluster_round_trip_publish_and_lease() {
     let c = cache.client(WRITE_TOKEN);
     assert_eq!(c.stats().await.unwrap().redis_mode, "cluster");
     let keys: Vec<CacheKey> = (0..8).map(|i| key(&format!("cluster {i}"))).collect();
-    let mut watch = c.watch_publish(&keys).await.unwrap();
+    let mut watch = c.watch_publish(&keys, false).await.unwrap();
     assert_eq!(next(&mut watch, Duration::from_secs(5)).await, PublishEvent::Subscribed);
     let mut envelopes = Vec::new();
     for (i, k) in keys.iter().enumerate() {
@@ -508,9 +547,12 @@ async fn redis_cluster_round_trip_publish_and_lease() {
     c.put_manifest(&graph, &keys).await.unwrap();
     assert_eq!(c.get_manifest(&graph).await.unwrap(), Some(keys.clone()));
     let (a, b) = (new_holder(), new_holder());
-    assert!(c.acquire_lease(&keys[0], &a, Duration::from_secs(10)).await.unwrap());
-    assert!(!c.acquire_lease(&keys[0], &b, Duration::from_secs(10)).await.unwrap());
-    assert!(c.renew_lease(&keys[0], &a, Duration::from_secs(10)).await.unwrap());
-    assert!(c.release_lease(&keys[0], &a).await.unwrap());
+    let ttl = Duration::from_secs(10);
+    assert_eq!(c.acquire_lease(&keys[0], &a, ttl).await.unwrap(), Acquired::Present, "a stored key is leased");
+    let free = key("cluster unleased");
+    assert_eq!(c.acquire_lease(&free, &a, ttl).await.unwrap(), Acquired::Taken);
+    assert_eq!(c.acquire_lease(&free, &b, ttl).await.unwrap(), Acquired::Held);
+    assert!(c.renew_lease(&free, &a, ttl).await.unwrap());
+    assert!(c.release_lease(&free, &a).await.unwrap());
     cache.stop();
 }

@@ -71,11 +71,33 @@ async fn four_hosts_compile_each_kernel_once_across_the_fleet() {
         }
     }
     assert_eq!(paid, 16, "every client but one per kernel reports remote or joined");
+    // Each host read each key from kiln-cache once: its graph's BatchGet. A Get only where a
+    // host's acquire found the key already published (the race counted as `present`); waiters
+    // got the entry on their watch stream (kiln-cache reads a watched key when the watch starts
+    // and when it is published, which a race can make two hits for one watch; none of it is a
+    // request of the waiter's).
+    let read = |via: &str| {
+        let text = cache.metrics_text();
+        ["hit", "negative", "miss", "corrupt"]
+            .iter()
+            .map(|r| {
+                sample(&text, &format!("kiln_server_lookups_total{{via=\"{via}\",result=\"{r}\"}}")).unwrap_or(0.0)
+            })
+            .sum::<f64>()
+    };
+    let leases = |result: &str| -> f64 {
+        daemons.iter().map(|d| metric(d, &format!("kiln_lease_total{{result=\"{result}\"}}"))).sum()
+    };
+    assert_eq!(read("batch_get"), 4.0 * 16.0, "a host read a key more than once in its BatchGet");
+    assert_eq!(read("get"), leases("present"), "a Get beyond the publish races");
+    let watches = sample(&cache.metrics_text(), "kiln_server_requests_total{op=\"WatchPublish\",code=\"ok\"}");
+    let watch_hits = sample(&cache.metrics_text(), "kiln_server_lookups_total{via=\"watch\",result=\"hit\"}");
+    assert!(watch_hits.unwrap_or(0.0) <= 2.0 * watches.unwrap_or(0.0), "{}", cache.metrics_text());
     // The fifth, fresh host warms the whole graph from the fleet in one round trip.
     let ops = |op: &str| {
         sample(&cache.metrics_text(), &format!("kiln_server_requests_total{{op=\"{op}\",code=\"ok\"}}")).unwrap_or(0.0)
     };
-    let (batch_before, get_before) = (ops("BatchGet"), ops("Get"));
+    let (batch_before, get_before, read_before) = (ops("BatchGet"), ops("Get"), read("batch_get"));
     let warm = fresh.client().await.compile(vector_graph("sm_90", 16)).await.unwrap().collect().await.unwrap();
     assert!(
         warm.kernels.iter().all(|k| k.tier() == Tier::Remote),
@@ -85,6 +107,7 @@ async fn four_hosts_compile_each_kernel_once_across_the_fleet() {
     assert_eq!(toolkits::witnessed_compiles(&witness), 16, "the warm start compiled");
     assert_eq!(ops("BatchGet") - batch_before, 1.0, "the warm start was not one BatchGet");
     assert_eq!(ops("Get") - get_before, 0.0, "the warm start fetched kernels one by one");
+    assert_eq!(read("batch_get") - read_before, 16.0, "the warm start read a key more than once");
     assert_eq!(metric(&fresh, "kiln_cache_lookups_total{tier=\"remote\",result=\"hit\"}"), 16.0);
     assert!(metric(&fresh, "kiln_artifact_bytes_total{tier=\"remote\",direction=\"read\"}") > 0.0);
     fresh.stop();
@@ -160,6 +183,13 @@ async fn a_failed_compile_releases_every_waiter_with_its_log() {
     assert_eq!(k.tier(), Tier::Remote, "the waiter compiled it itself");
     assert!(elapsed < Duration::from_secs(30), "the waiter sat out the lease TTL ({elapsed:?})");
     assert_eq!(metric(&b, "kiln_compiles_total{toolchain=\"triton\",outcome=\"failed\"}"), 0.0);
+    // One read of the key per request: A's (cold) and B's BatchGet. B got the failure there when
+    // A had finished, else on its watch stream; nobody sent a Get.
+    let text = cache.metrics_text();
+    let read = |series: &str| sample(&text, &format!("kiln_server_lookups_total{{{series}}}")).unwrap_or(0.0);
+    let batch = read("via=\"batch_get\",result=\"miss\"") + read("via=\"batch_get\",result=\"negative\"");
+    assert_eq!(batch, 2.0, "{text}");
+    assert!(!text.contains("via=\"get\""), "a Get was sent: {text}");
     a.stop();
     b.stop();
 }

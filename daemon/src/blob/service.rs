@@ -5,7 +5,8 @@ use super::entry;
 use super::holders::{self, Holders, Holding, Try, Waited};
 use super::validate::{self, Scope};
 use crate::engine::Engine;
-use crate::fleet::{Claim, Found, HeldLease};
+use crate::fleet::lease::HeldLease;
+use crate::fleet::{Claim, Found};
 use crate::metrics::Metrics;
 use crate::store::Stored;
 use bytes::Bytes;
@@ -168,7 +169,7 @@ impl pb::blobs_server::Blobs for BlobService {
         let scope = validate::scope(req.scope.as_ref())?;
         validate::keys(&req.keys)?;
         let stored: Vec<CacheKey> = req.keys.iter().map(|k| scope.key(k)).collect();
-        let found = this.engine.prefetch(&stored).await;
+        let found = this.engine.prefetch(&stored).await.found;
         let budget = this.max_message_bytes.saturating_sub(ANSWER_HEADROOM);
         let mut size = 0u64;
         let mut entries = Vec::with_capacity(stored.len());

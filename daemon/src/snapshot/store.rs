@@ -9,7 +9,7 @@
 use crate::blob::entry;
 use crate::engine::{Adopt, Engine};
 use crate::fleet::Found;
-use crate::store::{Stored, TierName};
+use crate::store::Stored;
 use bytes::Bytes;
 use kiln_proto::CacheKey;
 use kiln_proto::envelope::Artifact;
@@ -57,7 +57,7 @@ impl SnapshotStore {
     /// asked: a save then sends what this host lacks, at worst once more than needed).
     pub async fn local_size(&self, digest: &[u8; 32]) -> Option<u64> {
         let key = snapshot_file_key(digest);
-        let hit = self.engine.store.get_local(&key).await?;
+        let hit = self.engine.store.get(&key).await?;
         let data = single(&hit.artifact, FILE_NAMESPACE, pb::Tier::Unspecified)?;
         (blake3::hash(&data).as_bytes() == digest).then_some(data.len() as u64)
     }
@@ -69,9 +69,7 @@ impl SnapshotStore {
         let mut held = Vec::with_capacity(digests.len());
         for chunk in digests.chunks(CONTAINS_CHUNK) {
             let keys: Vec<CacheKey> = chunk.iter().map(snapshot_file_key).collect();
-            let answer = fleet.tier.client.contains(&keys).await;
-            fleet.tier.observe(&answer);
-            held.extend(answer.ok()?);
+            held.extend(fleet.tier.contains(&keys).await.ok()?);
         }
         Some(held)
     }
@@ -81,10 +79,12 @@ impl SnapshotStore {
     pub async fn republish(&self, digests: &[[u8; 32]]) {
         for digest in digests {
             let key = snapshot_file_key(digest);
-            let Some(hit) = self.engine.store.get_local(&key).await else { continue };
+            let Some(hit) = self.engine.store.get(&key).await else { continue };
             let Some(data) = single(&hit.artifact, FILE_NAMESPACE, pb::Tier::Unspecified) else { continue };
             tracing::info!(%key, "snapshot file lost from the fleet cache; stored again");
-            self.engine.store.put_where(&key, seal(&key, FILE_NAMESPACE, data), |t| t == TierName::Remote).await;
+            if let Some(fleet) = &self.engine.fleet {
+                fleet.publish(&key, &seal(&key, FILE_NAMESPACE, data).envelope).await;
+            }
         }
     }
 
@@ -104,7 +104,7 @@ impl SnapshotStore {
             let data = single(artifact, FILE_NAMESPACE, pb::Tier::Unspecified);
             data.is_some_and(|d| by_key.get(key).is_some_and(|want| blake3::hash(&d).as_bytes() == want))
         };
-        let found = self.engine.prefetch_where(&keys, content_matches, Adopt::No).await;
+        let found = self.engine.prefetch_where(&keys, content_matches, Adopt::No).await.found;
         found
             .into_iter()
             .filter_map(|(key, outcome)| {
@@ -122,7 +122,7 @@ impl SnapshotStore {
             let outcome = self.engine.adopt(key, found).await;
             return single(outcome.artifact.as_deref()?, namespace, pb::Tier::Remote);
         }
-        let hit = self.engine.store.get_local(key).await?;
+        let hit = self.engine.store.get(key).await?;
         single(&hit.artifact, namespace, pb::Tier::Unspecified)
     }
 

@@ -3,13 +3,11 @@
 //! - [`Store`]: the small trait each tier implements, with its hit/miss/error contract.
 //! - [`memory`]: a byte-bounded LRU in this process.
 //! - [`disk`]: content-addressed files, atomic writes, a size cap with LRU eviction.
-//! - [`remote`]: the fleet cache (kiln-cache), with a breaker so a dead server costs nothing.
 //! - [`tiered`]: looks tiers up fastest first, verifies every envelope it reads, evicts and counts
 //!   corrupt ones, backfills faster tiers on a hit, and writes slowest first.
 
 pub mod disk;
 pub mod memory;
-pub mod remote;
 pub mod tiered;
 
 use bytes::Bytes;
@@ -47,12 +45,6 @@ pub struct StoreError {
     pub tier: &'static str,
     #[source]
     pub source: std::io::Error,
-}
-
-impl StoreError {
-    pub fn remote(message: impl std::fmt::Display) -> Self {
-        StoreError { tier: "remote", source: std::io::Error::other(message.to_string()) }
-    }
 }
 
 /// What a tier holds for a key: the envelope, and for tiers that keep it unpacked (memory) the

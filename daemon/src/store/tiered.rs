@@ -1,4 +1,5 @@
-//! The tiered store: a list of tiers, fastest first.
+//! The tiered store: this host's tiers (memory, disk), fastest first. The fleet cache is not one
+//! of them: it answers negative entries and leases too, so it lives in `crate::fleet`.
 //!
 //! Reads try each tier in order and verify every envelope (digest and key) before trusting it.
 //! A corrupt or misplaced entry is evicted from its tier, counted in
@@ -11,7 +12,7 @@
 //! its client either way, because a cache that cannot write must not fail a compile.
 
 use super::{Store, Stored, TierName, Usage};
-use crate::metrics::{LookupLabels, Metrics, TierLabels};
+use crate::metrics::{Metrics, TierLabels};
 use kiln_proto::CacheKey;
 use kiln_proto::envelope::{self, Artifact};
 use std::sync::Arc;
@@ -37,19 +38,7 @@ impl TieredStore {
 
     /// Looks `key` up in every tier, fastest first.
     pub async fn get(&self, key: &CacheKey) -> Option<Hit> {
-        self.get_from(key, true).await
-    }
-
-    /// Looks `key` up in the local tiers only (memory and disk).
-    pub async fn get_local(&self, key: &CacheKey) -> Option<Hit> {
-        self.get_from(key, false).await
-    }
-
-    async fn get_from(&self, key: &CacheKey, remote: bool) -> Option<Hit> {
         for (i, tier) in self.tiers.iter().enumerate() {
-            if !remote && tier.name() == TierName::Remote {
-                continue;
-            }
             let name = tier.name().as_str();
             let stored = match tier.get(key).await {
                 Ok(Some(stored)) => stored,
@@ -104,10 +93,10 @@ impl TieredStore {
             match tier.put(key, stored.clone()).await {
                 Ok(()) => {
                     self.metrics.bytes(name, "write", envelope.len());
-                    self.metrics.writes.get_or_create(&LookupLabels { tier: name, result: "ok" }).inc();
+                    self.metrics.write(name, "ok");
                 }
                 Err(e) => {
-                    self.metrics.writes.get_or_create(&LookupLabels { tier: name, result: "error" }).inc();
+                    self.metrics.write(name, "error");
                     tracing::warn!(%key, error = %e, "tier write failed; the other tiers still hold the entry");
                 }
             }

@@ -1,9 +1,20 @@
-//! Fleet single-flight: in a whole cluster, one host pays a given cold compile.
+//! The fleet: the cache every host shares (kiln-cache) and single-flight over it, so that in a
+//! whole cluster one host pays a given cold compile.
+//!
+//! - [`tier`]: the fleet cache behind a breaker; every call goes through it and is observed.
+//! - [`lease`]: a lease held while compiling, renewed in the background.
+//! - here: who compiles a key ([`Fleet::claim`]), waiting for another host's result, and turning
+//!   fleet answers (artifacts, negative entries, misses) into verified [`Found`]s.
+//!
+//! Each key is read from kiln-cache at most once per request on the paths that matter: a graph's
+//! misses are one BatchGet; acquiring a lease reports an entry that is already there (one atomic
+//! step, so a holder never reads the key again), and a waiter's watch stream carries the entry
+//! when it lands, so waiting costs no Get either.
 //!
 //! On a miss in every tier, a daemon takes the key's lease in kiln-cache (a random holder token,
 //! new for each acquisition) and compiles, renewing the lease every third of its TTL. A daemon
-//! that finds the lease held subscribes to publish notifications, **then** checks for the
-//! artifact (and checks again after every resubscribe), so a publish that lands in between is
+//! that finds the lease held watches the key; the server checks for the entry once its
+//! subscription is live (and after every resubscribe), so a publish that lands in between is
 //! never missed; then it waits. It retries the lease when a release is announced (a holder that
 //! gave up) and once per TTL, so when a holder dies its lease expires and exactly one waiter
 //! takes over. A holder whose compile fails publishes a
@@ -11,13 +22,17 @@
 //! bound compiles by itself. Whatever goes wrong with the fleet cache, the answer is "compile
 //! here": the fleet can save work, never cost a compile.
 
+pub mod lease;
+pub mod tier;
+
 use crate::metrics::{Metrics, TierLabels};
-use crate::store::remote::RemoteTier;
-use kiln_cache_server::client::{Lookup, PublishEvent, new_holder};
+use kiln_cache_server::client::{Acquired, Lookup, PublishEvent, new_holder};
 use kiln_proto::CacheKey;
 use kiln_proto::envelope::{self, Artifact};
+use lease::HeldLease;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tier::RemoteTier;
 
 #[derive(Debug)]
 pub struct Fleet {
@@ -49,50 +64,6 @@ pub enum Claim {
     Found(Found),
 }
 
-/// A lease this daemon holds; renewed in the background until released or dropped.
-#[derive(Debug)]
-pub struct HeldLease {
-    key: CacheKey,
-    holder: String,
-    tier: Arc<RemoteTier>,
-    renew: tokio::task::JoinHandle<()>,
-}
-
-impl HeldLease {
-    fn start(key: CacheKey, holder: String, tier: Arc<RemoteTier>, ttl: Duration) -> Self {
-        let (k, h, t) = (key, holder.clone(), Arc::clone(&tier));
-        let renew = tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(ttl / 3).await;
-                match t.client.renew_lease(&k, &h, ttl).await {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        tracing::warn!(key = %k, "lost the fleet lease while compiling; another host may compile too");
-                        return;
-                    }
-                    Err(e) => tracing::warn!(key = %k, error = %e, "renewing the fleet lease failed; retrying"),
-                }
-            }
-        });
-        HeldLease { key, holder, tier, renew }
-    }
-
-    /// Stops renewing and releases the lease (compare-and-delete on the holder token).
-    pub async fn release(self) {
-        self.renew.abort();
-        if let Err(e) = self.tier.client.release_lease(&self.key, &self.holder).await {
-            tracing::warn!(key = %self.key, error = %e, "releasing the fleet lease failed; it will expire");
-        }
-    }
-}
-
-impl Drop for HeldLease {
-    fn drop(&mut self) {
-        // A lease dropped without release (a cancelled task) stops renewing and expires.
-        self.renew.abort();
-    }
-}
-
 impl Fleet {
     /// Decides who compiles `key`: this host (with the lease, or without one when the fleet
     /// cache is down or the hedge bound passed) or another host, whose result comes back.
@@ -102,25 +73,34 @@ impl Fleet {
         }
         let started = Instant::now();
         let mut waited = false;
+        let mut present_but_unreadable = false;
         loop {
             if !self.tier.usable() {
                 return Claim::Compile(None);
             }
             let holder = new_holder();
-            let acquired = self.tier.client.acquire_lease(key, &holder, self.lease_ttl).await;
-            self.tier.observe(&acquired);
-            match acquired {
-                Ok(true) => {
+            match self.tier.acquire_lease(key, &holder, self.lease_ttl).await {
+                Ok(Acquired::Taken) => {
                     self.metrics.lease(if waited { "takeover" } else { "acquired" });
+                    // The server checked in the same step that nothing is stored under the key.
                     let lease = HeldLease::start(*key, holder, Arc::clone(&self.tier), self.lease_ttl);
-                    // The previous holder may have published just before its lease ended.
-                    if let Some(found) = self.fetch(key).await {
-                        lease.release().await;
-                        return Claim::Found(found);
-                    }
                     return Claim::Compile(Some(lease));
                 }
-                Ok(false) => {}
+                // Another host published since this request's first look: read it, once. An
+                // entry that reads as a miss (damaged, so deleted; or a negative entry that just
+                // expired) gets one more try for the lease, then this host compiles.
+                Ok(Acquired::Present) => {
+                    self.metrics.lease("present");
+                    if let Some(found) = self.fetch(key).await {
+                        return Claim::Found(found);
+                    }
+                    if present_but_unreadable {
+                        return Claim::Compile(None);
+                    }
+                    present_but_unreadable = true;
+                    continue;
+                }
+                Ok(Acquired::Held) => {}
                 Err(e) => {
                     tracing::warn!(%key, error = %e, "fleet lease unavailable; compiling here");
                     self.metrics.lease("error");
@@ -146,9 +126,7 @@ impl Fleet {
 
     /// Waits up to one lease TTL for the holder's publish.
     async fn wait_for_publish(&self, key: &CacheKey, started: Instant) -> Wait {
-        let stream = self.tier.client.watch_publish(std::slice::from_ref(key)).await;
-        self.tier.observe(&stream);
-        let Ok(mut stream) = stream else { return Wait::Unavailable };
+        let Ok(mut stream) = self.tier.watch(key).await else { return Wait::Unavailable };
         let retry_at = Instant::now() + self.lease_ttl;
         loop {
             let hedge_left = self.hedge.saturating_sub(started.elapsed());
@@ -157,15 +135,16 @@ impl Fleet {
             }
             let wait = retry_at.saturating_duration_since(Instant::now()).min(hedge_left);
             match tokio::time::timeout(wait, stream.next_event()).await {
-                // Subscribed (first, or again after the server resubscribed): check now, since a
-                // publish may have landed before the subscription was live.
-                Ok(Ok(Some(PublishEvent::Subscribed))) => {
-                    if let Some(found) = self.fetch(key).await {
-                        return Wait::Found(Box::new(found));
-                    }
-                }
-                // A publish, or a release (announced the same way): with nothing to fetch, the
-                // holder let go without a result, so try for the lease now.
+                // Subscribed (first, or again after the server resubscribed): the server has
+                // looked for the entry and sends it next if there is one.
+                Ok(Ok(Some(PublishEvent::Subscribed))) => {}
+                // The entry, published or found at subscription.
+                Ok(Ok(Some(PublishEvent::Value(_, lookup)))) => match self.verify(key, lookup) {
+                    Some(found) => return Wait::Found(Box::new(found)),
+                    None => return Wait::RetryLease,
+                },
+                // A bare publish: a release without a result (or a server that could not read
+                // the entry): look once, and with nothing there, try for the lease now.
                 Ok(Ok(Some(PublishEvent::Published(_)))) => match self.fetch(key).await {
                     Some(found) => return Wait::Found(Box::new(found)),
                     None => return Wait::RetryLease,
@@ -186,11 +165,14 @@ impl Fleet {
     /// notifications are unavailable (the caller bounds the wait).
     pub async fn published_elsewhere(&self, key: &CacheKey) -> Found {
         loop {
-            let stream = self.tier.client.watch_publish(std::slice::from_ref(key)).await;
-            self.tier.observe(&stream);
-            if let Ok(mut stream) = stream {
-                while let Ok(Some(_)) = stream.next_event().await {
-                    if let Some(found @ Found::Artifact(..)) = self.fetch(key).await {
+            if let Ok(mut stream) = self.tier.watch(key).await {
+                while let Ok(Some(event)) = stream.next_event().await {
+                    let found = match event {
+                        PublishEvent::Subscribed => continue,
+                        PublishEvent::Value(_, lookup) => self.verify(key, lookup),
+                        PublishEvent::Published(_) => self.fetch(key).await,
+                    };
+                    if let Some(found @ Found::Artifact(..)) = found {
                         return found;
                     }
                 }
@@ -202,9 +184,7 @@ impl Fleet {
 
     /// Reads `key` from the fleet cache and verifies it.
     pub async fn fetch(&self, key: &CacheKey) -> Option<Found> {
-        let result = self.tier.client.get(key).await;
-        self.tier.observe(&result);
-        match result {
+        match self.tier.get(key).await {
             Ok(lookup) => self.verify(key, lookup),
             Err(_) => {
                 self.metrics.lookup("remote", "error");
@@ -243,11 +223,38 @@ impl Fleet {
         }
     }
 
+    /// Stores a new artifact in the fleet cache (its publish releases other hosts' waiters),
+    /// counted as the local tiers count their writes.
+    pub async fn publish(&self, key: &CacheKey, envelope: &bytes::Bytes) {
+        match self.tier.put(key, envelope.to_vec()).await {
+            Ok(()) => {
+                self.metrics.bytes("remote", "write", envelope.len());
+                self.metrics.write("remote", "ok");
+            }
+            Err(e) => {
+                self.metrics.write("remote", "error");
+                tracing::warn!(%key, error = %e, "fleet cache write failed; this host's tiers still hold the entry");
+            }
+        }
+    }
+
+    /// Reads many keys in one BatchGet and verifies each answer; `None` when the fleet cache did
+    /// not answer (every key is then counted as a remote lookup error).
+    pub async fn lookup_many(&self, keys: &[CacheKey]) -> Option<Vec<(CacheKey, Option<Found>)>> {
+        match self.tier.batch_get(keys).await {
+            Ok(answers) => Some(answers.into_iter().map(|(key, lookup)| (key, self.verify(&key, lookup))).collect()),
+            Err(_) => {
+                for _ in keys {
+                    self.metrics.lookup("remote", "error");
+                }
+                None
+            }
+        }
+    }
+
     /// Tells the fleet a compile failed, releasing its waiters with the log.
     pub async fn publish_failure(&self, key: &CacheKey, log: &str, compile_micros: u64) {
-        let result = self.tier.client.put_negative(key, log, compile_micros, self.negative_ttl).await;
-        self.tier.observe(&result);
-        if let Err(e) = result {
+        if let Err(e) = self.tier.put_negative(key, log, compile_micros, self.negative_ttl).await {
             tracing::warn!(%key, error = %e, "could not publish a compile failure to the fleet");
         }
     }

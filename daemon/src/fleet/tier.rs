@@ -1,0 +1,170 @@
+//! The fleet cache, kiln-cache, as this daemon reaches it: every call goes through here, so every
+//! call is observed by the breaker and none can forget to be.
+//!
+//! A remote failure is a miss plus a metric, never a failed compile. While the server does not
+//! answer, a breaker skips it (each skip is an error to the caller) instead of paying a connect
+//! timeout per lookup; a background probe with exponential backoff closes the breaker when the
+//! server is back and keeps `kiln_remote_up` true to what it sees. tonic's channel reconnects by
+//! itself.
+
+use crate::metrics::Metrics;
+use kiln_cache_server::client::{Acquired, ClientError, Lookup, PublishStream, RemoteCache};
+use kiln_proto::CacheKey;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+#[derive(Debug)]
+pub struct RemoteTier {
+    client: RemoteCache,
+    /// Open (true) while the server is believed down: calls skip it.
+    down: AtomicBool,
+    metrics: Arc<Metrics>,
+    /// Wakes the probe when a call fails, so the breaker opens and closes promptly.
+    wake: tokio::sync::Notify,
+}
+
+impl RemoteTier {
+    pub fn new(client: RemoteCache, metrics: Arc<Metrics>) -> Arc<Self> {
+        metrics.remote_up.set(0);
+        Arc::new(RemoteTier { client, down: AtomicBool::new(false), metrics, wake: tokio::sync::Notify::new() })
+    }
+
+    /// Whether the breaker lets calls through.
+    pub fn usable(&self) -> bool {
+        !self.down.load(Ordering::Relaxed)
+    }
+
+    /// Runs one call unless the breaker is open, and records what came of it.
+    async fn call<T>(&self, call: impl Future<Output = Result<T, ClientError>>) -> Result<T, ClientError> {
+        if !self.usable() {
+            return Err(ClientError::Rpc {
+                code: tonic::Code::Unavailable,
+                message: "the fleet cache is unreachable (breaker open)".into(),
+            });
+        }
+        let result = call.await;
+        self.observe(&result);
+        result
+    }
+
+    /// Records the result of a call: transport failures open the breaker.
+    fn observe<T>(&self, result: &Result<T, ClientError>) {
+        match result {
+            Ok(_) => {
+                self.down.store(false, Ordering::Relaxed);
+                self.metrics.remote_up.set(1);
+            }
+            Err(e) if is_outage(e) => {
+                if !self.down.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(error = %e, "fleet cache unreachable; serving from local tiers until it returns");
+                }
+                self.metrics.remote_up.set(0);
+                self.wake.notify_one();
+            }
+            Err(_) => {}
+        }
+    }
+
+    pub async fn get(&self, key: &CacheKey) -> Result<Lookup, ClientError> {
+        self.call(self.client.get(key)).await
+    }
+
+    pub async fn batch_get(&self, keys: &[CacheKey]) -> Result<Vec<(CacheKey, Lookup)>, ClientError> {
+        self.call(self.client.batch_get(keys)).await
+    }
+
+    pub async fn contains(&self, keys: &[CacheKey]) -> Result<Vec<bool>, ClientError> {
+        self.call(self.client.contains(keys)).await
+    }
+
+    pub async fn put(&self, key: &CacheKey, envelope: Vec<u8>) -> Result<(), ClientError> {
+        self.call(self.client.put(key, envelope)).await
+    }
+
+    pub async fn put_negative(
+        &self,
+        key: &CacheKey,
+        log: &str,
+        compile_micros: u64,
+        ttl: Duration,
+    ) -> Result<(), ClientError> {
+        self.call(self.client.put_negative(key, log, compile_micros, ttl)).await
+    }
+
+    pub async fn get_manifest(&self, graph_key: &CacheKey) -> Result<Option<Vec<CacheKey>>, ClientError> {
+        self.call(self.client.get_manifest(graph_key)).await
+    }
+
+    pub async fn put_manifest(&self, graph_key: &CacheKey, kernel_keys: &[CacheKey]) -> Result<(), ClientError> {
+        self.call(self.client.put_manifest(graph_key, kernel_keys)).await
+    }
+
+    pub async fn acquire_lease(&self, key: &CacheKey, holder: &str, ttl: Duration) -> Result<Acquired, ClientError> {
+        self.call(self.client.acquire_lease(key, holder, ttl)).await
+    }
+
+    pub async fn renew_lease(&self, key: &CacheKey, holder: &str, ttl: Duration) -> Result<bool, ClientError> {
+        self.call(self.client.renew_lease(key, holder, ttl)).await
+    }
+
+    pub async fn release_lease(&self, key: &CacheKey, holder: &str) -> Result<bool, ClientError> {
+        self.call(self.client.release_lease(key, holder)).await
+    }
+
+    /// Publish events for `key`, with the entries themselves (see [`RemoteCache::watch_publish`]).
+    pub async fn watch(&self, key: &CacheKey) -> Result<PublishStream, ClientError> {
+        self.call(self.client.watch_publish(std::slice::from_ref(key), true)).await
+    }
+
+    /// Probes the server until `stop`: every 5 s while up, with backoff from 100 ms to 5 s while
+    /// down. The probe bypasses the breaker: it is what closes it.
+    pub async fn probe(self: Arc<Self>, stop: tokio_util::sync::CancellationToken) {
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            // kiln-cache answers Stats while Redis is down, so health is its `redis_up`.
+            let healthy = match self.client.stats().await {
+                Ok(stats) if stats.redis_up => {
+                    self.observe(&Ok::<(), ClientError>(()));
+                    true
+                }
+                Ok(_) => {
+                    self.mark_down("kiln-cache reports Redis down");
+                    false
+                }
+                Err(e) => {
+                    self.observe(&Err::<(), _>(e));
+                    false
+                }
+            };
+            let wait = if healthy {
+                backoff = Duration::from_millis(100);
+                Duration::from_secs(5)
+            } else {
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                backoff
+            };
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(wait) => {}
+                _ = self.wake.notified(), if healthy => {}
+            }
+        }
+    }
+
+    fn mark_down(&self, why: &str) {
+        if !self.down.swap(true, Ordering::Relaxed) {
+            tracing::warn!(why, "fleet cache unusable; serving from local tiers until it returns");
+        }
+        self.metrics.remote_up.set(0);
+    }
+}
+
+/// Errors that mean "the server is not there", as opposed to a refused request.
+fn is_outage(e: &ClientError) -> bool {
+    matches!(
+        e.code(),
+        Some(tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Unknown | tonic::Code::Cancelled)
+    )
+}
