@@ -46,12 +46,13 @@ pub struct Triton {
 #[derive(Debug)]
 pub struct TritonProtocol;
 
-/// A worker's answer to one request.
+/// A worker's answer to one request: a u32 length and the JSON of these fields, then the
+/// cubin's bytes (`triton_box.encode_answer`).
 #[derive(Debug, Deserialize)]
 pub struct Response {
     ok: bool,
-    #[serde(default)]
-    cubin: String,
+    #[serde(skip)]
+    cubin: Vec<u8>,
     #[serde(default)]
     ptx: String,
     #[serde(default)]
@@ -80,7 +81,13 @@ impl Protocol for TritonProtocol {
     }
 
     fn decode_response(bytes: &[u8]) -> std::io::Result<Response> {
-        serde_json::from_slice(bytes).map_err(std::io::Error::other)
+        let bad = || std::io::Error::other("a Triton answer shorter than its header");
+        let (len, rest) = bytes.split_first_chunk::<4>().ok_or_else(bad)?;
+        let len = usize::try_from(u32::from_le_bytes(*len)).map_err(|_| bad())?;
+        let (header, cubin) = rest.split_at_checked(len).ok_or_else(bad)?;
+        let mut response: Response = serde_json::from_slice(header).map_err(std::io::Error::other)?;
+        response.cubin = cubin.to_vec();
+        Ok(response)
     }
 }
 
@@ -174,13 +181,9 @@ impl Triton {
             Ok(r) => r,
             Err(failure) => return Compiled::failed(failure.to_string(), started),
         };
-        let cubin = match base64_decode(&r.cubin) {
-            Some(c) => c,
-            None => return Compiled::failed("the worker sent a cubin that is not base64".into(), started),
-        };
         Compiled {
-            ok: r.ok && !cubin.is_empty(),
-            cubin,
+            ok: r.ok && !r.cubin.is_empty(),
+            cubin: r.cubin,
             log: r.log,
             compile_micros: r.compile_micros.max(1),
             metadata_json: r.metadata_json,
@@ -229,45 +232,21 @@ fn request_json(src: &TritonSource, target: &Target, timeout: Duration) -> Json 
     })
 }
 
-fn base64_decode(text: &str) -> Option<Vec<u8>> {
-    fn value(c: u8) -> Option<u32> {
-        Some(match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        } as u32)
-    }
-    let bytes = text.trim_end_matches('=').as_bytes();
-    let mut out = Vec::with_capacity(bytes.len() * 3 / 4);
-    for chunk in bytes.chunks(4) {
-        let mut n = 0u32;
-        for (i, c) in chunk.iter().enumerate() {
-            n |= value(*c)? << (18 - 6 * i);
-        }
-        out.push((n >> 16) as u8);
-        if chunk.len() > 2 {
-            out.push((n >> 8) as u8);
-        }
-        if chunk.len() > 3 {
-            out.push(n as u8);
-        }
-        if chunk.len() == 1 {
-            return None;
-        }
-    }
-    Some(out)
-}
-
 #[cfg(test)]
 mod tests {
+    use super::{Protocol, TritonProtocol};
+
     #[test]
-    fn base64_round_trips_what_python_writes() {
-        assert_eq!(super::base64_decode("aGVsbG8="), Some(b"hello".to_vec()));
-        assert_eq!(super::base64_decode("aGVsbG8h"), Some(b"hello!".to_vec()));
-        assert_eq!(super::base64_decode(""), Some(Vec::new()));
-        assert_eq!(super::base64_decode("a$=="), None);
+    fn an_answer_is_a_json_header_then_the_cubin() {
+        let header = br#"{"ok":true,"ptx":"p","metadata_json":"{}","log":"","compile_micros":5}"#;
+        let mut frame = (header.len() as u32).to_le_bytes().to_vec();
+        frame.extend_from_slice(header);
+        frame.extend_from_slice(b"\x7fELF cubin");
+        let r = TritonProtocol::decode_response(&frame).unwrap();
+        assert!(r.ok);
+        assert_eq!(r.cubin, b"\x7fELF cubin");
+        assert_eq!((r.ptx.as_str(), r.compile_micros), ("p", 5));
+        assert!(TritonProtocol::decode_response(&frame[..10]).is_err());
+        assert!(TritonProtocol::decode_response(&[1, 0]).is_err());
     }
 }

@@ -27,6 +27,7 @@ import resource
 import select
 import shutil
 import signal
+import struct
 import sys
 import tempfile
 import time
@@ -117,12 +118,26 @@ def status():
 
 
 class Box:
-    """The zygote's side: where children live, what they may read, and the clean-up after each."""
+    """The zygote's side: where children live, what they may read, and the clean-up after each.
 
-    def __init__(self, root, read_paths):
+    A child is forked and boxed ahead of its request (a spare), while the zygote waits for
+    kilnd: it closes the protocol pipes, enters Landlock with a directory of its own and then
+    blocks reading its one request from a pipe of its own. Client code runs only after that. A
+    spare is forked only once everything of the previous compile is dead and its directory gone,
+    so it sees nothing of it; it serves exactly one request.
+
+    The zygote answers kilnd as soon as the child has sent its whole answer, then (in `finish`,
+    before it reads the next request) kills the child and every process it left, deletes its
+    directory and forks the next spare."""
+
+    def __init__(self, root, read_paths, work, protocol_fds):
         self.root = root
         os.makedirs(root, exist_ok=True)
         self.abi = landlock_abi()
+        self.work = work
+        self.protocol_fds = list(protocol_fds)
+        self.spare = None
+        self.running = None
         seen, self.read_paths = set(), []
         for path in list(SYSTEM_READ) + list(read_paths):
             real = os.path.realpath(path)
@@ -136,50 +151,119 @@ class Box:
         # would let one compile answer for the next. Children inherit it until they exec.
         _prctl(PR_SET_DUMPABLE, 0)
 
-    def run(self, work, request, protocol_fds, cpu_seconds, wall_seconds):
-        """Runs work(request) in a fresh child inside the box; returns its response dict."""
+    def prepare(self):
+        """Forks the next spare, unless there is one. Called only when no process of an earlier
+        compile is left (after `finish`)."""
+        if self.spare is not None:
+            return
         directory = tempfile.mkdtemp(prefix="compile-", dir=self.root)
-        read_end, write_end = os.pipe()
+        request_r, request_w = os.pipe()
+        answer_r, answer_w = os.pipe()
+        zygote = os.getpid()
         try:
             pid = os.fork()
-            if pid == 0:
-                self._child(work, request, protocol_fds, cpu_seconds, directory, read_end, write_end)
-            os.close(write_end)
-            return self._collect(pid, read_end, wall_seconds)
-        finally:
-            os.close(read_end)
-            reap_descendants()
+        except BaseException:
+            for fd in (request_r, request_w, answer_r, answer_w):
+                os.close(fd)
             shutil.rmtree(directory, ignore_errors=True)
+            raise
+        if pid == 0:
+            os.close(request_w)
+            os.close(answer_r)
+            self._child(zygote, directory, request_r, answer_w)
+        os.close(request_r)
+        os.close(answer_w)
+        self.spare = _Spare(pid, directory, request_w, answer_r)
 
-    def _child(self, work, request, protocol_fds, cpu_seconds, directory, read_end, write_end):
+    def run(self, request, cpu_seconds, wall_seconds):
+        """Hands `request` to the spare and returns its answer, as soon as it is complete. The
+        child may still be running: `finish` must follow before the next request is read."""
+        if self.spare is not None and not self.spare.usable():
+            self._discard_spare()
+        self.prepare()
+        spare, self.spare = self.spare, None
+        self.running = spare
+        request = dict(request, cpu_seconds=max(1, int(cpu_seconds)))
+        deadline = time.monotonic() + wall_seconds
+        try:
+            _write_all(spare.request_w, frame(json.dumps(request, default=str).encode()))
+        except BrokenPipeError:
+            pass  # the spare is gone; its answer (or its exit) says why
+        finally:
+            os.close(spare.request_w)
+            spare.request_w = None
+        # The next spare is forked and boxed while this compile runs (on another core, if any).
+        # It sees nothing of this compile: it is the zygote's copy, in a directory of its own.
+        try:
+            self.prepare()
+        except BaseException:
+            traceback.print_exc()  # finish() tries again
+        return self._collect(spare, deadline, wall_seconds)
+
+    def finish(self):
+        """Ends the last compile: kills its child and every process that child started, reaps
+        them and deletes its directory. Only the spare, which has run no client code, is left."""
+        done, self.running = self.running, None
+        if done is not None:
+            if not done.dead:
+                try:
+                    os.kill(done.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            os.close(done.answer_r)
+        keep = self.spare.pid if self.spare is not None else None
+        if reap_descendants(keep) and self.spare is not None:
+            self.spare.dead = True
+        if done is not None:
+            shutil.rmtree(done.directory, ignore_errors=True)
+        try:
+            self.prepare()
+        except BaseException:
+            # run() tries again, and a failure there is that request's answer.
+            traceback.print_exc()
+
+    def _discard_spare(self):
+        spare, self.spare = self.spare, None
+        try:
+            os.kill(spare.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        for fd in (spare.request_w, spare.answer_r):
+            os.close(fd)
+        reap_descendants(None)
+        shutil.rmtree(spare.directory, ignore_errors=True)
+
+    def _child(self, zygote, directory, request_r, answer_w):
         """Never returns: the child ends with os._exit whatever the module does."""
         code = 0
         try:
-            os.close(read_end)
             devnull = os.open("/dev/null", os.O_RDONLY)
             os.dup2(devnull, 0)
             os.close(devnull)
-            for fd in protocol_fds:
+            for fd in self.protocol_fds:
                 if fd != 0:
                     os.close(fd)
-            self._enter(directory, cpu_seconds)
-            response = work(request)
+            _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+            if os.getppid() != zygote:
+                os._exit(4)  # the zygote died between fork and prctl
+            _set_name(b"kiln-spare")
+            prefault()
+            self._enter(directory)
+            # Boxed: only now may the request, and with it client code, come in.
+            request = json.loads(_read_frame(request_r))
+            os.close(request_r)
+            _set_name(b"kiln-compile")
+            limit_cpu_from_now(request["cpu_seconds"])
+            response = self.work(request)
         except BaseException:
             response = {"ok": False, "log": traceback.format_exc(), "compile_micros": 0}
         try:
-            data = json.dumps(response, default=str).encode()
-            view = memoryview(data)
-            while view:
-                view = view[os.write(write_end, view) :]
+            _write_all(answer_w, encode_answer(response))
         except BaseException:
             code = 3
         os._exit(code)
 
-    def _enter(self, directory, cpu_seconds):
-        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() == 1:
-            os._exit(4)  # the zygote died between fork and prctl
-        resource.setrlimit(resource.RLIMIT_CPU, (max(1, int(cpu_seconds)), max(1, int(cpu_seconds)) + 1))
+    def _enter(self, directory):
         os.chdir(directory)
         for name in ("HOME", "TMPDIR", "TRITON_HOME"):
             os.environ[name] = directory
@@ -229,13 +313,14 @@ class Box:
         finally:
             os.close(fd)
 
-    @staticmethod
-    def _collect(pid, read_end, wall_seconds):
-        """Reads the child's answer until it exits or its time is up; then the child is killed
-        (it has nothing left to do) and its exit explained if it sent no answer."""
-        pidfd = os.pidfd_open(pid)
+    def _collect(self, spare, deadline, wall_seconds):
+        """Reads the child's answer until it is complete, the child exits or its time is up. A
+        complete answer is returned at once; otherwise the child and its processes are killed
+        (they have nothing left to do) and its exit explained."""
+        pidfd = os.pidfd_open(spare.pid)
+        read_end = spare.answer_r
         os.set_blocking(read_end, False)
-        chunks, deadline, timed_out = [], time.monotonic() + wall_seconds, False
+        buffer, timed_out, ended = bytearray(), False, False
         try:
             while True:
                 left = deadline - time.monotonic()
@@ -243,31 +328,149 @@ class Box:
                     timed_out = True
                     break
                 ready, _, _ = select.select([read_end, pidfd], [], [], left)
-                if read_end in ready and not _drain(read_end, chunks):
-                    break
-                if pidfd in ready:
+                ended = not _drain(read_end, buffer)
+                if _complete(buffer) or ended or pidfd in ready:
                     break
         finally:
             os.close(pidfd)
+        if _complete(buffer) and not timed_out:
+            return decode_answer(bytes(buffer))
         try:
-            os.kill(pid, signal.SIGKILL)
+            os.kill(spare.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        _, status = os.waitpid(pid, 0)
+        _, status = os.waitpid(spare.pid, 0)
+        spare.dead = True
         # Every other writer of the pipe is a descendant: kill them so the pipe reaches its end.
-        reap_descendants()
-        _drain(read_end, chunks)
+        if self.spare is not None and reap_descendants(self.spare.pid):
+            self.spare.dead = True
+        elif self.spare is None:
+            reap_descendants()
+        _drain(read_end, buffer)
         if timed_out:
             return failure(f"compile exceeded its {wall_seconds:.0f} s timeout; its processes were killed")
+        if _complete(buffer):
+            return decode_answer(bytes(buffer))
+        return failure(f"the compile process sent no answer: {exit_reason(status)}")
+
+
+class _Spare:
+    def __init__(self, pid, directory, request_w, answer_r):
+        self.pid, self.directory, self.request_w, self.answer_r = pid, directory, request_w, answer_r
+        self.dead = False
+        self.inode = os.stat(directory).st_ino
+
+    def usable(self):
+        """Alive, and its directory as the zygote made it: without Landlock, the compile that
+        ran beside it could have written there (every process of that compile is dead now)."""
+        if self.dead:
+            return False
         try:
-            response = json.loads(b"".join(chunks))
-        except ValueError:
-            return failure(f"the compile process sent no answer: {exit_reason(status)}")
-        return clean_response(response)
+            if os.waitpid(self.pid, os.WNOHANG)[0] != 0:
+                self.dead = True
+                return False
+            return os.stat(self.directory).st_ino == self.inode and not os.listdir(self.directory)
+        except OSError:
+            return False
 
 
-def _drain(fd, chunks):
-    """Reads what the pipe holds; False once it has reached its end."""
+MADV_POPULATE_READ = 22
+MADV_POPULATE_WRITE = 23
+PR_SET_NAME = 15
+
+
+def _set_name(name):
+    _libc.prctl(PR_SET_NAME, ctypes.c_char_p(name), 0, 0, 0)
+
+
+def prefault():
+    """Maps, before the request comes, the pages a compile would otherwise fault in one by one:
+    fork copies no page-table entries for the libraries' code (Triton's and LLVM's), and every
+    page of the heap that the compile writes is copied on its first write. MADV_POPULATE_* does
+    both in the kernel, in one call per mapping (Linux 5.14; elsewhere it fails and costs
+    nothing). Only what the zygote already has resident is touched: code pages come from the
+    page cache, heap pages are copies."""
+    try:
+        with open("/proc/self/maps") as f:
+            lines = f.readlines()
+    except OSError:
+        return
+    madvise = _libc.madvise
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    for line in lines:
+        fields = line.split()
+        start, end = (int(x, 16) for x in fields[0].split("-"))
+        perms, path = fields[1], fields[5] if len(fields) > 5 else ""
+        if "x" in perms and path.startswith("/"):
+            madvise(start, end - start, MADV_POPULATE_READ)
+        elif perms == "rw-p" and path in ("", "[heap]"):
+            madvise(start, end - start, MADV_POPULATE_WRITE)
+
+
+def limit_cpu_from_now(seconds):
+    """RLIMIT_CPU counts from the process's start: the spare's set-up is added to the budget."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    soft = int(usage.ru_utime + usage.ru_stime) + 1 + max(1, int(seconds))
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 1))
+
+
+def frame(payload):
+    return struct.pack("<I", len(payload)) + payload
+
+
+def encode_answer(response):
+    """A compile's answer in the binary form kilnd reads: a u32 length, then a u32 length and
+    the JSON of every field but the cubin, then the cubin's bytes (no base64)."""
+    cubin = response.pop("cubin", b"")
+    if not isinstance(cubin, (bytes, bytearray)):
+        cubin = b""
+    header = json.dumps(response, default=str).encode()
+    return frame(struct.pack("<I", len(header)) + header + bytes(cubin))
+
+
+def decode_answer(data):
+    """The child's answer, cleaned (see clean_response), as a dict with the cubin as bytes."""
+    try:
+        (total,) = struct.unpack_from("<I", data)
+        (header_len,) = struct.unpack_from("<I", data, 4)
+        if header_len > total - 4:
+            return failure("the compile process sent a malformed answer")
+        response = clean_response(json.loads(data[8 : 8 + header_len]))
+        response["cubin"] = data[8 + header_len : 4 + total]
+        return response
+    except (struct.error, ValueError, UnicodeDecodeError):
+        return failure("the compile process sent a malformed answer")
+
+
+def _complete(buffer):
+    return len(buffer) >= 4 and len(buffer) >= 4 + struct.unpack_from("<I", buffer)[0]
+
+
+def _read_frame(fd):
+    header = _read_exactly(fd, 4)
+    (length,) = struct.unpack("<I", header)
+    return _read_exactly(fd, length)
+
+
+def _read_exactly(fd, n):
+    chunks, left = [], n
+    while left:
+        data = os.read(fd, min(left, 1 << 20))
+        if not data:
+            raise EOFError("the zygote closed the request pipe")
+        chunks.append(data)
+        left -= len(data)
+    return b"".join(chunks)
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _drain(fd, buffer):
+    """Reads what the pipe holds into `buffer`; False once it has reached its end."""
     while True:
         try:
             data = os.read(fd, 1 << 20)
@@ -275,21 +478,27 @@ def _drain(fd, chunks):
             return True
         if not data:
             return False
-        chunks.append(data)
+        buffer += data
 
 
-def reap_descendants():
-    """Kills and reaps every child of this process. The zygote is a child subreaper, so every
-    process a compile started (through any number of forks and setsid) is its child once its
-    parent is gone; with no child left, no descendant is left."""
-    me = os.getpid()
+def reap_descendants(keep=None):
+    """Kills and reaps every child of this process but `keep` (the spare). The zygote is a child
+    subreaper, so every process a compile started (through any number of forks and setsid) is
+    its child once its parent is gone; with no child left but the spare, no descendant of a
+    compile is left. Returns whether `keep` was found dead (and reaped)."""
+    me, keep_died = os.getpid(), False
     while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return
-        if pid == 0:
-            for child in children_of(me):
+            return keep_died
+        if pid == keep:
+            keep_died = True
+        elif pid == 0:
+            others = [c for c in children_of(me) if c != keep]
+            if not others:
+                return keep_died
+            for child in others:
                 try:
                     os.kill(child, signal.SIGKILL)
                 except ProcessLookupError:
@@ -327,7 +536,6 @@ def clean_response(response):
     micros = response.get("compile_micros")
     return {
         "ok": response.get("ok") is True,
-        "cubin": text("cubin"),
         "ptx": text("ptx"),
         "metadata_json": text("metadata_json"),
         "log": text("log"),

@@ -1,18 +1,19 @@
 """kilnd's Triton compile worker.
 
 kilnd starts a pool of these, lazily, and talks to each over stdin/stdout in frames: a u32
-little-endian length, then one JSON object. The first frame is the worker's hello (versions and
-the inputs of the toolchain fingerprint, or an error); then one response per request.
+little-endian length, then the payload. Requests and the first frame, the worker's hello
+(versions and the inputs of the toolchain fingerprint, or an error), are one JSON object each;
+a response is a u32 length and the JSON of every field but the cubin, then the cubin's bytes
+(triton_box.encode_answer).
 
 A request runs client code (the kernel's module), so kilnd gives the worker a clean
 environment, its own TRITON_CACHE_DIR with TRITON_ALWAYS_COMPILE=1 (Triton's cache must never
 answer for kiln's), an unprivileged user when kilnd is root, and an address-space limit set here
 at start. The worker itself never runs client code: each request is compiled in a child forked
-for it alone, inside the box of triton_box.py, and the worker only passes its answer on. The
-kernel's module runs from memory (see load_module).
+for it alone (ahead of the request, as a spare), inside the box of triton_box.py, and the worker
+only passes its answer on. The kernel's module runs from memory (see load_module).
 """
 
-import base64
 import hashlib
 import json
 import linecache
@@ -125,7 +126,7 @@ def compile_one(request):
         metadata["target"] = {"backend": target.backend, "arch": target.arch, "warp_size": target.warp_size}
         return {
             "ok": True,
-            "cubin": base64.b64encode(kernel.asm["cubin"]).decode(),
+            "cubin": bytes(kernel.asm["cubin"]),
             "ptx": kernel.asm.get("ptx", ""),
             "metadata_json": json.dumps(metadata, default=str, sort_keys=True),
             "log": "",
@@ -184,29 +185,34 @@ def main():
     try:
         limit_resources()
         greeting = hello()
-        box = triton_box.Box(os.path.join(os.environ["HOME"], "boxes"), readable_paths(greeting))
+        protocol_fds = [inp.fileno(), out.fileno()]
+        box = triton_box.Box(
+            os.path.join(os.environ["HOME"], "boxes"), readable_paths(greeting), compile_one, protocol_fds
+        )
         greeting["box"] = triton_box.status()
         warm_up()
+        box.prepare()
     except BaseException:
         write_frame(out, {"error": "Triton is not usable: " + traceback.format_exc()})
         return 1
     write_frame(out, greeting)
-    protocol_fds = [inp.fileno(), out.fileno()]
     while True:
         request = read_frame(inp)
         if request is None:
             return 0
         try:
             response = box.run(
-                compile_one,
                 request,
-                protocol_fds,
                 cpu_seconds=request.get("cpu_seconds", 300),
                 wall_seconds=request.get("wall_seconds", 300),
             )
         except BaseException:
             response = {"ok": False, "log": traceback.format_exc(), "compile_micros": 0}
-        write_frame(out, response)
+        out.write(triton_box.encode_answer(response))
+        out.flush()
+        # After the answer, before the next request: nothing of this compile lives on into the
+        # next one, and the next spare is boxed while kilnd handles the answer.
+        box.finish()
 
 
 if __name__ == "__main__":
