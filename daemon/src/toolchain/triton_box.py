@@ -388,8 +388,9 @@ def prefault():
     fork copies no page-table entries for the libraries' code (Triton's and LLVM's), and every
     page of the heap that the compile writes is copied on its first write. MADV_POPULATE_* does
     both in the kernel, in one call per mapping (Linux 5.14; elsewhere it fails and costs
-    nothing). Only what the zygote already has resident is touched: code pages come from the
-    page cache, heap pages are copies."""
+    nothing). Whole mappings are populated: the libraries' code pages the zygote never ran are
+    read into the page cache by the first spare (once per host), and every anonymous page of
+    the zygote is copied (some tens of MB per spare)."""
     try:
         with open("/proc/self/maps") as f:
             lines = f.readlines()
