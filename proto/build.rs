@@ -14,7 +14,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let descriptor_path = out.join("kiln_v1_descriptor.bin");
     std::fs::write(&descriptor_path, fds.encode_to_vec())?;
 
-    tonic_prost_build::configure().build_client(true).build_server(true).compile_fds(fds)?;
+    // A hit hands every client the same artifact bytes: `Bytes` shares them instead of copying.
+    tonic_prost_build::configure()
+        .bytes(".kiln.v1.KernelResult.artifact")
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(fds)?;
 
     pbjson_build::Builder::new().register_descriptors(&std::fs::read(&descriptor_path)?)?.build(&[".kiln.v1"])?;
 

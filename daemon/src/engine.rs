@@ -461,7 +461,7 @@ impl Engine {
             validation,
         };
         let sealed = Bytes::from(envelope::seal(key, meta.clone(), &c.cubin));
-        let artifact = Arc::new(Artifact { meta, bytes: c.cubin });
+        let artifact = Arc::new(Artifact { meta, bytes: c.cubin.into() });
         let stored = Stored { envelope: sealed, unpacked: Some(Arc::clone(&artifact)) };
         self.store_everywhere(key, stored).await;
         Outcome::from_artifact(artifact, pb::Tier::Compiled)

@@ -57,7 +57,7 @@ impl JobRecord {
         let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
         for e in events.iter_mut() {
             if let Some(Event::Kernel(k)) = &mut e.event {
-                k.artifact = Vec::new();
+                k.artifact = bytes::Bytes::new();
             }
         }
     }
@@ -235,7 +235,7 @@ pub fn result(kernel: &KernelJob, job: &Job, outcome: Outcome, started: Instant)
         outcome.artifact.as_ref().map(|a| (a.meta.attributes.clone(), a.meta.validation.clone())).unwrap_or_default();
     let artifact = match (&outcome.artifact, job.omit_artifacts) {
         (Some(a), false) => a.bytes.clone(),
-        _ => Vec::new(),
+        _ => bytes::Bytes::new(),
     };
     pb::KernelResult {
         id: kernel.id.clone(),

@@ -44,7 +44,8 @@ pub enum IntegrityError {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Artifact {
     pub meta: ArtifactMeta,
-    pub bytes: Vec<u8>,
+    /// Shared, not copied, by every answer that serves it.
+    pub bytes: bytes::Bytes,
 }
 
 /// Frames `bytes` under `key`. The payload is zstd-compressed: cubins compress about 3-5x.
@@ -120,13 +121,31 @@ pub fn verify<'a>(envelope: &'a [u8], expected: &CacheKey) -> Result<&'a [u8], I
     if blake3::hash(body).as_bytes() != digest {
         return Err(IntegrityError::Digest);
     }
+    check_key(envelope, expected)?;
+    Ok(body)
+}
+
+/// Checks that an envelope is filed under `expected` (magic, version and the key it records)
+/// without hashing it: for envelopes verified whole when they entered this process and read back
+/// from its memory, where the failure to guard against is an entry under the wrong key.
+pub fn check_key(envelope: &[u8], expected: &CacheKey) -> Result<(), IntegrityError> {
+    if envelope.len() < FIXED_HEAD + 8 + DIGEST_LEN {
+        return Err(IntegrityError::Truncated);
+    }
+    if &envelope[..8] != MAGIC {
+        return Err(IntegrityError::BadMagic);
+    }
+    let version = u16::from_le_bytes([envelope[8], envelope[9]]);
+    if version != VERSION {
+        return Err(IntegrityError::Version(version));
+    }
     let mut found = [0u8; 32];
-    found.copy_from_slice(&body[10..42]);
+    found.copy_from_slice(&envelope[10..42]);
     let found = CacheKey::from_bytes(found);
     if &found != expected {
         return Err(IntegrityError::WrongKey { expected: *expected, found });
     }
-    Ok(body)
+    Ok(())
 }
 
 /// Verifies and unpacks an envelope that must hold `expected`, refusing a payload larger than
@@ -152,7 +171,7 @@ pub fn open(envelope: &[u8], expected: &CacheKey, max_raw_bytes: u64) -> Result<
     if bytes.len() as u64 != meta.raw_bytes {
         return Err(IntegrityError::Payload);
     }
-    Ok(Artifact { meta, bytes })
+    Ok(Artifact { meta, bytes: bytes.into() })
 }
 
 /// Byte ranges of an envelope's parts, for tests that corrupt one part at a time.

@@ -183,7 +183,7 @@ mod tests {
             key: "ab".repeat(32),
             outcome: outcome as i32,
             tier: tier as i32,
-            artifact: vec![1, 2, 3],
+            artifact: vec![1, 2, 3].into(),
             artifact_bytes: 12_600,
             compile_micros: 811_937,
             elapsed_micros: 1_234,

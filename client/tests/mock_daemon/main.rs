@@ -42,7 +42,7 @@ async fn compiles_a_graph_with_headers_and_a_large_artifact() {
     assert!(job.all_ok());
     assert_eq!(job.job_id, server::JOB_ID);
     assert_eq!(job.kernel("big").unwrap().artifact.len(), server::BIG_ARTIFACT_BYTES);
-    assert_eq!(job.kernel("a").unwrap().artifact, b"#include \"h.h\"\n");
+    assert_eq!(&job.kernel("a").unwrap().artifact[..], b"#include \"h.h\"\n");
     assert_eq!(job.done.kernel_keys.len(), 2);
 
     let (rpc, sent) = daemon.requests().remove(0);

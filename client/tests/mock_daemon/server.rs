@@ -123,7 +123,8 @@ fn result(i: usize, kernel: &pb::Kernel, lookup: bool) -> pb::KernelResult {
     } else {
         result.set_outcome(pb::Outcome::Ok);
         result.set_tier(pb::Tier::Compiled);
-        result.artifact = if kernel.id.starts_with("big") { vec![7; BIG_ARTIFACT_BYTES] } else { source.into_bytes() };
+        result.artifact =
+            if kernel.id.starts_with("big") { vec![7; BIG_ARTIFACT_BYTES].into() } else { source.into_bytes().into() };
         result.artifact_bytes = result.artifact.len() as u64;
         result.lowered_names = lowered_names;
     }

@@ -17,7 +17,7 @@ pub fn seal(key: &CacheKey, namespace: &str, files: Vec<BlobFile>) -> (Vec<u8>, 
     let meta = ArtifactMeta { toolchain: toolchain_label(namespace), ..Default::default() };
     let sealed = envelope::seal(key, meta.clone(), &payload);
     let meta = ArtifactMeta { raw_bytes: payload.len() as u64, ..meta };
-    (sealed, Artifact { meta, bytes: payload })
+    (sealed, Artifact { meta, bytes: payload.into() })
 }
 
 /// The files of a verified artifact, answered from `tier`; `None` when the artifact is not a blob
@@ -26,7 +26,7 @@ pub fn open(artifact: &Artifact, namespace: &str, tier: pb::Tier) -> Option<Blob
     if artifact.meta.toolchain != toolchain_label(namespace) {
         return None;
     }
-    let mut entry = BlobEntry::decode(artifact.bytes.as_slice()).ok()?;
+    let mut entry = BlobEntry::decode(&artifact.bytes[..]).ok()?;
     entry.found = true;
     entry.tier = tier as i32;
     Some(entry)

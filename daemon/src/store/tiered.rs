@@ -1,7 +1,8 @@
 //! The tiered store: this host's tiers (memory, disk), fastest first. The fleet cache is not one
 //! of them: it answers negative entries and leases too, so it lives in `crate::fleet`.
 //!
-//! Reads try each tier in order and verify every envelope (digest and key) before trusting it.
+//! Reads try each tier in order and verify every envelope (digest and key) before trusting it;
+//! an entry the memory tier verified when it stored it is checked for its key only (see `get`).
 //! A corrupt or misplaced entry is evicted from its tier, counted in
 //! `kiln_integrity_failures_total`, and treated as a miss, so it is refetched from a slower tier
 //! or recompiled, and never served. A hit backfills the faster tiers.
@@ -54,9 +55,11 @@ impl TieredStore {
             };
             let bytes = &stored.envelope;
             let verified = match stored.unpacked {
-                // The tier unpacked this envelope when it stored it: check that the envelope is
-                // still whole and still the key's, and use the unpacked copy.
-                Some(artifact) => envelope::verify(bytes, key).map(|_| artifact),
+                // The tier verified this envelope whole (digest and key) and unpacked it when it
+                // stored it, in this process: hashing it again on every hit would only re-check
+                // this process's own memory. What is checked is that the entry is still filed
+                // under its key; the unpacked copy is what is served.
+                Some(artifact) => envelope::check_key(bytes, key).map(|_| artifact),
                 None => envelope::open(bytes, key, self.max_artifact_bytes).map(Arc::new),
             };
             match verified {

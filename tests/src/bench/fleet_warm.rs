@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 
 const TITLE: &str = "(e) Fleet: warm start of a 64-kernel graph from the remote tier";
 /// Issue 3, part 6 (a).
-const TARGET_MS: f64 = 5.0;
+/// The target: at most this many times pipelined Redis GETs of the same stored values.
+const OVER_REDIS: f64 = 4.0;
 
 fn p(s: &Samples, pct: f64) -> Measured {
     s.percentile_ms(pct).map(Value::Millis).ok_or_else(|| "no samples".to_string())
@@ -95,7 +96,7 @@ pub async fn run(bench: &Bench, fleet: &Fleet) -> Result<Section> {
             p(&base, pct),
         );
         if pct == 50.0 {
-            row = row.with_target(Target::AtMostMillis(TARGET_MS));
+            row = row.with_target(Target::RatioAtMost(OVER_REDIS));
         }
         s.rows.push(row);
     }

@@ -189,7 +189,7 @@ pub fn check_job(job: &kiln_client::CompletedJob, kernels: usize, tier: Option<p
         if let Some(t) = tier {
             ensure!(k.tier() == t, "{id} came from {:?}, not {t:?}", k.tier());
         }
-        out.push(k.artifact.clone());
+        out.push(k.artifact.to_vec());
     }
     Ok(out)
 }

@@ -82,6 +82,8 @@ pub enum Target {
     OverheadAtMostPercent(f64),
     /// kiln ÷ baseline must be at most this.
     RatioAtMost(f64),
+    /// kiln ÷ baseline must be at least this (rates: kiln must serve this share of the baseline).
+    RatioAtLeast(f64),
     /// kiln's count must be exactly this (such as compiles = distinct kernels).
     CountEquals(u64),
 }
@@ -92,6 +94,7 @@ impl std::fmt::Display for Target {
             Target::AtMostMillis(ms) => write!(f, "≤ {ms} ms"),
             Target::OverheadAtMostPercent(p) => write!(f, "overhead ≤ {p}%"),
             Target::RatioAtMost(r) => write!(f, "≤ {r:.2}×"),
+            Target::RatioAtLeast(r) => write!(f, "≥ {r:.2}×"),
             Target::CountEquals(n) => write!(f, "= {n}"),
         }
     }
@@ -138,6 +141,7 @@ impl Row {
             Target::AtMostMillis(ms) => self.kiln.as_ref().ok().map(|k| k.magnitude() <= ms),
             Target::OverheadAtMostPercent(p) => self.ratio().map(|r| (r - 1.0) * 100.0 <= p),
             Target::RatioAtMost(max) => self.ratio().map(|r| r <= max),
+            Target::RatioAtLeast(min) => self.ratio().map(|r| r >= min),
             Target::CountEquals(n) => {
                 self.kiln.as_ref().ok().map(|k| k.kind() == Kind::Count && k.magnitude() == n as f64)
             }

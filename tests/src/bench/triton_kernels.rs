@@ -165,7 +165,7 @@ pub fn cubins(job: &kiln_client::CompletedJob, kernels: &[TritonKernel]) -> Resu
             let r = job.kernel(&t.id).with_context(|| format!("no result for {}", t.id))?;
             ensure!(r.outcome() == pb::Outcome::Ok, "{}: {:?}: {}", t.id, r.outcome(), r.log);
             ensure!(r.tier() == pb::Tier::Compiled, "{} came from {:?}, not compiled", t.id, r.tier());
-            Ok(r.artifact.clone())
+            Ok(r.artifact.to_vec())
         })
         .collect()
 }

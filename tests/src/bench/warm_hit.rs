@@ -19,8 +19,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 const TITLE: &str = "(a) Warm hit of a 64-kernel graph";
-/// The target for the whole graph.
-const TARGET_MS: f64 = 2.0;
+/// The targets, each a ratio against a baseline of the same run: the memory tier against
+/// pipelined Redis GETs of the same cubins, the disk tier against raw reads of the same files,
+/// and the first compile after a restart against the steady disk tier.
+const MEMORY_OVER_REDIS: f64 = 2.0;
+const DISK_OVER_FILES: f64 = 3.0;
+const RESTART_OVER_DISK: f64 = 1.5;
 
 /// The baselines over the same cubins: raw files, and keys in the run's Redis. They are sampled
 /// in step with kiln, one baseline sample after each kiln sample, so that whatever else the
@@ -197,8 +201,8 @@ pub async fn run(bench: &Bench, redis: &RedisServer, shared: &mut Shared) -> Res
 
     shared.kiln_memory_p50_ms = Samples::new(memory.kiln.clone()).p50_ms();
     shared.kiln_restart_p50_ms = restart.as_ref().and_then(|r| Samples::new(r.kiln.clone()).p50_ms());
-    let target = Target::AtMostMillis(TARGET_MS);
-    let mut add = |label: &str, phase: Phase| {
+    let steady_disk_p50 = disk.as_ref().and_then(|d| Samples::new(d.kiln.clone()).p50_ms());
+    let mut add = |label: &str, phase: Phase, target: Option<(&str, Target)>| {
         let kiln = Samples::new(phase.kiln);
         let files = Samples::new(phase.files);
         let redis = Samples::new(phase.redis);
@@ -206,8 +210,11 @@ pub async fn run(bench: &Bench, redis: &RedisServer, shared: &mut Shared) -> Res
             for (base, base_s) in [("raw file reads", &files), ("Redis GETs, pipelined", &redis)] {
                 let mut row =
                     Row::new(format!("{label}, {name}"), p(&kiln, pct), format!("{base}, {name}"), p(base_s, pct));
-                if pct == 50.0 {
-                    row = row.with_target(target);
+                if let Some((on, t)) = target
+                    && pct == 50.0
+                    && base == on
+                {
+                    row = row.with_target(t);
                 }
                 section.rows.push(row);
             }
@@ -219,12 +226,22 @@ pub async fn run(bench: &Bench, redis: &RedisServer, shared: &mut Shared) -> Res
             redis.summary()
         ));
     };
-    add("memory tier", memory);
+    add("memory tier", memory, Some(("Redis GETs, pipelined", Target::RatioAtMost(MEMORY_OVER_REDIS))));
     if let Some(d) = disk {
-        add("disk tier (memory off)", d);
+        add("disk tier (memory off)", d, Some(("raw file reads", Target::RatioAtMost(DISK_OVER_FILES))));
     }
     if let Some(r) = restart {
-        add("disk tier, first compile after restart", r);
+        let first = Samples::new(r.kiln.clone());
+        add("disk tier, first compile after restart", r, None);
+        section.rows.push(
+            Row::new(
+                "disk tier, first compile after restart, p50",
+                p(&first, 50.0),
+                "the steady disk tier above, p50",
+                steady_disk_p50.map(Value::Millis).ok_or_else(|| "not measured".to_string()),
+            )
+            .with_target(Target::RatioAtMost(RESTART_OVER_DISK)),
+        );
     }
     Ok(section)
 }
