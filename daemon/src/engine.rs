@@ -8,7 +8,7 @@ use crate::metrics::ResultLabels;
 use crate::metrics::{CompileLabels, Metrics, ToolchainLabels};
 use crate::scheduler::flight::{Flights, Join, Leader};
 use crate::scheduler::gate::{Gate, Priority};
-use crate::store::tiered::TieredStore;
+use crate::store::tiered::{Hit, TieredStore};
 use crate::store::{Stored, TierName};
 use crate::toolchain::Compiled;
 use crate::toolchain::set::Toolchains;
@@ -21,9 +21,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::task::TaskTracker;
-
-/// Local lookups of one graph in flight at once (see [`Engine::prefetch`]).
-const LOCAL_LOOKUPS_IN_FLIGHT: usize = 8;
 
 /// The answer for one kernel.
 #[derive(Debug, Clone)]
@@ -178,13 +175,22 @@ impl Engine {
 
     /// Answers from this host's caches: the negative cache, then the tiers.
     async fn cached_here(&self, key: &CacheKey) -> Option<Outcome> {
-        if let Some(f) = self.negative.get(key).await {
-            self.metrics.negative_hits.inc();
-            return Some(Outcome::failed(pb::Tier::Memory, f.log.clone(), f.compile_micros));
+        if let Some(failed) = self.negative_hit(key).await {
+            return Some(failed);
         }
-        let hit = self.store.get(key).await?;
+        Some(self.hit_outcome(self.store.get(key).await?))
+    }
+
+    /// A remembered failure of `key`, counted.
+    async fn negative_hit(&self, key: &CacheKey) -> Option<Outcome> {
+        let f = self.negative.get(key).await?;
+        self.metrics.negative_hits.inc();
+        Some(Outcome::failed(pb::Tier::Memory, f.log.clone(), f.compile_micros))
+    }
+
+    fn hit_outcome(&self, hit: Hit) -> Outcome {
         self.metrics.seconds_saved.inc_by(hit.artifact.meta.compile_micros as f64 / 1e6);
-        Some(Outcome::from_artifact(hit.artifact, tier_of(hit.tier)))
+        Outcome::from_artifact(hit.artifact, tier_of(hit.tier))
     }
 
     /// Publishes a graph manifest (graph key → kernel keys) so another host can warm the whole
@@ -218,12 +224,23 @@ impl Engine {
         };
         let mut found = HashMap::new();
         let mut missing = Vec::new();
-        // A few at a time: a disk hit waits on a blocking read, and 64 in a row add up; but 64 at
-        // once would start 64 blocking threads on a fresh daemon.
-        use futures_util::StreamExt;
-        let lookups = keys.iter().copied().map(|key| async move { self.cached_here(&key).await });
-        let local: Vec<Option<Outcome>> =
-            futures_util::stream::iter(lookups).buffered(LOCAL_LOOKUPS_IN_FLIGHT).collect().await;
+        // This host's answers: the negative cache, then each tier asked once for the whole graph
+        // (the disk tier reads them all in one trip to a blocking thread).
+        let mut local: Vec<Option<Outcome>> = Vec::with_capacity(keys.len());
+        let mut ask = Vec::new();
+        for key in keys {
+            let failed = self.negative_hit(key).await;
+            if failed.is_none() {
+                ask.push(*key);
+            }
+            local.push(failed);
+        }
+        let mut hits = self.store.get_many(&ask).await.into_iter();
+        for slot in local.iter_mut() {
+            if slot.is_none() {
+                *slot = hits.next().flatten().map(|hit| self.hit_outcome(hit));
+            }
+        }
         for (key, outcome) in keys.iter().zip(local) {
             match outcome {
                 Some(outcome) if outcome.artifact.as_deref().is_none_or(|a| accept(key, a)) => {

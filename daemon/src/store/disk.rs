@@ -227,6 +227,19 @@ impl Store for DiskTier {
         Box::pin(async move { Ok(blocking(&self.inner, move |i| i.read(&key)).await?.map(Stored::packed)) })
     }
 
+    /// All the reads in one blocking call: on a fresh host a graph's 64 misses cost one trip to
+    /// a blocking thread instead of 64 (measured: about a millisecond of a warm start).
+    fn get_many<'a>(&'a self, keys: &'a [CacheKey]) -> StoreFuture<'a, Vec<Result<Option<Stored>, StoreError>>> {
+        let owned = keys.to_vec();
+        Box::pin(async move {
+            let read = blocking(&self.inner, move |i| Ok(owned.iter().map(|k| i.read(k)).collect::<Vec<_>>())).await;
+            match read {
+                Ok(answers) => answers.into_iter().map(|a| a.map(|b| b.map(Stored::packed)).map_err(io_err)).collect(),
+                Err(e) => keys.iter().map(|_| Err(io_err(std::io::Error::other(e.to_string())))).collect(),
+            }
+        })
+    }
+
     /// One write at a time: a warm start that fetches a whole graph would otherwise start a
     /// blocking thread and an fsync per kernel at once, and starve the answers on a small host.
     fn put<'a>(&'a self, key: &'a CacheKey, stored: Stored) -> StoreFuture<'a, Result<(), StoreError>> {

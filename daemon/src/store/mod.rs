@@ -48,7 +48,9 @@ pub struct StoreError {
 }
 
 /// What a tier holds for a key: the envelope, and for tiers that keep it unpacked (memory) the
-/// artifact too, so a hit there verifies the envelope's digest and key but skips decompression.
+/// artifact too, so a hit there skips decompression. `unpacked` is set only by code that sealed
+/// the envelope itself or opened (so verified) it in this process; the memory tier relies on
+/// that and checks such entries for their key, not their digest again.
 #[derive(Debug, Clone)]
 pub struct Stored {
     pub envelope: Bytes,
@@ -81,6 +83,18 @@ pub struct Usage {
 pub trait Store: Send + Sync + std::fmt::Debug {
     fn name(&self) -> TierName;
     fn get<'a>(&'a self, key: &'a CacheKey) -> StoreFuture<'a, Result<Option<Stored>, StoreError>>;
+    /// `get` for many keys, answered in order. A tier whose every call has a fixed cost (the
+    /// disk tier's trip to a blocking thread) answers them all in one call: a graph's lookups
+    /// are one trip, not one per kernel.
+    fn get_many<'a>(&'a self, keys: &'a [CacheKey]) -> StoreFuture<'a, Vec<Result<Option<Stored>, StoreError>>> {
+        Box::pin(async move {
+            let mut out = Vec::with_capacity(keys.len());
+            for key in keys {
+                out.push(self.get(key).await);
+            }
+            out
+        })
+    }
     /// Stores `stored.envelope`; a tier that keeps artifacts unpacked uses `stored.unpacked` when
     /// the caller has it, instead of unpacking the envelope again.
     fn put<'a>(&'a self, key: &'a CacheKey, stored: Stored) -> StoreFuture<'a, Result<(), StoreError>>;

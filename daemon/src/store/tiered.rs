@@ -12,7 +12,7 @@
 //! is logged and counted and the others still get the entry; the compile result is returned to
 //! its client either way, because a cache that cannot write must not fail a compile.
 
-use super::{Store, Stored, TierName, Usage};
+use super::{Store, StoreError, Stored, TierName, Usage};
 use crate::metrics::{Metrics, TierLabels};
 use kiln_proto::CacheKey;
 use kiln_proto::envelope::{self, Artifact};
@@ -39,48 +39,76 @@ impl TieredStore {
 
     /// Looks `key` up in every tier, fastest first.
     pub async fn get(&self, key: &CacheKey) -> Option<Hit> {
+        self.get_many(std::slice::from_ref(key)).await.pop().flatten()
+    }
+
+    /// Looks many keys up, each tier asked once for all the keys the faster tiers missed;
+    /// answers in the order of `keys`.
+    pub async fn get_many(&self, keys: &[CacheKey]) -> Vec<Option<Hit>> {
+        let mut hits: Vec<Option<Hit>> = keys.iter().map(|_| None).collect();
+        let mut pending: Vec<usize> = (0..keys.len()).collect();
         for (i, tier) in self.tiers.iter().enumerate() {
-            let name = tier.name().as_str();
-            let stored = match tier.get(key).await {
-                Ok(Some(stored)) => stored,
-                Ok(None) => {
-                    self.metrics.lookup(name, "miss");
-                    continue;
-                }
-                Err(e) => {
-                    tracing::warn!(%key, error = %e, "tier read failed; counted as a miss");
-                    self.metrics.lookup(name, "error");
-                    continue;
-                }
-            };
-            let bytes = &stored.envelope;
-            let verified = match stored.unpacked {
-                // The tier verified this envelope whole (digest and key) and unpacked it when it
-                // stored it, in this process: hashing it again on every hit would only re-check
-                // this process's own memory. What is checked is that the entry is still filed
-                // under its key; the unpacked copy is what is served.
-                Some(artifact) => envelope::check_key(bytes, key).map(|_| artifact),
-                None => envelope::open(bytes, key, self.max_artifact_bytes).map(Arc::new),
-            };
-            match verified {
-                Ok(artifact) => {
-                    self.metrics.lookup(name, "hit");
-                    self.metrics.bytes(name, "read", bytes.len());
-                    let stored = Stored { envelope: bytes.clone(), unpacked: Some(Arc::clone(&artifact)) };
-                    self.backfill(&self.tiers[..i], key, stored).await;
-                    return Some(Hit { artifact, tier: tier.name() });
-                }
-                Err(e) => {
-                    tracing::warn!(%key, tier = name, error = %e, "corrupt cache entry evicted");
-                    self.metrics.integrity_failures.get_or_create(&TierLabels { tier: name }).inc();
-                    self.metrics.lookup(name, "miss");
-                    if let Err(e) = tier.remove(key).await {
-                        tracing::warn!(%key, error = %e, "could not evict a corrupt entry");
-                    }
+            if pending.is_empty() {
+                break;
+            }
+            let asked: Vec<CacheKey> = pending.iter().map(|&j| keys[j]).collect();
+            let answers = tier.get_many(&asked).await;
+            let mut missed = Vec::new();
+            for (j, answer) in pending.into_iter().zip(answers) {
+                match self.check(i, &keys[j], answer).await {
+                    Some(hit) => hits[j] = Some(hit),
+                    None => missed.push(j),
                 }
             }
+            pending = missed;
         }
-        None
+        hits
+    }
+
+    /// Turns tier `i`'s answer for `key` into a verified hit (backfilling the faster tiers), or a
+    /// miss: a read error, or a corrupt entry, which is evicted and counted.
+    async fn check(&self, i: usize, key: &CacheKey, answer: Result<Option<Stored>, StoreError>) -> Option<Hit> {
+        let tier = &self.tiers[i];
+        let name = tier.name().as_str();
+        let stored = match answer {
+            Ok(Some(stored)) => stored,
+            Ok(None) => {
+                self.metrics.lookup(name, "miss");
+                return None;
+            }
+            Err(e) => {
+                tracing::warn!(%key, error = %e, "tier read failed; counted as a miss");
+                self.metrics.lookup(name, "error");
+                return None;
+            }
+        };
+        let bytes = &stored.envelope;
+        let verified = match stored.unpacked {
+            // The tier verified this envelope whole (digest and key) and unpacked it when it
+            // stored it, in this process: hashing it again on every hit would only re-check
+            // this process's own memory. What is checked is that the entry is still filed
+            // under its key; the unpacked copy is what is served.
+            Some(artifact) => envelope::check_key(bytes, key).map(|_| artifact),
+            None => envelope::open(bytes, key, self.max_artifact_bytes).map(Arc::new),
+        };
+        match verified {
+            Ok(artifact) => {
+                self.metrics.lookup(name, "hit");
+                self.metrics.bytes(name, "read", bytes.len());
+                let stored = Stored { envelope: bytes.clone(), unpacked: Some(Arc::clone(&artifact)) };
+                self.backfill(&self.tiers[..i], key, stored).await;
+                Some(Hit { artifact, tier: tier.name() })
+            }
+            Err(e) => {
+                tracing::warn!(%key, tier = name, error = %e, "corrupt cache entry evicted");
+                self.metrics.integrity_failures.get_or_create(&TierLabels { tier: name }).inc();
+                self.metrics.lookup(name, "miss");
+                if let Err(e) = tier.remove(key).await {
+                    tracing::warn!(%key, error = %e, "could not evict a corrupt entry");
+                }
+                None
+            }
+        }
     }
 
     /// Stores an envelope in the tiers `which` selects, slowest first.
