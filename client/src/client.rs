@@ -83,7 +83,9 @@ impl Client {
     }
 
     /// Submits a graph and streams its events until the job is done.
-    pub async fn compile(&self, request: pb::CompileRequest) -> Result<EventStream, ClientError> {
+    pub async fn compile(&self, mut request: pb::CompileRequest) -> Result<EventStream, ClientError> {
+        // The stream unbatches for its readers (see [`EventStream`]).
+        request.batch_results = true;
         let response = self.inner.clone().compile(request).await?;
         Ok(EventStream::new(response.into_inner()))
     }
@@ -97,7 +99,7 @@ impl Client {
 
     /// Streams a job's events, replaying those already emitted first.
     pub async fn watch(&self, job_id: &str) -> Result<EventStream, ClientError> {
-        let request = pb::WatchRequest { job_id: job_id.to_owned() };
+        let request = pb::WatchRequest { job_id: job_id.to_owned(), batch_results: true };
         let response = self.inner.clone().watch(request).await?;
         Ok(EventStream::new(response.into_inner()))
     }

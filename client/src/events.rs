@@ -8,23 +8,55 @@ use std::task::{Context, Poll};
 use tokio_stream::Stream;
 
 /// A job's events, in the order the daemon emitted them: `Queued`, `Started`, one `KernelResult`
-/// per kernel, then `JobDone` (or `JobFailed` when the job as a whole could not finish). A named type rather than `impl Stream`, so callers can store it.
+/// per kernel, then `JobDone` (or `JobFailed` when the job as a whole could not finish). A named
+/// type rather than `impl Stream`, so callers can store it.
+///
+/// The client asks for batches (`batch_results`): a warm graph's hits arrive in one message, and
+/// this stream hands them on one `kernel` event at a time, so callers see one shape of stream.
 ///
 /// Use [`EventStream::next_event`] in a loop, or the [`Stream`] impl, or
 /// [`EventStream::collect`] to wait for the whole job.
 #[derive(Debug)]
 pub struct EventStream {
     inner: tonic::Streaming<pb::JobEvent>,
+    /// The rest of a batch, handed on one kernel at a time.
+    pending: std::collections::VecDeque<pb::JobEvent>,
 }
 
 impl EventStream {
     pub(crate) fn new(inner: tonic::Streaming<pb::JobEvent>) -> Self {
-        Self { inner }
+        Self { inner, pending: std::collections::VecDeque::new() }
+    }
+
+    /// Passes an event on, or queues a batch's results as `kernel` events and passes the first.
+    fn unbatch(&mut self, event: pb::JobEvent) -> Option<pb::JobEvent> {
+        match event.event {
+            Some(Event::Kernels(batch)) => {
+                let job_id = event.job_id;
+                self.pending.extend(
+                    batch
+                        .results
+                        .into_iter()
+                        .map(|k| pb::JobEvent { job_id: job_id.clone(), event: Some(Event::Kernel(k)) }),
+                );
+                self.pending.pop_front()
+            }
+            _ => Some(event),
+        }
     }
 
     /// The next event, or `None` once the daemon has closed the stream.
     pub async fn next_event(&mut self) -> Result<Option<pb::JobEvent>, ClientError> {
-        Ok(self.inner.message().await?)
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                return Ok(Some(event));
+            }
+            let Some(event) = self.inner.message().await? else { return Ok(None) };
+            // An empty batch passes nothing on; read on.
+            if let Some(event) = self.unbatch(event) {
+                return Ok(Some(event));
+            }
+        }
     }
 
     /// Waits for the whole job and returns its kernel results and its `JobDone`.
@@ -39,6 +71,8 @@ impl EventStream {
             }
             match event.event {
                 Some(Event::Kernel(result)) => job.kernels.push(result),
+                // next_event unbatches, so none reaches here; taken whole all the same.
+                Some(Event::Kernels(batch)) => job.kernels.extend(batch.results),
                 Some(Event::Done(done)) => {
                     job.done = done;
                     return Ok(job);
@@ -57,7 +91,21 @@ impl Stream for EventStream {
     type Item = Result<pb::JobEvent, ClientError>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        Pin::new(&mut self.inner).poll_next(cx).map(|item| item.map(|r| r.map_err(ClientError::from)))
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                return Poll::Ready(Some(Ok(event)));
+            }
+            match Pin::new(&mut self.inner).poll_next(cx) {
+                Poll::Ready(Some(Ok(event))) => {
+                    if let Some(event) = self.unbatch(event) {
+                        return Poll::Ready(Some(Ok(event)));
+                    }
+                }
+                Poll::Ready(Some(Err(status))) => return Poll::Ready(Some(Err(ClientError::from(status)))),
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
     }
 }
 

@@ -72,6 +72,12 @@ impl Reporter {
                 }
                 Some(Event::Started(_)) => self.progress.set_message("running"),
                 Some(Event::Kernel(result)) => self.kernel(&result)?,
+                // The stream unbatches (see EventStream); a batch is taken whole all the same.
+                Some(Event::Kernels(batch)) => {
+                    for result in &batch.results {
+                        self.kernel(result)?;
+                    }
+                }
                 Some(Event::Done(done)) => return self.done(&done),
                 Some(Event::Failed(failed)) => {
                     return Err(ClientError::JobFailed { job_id: self.job_id.clone(), reason: failed.reason }.into());

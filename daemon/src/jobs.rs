@@ -56,8 +56,14 @@ impl JobRecord {
     fn strip_artifacts(&self) {
         let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
         for e in events.iter_mut() {
-            if let Some(Event::Kernel(k)) = &mut e.event {
-                k.artifact = bytes::Bytes::new();
+            match &mut e.event {
+                Some(Event::Kernel(k)) => k.artifact = bytes::Bytes::new(),
+                Some(Event::Kernels(batch)) => {
+                    for k in &mut batch.results {
+                        k.artifact = bytes::Bytes::new();
+                    }
+                }
+                _ => {}
             }
         }
     }
@@ -65,6 +71,18 @@ impl JobRecord {
     fn events_from(&self, from: usize) -> Vec<pb::JobEvent> {
         let events = self.events.lock().unwrap_or_else(|p| p.into_inner());
         events.get(from..).map(<[_]>::to_vec).unwrap_or_default()
+    }
+}
+
+/// `event` as a client that does (`batches`) or does not read `kernels` events wants it.
+fn unbatched(event: pb::JobEvent, batches: bool) -> Vec<pb::JobEvent> {
+    match event.event {
+        Some(Event::Kernels(batch)) if !batches => batch
+            .results
+            .into_iter()
+            .map(|k| pb::JobEvent { job_id: event.job_id.clone(), event: Some(Event::Kernel(k)) })
+            .collect(),
+        _ => vec![event],
     }
 }
 
@@ -125,16 +143,18 @@ fn prune(map: &mut HashMap<String, Arc<JobRecord>>) {
 
 /// Streams a job's events: the ones so far, then new ones until the last. The stream ends when
 /// the client goes away; the job does not. `primary` marks the `Compile` caller's own stream,
-/// after which a record that does not retain artifacts drops them.
+/// after which a record that does not retain artifacts drops them. A client that does not read
+/// batches (`batch_results` unset) gets a batch as one `kernel` event per result.
 pub fn watch(
     record: Arc<JobRecord>,
     tracker: &tokio_util::task::TaskTracker,
     primary: bool,
+    batches: bool,
 ) -> ReceiverStream<Result<pb::JobEvent, tonic::Status>> {
     let (tx, rx) = mpsc::channel(64);
     let mut count = record.count.subscribe();
     tracker.spawn(async move {
-        forward(&record, &tx, &mut count).await;
+        forward(&record, &tx, &mut count, batches).await;
         if primary && !record.retain_artifacts {
             record.strip_artifacts();
         }
@@ -146,13 +166,19 @@ async fn forward(
     record: &JobRecord,
     tx: &mpsc::Sender<Result<pb::JobEvent, tonic::Status>>,
     count: &mut watch::Receiver<usize>,
+    batches: bool,
 ) {
     let mut sent = 0;
     loop {
         for event in record.events_from(sent) {
             sent += 1;
             let last = is_last(&event);
-            if tx.send(Ok(event)).await.is_err() || last {
+            for event in unbatched(event, batches) {
+                if tx.send(Ok(event)).await.is_err() {
+                    return;
+                }
+            }
+            if last {
                 return;
             }
         }
@@ -184,7 +210,7 @@ pub async fn run(engine: Arc<Engine>, record: Arc<JobRecord>, job: Job) {
             } else {
                 failed += 1
             }
-            answered.push(Event::Kernel(result(&kernel, &job, outcome, started)));
+            answered.push(result(&kernel, &job, outcome, started));
             continue;
         }
         let engine = Arc::clone(&engine);
@@ -194,7 +220,10 @@ pub async fn run(engine: Arc<Engine>, record: Arc<JobRecord>, job: Job) {
             (index, outcome)
         });
     }
-    record.push_all(answered);
+    // Every cache hit in one event: for a warm graph, one message on the wire instead of 64.
+    if !answered.is_empty() {
+        record.push(Event::Kernels(pb::KernelResults { results: answered }));
+    }
     while let Some(joined) = tasks.join_next().await {
         let Ok((index, outcome)) = joined else {
             record.push(Event::Failed(pb::JobFailed { reason: "a kernel task ended abnormally".into() }));

@@ -89,8 +89,9 @@ impl Compiler for CompilerService {
     type LookupStream = tokio_stream::Iter<std::vec::IntoIter<Result<pb::JobEvent, Status>>>;
 
     async fn compile(&self, request: Request<pb::CompileRequest>) -> Result<Response<Self::CompileStream>, Status> {
+        let batches = request.get_ref().batch_results;
         let record = self.start(request.get_ref(), Priority::Interactive).await?;
-        Ok(Response::new(jobs::watch(record, &self.engine.tracker, true)))
+        Ok(Response::new(jobs::watch(record, &self.engine.tracker, true, batches)))
     }
 
     async fn submit(&self, request: Request<pb::CompileRequest>) -> Result<Response<pb::SubmitResponse>, Status> {
@@ -107,7 +108,7 @@ impl Compiler for CompilerService {
             .jobs
             .get(id)
             .ok_or_else(|| Status::not_found(format!("job_id: no job {id} (finished jobs are kept 10 minutes)")))?;
-        Ok(Response::new(jobs::watch(record, &self.engine.tracker, false)))
+        Ok(Response::new(jobs::watch(record, &self.engine.tracker, false, request.get_ref().batch_results)))
     }
 
     async fn lookup(&self, request: Request<pb::CompileRequest>) -> Result<Response<Self::LookupStream>, Status> {

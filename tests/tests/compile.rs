@@ -123,3 +123,52 @@ async fn headers_by_content_and_compile_errors_with_logs() {
     assert!(m.contains("kiln_compiles_total{toolchain=\"nvrtc\",outcome=\"failed\"} 1"), "{m}");
     d.stop();
 }
+
+/// A warm graph's hits arrive in one `kernels` message for a client that asks for batches, and
+/// as one `kernel` message each for a client that does not (older clients, stock gRPC clients);
+/// `Watch` replays a job the same two ways.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warm_hits_come_in_one_message_only_to_clients_that_ask() {
+    use kiln_proto::pb::compiler_client::CompilerClient;
+    use kiln_proto::pb::job_event::Event;
+    let d = Daemon::start(Options::default());
+    let graph = vector_graph("sm_90", 4);
+    assert!(d.client().await.compile(graph.clone()).await.unwrap().collect().await.unwrap().all_ok());
+    let mut raw = CompilerClient::new(d.client().await.channel());
+    let kinds = |events: &[pb::JobEvent]| {
+        events
+            .iter()
+            .map(|e| match &e.event {
+                Some(Event::Kernel(_)) => "kernel".to_string(),
+                Some(Event::Kernels(b)) => format!("kernels({})", b.results.len()),
+                Some(Event::Queued(_)) => "queued".into(),
+                Some(Event::Started(_)) => "started".into(),
+                Some(Event::Done(_)) => "done".into(),
+                other => format!("{other:?}"),
+            })
+            .collect::<Vec<_>>()
+    };
+    let all = |stream: tonic::Streaming<pb::JobEvent>| async move {
+        let mut stream = stream;
+        let mut out = Vec::new();
+        while let Some(e) = stream.message().await.unwrap() {
+            out.push(e);
+        }
+        out
+    };
+    let old = all(raw.compile(graph.clone()).await.unwrap().into_inner()).await;
+    assert_eq!(kinds(&old), ["queued", "started", "kernel", "kernel", "kernel", "kernel", "done"]);
+    let batched = pb::CompileRequest { batch_results: true, ..graph.clone() };
+    let new = all(raw.compile(batched).await.unwrap().into_inner()).await;
+    assert_eq!(kinds(&new), ["queued", "started", "kernels(4)", "done"]);
+    let Some(Event::Kernels(batch)) = &new[2].event else { unreachable!() };
+    assert!(batch.results.iter().all(|k| k.tier() == Tier::Memory && !k.artifact.is_empty()));
+    // Watch replays the job: batched for a client that asks, one by one for one that does not.
+    let job_id = new[0].job_id.clone();
+    let watch = |batch_results| pb::WatchRequest { job_id: job_id.clone(), batch_results };
+    let replay = all(raw.watch(watch(false)).await.unwrap().into_inner()).await;
+    assert_eq!(kinds(&replay), ["queued", "started", "kernel", "kernel", "kernel", "kernel", "done"]);
+    let replay = all(raw.watch(watch(true)).await.unwrap().into_inner()).await;
+    assert_eq!(kinds(&replay), ["queued", "started", "kernels(4)", "done"]);
+    d.stop();
+}

@@ -30,6 +30,7 @@ pub async fn run(daemon: &str, args: RunArgs, mode: Mode) -> anyhow::Result<Exit
         // The user is waiting on this, so it goes before background warm-ups.
         priority: pb::Priority::Interactive as i32,
         omit_artifacts: args.no_artifacts,
+        ..Default::default()
     };
     let client = kiln_client::connect(daemon).await?;
     let ids: Vec<&str> = ids.iter().map(String::as_str).collect();

@@ -13,6 +13,7 @@ pub async fn run(daemon: &str, args: SubmitArgs) -> anyhow::Result<ExitCode> {
         // Nobody waits on a submitted job, so it yields to interactive compiles.
         priority: pb::Priority::Background as i32,
         omit_artifacts: args.no_artifacts,
+        ..Default::default()
     };
     let client = kiln_client::connect(daemon).await?;
     let job_id = client.submit(request).await?;

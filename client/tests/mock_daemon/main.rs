@@ -18,7 +18,12 @@ fn write(dir: &Path, name: &str, content: &str) -> PathBuf {
 }
 
 fn request(graph: pb::CompileGraph) -> pb::CompileRequest {
-    pb::CompileRequest { graph: Some(graph), priority: pb::Priority::Interactive as i32, omit_artifacts: false }
+    pb::CompileRequest {
+        graph: Some(graph),
+        priority: pb::Priority::Interactive as i32,
+        omit_artifacts: false,
+        ..Default::default()
+    }
 }
 
 fn one_kernel(id: &str, source: &str) -> pb::CompileGraph {

@@ -35,7 +35,7 @@ from .results import (
     SnapshotSummary,
     Stats,
     WarmProgress,
-    event_from_proto,
+    events_from_proto,
 )
 
 if TYPE_CHECKING:
@@ -135,14 +135,15 @@ class Client:
         proto = g.to_proto()
         if target is not None:
             proto.target = target
-        return pb.CompileRequest(graph=proto, priority=int(priority), omit_artifacts=omit_artifacts)
+        # batch_results: a warm graph's hits come in one message; _events hands them on one by one.
+        return pb.CompileRequest(
+            graph=proto, priority=int(priority), omit_artifacts=omit_artifacts, batch_results=True
+        )
 
     def _events(self, call: Iterator[pb.JobEvent]) -> Iterator[Event]:
         with self._rpc():
             for m in call:
-                event = event_from_proto(m)
-                if event is not None:
-                    yield event
+                yield from events_from_proto(m)
 
     def _collect(self, events: Iterator[Event], on_event: Callable[[Event], None] | None) -> CompileResult:
         result = CompileResult()
@@ -204,7 +205,7 @@ class Client:
 
     def watch_events(self, job_id: str, *, timeout: float | None = None) -> Iterator[Event]:
         """A job's events; those already emitted come first."""
-        return self._events(self._compiler.Watch(pb.WatchRequest(job_id=job_id), timeout=timeout))
+        return self._events(self._compiler.Watch(pb.WatchRequest(job_id=job_id, batch_results=True), timeout=timeout))
 
     def watch(
         self, job_id: str, *, timeout: float | None = None, on_event: Callable[[Event], None] | None = None

@@ -177,8 +177,19 @@ class JobFailedEvent:
 Event = Queued | Started | KernelDone | JobDone | JobFailedEvent
 
 
+def events_from_proto(m: pb.JobEvent) -> list[Event]:
+    """The typed events of one message: a batch of results (``kernels``, a warm graph's hits in
+    one message) becomes one :class:`KernelDone` per kernel; an event kind this client does not
+    know, none."""
+    if m.WhichOneof("event") == "kernels":
+        return [KernelDone(m.job_id, KernelResult.from_proto(k)) for k in m.kernels.results]
+    event = event_from_proto(m)
+    return [] if event is None else [event]
+
+
 def event_from_proto(m: pb.JobEvent) -> Event | None:
-    """The typed event, or ``None`` for an event kind this client does not know."""
+    """The typed event, or ``None`` for an event kind this client does not know (or a batch:
+    see :func:`events_from_proto`)."""
     kind = m.WhichOneof("event")
     if kind == "queued":
         return Queued(m.job_id, m.queued.kernels, m.queued.target)

@@ -185,14 +185,16 @@ class Header(_message.Message):
     def __init__(self, name: _Optional[str] = ..., content: _Optional[str] = ...) -> None: ...
 
 class CompileRequest(_message.Message):
-    __slots__ = ("graph", "priority", "omit_artifacts")
+    __slots__ = ("graph", "priority", "omit_artifacts", "batch_results")
     GRAPH_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     OMIT_ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_RESULTS_FIELD_NUMBER: _ClassVar[int]
     graph: CompileGraph
     priority: Priority
     omit_artifacts: bool
-    def __init__(self, graph: _Optional[_Union[CompileGraph, _Mapping]] = ..., priority: _Optional[_Union[Priority, str]] = ..., omit_artifacts: _Optional[bool] = ...) -> None: ...
+    batch_results: bool
+    def __init__(self, graph: _Optional[_Union[CompileGraph, _Mapping]] = ..., priority: _Optional[_Union[Priority, str]] = ..., omit_artifacts: _Optional[bool] = ..., batch_results: _Optional[bool] = ...) -> None: ...
 
 class SubmitResponse(_message.Message):
     __slots__ = ("job_id",)
@@ -201,26 +203,36 @@ class SubmitResponse(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class WatchRequest(_message.Message):
-    __slots__ = ("job_id",)
+    __slots__ = ("job_id", "batch_results")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    BATCH_RESULTS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
-    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+    batch_results: bool
+    def __init__(self, job_id: _Optional[str] = ..., batch_results: _Optional[bool] = ...) -> None: ...
 
 class JobEvent(_message.Message):
-    __slots__ = ("job_id", "queued", "started", "kernel", "done", "failed")
+    __slots__ = ("job_id", "queued", "started", "kernel", "done", "failed", "kernels")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     QUEUED_FIELD_NUMBER: _ClassVar[int]
     STARTED_FIELD_NUMBER: _ClassVar[int]
     KERNEL_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
     FAILED_FIELD_NUMBER: _ClassVar[int]
+    KERNELS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     queued: Queued
     started: Started
     kernel: KernelResult
     done: JobDone
     failed: JobFailed
-    def __init__(self, job_id: _Optional[str] = ..., queued: _Optional[_Union[Queued, _Mapping]] = ..., started: _Optional[_Union[Started, _Mapping]] = ..., kernel: _Optional[_Union[KernelResult, _Mapping]] = ..., done: _Optional[_Union[JobDone, _Mapping]] = ..., failed: _Optional[_Union[JobFailed, _Mapping]] = ...) -> None: ...
+    kernels: KernelResults
+    def __init__(self, job_id: _Optional[str] = ..., queued: _Optional[_Union[Queued, _Mapping]] = ..., started: _Optional[_Union[Started, _Mapping]] = ..., kernel: _Optional[_Union[KernelResult, _Mapping]] = ..., done: _Optional[_Union[JobDone, _Mapping]] = ..., failed: _Optional[_Union[JobFailed, _Mapping]] = ..., kernels: _Optional[_Union[KernelResults, _Mapping]] = ...) -> None: ...
+
+class KernelResults(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[KernelResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[KernelResult, _Mapping]]] = ...) -> None: ...
 
 class JobFailed(_message.Message):
     __slots__ = ("reason",)
