@@ -23,125 +23,106 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+# The one export list. Names are loaded on first use (PEP 562), so that importing a submodule
+# such as kiln._autoinstall (which a .pth file does at every interpreter start) pulls in neither
+# gRPC nor protobuf; each comes from the first of _MODULES that defines it.
+__all__ = [
+    "BlobEntry",
+    "Cancelled",
+    "Client",
+    "CompileResult",
+    "CudaSource",
+    "DaemonUnavailable",
+    "DeadlineExceeded",
+    "Event",
+    "FailedPrecondition",
+    "Gpu",
+    "Graph",
+    "InvalidArgument",
+    "JobDone",
+    "JobFailed",
+    "JobFailedEvent",
+    "Kernel",
+    "KernelAttributes",
+    "KernelDone",
+    "KernelResult",
+    "KilnError",
+    "Lease",
+    "LeaseKind",
+    "NotFound",
+    "Outcome",
+    "Placement",
+    "Priority",
+    "PtxSource",
+    "Queued",
+    "ResourceExhausted",
+    "RestoreResult",
+    "RootRestore",
+    "SaveResult",
+    "SnapshotFile",
+    "SnapshotInfo",
+    "SnapshotManifest",
+    "SnapshotProgress",
+    "SnapshotRoot",
+    "SnapshotSummary",
+    "Started",
+    "Stats",
+    "Tier",
+    "TierStats",
+    "ToolchainInfo",
+    "TritonSource",
+    "Unimplemented",
+    "WarmProgress",
+    "cuda_kernel",
+    "daemon_uri",
+    "ptx_kernel",
+    "triton_kernel",
+]
 
-# Names are loaded on first use (PEP 562), so that importing a submodule such as
-# kiln._autoinstall does not pull in gRPC.
-_EXPORTS: dict[str, str] = {
-    "Client": "client",
-    "Lease": "client",
-    "Cancelled": "errors",
-    "DaemonUnavailable": "errors",
-    "FailedPrecondition": "errors",
-    "DeadlineExceeded": "errors",
-    "InvalidArgument": "errors",
-    "JobFailed": "errors",
-    "KilnError": "errors",
-    "NotFound": "errors",
-    "ResourceExhausted": "errors",
-    "Unimplemented": "errors",
-    "CudaSource": "graph",
-    "Graph": "graph",
-    "Kernel": "graph",
-    "PtxSource": "graph",
-    "TritonSource": "graph",
-    "cuda_kernel": "graph",
-    "ptx_kernel": "graph",
-    "triton_kernel": "graph",
-    "daemon_uri": "paths",
-    "BlobEntry": "results",
-    "CompileResult": "results",
-    "Event": "results",
-    "Gpu": "results",
-    "JobDone": "results",
-    "JobFailedEvent": "results",
-    "KernelAttributes": "results",
-    "KernelDone": "results",
-    "KernelResult": "results",
-    "LeaseKind": "results",
-    "Outcome": "results",
-    "Placement": "results",
-    "Priority": "results",
-    "Queued": "results",
-    "RestoreResult": "results",
-    "RootRestore": "results",
-    "SaveResult": "results",
-    "SnapshotFile": "results",
-    "SnapshotInfo": "results",
-    "SnapshotManifest": "results",
-    "SnapshotProgress": "results",
-    "SnapshotRoot": "results",
-    "SnapshotSummary": "results",
-    "Started": "results",
-    "Stats": "results",
-    "Tier": "results",
-    "TierStats": "results",
-    "ToolchainInfo": "results",
-    "WarmProgress": "results",
-}
+# Searched in this order, cheapest import first: a name from kiln.paths imports nothing else.
+_MODULES = ("paths", "graph", "results", "errors", "client")
 
-__all__ = sorted(_EXPORTS)
+
+def _version() -> str:
+    """The installed distribution's version (pyproject.toml's), or ``0+unknown`` when kiln runs
+    from a source tree that was never installed."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("kiln")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'kiln' has no attribute {name!r}")
-    import importlib
+    if name == "__version__":
+        value: Any = _version()
+    elif name in __all__:
+        import importlib
 
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+        for module in _MODULES:
+            mod = importlib.import_module(f"{__name__}.{module}")
+            if name in vars(mod):
+                value = vars(mod)[name]
+                break
+        else:  # pragma: no cover - every name in __all__ is defined by one of _MODULES
+            raise AttributeError(f"module 'kiln' lists {name!r} but none of {_MODULES} defines it")
+    else:
+        raise AttributeError(f"module 'kiln' has no attribute {name!r}")
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted(list(globals()) + __all__)
+    return sorted({*globals(), *__all__, "__version__"})
 
 
 if TYPE_CHECKING:
-    from .client import Client, Lease
-    from .errors import (
-        Cancelled,
-        DaemonUnavailable,
-        DeadlineExceeded,
-        FailedPrecondition,
-        InvalidArgument,
-        JobFailed,
-        KilnError,
-        NotFound,
-        ResourceExhausted,
-        Unimplemented,
-    )
-    from .graph import CudaSource, Graph, Kernel, PtxSource, TritonSource, cuda_kernel, ptx_kernel, triton_kernel
-    from .paths import daemon_uri
-    from .results import (
-        BlobEntry,
-        CompileResult,
-        Event,
-        Gpu,
-        JobDone,
-        JobFailedEvent,
-        KernelAttributes,
-        KernelDone,
-        KernelResult,
-        LeaseKind,
-        Outcome,
-        Placement,
-        Priority,
-        Queued,
-        RestoreResult,
-        RootRestore,
-        SaveResult,
-        SnapshotFile,
-        SnapshotInfo,
-        SnapshotManifest,
-        SnapshotProgress,
-        SnapshotRoot,
-        SnapshotSummary,
-        Started,
-        Stats,
-        Tier,
-        TierStats,
-        ToolchainInfo,
-        WarmProgress,
-    )
+    # For type checkers only: __all__ above says which of these names kiln exports.
+    from .client import *  # noqa: F403
+    from .errors import *  # noqa: F403
+    from .graph import *  # noqa: F403
+    from .paths import *  # noqa: F403
+    from .results import *  # noqa: F403
+
+    __version__: str

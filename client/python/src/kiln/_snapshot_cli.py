@@ -157,11 +157,11 @@ def _run(args: argparse.Namespace) -> int:
             return 0
         if args.command == "restore":
             bar = _Bar(not args.json)
-            r = snapshot.restore(client, args.job, args.dirs or None, keys, on_progress=bar, warn=False)
+            restored = snapshot.restore(client, args.job, args.dirs or None, keys, on_progress=bar, warn=False)
             bar.done()
-            if not r.found:
-                return _not_found(args.job, keys, r.host_environment, args.json)
-            _restored(r, args.json)
+            if not restored.found:
+                return _not_found(args.job, keys, restored.host_environment, args.json)
+            _restored(restored, args.json)
             return 0
         if args.command == "list":
             found = snapshot.list_snapshots(client, args.job)

@@ -19,8 +19,8 @@ once.
 
 from __future__ import annotations
 
-import contextlib
 import concurrent.futures
+import contextlib
 import errno
 import fcntl
 import os
@@ -120,10 +120,11 @@ def host_lock(parent: str, base: str, should_stop: Callable[[], bool] | None = N
         with _held_lock:
             _held_fds.add(fd)
     else:
-        while (fd := try_flock(path)) is None:
+        while (polled := try_flock(path)) is None:
             if should_stop():
                 raise Cancelled(f"gave up waiting for {path}")
             time.sleep(LOCK_POLL_SECS)
+        fd = polled
     try:
         yield
     finally:

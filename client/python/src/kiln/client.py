@@ -10,15 +10,14 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import grpc
 
 from . import errors
 from ._proto import blob_pb2 as bpb
-from ._proto import blob_pb2_grpc
+from ._proto import blob_pb2_grpc, kiln_pb2_grpc
 from ._proto import kiln_pb2 as pb
-from ._proto import kiln_pb2_grpc
 from .graph import Graph, Kernel
 from .paths import daemon_uri, grpc_target
 from .results import (
@@ -137,7 +136,7 @@ class Client:
             proto.target = target
         # batch_results: a warm graph's hits come in one message; _events hands them on one by one.
         return pb.CompileRequest(
-            graph=proto, priority=int(priority), omit_artifacts=omit_artifacts, batch_results=True
+            graph=proto, priority=cast("pb.Priority", int(priority)), omit_artifacts=omit_artifacts, batch_results=True
         )
 
     def _events(self, call: Iterator[pb.JobEvent]) -> Iterator[Event]:
@@ -201,7 +200,8 @@ class Client:
         """Submits ``graph`` as a background job and returns its id at once."""
         request = self._request(graph, target, priority, omit_artifacts)
         with self._rpc():
-            return self._compiler.Submit(request, timeout=self._timeout(timeout)).job_id
+            job_id: str = self._compiler.Submit(request, timeout=self._timeout(timeout)).job_id
+            return job_id
 
     def watch_events(self, job_id: str, *, timeout: float | None = None) -> Iterator[Event]:
         """A job's events; those already emitted come first."""
@@ -275,7 +275,8 @@ class Client:
         Publishing releases every process and host waiting on the key's lease."""
         request = bpb.PutBlobRequest(scope=_scope(namespace, tool_version), key=_key_bytes(key), files=_files(files))
         with self._rpc():
-            return self._blobs.PutBlob(request, timeout=self._timeout(timeout)).stored_key
+            stored_key: str = self._blobs.PutBlob(request, timeout=self._timeout(timeout)).stored_key
+            return stored_key
 
     def lease_blob(
         self,
@@ -305,9 +306,11 @@ class Client:
         try:
             with self._rpc():
                 first = next(call)
-        except StopIteration:
+        except StopIteration as e:
             call.cancel()
-            raise errors.KilnError(grpc.StatusCode.INTERNAL, "LeaseBlob ended before its first event", uri=self.uri)
+            raise errors.KilnError(
+                grpc.StatusCode.INTERNAL, "LeaseBlob ended before its first event", uri=self.uri
+            ) from e
         except BaseException:
             call.cancel()
             raise
@@ -400,8 +403,8 @@ class Lease:
     def _read_end(self) -> None:
         kind, reason = None, ""
         try:
-            for m in self._call:
-                if m.kind in (LeaseKind.PUBLISHED, LeaseKind.EXPIRED):
+            for m in cast("Iterator[bpb.LeaseBlobEvent]", self._call):
+                if int(m.kind) in (LeaseKind.PUBLISHED, LeaseKind.EXPIRED):
                     kind, reason = LeaseKind(m.kind), m.reason
                     break
         except grpc.RpcError:

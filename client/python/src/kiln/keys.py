@@ -50,7 +50,8 @@ class _Encoder:
         self._h.update(data)
 
     def hexdigest(self) -> str:
-        return self._h.hexdigest()
+        digest: str = self._h.hexdigest()
+        return digest
 
 
 def _b(value: str | bytes) -> bytes:

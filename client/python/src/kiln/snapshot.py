@@ -27,7 +27,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, TypeVar
 
 import grpc
 
@@ -60,11 +60,13 @@ UPLOAD_BATCH_FILES = 4096
 
 _ROOT_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
-PathArg = Union[str, "os.PathLike[str]"]
+T = TypeVar("T")
+
+PathArg = str | os.PathLike[str]
 #: ``{name: dir}``, or ``DIR`` / ``NAME=DIR`` strings (paths as ``os.PathLike`` are never split
 #: at ``=``), or ``(name, dir)`` pairs.
-Roots = Union[Mapping[str, PathArg], Iterable[Union[PathArg, tuple[str, PathArg]]]]
-Keys = Union[Mapping[str, str], Iterable[str], None]
+Roots = Mapping[str, PathArg] | Iterable[PathArg | tuple[str, PathArg]]
+Keys = Mapping[str, str] | Iterable[str] | None
 Progress = Callable[[SnapshotProgress], None]
 
 
@@ -146,7 +148,7 @@ def _id(job: str, keys: Keys) -> spb.SnapshotId:
     return spb.SnapshotId(job=job, keys=parse_keys(keys))
 
 
-def _chunks(items: list, size: int) -> Iterator[list]:
+def _chunks(items: list[T], size: int) -> Iterator[list[T]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
 

@@ -37,7 +37,10 @@ import re
 import sys
 import threading
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .results import BlobEntry
 
 #: (major, minor) versions of torch that this module was tested with.
 TESTED_VERSIONS: tuple[tuple[int, int], ...] = ((2, 11),)
@@ -121,10 +124,11 @@ class KilnStore:
         from . import _fleet
 
         ck = self.caller_key(key)
+        missed: list[BlobEntry | None] = [None]
         entries = _fleet.call(
             f"torch {self.namespace} lookup",
             lambda c: c.get_blobs(self.namespace, self.tool_version, [ck], timeout=GET_TIMEOUT_SECS),
-            [None],
+            missed,
         )
         entry = entries[0] if entries else None
         if entry is None:

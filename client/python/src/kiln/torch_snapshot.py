@@ -94,7 +94,7 @@ class _State:
         self.last_compile = 0.0
         self.dirty = False
         #: (root, path, size, mtime) of every file at the last save, or at the first compile.
-        self.fingerprint: frozenset | None = None
+        self.fingerprint: frozenset[tuple[str, str, int, int]] | None = None
         self.saver: bool | None = None
         self.saves: list[dict[str, Any]] = []
         self.digests: Any = None
@@ -210,10 +210,10 @@ def _save_roots() -> dict[str, str]:
     return {name: path for name, path in _torch_job.roots().items() if os.path.isdir(path)}
 
 
-def _fingerprint(roots: dict[str, str]) -> frozenset:
+def _fingerprint(roots: dict[str, str]) -> frozenset[tuple[str, str, int, int]]:
     from ._snapshot_walk import walk
 
-    seen = set()
+    seen: set[tuple[str, str, int, int]] = set()
     for name, path in roots.items():
         try:
             found, _ = walk(path, _torch_job.exclude)
@@ -369,7 +369,7 @@ def attach(dynamo: ModuleType) -> None:
                 _register(callback)
 
         reset_and_reattach._kiln = True  # type: ignore[attr-defined]
-        dynamo.reset = reset_and_reattach
+        dynamo.reset = reset_and_reattach  # type: ignore[attr-defined]
 
 
 def stats() -> dict[str, Any]:

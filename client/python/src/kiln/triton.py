@@ -56,6 +56,7 @@ import os
 import threading
 import time
 import weakref
+from typing import Any
 
 import triton
 from triton import knobs
@@ -166,7 +167,7 @@ _leases = _Leases()
 atexit.register(_leases.release_all)
 
 
-class KilnRemoteCacheBackend(RemoteCacheBackend):
+class KilnRemoteCacheBackend(RemoteCacheBackend):  # type: ignore[misc]  # triton ships no types
     """Triton's ``RemoteCacheBackend`` over kilnd's named blobs. One instance per kernel key."""
 
     def __init__(self, key: str) -> None:
@@ -180,7 +181,7 @@ class KilnRemoteCacheBackend(RemoteCacheBackend):
         self._pending: dict[str, bytes] | None = None
         #: The lease this instance holds, if any: its key, itself, and the finalizer that
         #: releases it when the instance is dropped without a group put (the compile raised).
-        self._lease: tuple[bytes, Lease, weakref.finalize] | None = None
+        self._lease: tuple[bytes, Lease, weakref.finalize[..., Any]] | None = None
         #: The group file answered from the local cache directory, if any.
         self._local_group: str | None = None
 
@@ -219,7 +220,7 @@ class KilnRemoteCacheBackend(RemoteCacheBackend):
             lambda c: c.get_blobs(NAMESPACE, self._version, keys, timeout=GET_TIMEOUT_SECS),
             [None] * len(keys),
         )
-        for name, entry in zip(ask, entries):
+        for name, entry in zip(ask, entries, strict=False):
             if name.startswith(GROUP_PREFIX):
                 if entry is None or name not in entry.files:
                     entry = self._missed_group(name)
