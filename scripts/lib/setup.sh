@@ -28,6 +28,15 @@ PY_CLIENT_PACKAGES=(
   redis==8.1.0
 )
 
+# The Python client's linter and type checker (configured in client/python/pyproject.toml), and
+# the type stubs of its dependencies, pinned so a new release never fails a run by itself.
+PY_LINT_PACKAGES=(
+  ruff==0.17.5
+  mypy==2.4.1
+  types-protobuf==7.35.1.20260906
+  types-grpcio==1.85.0.20261028
+)
+
 say() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
@@ -147,6 +156,12 @@ ensure_python_client() {
     rm -rf "$src/build" "$src/src/kiln.egg-info"
     printf '%s\n' "$sum" >"$stamp"
   fi
+}
+
+# ruff and mypy for client/python, in .venv/.
+ensure_python_lint() {
+  ensure_venv
+  pip_install_pinned "the Python lint and type tools" "${PY_LINT_PACKAGES[@]}"
 }
 
 # Builds every binary once into the shared target directory.
