@@ -105,7 +105,8 @@ impl Client {
     }
 
     /// Asks the caches only: never compiles, and a kernel in no tier comes back as a miss.
-    pub async fn lookup(&self, request: pb::CompileRequest) -> Result<EventStream, ClientError> {
+    pub async fn lookup(&self, mut request: pb::CompileRequest) -> Result<EventStream, ClientError> {
+        request.batch_results = true;
         let response = self.inner.clone().lookup(request).await?;
         Ok(EventStream::new(response.into_inner()))
     }

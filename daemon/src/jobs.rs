@@ -80,7 +80,7 @@ impl JobRecord {
 const BATCH_BYTES: usize = 4 << 20;
 
 /// `results` cut into batches of at most [`BATCH_BYTES`] of cubins each, in order.
-fn batches(results: Vec<pb::KernelResult>) -> impl Iterator<Item = Vec<pb::KernelResult>> {
+pub fn batches(results: Vec<pb::KernelResult>) -> impl Iterator<Item = Vec<pb::KernelResult>> {
     let mut out: Vec<Vec<pb::KernelResult>> = Vec::new();
     let mut size = 0;
     for r in results {
@@ -173,7 +173,7 @@ pub fn watch(
     tracker: &tokio_util::task::TaskTracker,
     primary: bool,
     batches: bool,
-) -> ReceiverStream<Result<pb::JobEvent, tonic::Status>> {
+) -> EventStream {
     let (tx, rx) = mpsc::channel(64);
     let mut count = record.count.subscribe();
     tracker.spawn(async move {
@@ -182,7 +182,21 @@ pub fn watch(
             record.strip_artifacts();
         }
     });
-    ReceiverStream::new(rx)
+    Box::pin(ReceiverStream::new(rx))
+}
+
+/// A job's events as the gRPC handlers answer them.
+pub type EventStream = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::JobEvent, tonic::Status>> + Send>>;
+
+/// A finished job's events as one ready stream: no task, channel or wake-up between the job's
+/// record and the answer (what a request answered wholly from the caches gets).
+pub fn replay(record: &JobRecord, primary: bool, batches: bool) -> EventStream {
+    let events: Vec<Result<pb::JobEvent, tonic::Status>> =
+        record.events_from(0).into_iter().flat_map(|e| unbatched(e, batches)).map(Ok).collect();
+    if primary && !record.retain_artifacts {
+        record.strip_artifacts();
+    }
+    Box::pin(tokio_stream::iter(events))
 }
 
 async fn forward(
@@ -213,39 +227,77 @@ async fn forward(
 
 /// Runs a job to the end, recording its events.
 pub async fn run(engine: Arc<Engine>, record: Arc<JobRecord>, job: Job) {
+    let begun = begin(&engine, &record, job).await;
+    complete(engine, record, begun).await;
+}
+
+/// A job whose cache hits are recorded; what is left must be compiled.
+#[derive(Debug)]
+pub struct Begun {
+    job: Job,
+    started: Instant,
+    ok: u32,
+    failed: u32,
+    /// The kernels the caches did not answer, by index in the job.
+    rest: Vec<usize>,
+    fleet_asked: bool,
+}
+
+impl Begun {
+    /// Whether the caches answered every kernel, so completing the job compiles nothing.
+    pub fn answered_all(&self) -> bool {
+        self.rest.is_empty()
+    }
+}
+
+/// Records the job's start and answers everything the caches hold, with one fleet round trip
+/// for this host's misses.
+pub async fn begin(engine: &Engine, record: &JobRecord, job: Job) -> Begun {
     engine.metrics.jobs.inc();
     let started = Instant::now();
     record.push_all([
         Event::Queued(pb::Queued { kernels: job.kernels.len() as u32, target: job.target.to_string() }),
         Event::Started(pb::Started {}),
     ]);
-    let (mut ok, mut failed) = (0, 0);
-    // Everything the caches hold is answered first, with one fleet round trip for the rest.
     let keys: Vec<CacheKey> = job.kernels.iter().filter(|k| k.refusal.is_none()).map(|k| k.key).collect();
     let prefetched = engine.prefetch(&keys).await;
-    let (mut cached, fleet_asked) = (prefetched.found, prefetched.fleet_asked);
-    let mut tasks = tokio::task::JoinSet::new();
+    let mut cached = prefetched.found;
+    let (mut ok, mut failed) = (0, 0);
+    let mut rest = Vec::new();
     let mut answered = Vec::with_capacity(cached.len());
-    for (index, kernel) in job.kernels.iter().cloned().enumerate() {
-        if let Some(outcome) = cached.remove(&kernel.key) {
-            if outcome.ok {
-                ok += 1
-            } else {
-                failed += 1
+    for (index, kernel) in job.kernels.iter().enumerate() {
+        match cached.remove(&kernel.key) {
+            Some(outcome) => {
+                if outcome.ok {
+                    ok += 1
+                } else {
+                    failed += 1
+                }
+                answered.push(result(kernel, &job, outcome, started));
             }
-            answered.push(result(&kernel, &job, outcome, started));
-            continue;
+            None => rest.push(index),
         }
-        let engine = Arc::clone(&engine);
-        let (target, priority) = (job.target, job.priority);
-        tasks.spawn(async move {
-            let outcome = engine.resolve(&kernel, target, priority, fleet_asked).await;
-            (index, outcome)
-        });
     }
     // The cache hits in as few events as fit: for a warm graph, one message on the wire instead
     // of 64 (a message, a wake-up and an HTTP/2 frame each were a large part of a warm hit).
     record.push_all(batches(answered).map(|results| Event::Kernels(pb::KernelResults { results })));
+    Begun { job, started, ok, failed, rest, fleet_asked: prefetched.fleet_asked }
+}
+
+/// Compiles what the caches did not answer (each kernel once however many ask), records each
+/// result as it comes, then `Done`; the graph's manifest is published after that.
+pub async fn complete(engine: Arc<Engine>, record: Arc<JobRecord>, begun: Begun) {
+    let Begun { job, started, mut ok, mut failed, rest, fleet_asked } = begun;
+    let job = Arc::new(job);
+    let mut tasks = tokio::task::JoinSet::new();
+    for index in rest {
+        let (engine, job) = (Arc::clone(&engine), Arc::clone(&job));
+        tasks.spawn(async move {
+            let kernel = &job.kernels[index];
+            let outcome = engine.resolve(kernel, job.target, job.priority, fleet_asked).await;
+            (index, outcome)
+        });
+    }
     while let Some(joined) = tasks.join_next().await {
         let Ok((index, outcome)) = joined else {
             record.push(Event::Failed(pb::JobFailed { reason: "a kernel task ended abnormally".into() }));
@@ -269,10 +321,13 @@ pub async fn run(engine: Arc<Engine>, record: Arc<JobRecord>, job: Job) {
         missed: 0,
     }));
     finish(&record);
-    // After the answer, not before it: the manifest is for the next host's warm start, and its
-    // round trip to the fleet cache was a fifth of a fresh host's warm start of a whole graph.
+    // After the answer, not before it, and in the background: the manifest is for the next
+    // host's warm start, and its round trip to the fleet cache was a fifth of a fresh host's warm
+    // start of a whole graph.
     if failed == 0 {
-        engine.publish_manifest(&key, &keys).await;
+        let keys: Vec<CacheKey> = job.kernels.iter().filter(|k| k.refusal.is_none()).map(|k| k.key).collect();
+        let publisher = Arc::clone(&engine);
+        engine.tracker.spawn(async move { publisher.publish_manifest(&key, &keys).await });
     }
 }
 

@@ -25,7 +25,7 @@ pub struct CompilerService {
     pub config: Config,
 }
 
-pub type EventStream = ReceiverStream<Result<pb::JobEvent, Status>>;
+pub use crate::jobs::EventStream;
 
 impl CompilerService {
     /// Validates a request, starting the Triton pool first when the graph has Triton kernels
@@ -59,12 +59,12 @@ impl CompilerService {
         validate::request(req, &ctx, default_priority)
     }
 
-    /// Validates, checks the queue bound, and starts the job in the background.
-    async fn start(
+    /// Validates, checks the queue bound, and registers the job.
+    async fn admit(
         &self,
         req: &pb::CompileRequest,
         default_priority: Priority,
-    ) -> Result<Arc<jobs::JobRecord>, Status> {
+    ) -> Result<(Arc<jobs::JobRecord>, Job), Status> {
         let job = self.validate(req, default_priority).await?;
         let queued = self.engine.gate.queued();
         if queued >= self.config.limits.max_queue {
@@ -73,11 +73,7 @@ impl CompilerService {
                 self.config.limits.max_queue
             )));
         }
-        let record = self.jobs.create(default_priority == Priority::Background);
-        let engine = Arc::clone(&self.engine);
-        let running = Arc::clone(&record);
-        self.engine.tracker.spawn(jobs::run(engine, running, job));
-        Ok(record)
+        Ok((self.jobs.create(default_priority == Priority::Background), job))
     }
 }
 
@@ -88,14 +84,25 @@ impl Compiler for CompilerService {
     type WarmStream = ReceiverStream<Result<pb::WarmProgress, Status>>;
     type LookupStream = tokio_stream::Iter<std::vec::IntoIter<Result<pb::JobEvent, Status>>>;
 
+    /// The caches are asked here, in the handler; a request they answer wholly (a warm start)
+    /// is finished here too and answered as one ready stream. Otherwise the compiles run in a
+    /// task that outlives the request, and the answer follows the job's record.
     async fn compile(&self, request: Request<pb::CompileRequest>) -> Result<Response<Self::CompileStream>, Status> {
         let batches = request.get_ref().batch_results;
-        let record = self.start(request.get_ref(), Priority::Interactive).await?;
+        let (record, job) = self.admit(request.get_ref(), Priority::Interactive).await?;
+        let begun = jobs::begin(&self.engine, &record, job).await;
+        let engine = Arc::clone(&self.engine);
+        if begun.answered_all() {
+            jobs::complete(engine, Arc::clone(&record), begun).await;
+            return Ok(Response::new(jobs::replay(&record, true, batches)));
+        }
+        self.engine.tracker.spawn(jobs::complete(engine, Arc::clone(&record), begun));
         Ok(Response::new(jobs::watch(record, &self.engine.tracker, true, batches)))
     }
 
     async fn submit(&self, request: Request<pb::CompileRequest>) -> Result<Response<pb::SubmitResponse>, Status> {
-        let record = self.start(request.get_ref(), Priority::Background).await?;
+        let (record, job) = self.admit(request.get_ref(), Priority::Background).await?;
+        self.engine.tracker.spawn(jobs::run(Arc::clone(&self.engine), Arc::clone(&record), job));
         Ok(Response::new(pb::SubmitResponse { job_id: record.id.clone() }))
     }
 
@@ -112,14 +119,18 @@ impl Compiler for CompilerService {
     }
 
     async fn lookup(&self, request: Request<pb::CompileRequest>) -> Result<Response<Self::LookupStream>, Status> {
+        let batches = request.get_ref().batch_results;
         let job = self.validate(request.get_ref(), Priority::Interactive).await?;
         let started = Instant::now();
-        let mut events = Vec::with_capacity(job.kernels.len() + 1);
+        let mut results = Vec::with_capacity(job.kernels.len());
         let (mut ok, mut failed, mut missed) = (0, 0, 0);
         let wrap = |event| Ok(pb::JobEvent { job_id: String::new(), event: Some(event) });
+        // This host's tiers, then the fleet for all their misses in one BatchGet.
+        let keys: Vec<_> = job.kernels.iter().filter(|k| k.refusal.is_none()).map(|k| k.key).collect();
+        let mut found = self.engine.prefetch(&keys).await.found;
         for kernel in &job.kernels {
             let key = kernel.key.to_hex();
-            let result = match self.engine.cached(&kernel.key).await {
+            let result = match found.remove(&kernel.key) {
                 Some(outcome) => {
                     if outcome.ok {
                         ok += 1
@@ -141,8 +152,13 @@ impl Compiler for CompilerService {
                     }
                 }
             };
-            events.push(wrap(Event::Kernel(result)));
+            results.push(result);
         }
+        let mut events: Vec<Result<pb::JobEvent, Status>> = if batches {
+            jobs::batches(results).map(|results| wrap(Event::Kernels(pb::KernelResults { results }))).collect()
+        } else {
+            results.into_iter().map(|r| wrap(Event::Kernel(r))).collect()
+        };
         let graph = graph_key(&job.target, job.kernels.iter().map(|k| (k.id.as_str(), &k.key)));
         events.push(wrap(Event::Done(pb::JobDone {
             graph_key: graph.to_hex(),
