@@ -117,7 +117,8 @@ pub struct Engine {
     pub metrics: Arc<Metrics>,
     pub gate: Arc<Gate>,
     /// Failed compiles, kept for `negative_ttl` so a herd asking for a broken kernel pays one
-    /// compile, not one each. Memory only: a failure is never published to a shared tier.
+    /// compile, not one each. Never on disk; the fleet gets a failure as a short-lived negative
+    /// entry (see `publish`), which releases other hosts' waiters with its log.
     negative: moka::future::Cache<CacheKey, Arc<Failure>>,
     flights: Arc<Flights<Outcome>>,
     /// Compile tasks outlive the request that started them (a compile keeps going to fill the

@@ -1,6 +1,6 @@
 //! Prometheus metrics, with the names the README lists, served as text on `--metrics ADDR` at
-//! `/metrics`. Label values: `tier` memory|disk, `result` hit|miss|error, `outcome` ok|failed,
-//! `toolchain` nvrtc, `direction` read|write.
+//! `/metrics`. Label values: `tier` memory|disk|remote, `result` hit|miss|error, `outcome`
+//! ok|failed, `toolchain` nvrtc|ptxas|triton, `direction` read|write.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;

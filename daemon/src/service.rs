@@ -1,5 +1,6 @@
-//! The `kiln.v1.Compiler` gRPC service: validation, jobs and the engine, mapped to gRPC codes
-//! here and nowhere else.
+//! The `kiln.v1.Compiler` gRPC service: validation, jobs and the engine behind the RPCs. Request
+//! errors are `Status`es built by the validators (`validate/`, and `blob/` and `snapshot/` for
+//! their services); an engine result is never an RPC error, only a kernel's outcome.
 
 use crate::config::Config;
 use crate::engine::Engine;
