@@ -97,7 +97,8 @@ fn has_include_probes(text: &str) -> Result<(), String> {
             continue;
         }
         let starts_word = i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_');
-        if !(starts_word && text[i..].starts_with(PROBE)) {
+        // Bytes, not `text[i..]`: `i` steps by bytes and may sit inside a multi-byte character.
+        if !(starts_word && bytes[i..].starts_with(PROBE.as_bytes())) {
             if b == b'"' || b == b'\'' {
                 quote = Some(b);
             }
