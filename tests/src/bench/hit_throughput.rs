@@ -78,6 +78,13 @@ pub async fn run(bench: &Bench, redis: &RedisServer) -> Result<Section> {
             envelope.map_or(String::new(), |e| format!(" (its stored envelope is {e} bytes)"))
         ),
         "Ratio = kiln ÷ Redis; above 1 means kiln served more requests per second.".into(),
+        "Where the time goes (perf on `--profile profiling`, 2026-11-22): the load generator and kilnd share the \
+         machine's 2 cores; kilnd's share is spread over HTTP/2 (hpack, stream bookkeeping), the socket's \
+         syscalls, tokio wake-ups, validation and the key derivation of the one-kernel graph, and the job \
+         record. `Compile` answered wholly from the caches is finished in its handler (no job task or channel), \
+         which `Lookup` already was; no single function is more than a few percent. redis-benchmark is a C \
+         client speaking RESP with no framing layer or per-request validation."
+            .into(),
     ];
     for &c in &o.clients {
         let mut clients = Vec::with_capacity(c);
