@@ -17,12 +17,9 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::{Code, Request, Status};
 
-/// Largest message either side sends: an envelope travels in one message.
-pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
+pub use kiln_proto::MAX_MESSAGE_BYTES;
 
-/// Longest compiler log a negative entry may carry; [`RemoteCache::put_negative`] cuts longer
-/// ones, so a failed compile is always announced.
-pub const MAX_NEGATIVE_LOG_BYTES: usize = 1 << 20;
+pub use kiln_proto::MAX_NEGATIVE_LOG_BYTES;
 
 /// Every way a call can fail. A gRPC failure keeps its code: kilnd treats UNAVAILABLE as "remote
 /// tier down" (a miss), and the rest as a bug or a misconfiguration to report.

@@ -186,7 +186,7 @@ impl Config {
         };
         let limits = Limits {
             max_artifact_bytes: file.max_artifact_mb.unwrap_or(128) * MIB,
-            max_message_bytes: file.max_message_mb.unwrap_or(256) * MIB as usize,
+            max_message_bytes: file.max_message_mb.map_or(kiln_proto::MAX_MESSAGE_BYTES, |mb| mb * MIB as usize),
             max_batch_keys: file.max_batch_keys.unwrap_or(4096),
             max_manifest_keys: file.max_manifest_keys.unwrap_or(65_536),
             negative_ttl: Duration::from_secs(file.negative_ttl_secs.unwrap_or(60)),

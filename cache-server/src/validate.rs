@@ -8,7 +8,7 @@ use std::time::Duration;
 
 /// Largest compiler log a negative entry keeps; a log past this is usually the same error
 /// repeated, and every waiter receives it. The client cuts logs to the same bound.
-pub const MAX_NEGATIVE_LOG: usize = crate::client::MAX_NEGATIVE_LOG_BYTES;
+pub const MAX_NEGATIVE_LOG: usize = kiln_proto::MAX_NEGATIVE_LOG_BYTES;
 
 /// A cache key: 64 lowercase hex characters, nothing else, so no input ever shapes a Redis key.
 pub fn key(field: &str, value: &str) -> Result<CacheKey, Error> {

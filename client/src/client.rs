@@ -10,10 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 use tonic::transport::{Channel, Endpoint, Uri};
 
-/// The largest message either side may send: 256 MiB. tonic's default of 4 MiB is smaller than
-/// some real cubins, and each kernel's result travels in its own message, so this bounds one
-/// artifact, not a graph.
-pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
+pub use kiln_proto::MAX_MESSAGE_BYTES;
 
 /// How long a TCP connect may take. A Unix socket connects or fails at once.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);

@@ -244,7 +244,7 @@ impl Config {
         let limits = Limits {
             max_queue: file.max_queue.unwrap_or(4096),
             max_kernels: file.max_kernels.unwrap_or(4096),
-            max_message_bytes: file.max_message_mb.unwrap_or(256) * MIB as usize,
+            max_message_bytes: file.max_message_mb.map_or(kiln_proto::MAX_MESSAGE_BYTES, |mb| mb * MIB as usize),
             max_source_bytes: file.max_source_kb.unwrap_or(8 * 1024) * 1024,
             max_artifact_bytes: file.max_artifact_mb.unwrap_or(128) * MIB,
             max_snapshot_bytes: file.max_snapshot_mb.unwrap_or(2048) * MIB,

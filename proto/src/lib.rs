@@ -7,6 +7,16 @@
 //! - [`envelope`]: the self-verifying frame every cached artifact is stored in, in every tier.
 //! - [`paths`]: the default socket and cache locations, shared by kilnd and its clients.
 
+/// The largest gRPC message kiln sends or accepts by default, on every channel (kilnd, its
+/// clients, kiln-cache and its client): 256 MiB. tonic's default of 4 MiB is smaller than some
+/// real cubins; results and envelopes travel in messages of their own, so this bounds one
+/// artifact, not a graph. The daemons' `max_message_mb` settings default to it.
+pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
+
+/// Longest compiler log a fleet negative entry may carry: kiln-cache refuses longer ones and its
+/// client cuts them to this, so a failed compile is always announced.
+pub const MAX_NEGATIVE_LOG_BYTES: usize = 1 << 20;
+
 pub mod envelope;
 pub mod key;
 pub mod paths;
