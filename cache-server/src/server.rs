@@ -82,7 +82,11 @@ pub async fn run(
         config.redis_connect_timeout,
         stop.clone(),
     ));
-    background.spawn(probe(store.clone(), Arc::clone(&metrics), stop.clone()));
+    // gRPC health follows the probe: `kiln.v1.ArtifactCache` is SERVING while Redis answers, so an
+    // orchestrator's readiness check takes a replica whose Redis is gone out of rotation.
+    let (health_reporter, health) = tonic_health::server::health_reporter();
+    health_reporter.set_not_serving::<ArtifactCacheServer<CacheService>>().await;
+    background.spawn(probe(store.clone(), Arc::clone(&metrics), health_reporter, stop.clone()));
     let mode = store.mode();
     let service = Arc::new(CacheService {
         store,
@@ -103,7 +107,7 @@ pub async fn run(
         let identity = Identity::from_pem(read(cert)?, read(key)?);
         builder = builder.tls_config(ServerTlsConfig::new().identity(identity)).map_err(ServerError::Tls)?;
     }
-    let router = builder.add_service(
+    let router = builder.add_service(health).add_service(
         ArtifactCacheServer::from_arc(service).max_decoding_message_size(limit).max_encoding_message_size(limit),
     );
     let listen = listeners.grpc.local_addr().map_err(ServerError::Listener)?;
@@ -154,8 +158,14 @@ fn read(path: &Path) -> Result<Vec<u8>, ServerError> {
     std::fs::read(path).map_err(|source| ServerError::Read { path: path.to_owned(), source })
 }
 
-/// Pings Redis every [`PROBE_EVERY`] and records the answer in `kiln_server_redis_up`.
-async fn probe(store: Store, metrics: Arc<Metrics>, stop: CancellationToken) {
+/// Pings Redis every [`PROBE_EVERY`] and records the answer in `kiln_server_redis_up` and in the
+/// gRPC health of `kiln.v1.ArtifactCache`.
+async fn probe(
+    store: Store,
+    metrics: Arc<Metrics>,
+    health: tonic_health::server::HealthReporter,
+    stop: CancellationToken,
+) {
     let mut tick = tokio::time::interval(PROBE_EVERY);
     let mut was_up = None;
     loop {
@@ -170,8 +180,10 @@ async fn probe(store: Store, metrics: Arc<Metrics>, stop: CancellationToken) {
         metrics.redis_up.set(i64::from(up));
         if was_up != Some(up) {
             if up {
+                health.set_serving::<ArtifactCacheServer<CacheService>>().await;
                 tracing::info!("Redis is up");
             } else {
+                health.set_not_serving::<ArtifactCacheServer<CacheService>>().await;
                 tracing::warn!("Redis does not answer; requests get UNAVAILABLE until it does");
             }
             was_up = Some(up);

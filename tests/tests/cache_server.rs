@@ -409,6 +409,30 @@ async fn redis_outage_is_unavailable_and_recovers_without_a_restart() {
     let (mut redis, mut cache) = start();
     let c = cache.client(WRITE_TOKEN);
     let (k, later) = (key("before"), key("after"));
+    // gRPC health follows Redis, with no token (what an orchestrator's probe sends).
+    let channel = tonic::transport::Endpoint::from_shared(cache.uri()).unwrap().connect_lazy();
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    let health_becomes = |health: &mut tonic_health::pb::health_client::HealthClient<tonic::transport::Channel>,
+                          want: i32| {
+        let mut health = health.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                let req = tonic_health::pb::HealthCheckRequest { service: "kiln.v1.ArtifactCache".into() };
+                let status = health.check(req).await.map(|r| r.into_inner().status);
+                if status.as_ref().ok() == Some(&want) {
+                    return;
+                }
+                assert!(Instant::now() < deadline, "health never became {want}: {status:?}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let (serving, not_serving) = (
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32,
+        tonic_health::pb::health_check_response::ServingStatus::NotServing as i32,
+    );
+    health_becomes(&mut health, serving).await;
     c.put(&k, envelope_of(&k, 100)).await.unwrap();
     let mut watch = c.watch_publish(&[later], false).await.unwrap();
     assert_eq!(next(&mut watch, Duration::from_secs(5)).await, PublishEvent::Subscribed);
@@ -426,6 +450,7 @@ async fn redis_outage_is_unavailable_and_recovers_without_a_restart() {
     let m = cache.metrics_text();
     assert_eq!(sample(&m, "kiln_server_redis_up"), Some(0.0));
     assert!(sample(&m, "kiln_server_redis_errors_total").unwrap() >= 3.0);
+    health_becomes(&mut health, not_serving).await;
 
     redis.restart();
     // The open watch hears that the subscription is live again, so its waiter re-checks.
@@ -443,6 +468,7 @@ async fn redis_outage_is_unavailable_and_recovers_without_a_restart() {
     assert_eq!(next(&mut watch, Duration::from_secs(5)).await, PublishEvent::Published(later));
     assert!(c.stats().await.unwrap().redis_up);
     assert_eq!(sample(&cache.metrics_text(), "kiln_server_pubsub_up"), Some(1.0));
+    health_becomes(&mut health, serving).await;
     cache.stop();
 }
 
