@@ -173,6 +173,9 @@ def test_references_resolve(variant: str, tmp_path: Path):
                     port = probe.get(how, {}).get("port")
                     if isinstance(port, str):
                         assert port in ports, f"{c['name']}: a probe names port {port}, not a container port"
+                    if how == "grpc" and port is not None:
+                        numbers = {p["containerPort"] for p in c.get("ports", [])}
+                        assert port in numbers, f"{c['name']}: a gRPC probe's port {port} is no container port"
     assert secrets_named <= EXTERNAL_SECRETS, f"unexpected secrets {secrets_named - EXTERNAL_SECRETS}"
     readme = (KUBE / "README.md").read_text()
     for name in secrets_named:
@@ -364,6 +367,22 @@ def wait_for(what: str, check, seconds: float, procs=()):
     pytest.fail(f"timed out waiting for {what}")
 
 
+def grpc_health(target: str, service: str) -> bool:
+    """What a Kubernetes gRPC probe asks: grpc.health.v1.Health/Check for `service`, plain
+    HTTP/2. The messages are written by hand (field 1 of each) so the test needs no health stubs."""
+    import grpc
+
+    name = service.encode()
+    request = b"\n" + bytes([len(name)]) + name
+    with grpc.insecure_channel(target) as channel:
+        check = channel.unary_unary("/grpc.health.v1.Health/Check")
+        try:
+            response = check(request, timeout=2)
+        except grpc.RpcError:
+            return False
+    return response == b"\x08\x01"  # status = SERVING
+
+
 def http_get(url: str) -> str | None:
     try:
         with urllib.request.urlopen(url, timeout=2) as r:
@@ -428,8 +447,9 @@ def test_a_small_fleet_runs_from_the_rendered_overlay(tmp_path: Path):
         argv = cache.argv(bins, "--listen", f"127.0.0.1:{grpc_port}", "--metrics", f"127.0.0.1:{cache_metrics}",
                           "--redis", f"redis://127.0.0.1:{rport}")
         cache_proc = start("kiln-cache", argv, cache.env())
-        cache_url = f"http://127.0.0.1:{cache_metrics}" + cache.container["readinessProbe"]["httpGet"]["path"]
-        wait_for("kiln-cache's readiness probe", lambda: http_get(cache_url), 30, [cache_proc])
+        ready = cache.container["readinessProbe"]["grpc"]
+        wait_for("kiln-cache's readiness probe (gRPC health: Redis answers)",
+                 lambda: grpc_health(f"127.0.0.1:{grpc_port}", ready["service"]), 30, [cache_proc])
         socket.create_connection(("127.0.0.1", grpc_port), timeout=2).close()  # its liveness probe
 
         # kilnd with the rendered config file (its socket and disk tier under the mounted
@@ -462,7 +482,7 @@ def test_a_small_fleet_runs_from_the_rendered_overlay(tmp_path: Path):
         # kilnd reached the fleet cache with the token from its Secret, and published there.
         kilnd_text = lambda: http_get(f"http://127.0.0.1:{kilnd_metrics}/metrics") or ""  # noqa: E731
         wait_for("kiln_remote_up 1 on kilnd", lambda: re.search(r"^kiln_remote_up 1$", kilnd_text(), re.M), 30)
-        cache_text = lambda: http_get(cache_url) or ""  # noqa: E731
+        cache_text = lambda: http_get(f"http://127.0.0.1:{cache_metrics}/metrics") or ""  # noqa: E731
         puts = r'^kiln_server_requests_total\{op="Put",code="ok"\} [1-9]'
         wait_for("a put on kiln-cache", lambda: re.search(puts, cache_text(), re.M), 30)
 
