@@ -111,6 +111,9 @@ pub struct FileConfig {
     pub drain_secs: Option<u64>,
     /// Load each fresh cubin on a local GPU of its target before caching it (default on).
     pub validate_cubins: Option<bool>,
+    /// Start the Triton pool at start-up, in the background, instead of on the first Triton
+    /// request (default off).
+    pub triton_prestart: Option<bool>,
 }
 
 impl FileConfig {
@@ -166,6 +169,10 @@ pub struct Config {
     pub disk_cache_bytes: u64,
     /// Load fresh cubins on a local GPU before caching them, where one matches their target.
     pub validate_cubins: bool,
+    /// Start the Triton pool in the background at start-up: a host that runs Triton jobs then
+    /// has its fingerprint (which every Triton key needs) before the first request, instead of
+    /// the first request paying for importing Triton.
+    pub triton_prestart: bool,
     pub limits: Limits,
 }
 
@@ -278,6 +285,7 @@ impl Config {
             memory_cache_bytes: file.memory_cache_mb.unwrap_or(1024) * MIB,
             disk_cache_bytes: file.disk_cache_mb.unwrap_or(20 * 1024) * MIB,
             validate_cubins: file.validate_cubins.unwrap_or(true),
+            triton_prestart: file.triton_prestart.unwrap_or(false),
             limits,
         }
     }

@@ -231,6 +231,18 @@ pub async fn serve(
             .spawn(async move { crate::metrics::serve(listener, metrics, stopped).await.map_err(anyhow::Error::from) });
     }
     tracing::info!(socket = %config.socket.display(), "kilnd serving");
+    if config.triton_prestart {
+        // After the listeners are up, so requests are served meanwhile; the first Triton request
+        // joins this start instead of beginning its own. Not a tracked task: shutdown need not
+        // wait for a start nobody asked for yet.
+        let engine = Arc::clone(&service.engine);
+        tokio::spawn(async move {
+            match engine.toolchains.triton().await {
+                Ok(t) => tracing::info!(version = %t.info().version, "Triton started ahead of its first request"),
+                Err(why) => tracing::warn!(%why, "Triton could not be started ahead of its first request"),
+            }
+        });
+    }
     // Every task in `servers` runs until the stop; one that ends before it (a listener that
     // failed) leaves kilnd unreachable, so kilnd stops too, and exits non-zero for its supervisor.
     let died = tokio::select! {

@@ -291,3 +291,27 @@ async fn triton_workers_cannot_see_the_cache_or_the_daemons_environment() {
     assert_eq!(job.kernels[0].outcome(), Outcome::Ok, "{}", job.kernels[0].log);
     d.stop();
 }
+
+/// `triton_prestart`: the Triton pool starts in the background at start-up, so it reports its
+/// fingerprint before any Triton request; without it, Triton waits for the first one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn triton_prestart_starts_the_pool_before_any_request() {
+    let triton_of = |s: &pb::StatsResponse| s.toolchains.iter().find(|t| t.name == "triton").cloned().unwrap();
+    let lazy = Daemon::start(Options::default());
+    let stats = lazy.client().await.stats().await.unwrap();
+    assert!(triton_of(&stats).version.starts_with("not started"), "{:?}", triton_of(&stats));
+    lazy.stop();
+    let eager = Daemon::start(Options { config: "triton_prestart = true\n".into(), ..Options::default() });
+    let client = eager.client().await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let triton = triton_of(&client.stats().await.unwrap());
+        if !triton.fingerprint.is_empty() {
+            assert!(!triton.version.starts_with("not started"), "{triton:?}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "Triton never started: {triton:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    eager.stop();
+}
