@@ -164,13 +164,19 @@ impl Engine {
         }
     }
 
+    /// The fleet, while its breaker lets calls through: a fleet cache believed down is skipped,
+    /// not asked and counted as an error on every lookup.
+    pub fn fleet_up(&self) -> Option<&Fleet> {
+        self.fleet.as_ref().filter(|f| f.tier.usable())
+    }
+
     /// Answers from the caches only: this host's, then the fleet's (one Get; its negative
     /// entries included).
     pub async fn cached(&self, key: &CacheKey) -> Option<Outcome> {
         if let Some(hit) = self.cached_here(key).await {
             return Some(hit);
         }
-        let found = self.fleet.as_ref().filter(|f| f.tier.usable())?.fetch(key).await?;
+        let found = self.fleet_up()?.fetch(key).await?;
         Some(self.adopt(key, found).await)
     }
 
@@ -197,7 +203,7 @@ impl Engine {
     /// Publishes a graph manifest (graph key → kernel keys) so another host can warm the whole
     /// graph by its key.
     pub async fn publish_manifest(&self, graph_key: &CacheKey, kernel_keys: &[CacheKey]) {
-        let Some(fleet) = self.fleet.as_ref().filter(|f| f.tier.usable()) else { return };
+        let Some(fleet) = self.fleet_up() else { return };
         if let Err(e) = fleet.tier.put_manifest(graph_key, kernel_keys).await {
             tracing::warn!(%graph_key, error = %e, "could not publish the graph manifest");
         }
@@ -254,7 +260,7 @@ impl Engine {
                 None => missing.push(*key),
             }
         }
-        let Some(fleet) = self.fleet.as_ref().filter(|f| f.tier.usable() && !missing.is_empty()) else {
+        let Some(fleet) = self.fleet_up().filter(|_| !missing.is_empty()) else {
             return Prefetched { found, fleet_asked: false };
         };
         let Some(answers) = fleet.lookup_many(&missing).await else {
@@ -356,7 +362,7 @@ impl Engine {
     /// Stores a new artifact in every tier: the fleet first, since its publish releases other
     /// hosts' waiters, then this host's.
     pub async fn store_everywhere(&self, key: &CacheKey, stored: Stored) {
-        if let Some(fleet) = self.fleet.as_ref().filter(|f| f.tier.usable()) {
+        if let Some(fleet) = self.fleet_up() {
             fleet.publish(key, &stored.envelope).await;
         }
         self.store_locally(key, stored).await;

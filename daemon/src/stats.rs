@@ -55,7 +55,7 @@ pub fn collect(s: &CompilerService) -> pb::StatsResponse {
         compile_seconds_saved: m.seconds_saved.get(),
         concurrency: s.config.concurrency as u32,
         remote: s.config.remote.as_ref().map(|r| r.uri.clone()).unwrap_or_default(),
-        remote_up: s.engine.fleet.as_ref().is_some_and(|f| f.tier.usable() && m.remote_up.get() == 1),
+        remote_up: s.engine.fleet_up().is_some() && m.remote_up.get() == 1,
         snapshots: Some(snapshots(m)),
     }
 }

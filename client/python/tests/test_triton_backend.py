@@ -10,6 +10,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 
 import pytest
 import triton
@@ -133,11 +134,8 @@ def test_the_wait_bound_comes_from_the_environment(
     holder.close()
 
 
-def test_kilnd_down_is_one_warning_then_quiet_misses(
-    tmp_path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    monkeypatch.setenv("KILN_DAEMON", f"unix://{tmp_path}/no-kilnd.sock")
-    _fleet.reset_for_tests()
+def count_fleet_clients(monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
+    """Counts the kilnd connections the backend asks ``_fleet`` for from now on; returns a reader."""
     calls = 0
     real_client = _fleet.client
 
@@ -147,6 +145,15 @@ def test_kilnd_down_is_one_warning_then_quiet_misses(
         return real_client()
 
     monkeypatch.setattr(_fleet, "client", counting_client)
+    return lambda: calls
+
+
+def test_kilnd_down_is_one_warning_then_quiet_misses(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("KILN_DAEMON", f"unix://{tmp_path}/no-kilnd.sock")
+    _fleet.reset_for_tests()
+    calls = count_fleet_clients(monkeypatch)
     caplog.set_level(logging.DEBUG, logger="kiln")
     try:
         for _ in range(5):
@@ -154,7 +161,7 @@ def test_kilnd_down_is_one_warning_then_quiet_misses(
         warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
         assert len(warnings) == 1, [r.getMessage() for r in warnings]
         assert "kilnd is unreachable" in warnings[0].getMessage() and "no-kilnd.sock" in warnings[0].getMessage()
-        assert calls == 1, f"kiln asked a dead kilnd {calls} times; it must back off after the first"
+        assert calls() == 1, f"kiln asked a dead kilnd {calls()} times; it must back off after the first"
         assert not _fleet.available()
     finally:
         _fleet.reset_for_tests()
@@ -199,15 +206,7 @@ def test_files_in_the_local_cache_are_served_without_asking_kilnd(
     """A warm host or a restored snapshot: Triton's RemoteCacheManager asks the backend on every
     lookup, and the backend answers from the local cache directory when it holds every file."""
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
-    calls = 0
-    real_client = _fleet.client
-
-    def counting_client() -> kiln.Client:
-        nonlocal calls
-        calls += 1
-        return real_client()
-
-    monkeypatch.setattr(_fleet, "client", counting_client)
+    calls = count_fleet_clients(monkeypatch)
     key = triton_key()
     local = {"k.cubin": b"local cubin", "k.json": b"{}"}
     (tmp_path / key).mkdir()
@@ -216,7 +215,7 @@ def test_files_in_the_local_cache_are_served_without_asking_kilnd(
     backend = KilnRemoteCacheBackend(key)
     assert backend.get(["__grp__k.json"]) == {"__grp__k.json": group_file(list(local))}
     assert backend.get(["k.cubin", "k.json"]) == local
-    assert calls == 0 and kt._leases.held() == [], "no kilnd round trip, no lease"
+    assert calls() == 0 and kt._leases.held() == [], "no kilnd round trip, no lease"
 
     # A child missing locally: the children come from the group's entry in kilnd, whole.
     published = {"k.cubin": b"published cubin", "k.json": b"{}", "__grp__k.json": group_file(list(local))}
@@ -225,7 +224,7 @@ def test_files_in_the_local_cache_are_served_without_asking_kilnd(
     backend = KilnRemoteCacheBackend(key)
     assert list(backend.get(["__grp__k.json"])) == ["__grp__k.json"]
     assert backend.get(["k.cubin", "k.json"]) == {"k.cubin": b"published cubin", "k.json": b"{}"}
-    assert calls == 1
+    assert calls() == 1
 
     # ... and with no entry in kilnd either, a miss: the compile that follows is stored as a group.
     other = triton_key()

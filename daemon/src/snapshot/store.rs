@@ -65,7 +65,7 @@ impl SnapshotStore {
     /// Which of `digests` the fleet cache holds, asked without downloading anything; `None`
     /// when there is no fleet cache or it does not answer.
     pub async fn fleet_holds(&self, digests: &[[u8; 32]]) -> Option<Vec<bool>> {
-        let fleet = self.engine.fleet.as_ref().filter(|f| f.tier.usable())?;
+        let fleet = self.engine.fleet_up()?;
         let mut held = Vec::with_capacity(digests.len());
         for chunk in digests.chunks(CONTAINS_CHUNK) {
             let keys: Vec<CacheKey> = chunk.iter().map(snapshot_file_key).collect();
@@ -116,7 +116,7 @@ impl SnapshotStore {
 
     /// The newest copy of a changing entry: the fleet cache's, else this host's.
     async fn read_fresh(&self, key: &CacheKey, namespace: &str) -> Option<Vec<u8>> {
-        if let Some(fleet) = self.engine.fleet.as_ref().filter(|f| f.tier.usable())
+        if let Some(fleet) = self.engine.fleet_up()
             && let Some(found @ Found::Artifact(..)) = fleet.fetch(key).await
         {
             let outcome = self.engine.adopt(key, found).await;
