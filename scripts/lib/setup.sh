@@ -164,6 +164,16 @@ ensure_python_lint() {
   pip_install_pinned "the Python lint and type tools" "${PY_LINT_PACKAGES[@]}"
 }
 
+# Fails early, and says so, when the disk under the target directory has less than $1 GiB free: a
+# build that runs out of space half-way fails with a linker's bus error that names nothing.
+ensure_disk_space() {
+  local need_gib="$1" target="${CARGO_TARGET_DIR:-$KILN_ROOT/target}" free_kib
+  mkdir -p "$target"
+  free_kib=$(df -Pk "$target" | awk 'NR == 2 { print $4 }')
+  [ "$free_kib" -ge $((need_gib * 1024 * 1024)) ] ||
+    die "only $((free_kib / 1024 / 1024)) GiB free under $target; the build and tests need about $need_gib GiB (cargo clean, or set CARGO_TARGET_DIR to a bigger disk)"
+}
+
 # Builds every binary once into the shared target directory.
 build_binaries() {
   local profile="$1"
