@@ -1,3 +1,9 @@
+"""The Triton kernels every part of kiln uses: the examples, the end-to-end tests, the benchmarks,
+the fleet-herd test and the GPU harness all compile these, so a kernel means the same thing
+everywhere. Elementwise kernels, a block sum, row softmax, layer norm and a tensor-core matmul
+(fp16 inputs, fp32 output).
+"""
+
 import triton
 import triton.language as tl
 
@@ -10,6 +16,29 @@ def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
     x = tl.load(x_ptr + offs, mask=mask)
     y = tl.load(y_ptr + offs, mask=mask)
     tl.store(out_ptr + offs, x + y, mask=mask)
+
+
+@triton.jit
+def axpy_kernel(x_ptr, y_ptr, a, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    y = tl.load(y_ptr + offs, mask=mask)
+    tl.store(y_ptr + offs, a * tl.load(x_ptr + offs, mask=mask) + y, mask=mask)
+
+
+@triton.jit
+def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=mask), 0.0), mask=mask)
+
+
+@triton.jit
+def sum_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    tl.store(out_ptr + pid, tl.sum(x, axis=0))
 
 
 @triton.jit
@@ -50,4 +79,4 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constex
         a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
         b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :])
         acc += tl.dot(a, b)
-    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc.to(tl.float16))
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)

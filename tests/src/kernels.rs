@@ -80,7 +80,7 @@ pub const TRITON_LAYER_NORM: &[(&str, &str)] = &[
 pub const TRITON_MATMUL: &[(&str, &str)] = &[
     ("a_ptr", "*fp16"),
     ("b_ptr", "*fp16"),
-    ("c_ptr", "*fp16"),
+    ("c_ptr", "*fp32"),
     ("M", "i32"),
     ("N", "i32"),
     ("K", "i32"),

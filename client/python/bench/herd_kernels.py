@@ -1,62 +1,36 @@
-"""Twenty distinct Triton kernels for the fleet-herd test and benchmark: small elementwise and
-row kernels at several block sizes, each compiled for sm_90 with no GPU.
+"""Twenty distinct Triton kernels for the fleet-herd test and benchmark: the elementwise and row
+kernels of examples/triton/kernels.py at several block sizes, each compiled for sm_90 with no GPU.
 
-Every process imports this file from the same path, so the file name Triton writes into each
+Every process loads the kernels from the same path, so the file name Triton writes into each
 cubin's line information is the same everywhere and the cubins are byte-identical.
 """
 
 from __future__ import annotations
 
-import triton
-import triton.language as tl
+import importlib.util
+import sys
+from pathlib import Path
+
+_PATH = Path(__file__).resolve().parents[3] / "examples" / "triton" / "kernels.py"
 
 
-@triton.jit
-def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+def _load_kernels():  # type: ignore[no-untyped-def]
+    """examples/triton/kernels.py, loaded by its path: it is not a package, and Triton reads each
+    function's source from the file it was defined in."""
+    name = "kiln_examples_triton_kernels"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, _PATH)
+    assert spec is not None and spec.loader is not None, _PATH
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
-@triton.jit
-def axpy_kernel(x_ptr, y_ptr, a, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    y = tl.load(y_ptr + offs, mask=mask)
-    tl.store(y_ptr + offs, a * tl.load(x_ptr + offs, mask=mask) + y, mask=mask)
-
-
-@triton.jit
-def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(out_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=mask), 0.0), mask=mask)
-
-
-@triton.jit
-def softmax_kernel(out_ptr, in_ptr, row_stride, n_cols, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK)
-    mask = cols < n_cols
-    x = tl.load(in_ptr + row * row_stride + cols, mask=mask, other=-float("inf"))
-    x = x - tl.max(x, axis=0)
-    num = tl.exp(x)
-    tl.store(out_ptr + row * row_stride + cols, num / tl.sum(num, axis=0), mask=mask)
-
-
-@triton.jit
-def layer_norm_kernel(x_ptr, y_ptr, w_ptr, b_ptr, stride, n_cols, eps, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK)
-    mask = cols < n_cols
-    x = tl.load(x_ptr + row * stride + cols, mask=mask, other=0.0).to(tl.float32)
-    mean = tl.sum(x, axis=0) / n_cols
-    diff = tl.where(mask, x - mean, 0.0)
-    rstd = 1.0 / tl.sqrt(tl.sum(diff * diff, axis=0) / n_cols + eps)
-    w = tl.load(w_ptr + cols, mask=mask)
-    b = tl.load(b_ptr + cols, mask=mask)
-    tl.store(y_ptr + row * stride + cols, diff * rstd * w + b, mask=mask)
-
+_k = _load_kernels()
+add_kernel, axpy_kernel, relu_kernel = _k.add_kernel, _k.axpy_kernel, _k.relu_kernel
+softmax_kernel, layer_norm_kernel = _k.softmax_kernel, _k.layer_norm_kernel
 
 _ADD = {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}
 _AXPY = {"x_ptr": "*fp32", "y_ptr": "*fp32", "a": "fp32", "n": "i32", "BLOCK": "constexpr"}
