@@ -19,6 +19,20 @@ pub struct Cli {
     pub command: Command,
 }
 
+impl Cli {
+    /// Parses the process's arguments. `kiln explain`'s FILES come from the shared graph
+    /// arguments, required there unless `--graph`; `--key` makes them optional too. clap's
+    /// derive applies attributes before flattened arguments exist, so this is done on the built
+    /// command.
+    pub fn parse_args() -> Self {
+        use clap::{CommandFactory, FromArgMatches};
+        let command = Self::command().mut_subcommand("explain", |c| {
+            c.mut_args(|a| if a.get_id() == "files" { a.required_unless_present_any(["graph", "keys"]) } else { a })
+        });
+        Self::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit())
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Compile kernels (or fetch them from the caches) and wait for the results.
@@ -31,6 +45,9 @@ pub enum Command {
     Watch(WatchArgs),
     /// Pull graphs from the fleet cache into the daemon's local tiers ahead of a job.
     Warm(WarmArgs),
+    /// Why kernels missed: whether the caches hold each kernel, and which of its inputs differ
+    /// from the nearest earlier compile of the same kernel (this host's or the fleet's).
+    Explain(ExplainArgs),
     /// Show the daemon's counters, toolchains, GPUs and cache tiers.
     Stats(JsonArg),
     /// Check that the daemon is reachable and has a usable toolchain.
@@ -208,6 +225,22 @@ pub struct OutputArgs {
     pub out: Option<PathBuf>,
 
     /// Print one JSON object per kernel, then one for the job (NDJSON).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What to explain: the inputs `kiln compile` takes, or keys it printed.
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    #[command(flatten)]
+    pub graph: GraphArgs,
+
+    /// A kernel key (64 hex characters, as `kiln compile --json` prints it) instead of FILES;
+    /// repeatable.
+    #[arg(long = "key", value_name = "KEY", conflicts_with_all = ["files", "graph"])]
+    pub keys: Vec<String>,
+
+    /// Print one JSON object per kernel (NDJSON), in the proto3 JSON mapping.
     #[arg(long)]
     pub json: bool,
 }

@@ -9,7 +9,6 @@ mod output;
 mod progress;
 mod report;
 
-use clap::Parser;
 use std::process::ExitCode;
 
 /// Exit code for usage, connection and gRPC errors; clap uses 2 for usage errors too.
@@ -18,7 +17,7 @@ const EXIT_ERROR: u8 = 2;
 // One thread: the CLI waits on one stream at a time, and a smaller runtime starts faster.
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    let cli = cli::Cli::parse();
+    let cli = cli::Cli::parse_args();
     match commands::run(cli).await {
         Ok(code) => code,
         Err(err) => {

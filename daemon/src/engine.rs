@@ -2,6 +2,9 @@
 //! a worker, publish, answer. Everything a job does per kernel goes through [`Engine::resolve`].
 
 use crate::config::Limits;
+use crate::explain::identity::Identity;
+use crate::explain::misses::MissLog;
+use crate::explain::store::RecipeStore;
 use crate::fleet::{Claim, Fleet, Found};
 use crate::gpu::validator::{Checked, Validator};
 use crate::metrics::ResultLabels;
@@ -125,6 +128,10 @@ pub struct Engine {
     /// cache when its client disconnects); shutdown waits for them here.
     pub tracker: TaskTracker,
     limits: Limits,
+    /// Why recent compiles happened; see [`Engine::misses`].
+    misses: MissLog,
+    /// The recipes of this host's compiled keys, by kernel identity; see `crate::explain`.
+    recipes: RecipeStore,
     /// Loads fresh cubins on a local GPU before they are cached; `None` without a GPU or with
     /// validation turned off, and then `validation_off` says which.
     validator: Option<Validator>,
@@ -141,7 +148,10 @@ impl Engine {
         limits: Limits,
     ) -> Self {
         let negative = moka::future::Cache::builder().max_capacity(100_000).time_to_live(limits.negative_ttl).build();
+        let misses = MissLog::new(&metrics);
         Engine {
+            misses,
+            recipes: RecipeStore::in_memory(),
             toolchains,
             fleet,
             store: Arc::new(store),
@@ -162,6 +172,27 @@ impl Engine {
             Ok(v) => Engine { validator: Some(v), ..self },
             Err(why) => Engine { validator: None, validation_off: why, ..self },
         }
+    }
+
+    /// The most recent misses that led to a compile, with their reasons (and
+    /// `kiln_misses_total`): for `Stats` and status pages.
+    pub fn misses(&self) -> &MissLog {
+        &self.misses
+    }
+
+    /// Keeps recipes in `recipes` (a store with a disk directory) instead of memory only.
+    pub fn with_recipes(self, recipes: RecipeStore) -> Self {
+        Engine { recipes, ..self }
+    }
+
+    pub fn recipes(&self) -> &RecipeStore {
+        &self.recipes
+    }
+
+    /// Whether a compile of `key` failed within the negative TTL (for `Explain`, which must not
+    /// count a lookup).
+    pub fn failed_recently(&self, key: &CacheKey) -> bool {
+        self.negative.contains_key(key)
     }
 
     /// The fleet, while its breaker lets calls through: a fleet cache believed down is skipped,
@@ -286,6 +317,7 @@ impl Engine {
     /// BatchGet), so it is not read again.
     pub async fn resolve(
         self: &Arc<Self>,
+        graph: &str,
         kernel: &KernelJob,
         target: Target,
         priority: Priority,
@@ -314,7 +346,9 @@ impl Engine {
                 Join::Lead(leader) => {
                     let this = Arc::clone(self);
                     let kernel = kernel.clone();
-                    let task = self.tracker.spawn(async move { this.lead(leader, &kernel, target, priority).await });
+                    let identity = Identity::new(graph, &kernel.id, kernel.source.kernel_name());
+                    let task =
+                        self.tracker.spawn(async move { this.lead(leader, identity, &kernel, target, priority).await });
                     return match task.await {
                         Ok(outcome) => outcome,
                         Err(e) => Outcome::failed(pb::Tier::Compiled, format!("compile task ended abnormally: {e}"), 0),
@@ -327,7 +361,14 @@ impl Engine {
     /// The leader's work: check this host once more (another flight may have finished since the
     /// first look; a fleet publish since then is what the lease's acquire reports), wait for a
     /// slot, compile, publish, and hand the result to every follower.
-    async fn lead(&self, leader: Leader<Outcome>, kernel: &KernelJob, target: Target, priority: Priority) -> Outcome {
+    async fn lead(
+        &self,
+        leader: Leader<Outcome>,
+        identity: Identity,
+        kernel: &KernelJob,
+        target: Target,
+        priority: Priority,
+    ) -> Outcome {
         if let Some(hit) = self.cached_here(&kernel.key).await {
             leader.finish(hit.clone());
             return hit;
@@ -343,13 +384,19 @@ impl Engine {
                 }
             },
         };
-        self.metrics.queue_depth.inc();
-        let permit = self.gate.acquire(priority).await;
-        self.metrics.queue_depth.dec();
-        self.metrics.inflight.inc();
-        let mut compiled = self.compile(&kernel.source, &target).await;
-        self.metrics.inflight.dec();
-        drop(permit);
+        // A miss: its recipe is recorded beside the queue and the compile, so the answer waits
+        // for neither the other.
+        let compile = async {
+            self.metrics.queue_depth.inc();
+            let permit = self.gate.acquire(priority).await;
+            self.metrics.queue_depth.dec();
+            self.metrics.inflight.inc();
+            let compiled = self.compile(&kernel.source, &target).await;
+            self.metrics.inflight.dec();
+            drop(permit);
+            compiled
+        };
+        let (mut compiled, ()) = tokio::join!(compile, crate::explain::record::miss(self, identity, kernel, &target));
         let validated = self.validate(&mut compiled, &target).await;
         let outcome = self.publish(&kernel.key, &target, kernel.source.toolchain(), compiled, validated).await;
         if let Some(lease) = lease {

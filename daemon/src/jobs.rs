@@ -294,7 +294,7 @@ pub async fn complete(engine: Arc<Engine>, record: Arc<JobRecord>, begun: Begun)
         let (engine, job) = (Arc::clone(&engine), Arc::clone(&job));
         tasks.spawn(async move {
             let kernel = &job.kernels[index];
-            let outcome = engine.resolve(kernel, job.target, job.priority, fleet_asked).await;
+            let outcome = engine.resolve(&job.name, kernel, job.target, job.priority, fleet_asked).await;
             (index, outcome)
         });
     }

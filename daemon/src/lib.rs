@@ -11,6 +11,7 @@
 //! - [`jobs`]: background jobs and their replayable event streams.
 //! - [`blob`]: `kiln.v1.Blobs`, named blobs that integrations key themselves (Triton, Inductor).
 //! - [`warm`]: `Warm`, which pulls graphs from the fleet cache into the local tiers.
+//! - [`explain`]: key recipes, why a kernel missed (`kiln_misses_total`, recent misses), `Explain`.
 //! - [`engine`]: one kernel's path: negative cache, tiers, single-flight compile, publish.
 //! - [`fleet`]: fleet-wide single-flight through kiln-cache leases and publish notifications.
 //! - [`scheduler`]: the priority gate and single-flight.
@@ -25,6 +26,7 @@ pub mod blob;
 pub mod check;
 pub mod config;
 pub mod engine;
+pub mod explain;
 pub mod fleet;
 pub mod gpu;
 pub mod jobs;

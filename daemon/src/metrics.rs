@@ -119,6 +119,9 @@ pub struct Metrics {
     pub snapshot_bytes: Family<DirectionLabels, Counter>,
     /// How long kilnd took to send one restore's files.
     pub snapshot_restore_seconds: Histogram,
+    /// Misses that led to a compile, by reason (`explain::misses::MissReason`); counted by
+    /// `MissLog::record` only, so the metric and the list of recent misses agree.
+    pub misses: Family<crate::explain::misses::ReasonLabels, Counter>,
     namespaces: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
@@ -156,6 +159,7 @@ impl Metrics {
             snapshot_bytes: Family::default(),
             // 1 ms to about a minute.
             snapshot_restore_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 17)),
+            misses: Family::default(),
             namespaces: Default::default(),
             registry: Registry::default(),
         };
@@ -225,6 +229,11 @@ impl Metrics {
             "Time kilnd took to send one restore's files",
             m.snapshot_restore_seconds.clone(),
         );
+        registry.register(
+            "misses",
+            "Misses that led to a compile, by the first input that differs from the nearest earlier recipe",
+            m.misses.clone(),
+        );
         let m = Metrics { registry, ..m };
         m.zero(&["memory", "disk"]);
         for toolchain in ["nvrtc", "ptxas", "triton"] {
@@ -247,6 +256,9 @@ impl Metrics {
         }
         for direction in ["in", "out"] {
             let _ = m.snapshot_bytes.get_or_create(&DirectionLabels { direction });
+        }
+        for reason in crate::explain::misses::MissReason::ALL {
+            let _ = m.misses.get_or_create(&crate::explain::misses::ReasonLabels { reason: reason.label() });
         }
         m
     }

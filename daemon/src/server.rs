@@ -4,6 +4,7 @@
 use crate::blob::service::{BlobService, BlobState};
 use crate::config::{Config, read_token};
 use crate::engine::Engine;
+use crate::explain::store::RecipeStore;
 use crate::fleet::Fleet;
 use crate::fleet::tier::RemoteTier;
 use crate::gpu::{self, validator::Validator};
@@ -128,7 +129,11 @@ pub async fn build(config: &Config) -> anyhow::Result<Built> {
         Ok(Validator::start(gpus.gpus.clone()))
     };
     let engine = Engine::new(toolchains, fleet, store, Arc::clone(&metrics), config.concurrency, config.limits.clone())
-        .with_validator(validator);
+        .with_validator(validator)
+        .with_recipes(
+            RecipeStore::open(&config.cache_dir)
+                .with_context(|| format!("opening the recipe store in {}", config.cache_dir.display()))?,
+        );
     let service = CompilerService {
         engine: Arc::new(engine),
         jobs: Arc::new(Jobs::default()),

@@ -31,7 +31,7 @@ pub use crate::jobs::EventStream;
 impl CompilerService {
     /// Validates a request, starting the Triton pool first when the graph has Triton kernels
     /// (their keys need its fingerprint).
-    async fn validate(&self, req: &pb::CompileRequest, default_priority: Priority) -> Result<Job, Status> {
+    pub(crate) async fn validate(&self, req: &pb::CompileRequest, default_priority: Priority) -> Result<Job, Status> {
         let toolchains = &self.engine.toolchains;
         let triton_reason;
         let triton = if validate::needs_triton(req) {
@@ -173,6 +173,10 @@ impl Compiler for CompilerService {
 
     async fn warm(&self, request: Request<pb::WarmRequest>) -> Result<Response<Self::WarmStream>, Status> {
         crate::warm::start(Arc::clone(&self.engine), request.get_ref()).map(Response::new)
+    }
+
+    async fn explain(&self, request: Request<pb::ExplainRequest>) -> Result<Response<pb::ExplainResponse>, Status> {
+        crate::explain::answer::explain(self, request.get_ref()).await.map(Response::new)
     }
 
     async fn stats(&self, _request: Request<pb::StatsRequest>) -> Result<Response<pb::StatsResponse>, Status> {

@@ -57,6 +57,7 @@ pub fn collect(s: &CompilerService) -> pb::StatsResponse {
         remote: s.config.remote.as_ref().map(|r| r.uri.clone()).unwrap_or_default(),
         remote_up: s.engine.fleet_up().is_some() && m.remote_up.get() == 1,
         snapshots: Some(snapshots(m)),
+        recent_misses: s.engine.misses().recent().iter().map(|m| m.to_pb()).collect(),
     }
 }
 

@@ -22,6 +22,10 @@ pub const SNAPSHOT_FILE_SCHEMA: &str = "kiln-snapshot-file-v1";
 pub const SNAPSHOT_SCHEMA: &str = "kiln-snapshot-v1";
 /// Schema of the list of one job's snapshots, and of the list of jobs (no job field).
 pub const SNAPSHOT_INDEX_SCHEMA: &str = "kiln-snapshot-index-v1";
+/// Schema of the recipes of one kernel identity's latest keys.
+pub const RECIPE_BOOK_SCHEMA: &str = "kiln-recipe-book-v1";
+/// Schema of the recipe of one key, which names its identity.
+pub const KEY_RECIPE_SCHEMA: &str = "kiln-key-recipe-v1";
 
 /// Field tags, in the order they are written.
 mod tag {
@@ -43,6 +47,8 @@ mod tag {
     pub const JOB: u8 = 0x10;
     pub const PART_NAME: u8 = 0x11;
     pub const PART_VALUE: u8 = 0x12;
+    pub const GRAPH: u8 = 0x13;
+    pub const KERNEL_NAME: u8 = 0x14;
 }
 
 macro_rules! digest_type {
@@ -114,6 +120,13 @@ digest_type!(
 #[error("expected 64 lowercase hex characters")]
 pub struct HexDigestError;
 
+/// Where a key's fields go: the hasher that makes the key, or a recipe that records them
+/// ([`recipe`]). [`KeyInputs::write`] is the one walk over the fields both take, so a recipe
+/// cannot drift from the key it describes.
+trait Fields {
+    fn field(&mut self, tag: u8, bytes: &[u8]);
+}
+
 /// Writes tagged, length-prefixed fields into a blake3 hasher.
 struct Encoder(blake3::Hasher);
 
@@ -152,9 +165,29 @@ pub struct KeyInputs<'a> {
     pub entries: &'a [String],
 }
 
+impl Fields for Encoder {
+    fn field(&mut self, tag: u8, bytes: &[u8]) {
+        Encoder::field(self, tag, bytes);
+    }
+}
+
 impl KeyInputs<'_> {
     pub fn derive(&self) -> CacheKey {
         let mut e = Encoder::new(KEY_SCHEMA);
+        self.write(&mut e);
+        e.finish()
+    }
+
+    /// The key and its recipe: every field as a short value or a digest, for explaining a miss
+    /// later. Only a compile asks for one; a hit derives the key alone.
+    pub fn recipe(&self) -> crate::pb::KeyRecipe {
+        let mut r = recipe::Recorder::default();
+        self.write(&mut r);
+        r.finish(self.derive())
+    }
+
+    /// Every field after the schema, in key order.
+    fn write(&self, e: &mut impl Fields) {
         e.field(tag::TOOLCHAIN, self.toolchain.as_bytes());
         e.field(tag::FINGERPRINT, self.fingerprint.as_bytes());
         e.field(tag::TARGET, self.target.to_string().as_bytes());
@@ -171,9 +204,10 @@ impl KeyInputs<'_> {
         for entry in self.entries {
             e.field(tag::ENTRY, entry.as_bytes());
         }
-        e.finish()
     }
 }
+
+pub mod recipe;
 
 /// The key of a graph manifest: the target and each kernel's id and key, in graph order.
 pub fn graph_key<'a>(target: &Target, kernels: impl IntoIterator<Item = (&'a str, &'a CacheKey)>) -> CacheKey {
@@ -217,6 +251,23 @@ pub fn snapshot_key<'a>(job: &str, parts: impl IntoIterator<Item = (&'a str, &'a
         e.field(tag::PART_NAME, name.as_bytes());
         e.field(tag::PART_VALUE, value.as_bytes());
     }
+    e.finish()
+}
+
+/// The key under which the recipes of one kernel identity's latest keys are kept: the graph's
+/// name, the kernel's id and (Triton) its function name.
+pub fn recipe_book_key(graph: &str, kernel_id: &str, kernel_name: &str) -> CacheKey {
+    let mut e = Encoder::new(RECIPE_BOOK_SCHEMA);
+    e.field(tag::GRAPH, graph.as_bytes());
+    e.field(tag::KERNEL_ID, kernel_id.as_bytes());
+    e.field(tag::KERNEL_NAME, kernel_name.as_bytes());
+    e.finish()
+}
+
+/// The key under which the recipe of `key` itself is kept, so a key alone can be explained.
+pub fn key_recipe_key(key: &CacheKey) -> CacheKey {
+    let mut e = Encoder::new(KEY_RECIPE_SCHEMA);
+    e.field(tag::KERNEL_KEY, key.as_bytes());
     e.finish()
 }
 

@@ -4,11 +4,13 @@
 //! - [`compile`]: `compile` and `lookup`, which wait for results;
 //! - [`submit`] and [`watch`]: the same work split in two;
 //! - [`warm`]: fleet cache to local tiers, ahead of a job;
+//! - [`explain`]: why kernels missed;
 //! - [`stats`] and [`doctor`]: what the daemon is and whether it can work;
 //! - [`snapshot`]: job snapshots of JIT cache directories.
 
 mod compile;
 mod doctor;
+mod explain;
 mod local_check;
 mod snapshot;
 mod stats;
@@ -33,6 +35,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Submit(args) => submit::run(&daemon, args).await,
         Command::Watch(args) => watch::run(&daemon, args).await,
         Command::Warm(args) => warm::run(&daemon, args).await,
+        Command::Explain(args) => explain::run(&daemon, args).await,
         Command::Stats(args) => stats::run(&daemon, args.json).await,
         Command::Doctor(args) => doctor::run(&daemon, args.json).await,
         Command::Snapshot(command) => snapshot::run(&daemon, command).await,

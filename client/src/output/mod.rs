@@ -3,8 +3,10 @@
 //!
 //! - this module: one kernel result or one job summary, as a human line or an NDJSON object;
 //! - [`stats`]: the daemon's stats and the doctor's report, for humans;
-//! - [`snapshot`]: job snapshots' saves, restores, listings and manifests.
+//! - [`snapshot`]: job snapshots' saves, restores, listings and manifests;
+//! - [`explain`]: why kernels missed.
 
+pub mod explain;
 pub mod snapshot;
 pub mod stats;
 

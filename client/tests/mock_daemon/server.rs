@@ -200,6 +200,10 @@ impl Compiler for Mock {
         Err(Status::unimplemented("the mock daemon does not warm"))
     }
 
+    async fn explain(&self, _: Request<pb::ExplainRequest>) -> Result<Response<pb::ExplainResponse>, Status> {
+        Err(Status::unimplemented("the mock daemon does not explain"))
+    }
+
     async fn stats(&self, _: Request<pb::StatsRequest>) -> Result<Response<pb::StatsResponse>, Status> {
         Ok(Response::new(pb::StatsResponse {
             version: "0.0.0-mock".into(),

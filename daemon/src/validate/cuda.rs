@@ -2,9 +2,9 @@
 //! expressions, and the include check that keeps host paths out of the compiler.
 
 use super::{Context, KernelJob, KernelSource, invalid};
-use crate::toolchain::{includes, nvrtc, options};
+use crate::toolchain::{includes, options};
+use kiln_proto::Target;
 use kiln_proto::pb;
-use kiln_proto::{KeyInputs, Target};
 use std::collections::HashMap;
 use tonic::Status;
 
@@ -62,16 +62,7 @@ pub(super) fn kernel(
     let refusal = std::iter::once(("source", c.source.as_str()))
         .chain(c.headers.iter().map(|h| (h.name.as_str(), h.content.as_str())))
         .find_map(|(name, text)| includes::check(text).err().map(|e| format!("refused before compiling: {name}: {e}")));
-    let headers: Vec<(&str, &[u8])> = c.headers.iter().map(|h| (h.name.as_str(), h.content.as_bytes())).collect();
-    let key = KeyInputs {
-        toolchain: nvrtc::NAME,
-        fingerprint: ctx.nvrtc_fingerprint,
-        target,
-        source: c.source.as_bytes(),
-        options: &c.options,
-        headers: &headers,
-        entries: &c.name_expressions,
-    }
-    .derive();
-    Ok(KernelJob { id: id.to_string(), key, source: KernelSource::Cuda(c.clone()), refusal })
+    let source = KernelSource::Cuda(c.clone());
+    let key = source.with_key_inputs(target, ctx.nvrtc_fingerprint, |k| k.derive());
+    Ok(KernelJob { id: id.to_string(), key, source, refusal })
 }

@@ -9,7 +9,7 @@ mod triton;
 use crate::config::Limits;
 use crate::scheduler::gate::Priority;
 use kiln_proto::pb::{self, kernel::Source};
-use kiln_proto::{CacheKey, Fingerprint, Target};
+use kiln_proto::{CacheKey, Fingerprint, KeyInputs, Target};
 use std::collections::HashMap;
 use tonic::Status;
 
@@ -63,6 +63,59 @@ impl KernelSource {
     /// Whether the client asked for PTX beside the cubin.
     pub fn wants_ptx(&self) -> bool {
         matches!(self, KernelSource::Triton(t) if t.want_ptx)
+    }
+
+    /// Hands `f` this kernel's key inputs: the one place a validated source becomes key inputs,
+    /// so the key (`derive`, at validation) and its recipe (`recipe`, on a miss or for `Explain`)
+    /// always describe the same fields.
+    pub fn with_key_inputs<R>(
+        &self,
+        target: &Target,
+        fingerprint: &Fingerprint,
+        f: impl FnOnce(&KeyInputs<'_>) -> R,
+    ) -> R {
+        let toolchain = self.toolchain();
+        match self {
+            KernelSource::Cuda(c) => {
+                let headers: Vec<(&str, &[u8])> =
+                    c.headers.iter().map(|h| (h.name.as_str(), h.content.as_bytes())).collect();
+                f(&KeyInputs {
+                    toolchain,
+                    fingerprint,
+                    target,
+                    source: c.source.as_bytes(),
+                    options: &c.options,
+                    headers: &headers,
+                    entries: &c.name_expressions,
+                })
+            }
+            KernelSource::Ptx(p) => f(&KeyInputs {
+                toolchain,
+                fingerprint,
+                target,
+                source: p.ptx.as_bytes(),
+                options: &p.options,
+                headers: &[],
+                entries: &[],
+            }),
+            KernelSource::Triton(t) => f(&KeyInputs {
+                toolchain,
+                fingerprint,
+                target,
+                source: t.source.as_bytes(),
+                options: &triton::key_options(t),
+                headers: &[],
+                entries: std::slice::from_ref(&t.kernel_name),
+            }),
+        }
+    }
+
+    /// The Triton kernel's function name, part of a Triton kernel's identity; empty otherwise.
+    pub fn kernel_name(&self) -> &str {
+        match self {
+            KernelSource::Triton(t) => &t.kernel_name,
+            _ => "",
+        }
     }
 }
 

@@ -2,8 +2,8 @@
 
 use super::{Context, KernelJob, KernelSource, invalid, text, unavailable};
 use crate::toolchain::{options, ptxas};
+use kiln_proto::Target;
 use kiln_proto::pb;
-use kiln_proto::{KeyInputs, Target};
 use tonic::Status;
 
 pub(super) fn kernel(
@@ -18,15 +18,7 @@ pub(super) fn kernel(
     for (j, o) in p.options.iter().enumerate() {
         options::check_ptxas(o).map_err(|e| invalid(format!("{field}.options[{j}]"), e))?;
     }
-    let key = KeyInputs {
-        toolchain: ptxas::NAME,
-        fingerprint,
-        target,
-        source: p.ptx.as_bytes(),
-        options: &p.options,
-        headers: &[],
-        entries: &[],
-    }
-    .derive();
-    Ok(KernelJob { id: id.to_string(), key, source: KernelSource::Ptx(p.clone()), refusal: None })
+    let source = KernelSource::Ptx(p.clone());
+    let key = source.with_key_inputs(target, fingerprint, |k| k.derive());
+    Ok(KernelJob { id: id.to_string(), key, source, refusal: None })
 }

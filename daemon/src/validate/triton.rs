@@ -4,8 +4,8 @@
 
 use super::{Context, KernelJob, KernelSource, invalid, text, unavailable};
 use crate::toolchain::triton;
+use kiln_proto::Target;
 use kiln_proto::pb::{self, triton_constexpr::Value};
-use kiln_proto::{KeyInputs, Target};
 use std::collections::HashMap;
 use tonic::Status;
 
@@ -91,18 +91,9 @@ pub(super) fn kernel(
             return Err(invalid(format!("{f}.maxnreg"), "must be at most 255"));
         }
     }
-    let options = key_options(t);
-    let key = KeyInputs {
-        toolchain: triton::NAME,
-        fingerprint,
-        target,
-        source: t.source.as_bytes(),
-        options: &options,
-        headers: &[],
-        entries: std::slice::from_ref(&t.kernel_name),
-    }
-    .derive();
-    Ok(KernelJob { id: id.to_string(), key, source: KernelSource::Triton(t.clone()), refusal: None })
+    let source = KernelSource::Triton(t.clone());
+    let key = source.with_key_inputs(target, fingerprint, |k| k.derive());
+    Ok(KernelJob { id: id.to_string(), key, source, refusal: None })
 }
 
 /// The Triton request as ordered option strings for the key. Each string starts with its kind

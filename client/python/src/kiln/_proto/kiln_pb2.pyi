@@ -42,6 +42,72 @@ TIER_REMOTE: Tier
 TIER_COMPILED: Tier
 TIER_JOINED: Tier
 
+class ExplainRequest(_message.Message):
+    __slots__ = ("graph", "keys")
+    GRAPH_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    graph: CompileGraph
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, graph: _Optional[_Union[CompileGraph, _Mapping]] = ..., keys: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ExplainResponse(_message.Message):
+    __slots__ = ("kernels",)
+    KERNELS_FIELD_NUMBER: _ClassVar[int]
+    kernels: _containers.RepeatedCompositeFieldContainer[KernelExplanation]
+    def __init__(self, kernels: _Optional[_Iterable[_Union[KernelExplanation, _Mapping]]] = ...) -> None: ...
+
+class KernelExplanation(_message.Message):
+    __slots__ = ("id", "identity", "key", "cached", "tier", "verdict", "reason", "recipe", "nearest", "nearest_from", "differences")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    IDENTITY_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    CACHED_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    RECIPE_FIELD_NUMBER: _ClassVar[int]
+    NEAREST_FIELD_NUMBER: _ClassVar[int]
+    NEAREST_FROM_FIELD_NUMBER: _ClassVar[int]
+    DIFFERENCES_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    identity: KernelIdentity
+    key: str
+    cached: bool
+    tier: Tier
+    verdict: str
+    reason: str
+    recipe: KeyRecipe
+    nearest: KeyRecipe
+    nearest_from: str
+    differences: _containers.RepeatedCompositeFieldContainer[Difference]
+    def __init__(self, id: _Optional[str] = ..., identity: _Optional[_Union[KernelIdentity, _Mapping]] = ..., key: _Optional[str] = ..., cached: _Optional[bool] = ..., tier: _Optional[_Union[Tier, str]] = ..., verdict: _Optional[str] = ..., reason: _Optional[str] = ..., recipe: _Optional[_Union[KeyRecipe, _Mapping]] = ..., nearest: _Optional[_Union[KeyRecipe, _Mapping]] = ..., nearest_from: _Optional[str] = ..., differences: _Optional[_Iterable[_Union[Difference, _Mapping]]] = ...) -> None: ...
+
+class Difference(_message.Message):
+    __slots__ = ("reason", "text")
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    text: str
+    def __init__(self, reason: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
+
+class KernelIdentity(_message.Message):
+    __slots__ = ("graph", "kernel_id", "kernel_name")
+    GRAPH_FIELD_NUMBER: _ClassVar[int]
+    KERNEL_ID_FIELD_NUMBER: _ClassVar[int]
+    KERNEL_NAME_FIELD_NUMBER: _ClassVar[int]
+    graph: str
+    kernel_id: str
+    kernel_name: str
+    def __init__(self, graph: _Optional[str] = ..., kernel_id: _Optional[str] = ..., kernel_name: _Optional[str] = ...) -> None: ...
+
+class RecipeBook(_message.Message):
+    __slots__ = ("identity", "recipes")
+    IDENTITY_FIELD_NUMBER: _ClassVar[int]
+    RECIPES_FIELD_NUMBER: _ClassVar[int]
+    identity: KernelIdentity
+    recipes: _containers.RepeatedCompositeFieldContainer[KeyRecipe]
+    def __init__(self, identity: _Optional[_Union[KernelIdentity, _Mapping]] = ..., recipes: _Optional[_Iterable[_Union[KeyRecipe, _Mapping]]] = ...) -> None: ...
+
 class WarmRequest(_message.Message):
     __slots__ = ("graph_keys", "kernel_keys")
     GRAPH_KEYS_FIELD_NUMBER: _ClassVar[int]
@@ -375,7 +441,7 @@ class TierStats(_message.Message):
     def __init__(self, tier: _Optional[str] = ..., entries: _Optional[int] = ..., bytes: _Optional[int] = ..., capacity_bytes: _Optional[int] = ..., hits: _Optional[int] = ..., misses: _Optional[int] = ..., integrity_failures: _Optional[int] = ...) -> None: ...
 
 class StatsResponse(_message.Message):
-    __slots__ = ("version", "toolchains", "gpus", "default_target", "tiers", "compiles_ok", "compiles_failed", "queue_depth", "inflight_compiles", "jobs_total", "compile_seconds_saved", "concurrency", "remote", "remote_up", "snapshots")
+    __slots__ = ("version", "toolchains", "gpus", "default_target", "tiers", "compiles_ok", "compiles_failed", "queue_depth", "inflight_compiles", "jobs_total", "compile_seconds_saved", "concurrency", "remote", "remote_up", "snapshots", "recent_misses")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     TOOLCHAINS_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
@@ -391,6 +457,7 @@ class StatsResponse(_message.Message):
     REMOTE_FIELD_NUMBER: _ClassVar[int]
     REMOTE_UP_FIELD_NUMBER: _ClassVar[int]
     SNAPSHOTS_FIELD_NUMBER: _ClassVar[int]
+    RECENT_MISSES_FIELD_NUMBER: _ClassVar[int]
     version: str
     toolchains: _containers.RepeatedCompositeFieldContainer[ToolchainInfo]
     gpus: _containers.RepeatedCompositeFieldContainer[Gpu]
@@ -406,7 +473,62 @@ class StatsResponse(_message.Message):
     remote: str
     remote_up: bool
     snapshots: SnapshotStats
-    def __init__(self, version: _Optional[str] = ..., toolchains: _Optional[_Iterable[_Union[ToolchainInfo, _Mapping]]] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., default_target: _Optional[str] = ..., tiers: _Optional[_Iterable[_Union[TierStats, _Mapping]]] = ..., compiles_ok: _Optional[int] = ..., compiles_failed: _Optional[int] = ..., queue_depth: _Optional[int] = ..., inflight_compiles: _Optional[int] = ..., jobs_total: _Optional[int] = ..., compile_seconds_saved: _Optional[float] = ..., concurrency: _Optional[int] = ..., remote: _Optional[str] = ..., remote_up: _Optional[bool] = ..., snapshots: _Optional[_Union[SnapshotStats, _Mapping]] = ...) -> None: ...
+    recent_misses: _containers.RepeatedCompositeFieldContainer[RecentMiss]
+    def __init__(self, version: _Optional[str] = ..., toolchains: _Optional[_Iterable[_Union[ToolchainInfo, _Mapping]]] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., default_target: _Optional[str] = ..., tiers: _Optional[_Iterable[_Union[TierStats, _Mapping]]] = ..., compiles_ok: _Optional[int] = ..., compiles_failed: _Optional[int] = ..., queue_depth: _Optional[int] = ..., inflight_compiles: _Optional[int] = ..., jobs_total: _Optional[int] = ..., compile_seconds_saved: _Optional[float] = ..., concurrency: _Optional[int] = ..., remote: _Optional[str] = ..., remote_up: _Optional[bool] = ..., snapshots: _Optional[_Union[SnapshotStats, _Mapping]] = ..., recent_misses: _Optional[_Iterable[_Union[RecentMiss, _Mapping]]] = ...) -> None: ...
+
+class KeyRecipe(_message.Message):
+    __slots__ = ("key", "toolchain", "fingerprint", "target", "source", "options", "headers", "entries", "toolchain_version", "unix_millis", "host")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    TOOLCHAIN_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    TOOLCHAIN_VERSION_FIELD_NUMBER: _ClassVar[int]
+    UNIX_MILLIS_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    toolchain: str
+    fingerprint: str
+    target: str
+    source: str
+    options: _containers.RepeatedScalarFieldContainer[str]
+    headers: _containers.RepeatedCompositeFieldContainer[RecipeHeader]
+    entries: _containers.RepeatedScalarFieldContainer[str]
+    toolchain_version: str
+    unix_millis: int
+    host: str
+    def __init__(self, key: _Optional[str] = ..., toolchain: _Optional[str] = ..., fingerprint: _Optional[str] = ..., target: _Optional[str] = ..., source: _Optional[str] = ..., options: _Optional[_Iterable[str]] = ..., headers: _Optional[_Iterable[_Union[RecipeHeader, _Mapping]]] = ..., entries: _Optional[_Iterable[str]] = ..., toolchain_version: _Optional[str] = ..., unix_millis: _Optional[int] = ..., host: _Optional[str] = ...) -> None: ...
+
+class RecipeHeader(_message.Message):
+    __slots__ = ("name", "digest")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    digest: str
+    def __init__(self, name: _Optional[str] = ..., digest: _Optional[str] = ...) -> None: ...
+
+class RecentMiss(_message.Message):
+    __slots__ = ("unix_millis", "graph", "kernel_id", "kernel_name", "toolchain", "reason", "detail", "key")
+    UNIX_MILLIS_FIELD_NUMBER: _ClassVar[int]
+    GRAPH_FIELD_NUMBER: _ClassVar[int]
+    KERNEL_ID_FIELD_NUMBER: _ClassVar[int]
+    KERNEL_NAME_FIELD_NUMBER: _ClassVar[int]
+    TOOLCHAIN_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    unix_millis: int
+    graph: str
+    kernel_id: str
+    kernel_name: str
+    toolchain: str
+    reason: str
+    detail: str
+    key: str
+    def __init__(self, unix_millis: _Optional[int] = ..., graph: _Optional[str] = ..., kernel_id: _Optional[str] = ..., kernel_name: _Optional[str] = ..., toolchain: _Optional[str] = ..., reason: _Optional[str] = ..., detail: _Optional[str] = ..., key: _Optional[str] = ...) -> None: ...
 
 class SnapshotStats(_message.Message):
     __slots__ = ("saves_changed", "saves_unchanged", "restores_found", "restores_missing", "files_fetched", "files_present", "files_missing", "bytes_fetched", "bytes_stored")

@@ -65,6 +65,11 @@ class CompilerStub:
                 request_serializer=kiln_dot_v1_dot_kiln__pb2.WarmRequest.SerializeToString,
                 response_deserializer=kiln_dot_v1_dot_kiln__pb2.WarmProgress.FromString,
                 _registered_method=True)
+        self.Explain = channel.unary_unary(
+                '/kiln.v1.Compiler/Explain',
+                request_serializer=kiln_dot_v1_dot_kiln__pb2.ExplainRequest.SerializeToString,
+                response_deserializer=kiln_dot_v1_dot_kiln__pb2.ExplainResponse.FromString,
+                _registered_method=True)
 
 
 class CompilerServicer:
@@ -115,6 +120,15 @@ class CompilerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Explain(self, request, context):
+        """Why a kernel missed: for each kernel of a graph (validated and keyed as Compile would;
+        nothing is compiled) or each key, whether the caches hold it, and the inputs in which it
+        differs from the nearest recipe stored for the same kernel identity, here or in the fleet.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CompilerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -147,6 +161,11 @@ def add_CompilerServicer_to_server(servicer, server):
                     servicer.Warm,
                     request_deserializer=kiln_dot_v1_dot_kiln__pb2.WarmRequest.FromString,
                     response_serializer=kiln_dot_v1_dot_kiln__pb2.WarmProgress.SerializeToString,
+            ),
+            'Explain': grpc.unary_unary_rpc_method_handler(
+                    servicer.Explain,
+                    request_deserializer=kiln_dot_v1_dot_kiln__pb2.ExplainRequest.FromString,
+                    response_serializer=kiln_dot_v1_dot_kiln__pb2.ExplainResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -312,6 +331,33 @@ class Compiler:
             '/kiln.v1.Compiler/Warm',
             kiln_dot_v1_dot_kiln__pb2.WarmRequest.SerializeToString,
             kiln_dot_v1_dot_kiln__pb2.WarmProgress.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Explain(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kiln.v1.Compiler/Explain',
+            kiln_dot_v1_dot_kiln__pb2.ExplainRequest.SerializeToString,
+            kiln_dot_v1_dot_kiln__pb2.ExplainResponse.FromString,
             options,
             channel_credentials,
             insecure,
