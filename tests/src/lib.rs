@@ -9,6 +9,7 @@
 //! - [`http`]: a minimal HTTP GET for `/metrics`.
 //! - [`toolkits`]: CUDA roots for tests: a witness NVRTC, and one with a byte appended.
 //! - [`procs`]: processes from /proc: a daemon's Triton workers, processes by name.
+//! - [`reliability`]: the load and chaos harness behind `scripts/reliability`.
 
 pub mod bench;
 pub mod daemon;
@@ -18,4 +19,5 @@ pub mod http;
 pub mod kernels;
 pub mod procs;
 pub mod redis;
+pub mod reliability;
 pub mod toolkits;

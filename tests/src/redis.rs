@@ -2,10 +2,10 @@
 //!
 //! - [`RedisServer`]: a private `redis-server` on a Unix socket in a temporary directory (no TCP:
 //!   `--port 0`), which a test can stop and restart on the same socket.
-//! - [`RedisCluster`]: a Redis Cluster of N masters on loopback ports, created with
-//!   `redis-cli --cluster create`.
+//! - [`RedisCluster`]: a Redis Cluster of N masters (and optionally their replicas) on loopback
+//!   ports, created with `redis-cli --cluster create`; a node can be killed to force a failover.
 //! - [`CacheServer`]: a `kiln-cache` process with its own tokens, config, gRPC and metrics ports,
-//!   stopped with SIGTERM and checked to exit 0.
+//!   stopped with SIGTERM and checked to exit 0, or killed and restarted on the same ports.
 //!
 //! A missing `redis-server` fails the test with what to run; nothing is ever skipped.
 
@@ -133,7 +133,7 @@ impl Drop for RedisServer {
     }
 }
 
-/// A Redis Cluster of masters only, on loopback.
+/// A Redis Cluster on loopback: masters only, or masters with replicas.
 #[derive(Debug)]
 pub struct RedisCluster {
     nodes: Vec<Child>,
@@ -142,11 +142,19 @@ pub struct RedisCluster {
 }
 
 impl RedisCluster {
+    /// A cluster of `masters` masters and no replicas.
     pub fn start(masters: usize) -> RedisCluster {
+        RedisCluster::start_with_replicas(masters, 0)
+    }
+
+    /// A cluster of `masters` masters, each with `replicas` replicas, every replica in sync
+    /// before this returns (a master killed right after start-up can then fail over).
+    pub fn start_with_replicas(masters: usize, replicas: usize) -> RedisCluster {
         let dir = tempfile::tempdir().expect("tempdir");
+        let total = masters * (1 + replicas);
         // A node also listens on port + 10000 for the cluster bus.
         let mut ports = Vec::new();
-        while ports.len() < masters {
+        while ports.len() < total {
             let p = free_port();
             if p < 55_000 && TcpListener::bind(("127.0.0.1", p + 10_000)).is_ok() && !ports.contains(&p) {
                 ports.push(p);
@@ -174,17 +182,56 @@ impl RedisCluster {
         let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
         let mut args = vec!["--cluster", "create"];
         args.extend(addrs.iter().map(String::as_str));
-        args.extend(["--cluster-replicas", "0", "--cluster-yes"]);
+        let replicas = replicas.to_string();
+        args.extend(["--cluster-replicas", replicas.as_str(), "--cluster-yes"]);
         cli(&args);
         let deadline = Instant::now() + Duration::from_secs(30);
-        while !ports.iter().all(|p| {
-            let info = cli(&["-p", &p.to_string(), "CLUSTER", "INFO"]);
-            String::from_utf8_lossy(&info).contains("cluster_state:ok")
-        }) {
+        let ready = |p: &u16| {
+            let state = cluster.cli_on(*p, &["CLUSTER", "INFO"]);
+            let role = String::from_utf8_lossy(&cluster.cli_on(*p, &["INFO", "replication"])).into_owned();
+            String::from_utf8_lossy(&state).contains("cluster_state:ok")
+                && (role.contains("role:master") || role.contains("master_link_status:up"))
+        };
+        while !ports.iter().all(ready) {
             assert!(Instant::now() < deadline, "the cluster did not reach state ok within 30 s");
             std::thread::sleep(Duration::from_millis(100));
         }
         cluster
+    }
+
+    /// `redis-cli -p PORT --raw ARGS...` against one node, without following redirects.
+    pub fn cli_on(&self, port: u16, args: &[&str]) -> Vec<u8> {
+        let port = port.to_string();
+        let mut all = vec!["-p", port.as_str(), "--raw"];
+        all.extend_from_slice(args);
+        cli(&all)
+    }
+
+    /// The ports of the nodes that `port` sees as masters that serve slots and are not failed.
+    pub fn masters_seen_by(&self, port: u16) -> Vec<u16> {
+        let nodes = String::from_utf8_lossy(&self.cli_on(port, &["CLUSTER", "NODES"])).into_owned();
+        nodes
+            .lines()
+            .filter_map(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                let flags = *fields.get(2)?;
+                let serves_slots = fields.len() > 8;
+                let master = flags.split(',').any(|f| f == "master") && !flags.contains("fail");
+                let port = fields.get(1)?.split('@').next()?.rsplit(':').next()?.parse().ok()?;
+                (master && serves_slots).then_some(port)
+            })
+            .collect()
+    }
+
+    /// Whether the node on `port` reports `cluster_state:ok`.
+    pub fn state_ok_on(&self, port: u16) -> bool {
+        String::from_utf8_lossy(&self.cli_on(port, &["CLUSTER", "INFO"])).contains("cluster_state:ok")
+    }
+
+    /// SIGKILL to the node on `port`: an outage with no failover handshake of its own.
+    pub fn kill9(&mut self, port: u16) {
+        let i = self.ports.iter().position(|p| *p == port).expect("a node of this cluster");
+        kill_and_wait(&mut self.nodes[i]);
     }
 
     /// Seed node URLs for `--redis`.
@@ -255,6 +302,8 @@ pub struct CacheServer {
     pub addr: SocketAddr,
     pub metrics: SocketAddr,
     tls: bool,
+    /// Kept to start the server again on the same ports ([`CacheServer::restart`]).
+    options: CacheOptions,
     _dir: tempfile::TempDir,
 }
 
@@ -262,27 +311,58 @@ impl CacheServer {
     /// Starts a kiln-cache and waits until it accepts connections and serves `/metrics`.
     pub fn start(options: CacheOptions) -> CacheServer {
         let dir = tempfile::tempdir().expect("tempdir");
-        let (child, addr, metrics) = Self::spawn(&options, &dir, Stdio::inherit());
-        let mut server = CacheServer { child: Some(child), addr, metrics, tls: options.tls.is_some(), _dir: dir };
+        let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+        let metrics: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+        let child = Self::spawn(&options, &dir, Stdio::inherit(), addr, metrics);
+        let tls = options.tls.is_some();
+        let mut server = CacheServer { child: Some(child), addr, metrics, tls, options, _dir: dir };
+        server.wait_ready();
+        server
+    }
+
+    fn wait_ready(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
-            assert!(server.alive(), "kiln-cache exited during start-up");
-            if TcpStream::connect(addr).is_ok() && crate::http::get(metrics, "/metrics").is_ok() {
-                return server;
+            assert!(self.alive(), "kiln-cache exited during start-up");
+            if TcpStream::connect(self.addr).is_ok() && crate::http::get(self.metrics, "/metrics").is_ok() {
+                return;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
         panic!("kiln-cache did not answer within 30 s");
     }
 
-    /// Spawns a kiln-cache with `options`, its files in `dir`; returns it and its addresses.
-    fn spawn(options: &CacheOptions, dir: &tempfile::TempDir, stderr: Stdio) -> (Child, SocketAddr, SocketAddr) {
+    /// SIGKILL, as a crashed or preempted server dies: no drain, no goodbye to its clients.
+    pub fn kill9(&mut self) {
+        let mut child = self.child.take().expect("kiln-cache is running");
+        kill_and_wait(&mut child);
+    }
+
+    /// Starts the server again (after [`CacheServer::kill9`]) on the same ports with the same
+    /// options, so its clients reconnect to the address they already have.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "kiln-cache is already running");
+        self.child = Some(Self::spawn(&self.options, &self._dir, Stdio::inherit(), self.addr, self.metrics));
+        self.wait_ready();
+    }
+
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Spawns a kiln-cache with `options`, its files in `dir`, on `addr` and `metrics`.
+    fn spawn(
+        options: &CacheOptions,
+        dir: &tempfile::TempDir,
+        stderr: Stdio,
+        addr: SocketAddr,
+        metrics: SocketAddr,
+    ) -> Child {
         let tokens = dir.path().join("tokens");
         std::fs::write(&tokens, options.tokens.join("\n")).expect("write tokens");
         let config = dir.path().join("kiln-cache.toml");
         std::fs::write(&config, &options.config).expect("write config");
-        let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
-        let metrics: SocketAddr = ([127, 0, 0, 1], free_port()).into();
         let mut cmd = Command::new(env::binary("kiln-cache"));
         cmd.arg("--listen")
             .arg(addr.to_string())
@@ -308,7 +388,7 @@ impl CacheServer {
         if let Some((cert, key)) = &options.tls {
             cmd.arg("--tls-cert").arg(cert).arg("--tls-key").arg(key);
         }
-        (cmd.spawn().expect("spawn kiln-cache"), addr, metrics)
+        cmd.spawn().expect("spawn kiln-cache")
     }
 
     /// `http://127.0.0.1:PORT` (or `https://localhost:PORT` with TLS, matching the test cert).
@@ -361,7 +441,8 @@ impl CacheServer {
 /// Runs `kiln-cache` with `options` expecting it to refuse to start; returns its stderr.
 pub fn cache_server_refuses(options: CacheOptions) -> String {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (child, _, _) = CacheServer::spawn(&options, &dir, Stdio::piped());
+    let (addr, metrics) = (([127, 0, 0, 1], free_port()).into(), ([127, 0, 0, 1], free_port()).into());
+    let child = CacheServer::spawn(&options, &dir, Stdio::piped(), addr, metrics);
     let out = child.wait_with_output().expect("wait for kiln-cache");
     assert!(!out.status.success(), "kiln-cache started; it should have refused");
     String::from_utf8_lossy(&out.stderr).into_owned()

@@ -46,16 +46,22 @@ impl Fleet {
     /// A kilnd "host" of this fleet: its remote tier is the fleet's kiln-cache, with a
     /// read-write token; `config` adds lines to its config file.
     pub fn kilnd_options(&self, concurrency: usize, config: &str) -> KilndOptions {
-        KilndOptions {
-            config: config.to_string(),
-            env: vec![("KILN_REMOTE".into(), self.cache.uri()), ("KILN_REMOTE_TOKEN".into(), WRITE_TOKEN.into())],
-            ..KilndOptions::new(concurrency)
-        }
+        host_options(&self.cache.uri(), concurrency, config)
     }
 
     /// A plain kiln-cache client with its own connection.
     pub fn client(&self) -> Result<RemoteCache> {
         RemoteCache::connect(&self.cache.uri(), WRITE_TOKEN).context("kiln-cache client")
+    }
+}
+
+/// A kilnd "host" whose remote tier is the kiln-cache at `uri`, with a read-write token;
+/// `config` adds lines to its config file.
+pub fn host_options(uri: &str, concurrency: usize, config: &str) -> KilndOptions {
+    KilndOptions {
+        config: config.to_string(),
+        env: vec![("KILN_REMOTE".into(), uri.into()), ("KILN_REMOTE_TOKEN".into(), WRITE_TOKEN.into())],
+        ..KilndOptions::new(concurrency)
     }
 }
 

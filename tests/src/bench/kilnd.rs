@@ -127,6 +127,19 @@ impl Kilnd {
             .sum())
     }
 
+    /// The process id, while it runs: for its memory in /proc.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// SIGKILL, as a crashed or preempted host dies: no drain, no flush of anything.
+    pub fn kill9(mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
     /// SIGTERM, then waits for a clean exit, as a service manager would stop it.
     pub async fn stop(mut self) -> Result<()> {
         let Some(mut child) = self.child.take() else { return Ok(()) };

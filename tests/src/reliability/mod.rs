@@ -1,0 +1,139 @@
+//! The reliability harness behind `scripts/reliability` (`kiln-reliability`): load and chaos
+//! scenarios against the real binaries, each reported as figures with its pass/fail condition
+//! beside them, written as the `## Reliability` section of BENCHMARKS.md.
+//!
+//! Like the benchmarks, these are not tests of the suite: they take minutes and load the whole
+//! machine. Unlike the benchmarks, every scenario states a condition and asserts it, and a run
+//! with a failed condition exits non-zero after writing its figures.
+//!
+//! One module per scenario, in the order of the report:
+//! 1. [`kilnd_clients`]: 1,000 concurrent clients on one kilnd, warm and with compiles.
+//! 2. [`cache_clients`]: 1,000 concurrent clients on one kiln-cache over Redis.
+//! 3. [`soak`]: minutes of mixed load on a kilnd with the fleet on; memory must stay flat.
+//! 4. [`kill_disk`]: kilnd killed mid-write many times; no corrupt entry may ever be served.
+//! 5. [`cache_kill`]: kiln-cache killed and restarted under a fleet herd.
+//! 6. [`cluster_failover`]: a Redis Cluster master killed under a fleet herd; replicas fail over.
+//! 7. [`redis_flush`]: Redis restarted empty; the fleet recompiles each kernel once.
+//!
+//! Shared pieces: [`graphs`] (the kernels and their reference bytes), [`herd`] (fleet hosts and
+//! a herd on one graph), [`load`] (many clients, latencies and errors), [`rss`] (memory from
+//! /proc), [`report`] (the section and its place in BENCHMARKS.md). Processes are started with
+//! the benchmark harness's helpers ([`crate::bench`], [`crate::redis`]).
+
+pub mod cache_clients;
+pub mod cache_kill;
+pub mod cluster_failover;
+pub mod graphs;
+pub mod herd;
+pub mod kill_disk;
+pub mod kilnd_clients;
+pub mod load;
+pub mod redis_flush;
+pub mod report;
+pub mod rss;
+pub mod soak;
+
+use crate::bench::Bench;
+use anyhow::{Result, anyhow};
+use report::Outcome;
+use std::path::Path;
+use std::time::Duration;
+
+/// How much load and chaos. The defaults keep a whole run under 20 minutes on two cores.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// A development run: fewer clients, kills and a short soak; not figures to publish.
+    pub quick: bool,
+    /// Concurrent clients of scenarios 1 and 2.
+    pub clients: usize,
+    /// Calls each of those clients makes.
+    pub calls_per_client: usize,
+    /// How long the soak runs.
+    pub soak: Duration,
+    /// How often the soak samples kilnd's memory.
+    pub soak_sample: Duration,
+    /// kill -9 rounds of scenario 4.
+    pub kills: usize,
+}
+
+impl Options {
+    pub fn new(quick: bool) -> Options {
+        match quick {
+            false => Options {
+                quick,
+                clients: 1000,
+                calls_per_client: 20,
+                soak: Duration::from_secs(600),
+                soak_sample: Duration::from_secs(10),
+                kills: 100,
+            },
+            true => Options {
+                quick,
+                clients: 200,
+                calls_per_client: 5,
+                soak: Duration::from_secs(60),
+                soak_sample: Duration::from_secs(10),
+                kills: 10,
+            },
+        }
+    }
+}
+
+/// Where things are (the benchmark harness's [`Bench`]: binaries, CUDA root, scratch space)
+/// and how much to do.
+#[derive(Debug)]
+pub struct Run {
+    pub bench: Bench,
+    pub options: Options,
+}
+
+impl Run {
+    pub fn new(work: &Path, options: Options) -> Result<Run> {
+        Ok(Run { bench: Bench::new(work, crate::bench::Options::default())?, options })
+    }
+}
+
+/// The scenarios, numbered as in the report.
+pub const SCENARIOS: [&str; 7] = [
+    kilnd_clients::TITLE,
+    cache_clients::TITLE,
+    soak::TITLE,
+    kill_disk::TITLE,
+    cache_kill::TITLE,
+    cluster_failover::TITLE,
+    redis_flush::TITLE,
+];
+
+/// How long scenario `n` (1-based) may run before it is stopped and counted as failed: every
+/// scenario is bounded, so a hang is a finding, not a stuck run.
+pub fn bound(n: usize, options: &Options) -> Duration {
+    let secs = match n {
+        1 => 300,
+        2 => 180,
+        3 => options.soak.as_secs() + 120,
+        4 => 60 + 4 * options.kills as u64,
+        _ => 180,
+    };
+    Duration::from_secs(secs)
+}
+
+/// Runs scenario `n` (1-based) into `out`.
+pub async fn scenario(n: usize, run: &Run, out: &mut Outcome) -> Result<()> {
+    match n {
+        1 => kilnd_clients::run(run, out).await,
+        2 => cache_clients::run(run, out).await,
+        3 => soak::run(run, out).await,
+        4 => kill_disk::run(run, out).await,
+        5 => cache_kill::run(run, out).await,
+        6 => cluster_failover::run(run, out).await,
+        7 => redis_flush::run(run, out).await,
+        _ => Err(anyhow!("there is no scenario {n}")),
+    }
+}
+
+/// Runs blocking harness work (process start-up, `redis-cli`) off the async threads; a panic of
+/// the test harness there (which panics with what to install or what did not start) becomes an
+/// error of the scenario.
+pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| anyhow!("{}", crate::bench::fleet::panic_text(e)))
+}
