@@ -6,13 +6,12 @@
 
 use futures_util::Stream;
 use kiln_proto::CacheKey;
+use kiln_proto::auth::Bearer;
 use kiln_proto::pb::artifact_cache_client::ArtifactCacheClient;
 use kiln_proto::pb::{self, NegativeEntry, cache_get_response, cache_put_request, publish_event};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tonic::metadata::{Ascii, MetadataValue};
-use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::{Code, Request, Status};
@@ -110,19 +109,6 @@ impl Default for ClientOptions {
     }
 }
 
-/// Puts `authorization: Bearer <token>` on every request.
-#[derive(Debug, Clone)]
-struct Bearer(Option<MetadataValue<Ascii>>);
-
-impl Interceptor for Bearer {
-    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
-        if let Some(v) = &self.0 {
-            request.metadata_mut().insert("authorization", v.clone());
-        }
-        Ok(request)
-    }
-}
-
 /// A kiln-cache client. Cloning is cheap and clones share the connection.
 #[derive(Debug, Clone)]
 pub struct RemoteCache {
@@ -170,11 +156,8 @@ impl RemoteCache {
                 .tls_config(config)
                 .map_err(|e| ClientError::Tls { uri: uri.to_owned(), reason: e.to_string() })?;
         }
-        let bearer = match token {
-            "" => None,
-            t => Some(format!("Bearer {t}").parse().map_err(|_| ClientError::InvalidToken)?),
-        };
-        let inner = ArtifactCacheClient::with_interceptor(endpoint.connect_lazy(), Bearer(bearer))
+        let bearer = Bearer::new(token).map_err(|_| ClientError::InvalidToken)?;
+        let inner = ArtifactCacheClient::with_interceptor(endpoint.connect_lazy(), bearer)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         Ok(RemoteCache { inner, timeout: options.request_timeout })

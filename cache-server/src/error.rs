@@ -3,6 +3,7 @@
 //! Every handler returns [`Error`]; [`From<Error> for Status`] is the only place a gRPC code is
 //! chosen, so the same failure always reads the same way to clients.
 
+use crate::auth::AuthError;
 use kiln_proto::envelope::IntegrityError;
 use tonic::{Code, Status};
 
@@ -25,12 +26,9 @@ pub enum Error {
     OutOfRange { field: &'static str, value: u64, min: u64, max: u64 },
     #[error("holder: expected 16 to 128 characters of [A-Za-z0-9_-]")]
     BadHolder,
-    #[error("missing or malformed `authorization: Bearer <token>` metadata")]
-    NoToken,
-    #[error("the bearer token is not valid for this server")]
-    WrongToken,
-    #[error("{op} needs a read-write token; this one is read-only")]
-    ReadOnly { op: &'static str },
+    /// No token, a wrong one, or a read-only token on a write.
+    #[error(transparent)]
+    Auth(#[from] AuthError),
     /// A command to Redis failed. Redis being down is the usual cause.
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
@@ -53,8 +51,7 @@ impl Error {
             | Error::TooMany { .. }
             | Error::OutOfRange { .. }
             | Error::BadHolder => Code::InvalidArgument,
-            Error::NoToken | Error::WrongToken => Code::Unauthenticated,
-            Error::ReadOnly { .. } => Code::PermissionDenied,
+            Error::Auth(e) => e.code(),
             Error::Redis(e) | Error::Announce(e) if is_out_of_memory(e) => Code::ResourceExhausted,
             Error::Redis(_) | Error::Announce(_) | Error::PubSubDown => Code::Unavailable,
         }
@@ -110,8 +107,8 @@ mod tests {
     #[test]
     fn codes_follow_the_proto() {
         assert_eq!(Error::BadKey { field: "keys[2]".into() }.code(), Code::InvalidArgument);
-        assert_eq!(Error::NoToken.code(), Code::Unauthenticated);
-        assert_eq!(Error::ReadOnly { op: "Put" }.code(), Code::PermissionDenied);
+        assert_eq!(Error::from(AuthError::NoToken).code(), Code::Unauthenticated);
+        assert_eq!(Error::from(AuthError::ReadOnly { op: "Put".into() }).code(), Code::PermissionDenied);
         let io = redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
         let e = Error::Redis(io);
         assert!(e.is_connection() && e.is_redis());

@@ -111,7 +111,7 @@ impl CacheService {
     {
         let outcome = match self.tokens.check(request.metadata(), op.name(), op.needs()) {
             Ok(()) => handler(request.into_inner()).await,
-            Err(e) => Err(e),
+            Err(e) => Err(e.into()),
         };
         match &outcome {
             Err(e) => observe(&self.metrics, e),

@@ -10,7 +10,9 @@ use std::path::PathBuf;
 #[derive(Debug, Parser)]
 #[command(name = "kiln", version, propagate_version = true)]
 pub struct Cli {
-    /// The daemon: unix:///path/to/kilnd.sock or http://host:port.
+    /// The daemon: unix:///path/to/kilnd.sock, http://host:port or https://host:port. For a
+    /// kilnd TCP listener with tokens, KILN_TOKEN_FILE names the file holding the token, and
+    /// KILN_CA_FILE a CA (PEM) to trust besides the system's.
     #[arg(long, global = true, env = kiln_proto::paths::DAEMON_ENV, value_name = "URI",
           default_value_t = kiln_proto::paths::default_daemon_uri())]
     pub daemon: String,

@@ -3,17 +3,23 @@
 use crate::error::ClientError;
 use crate::events::EventStream;
 use hyper_util::rt::TokioIo;
+use kiln_proto::auth::Bearer;
 use kiln_proto::pb;
 use kiln_proto::pb::compiler_client::CompilerClient;
 use kiln_proto::pb::snapshots_client::SnapshotsClient;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Uri};
 
 pub use kiln_proto::MAX_MESSAGE_BYTES;
 
 /// How long a TCP connect may take. A Unix socket connects or fails at once.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The connection every call goes through: the channel, with the bearer token (if any) put on
+/// each request. The Unix socket needs no token, and then none is sent.
+pub type Transport = InterceptedService<Channel, Bearer>;
 
 /// A connected kilnd client.
 ///
@@ -21,18 +27,76 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// the methods take `&self` and one `Client` can serve concurrent calls.
 #[derive(Debug, Clone)]
 pub struct Client {
-    inner: CompilerClient<Channel>,
-    channel: Channel,
+    inner: CompilerClient<Transport>,
+    channel: Transport,
     uri: String,
 }
 
-/// Connects to kilnd at `uri`: `unix:///path/to/kilnd.sock` or `http://host:port`.
+/// What a client of kilnd's TCP listener may need: a bearer token, and a CA to trust for
+/// `https://` besides the system's. Its `Debug` never prints the token.
+#[derive(Clone, Default)]
+pub struct ConnectOptions {
+    /// Sent as `authorization: Bearer <token>` on every call; empty sends none.
+    pub token: String,
+    /// Extra CA certificate (PEM) for a kilnd whose certificate a private CA signed.
+    pub ca_pem: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for ConnectOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectOptions")
+            .field("token", &if self.token.is_empty() { "" } else { "<redacted>" })
+            .field("ca_pem", &self.ca_pem.as_ref().map(Vec::len))
+            .finish()
+    }
+}
+
+/// The variable naming the token file every client reads, as `KILN_DAEMON` names the daemon.
+pub const TOKEN_FILE_ENV: &str = "KILN_TOKEN_FILE";
+/// The variable naming a CA file (PEM) to trust for `https://` besides the system's roots.
+pub const CA_FILE_ENV: &str = "KILN_CA_FILE";
+
+impl ConnectOptions {
+    /// The files `KILN_TOKEN_FILE` and `KILN_CA_FILE` name (unset or empty: none), as the `kiln`
+    /// CLI and the Python client read them.
+    pub fn from_env() -> Result<Self, ClientError> {
+        let path = |var| std::env::var_os(var).filter(|v| !v.is_empty()).map(PathBuf::from);
+        Self::from_files(path(TOKEN_FILE_ENV).as_deref(), path(CA_FILE_ENV).as_deref())
+    }
+
+    /// Reads the token (surrounding whitespace trimmed) and the CA from their files.
+    pub fn from_files(token_file: Option<&Path>, ca_file: Option<&Path>) -> Result<Self, ClientError> {
+        let read = |path: &Path| {
+            std::fs::read(path).map_err(|e| ClientError::Credentials { path: path.to_owned(), reason: e.to_string() })
+        };
+        let token = match token_file {
+            Some(path) => String::from_utf8(read(path)?)
+                .map_err(|_| ClientError::Credentials { path: path.to_owned(), reason: "not UTF-8".into() })?
+                .trim()
+                .to_owned(),
+            None => String::new(),
+        };
+        let ca_pem = ca_file.map(read).transpose()?;
+        Ok(ConnectOptions { token, ca_pem })
+    }
+}
+
+/// Connects to kilnd at `uri`: `unix:///path/to/kilnd.sock`, `http://host:port` or
+/// `https://host:port`, with the token and CA that `KILN_TOKEN_FILE` and `KILN_CA_FILE` name
+/// ([`ConnectOptions::from_env`]). See [`connect_with`].
+pub async fn connect(uri: &str) -> Result<Client, ClientError> {
+    connect_with(uri, &ConnectOptions::from_env()?).await
+}
+
+/// Connects to kilnd at `uri` with `options` (a token and a CA for its TCP listener).
 ///
 /// The connection is made eagerly, so a daemon that is not running is reported here, with a
-/// message that says how to point the client elsewhere, rather than on the first call.
-pub async fn connect(uri: &str) -> Result<Client, ClientError> {
+/// message that says how to point the client elsewhere, rather than on the first call. A wrong
+/// token is reported by the first call, as UNAUTHENTICATED.
+pub async fn connect_with(uri: &str, options: &ConnectOptions) -> Result<Client, ClientError> {
     let unreachable =
         |err: tonic::transport::Error| ClientError::Unreachable { uri: uri.to_owned(), cause: root_cause(&err) };
+    let bearer = Bearer::new(&options.token).map_err(|_| ClientError::InvalidToken)?;
     let channel = match parse_uri(uri)? {
         DaemonAddr::Unix(path) => {
             // tonic needs an http URI even when the connector ignores it; this one is never dialled.
@@ -47,7 +111,18 @@ pub async fn connect(uri: &str) -> Result<Client, ClientError> {
             endpoint.connect_with_connector(connector).await.map_err(unreachable)?
         }
         DaemonAddr::Http(endpoint) => endpoint.connect_timeout(CONNECT_TIMEOUT).connect().await.map_err(unreachable)?,
+        DaemonAddr::Https(endpoint) => {
+            let mut tls = ClientTlsConfig::new().with_native_roots();
+            if let Some(pem) = &options.ca_pem {
+                tls = tls.ca_certificate(Certificate::from_pem(pem));
+            }
+            let endpoint = endpoint
+                .tls_config(tls)
+                .map_err(|e| ClientError::InvalidUri { uri: uri.to_owned(), reason: root_cause(&e) })?;
+            endpoint.connect_timeout(CONNECT_TIMEOUT).connect().await.map_err(unreachable)?
+        }
     };
+    let channel = InterceptedService::new(channel, bearer);
     let inner = CompilerClient::new(channel.clone())
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
@@ -57,7 +132,7 @@ pub async fn connect(uri: &str) -> Result<Client, ClientError> {
 impl Client {
     /// The underlying connection, for the other services kilnd serves on it (gRPC health,
     /// reflection).
-    pub fn channel(&self) -> Channel {
+    pub fn channel(&self) -> Transport {
         self.channel.clone()
     }
 
@@ -67,13 +142,13 @@ impl Client {
     }
 
     /// The generated tonic client, for calls this wrapper does not cover.
-    pub fn grpc(&self) -> CompilerClient<Channel> {
+    pub fn grpc(&self) -> CompilerClient<Transport> {
         self.inner.clone()
     }
 
     /// The generated client of `kiln.v1.Snapshots` on this connection, with the same raised
     /// message limits: a `PutFiles` batch or a `GetFiles` message carries whole files.
-    pub fn snapshots(&self) -> SnapshotsClient<Channel> {
+    pub fn snapshots(&self) -> SnapshotsClient<Transport> {
         SnapshotsClient::new(self.channel.clone())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES)
@@ -127,6 +202,7 @@ enum DaemonAddr {
     Unix(PathBuf),
     /// Boxed: an `Endpoint` is large next to a path.
     Http(Box<Endpoint>),
+    Https(Box<Endpoint>),
 }
 
 fn parse_uri(uri: &str) -> Result<DaemonAddr, ClientError> {
@@ -137,12 +213,9 @@ fn parse_uri(uri: &str) -> Result<DaemonAddr, ClientError> {
         }
         return Ok(DaemonAddr::Unix(PathBuf::from(path)));
     }
-    if uri.starts_with("http://") {
-        let endpoint = Endpoint::from_shared(uri.to_owned()).map_err(|e| invalid(&root_cause(&e)))?;
-        return Ok(DaemonAddr::Http(Box::new(endpoint)));
-    }
-    if uri.starts_with("https://") {
-        return Err(invalid("TLS to kilnd is not supported; kilnd listens on plain http"));
+    if uri.starts_with("http://") || uri.starts_with("https://") {
+        let endpoint = Box::new(Endpoint::from_shared(uri.to_owned()).map_err(|e| invalid(&root_cause(&e)))?);
+        return Ok(if uri.starts_with("https://") { DaemonAddr::Https(endpoint) } else { DaemonAddr::Http(endpoint) });
     }
     Err(invalid("unknown scheme"))
 }
@@ -169,13 +242,27 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(matches!(parse_uri("http://127.0.0.1:7070").unwrap(), DaemonAddr::Http(_)));
+        assert!(matches!(parse_uri("https://kilnd.example:7070").unwrap(), DaemonAddr::Https(_)));
     }
 
     #[test]
     fn rejects_other_uris() {
-        for uri in ["unix://", "https://host:1", "tcp://host:1", "/run/kiln/kilnd.sock", ""] {
+        for uri in ["unix://", "tcp://host:1", "/run/kiln/kilnd.sock", ""] {
             assert!(matches!(parse_uri(uri), Err(ClientError::InvalidUri { .. })), "{uri}");
         }
+    }
+
+    #[test]
+    fn credentials_come_from_files_and_never_show_in_debug() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        std::fs::write(&token, "  kilnd-token-0123456789\n").unwrap();
+        let options = ConnectOptions::from_files(Some(&token), None).unwrap();
+        assert_eq!(options.token, "kilnd-token-0123456789");
+        assert!(!format!("{options:?}").contains("kilnd-token"));
+        let absent = dir.path().join("absent");
+        let err = ConnectOptions::from_files(None, Some(&absent)).unwrap_err();
+        assert!(err.to_string().contains(&absent.display().to_string()), "{err}");
     }
 
     #[tokio::test]

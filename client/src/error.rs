@@ -7,9 +7,17 @@ use tonic::Code;
 /// Every way a call to kilnd can fail.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ClientError {
-    /// The daemon URI is neither `unix:///path` nor `http://host:port`.
-    #[error("invalid daemon URI `{uri}`: {reason} (expected unix:///path or http://host:port)")]
+    /// The daemon URI is neither `unix:///path` nor `http(s)://host:port`.
+    #[error("invalid daemon URI `{uri}`: {reason} (expected unix:///path, http://host:port or https://host:port)")]
     InvalidUri { uri: String, reason: String },
+
+    /// A token or CA file could not be read.
+    #[error("reading {path}: {reason}", path = path.display())]
+    Credentials { path: std::path::PathBuf, reason: String },
+
+    /// The token holds characters that cannot travel in gRPC metadata.
+    #[error("the kilnd token holds characters that cannot travel in gRPC metadata")]
+    InvalidToken,
 
     /// Nothing answered at the URI. The message tells the user how to point the client
     /// elsewhere, because the usual cause is a daemon that is not running or a wrong socket.

@@ -1,8 +1,9 @@
 //! kiln-client: a typed async client for kilnd, the per-host compile daemon, and the pieces of
 //! the `kiln` command line that other Rust code may want too.
 //!
-//! - [`connect`] and [`Client`]: one connection to kilnd over `unix:///path` or `http://host:port`,
-//!   with the message-size limits raised so large cubins fit.
+//! - [`connect`] and [`Client`]: one connection to kilnd over `unix:///path`, `http://host:port`
+//!   or `https://host:port` ([`connect_with`] a token and a CA), with the message-size limits
+//!   raised so large cubins fit.
 //! - [`EventStream`] and [`CompletedJob`]: the named stream of `JobEvent`s that `Compile`, `Lookup`
 //!   and `Watch` answer with, and its collected form.
 //! - [`ClientError`]: every way a call can fail, keeping the gRPC code and message.
@@ -21,7 +22,9 @@ pub mod graph;
 pub mod includes;
 pub mod snapshot;
 
-pub use client::{Client, MAX_MESSAGE_BYTES, connect};
+pub use client::{
+    CA_FILE_ENV, Client, ConnectOptions, MAX_MESSAGE_BYTES, TOKEN_FILE_ENV, Transport, connect, connect_with,
+};
 pub use error::{ClientError, code_name};
 pub use events::{CompletedJob, EventStream};
 pub use kiln_proto::pb;

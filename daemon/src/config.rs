@@ -20,13 +20,18 @@ pub struct Flags {
     /// Unix socket to listen on (created 0660).
     #[arg(long, env = "KILN_SOCKET")]
     pub socket: Option<PathBuf>,
-    /// Optional TCP address, e.g. 127.0.0.1:7070. Loopback only, unless --listen-insecure.
+    /// Optional TCP address, e.g. 127.0.0.1:7070. A non-loopback address needs --tokens and TLS.
     #[arg(long, env = "KILN_LISTEN")]
     pub listen: Option<SocketAddr>,
-    /// Serve --listen on a non-loopback address although the TCP listener has no authentication:
-    /// anyone who reaches it can have code run in kilnd's Triton workers.
-    #[arg(long, env = "KILN_LISTEN_INSECURE")]
-    pub listen_insecure: bool,
+    /// Tokens file for --listen: one `read:TOKEN` or `write:TOKEN` per line.
+    #[arg(long, env = "KILN_TOKENS")]
+    pub tokens: Option<PathBuf>,
+    /// TLS certificate chain (PEM) for --listen. With --tls-key, TCP is served over TLS.
+    #[arg(long, env = "KILN_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM) for --listen.
+    #[arg(long, env = "KILN_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
     /// Cache directory for the disk tier.
     #[arg(long, env = "KILN_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,
@@ -82,6 +87,10 @@ pub enum Command {
 pub struct FileConfig {
     pub socket: Option<PathBuf>,
     pub listen: Option<SocketAddr>,
+    /// Tokens for `listen`: one `read:TOKEN` or `write:TOKEN` per line.
+    pub tokens_file: Option<PathBuf>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
     pub cache_dir: Option<PathBuf>,
     pub target: Option<String>,
     pub metrics: Option<SocketAddr>,
@@ -154,8 +163,10 @@ pub struct Limits {
 pub struct Config {
     pub socket: PathBuf,
     pub listen: Option<SocketAddr>,
-    /// `--listen` may name a non-loopback address.
-    pub listen_insecure: bool,
+    /// Tokens file for `listen`, read at start-up ([`crate::listen`]).
+    pub tokens_file: Option<PathBuf>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
     pub cache_dir: PathBuf,
     pub target: Option<String>,
     pub metrics: Option<SocketAddr>,
@@ -233,19 +244,6 @@ impl Defaults {
 const MIB: u64 = 1024 * 1024;
 
 impl Config {
-    /// Refuses a TCP listener other hosts could reach, unless asked for by name: the listener
-    /// has no authentication, and a Triton kernel is code that runs in kilnd's workers.
-    pub fn check_listen(&self) -> anyhow::Result<()> {
-        match self.listen {
-            Some(addr) if !addr.ip().is_loopback() && !self.listen_insecure => anyhow::bail!(
-                "--listen {addr}: kilnd's TCP listener has no authentication, and anyone who reaches it can have \
-                 code run in kilnd's Triton workers; listen on a loopback address (and reach it through a tunnel), \
-                 use the Unix socket, or pass --listen-insecure (KILN_LISTEN_INSECURE=1) to accept that"
-            ),
-            _ => Ok(()),
-        }
-    }
-
     /// Flags (which already carry their environment variables) over the file over the defaults.
     pub fn merge(flags: &Flags, file: &FileConfig, defaults: &Defaults) -> Self {
         let limits = Limits {
@@ -263,7 +261,9 @@ impl Config {
         Config {
             socket: flags.socket.clone().or_else(|| file.socket.clone()).unwrap_or_else(|| defaults.socket.clone()),
             listen: flags.listen.or(file.listen),
-            listen_insecure: flags.listen_insecure,
+            tokens_file: flags.tokens.clone().or_else(|| file.tokens_file.clone()),
+            tls_cert: flags.tls_cert.clone().or_else(|| file.tls_cert.clone()),
+            tls_key: flags.tls_key.clone().or_else(|| file.tls_key.clone()),
             cache_dir: flags
                 .cache_dir
                 .clone()

@@ -6,6 +6,8 @@
 //!
 //! - [`config`]: flags, `KILN_*` variables, the TOML file, and the pure merge of the three.
 //! - [`server`]: `run(listeners, config, shutdown)`, the library entry point.
+//! - [`listen`]: what the TCP listener needs (tokens, TLS) for where it listens; [`auth`]: the
+//!   token check on it, and which calls a read-only token may make.
 //! - [`service`]: the `kiln.v1.Compiler` gRPC handlers; [`stats`] builds the Stats answer.
 //! - [`validate`]: request validation; every bad field is INVALID_ARGUMENT naming it.
 //! - [`jobs`]: background jobs and their replayable event streams.
@@ -22,6 +24,7 @@
 //! - [`metrics`]: Prometheus metrics and the `/metrics` endpoint.
 //! - [`check`]: `kilnd check`, the toolchain report `kiln doctor` falls back on.
 
+pub mod auth;
 pub mod blob;
 pub mod check;
 pub mod config;
@@ -30,6 +33,7 @@ pub mod explain;
 pub mod fleet;
 pub mod gpu;
 pub mod jobs;
+pub mod listen;
 pub mod metrics;
 pub mod scheduler;
 pub mod server;

@@ -3,6 +3,7 @@
 use anyhow::Context;
 use clap::Parser;
 use kiln_daemon::config::{Command, Config, Defaults, FileConfig, Flags};
+use kiln_daemon::listen::TcpSecurity;
 use kiln_daemon::server::{self, Listeners};
 use std::path::Path;
 
@@ -28,9 +29,9 @@ fn main() -> anyhow::Result<()> {
     runtime.block_on(async {
         // Every start-up check first (toolchains, GPUs, cache directory, fleet settings): a
         // kilnd that cannot start never leaves a socket that refuses connections.
-        config.check_listen()?;
+        let tcp_security = kiln_daemon::listen::prepare(&config)?;
         let built = server::build(&config).await?;
-        let listeners = bind(&config).await?;
+        let listeners = bind(&config, tcp_security).await?;
         let socket = config.socket.clone();
         let served = server::serve(built, listeners, config, shutdown_signal()).await;
         // Ours to remove: bind_unix refused to start over a live daemon's socket.
@@ -41,13 +42,14 @@ fn main() -> anyhow::Result<()> {
     })
 }
 
-async fn bind(config: &Config) -> anyhow::Result<Listeners> {
+async fn bind(config: &Config, tcp_security: Option<TcpSecurity>) -> anyhow::Result<Listeners> {
     let unix = bind_unix(&config.socket).await?;
-    let tcp = match config.listen {
-        Some(addr) => {
-            Some(tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding --listen {addr}"))?)
-        }
-        None => None,
+    let tcp = match (config.listen, tcp_security) {
+        (Some(addr), Some(security)) => Some((
+            tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding --listen {addr}"))?,
+            security,
+        )),
+        _ => None,
     };
     let metrics = match config.metrics {
         Some(addr) => {

@@ -1,6 +1,7 @@
 //! The daemon's entry point as a library: [`run`] takes bound listeners, the configuration and a
 //! shutdown future, so a test can bind anything and stop the daemon whenever it likes.
 
+use crate::auth::TokenLayer;
 use crate::blob::service::{BlobService, BlobState};
 use crate::config::{Config, read_token};
 use crate::engine::Engine;
@@ -9,6 +10,7 @@ use crate::fleet::Fleet;
 use crate::fleet::tier::RemoteTier;
 use crate::gpu::{self, validator::Validator};
 use crate::jobs::Jobs;
+use crate::listen::TcpSecurity;
 use crate::metrics::Metrics;
 use crate::service::CompilerService;
 use crate::snapshot::service::{SnapshotService, SnapshotState, host_name};
@@ -31,7 +33,8 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug)]
 pub struct Listeners {
     pub unix: UnixListener,
-    pub tcp: Option<TcpListener>,
+    /// `--listen`, with the tokens and TLS [`crate::listen::prepare`] read for it.
+    pub tcp: Option<(TcpListener, TcpSecurity)>,
     pub metrics: Option<TcpListener>,
 }
 
@@ -196,8 +199,7 @@ pub async fn serve(
         saving: tokio::sync::Mutex::new(()),
     };
     tracing::info!(environment = ?snapshots.host, "snapshot keys include this host's facts");
-    let router = tonic::transport::Server::builder()
-        .add_service(health)
+    let routes = tonic::service::Routes::new(health)
         .add_service(reflection)
         .add_service(
             CompilerServer::from_arc(Arc::clone(&service))
@@ -214,13 +216,21 @@ pub async fn serve(
                 .max_decoding_message_size(limit)
                 .max_encoding_message_size(limit),
         );
-    let unix = tokio_stream::wrappers::UnixListenerStream::new(listeners.unix);
+    // Any client's `:authority` is taken on the socket (grpcio sends the socket path): see
+    // kiln_proto::unix.
+    let unix = kiln_proto::unix::Incoming(listeners.unix);
     let stopped = stop.clone().cancelled_owned();
-    let unix_router = router.clone();
+    let unix_router = tonic::transport::Server::builder().add_routes(routes.clone());
     servers.spawn(
         async move { unix_router.serve_with_incoming_shutdown(unix, stopped).await.map_err(anyhow::Error::from) },
     );
-    if let Some(tcp) = listeners.tcp {
+    if let Some((tcp, security)) = listeners.tcp {
+        let mut builder = tonic::transport::Server::builder();
+        if let Some(tls) = security.tls {
+            builder = builder.tls_config(tls).context("TLS for --listen")?;
+        }
+        // The token check runs before routing; without tokens (loopback only) there is none.
+        let router = builder.layer(tower::util::option_layer(security.tokens.map(TokenLayer))).add_routes(routes);
         // TCP_NODELAY: replies are small frames, and Nagle's algorithm against delayed ACKs
         // turns a 2 ms answer into 40 ms.
         let incoming = tonic::transport::server::TcpIncoming::from(tcp).with_nodelay(Some(true));

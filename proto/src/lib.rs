@@ -5,7 +5,11 @@
 //!   the protocol, so it lives here and clients may compute keys too.
 //! - [`target`]: parsing and printing GPU targets such as `sm_90a`.
 //! - [`envelope`]: the self-verifying frame every cached artifact is stored in, in every tier.
+//! - [`auth`]: bearer tokens, read-only or read-write: the servers' check and the clients'
+//!   interceptor.
 //! - [`paths`]: the default socket and cache locations, shared by kilnd and its clients.
+//! - [`unix`]: Unix socket connections that take any client's `:authority` (grpcio sends the
+//!   socket path, which h2 refuses), for kilnd's socket.
 
 /// The largest gRPC message kiln sends or accepts by default, on every channel (kilnd, its
 /// clients, kiln-cache and its client): 256 MiB. tonic's default of 4 MiB is smaller than some
@@ -17,12 +21,14 @@ pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
 /// client cuts them to this, so a failed compile is always announced.
 pub const MAX_NEGATIVE_LOG_BYTES: usize = 1 << 20;
 
+pub mod auth;
 pub mod envelope;
 pub mod key;
 pub mod paths;
 pub mod target;
 
 /// Generated `kiln.v1` code. Re-exported as `pb`, as tonic-health does, so that domain types stay
+pub mod unix;
 /// apart from wire types.
 #[allow(clippy::all, missing_debug_implementations)]
 pub mod pb {

@@ -10,6 +10,7 @@
 //! - [`toolkits`]: CUDA roots for tests: a witness NVRTC, and one with a byte appended.
 //! - [`procs`]: processes from /proc: a daemon's Triton workers, processes by name.
 //! - [`reliability`]: the load and chaos harness behind `scripts/reliability`.
+//! - [`tls`]: a private CA and a `localhost` certificate for the TLS listeners' tests.
 
 pub mod bench;
 pub mod daemon;
@@ -20,4 +21,5 @@ pub mod kernels;
 pub mod procs;
 pub mod redis;
 pub mod reliability;
+pub mod tls;
 pub mod toolkits;

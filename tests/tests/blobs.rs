@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
+use kiln_client::Transport;
 use kiln_proto::pb::{
     self, BlobFile, BlobScope, GetBlobsRequest, LeaseBlobRequest, PutBlobRequest, Tier, blobs_client::BlobsClient,
     lease_blob_event::Kind,
@@ -13,14 +14,13 @@ use kiln_tests::http::sample;
 use kiln_tests::redis::{CacheOptions, CacheServer, RedisServer, WRITE_TOKEN};
 use std::time::{Duration, Instant};
 use tonic::Code;
-use tonic::transport::Channel;
 
 /// No Triton or CUDA compile runs in this file; the daemons still need their toolchains to start.
 fn daemon() -> Daemon {
     Daemon::start(Options::default())
 }
 
-async fn blobs(d: &Daemon) -> BlobsClient<Channel> {
+async fn blobs(d: &Daemon) -> BlobsClient<Transport> {
     BlobsClient::new(d.client().await.channel())
 }
 
@@ -32,19 +32,19 @@ fn files(pairs: &[(&str, &[u8])]) -> Vec<BlobFile> {
     pairs.iter().map(|(n, d)| BlobFile { name: (*n).into(), data: d.to_vec() }).collect()
 }
 
-async fn put(c: &mut BlobsClient<Channel>, ns: &str, key: &[u8], f: Vec<BlobFile>) {
+async fn put(c: &mut BlobsClient<Transport>, ns: &str, key: &[u8], f: Vec<BlobFile>) {
     let req = PutBlobRequest { scope: scope(ns, "3.6.0"), key: key.to_vec(), files: f };
     c.put_blob(req).await.unwrap();
 }
 
-async fn get(c: &mut BlobsClient<Channel>, ns: &str, version: &str, keys: &[&[u8]]) -> Vec<pb::BlobEntry> {
+async fn get(c: &mut BlobsClient<Transport>, ns: &str, version: &str, keys: &[&[u8]]) -> Vec<pb::BlobEntry> {
     let req = GetBlobsRequest { scope: scope(ns, version), keys: keys.iter().map(|k| k.to_vec()).collect() };
     c.get_blobs(req).await.unwrap().into_inner().entries
 }
 
 /// Opens a lease stream and returns it with its first event.
 async fn lease(
-    c: &mut BlobsClient<Channel>,
+    c: &mut BlobsClient<Transport>,
     key: &[u8],
     wait_ms: u32,
     hold_ms: u32,

@@ -515,23 +515,12 @@ async fn starts_while_redis_is_down() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_round_trip() {
-    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-    let leaf_key = KeyPair::generate().unwrap();
-    let leaf = CertificateParams::new(vec!["localhost".to_owned()]).unwrap().signed_by(&leaf_key, &ca).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let (cert, key_file) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
-    std::fs::write(&cert, leaf.pem()).unwrap();
-    std::fs::write(&key_file, leaf_key.serialize_pem()).unwrap();
-
+    let tls = kiln_tests::tls::TestCert::localhost();
     let redis = RedisServer::start();
     let mut options = CacheOptions::new(vec![redis.url()]);
-    options.tls = Some((cert, key_file));
+    options.tls = Some((tls.cert.clone(), tls.key.clone()));
     let cache = CacheServer::start(options);
-    let ca_pem = ca.as_ref().pem().into_bytes();
-    let c = cache.client_with(WRITE_TOKEN, ClientOptions { ca_pem: Some(ca_pem), ..Default::default() });
+    let c = cache.client_with(WRITE_TOKEN, ClientOptions { ca_pem: Some(tls.ca_pem.clone()), ..Default::default() });
     let k = key("tls");
     c.put(&k, envelope_of(&k, 5000)).await.unwrap();
     assert!(matches!(c.get(&k).await.unwrap(), Lookup::Hit(_)));

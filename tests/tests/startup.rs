@@ -19,7 +19,9 @@ fn kilnd_fails_with(cuda_root: &std::path::Path, extra: &[&str], want: &str) {
         .arg(cuda_root)
         .args(["--target", "sm_90"])
         .args(extra)
-        .env_remove("KILN_LISTEN_INSECURE")
+        .env_remove("KILN_TOKENS")
+        .env_remove("KILN_TLS_CERT")
+        .env_remove("KILN_TLS_KEY")
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -89,6 +91,12 @@ async fn serves_over_tcp_too() {
 }
 
 #[test]
-fn a_tcp_listener_other_hosts_could_reach_needs_listen_insecure() {
-    kilnd_fails_with(&env::cuda_root(), &["--listen", "0.0.0.0:0"], "--listen-insecure");
+fn a_tcp_listener_other_hosts_could_reach_needs_tokens_and_tls() {
+    kilnd_fails_with(&env::cuda_root(), &["--listen", "0.0.0.0:0"], "needs tokens");
+    kilnd_fails_with(&env::cuda_root(), &["--listen", "0.0.0.0:0"], "--tokens FILE (KILN_TOKENS");
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "write:a-kilnd-write-token-0123456789\n").unwrap();
+    let with_tokens = ["--listen", "0.0.0.0:0", "--tokens", tokens.to_str().unwrap()];
+    kilnd_fails_with(&env::cuda_root(), &with_tokens, "tokens would cross the network in plain text");
 }

@@ -6,11 +6,11 @@ use super::error::joined;
 use super::stage::Staging;
 use super::upload::DIGESTS_PER_CALL;
 use super::{Observer, SnapshotError};
+use crate::Transport;
 use kiln_proto::pb;
 use kiln_proto::pb::snapshots_client::SnapshotsClient;
 use std::sync::Arc;
 use tokio::sync::mpsc;
-use tonic::transport::Channel;
 
 /// Messages received but not yet written.
 const QUEUE: usize = 2;
@@ -19,7 +19,7 @@ const QUEUE: usize = 2;
 /// directory. What never arrived intact is left for [`Staging::missing_files`] to count.
 /// `present` (files the target already had) rides along for kilnd's restore metrics.
 pub async fn fetch(
-    grpc: &mut SnapshotsClient<Channel>,
+    grpc: &mut SnapshotsClient<Transport>,
     staging: Staging,
     present: u32,
     observer: Arc<dyn Observer>,
@@ -44,7 +44,7 @@ pub async fn fetch(
 
 /// Tells kilnd a root needed nothing: the protocol's one `GetFiles` with no digests, which
 /// carries `present` for its metrics and answers with no files.
-pub async fn report_present(grpc: &mut SnapshotsClient<Channel>, present: u32) -> Result<(), SnapshotError> {
+pub async fn report_present(grpc: &mut SnapshotsClient<Transport>, present: u32) -> Result<(), SnapshotError> {
     let (tx, _rx) = mpsc::channel(1);
     receive(grpc, &[], present, &tx).await
 }
@@ -52,7 +52,7 @@ pub async fn report_present(grpc: &mut SnapshotsClient<Channel>, present: u32) -
 /// Calls `GetFiles` per chunk of digests (once when there are none) and queues every message
 /// that holds files; `present` goes with the first call only.
 async fn receive(
-    grpc: &mut SnapshotsClient<Channel>,
+    grpc: &mut SnapshotsClient<Transport>,
     digests: &[[u8; 32]],
     present: u32,
     tx: &mpsc::Sender<Vec<pb::FileData>>,

@@ -169,7 +169,7 @@ fn targets(checked: Vec<CheckedRoot>, roots: &[Root]) -> Result<Targets, Snapsho
 }
 
 async fn restore_root(
-    grpc: &mut pb::snapshots_client::SnapshotsClient<tonic::transport::Channel>,
+    grpc: &mut pb::snapshots_client::SnapshotsClient<crate::Transport>,
     root: CheckedRoot,
     target: PathBuf,
     observer: Arc<dyn Observer>,

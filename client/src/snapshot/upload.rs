@@ -3,13 +3,13 @@
 
 use super::error::blocking;
 use super::{Observer, Phase, SnapshotError, digest};
+use crate::Transport;
 use kiln_proto::pb;
 use kiln_proto::pb::snapshots_client::SnapshotsClient;
 use std::collections::HashSet;
 use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
-use tonic::transport::Channel;
 
 /// Data in one `PutFiles`; a larger file goes alone.
 const BATCH_BYTES: u64 = 32 << 20;
@@ -38,7 +38,7 @@ pub struct Uploaded {
 
 /// Which of `digests` no tier holds.
 pub async fn missing(
-    grpc: &mut SnapshotsClient<Channel>,
+    grpc: &mut SnapshotsClient<Transport>,
     digests: &[[u8; 32]],
 ) -> Result<HashSet<[u8; 32]>, SnapshotError> {
     let mut missing = HashSet::new();
@@ -52,7 +52,7 @@ pub async fn missing(
 
 /// Sends `candidates` in batches, re-reading each file and checking it still has its digest.
 pub async fn upload(
-    grpc: &mut SnapshotsClient<Channel>,
+    grpc: &mut SnapshotsClient<Transport>,
     candidates: Vec<Candidate>,
     observer: &Arc<dyn Observer>,
 ) -> Result<Uploaded, SnapshotError> {

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import grpc
 
-from . import errors
+from . import _auth, errors
 from ._proto import blob_pb2 as bpb
 from ._proto import blob_pb2_grpc, kiln_pb2_grpc
 from ._proto import kiln_pb2 as pb
@@ -48,9 +48,6 @@ CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
 ]
-#: gRPC sends a unix socket's path as the HTTP/2 authority, which kilnd (hyper) refuses with
-#: a PROTOCOL_ERROR; name it localhost, as the Rust client does.
-UNIX_OPTIONS = [("grpc.default_authority", "localhost")]
 
 GraphLike = Graph | Iterable[Kernel]
 Key = bytes | str
@@ -85,17 +82,30 @@ class Client:
     ``KILN_DAEMON`` or the default socket (see :mod:`kiln.paths`). ``timeout`` is the default
     deadline in seconds of the unary calls (``stats``, ``submit``, the blob calls); ``None``
     waits as long as the call takes. Streams take their own ``timeout``.
+
+    For kilnd's TCP listener: ``token_file`` (else ``KILN_TOKEN_FILE``) holds the bearer token sent
+    on every call, and ``ca_file`` (else ``KILN_CA_FILE``) a CA to trust for ``https://`` besides
+    the system's. The Unix socket needs neither.
     """
 
-    def __init__(self, uri: str | None = None, *, timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        uri: str | None = None,
+        *,
+        timeout: float | None = None,
+        token_file: str | None = None,
+        ca_file: str | None = None,
+    ) -> None:
         self.uri = uri or daemon_uri()
         self.timeout = timeout
         target, tls = grpc_target(self.uri)
+        token = _auth.read_token(token_file)
         if tls:
-            self._channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(), options=CHANNEL_OPTIONS)
+            credentials = grpc.ssl_channel_credentials(root_certificates=_auth.read_ca(ca_file))
+            channel = grpc.secure_channel(target, credentials, options=CHANNEL_OPTIONS)
         else:
-            unix = UNIX_OPTIONS if target.startswith("unix:") else []
-            self._channel = grpc.insecure_channel(target, options=CHANNEL_OPTIONS + unix)
+            channel = grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
+        self._channel = _auth.with_token(channel, token)
         self._compiler = kiln_pb2_grpc.CompilerStub(self._channel)
         self._blobs = blob_pb2_grpc.BlobsStub(self._channel)
         self._snapshots_stub: Any = None
