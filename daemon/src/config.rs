@@ -350,6 +350,26 @@ mod tests {
     }
 
     #[test]
+    fn the_example_listener_settings_parse_and_reach_the_config() {
+        // deploy/kilnd.toml shows them commented out; uncommented, they must be real keys.
+        let text: String = include_str!("../../deploy/kilnd.toml")
+            .lines()
+            .filter_map(|l| {
+                ["listen", "tokens_file", "tls_cert", "tls_key"].iter().find_map(|k| {
+                    l.strip_prefix("# ")
+                        .filter(|rest| rest.starts_with(&format!("{k} =")))
+                        .map(|rest| format!("{rest}\n"))
+                })
+            })
+            .collect();
+        let file: FileConfig = toml::from_str(&text).unwrap();
+        let c = Config::merge(&Flags::default(), &file, &defaults());
+        assert!(c.listen.is_some() && c.tokens_file.is_some() && c.tls_cert.is_some() && c.tls_key.is_some(), "{text}");
+        let flags = Flags::try_parse_from(["kilnd", "--tokens", "/f/tokens"]).unwrap();
+        assert_eq!(Config::merge(&flags, &file, &defaults()).tokens_file, Some(PathBuf::from("/f/tokens")));
+    }
+
+    #[test]
     fn unknown_file_keys_are_refused() {
         assert!(toml::from_str::<FileConfig>("sokcet = \"/x\"").is_err());
     }
