@@ -298,6 +298,12 @@ impl RemoteCache {
         Ok(PublishStream { inner })
     }
 
+    /// Sends this host's report for the status page.
+    pub async fn report_host(&self, report: pb::HostReport) -> Result<pb::HostReportResponse, ClientError> {
+        let req = self.request(report);
+        Ok(self.inner.clone().report_host(req).await?.into_inner())
+    }
+
     pub async fn stats(&self) -> Result<pb::CacheStatsResponse, ClientError> {
         let req = self.request(pb::CacheStatsRequest {});
         Ok(self.inner.clone().cache_stats(req).await?.into_inner())

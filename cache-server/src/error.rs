@@ -26,6 +26,9 @@ pub enum Error {
     OutOfRange { field: &'static str, value: u64, min: u64, max: u64 },
     #[error("holder: expected 16 to 128 characters of [A-Za-z0-9_-]")]
     BadHolder,
+    /// A text field outside its bounds (a host report's, say).
+    #[error("{field}: {reason}")]
+    BadField { field: String, reason: String },
     /// No token, a wrong one, or a read-only token on a write.
     #[error(transparent)]
     Auth(#[from] AuthError),
@@ -50,7 +53,8 @@ impl Error {
             | Error::TooLarge { .. }
             | Error::TooMany { .. }
             | Error::OutOfRange { .. }
-            | Error::BadHolder => Code::InvalidArgument,
+            | Error::BadHolder
+            | Error::BadField { .. } => Code::InvalidArgument,
             Error::Auth(e) => e.code(),
             Error::Redis(e) | Error::Announce(e) if is_out_of_memory(e) => Code::ResourceExhausted,
             Error::Redis(_) | Error::Announce(_) | Error::PubSubDown => Code::Unavailable,

@@ -11,6 +11,13 @@
 //! | `kiln:v1:{<key>}:n`         | a negative entry (`NegativeEntry`, protobuf), short TTL      |
 //! | `kiln:v1:{<key>}:lease`     | the fleet lease: the holder's token                          |
 //! | `kiln:v1:{<graph>}:g`       | a graph manifest: [`encode_manifest`]                        |
+//! | `kiln:v1:{status}:m:<min>`  | the status page's counts of one minute (a hash, see `status`)|
+//! | `kiln:v1:{status}:leases`   | leases held: sorted set of keys scored by their expiry (ms)  |
+//! | `kiln:v1:{status}:hosts`    | reporting hosts: sorted set of names scored by report time   |
+//! | `kiln:v1:{status}:h:<host>` | a host's last report, expiring when it stops reporting       |
+//!
+//! The status keys share one hash tag, so a page view's reads are one pipeline to one node of a
+//! cluster, and a host's report is one transaction.
 //!
 //! Pieces are split at 1 MiB because Redis handles one huge value in one blocking step: freeing
 //! or evicting it, migrating its slot to another node, and a 100 MiB key would stall every other
@@ -59,6 +66,19 @@ pub fn lease_key(key: &CacheKey) -> String {
 
 pub fn manifest_key(graph_key: &CacheKey) -> String {
     format!("kiln:v1:{{{graph_key}}}:g")
+}
+
+/// The status page's counts of one minute since the Unix epoch.
+pub fn status_minute_key(minute: u64) -> String {
+    format!("kiln:v1:{{status}}:m:{minute}")
+}
+
+pub const STATUS_LEASES: &str = "kiln:v1:{status}:leases";
+pub const STATUS_HOSTS: &str = "kiln:v1:{status}:hosts";
+
+/// A host's last report; `host` is validated (`[A-Za-z0-9._-]`), so it cannot shape the key.
+pub fn status_host_key(host: &str) -> String {
+    format!("kiln:v1:{{status}}:h:{host}")
 }
 
 /// Why a stored value was refused on read. Each means: delete it, count it, answer a miss.
@@ -216,6 +236,9 @@ mod tests {
             assert!(name.starts_with("kiln:v1:") && name.contains(&tag), "{name}");
         }
         assert_eq!(piece_key(&k, 2), format!("kiln:v1:{tag}:a:2"));
+        for name in [status_minute_key(7), STATUS_LEASES.into(), STATUS_HOSTS.into(), status_host_key("gpu-1")] {
+            assert!(name.starts_with("kiln:v1:{status}:"), "{name}");
+        }
     }
 
     #[test]

@@ -15,6 +15,8 @@
 //! - [`service`]: the gRPC handlers, each through one function for auth, metrics and errors.
 //! - [`error`]: the error type and its one mapping to `tonic::Status`.
 //! - [`metrics`]: `kiln_server_*` Prometheus metrics and the `/metrics` endpoint.
+//! - [`status`]: the fleet status page (`/`, `/status.json`): per-minute counts in Redis, host
+//!   reports, fingerprint splits, Redis memory.
 //! - [`server`]: [`server::run`]`(listeners, config, shutdown)`.
 //!
 //! # Running Redis for kiln-cache
@@ -45,6 +47,8 @@ pub mod metrics;
 pub mod server;
 #[cfg(feature = "server")]
 pub mod service;
+#[cfg(feature = "server")]
+pub mod status;
 #[cfg(feature = "server")]
 pub mod store;
 #[cfg(feature = "server")]

@@ -11,6 +11,10 @@
 //!   (`get`, `batch_get`, or `watch` for an entry a WatchPublish sent), `result` `hit`,
 //!   `negative`, `miss` or `corrupt`. The fleet's hit rate, and a count of how often clients ask
 //!   for one key.
+//!
+//! Beside them, [`Metrics::tally`] counts the same lookups (and stores and leases) per minute for
+//! the fleet status page, which flushes them to Redis; kept here so that every place that counts
+//! a lookup for Prometheus counts it for the page too.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -50,6 +54,8 @@ pub struct Metrics {
     pub artifact_bytes: Family<DirectionLabels, Counter>,
     pub watch_streams: Gauge,
     pub lookups: Family<LookupLabels, Counter>,
+    /// The status page's counts, not yet flushed to Redis.
+    pub tally: crate::status::tally::Tally,
 }
 
 impl Default for Metrics {
@@ -71,6 +77,7 @@ impl Metrics {
             artifact_bytes: Family::default(),
             watch_streams: Gauge::default(),
             lookups: Family::default(),
+            tally: Default::default(),
         };
         let mut registry = Registry::with_prefix("kiln_server");
         registry.register("requests", "RPCs by operation and gRPC code", m.requests.clone());
@@ -133,14 +140,15 @@ pub fn code_label(code: Code) -> &'static str {
     }
 }
 
-/// Serves `/metrics` until `shutdown` resolves.
+/// Serves `/metrics`, and `pages` beside it (the status page), until `shutdown` resolves.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     metrics: std::sync::Arc<Metrics>,
+    pages: axum::Router,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    use axum::{Router, http::header, routing::get};
-    let app = Router::new().route(
+    use axum::{http::header, routing::get};
+    let app = pages.route(
         "/metrics",
         get(move || {
             let m = metrics.clone();

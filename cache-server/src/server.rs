@@ -70,7 +70,8 @@ pub async fn run(
     };
     let timeouts = Timeouts { connect: config.redis_connect_timeout, response: config.redis_timeout };
     let connected = Redis::connect(&config.redis, config.redis_cluster, timeouts)?;
-    let store = Store::new(connected.commands, config.ttl, config.limits.max_artifact_bytes);
+    let redis = connected.commands;
+    let store = Store::new(redis.clone(), config.ttl, config.limits.max_artifact_bytes);
     let metrics = Arc::new(Metrics::new());
     let announcements = Arc::new(Announcements::new());
     let stop = CancellationToken::new();
@@ -87,6 +88,8 @@ pub async fn run(
     let (health_reporter, health) = tonic_health::server::health_reporter();
     health_reporter.set_not_serving::<ArtifactCacheServer<CacheService>>().await;
     background.spawn(probe(store.clone(), Arc::clone(&metrics), health_reporter, stop.clone()));
+    background.spawn(crate::status::run_flusher(redis.clone(), Arc::clone(&metrics), stop.clone()));
+    let status = Arc::new(crate::status::FleetPage::new(redis));
     let mode = store.mode();
     let service = Arc::new(CacheService {
         store,
@@ -95,6 +98,7 @@ pub async fn run(
         metrics: Arc::clone(&metrics),
         limits: config.limits.clone(),
         stop: stop.clone(),
+        status: Arc::clone(&status),
     });
 
     let limit = config.limits.max_message_bytes;
@@ -120,9 +124,10 @@ pub async fn run(
     if let Some(listener) = listeners.metrics {
         let stopped = stop.clone().cancelled_owned();
         let metrics = Arc::clone(&metrics);
-        servers.spawn(
-            async move { crate::metrics::serve(listener, metrics, stopped).await.map_err(ServerError::Metrics) },
-        );
+        let pages = status.routes();
+        servers.spawn(async move {
+            crate::metrics::serve(listener, metrics, pages, stopped).await.map_err(ServerError::Metrics)
+        });
     }
     // URLs may hold passwords: log how many, not what.
     tracing::info!(%listen, redis_nodes = config.redis.len(), mode, tls = config.tls.is_some(), "kiln-cache serving");

@@ -10,6 +10,8 @@ use crate::config::Limits;
 use crate::error::Error;
 use crate::layout::LayoutError;
 use crate::metrics::Metrics;
+use crate::status::tally::{LeaseEvent, now_ms};
+use crate::status::{FleetPage, hosts};
 use crate::store::{Acquired, Entry, Lookup, Store};
 use crate::validate;
 use futures_util::{Stream, StreamExt};
@@ -18,9 +20,9 @@ use kiln_proto::envelope;
 use kiln_proto::pb::artifact_cache_server::ArtifactCache;
 use kiln_proto::pb::{
     CacheBatchGetRequest, CacheContainsRequest, CacheContainsResponse, CacheGetRequest, CacheGetResponse,
-    CachePutRequest, CachePutResponse, CacheStatsRequest, CacheStatsResponse, LeaseRequest, LeaseResponse,
-    ManifestGetRequest, ManifestGetResponse, ManifestPutRequest, PublishEvent, WatchPublishRequest, cache_get_response,
-    cache_put_request, publish_event::Event,
+    CachePutRequest, CachePutResponse, CacheStatsRequest, CacheStatsResponse, HostReport, HostReportResponse,
+    LeaseRequest, LeaseResponse, ManifestGetRequest, ManifestGetResponse, ManifestPutRequest, PublishEvent,
+    WatchPublishRequest, cache_get_response, cache_put_request, publish_event::Event,
 };
 use std::collections::HashSet;
 use std::future::Future;
@@ -55,6 +57,8 @@ pub struct CacheService {
     pub limits: Limits,
     /// Fired at shutdown: ends open watch streams, which would otherwise hold the drain open.
     pub stop: CancellationToken,
+    /// The fleet status page, which stores host reports.
+    pub status: Arc<FleetPage>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -70,6 +74,7 @@ enum Op {
     ReleaseLease,
     WatchPublish,
     CacheStats,
+    ReportHost,
 }
 
 impl Op {
@@ -86,13 +91,17 @@ impl Op {
             Op::ReleaseLease => "ReleaseLease",
             Op::WatchPublish => "WatchPublish",
             Op::CacheStats => "CacheStats",
+            Op::ReportHost => "ReportHost",
         }
     }
 
-    /// Leases are writes: a read-only client holding one would stall every other host.
+    /// Leases are writes: a read-only client holding one would stall every other host. A host
+    /// report writes to Redis too.
     fn needs(self) -> Access {
         match self {
-            Op::Put | Op::PutManifest | Op::AcquireLease | Op::RenewLease | Op::ReleaseLease => Access::Write,
+            Op::Put | Op::PutManifest | Op::AcquireLease | Op::RenewLease | Op::ReleaseLease | Op::ReportHost => {
+                Access::Write
+            }
             _ => Access::Read,
         }
     }
@@ -138,6 +147,7 @@ impl CacheService {
                 let bytes = verify(bytes, key, limit).await?;
                 self.store.put_envelope(&key, &bytes).await?;
                 self.metrics.bytes("in", bytes.len());
+                self.metrics.tally.published(&bytes);
             }
             Some(cache_put_request::Entry::Negative(entry)) => {
                 if entry.log.len() > validate::MAX_NEGATIVE_LOG {
@@ -181,19 +191,24 @@ impl CacheService {
     async fn lease(&self, op: Op, req: LeaseRequest) -> Result<LeaseResponse, Error> {
         let key = validate::key("key", &req.key)?;
         validate::holder(&req.holder)?;
-        let ok = match op {
-            Op::ReleaseLease => self.store.release_lease(&key, &req.holder).await?,
+        // The status page counts leases held from these events (see `status::tally`).
+        let held_until = |ttl: Duration| LeaseEvent::HeldUntil(now_ms() + ttl.as_millis() as u64);
+        let (ok, present, event) = match op {
+            Op::ReleaseLease => (self.store.release_lease(&key, &req.holder).await?, false, LeaseEvent::Released),
             Op::RenewLease => {
                 let ttl = validate::lease_ttl(req.ttl_ms, &self.limits)?;
-                self.store.renew_lease(&key, &req.holder, ttl).await?
+                (self.store.renew_lease(&key, &req.holder, ttl).await?, false, held_until(ttl))
             }
             _ => {
                 let ttl = validate::lease_ttl(req.ttl_ms, &self.limits)?;
                 let acquired = self.store.acquire_lease(&key, &req.holder, ttl).await?;
-                return Ok(LeaseResponse { ok: acquired == Acquired::Taken, present: acquired == Acquired::Present });
+                (acquired == Acquired::Taken, acquired == Acquired::Present, held_until(ttl))
             }
         };
-        Ok(LeaseResponse { ok, present: false })
+        if ok {
+            self.metrics.tally.lease(key.to_hex(), event);
+        }
+        Ok(LeaseResponse { ok, present })
     }
 }
 
@@ -243,6 +258,7 @@ async fn lookup(
     let (entry, result) = match store.get(&key).await? {
         Lookup::Hit(Entry::Envelope(bytes)) => {
             metrics.bytes("out", bytes.len());
+            metrics.tally.lookup("hit", Some(&bytes));
             (Some(cache_get_response::Entry::Envelope(bytes)), "hit")
         }
         Lookup::Hit(Entry::Negative(n)) => (Some(cache_get_response::Entry::Negative(n)), "negative"),
@@ -253,6 +269,9 @@ async fn lookup(
         }
     };
     metrics.lookup(via, result);
+    if result != "hit" {
+        metrics.tally.lookup(result, None);
+    }
     Ok(CacheGetResponse { key: key.to_hex(), entry })
 }
 
@@ -395,6 +414,15 @@ impl ArtifactCache for CacheService {
         .await
     }
 
+    async fn report_host(&self, request: Request<HostReport>) -> Result<Response<HostReportResponse>, Status> {
+        self.serve(Op::ReportHost, request, |report| async move {
+            hosts::validate(&report)?;
+            self.status.report(&report).await?;
+            Ok(HostReportResponse { expires_in_ms: hosts::HOST_TTL.as_millis() as u64 })
+        })
+        .await
+    }
+
     async fn cache_stats(&self, request: Request<CacheStatsRequest>) -> Result<Response<CacheStatsResponse>, Status> {
         self.serve(Op::CacheStats, request, |_| async move {
             Ok(CacheStatsResponse {
@@ -422,6 +450,7 @@ mod tests {
     fn service() -> CacheService {
         let timeouts = Timeouts { connect: Duration::from_millis(200), response: Duration::from_millis(200) };
         let redis = Redis::connect(&["redis://127.0.0.1:1".to_owned()], false, timeouts).unwrap();
+        let status = Arc::new(FleetPage::new(redis.commands.clone()));
         let flags = Flags { insecure_no_auth: true, ..Default::default() };
         let config = Config::merge(&flags, &FileConfig::default(), None).unwrap();
         CacheService {
@@ -431,6 +460,7 @@ mod tests {
             metrics: Arc::new(Metrics::new()),
             limits: config.limits,
             stop: CancellationToken::new(),
+            status,
         }
     }
 

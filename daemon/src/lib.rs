@@ -22,6 +22,7 @@
 //! - [`worker`]: compile worker processes, both sides of the pipe.
 //! - [`gpu`]: the local GPUs, through the CUDA driver.
 //! - [`metrics`]: Prometheus metrics and the `/metrics` endpoint.
+//! - [`status`]: the host page (`/` on the metrics port) and the report to kiln-cache's fleet page.
 //! - [`check`]: `kilnd check`, the toolchain report `kiln doctor` falls back on.
 
 pub mod auth;
@@ -40,6 +41,7 @@ pub mod server;
 pub mod service;
 pub mod snapshot;
 pub mod stats;
+pub mod status;
 pub mod store;
 pub mod toolchain;
 pub mod validate;

@@ -362,10 +362,11 @@ impl Metrics {
 pub async fn serve(
     listener: tokio::net::TcpListener,
     metrics: std::sync::Arc<Metrics>,
+    pages: axum::Router,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    use axum::{Router, http::header, routing::get};
-    let app = Router::new().route(
+    use axum::{http::header, routing::get};
+    let app = pages.route(
         "/metrics",
         get(move || {
             let m = metrics.clone();

@@ -166,6 +166,16 @@ pub async fn serve(
     let mut servers = tokio::task::JoinSet::new();
     if let Some(tier) = remote {
         let stopped = stop.clone();
+        let reporter = crate::status::report::run(
+            Arc::clone(&tier),
+            Arc::clone(&service),
+            crate::status::report::host_name(&host_name()),
+            stop.clone(),
+        );
+        servers.spawn(async move {
+            reporter.await;
+            Ok(())
+        });
         servers.spawn(async move {
             tier.probe(stopped).await;
             Ok(())
@@ -242,8 +252,10 @@ pub async fn serve(
     if let Some(listener) = listeners.metrics {
         let stopped = stop.clone().cancelled_owned();
         let metrics = Arc::clone(&metrics);
-        servers
-            .spawn(async move { crate::metrics::serve(listener, metrics, stopped).await.map_err(anyhow::Error::from) });
+        let pages = crate::status::routes(Arc::clone(&service));
+        servers.spawn(async move {
+            crate::metrics::serve(listener, metrics, pages, stopped).await.map_err(anyhow::Error::from)
+        });
     }
     tracing::info!(socket = %config.socket.display(), "kilnd serving");
     if config.triton_prestart {

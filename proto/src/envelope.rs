@@ -104,6 +104,28 @@ fn decompress(payload: &[u8], capacity: usize) -> Option<Vec<u8>> {
     })
 }
 
+/// What the status page needs of an envelope: its toolchain (`blob/<namespace>` for a blob) and
+/// what it cost to compile. Read from the metadata in place, without the digest or the payload
+/// (kiln-cache counts every hit it serves, and the artifact was verified when it was stored).
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct Summary {
+    #[prost(string, tag = "1")]
+    pub toolchain: String,
+    #[prost(uint64, tag = "3")]
+    pub compile_micros: u64,
+}
+
+/// The [`Summary`] of an envelope's metadata, or `None` when the frame is not an envelope's.
+/// Decoding skips the fields it does not name (logs, PTX), so it allocates only the toolchain.
+pub fn summary(envelope: &[u8]) -> Option<Summary> {
+    if envelope.get(..8)? != MAGIC {
+        return None;
+    }
+    let len = u32::from_le_bytes(envelope.get(FIXED_HEAD - 4..FIXED_HEAD)?.try_into().ok()?) as usize;
+    let meta = envelope.get(FIXED_HEAD..FIXED_HEAD.checked_add(len)?)?;
+    Summary::decode(meta).ok()
+}
+
 /// Checks an envelope's frame, digest and key without unpacking it; returns the part the digest
 /// covers. Enough for a tier that already holds the unpacked artifact beside its envelope.
 pub fn verify<'a>(envelope: &'a [u8], expected: &CacheKey) -> Result<&'a [u8], IntegrityError> {
@@ -243,5 +265,21 @@ mod tests {
         let l = layout(&env).unwrap();
         assert_eq!(&env[l.header.start..8], MAGIC);
         assert!(l.meta.end < l.payload.start && l.payload.end == env.len() - DIGEST_LEN);
+    }
+
+    #[test]
+    fn summary_reads_toolchain_and_compile_time_only() {
+        let key = CacheKey::from_bytes([9; 32]);
+        let meta = ArtifactMeta {
+            toolchain: "nvrtc".into(),
+            compile_micros: 1234,
+            log: "long log".into(),
+            ptx: "ptx".into(),
+            ..Default::default()
+        };
+        let sealed = seal(&key, meta, b"cubin");
+        assert_eq!(summary(&sealed), Some(Summary { toolchain: "nvrtc".into(), compile_micros: 1234 }));
+        assert_eq!(summary(b"not an envelope"), None);
+        assert_eq!(summary(&sealed[..FIXED_HEAD + 2]), None);
     }
 }

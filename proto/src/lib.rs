@@ -8,6 +8,7 @@
 //! - [`auth`]: bearer tokens, read-only or read-write: the servers' check and the clients'
 //!   interceptor.
 //! - [`paths`]: the default socket and cache locations, shared by kilnd and its clients.
+//! - [`html`]: the status pages' HTML builder, which escapes every text it is given.
 //! - [`unix`]: Unix socket connections that take any client's `:authority` (grpcio sends the
 //!   socket path, which h2 refuses), for kilnd's socket.
 
@@ -23,6 +24,7 @@ pub const MAX_NEGATIVE_LOG_BYTES: usize = 1 << 20;
 
 pub mod auth;
 pub mod envelope;
+pub mod html;
 pub mod key;
 pub mod paths;
 pub mod target;

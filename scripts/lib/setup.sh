@@ -37,6 +37,12 @@ PY_LINT_PACKAGES=(
   types-grpcio==1.85.0.20261028
 )
 
+# The browser test of the status pages (tests/browser) drives Debian's chromium through its
+# chromedriver with Selenium. 4.43.0: later releases need a certifi newer than PyPI mirrors may have.
+PY_BROWSER_PACKAGES=(
+  selenium==4.43.0
+)
+
 say() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
@@ -92,6 +98,16 @@ ensure_redis() {
 
 ensure_cc() {
   command -v cc >/dev/null || apt_install gcc libc6-dev
+}
+
+# Headless Chromium and its WebDriver from Debian's packages (never a browser download), and the
+# pinned Selenium in .venv/, for the status pages' browser test.
+ensure_chromium() {
+  if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
+    apt_install chromium chromium-driver
+  fi
+  ensure_venv
+  pip_install_pinned "the browser test's packages" "${PY_BROWSER_PACKAGES[@]}"
 }
 
 # The interpreter .venv is made from. The system's python3 comes first: kilnd runs Triton

@@ -113,6 +113,11 @@ impl RemoteTier {
         self.call(self.client.release_lease(key, holder)).await
     }
 
+    /// This host's report for kiln-cache's status page.
+    pub async fn report_host(&self, report: kiln_proto::pb::HostReport) -> Result<(), ClientError> {
+        self.call(self.client.report_host(report)).await.map(|_| ())
+    }
+
     /// Publish events for `key`, with the entries themselves (see [`RemoteCache::watch_publish`]).
     pub async fn watch(&self, key: &CacheKey) -> Result<PublishStream, ClientError> {
         self.call(self.client.watch_publish(std::slice::from_ref(key), true)).await

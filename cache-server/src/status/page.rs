@@ -1,0 +1,250 @@
+//! The fleet page's HTML, drawn from a [`FleetStatus`] with kiln-proto's escaping builder: every
+//! host name, version, GPU name and miss detail arrives as text and is escaped there.
+
+use super::FleetStatus;
+use super::redis_info::human_bytes;
+use kiln_proto::html::{Cell, Page, Row, percent};
+
+/// The page reloads itself this often (a meta refresh, so it needs no script).
+const REFRESH_SECS: u32 = 10;
+
+fn rate(r: Option<f64>) -> String {
+    r.map_or_else(|| "–".to_owned(), |r| format!("{:.1}%", r * 100.0))
+}
+
+fn seconds(s: f64) -> String {
+    format!("{s:.1}")
+}
+
+/// How long ago `then_ms` was, from `now_ms`.
+fn ago(now_ms: u64, then_ms: u64) -> String {
+    format!("{} s ago", now_ms.saturating_sub(then_ms) / 1000)
+}
+
+pub fn render(s: &FleetStatus) -> String {
+    let mut page = Page::new(
+        "kiln fleet",
+        &format!(
+            "kiln-cache {} · last {} minutes · reloads every {REFRESH_SECS} s",
+            env!("CARGO_PKG_VERSION"),
+            s.window_minutes
+        ),
+        REFRESH_SECS,
+    );
+    if let Some(e) = &s.redis_error {
+        page.heading("Redis is unreachable");
+        page.paragraph(e);
+    }
+    let w = &s.lookups;
+    page.figures(&[
+        ("fleet hit rate", rate(s.hit_rate), "hit-rate"),
+        ("hits", w.hits.to_string(), "fleet-hits"),
+        ("misses", w.misses.to_string(), "fleet-misses"),
+        ("compile seconds saved", seconds(w.seconds_saved), "seconds-saved"),
+        ("compiles running", s.compiles_running.to_string(), "compiles-running"),
+        ("leases held", s.leases_held.to_string(), "leases-held"),
+        ("hosts", s.hosts.len().to_string(), "host-count"),
+    ]);
+
+    page.heading("Hit rate by toolchain and blob namespace");
+    page.paragraph(
+        "A key is a digest and names no toolchain, so a class's rate is its hits against its hits \
+         plus the compiles of it the fleet stored; the fleet's rate above counts misses.",
+    );
+    let rows: Vec<Row> = s
+        .classes
+        .iter()
+        .map(|c| {
+            Row::new(vec![
+                c.name.as_str().into(),
+                Cell::from(c.hits).id(format!("class-hits-{}", c.name)),
+                c.published.into(),
+                rate(c.hit_rate).into(),
+                seconds(c.seconds_saved).into(),
+            ])
+            .key(c.name.as_str())
+        })
+        .collect();
+    page.table("classes", &["class", "hits", "compiled and stored", "hit rate", "seconds saved"], &rows);
+
+    page.heading("Hosts");
+    let rows: Vec<Row> = s
+        .hosts
+        .iter()
+        .map(|h| {
+            let r = &h.report;
+            let gpus = if r.gpus.is_empty() {
+                "none".to_owned()
+            } else {
+                r.gpus.iter().map(|g| format!("{} ({})", g.name, g.target)).collect::<Vec<_>>().join(", ")
+            };
+            let toolchains = r
+                .toolchains
+                .iter()
+                .map(|t| format!("{} {} {}", t.name, t.version, &t.fingerprint[..t.fingerprint.len().min(12)]))
+                .collect::<Vec<_>>()
+                .join("; ");
+            let split = if h.split.is_empty() {
+                "matches the fleet".to_owned()
+            } else {
+                format!("differs from the fleet: {}", h.split.join(", "))
+            };
+            Row::new(vec![
+                r.host.as_str().into(),
+                r.version.as_str().into(),
+                gpus.into(),
+                toolchains.into(),
+                Cell::from(split).flagged(!h.split.is_empty()),
+                r.inflight_compiles.into(),
+                percent(r.local_hits, r.local_hits + r.local_misses).into(),
+                seconds(r.compile_seconds_saved).into(),
+                ago(s.generated_unix_ms, h.received_unix_ms).into(),
+            ])
+            .key(r.host.as_str())
+            .flagged(!h.split.is_empty())
+        })
+        .collect();
+    page.table(
+        "hosts",
+        &[
+            "host",
+            "kiln",
+            "GPUs",
+            "toolchains (fingerprint prefix)",
+            "fingerprints",
+            "compiling",
+            "local hit rate",
+            "seconds saved (kilnd)",
+            "reported",
+        ],
+        &rows,
+    );
+
+    page.heading("Toolchain fingerprints");
+    let rows: Vec<Row> = s
+        .toolchains
+        .iter()
+        .flat_map(|(name, split)| {
+            split.hosts.iter().map(move |(fingerprint, hosts)| {
+                let flagged = split.flags(fingerprint);
+                let verdict = match (&split.majority, flagged) {
+                    (Some(_), false) => "majority",
+                    (Some(_), true) => "differs: shares nothing with the majority",
+                    (None, _) => "no majority",
+                };
+                Row::new(vec![
+                    name.as_str().into(),
+                    fingerprint.as_str().into(),
+                    hosts.len().into(),
+                    hosts.join(", ").into(),
+                    Cell::from(verdict).flagged(flagged),
+                ])
+                .flagged(flagged)
+            })
+        })
+        .collect();
+    page.table("fingerprints", &["toolchain", "fingerprint", "hosts", "which", ""], &rows);
+
+    page.heading("Latest misses");
+    let rows: Vec<Row> = s
+        .recent_misses
+        .iter()
+        .map(|m| {
+            Row::new(vec![
+                ago(s.generated_unix_ms, m.miss.unix_ms).into(),
+                m.host.as_str().into(),
+                m.miss.identity.as_str().into(),
+                m.miss.toolchain.as_str().into(),
+                m.miss.reason.as_str().into(),
+                m.miss.detail.as_str().into(),
+            ])
+        })
+        .collect();
+    page.table("misses", &["when", "host", "what", "toolchain", "reason", "detail"], &rows);
+
+    page.heading("Redis");
+    match &s.redis {
+        Some(r) => {
+            let max = if r.maxmemory == 0 { "no limit".to_owned() } else { human_bytes(r.maxmemory) };
+            let row = Row::new(vec![
+                r.nodes.into(),
+                Cell::from(human_bytes(r.used_memory)).id("redis-used"),
+                max.into(),
+                r.maxmemory_policy.as_str().into(),
+                Cell::from(r.evicted_keys).id("redis-evicted"),
+                r.expired_keys.into(),
+            ]);
+            page.table(
+                "redis",
+                &["nodes", "used memory", "max memory", "policy", "evicted keys", "expired keys"],
+                &[row],
+            );
+        }
+        None => page.paragraph("INFO could not be read."),
+    }
+
+    page.heading("Per minute");
+    let rows: Vec<Row> = w
+        .minutes
+        .iter()
+        .rev()
+        .filter(|m| m.hits + m.misses > 0)
+        .map(|m| Row::new(vec![ago(s.generated_unix_ms, m.minute * 60_000).into(), m.hits.into(), m.misses.into()]))
+        .collect();
+    page.table("minutes", &["minute began", "hits", "misses"], &rows);
+    page.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::store::Read;
+    use super::*;
+    use kiln_proto::pb::{HostGpu, HostMiss, HostReport, HostToolchain};
+
+    #[test]
+    fn hostile_report_text_is_shown_not_run() {
+        let evil = "<script>alert(1)</script>";
+        let report = HostReport {
+            host: "gpu-1".into(),
+            version: evil.into(),
+            gpus: vec![HostGpu { name: format!("<img src=x onerror=alert(2)>{evil}"), target: "sm_90".into() }],
+            toolchains: vec![HostToolchain { name: "nvrtc".into(), version: evil.into(), fingerprint: "a".repeat(64) }],
+            recent_misses: vec![HostMiss {
+                unix_ms: 1,
+                identity: evil.into(),
+                toolchain: "nvrtc".into(),
+                reason: evil.into(),
+                detail: evil.into(),
+            }],
+            ..Default::default()
+        };
+        let read = Read { hosts: vec![(1, report)], ..Default::default() };
+        let html = render(&FleetStatus::new(read, None, 5_000));
+        assert_eq!(html.matches("<script").count(), 1, "only the page's own script:\n{html}");
+        assert!(!html.contains("<img"));
+        assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+        assert!(html.contains("data-key=\"gpu-1\""));
+    }
+
+    #[test]
+    fn a_split_host_is_flagged() {
+        let host = |name: &str, fp: char| HostReport {
+            host: name.into(),
+            version: "0.1.0".into(),
+            toolchains: vec![HostToolchain {
+                name: "nvrtc".into(),
+                version: "13.0".into(),
+                fingerprint: fp.to_string().repeat(64),
+            }],
+            ..Default::default()
+        };
+        let read =
+            Read { hosts: vec![(1, host("a", 'a')), (1, host("b", 'a')), (1, host("odd", 'b'))], ..Default::default() };
+        let status = FleetStatus::new(read, None, 5_000);
+        let split: Vec<_> = status.hosts.iter().map(|h| (h.report.host.as_str(), h.split.len())).collect();
+        assert_eq!(split, vec![("a", 0), ("b", 0), ("odd", 1)]);
+        let html = render(&status);
+        assert!(html.contains("<tr data-key=\"odd\" class=\"flag\">"), "{html}");
+        assert!(!html.contains("<tr data-key=\"a\" class=\"flag\">"));
+    }
+}
