@@ -115,6 +115,16 @@ impl Daemon {
         format!("unix://{}", self.socket.display())
     }
 
+    /// The `kiln` CLI with `args`, run in `cwd` against this daemon.
+    pub fn kiln(&self, args: &[&str], cwd: &Path) -> std::process::Output {
+        Command::new(env::binary("kiln"))
+            .env("KILN_DAEMON", self.uri())
+            .args(args)
+            .current_dir(cwd)
+            .output()
+            .expect("run kiln")
+    }
+
     pub async fn client(&self) -> kiln_client::Client {
         kiln_client::connect(&self.uri()).await.expect("connect to kilnd")
     }

@@ -7,17 +7,7 @@ use kiln_tests::daemon::{Daemon, Options};
 use kiln_tests::elf::Cubin;
 use kiln_tests::env;
 use serde_json::Value;
-use std::path::Path;
 use std::process::{Command, Output};
-
-fn kiln(d: &Daemon, args: &[&str], cwd: &Path) -> Output {
-    Command::new(env::binary("kiln"))
-        .env("KILN_DAEMON", d.uri())
-        .args(args)
-        .current_dir(cwd)
-        .output()
-        .expect("run kiln")
-}
 
 fn lines(out: &Output) -> Vec<Value> {
     String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).expect("NDJSON line")).collect()
@@ -43,7 +33,7 @@ fn compile_resolves_headers_by_content_and_never_serves_a_stale_artifact() {
     std::fs::write(dir.path().join("plain.cu"), kiln_tests::kernels::vector_add(7)).unwrap();
     let args = ["compile", "--target", "sm_90", "-I", "inc", "--json", "--out", "out", "scale.cu", "plain.cu"];
 
-    let first = kiln(&d, &args, dir.path());
+    let first = d.kiln(&args, dir.path());
     assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
     let l = lines(&first);
     assert_eq!(l.len(), 3, "two kernels and a summary");
@@ -58,12 +48,12 @@ fn compile_resolves_headers_by_content_and_never_serves_a_stale_artifact() {
     let cubin = std::fs::read(dir.path().join("out/scale.cubin")).unwrap();
     assert!(Cubin::parse(&cubin).unwrap().symbols.iter().any(|s| s == "scale"));
 
-    let warm = lines(&kiln(&d, &args, dir.path()));
+    let warm = lines(&d.kiln(&args, dir.path()));
     assert_eq!(kernel_line(&warm, "scale")["tier"], "memory");
 
     // Edit a nested header: the key must change and the kernel must be compiled again.
     std::fs::write(dir.path().join("inc/nested/factor.h"), "#define FACTOR 5.0f\n").unwrap();
-    let edited = lines(&kiln(&d, &args, dir.path()));
+    let edited = lines(&d.kiln(&args, dir.path()));
     let after = kernel_line(&edited, "scale");
     assert_ne!(after["key"], scale["key"], "a header edit left the key unchanged");
     assert_eq!(after["tier"], "compiled", "a stale artifact was served");
@@ -80,32 +70,32 @@ fn exit_codes_lookup_submit_watch_and_graph_files() {
     std::fs::write(dir.path().join("bad.cu"), "extern \"C\" __global__ void b() { nope(); }\n").unwrap();
     std::fs::write(dir.path().join("good.cu"), kiln_tests::kernels::vector_add(9)).unwrap();
 
-    let miss = kiln(&d, &["lookup", "--target", "sm_90", "--json", "good.cu"], dir.path());
+    let miss = d.kiln(&["lookup", "--target", "sm_90", "--json", "good.cu"], dir.path());
     assert_eq!(miss.status.code(), Some(1), "a miss is a non-zero exit");
     assert_eq!(lines(&miss)[0]["outcome"], "miss");
 
-    let failed = kiln(&d, &["compile", "--target", "sm_90", "bad.cu", "good.cu"], dir.path());
+    let failed = d.kiln(&["compile", "--target", "sm_90", "bad.cu", "good.cu"], dir.path());
     assert_eq!(failed.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&failed.stdout).contains("nope"), "the log is printed");
 
-    let hit = kiln(&d, &["lookup", "--target", "sm_90", "--json", "good.cu"], dir.path());
+    let hit = d.kiln(&["lookup", "--target", "sm_90", "--json", "good.cu"], dir.path());
     assert!(hit.status.success());
     assert_eq!(lines(&hit)[0]["tier"], "memory");
 
-    let submitted = kiln(&d, &["submit", "--target", "sm_90", "--json", "good.cu"], dir.path());
+    let submitted = d.kiln(&["submit", "--target", "sm_90", "--json", "good.cu"], dir.path());
     assert!(submitted.status.success());
     let job = lines(&submitted)[0]["job_id"].as_str().unwrap().to_string();
-    let watched = kiln(&d, &["watch", "--json", &job], dir.path());
+    let watched = d.kiln(&["watch", "--json", &job], dir.path());
     assert!(watched.status.success(), "{}", String::from_utf8_lossy(&watched.stderr));
     assert_eq!(lines(&watched)[0]["outcome"], "ok");
 
     let graph = env::repo_root().join("examples/cuda.graph.json");
-    let from_graph = kiln(&d, &["compile", "--json", "--graph", graph.to_str().unwrap()], dir.path());
+    let from_graph = d.kiln(&["compile", "--json", "--graph", graph.to_str().unwrap()], dir.path());
     assert!(from_graph.status.success(), "{}", String::from_utf8_lossy(&from_graph.stdout));
     let softmax = kernel_line(&lines(&from_graph), "softmax").clone();
     assert_eq!(softmax["lowered_names"]["softmax_rows<float>"], "_Z12softmax_rowsIfEvPKT_PS0_i");
 
-    let refused = kiln(&d, &["compile", "--target", "sm_90", "good.cu", "--", "-I/etc"], dir.path());
+    let refused = d.kiln(&["compile", "--target", "sm_90", "good.cu", "--", "-I/etc"], dir.path());
     assert_eq!(refused.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&refused.stderr).contains("invalid argument"),
@@ -119,7 +109,7 @@ fn exit_codes_lookup_submit_watch_and_graph_files() {
 fn doctor_reports_the_toolchain_with_and_without_a_daemon() {
     let d = Daemon::start(Options::default());
     let here = env::repo_root();
-    let up = kiln(&d, &["doctor"], &here);
+    let up = d.kiln(&["doctor"], &here);
     let text = String::from_utf8_lossy(&up.stdout).to_string();
     assert!(up.status.success(), "{text}");
     assert!(text.contains("fingerprint") && text.contains("13.0"), "{text}");

@@ -7,28 +7,17 @@
 
 use kiln_proto::pb;
 use kiln_tests::daemon::{Daemon, Options};
-use kiln_tests::env;
 use kiln_tests::http::sample;
 use kiln_tests::kernels::{cuda, kernel, request, vector_add};
 use kiln_tests::redis::{CacheOptions, CacheServer, RedisServer, WRITE_TOKEN};
 use serde_json::Value;
 use std::path::Path;
-use std::process::{Command, Output};
-
-fn kiln(d: &Daemon, args: &[&str], cwd: &Path) -> Output {
-    Command::new(env::binary("kiln"))
-        .env("KILN_DAEMON", d.uri())
-        .args(args)
-        .current_dir(cwd)
-        .output()
-        .expect("run kiln")
-}
 
 /// `kiln explain --json ARGS`: its one NDJSON line (one kernel), and the exit code.
 fn explain_json(d: &Daemon, args: &[&str], cwd: &Path) -> (Value, i32) {
     let mut all = vec!["explain", "--json"];
     all.extend_from_slice(args);
-    let out = kiln(d, &all, cwd);
+    let out = d.kiln(&all, cwd);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<Value> =
         stdout.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}"))).collect();
@@ -61,7 +50,7 @@ fn write_kernel(dir: &Path, header: &str) {
 fn compile(d: &Daemon, dir: &Path, extra: &[&str]) {
     let mut args = vec!["compile", "--target", "sm_90", "scale.cu"];
     args.extend_from_slice(extra);
-    let out = kiln(d, &args, dir);
+    let out = d.kiln(&args, dir);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
@@ -97,7 +86,7 @@ fn explain_names_the_header_the_option_and_the_target_that_changed() {
     assert_eq!(differences(&header), vec!["header `common.cuh`: content differs"]);
     assert_eq!(header["nearestFrom"], "local");
     assert_eq!(header["nearest"]["key"], first_key.as_str());
-    let human = kiln(&d, &["explain", "--target", "sm_90", "scale.cu"], dir);
+    let human = d.kiln(&["explain", "--target", "sm_90", "scale.cu"], dir);
     let text = String::from_utf8_lossy(&human.stdout);
     assert!(text.contains("scale: miss: header `common.cuh`: content differs"), "{text}");
     assert!(text.contains("  - header `common.cuh`: content differs [header]"), "{text}");
@@ -105,7 +94,7 @@ fn explain_names_the_header_the_option_and_the_target_that_changed() {
     // Compiling it counts the miss under the same reason, in the metric and in Stats.
     compile(&d, dir, &[]);
     assert_eq!(misses(&d, "header"), 1.0);
-    let stats = kiln(&d, &["stats", "--json"], dir);
+    let stats = d.kiln(&["stats", "--json"], dir);
     let stats: Value = serde_json::from_slice(&stats.stdout).unwrap();
     let recent = &stats["recentMisses"][0];
     assert_eq!((recent["reason"].as_str(), recent["kernelId"].as_str()), (Some("header"), Some("scale")), "{stats}");
