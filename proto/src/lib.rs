@@ -28,9 +28,9 @@ pub mod html;
 pub mod key;
 pub mod paths;
 pub mod target;
+pub mod unix;
 
 /// Generated `kiln.v1` code. Re-exported as `pb`, as tonic-health does, so that domain types stay
-pub mod unix;
 /// apart from wire types.
 #[allow(clippy::all, missing_debug_implementations)]
 pub mod pb {

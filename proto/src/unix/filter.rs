@@ -226,6 +226,12 @@ impl Filter {
     /// Decodes the collected block and decides (the first time) or rewrites (from then on).
     fn finish_block(&mut self, out: &mut Vec<u8>) -> Result<(), FilterError> {
         let Some(block) = self.block.take() else { return Ok(()) };
+        if !self.rewriting && hpack::first_block_authority(&block.fragment) == Some(true) {
+            // The usual case (kiln's own clients), decided without a full decode.
+            out.extend_from_slice(&block.raw);
+            self.stage = Stage::Passthrough;
+            return Ok(());
+        }
         let fields = match self.decoder.decode(&block.fragment) {
             Ok(fields) => fields,
             Err(e) if self.rewriting => return Err(e.into()),
