@@ -1,18 +1,24 @@
 //! The connection to Redis: one standalone server or a Redis Cluster, behind one enum.
 //!
 //! Both arms connect lazily, so kiln-cache starts and answers (UNAVAILABLE) while Redis is down,
-//! and both reconnect by themselves: `ConnectionManager` on the next command after an I/O error,
-//! the cluster connection by refreshing its slot map. Commands are multiplexed over one
-//! connection per node, so concurrent requests pipeline on the wire without a pool.
+//! and both reconnect: `ConnectionManager` by itself on the next command after an I/O error, the
+//! cluster connection through [`ClusterHandle`]. Commands are multiplexed over one connection per
+//! node, so concurrent requests pipeline on the wire without a pool.
 //!
 //! Publish notifications use separate, dedicated connections (see [`crate::announce`]): a
 //! connection in subscribed mode can run no other command.
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::cluster::ClusterConfig;
+use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
-use std::time::Duration;
+use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, Value};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// The least time between two rebuilds of the cluster connection: during a failover every
+/// request fails for a few seconds, and one rebuild a second is enough to pick up the new
+/// topology as soon as the cluster has it.
+const REBUILD_EVERY: Duration = Duration::from_secs(1);
 
 /// How long Redis may take. A hung Redis must turn into UNAVAILABLE, not a hung RPC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,7 +32,62 @@ pub struct Timeouts {
 #[derive(Clone)]
 pub enum Redis {
     Standalone(ConnectionManager),
-    Cluster(ClusterConnection),
+    Cluster(Arc<ClusterHandle>),
+}
+
+/// A cluster connection that is replaced after a transport failure.
+///
+/// The cluster client refreshes its slot map only when a node answers MOVED, ASK or READONLY.
+/// A master that dies answers nothing: the client keeps reconnecting to its address, and every
+/// command for its slots times out long after a replica has taken over (measured by
+/// `kiln-reliability`'s failover scenario: kiln-cache never answered again). A fresh connection
+/// asks the seed nodes for the topology, so after a transport failure the next command runs on
+/// a new one, at most once per [`REBUILD_EVERY`].
+pub struct ClusterHandle {
+    client: ClusterClient,
+    config: ClusterConfig,
+    current: Mutex<(ClusterConnection, Instant)>,
+}
+
+impl std::fmt::Debug for ClusterHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClusterHandle")
+    }
+}
+
+impl ClusterHandle {
+    fn new(client: ClusterClient, config: ClusterConfig) -> Self {
+        let connection = client.get_pending_async_connection_with_config(config.clone());
+        ClusterHandle { client, config, current: Mutex::new((connection, Instant::now())) }
+    }
+
+    /// The connection to run a command on (a clone shares it).
+    fn connection(&self) -> ClusterConnection {
+        self.current.lock().unwrap_or_else(PoisonError::into_inner).0.clone()
+    }
+
+    /// Called with every failed command: a transport failure (not a Redis error reply)
+    /// replaces the connection unless it was replaced within the last [`REBUILD_EVERY`].
+    fn failed(&self, error: &RedisError) {
+        if !transport_failure(error) {
+            return;
+        }
+        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        if current.1.elapsed() >= REBUILD_EVERY {
+            tracing::warn!(%error, "a Redis Cluster node failed: reconnecting to read the topology again");
+            *current = (self.client.get_pending_async_connection_with_config(self.config.clone()), Instant::now());
+        }
+    }
+}
+
+/// Whether `error` says a node could not be reached or did not answer, rather than that Redis
+/// answered with an error.
+fn transport_failure(error: &RedisError) -> bool {
+    error.is_io_error()
+        || error.is_timeout()
+        || error.is_connection_dropped()
+        || error.is_connection_refusal()
+        || matches!(error.kind(), ErrorKind::ClusterConnectionNotFound)
 }
 
 impl std::fmt::Debug for Redis {
@@ -52,14 +113,14 @@ impl Redis {
     pub fn connect(urls: &[String], cluster: bool, timeouts: Timeouts) -> RedisResult<Connected> {
         let subscribe_via = urls.iter().map(|u| redis::Client::open(u.as_str())).collect::<RedisResult<Vec<_>>>()?;
         let commands = if cluster {
-            let client = redis::cluster::ClusterClient::builder(urls.iter().map(String::as_str))
+            let client = ClusterClient::builder(urls.iter().map(String::as_str))
                 .connection_timeout(timeouts.connect)
                 .response_timeout(timeouts.response)
                 .retries(2)
                 .build()?;
             let config =
                 ClusterConfig::new().set_connection_timeout(timeouts.connect).set_response_timeout(timeouts.response);
-            Redis::Cluster(client.get_pending_async_connection_with_config(config))
+            Redis::Cluster(Arc::new(ClusterHandle::new(client, config)))
         } else {
             let [url] = urls else {
                 return Err(redis::RedisError::from((
@@ -95,7 +156,16 @@ impl ConnectionLike for Redis {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Redis::Standalone(c) => c.req_packed_command(cmd),
-            Redis::Cluster(c) => c.req_packed_command(cmd),
+            Redis::Cluster(handle) => {
+                let handle = Arc::clone(handle);
+                Box::pin(async move {
+                    let result = handle.connection().req_packed_command(cmd).await;
+                    if let Err(e) = &result {
+                        handle.failed(e);
+                    }
+                    result
+                })
+            }
         }
     }
 
@@ -107,14 +177,23 @@ impl ConnectionLike for Redis {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Redis::Standalone(c) => c.req_packed_commands(pipeline, offset, count),
-            Redis::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Redis::Cluster(handle) => {
+                let handle = Arc::clone(handle);
+                Box::pin(async move {
+                    let result = handle.connection().req_packed_commands(pipeline, offset, count).await;
+                    if let Err(e) = &result {
+                        handle.failed(e);
+                    }
+                    result
+                })
+            }
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
             Redis::Standalone(c) => c.get_db(),
-            Redis::Cluster(c) => c.get_db(),
+            Redis::Cluster(handle) => handle.connection().get_db(),
         }
     }
 }
