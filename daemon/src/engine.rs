@@ -2,11 +2,12 @@
 //! a worker, publish, answer. Everything a job does per kernel goes through [`Engine::resolve`].
 
 use crate::config::Limits;
+use crate::domain::{KernelJob, KernelSource};
 use crate::explain::identity::Identity;
 use crate::explain::misses::MissLog;
 use crate::explain::store::RecipeStore;
 use crate::fleet::{Claim, Fleet, Found};
-use crate::gpu::validator::{Checked, Validator};
+use crate::gpu::load_check::{LoadCheck, LoadVerdict};
 use crate::metrics::ResultLabels;
 use crate::metrics::{CompileLabels, Metrics, ToolchainLabels};
 use crate::scheduler::flight::{Flights, Join, Leader};
@@ -15,7 +16,6 @@ use crate::store::tiered::{Hit, TieredStore};
 use crate::store::{Stored, TierName};
 use crate::toolchain::Compiled;
 use crate::toolchain::set::Toolchains;
-use crate::validate::{KernelJob, KernelSource};
 use bytes::Bytes;
 use kiln_proto::envelope::{self, Artifact};
 use kiln_proto::pb::{self, ArtifactMeta, KernelAttributes, LoweredName};
@@ -133,9 +133,10 @@ pub struct Engine {
     /// The recipes of this host's compiled keys, by kernel identity; see `crate::explain`.
     recipes: RecipeStore,
     /// Loads fresh cubins on a local GPU before they are cached; `None` without a GPU or with
-    /// validation turned off, and then `validation_off` says which.
-    validator: Option<Validator>,
-    validation_off: String,
+    /// `validate_cubins = false`, and then `load_check_off` says which (the artifact's
+    /// `validation` note).
+    load_check: Option<LoadCheck>,
+    load_check_off: String,
 }
 
 impl Engine {
@@ -161,16 +162,16 @@ impl Engine {
             flights: Arc::default(),
             tracker: TaskTracker::new(),
             limits,
-            validator: None,
-            validation_off: "not validated: no GPU on this host".into(),
+            load_check: None,
+            load_check_off: "not validated: no GPU on this host".into(),
         }
     }
 
-    /// Validates fresh cubins with `validator`, or records why none is used.
-    pub fn with_validator(self, validator: Result<Validator, String>) -> Self {
-        match validator {
-            Ok(v) => Engine { validator: Some(v), ..self },
-            Err(why) => Engine { validator: None, validation_off: why, ..self },
+    /// Loads fresh cubins on a GPU with `load_check`, or records why none is used.
+    pub fn with_load_check(self, load_check: Result<LoadCheck, String>) -> Self {
+        match load_check {
+            Ok(check) => Engine { load_check: Some(check), ..self },
+            Err(why) => Engine { load_check: None, load_check_off: why, ..self },
         }
     }
 
@@ -397,8 +398,8 @@ impl Engine {
             compiled
         };
         let (mut compiled, ()) = tokio::join!(compile, crate::explain::record::miss(self, identity, kernel, &target));
-        let validated = self.validate(&mut compiled, &target).await;
-        let outcome = self.publish(&kernel.key, &target, kernel.source.toolchain(), compiled, validated).await;
+        let loaded = self.load_check(&mut compiled, &target).await;
+        let outcome = self.publish(&kernel.key, &target, kernel.source.toolchain(), compiled, loaded).await;
         if let Some(lease) = lease {
             lease.release().await;
         }
@@ -460,26 +461,26 @@ impl Engine {
         }
     }
 
-    /// Loads a fresh cubin on a local GPU of its target (see [`crate::gpu::validator`]). A cubin
+    /// Loads a fresh cubin on a local GPU of its target (see [`crate::gpu::load_check`]). A cubin
     /// the driver refuses turns `compiled` into a failure; otherwise the answer is the entry
     /// points' attributes and a note saying how (or whether) the cubin was checked.
-    async fn validate(&self, compiled: &mut Compiled, target: &Target) -> (Vec<KernelAttributes>, String) {
+    async fn load_check(&self, compiled: &mut Compiled, target: &Target) -> (Vec<KernelAttributes>, String) {
         if !compiled.ok {
             return (Vec::new(), String::new());
         }
-        let Some(validator) = &self.validator else { return (Vec::new(), self.validation_off.clone()) };
-        match validator.check(target, &compiled.cubin).await {
-            Checked::Loaded { attributes, note } => {
-                self.metrics.validations.get_or_create(&ResultLabels { result: "loaded" }).inc();
+        let Some(load_check) = &self.load_check else { return (Vec::new(), self.load_check_off.clone()) };
+        match load_check.check(target, &compiled.cubin).await {
+            LoadVerdict::Loaded { attributes, note } => {
+                self.metrics.load_checks.get_or_create(&ResultLabels { result: "loaded" }).inc();
                 (attributes, note)
             }
-            Checked::Skipped(note) => {
-                self.metrics.validations.get_or_create(&ResultLabels { result: "skipped" }).inc();
+            LoadVerdict::Skipped(note) => {
+                self.metrics.load_checks.get_or_create(&ResultLabels { result: "skipped" }).inc();
                 (Vec::new(), note)
             }
-            Checked::Refused(why) => {
-                self.metrics.validations.get_or_create(&ResultLabels { result: "refused" }).inc();
-                tracing::warn!(%target, %why, "a fresh cubin failed GPU validation; it is not cached");
+            LoadVerdict::Refused(why) => {
+                self.metrics.load_checks.get_or_create(&ResultLabels { result: "refused" }).inc();
+                tracing::warn!(%target, %why, "a fresh cubin failed to load on a GPU; it is not cached");
                 compiled.ok = false;
                 compiled.log.push_str(&format!("\n{why}\n"));
                 (Vec::new(), why)

@@ -5,8 +5,8 @@
 //! compile fill the cache after its client has gone. Finished jobs are kept for a while for late
 //! watchers, then pruned.
 
+use crate::domain::{Job, KernelJob};
 use crate::engine::{Engine, Outcome};
-use crate::validate::{Job, KernelJob};
 use kiln_proto::CacheKey;
 use kiln_proto::key::graph_key;
 use kiln_proto::pb::{self, job_event::Event};

@@ -9,7 +9,9 @@
 //! - [`listen`]: what the TCP listener needs (tokens, TLS) for where it listens; [`auth`]: the
 //!   token check on it, and which calls a read-only token may make.
 //! - [`service`]: the `kiln.v1.Compiler` gRPC handlers; [`stats`] builds the Stats answer.
-//! - [`validate`]: request validation; every bad field is INVALID_ARGUMENT naming it.
+//! - [`domain`]: what kilnd works on: a validated job, its kernels and their sources.
+//! - [`validate`]: request validation, which turns a wire request into a [`domain::Job`]; every
+//!   bad field is INVALID_ARGUMENT naming it.
 //! - [`jobs`]: background jobs and their replayable event streams.
 //! - [`blob`]: `kiln.v1.Blobs`, named blobs that integrations key themselves (Triton, Inductor).
 //! - [`warm`]: `Warm`, which pulls graphs from the fleet cache into the local tiers.
@@ -20,7 +22,7 @@
 //! - [`store`]: the `Store` trait, the memory and disk tiers, and the tiered store.
 //! - [`toolchain`]: CUDA discovery, fingerprints, the option allowlist, include checks, NVRTC.
 //! - [`worker`]: compile worker processes, both sides of the pipe.
-//! - [`gpu`]: the local GPUs, through the CUDA driver.
+//! - [`gpu`]: the local GPUs, through the CUDA driver, and the load check of fresh cubins on them.
 //! - [`metrics`]: Prometheus metrics and the `/metrics` endpoint.
 //! - [`status`]: the host page (`/` on the metrics port) and the report to kiln-cache's fleet page.
 //! - [`check`]: `kilnd check`, the toolchain report `kiln doctor` falls back on.
@@ -29,6 +31,7 @@ pub mod auth;
 pub mod blob;
 pub mod check;
 pub mod config;
+pub mod domain;
 pub mod engine;
 pub mod explain;
 pub mod fleet;

@@ -103,8 +103,9 @@ pub struct Metrics {
     pub leases: Family<LeaseLabels, Counter>,
     /// 1 while the fleet cache answers, 0 while it does not (absent without --remote).
     pub remote_up: Gauge,
-    /// Fresh cubins by validation result: loaded | skipped | refused.
-    pub validations: Family<ResultLabels, Counter>,
+    /// Fresh cubins by load-check result: loaded | skipped | refused (exported as
+    /// `kiln_gpu_validations_total`, its name since before the load check was called so).
+    pub load_checks: Family<ResultLabels, Counter>,
     pub blob_lookups: Family<BlobLookupLabels, Counter>,
     pub blob_puts: Family<NamespaceLabels, Counter>,
     pub blob_put_bytes: Family<NamespaceLabels, Counter>,
@@ -148,7 +149,7 @@ impl Metrics {
             jobs: Counter::default(),
             leases: Family::default(),
             remote_up: Gauge::default(),
-            validations: Family::default(),
+            load_checks: Family::default(),
             blob_lookups: Family::default(),
             blob_puts: Family::default(),
             blob_put_bytes: Family::default(),
@@ -194,7 +195,7 @@ impl Metrics {
         registry.register(
             "gpu_validations",
             "Fresh cubins checked on a local GPU: loaded, skipped, refused",
-            m.validations.clone(),
+            m.load_checks.clone(),
         );
         registry.register("blob_lookups", "Named-blob lookups by namespace, tier and result", m.blob_lookups.clone());
         registry.register("blob_puts", "Named blobs stored, by namespace", m.blob_puts.clone());
@@ -243,7 +244,7 @@ impl Metrics {
             let _ = m.compile_seconds.get_or_create(&ToolchainLabels { toolchain });
         }
         for result in ["loaded", "skipped", "refused"] {
-            let _ = m.validations.get_or_create(&ResultLabels { result });
+            let _ = m.load_checks.get_or_create(&ResultLabels { result });
         }
         for result in ["changed", "unchanged", "refused"] {
             let _ = m.snapshot_saves.get_or_create(&ResultLabels { result });

@@ -8,7 +8,7 @@ use crate::engine::Engine;
 use crate::explain::store::RecipeStore;
 use crate::fleet::Fleet;
 use crate::fleet::tier::RemoteTier;
-use crate::gpu::{self, validator::Validator};
+use crate::gpu::{self, load_check::LoadCheck};
 use crate::jobs::Jobs;
 use crate::listen::TcpSecurity;
 use crate::metrics::Metrics;
@@ -124,15 +124,15 @@ pub async fn build(config: &Config) -> anyhow::Result<Built> {
         }
     };
     let store = TieredStore::new(tiers, Arc::clone(&metrics), config.limits.max_artifact_bytes);
-    let validator = if !config.validate_cubins {
+    let load_check = if !config.validate_cubins {
         Err("not validated: validate_cubins = false".to_string())
     } else if gpus.gpus.is_empty() {
         Err(format!("not validated: {}", gpus.note))
     } else {
-        Ok(Validator::start(gpus.gpus.clone()))
+        Ok(LoadCheck::start(gpus.gpus.clone()))
     };
     let engine = Engine::new(toolchains, fleet, store, Arc::clone(&metrics), config.concurrency, config.limits.clone())
-        .with_validator(validator)
+        .with_load_check(load_check)
         .with_recipes(
             RecipeStore::open(&config.cache_dir)
                 .with_context(|| format!("opening the recipe store in {}", config.cache_dir.display()))?,

@@ -3,11 +3,12 @@
 //! their services); an engine result is never an RPC error, only a kernel's outcome.
 
 use crate::config::Config;
+use crate::domain::Job;
 use crate::engine::Engine;
 use crate::gpu::GpuProbe;
 use crate::jobs::{self, Jobs};
 use crate::scheduler::gate::Priority;
-use crate::validate::{self, Context, Job};
+use crate::validate::{self, Context};
 use kiln_proto::Target;
 use kiln_proto::key::graph_key;
 use kiln_proto::pb::{self, compiler_server::Compiler, job_event::Event};

@@ -167,7 +167,7 @@ fn limits() -> kiln_daemon::config::Limits {
 }
 
 /// Validates as kilnd does, with NVRTC, ptxas and Triton all available.
-fn validate_request(r: &pb::CompileRequest) -> Result<validate::Job, tonic::Status> {
+fn validate_request(r: &pb::CompileRequest) -> Result<kiln_daemon::domain::Job, tonic::Status> {
     let l = limits();
     let fp = Fingerprint::from_bytes([1; 32]);
     let supported: Vec<String> = [75, 80, 90, 100].iter().map(|n| format!("sm_{n}")).collect();
@@ -193,7 +193,7 @@ fn names_a_field(s: &tonic::Status) -> bool {
 }
 
 /// A request that passes keeps its kernels, in order, each with a distinct id.
-fn job_is_sound(r: &pb::CompileRequest, job: &validate::Job) -> bool {
+fn job_is_sound(r: &pb::CompileRequest, job: &kiln_daemon::domain::Job) -> bool {
     let kernels = &r.graph.as_ref().unwrap().kernels;
     job.kernels.len() == kernels.len() && job.kernels.iter().zip(kernels).all(|(j, k)| j.id == k.id)
 }

@@ -10,8 +10,8 @@
 use super::book::{self, Expect};
 use super::diff;
 use super::identity::Identity;
+use crate::domain::{KernelJob, KernelSource};
 use crate::engine::Engine;
-use crate::validate::{KernelJob, KernelSource};
 use bytes::Bytes;
 use kiln_proto::pb::{KeyRecipe, RecipeBook};
 use kiln_proto::{CacheKey, Fingerprint, Target};

@@ -2,7 +2,7 @@
 //! driver or no GPU is normal for kiln (build hosts, CPU-only CI): it simply has no default
 //! target. cudarc panics when libcuda is missing, so presence is checked first.
 
-pub mod validator;
+pub mod load_check;
 
 use cudarc::driver::sys::{self, CUdevice_attribute, CUresult};
 use kiln_proto::Target;
@@ -12,6 +12,9 @@ use std::ffi::{CStr, c_char, c_int};
 /// What the driver reported, or why there is nothing to report.
 #[derive(Debug, Clone, Default)]
 pub struct GpuProbe {
+    /// The wire type itself: `Stats` answers this list as it is, and the host page and the
+    /// report to kiln-cache read it from there. The target is text because the wire carries it
+    /// so; `list` makes it from a `Target`, so it always parses.
     pub gpus: Vec<Gpu>,
     /// Why no GPU is listed, for `kiln doctor`.
     pub note: String,

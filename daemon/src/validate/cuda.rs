@@ -1,7 +1,8 @@
 //! CUDA C++ kernels for NVRTC: source, headers by content, allowlisted options, name
 //! expressions, and the include check that keeps host paths out of the compiler.
 
-use super::{Context, KernelJob, KernelSource, invalid};
+use super::{Context, invalid};
+use crate::domain::{KernelJob, KernelSource};
 use crate::toolchain::{includes, options};
 use kiln_proto::Target;
 use kiln_proto::pb;

@@ -1,15 +1,16 @@
 //! Validation of client requests. Every field is input: a bad one is INVALID_ARGUMENT with a
 //! message that names it, such as `graph.kernels[2].cuda.options[0]: ...`. A request that passes
-//! comes out as a [`Job`] with each kernel's key already derived.
+//! comes out as a [`Job`] (see [`crate::domain`]) with each kernel's key already derived.
 
 mod cuda;
 mod ptx;
 mod triton;
 
 use crate::config::Limits;
+use crate::domain::Job;
 use crate::scheduler::gate::Priority;
 use kiln_proto::pb::{self, kernel::Source};
-use kiln_proto::{CacheKey, Fingerprint, KeyInputs, Target};
+use kiln_proto::{Fingerprint, Target};
 use std::collections::HashMap;
 use tonic::Status;
 
@@ -29,103 +30,6 @@ pub struct Context<'a> {
     pub triton: Result<&'a Fingerprint, &'a str>,
     /// `sm_NN` names NVRTC can compile for; `a`/`f` variants count when their base is listed.
     pub supported_targets: &'a [String],
-}
-
-/// One kernel, ready to look up or compile.
-#[derive(Debug, Clone)]
-pub struct KernelJob {
-    pub id: String,
-    pub key: CacheKey,
-    pub source: KernelSource,
-    /// Set when the source may not be compiled at all (an include of a host path): the kernel's
-    /// outcome is failed with this reason, and the compiler never sees it.
-    pub refusal: Option<String>,
-}
-
-/// A kernel's source, by toolchain.
-#[derive(Debug, Clone)]
-pub enum KernelSource {
-    Cuda(pb::CudaSource),
-    Ptx(pb::PtxSource),
-    Triton(pb::TritonSource),
-}
-
-impl KernelSource {
-    /// The toolchain's name: the metric label and the key's toolchain field.
-    pub fn toolchain(&self) -> &'static str {
-        match self {
-            KernelSource::Cuda(_) => crate::toolchain::nvrtc::NAME,
-            KernelSource::Ptx(_) => crate::toolchain::ptxas::NAME,
-            KernelSource::Triton(_) => crate::toolchain::triton::NAME,
-        }
-    }
-
-    /// Whether the client asked for PTX beside the cubin.
-    pub fn wants_ptx(&self) -> bool {
-        matches!(self, KernelSource::Triton(t) if t.want_ptx)
-    }
-
-    /// Hands `f` this kernel's key inputs: the one place a validated source becomes key inputs,
-    /// so the key (`derive`, at validation) and its recipe (`recipe`, on a miss or for `Explain`)
-    /// always describe the same fields.
-    pub fn with_key_inputs<R>(
-        &self,
-        target: &Target,
-        fingerprint: &Fingerprint,
-        f: impl FnOnce(&KeyInputs<'_>) -> R,
-    ) -> R {
-        let toolchain = self.toolchain();
-        match self {
-            KernelSource::Cuda(c) => {
-                let headers: Vec<(&str, &[u8])> =
-                    c.headers.iter().map(|h| (h.name.as_str(), h.content.as_bytes())).collect();
-                f(&KeyInputs {
-                    toolchain,
-                    fingerprint,
-                    target,
-                    source: c.source.as_bytes(),
-                    options: &c.options,
-                    headers: &headers,
-                    entries: &c.name_expressions,
-                })
-            }
-            KernelSource::Ptx(p) => f(&KeyInputs {
-                toolchain,
-                fingerprint,
-                target,
-                source: p.ptx.as_bytes(),
-                options: &p.options,
-                headers: &[],
-                entries: &[],
-            }),
-            KernelSource::Triton(t) => f(&KeyInputs {
-                toolchain,
-                fingerprint,
-                target,
-                source: t.source.as_bytes(),
-                options: &triton::key_options(t),
-                headers: &[],
-                entries: std::slice::from_ref(&t.kernel_name),
-            }),
-        }
-    }
-
-    /// The Triton kernel's function name, part of a Triton kernel's identity; empty otherwise.
-    pub fn kernel_name(&self) -> &str {
-        match self {
-            KernelSource::Triton(t) => &t.kernel_name,
-            _ => "",
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct Job {
-    pub name: String,
-    pub target: Target,
-    pub kernels: Vec<KernelJob>,
-    pub priority: Priority,
-    pub omit_artifacts: bool,
 }
 
 pub(crate) fn invalid(field: impl std::fmt::Display, why: impl std::fmt::Display) -> Status {

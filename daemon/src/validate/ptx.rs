@@ -1,6 +1,7 @@
 //! PTX kernels for ptxas: the text and allowlisted ptxas options.
 
-use super::{Context, KernelJob, KernelSource, invalid, text, unavailable};
+use super::{Context, invalid, text, unavailable};
+use crate::domain::{KernelJob, KernelSource};
 use crate::toolchain::{options, ptxas};
 use kiln_proto::Target;
 use kiln_proto::pb;

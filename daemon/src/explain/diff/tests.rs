@@ -2,7 +2,7 @@
 //! time, and the words each change is explained with.
 
 use super::*;
-use crate::validate::KernelSource;
+use crate::domain::KernelSource;
 use kiln_proto::pb::{self, triton_constexpr::Value};
 use kiln_proto::{Fingerprint, Target};
 

@@ -1,4 +1,6 @@
-//! Cubin validation on a local GPU, before an artifact is cached.
+//! The load check: a fresh cubin is loaded on a local GPU before the artifact is cached. (This
+//! is not request validation, which is `validate/`; the config key `validate_cubins` and the
+//! metric `kiln_gpu_validations_total` keep their first names for users.)
 //!
 //! A fresh cubin whose target matches a local GPU is loaded with `cuModuleLoadData`, every entry
 //! point is enumerated, loaded and measured (registers, shared, local and constant memory, the
@@ -6,7 +8,7 @@
 //! and never reaches a cache.
 //!
 //! All driver calls run on one thread, which holds the device's primary context only while
-//! validations arrive and releases it after [`IDLE_RELEASE`] without one: a context costs
+//! cubins arrive and releases it after [`IDLE_RELEASE`] without one: a context costs
 //! hundreds of MB of device memory and, in exclusive-process mode, the whole GPU, so kilnd never
 //! keeps one open. Nothing here changes a device setting or allocates device memory beyond what
 //! the module load itself needs.
@@ -20,27 +22,27 @@ use std::sync::mpsc;
 use std::time::Duration;
 use tokio::sync::oneshot;
 
-/// How long the validation thread keeps the primary context after its last validation.
+/// How long the load-check thread keeps the primary context after its last cubin.
 pub const IDLE_RELEASE: Duration = Duration::from_secs(2);
 
 type Reply = oneshot::Sender<Result<Vec<KernelAttributes>, String>>;
 
-struct Job {
+struct Request {
     device: c_int,
     cubin: Vec<u8>,
     reply: Reply,
 }
 
-/// Hands cubins to the validation thread.
+/// Hands cubins to the load-check thread.
 #[derive(Debug)]
-pub struct Validator {
+pub struct LoadCheck {
     gpus: Vec<Gpu>,
-    jobs: std::sync::Mutex<mpsc::Sender<Job>>,
+    requests: std::sync::Mutex<mpsc::Sender<Request>>,
 }
 
-/// What validation says about one cubin.
+/// What the load check says about one cubin.
 #[derive(Debug)]
-pub enum Checked {
+pub enum LoadVerdict {
     Loaded {
         attributes: Vec<KernelAttributes>,
         note: String,
@@ -51,15 +53,15 @@ pub enum Checked {
     Refused(String),
 }
 
-impl Validator {
-    /// Starts the validation thread for `gpus` (from the probe, so the driver is present).
-    pub fn start(gpus: Vec<Gpu>) -> Validator {
-        let (tx, rx) = mpsc::channel::<Job>();
-        let spawned = std::thread::Builder::new().name("kiln-gpu-validate".into()).spawn(move || serve(rx));
+impl LoadCheck {
+    /// Starts the load-check thread for `gpus` (from the probe, so the driver is present).
+    pub fn start(gpus: Vec<Gpu>) -> LoadCheck {
+        let (tx, rx) = mpsc::channel::<Request>();
+        let spawned = std::thread::Builder::new().name("kiln-gpu-load".into()).spawn(move || serve(rx));
         if let Err(e) = spawned {
-            tracing::warn!(error = %e, "could not start the GPU validation thread; cubins will not be validated");
+            tracing::warn!(error = %e, "could not start the GPU load-check thread; cubins will not be loaded");
         }
-        Validator { gpus, jobs: std::sync::Mutex::new(tx) }
+        LoadCheck { gpus, requests: std::sync::Mutex::new(tx) }
     }
 
     /// The local GPU a cubin for `target` can load on: same major and minor capability (an
@@ -68,42 +70,44 @@ impl Validator {
         self.gpus.iter().find(|g| g.target.parse::<Target>().is_ok_and(|t| t.capability() == target.capability()))
     }
 
-    /// Validates `cubin`, compiled for `target`.
-    pub async fn check(&self, target: &Target, cubin: &[u8]) -> Checked {
+    /// Loads `cubin`, compiled for `target`, on a local GPU of that target.
+    pub async fn check(&self, target: &Target, cubin: &[u8]) -> LoadVerdict {
         let Some(gpu) = self.device_for(target) else {
-            return Checked::Skipped(format!("not validated: no local GPU is {target}"));
+            return LoadVerdict::Skipped(format!("not validated: no local GPU is {target}"));
         };
         let (reply, answer) = oneshot::channel();
-        let job = Job { device: gpu.index as c_int, cubin: cubin.to_vec(), reply };
-        let sent = self.jobs.lock().map(|tx| tx.send(job).is_ok()).unwrap_or(false);
+        let request = Request { device: gpu.index as c_int, cubin: cubin.to_vec(), reply };
+        let sent = self.requests.lock().map(|tx| tx.send(request).is_ok()).unwrap_or(false);
         if !sent {
-            return Checked::Skipped("not validated: the validation thread is not running".into());
+            return LoadVerdict::Skipped("not validated: the validation thread is not running".into());
         }
         match answer.await {
-            Ok(Ok(attributes)) => Checked::Loaded { attributes, note: format!("loaded on {} ({target})", gpu.name) },
-            Ok(Err(why)) => Checked::Refused(format!("the cubin failed to load on {} ({target}): {why}", gpu.name)),
-            Err(_) => Checked::Skipped("not validated: the validation thread stopped".into()),
+            Ok(Ok(attributes)) => {
+                LoadVerdict::Loaded { attributes, note: format!("loaded on {} ({target})", gpu.name) }
+            }
+            Ok(Err(why)) => LoadVerdict::Refused(format!("the cubin failed to load on {} ({target}): {why}", gpu.name)),
+            Err(_) => LoadVerdict::Skipped("not validated: the validation thread stopped".into()),
         }
     }
 }
 
-/// The validation thread: one job at a time, the primary context held between them until idle.
-fn serve(jobs: mpsc::Receiver<Job>) {
+/// The load-check thread: one cubin at a time, the primary context held between them until idle.
+fn serve(requests: mpsc::Receiver<Request>) {
     let mut held: Option<(c_int, CUcontext)> = None;
     loop {
-        let job = match jobs.recv_timeout(IDLE_RELEASE) {
-            Ok(job) => job,
+        let request = match requests.recv_timeout(IDLE_RELEASE) {
+            Ok(request) => request,
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 release(&mut held);
                 continue;
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         };
-        if held.is_some_and(|(device, _)| device != job.device) {
+        if held.is_some_and(|(device, _)| device != request.device) {
             release(&mut held);
         }
-        let result = current(&mut held, job.device).and_then(|()| load_and_measure(&job.cubin));
-        let _ = job.reply.send(result);
+        let result = current(&mut held, request.device).and_then(|()| load_and_measure(&request.cubin));
+        let _ = request.reply.send(result);
     }
     release(&mut held);
 }

@@ -1,0 +1,31 @@
+//! What kilnd works on, once a request has passed validation: a [`Job`] of kernels, each a
+//! [`KernelJob`] with its key already derived and its [`KernelSource`]. `validate/` is the only
+//! place these are made from a wire request; the engine, jobs and `Explain` take them as they are.
+
+mod source;
+
+pub use source::{KernelSource, triton_key_options};
+
+use crate::scheduler::gate::Priority;
+use kiln_proto::{CacheKey, Target};
+
+/// A validated graph: every kernel checked and keyed for `target`.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub name: String,
+    pub target: Target,
+    pub kernels: Vec<KernelJob>,
+    pub priority: Priority,
+    pub omit_artifacts: bool,
+}
+
+/// One kernel, ready to look up or compile.
+#[derive(Debug, Clone)]
+pub struct KernelJob {
+    pub id: String,
+    pub key: CacheKey,
+    pub source: KernelSource,
+    /// Set when the source may not be compiled at all (an include of a host path): the kernel's
+    /// outcome is failed with this reason, and the compiler never sees it.
+    pub refusal: Option<String>,
+}

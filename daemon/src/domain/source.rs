@@ -1,0 +1,156 @@
+//! A kernel's source by toolchain, and the one place a source becomes key inputs.
+
+use kiln_proto::pb::{self, triton_constexpr::Value};
+use kiln_proto::{Fingerprint, KeyInputs, Target};
+
+/// A kernel's source, by toolchain.
+///
+/// The variants hold the validated wire messages themselves rather than copies in domain
+/// structs: each message is what its toolchain is handed (the NVRTC worker's pipe carries
+/// `CudaSource`, the Triton worker gets `TritonSource`'s fields), and the key inputs borrow its
+/// fields directly. A domain copy would restate every field and add no invariant that
+/// validation does not already give.
+#[derive(Debug, Clone)]
+pub enum KernelSource {
+    Cuda(pb::CudaSource),
+    Ptx(pb::PtxSource),
+    Triton(pb::TritonSource),
+}
+
+impl KernelSource {
+    /// The toolchain's name: the metric label and the key's toolchain field.
+    pub fn toolchain(&self) -> &'static str {
+        match self {
+            KernelSource::Cuda(_) => crate::toolchain::nvrtc::NAME,
+            KernelSource::Ptx(_) => crate::toolchain::ptxas::NAME,
+            KernelSource::Triton(_) => crate::toolchain::triton::NAME,
+        }
+    }
+
+    /// Whether the client asked for PTX beside the cubin.
+    pub fn wants_ptx(&self) -> bool {
+        matches!(self, KernelSource::Triton(t) if t.want_ptx)
+    }
+
+    /// Hands `f` this kernel's key inputs: the one place a validated source becomes key inputs,
+    /// so the key (`derive`, at validation) and its recipe (`recipe`, on a miss or for `Explain`)
+    /// always describe the same fields.
+    pub fn with_key_inputs<R>(
+        &self,
+        target: &Target,
+        fingerprint: &Fingerprint,
+        f: impl FnOnce(&KeyInputs<'_>) -> R,
+    ) -> R {
+        let toolchain = self.toolchain();
+        match self {
+            KernelSource::Cuda(c) => {
+                let headers: Vec<(&str, &[u8])> =
+                    c.headers.iter().map(|h| (h.name.as_str(), h.content.as_bytes())).collect();
+                f(&KeyInputs {
+                    toolchain,
+                    fingerprint,
+                    target,
+                    source: c.source.as_bytes(),
+                    options: &c.options,
+                    headers: &headers,
+                    entries: &c.name_expressions,
+                })
+            }
+            KernelSource::Ptx(p) => f(&KeyInputs {
+                toolchain,
+                fingerprint,
+                target,
+                source: p.ptx.as_bytes(),
+                options: &p.options,
+                headers: &[],
+                entries: &[],
+            }),
+            KernelSource::Triton(t) => f(&KeyInputs {
+                toolchain,
+                fingerprint,
+                target,
+                source: t.source.as_bytes(),
+                options: &triton_key_options(t),
+                headers: &[],
+                entries: std::slice::from_ref(&t.kernel_name),
+            }),
+        }
+    }
+
+    /// The Triton kernel's function name, part of a Triton kernel's identity; empty otherwise.
+    pub fn kernel_name(&self) -> &str {
+        match self {
+            KernelSource::Triton(t) => &t.kernel_name,
+            _ => "",
+        }
+    }
+}
+
+/// The Triton request as ordered option strings for the key. Each string starts with its kind
+/// and separates parts with NUL, which no validated part contains (identifiers, types, numbers),
+/// except a string constexpr, which comes last in its string; each string is length-prefixed by
+/// the key encoding. Signature order is kept (it is the parameter order); constexprs and
+/// attributes are sorted, since their order does not change the compile. Floats are keyed by
+/// their bits, so 1024.0 and 1024 never collide.
+pub fn triton_key_options(t: &pb::TritonSource) -> Vec<String> {
+    let mut out: Vec<String> = t.signature.iter().map(|a| format!("sig\0{}\0{}", a.name, a.r#type)).collect();
+    let mut constexprs: Vec<String> = t
+        .constexprs
+        .iter()
+        .map(|c| match &c.value {
+            Some(Value::IntValue(v)) => format!("constexpr\0{}\0int\0{v}", c.name),
+            Some(Value::FloatValue(v)) => format!("constexpr\0{}\0float\0{:016x}", c.name, v.to_bits()),
+            Some(Value::BoolValue(v)) => format!("constexpr\0{}\0bool\0{v}", c.name),
+            Some(Value::StringValue(v)) => format!("constexpr\0{}\0str\0{v}", c.name),
+            None => format!("constexpr\0{}\0none", c.name),
+        })
+        .collect();
+    constexprs.sort();
+    out.extend(constexprs);
+    let mut attrs: Vec<String> =
+        t.attributes.iter().map(|a| format!("attr\0{}\0{}\0{}", a.arg_index, a.name, a.value)).collect();
+    attrs.sort();
+    out.extend(attrs);
+    let o = t.options.unwrap_or_default();
+    let fusion = if o.enable_fp_fusion_set { o.enable_fp_fusion.to_string() } else { "default".into() };
+    out.push(format!(
+        "options\0num_warps={}\0num_stages={}\0num_ctas={}\0maxnreg={}\0enable_fp_fusion={fusion}",
+        o.num_warps, o.num_stages, o.num_ctas, o.maxnreg
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> pb::TritonSource {
+        pb::TritonSource {
+            source: "src".into(),
+            kernel_name: "k".into(),
+            signature: vec![
+                pb::TritonArg { name: "x".into(), r#type: "*fp32".into() },
+                pb::TritonArg { name: "BLOCK".into(), r#type: "constexpr".into() },
+            ],
+            constexprs: vec![pb::TritonConstexpr { name: "BLOCK".into(), value: Some(Value::IntValue(1024)) }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn typed_constexprs_and_options_change_the_key_options() {
+        let base = triton_key_options(&sample());
+        let mut float = sample();
+        float.constexprs[0].value = Some(Value::FloatValue(1024.0));
+        assert_ne!(triton_key_options(&float), base, "1024 and 1024.0 must differ");
+        let mut warps = sample();
+        warps.options = Some(pb::TritonOptions { num_warps: 8, ..Default::default() });
+        assert_ne!(triton_key_options(&warps), base);
+        let mut order = sample();
+        order.signature.reverse();
+        assert_ne!(triton_key_options(&order), base, "parameter order is part of the key");
+        let mut attr = sample();
+        attr.attributes.push(pb::TritonAttribute { arg_index: 0, name: "tt.divisibility".into(), value: 16 });
+        assert_ne!(triton_key_options(&attr), base);
+    }
+}
