@@ -2,7 +2,7 @@
 //! it found. `kiln doctor` runs it when no daemon answers.
 
 use crate::config::Config;
-use crate::toolchain::{cuda, nvrtc::Nvrtc};
+use crate::toolchain::{Toolchain, cuda, nvrtc::Nvrtc};
 
 /// Prints the report; returns the exit code (non-zero when no toolchain is usable).
 pub async fn run(config: &Config, json: bool) -> i32 {
@@ -25,7 +25,7 @@ pub async fn run(config: &Config, json: bool) -> i32 {
                 serde_json::json!({"name": i.name, "version": i.version, "fingerprint": i.fingerprint, "location": i.location, "include_dirs": i.include_dirs, "supported_targets": i.supported_targets}),
             )
         }
-        Err(e) => (false, serde_json::json!({"name": "nvrtc", "error": e})),
+        Err(e) => (false, serde_json::json!({"name": Toolchain::Nvrtc.as_str(), "error": e})),
     };
     if json {
         let doc = serde_json::json!({"toolchains": [toolchain_json], "gpus": gpu_list, "gpu_note": gpus.note, "cache_dir": config.cache_dir, "socket": config.socket});

@@ -14,8 +14,8 @@ use crate::scheduler::flight::{Flights, Join, Leader};
 use crate::scheduler::gate::{Gate, Priority};
 use crate::store::tiered::{Hit, TieredStore};
 use crate::store::{Stored, TierName};
-use crate::toolchain::Compiled;
 use crate::toolchain::set::Toolchains;
+use crate::toolchain::{Compiled, Toolchain};
 use bytes::Bytes;
 use kiln_proto::envelope::{self, Artifact};
 use kiln_proto::pb::{self, ArtifactMeta, KernelAttributes, LoweredName};
@@ -68,14 +68,6 @@ impl Outcome {
     }
 }
 
-fn tier_of(name: TierName) -> pb::Tier {
-    match name {
-        TierName::Memory => pb::Tier::Memory,
-        TierName::Disk => pb::Tier::Disk,
-        TierName::Remote => pb::Tier::Remote,
-    }
-}
-
 /// What [`Engine::prefetch`] found, and whether the fleet cache was asked for the rest.
 #[derive(Debug, Default)]
 pub struct Prefetched {
@@ -93,15 +85,6 @@ pub enum Adopt {
     /// job's directory), and a copy here would cost a disk write and an fsync per file, next to
     /// the job that is starting.
     No,
-}
-
-/// The metric label of a tier that answered.
-fn tier_name(tier: pb::Tier) -> &'static str {
-    match tier {
-        pb::Tier::Disk => TierName::Disk.as_str(),
-        pb::Tier::Remote => TierName::Remote.as_str(),
-        _ => TierName::Memory.as_str(),
-    }
 }
 
 /// A remembered compile failure.
@@ -229,7 +212,7 @@ impl Engine {
 
     fn hit_outcome(&self, hit: Hit) -> Outcome {
         self.metrics.seconds_saved.inc_by(hit.artifact.meta.compile_micros as f64 / 1e6);
-        Outcome::from_artifact(hit.artifact, tier_of(hit.tier))
+        Outcome::from_artifact(hit.artifact, hit.tier.to_pb())
     }
 
     /// Publishes a graph manifest (graph key → kernel keys) so another host can warm the whole
@@ -257,9 +240,9 @@ impl Engine {
         accept: impl Fn(&CacheKey, &Artifact) -> bool,
         adopt: Adopt,
     ) -> Prefetched {
-        let refused = |key: &CacheKey, tier: &'static str| {
-            tracing::warn!(%key, tier, "cache entry refused: its content does not match its address");
-            self.metrics.integrity_failures.get_or_create(&crate::metrics::TierLabels { tier }).inc();
+        let refused = |key: &CacheKey, tier: TierName| {
+            tracing::warn!(%key, %tier, "cache entry refused: its content does not match its address");
+            self.metrics.integrity_failure(tier);
         };
         let mut found = HashMap::new();
         let mut missing = Vec::new();
@@ -286,7 +269,8 @@ impl Engine {
                     found.insert(*key, outcome);
                 }
                 Some(outcome) => {
-                    refused(key, tier_name(outcome.tier));
+                    // A negative hit has no artifact, so `accept` refused a memory or disk hit.
+                    refused(key, TierName::from_pb(outcome.tier).unwrap_or(TierName::Memory));
                     missing.push(*key);
                 }
                 None => missing.push(*key),
@@ -300,7 +284,7 @@ impl Engine {
         };
         for (key, answer) in answers {
             match answer {
-                Some(Found::Artifact(a, _)) if !accept(&key, &a) => refused(&key, "remote"),
+                Some(Found::Artifact(a, _)) if !accept(&key, &a) => refused(&key, TierName::Remote),
                 Some(Found::Artifact(a, _)) if adopt == Adopt::No => {
                     found.insert(key, Outcome::from_artifact(Arc::from(a), pb::Tier::Remote));
                 }
@@ -492,10 +476,11 @@ impl Engine {
         &self,
         key: &CacheKey,
         target: &Target,
-        toolchain: &'static str,
+        toolchain: Toolchain,
         c: Compiled,
         (attributes, validation): (Vec<KernelAttributes>, String),
     ) -> Outcome {
+        let toolchain = toolchain.as_str();
         let labels = |outcome| CompileLabels { toolchain, outcome };
         self.metrics
             .compile_seconds

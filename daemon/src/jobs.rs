@@ -356,7 +356,7 @@ pub fn result(kernel: &KernelJob, job: &Job, outcome: Outcome, started: Instant)
         elapsed_micros: started.elapsed().as_micros() as u64,
         log: outcome.log,
         lowered_names: outcome.lowered_names,
-        toolchain: kernel.source.toolchain().into(),
+        toolchain: kernel.source.toolchain().as_str().into(),
         target: job.target.to_string(),
         metadata_json: outcome.metadata_json,
         ptx: if kernel.source.wants_ptx() { outcome.ptx } else { String::new() },

@@ -2,6 +2,7 @@
 //! `/metrics`. Label values: `tier` memory|disk|remote, `result` hit|miss|error, `outcome`
 //! ok|failed, `toolchain` nvrtc|ptxas|triton, `direction` read|write.
 
+use crate::store::TierName;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -236,8 +237,8 @@ impl Metrics {
             m.misses.clone(),
         );
         let m = Metrics { registry, ..m };
-        m.zero(&["memory", "disk"]);
-        for toolchain in ["nvrtc", "ptxas", "triton"] {
+        m.zero(&TierName::LOCAL);
+        for toolchain in crate::toolchain::Toolchain::ALL.map(|t| t.as_str()) {
             for outcome in ["ok", "failed"] {
                 let _ = m.compiles.get_or_create(&CompileLabels { toolchain, outcome });
             }
@@ -266,8 +267,8 @@ impl Metrics {
 
     /// Creates the series of `tiers` at zero, so that a dashboard's `rate()` has a series from
     /// the start and a quiet tier reads 0 rather than "no data".
-    fn zero(&self, tiers: &[&'static str]) {
-        for &tier in tiers {
+    fn zero(&self, tiers: &[TierName]) {
+        for tier in tiers.iter().map(|t| t.as_str()) {
             for result in ["hit", "miss", "error"] {
                 let _ = self.lookups.get_or_create(&LookupLabels { tier, result });
             }
@@ -285,7 +286,7 @@ impl Metrics {
     /// has them.
     pub fn enable_remote_up(&mut self) {
         self.registry.register("remote_up", "Whether the fleet cache answers", self.remote_up.clone());
-        self.zero(&["remote"]);
+        self.zero(&[TierName::Remote]);
         for result in ["acquired", "waited", "takeover", "timeout", "error"] {
             let _ = self.leases.get_or_create(&LeaseLabels { result });
         }
@@ -307,12 +308,9 @@ impl Metrics {
 
     /// One named-blob lookup: a hit in `tier`, or a miss.
     pub fn blob_lookup(&self, namespace: &str, tier: Option<i32>) {
-        use kiln_proto::pb::Tier;
-        let tier = match tier.and_then(|t| Tier::try_from(t).ok()) {
+        let tier = match tier.and_then(|t| kiln_proto::pb::Tier::try_from(t).ok()) {
             None => "none",
-            Some(Tier::Memory) => "memory",
-            Some(Tier::Disk) => "disk",
-            Some(_) => "remote",
+            Some(t) => TierName::from_pb(t).unwrap_or(TierName::Remote).as_str(),
         };
         let result = if tier == "none" { "miss" } else { "hit" };
         self.blob_lookups.get_or_create(&BlobLookupLabels { namespace: self.namespace(namespace), tier, result }).inc();
@@ -338,16 +336,31 @@ impl Metrics {
         family.get_or_create(&ResultLabels { result }).get()
     }
 
-    pub fn lookup(&self, tier: &'static str, result: &'static str) {
-        self.lookups.get_or_create(&LookupLabels { tier, result }).inc();
+    pub fn lookup(&self, tier: TierName, result: &'static str) {
+        self.lookups.get_or_create(&LookupLabels { tier: tier.as_str(), result }).inc();
     }
 
-    pub fn write(&self, tier: &'static str, result: &'static str) {
-        self.writes.get_or_create(&LookupLabels { tier, result }).inc();
+    /// The lookups of `tier` with `result` so far, for `Stats` and the host page.
+    pub fn lookups_of(&self, tier: TierName, result: &'static str) -> u64 {
+        self.lookups.get_or_create(&LookupLabels { tier: tier.as_str(), result }).get()
     }
 
-    pub fn bytes(&self, tier: &'static str, direction: &'static str, n: usize) {
-        self.artifact_bytes.get_or_create(&BytesLabels { tier, direction }).inc_by(n as u64);
+    pub fn write(&self, tier: TierName, result: &'static str) {
+        self.writes.get_or_create(&LookupLabels { tier: tier.as_str(), result }).inc();
+    }
+
+    pub fn bytes(&self, tier: TierName, direction: &'static str, n: usize) {
+        self.artifact_bytes.get_or_create(&BytesLabels { tier: tier.as_str(), direction }).inc_by(n as u64);
+    }
+
+    /// An envelope of `tier` refused on read.
+    pub fn integrity_failure(&self, tier: TierName) {
+        self.integrity_failures.get_or_create(&TierLabels { tier: tier.as_str() }).inc();
+    }
+
+    /// The envelopes of `tier` refused on read so far.
+    pub fn integrity_failures_of(&self, tier: TierName) -> u64 {
+        self.integrity_failures.get_or_create(&TierLabels { tier: tier.as_str() }).get()
     }
 
     /// The Prometheus text exposition.
@@ -386,9 +399,9 @@ mod tests {
     #[test]
     fn names_follow_the_design() {
         let m = Metrics::new();
-        m.lookup("memory", "hit");
+        m.lookup(TierName::Memory, "hit");
         m.compiles.get_or_create(&CompileLabels { toolchain: "nvrtc", outcome: "ok" }).inc();
-        m.integrity_failures.get_or_create(&TierLabels { tier: "disk" }).inc();
+        m.integrity_failure(TierName::Disk);
         m.compile_seconds.get_or_create(&ToolchainLabels { toolchain: "nvrtc" }).observe(0.5);
         let text = m.render();
         for name in [

@@ -148,7 +148,7 @@ impl Compiler for CompilerService {
                         key,
                         outcome: pb::Outcome::Miss as i32,
                         elapsed_micros: started.elapsed().as_micros() as u64,
-                        toolchain: kernel.source.toolchain().into(),
+                        toolchain: kernel.source.toolchain().as_str().into(),
                         target: job.target.to_string(),
                         ..Default::default()
                     }

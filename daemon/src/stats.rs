@@ -10,15 +10,10 @@ fn counter_value(
     family: &prometheus_client::metrics::family::Family<crate::metrics::CompileLabels, Counter>,
     outcome: &'static str,
 ) -> u64 {
-    use crate::toolchain::{nvrtc, ptxas, triton};
-    [nvrtc::NAME, ptxas::NAME, triton::NAME]
+    crate::toolchain::Toolchain::ALL
         .into_iter()
-        .map(|toolchain| family.get_or_create(&crate::metrics::CompileLabels { toolchain, outcome }).get())
+        .map(|t| family.get_or_create(&crate::metrics::CompileLabels { toolchain: t.as_str(), outcome }).get())
         .sum()
-}
-
-fn lookups(m: &crate::metrics::Metrics, tier: &'static str, result: &'static str) -> u64 {
-    m.lookups.get_or_create(&crate::metrics::LookupLabels { tier, result }).get()
 }
 
 pub fn collect(s: &CompilerService) -> pb::StatsResponse {
@@ -28,17 +23,14 @@ pub fn collect(s: &CompilerService) -> pb::StatsResponse {
         .store
         .usage()
         .into_iter()
-        .map(|(name, usage)| {
-            let tier = name.as_str();
-            pb::TierStats {
-                tier: tier.into(),
-                entries: usage.entries,
-                bytes: usage.bytes,
-                capacity_bytes: usage.capacity_bytes,
-                hits: lookups(m, tier, "hit"),
-                misses: lookups(m, tier, "miss"),
-                integrity_failures: m.integrity_failures.get_or_create(&crate::metrics::TierLabels { tier }).get(),
-            }
+        .map(|(tier, usage)| pb::TierStats {
+            tier: tier.as_str().into(),
+            entries: usage.entries,
+            bytes: usage.bytes,
+            capacity_bytes: usage.capacity_bytes,
+            hits: m.lookups_of(tier, "hit"),
+            misses: m.lookups_of(tier, "miss"),
+            integrity_failures: m.integrity_failures_of(tier),
         })
         .collect();
     pb::StatsResponse {

@@ -1,5 +1,6 @@
 //! A kernel's source by toolchain, and the one place a source becomes key inputs.
 
+use crate::toolchain::Toolchain;
 use kiln_proto::pb::{self, triton_constexpr::Value};
 use kiln_proto::{Fingerprint, KeyInputs, Target};
 
@@ -18,12 +19,12 @@ pub enum KernelSource {
 }
 
 impl KernelSource {
-    /// The toolchain's name: the metric label and the key's toolchain field.
-    pub fn toolchain(&self) -> &'static str {
+    /// The toolchain that compiles this source.
+    pub fn toolchain(&self) -> Toolchain {
         match self {
-            KernelSource::Cuda(_) => crate::toolchain::nvrtc::NAME,
-            KernelSource::Ptx(_) => crate::toolchain::ptxas::NAME,
-            KernelSource::Triton(_) => crate::toolchain::triton::NAME,
+            KernelSource::Cuda(_) => Toolchain::Nvrtc,
+            KernelSource::Ptx(_) => Toolchain::Ptxas,
+            KernelSource::Triton(_) => Toolchain::Triton,
         }
     }
 
@@ -41,7 +42,7 @@ impl KernelSource {
         fingerprint: &Fingerprint,
         f: impl FnOnce(&KeyInputs<'_>) -> R,
     ) -> R {
-        let toolchain = self.toolchain();
+        let toolchain = self.toolchain().as_str();
         match self {
             KernelSource::Cuda(c) => {
                 let headers: Vec<(&str, &[u8])> =

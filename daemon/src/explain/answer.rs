@@ -117,10 +117,7 @@ async fn cached(engine: &Engine, key: &CacheKey) -> Option<(pb::Tier, &'static s
         return Some((pb::Tier::Memory, "a failed compile, remembered"));
     }
     if let Some(hit) = engine.store.get(key).await {
-        return Some(match hit.tier {
-            crate::store::TierName::Memory => (pb::Tier::Memory, "memory"),
-            _ => (pb::Tier::Disk, "disk"),
-        });
+        return Some((hit.tier.to_pb(), hit.tier.as_str()));
     }
     let fleet = engine.fleet_up()?;
     match fleet.tier.contains(std::slice::from_ref(key)).await {

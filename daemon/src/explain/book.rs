@@ -4,6 +4,7 @@
 //! envelope is verified, its size bounded before decoding, and every field checked.
 
 use super::identity::Identity;
+use crate::toolchain::Toolchain;
 use kiln_proto::CacheKey;
 use kiln_proto::envelope;
 use kiln_proto::key::recipe::{MAX_VALUE_BYTES, is_digest};
@@ -127,7 +128,7 @@ pub fn check(book: &RecipeBook) -> Result<(), String> {
 
 fn check_recipe(r: &KeyRecipe) -> Result<(), String> {
     r.key.parse::<CacheKey>().map_err(|e| format!("key: {e}"))?;
-    if !matches!(r.toolchain.as_str(), "nvrtc" | "ptxas" | "triton") {
+    if Toolchain::from_name(&r.toolchain).is_none() {
         return Err(format!("toolchain: unknown `{}`", r.toolchain.escape_default()));
     }
     r.fingerprint.parse::<Fingerprint>().map_err(|e| format!("fingerprint: {e}"))?;

@@ -3,6 +3,7 @@
 //! first recipe is this request's (or the key being explained), the second a stored one.
 
 use super::misses::MissReason;
+use crate::toolchain::Toolchain;
 use kiln_proto::key::recipe::is_digest;
 use kiln_proto::pb::KeyRecipe;
 use std::collections::{BTreeMap, BTreeSet};
@@ -167,11 +168,11 @@ fn fingerprint_cause(now: &KeyRecipe, before: &KeyRecipe) -> String {
     {
         return format!("version {} vs {}", now.toolchain_version, before.toolchain_version);
     }
-    match now.toolchain.as_str() {
-        "nvrtc" => "another libnvrtc build, or other default headers".into(),
-        "ptxas" => "another ptxas binary".into(),
-        "triton" => "another Triton installation, Python or environment".into(),
-        other => format!("another {other} build"),
+    match Toolchain::from_name(&now.toolchain) {
+        Some(Toolchain::Nvrtc) => "another libnvrtc build, or other default headers".into(),
+        Some(Toolchain::Ptxas) => "another ptxas binary".into(),
+        Some(Toolchain::Triton) => "another Triton installation, Python or environment".into(),
+        None => format!("another {} build", now.toolchain),
     }
 }
 
@@ -196,7 +197,7 @@ pub fn differences(now: &KeyRecipe, before: &KeyRecipe) -> Vec<Difference> {
     if now.target != before.target {
         out.push(diff(MissReason::Target, format!("target {} vs {}", now.target, before.target)));
     }
-    let triton = now.toolchain == "triton" && before.toolchain == "triton";
+    let triton = now.toolchain == Toolchain::Triton.as_str() && before.toolchain == now.toolchain;
     if triton {
         out.extend(triton_differences(&now.options, &before.options));
         if let Some(text) = list_change("kernel name", &now.entries, &before.entries) {

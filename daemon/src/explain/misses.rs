@@ -4,6 +4,7 @@
 
 use super::identity::Identity;
 use crate::metrics::Metrics;
+use crate::toolchain::Toolchain;
 use kiln_proto::CacheKey;
 use kiln_proto::pb;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -90,7 +91,7 @@ pub struct MissRecord {
     pub at: SystemTime,
     pub identity: Identity,
     pub key: CacheKey,
-    pub toolchain: &'static str,
+    pub toolchain: Toolchain,
     pub reason: MissReason,
     /// One line for a person: `header `common.cuh`: content differs`.
     pub detail: String,
@@ -103,7 +104,7 @@ impl MissRecord {
             graph: self.identity.graph.clone(),
             kernel_id: self.identity.kernel_id.clone(),
             kernel_name: self.identity.kernel_name.clone(),
-            toolchain: self.toolchain.into(),
+            toolchain: self.toolchain.as_str().into(),
             reason: self.reason.label().into(),
             detail: self.detail.clone(),
             key: self.key.to_hex(),
@@ -126,14 +127,7 @@ impl MissLog {
     }
 
     /// Counts a miss under its reason and keeps it, dropping the oldest past [`RECENT_MISSES`].
-    pub fn record(
-        &self,
-        identity: Identity,
-        key: CacheKey,
-        toolchain: &'static str,
-        reason: MissReason,
-        detail: String,
-    ) {
+    pub fn record(&self, identity: Identity, key: CacheKey, toolchain: Toolchain, reason: MissReason, detail: String) {
         self.counter.get_or_create(&ReasonLabels { reason: reason.label() }).inc();
         let record = MissRecord { at: SystemTime::now(), identity, key, toolchain, reason, detail };
         let mut recent = self.recent.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -164,7 +158,7 @@ mod tests {
         let log = MissLog::new(&metrics);
         for n in 0..RECENT_MISSES + 10 {
             let reason = if n % 2 == 0 { MissReason::Header } else { MissReason::New };
-            log.record(id(n), CacheKey::from_bytes([0; 32]), "nvrtc", reason, format!("miss {n}"));
+            log.record(id(n), CacheKey::from_bytes([0; 32]), Toolchain::Nvrtc, reason, format!("miss {n}"));
         }
         let recent = log.recent();
         assert_eq!(recent.len(), RECENT_MISSES);

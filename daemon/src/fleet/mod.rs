@@ -25,7 +25,8 @@
 pub mod lease;
 pub mod tier;
 
-use crate::metrics::{Metrics, TierLabels};
+use crate::metrics::Metrics;
+use crate::store::TierName;
 use kiln_cache_server::client::{Acquired, Lookup, PublishEvent, new_holder};
 use kiln_proto::CacheKey;
 use kiln_proto::envelope::{self, Artifact};
@@ -187,7 +188,7 @@ impl Fleet {
         match self.tier.get(key).await {
             Ok(lookup) => self.verify(key, lookup),
             Err(_) => {
-                self.metrics.lookup("remote", "error");
+                self.metrics.lookup(TierName::Remote, "error");
                 None
             }
         }
@@ -201,23 +202,23 @@ impl Fleet {
         match lookup {
             Lookup::Hit(bytes) => match envelope::open(&bytes, key, self.max_artifact_bytes) {
                 Ok(artifact) => {
-                    self.metrics.lookup("remote", "hit");
-                    self.metrics.bytes("remote", "read", bytes.len());
+                    self.metrics.lookup(TierName::Remote, "hit");
+                    self.metrics.bytes(TierName::Remote, "read", bytes.len());
                     Some(Found::Artifact(Box::new(artifact), bytes))
                 }
                 Err(e) => {
                     tracing::warn!(%key, error = %e, "corrupt fleet cache entry; it will be recompiled and replaced");
-                    self.metrics.integrity_failures.get_or_create(&TierLabels { tier: "remote" }).inc();
-                    self.metrics.lookup("remote", "miss");
+                    self.metrics.integrity_failure(TierName::Remote);
+                    self.metrics.lookup(TierName::Remote, "miss");
                     None
                 }
             },
             Lookup::Negative(n) => {
-                self.metrics.lookup("remote", "hit");
+                self.metrics.lookup(TierName::Remote, "hit");
                 Some(Found::Failed { log: n.log, compile_micros: n.compile_micros })
             }
             Lookup::Miss => {
-                self.metrics.lookup("remote", "miss");
+                self.metrics.lookup(TierName::Remote, "miss");
                 None
             }
         }
@@ -228,11 +229,11 @@ impl Fleet {
     pub async fn publish(&self, key: &CacheKey, envelope: &bytes::Bytes) {
         match self.tier.put(key, envelope.to_vec()).await {
             Ok(()) => {
-                self.metrics.bytes("remote", "write", envelope.len());
-                self.metrics.write("remote", "ok");
+                self.metrics.bytes(TierName::Remote, "write", envelope.len());
+                self.metrics.write(TierName::Remote, "ok");
             }
             Err(e) => {
-                self.metrics.write("remote", "error");
+                self.metrics.write(TierName::Remote, "error");
                 tracing::warn!(%key, error = %e, "fleet cache write failed; this host's tiers still hold the entry");
             }
         }
@@ -245,7 +246,7 @@ impl Fleet {
             Ok(answers) => Some(answers.into_iter().map(|(key, lookup)| (key, self.verify(&key, lookup))).collect()),
             Err(_) => {
                 for _ in keys {
-                    self.metrics.lookup("remote", "error");
+                    self.metrics.lookup(TierName::Remote, "error");
                 }
                 None
             }

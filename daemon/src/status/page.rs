@@ -1,6 +1,7 @@
 //! The host page's HTML, from this host's `Stats` answer and its metrics.
 
 use crate::metrics::{LeaseLabels, Metrics};
+use crate::store::TierName;
 use kiln_proto::html::{Cell, Page, Row, percent};
 use kiln_proto::pb::StatsResponse;
 
@@ -41,7 +42,7 @@ pub fn render(s: &StatsResponse, m: &Metrics) -> String {
     }
 
     page.heading("Tiers");
-    let remote = |result| m.lookups.get_or_create(&crate::metrics::LookupLabels { tier: "remote", result }).get();
+    let remote = |result| m.lookups_of(TierName::Remote, result);
     let mut rows: Vec<Row> = s
         .tiers
         .iter()
@@ -63,7 +64,7 @@ pub fn render(s: &StatsResponse, m: &Metrics) -> String {
         let (hits, misses) = (remote("hit"), remote("miss"));
         rows.push(
             Row::new(vec![
-                "remote".into(),
+                TierName::Remote.as_str().into(),
                 "".into(),
                 "".into(),
                 "".into(),
@@ -72,7 +73,7 @@ pub fn render(s: &StatsResponse, m: &Metrics) -> String {
                 percent(hits, hits + misses).into(),
                 "".into(),
             ])
-            .key("remote"),
+            .key(TierName::Remote.as_str()),
         );
     }
     page.table(

@@ -39,7 +39,7 @@ struct Inner {
 }
 
 fn io_err(source: std::io::Error) -> StoreError {
-    StoreError { tier: "disk", source }
+    StoreError { tier: TierName::Disk, source }
 }
 
 impl DiskTier {

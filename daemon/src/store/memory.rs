@@ -55,7 +55,7 @@ impl Store for MemoryTier {
     /// digest and key); an envelope that does not open is not stored.
     fn put<'a>(&'a self, key: &'a CacheKey, stored: Stored) -> StoreFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            let refused = |e| StoreError { tier: "memory", source: std::io::Error::other(e) };
+            let refused = |e| StoreError { tier: TierName::Memory, source: std::io::Error::other(e) };
             let envelope = stored.envelope;
             let artifact = match stored.unpacked {
                 // An unpacked artifact exists only where this process sealed the envelope or

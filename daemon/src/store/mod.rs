@@ -13,6 +13,7 @@ pub mod tiered;
 use bytes::Bytes;
 use kiln_proto::CacheKey;
 use kiln_proto::envelope::Artifact;
+use kiln_proto::pb;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -20,7 +21,8 @@ use std::sync::Arc;
 /// A boxed future, so that tiers can sit in one list as trait objects.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// Which tier; the metric label `tier`.
+/// Which tier: its name ([`TierName::as_str`]) is the metric label `tier`, the `Stats` tier and
+/// the status page's row, spelt here only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TierName {
     Memory,
@@ -29,6 +31,9 @@ pub enum TierName {
 }
 
 impl TierName {
+    /// This host's tiers, fastest first (the fleet cache, `Remote`, only with `--remote`).
+    pub const LOCAL: [TierName; 2] = [TierName::Memory, TierName::Disk];
+
     pub fn as_str(self) -> &'static str {
         match self {
             TierName::Memory => "memory",
@@ -36,13 +41,38 @@ impl TierName {
             TierName::Remote => "remote",
         }
     }
+
+    /// The wire's tier of an answer from this tier.
+    pub fn to_pb(self) -> pb::Tier {
+        match self {
+            TierName::Memory => pb::Tier::Memory,
+            TierName::Disk => pb::Tier::Disk,
+            TierName::Remote => pb::Tier::Remote,
+        }
+    }
+
+    /// The tier a wire tier names; `None` for the ones that are not a cache (compiled, joined).
+    pub fn from_pb(tier: pb::Tier) -> Option<TierName> {
+        match tier {
+            pb::Tier::Memory => Some(TierName::Memory),
+            pb::Tier::Disk => Some(TierName::Disk),
+            pb::Tier::Remote => Some(TierName::Remote),
+            pb::Tier::Unspecified | pb::Tier::Compiled | pb::Tier::Joined => None,
+        }
+    }
+}
+
+impl std::fmt::Display for TierName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// A tier failed (I/O, a full disk). Never a failed compile: the caller counts it as a miss.
 #[derive(Debug, thiserror::Error)]
 #[error("{tier} tier: {source}")]
 pub struct StoreError {
-    pub tier: &'static str,
+    pub tier: TierName,
     #[source]
     pub source: std::io::Error,
 }

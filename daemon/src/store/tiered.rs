@@ -15,7 +15,7 @@
 //! its client either way, because a cache that cannot write must not fail a compile.
 
 use super::{Store, StoreError, Stored, TierName, Usage};
-use crate::metrics::{Metrics, TierLabels};
+use crate::metrics::Metrics;
 use kiln_proto::CacheKey;
 use kiln_proto::envelope::{self, Artifact};
 use std::sync::Arc;
@@ -71,7 +71,7 @@ impl TieredStore {
     /// miss: a read error, or a corrupt entry, which is evicted and counted.
     async fn check(&self, i: usize, key: &CacheKey, answer: Result<Option<Stored>, StoreError>) -> Option<Hit> {
         let tier = &self.tiers[i];
-        let name = tier.name().as_str();
+        let name = tier.name();
         let stored = match answer {
             Ok(Some(stored)) => stored,
             Ok(None) => {
@@ -102,8 +102,8 @@ impl TieredStore {
                 Some(Hit { artifact, tier: tier.name() })
             }
             Err(e) => {
-                tracing::warn!(%key, tier = name, error = %e, "corrupt cache entry evicted");
-                self.metrics.integrity_failures.get_or_create(&TierLabels { tier: name }).inc();
+                tracing::warn!(%key, tier = %name, error = %e, "corrupt cache entry evicted");
+                self.metrics.integrity_failure(name);
                 self.metrics.lookup(name, "miss");
                 if let Err(e) = tier.remove(key).await {
                     tracing::warn!(%key, error = %e, "could not evict a corrupt entry");
@@ -122,7 +122,7 @@ impl TieredStore {
     async fn backfill(&self, tiers: &[Arc<dyn Store>], key: &CacheKey, stored: Stored) {
         let envelope = &stored.envelope;
         for tier in tiers.iter().rev() {
-            let name = tier.name().as_str();
+            let name = tier.name();
             match tier.put(key, stored.clone()).await {
                 Ok(()) => {
                     self.metrics.bytes(name, "write", envelope.len());

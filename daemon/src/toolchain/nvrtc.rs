@@ -1,15 +1,13 @@
 //! The NVRTC toolchain as the daemon sees it: what it is (version, fingerprint, targets) and a
 //! pool of workers that do the compiling.
 
-use super::{Compiled, ToolchainError, cuda::CudaInstall, fingerprint};
+use super::{Compiled, Toolchain, ToolchainError, cuda::CudaInstall, fingerprint};
 use crate::worker::frame;
 use crate::worker::pool::{Protocol, WorkerPool, WorkerSpec};
 use kiln_proto::pb::{CudaSource, ToolchainInfo, WorkerHello, WorkerRequest, WorkerResponse};
 use kiln_proto::{Fingerprint, Target};
 use std::path::Path;
 use std::time::Duration;
-
-pub const NAME: &str = "nvrtc";
 
 #[derive(Debug)]
 pub struct Nvrtc {
@@ -74,22 +72,24 @@ impl Nvrtc {
         };
         let (pool, hello) =
             WorkerPool::<NvrtcProtocol>::start(spec, max_workers).await.map_err(|e| ToolchainError::Broken {
-                toolchain: "NVRTC",
+                toolchain: Toolchain::Nvrtc,
                 path: install.nvrtc.display().to_string(),
                 reason: e.to_string(),
             })?;
         let libraries = [install.nvrtc.clone(), install.builtins.clone()];
         let include_dirs = install.include_dirs.clone();
         let version = hello.version.clone();
-        let fp = tokio::task::spawn_blocking(move || fingerprint::of_files(NAME, &version, &libraries, &include_dirs))
-            .await
-            .map_err(|e| ToolchainError::Io(std::io::Error::other(e)))??;
+        let fp = tokio::task::spawn_blocking(move || {
+            fingerprint::of_files(Toolchain::Nvrtc.as_str(), &version, &libraries, &include_dirs)
+        })
+        .await
+        .map_err(|e| ToolchainError::Io(std::io::Error::other(e)))??;
         Ok(Nvrtc { install, version: hello.version, fingerprint: fp, supported: hello.supported_targets, pool })
     }
 
     pub fn info(&self) -> ToolchainInfo {
         ToolchainInfo {
-            name: NAME.into(),
+            name: Toolchain::Nvrtc.as_str().into(),
             version: self.version.clone(),
             fingerprint: self.fingerprint.to_hex(),
             location: self.install.nvrtc.display().to_string(),

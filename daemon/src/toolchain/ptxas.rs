@@ -3,15 +3,13 @@
 //! subprocess: with resource limits, a timeout, its own environment, and a temporary directory
 //! that is removed on every path out.
 
-use super::{Compiled, ToolchainError, fingerprint};
+use super::{Compiled, Toolchain, ToolchainError, fingerprint};
 use kiln_proto::pb::ToolchainInfo;
 use kiln_proto::{Fingerprint, Target};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 use tokio::process::Command;
-
-pub const NAME: &str = "ptxas";
 
 #[derive(Debug)]
 pub struct Ptxas {
@@ -26,8 +24,11 @@ pub struct Ptxas {
 impl Ptxas {
     /// Runs `ptxas --version` and hashes the binary.
     pub async fn probe(path: &Path, memory_mb: u64) -> Result<Self, ToolchainError> {
-        let broken =
-            |reason: String| ToolchainError::Broken { toolchain: NAME, path: path.display().to_string(), reason };
+        let broken = |reason: String| ToolchainError::Broken {
+            toolchain: Toolchain::Ptxas,
+            path: path.display().to_string(),
+            reason,
+        };
         let out = tokio::time::timeout(
             Duration::from_secs(30),
             Command::new(path).arg("--version").kill_on_drop(true).output(),
@@ -41,15 +42,16 @@ impl Ptxas {
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         let version = text.lines().rfind(|l| !l.trim().is_empty()).unwrap_or_default().trim().to_string();
         let (p, t) = (path.to_path_buf(), text.clone());
-        let fingerprint = tokio::task::spawn_blocking(move || fingerprint::of_files(NAME, &t, &[p], &[]))
-            .await
-            .map_err(|e| ToolchainError::Io(std::io::Error::other(e)))??;
+        let fingerprint =
+            tokio::task::spawn_blocking(move || fingerprint::of_files(Toolchain::Ptxas.as_str(), &t, &[p], &[]))
+                .await
+                .map_err(|e| ToolchainError::Io(std::io::Error::other(e)))??;
         Ok(Ptxas { path: path.to_path_buf(), version, fingerprint, memory_mb })
     }
 
     pub fn info(&self) -> ToolchainInfo {
         ToolchainInfo {
-            name: NAME.into(),
+            name: Toolchain::Ptxas.as_str().into(),
             version: self.version.clone(),
             fingerprint: self.fingerprint.to_hex(),
             location: self.path.display().to_string(),

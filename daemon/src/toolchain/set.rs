@@ -2,6 +2,7 @@
 //! used when the CUDA installation has it; Triton starts lazily, on the first Triton request,
 //! and a failed start is retried on the next one (an operator may install Triton meanwhile).
 
+use super::Toolchain;
 use super::nvrtc::Nvrtc;
 use super::ptxas::Ptxas;
 use super::triton::{self, Triton};
@@ -57,7 +58,7 @@ impl Toolchains {
         match &self.ptxas {
             Ok(p) => out.push(p.info()),
             Err(why) => out.push(ToolchainInfo {
-                name: super::ptxas::NAME.into(),
+                name: Toolchain::Ptxas.as_str().into(),
                 version: format!("unavailable: {why}"),
                 ..Default::default()
             }),
@@ -65,7 +66,7 @@ impl Toolchains {
         match self.triton_started() {
             Some(t) => out.push(t.info()),
             None => out.push(ToolchainInfo {
-                name: triton::NAME.into(),
+                name: Toolchain::Triton.as_str().into(),
                 version: format!(
                     "not started: starts on the first Triton request ({})",
                     self.triton_settings.python.display()

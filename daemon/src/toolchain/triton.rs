@@ -5,7 +5,7 @@
 //! compiles every request in a child of its own, inside the box of `triton_box.py`
 //! ([`super::triton_box`] says which protections this host gives it).
 
-use super::{Compiled, ToolchainError, triton_box};
+use super::{Compiled, Toolchain, ToolchainError, triton_box};
 use crate::worker::pool::{Protocol, WorkerPool, WorkerSpec};
 use kiln_proto::pb::{ToolchainInfo, TritonSource, triton_constexpr::Value};
 use kiln_proto::{Fingerprint, Target};
@@ -15,7 +15,6 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-pub const NAME: &str = "triton";
 const WORKER_SCRIPT: &str = include_str!("triton_worker.py");
 const BOX_SCRIPT: &str = include_str!("triton_box.py");
 /// How long past a compile's timeout kilnd waits for the worker's answer: the worker ends a
@@ -123,7 +122,7 @@ impl Triton {
     pub async fn start(settings: &Settings) -> Result<Self, ToolchainError> {
         use std::os::unix::fs::PermissionsExt;
         let broken = |reason: String| ToolchainError::Broken {
-            toolchain: NAME,
+            toolchain: Toolchain::Triton,
             path: settings.python.display().to_string(),
             reason,
         };
@@ -153,7 +152,7 @@ impl Triton {
         let identity =
             hello.get("fingerprint").ok_or_else(|| broken("the worker's hello has no fingerprint".into()))?;
         let mut h = blake3::Hasher::new();
-        h.update(NAME.as_bytes());
+        h.update(Toolchain::Triton.as_str().as_bytes());
         // serde_json maps are sorted by key, so this text is canonical.
         h.update(identity.to_string().as_bytes());
         h.update(WORKER_SCRIPT.as_bytes());
@@ -166,7 +165,7 @@ impl Triton {
 
     pub fn info(&self) -> ToolchainInfo {
         ToolchainInfo {
-            name: NAME.into(),
+            name: Toolchain::Triton.as_str().into(),
             version: self.version.clone(),
             fingerprint: self.fingerprint.to_hex(),
             location: self.location.clone(),

@@ -9,6 +9,7 @@ mod triton;
 use crate::config::Limits;
 use crate::domain::Job;
 use crate::scheduler::gate::Priority;
+use crate::toolchain::Toolchain;
 use kiln_proto::pb::{self, kernel::Source};
 use kiln_proto::{Fingerprint, Target};
 use std::collections::HashMap;
@@ -85,7 +86,7 @@ pub fn needs_triton(req: &pb::CompileRequest) -> bool {
 }
 
 /// A toolchain this daemon cannot offer: FAILED_PRECONDITION, naming the field.
-pub(crate) fn unavailable(field: &str, toolchain: &str, why: &str) -> Status {
+pub(crate) fn unavailable(field: &str, toolchain: Toolchain, why: &str) -> Status {
     Status::failed_precondition(format!("{field}: the {toolchain} toolchain is not available on this daemon: {why}"))
 }
 

@@ -2,7 +2,7 @@
 
 use super::{Context, invalid, text, unavailable};
 use crate::domain::{KernelJob, KernelSource};
-use crate::toolchain::{options, ptxas};
+use crate::toolchain::{Toolchain, options};
 use kiln_proto::Target;
 use kiln_proto::pb;
 use tonic::Status;
@@ -14,7 +14,7 @@ pub(super) fn kernel(
     field: &str,
     ctx: &Context<'_>,
 ) -> Result<KernelJob, Status> {
-    let fingerprint = ctx.ptxas.map_err(|why| unavailable(field, ptxas::NAME, why))?;
+    let fingerprint = ctx.ptxas.map_err(|why| unavailable(field, Toolchain::Ptxas, why))?;
     text(&format!("{field}.ptx"), &p.ptx, ctx)?;
     for (j, o) in p.options.iter().enumerate() {
         options::check_ptxas(o).map_err(|e| invalid(format!("{field}.options[{j}]"), e))?;

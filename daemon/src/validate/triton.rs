@@ -4,7 +4,7 @@
 
 use super::{Context, invalid, text, unavailable};
 use crate::domain::{KernelJob, KernelSource};
-use crate::toolchain::triton;
+use crate::toolchain::Toolchain;
 use kiln_proto::Target;
 use kiln_proto::pb::{self, triton_constexpr::Value};
 use std::collections::HashMap;
@@ -24,7 +24,7 @@ pub(super) fn kernel(
     field: &str,
     ctx: &Context<'_>,
 ) -> Result<KernelJob, Status> {
-    let fingerprint = ctx.triton.map_err(|why| unavailable(field, triton::NAME, why))?;
+    let fingerprint = ctx.triton.map_err(|why| unavailable(field, Toolchain::Triton, why))?;
     text(&format!("{field}.source"), &t.source, ctx)?;
     if !identifier(&t.kernel_name) {
         return Err(invalid(format!("{field}.kernel_name"), "must be a Python identifier"));

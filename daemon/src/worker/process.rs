@@ -3,6 +3,7 @@
 //! time until its input closes. It holds no state between requests besides the loaded library.
 
 use super::{frame, limits, nvrtc_ffi};
+use crate::toolchain::Toolchain;
 use kiln_proto::pb::{WorkerHello, WorkerRequest, WorkerResponse};
 use std::fs::File;
 use std::os::fd::FromRawFd;
@@ -19,7 +20,7 @@ pub fn run(nvrtc: &Path, builtins: &Path, memory_mb: u64) -> i32 {
     let scratch = std::env::temp_dir().join(format!("kiln-worker-{}", std::process::id()));
     let hello = match prepare(nvrtc, builtins, memory_mb, &scratch) {
         Ok(hello) => hello,
-        Err(error) => WorkerHello { toolchain: "nvrtc".into(), error, ..Default::default() },
+        Err(error) => WorkerHello { toolchain: Toolchain::Nvrtc.as_str().into(), error, ..Default::default() },
     };
     let failed = !hello.error.is_empty();
     let code = if frame::write_blocking(&mut protocol_out, &hello).is_err() || failed {
@@ -41,7 +42,7 @@ fn prepare(nvrtc: &Path, builtins: &Path, memory_mb: u64, scratch: &Path) -> Res
     // The libraries stay loaded until the process exits.
     std::mem::forget(loaded);
     Ok(WorkerHello {
-        toolchain: "nvrtc".into(),
+        toolchain: Toolchain::Nvrtc.as_str().into(),
         version: nvrtc_ffi::version()?,
         supported_targets: nvrtc_ffi::supported_targets()?,
         error: String::new(),
