@@ -18,52 +18,69 @@ use crate::toolchain::set::Toolchains;
 use crate::toolchain::{Compiled, Toolchain};
 use bytes::Bytes;
 use kiln_proto::envelope::{self, Artifact};
-use kiln_proto::pb::{self, ArtifactMeta, KernelAttributes, LoweredName};
+use kiln_proto::pb::{self, ArtifactMeta, KernelAttributes};
 use kiln_proto::{CacheKey, Target};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::task::TaskTracker;
 
-/// The answer for one kernel.
+/// The answer for one kernel, and the tier that gave it.
 #[derive(Debug, Clone)]
-pub struct Outcome {
-    pub ok: bool,
-    pub tier: pb::Tier,
-    /// The verified artifact; `None` when the kernel failed.
-    pub artifact: Option<Arc<Artifact>>,
-    pub log: String,
-    pub lowered_names: Vec<LoweredName>,
-    /// What the artifact cost when it was compiled, even when this answer was a hit.
-    pub compile_micros: u64,
-    pub metadata_json: String,
-    pub ptx: String,
+pub enum Answer {
+    /// A verified artifact; its metadata holds the compile's log, lowered names, cost and PTX.
+    Ok { artifact: Arc<Artifact>, tier: pb::Tier },
+    /// No artifact: a failed compile (now, remembered, or another host's), or a refusal.
+    Failed {
+        log: String,
+        /// What the failed compile cost, even when this answer was a remembered failure.
+        compile_micros: u64,
+        tier: pb::Tier,
+    },
 }
 
-impl Outcome {
+impl Answer {
     fn failed(tier: pb::Tier, log: String, compile_micros: u64) -> Self {
-        Outcome {
-            ok: false,
-            tier,
-            artifact: None,
-            log,
-            lowered_names: Vec::new(),
-            compile_micros,
-            metadata_json: String::new(),
-            ptx: String::new(),
-        }
+        Answer::Failed { log, compile_micros, tier }
     }
 
     fn from_artifact(artifact: Arc<Artifact>, tier: pb::Tier) -> Self {
-        Outcome {
-            ok: true,
-            tier,
-            log: artifact.meta.log.clone(),
-            lowered_names: artifact.meta.lowered_names.clone(),
-            compile_micros: artifact.meta.compile_micros,
-            metadata_json: artifact.meta.metadata_json.clone(),
-            ptx: artifact.meta.ptx.clone(),
-            artifact: Some(artifact),
+        Answer::Ok { artifact, tier }
+    }
+
+    pub fn is_ok(&self) -> bool {
+        matches!(self, Answer::Ok { .. })
+    }
+
+    pub fn tier(&self) -> pb::Tier {
+        match self {
+            Answer::Ok { tier, .. } | Answer::Failed { tier, .. } => *tier,
+        }
+    }
+
+    /// The artifact, when the kernel has one.
+    pub fn artifact(&self) -> Option<&Artifact> {
+        match self {
+            Answer::Ok { artifact, .. } => Some(artifact),
+            Answer::Failed { .. } => None,
+        }
+    }
+
+    /// What the answer cost when it was compiled, even when this answer was a hit.
+    pub fn compile_micros(&self) -> u64 {
+        match self {
+            Answer::Ok { artifact, .. } => artifact.meta.compile_micros,
+            Answer::Failed { compile_micros, .. } => *compile_micros,
+        }
+    }
+
+    /// The same answer, as a follower of another request's compile gets it.
+    fn joined(self) -> Self {
+        match self {
+            Answer::Ok { artifact, .. } => Answer::Ok { artifact, tier: pb::Tier::Joined },
+            Answer::Failed { log, compile_micros, .. } => {
+                Answer::Failed { log, compile_micros, tier: pb::Tier::Joined }
+            }
         }
     }
 }
@@ -71,7 +88,7 @@ impl Outcome {
 /// What [`Engine::prefetch`] found, and whether the fleet cache was asked for the rest.
 #[derive(Debug, Default)]
 pub struct Prefetched {
-    pub found: HashMap<CacheKey, Outcome>,
+    pub found: HashMap<CacheKey, Answer>,
     /// The fleet cache answered for every key not in `found`, so they need not be read again.
     pub fleet_asked: bool,
 }
@@ -85,6 +102,14 @@ pub enum Adopt {
     /// job's directory), and a copy here would cost a disk write and an fsync per file, next to
     /// the job that is starting.
     No,
+}
+
+/// What the load check says about a fresh cubin that it did not refuse: the entry points'
+/// attributes and how (or whether) the cubin was loaded, the artifact's `validation` note.
+#[derive(Debug, Default)]
+struct Loaded {
+    attributes: Vec<KernelAttributes>,
+    note: String,
 }
 
 /// A remembered compile failure.
@@ -106,7 +131,7 @@ pub struct Engine {
     /// compile, not one each. Never on disk; the fleet gets a failure as a short-lived negative
     /// entry (see `publish`), which releases other hosts' waiters with its log.
     negative: moka::future::Cache<CacheKey, Arc<Failure>>,
-    flights: Arc<Flights<Outcome>>,
+    flights: Arc<Flights<Answer>>,
     /// Compile tasks outlive the request that started them (a compile keeps going to fill the
     /// cache when its client disconnects); shutdown waits for them here.
     pub tracker: TaskTracker,
@@ -187,7 +212,7 @@ impl Engine {
 
     /// Answers from the caches only: this host's, then the fleet's (one Get; its negative
     /// entries included).
-    pub async fn cached(&self, key: &CacheKey) -> Option<Outcome> {
+    pub async fn cached(&self, key: &CacheKey) -> Option<Answer> {
         if let Some(hit) = self.cached_here(key).await {
             return Some(hit);
         }
@@ -196,7 +221,7 @@ impl Engine {
     }
 
     /// Answers from this host's caches: the negative cache, then the tiers.
-    async fn cached_here(&self, key: &CacheKey) -> Option<Outcome> {
+    async fn cached_here(&self, key: &CacheKey) -> Option<Answer> {
         if let Some(failed) = self.negative_hit(key).await {
             return Some(failed);
         }
@@ -204,15 +229,15 @@ impl Engine {
     }
 
     /// A remembered failure of `key`, counted.
-    async fn negative_hit(&self, key: &CacheKey) -> Option<Outcome> {
+    async fn negative_hit(&self, key: &CacheKey) -> Option<Answer> {
         let f = self.negative.get(key).await?;
         self.metrics.negative_hits.inc();
-        Some(Outcome::failed(pb::Tier::Memory, f.log.clone(), f.compile_micros))
+        Some(Answer::failed(pb::Tier::Memory, f.log.clone(), f.compile_micros))
     }
 
-    fn hit_outcome(&self, hit: Hit) -> Outcome {
+    fn hit_outcome(&self, hit: Hit) -> Answer {
         self.metrics.seconds_saved.inc_by(hit.artifact.meta.compile_micros as f64 / 1e6);
-        Outcome::from_artifact(hit.artifact, hit.tier.to_pb())
+        Answer::from_artifact(hit.artifact, hit.tier.to_pb())
     }
 
     /// Publishes a graph manifest (graph key → kernel keys) so another host can warm the whole
@@ -248,7 +273,7 @@ impl Engine {
         let mut missing = Vec::new();
         // This host's answers: the negative cache, then each tier asked once for the whole graph
         // (the disk tier reads them all in one trip to a blocking thread).
-        let mut local: Vec<Option<Outcome>> = Vec::with_capacity(keys.len());
+        let mut local: Vec<Option<Answer>> = Vec::with_capacity(keys.len());
         let mut ask = Vec::new();
         for key in keys {
             let failed = self.negative_hit(key).await;
@@ -265,12 +290,12 @@ impl Engine {
         }
         for (key, outcome) in keys.iter().zip(local) {
             match outcome {
-                Some(outcome) if outcome.artifact.as_deref().is_none_or(|a| accept(key, a)) => {
+                Some(outcome) if outcome.artifact().is_none_or(|a| accept(key, a)) => {
                     found.insert(*key, outcome);
                 }
                 Some(outcome) => {
                     // A negative hit has no artifact, so `accept` refused a memory or disk hit.
-                    refused(key, TierName::from_pb(outcome.tier).unwrap_or(TierName::Memory));
+                    refused(key, TierName::from_pb(outcome.tier()).unwrap_or(TierName::Memory));
                     missing.push(*key);
                 }
                 None => missing.push(*key),
@@ -286,7 +311,7 @@ impl Engine {
             match answer {
                 Some(Found::Artifact(a, _)) if !accept(&key, &a) => refused(&key, TierName::Remote),
                 Some(Found::Artifact(a, _)) if adopt == Adopt::No => {
-                    found.insert(key, Outcome::from_artifact(Arc::from(a), pb::Tier::Remote));
+                    found.insert(key, Answer::from_artifact(Arc::from(a), pb::Tier::Remote));
                 }
                 Some(f) => {
                     found.insert(key, self.adopt(&key, f).await);
@@ -307,9 +332,9 @@ impl Engine {
         target: Target,
         priority: Priority,
         mut fleet_asked: bool,
-    ) -> Outcome {
+    ) -> Answer {
         if let Some(reason) = &kernel.refusal {
-            return Outcome::failed(pb::Tier::Compiled, reason.clone(), 0);
+            return Answer::failed(pb::Tier::Compiled, reason.clone(), 0);
         }
         loop {
             let hit = if fleet_asked { self.cached_here(&kernel.key).await } else { self.cached(&kernel.key).await };
@@ -319,12 +344,11 @@ impl Engine {
             }
             match self.flights.join(&kernel.key) {
                 Join::Follow(rx) => {
-                    if let Some(mut outcome) = Flights::follow(rx).await {
-                        if outcome.ok {
-                            self.metrics.seconds_saved.inc_by(outcome.compile_micros as f64 / 1e6);
+                    if let Some(outcome) = Flights::follow(rx).await {
+                        if outcome.is_ok() {
+                            self.metrics.seconds_saved.inc_by(outcome.compile_micros() as f64 / 1e6);
                         }
-                        outcome.tier = pb::Tier::Joined;
-                        return outcome;
+                        return outcome.joined();
                     }
                     // The leader vanished without a result: look again, and maybe lead.
                 }
@@ -336,7 +360,7 @@ impl Engine {
                         self.tracker.spawn(async move { this.lead(leader, identity, &kernel, target, priority).await });
                     return match task.await {
                         Ok(outcome) => outcome,
-                        Err(e) => Outcome::failed(pb::Tier::Compiled, format!("compile task ended abnormally: {e}"), 0),
+                        Err(e) => Answer::failed(pb::Tier::Compiled, format!("compile task ended abnormally: {e}"), 0),
                     };
                 }
             }
@@ -348,12 +372,12 @@ impl Engine {
     /// slot, compile, publish, and hand the result to every follower.
     async fn lead(
         &self,
-        leader: Leader<Outcome>,
+        leader: Leader<Answer>,
         identity: Identity,
         kernel: &KernelJob,
         target: Target,
         priority: Priority,
-    ) -> Outcome {
+    ) -> Answer {
         if let Some(hit) = self.cached_here(&kernel.key).await {
             leader.finish(hit.clone());
             return hit;
@@ -381,8 +405,8 @@ impl Engine {
             drop(permit);
             compiled
         };
-        let (mut compiled, ()) = tokio::join!(compile, crate::explain::record::miss(self, identity, kernel, &target));
-        let loaded = self.load_check(&mut compiled, &target).await;
+        let (compiled, ()) = tokio::join!(compile, crate::explain::record::miss(self, identity, kernel, &target));
+        let (compiled, loaded) = self.load_check(compiled, &target).await;
         let outcome = self.publish(&kernel.key, &target, kernel.source.toolchain(), compiled, loaded).await;
         if let Some(lease) = lease {
             lease.release().await;
@@ -411,18 +435,18 @@ impl Engine {
 
     /// Takes another host's result: an artifact goes into the local tiers, a failure into the
     /// negative cache.
-    pub async fn adopt(&self, key: &CacheKey, found: Found) -> Outcome {
+    pub async fn adopt(&self, key: &CacheKey, found: Found) -> Answer {
         match found {
             Found::Artifact(artifact, bytes) => {
                 let artifact: Arc<Artifact> = Arc::from(artifact);
                 let stored = Stored { envelope: Bytes::from(bytes), unpacked: Some(Arc::clone(&artifact)) };
                 self.store_locally(key, stored).await;
                 self.metrics.seconds_saved.inc_by(artifact.meta.compile_micros as f64 / 1e6);
-                Outcome::from_artifact(artifact, pb::Tier::Remote)
+                Answer::from_artifact(artifact, pb::Tier::Remote)
             }
             Found::Failed { log, compile_micros } => {
                 self.negative.insert(*key, Arc::new(Failure { log: log.clone(), compile_micros })).await;
-                Outcome::failed(pb::Tier::Remote, log, compile_micros)
+                Answer::failed(pb::Tier::Remote, log, compile_micros)
             }
         }
     }
@@ -448,26 +472,27 @@ impl Engine {
     /// Loads a fresh cubin on a local GPU of its target (see [`crate::gpu::load_check`]). A cubin
     /// the driver refuses turns `compiled` into a failure; otherwise the answer is the entry
     /// points' attributes and a note saying how (or whether) the cubin was checked.
-    async fn load_check(&self, compiled: &mut Compiled, target: &Target) -> (Vec<KernelAttributes>, String) {
-        if !compiled.ok {
-            return (Vec::new(), String::new());
-        }
-        let Some(load_check) = &self.load_check else { return (Vec::new(), self.load_check_off.clone()) };
-        match load_check.check(target, &compiled.cubin).await {
+    async fn load_check(&self, compiled: Compiled, target: &Target) -> (Compiled, Loaded) {
+        let Compiled::Ok(output) = compiled else { return (compiled, Loaded::default()) };
+        let Some(load_check) = &self.load_check else {
+            return (Compiled::Ok(output), Loaded { attributes: Vec::new(), note: self.load_check_off.clone() });
+        };
+        let count = |result| self.metrics.load_checks.get_or_create(&ResultLabels { result }).inc();
+        match load_check.check(target, &output.cubin).await {
             LoadVerdict::Loaded { attributes, note } => {
-                self.metrics.load_checks.get_or_create(&ResultLabels { result: "loaded" }).inc();
-                (attributes, note)
+                count("loaded");
+                (Compiled::Ok(output), Loaded { attributes, note })
             }
             LoadVerdict::Skipped(note) => {
-                self.metrics.load_checks.get_or_create(&ResultLabels { result: "skipped" }).inc();
-                (Vec::new(), note)
+                count("skipped");
+                (Compiled::Ok(output), Loaded { attributes: Vec::new(), note })
             }
             LoadVerdict::Refused(why) => {
-                self.metrics.load_checks.get_or_create(&ResultLabels { result: "refused" }).inc();
+                count("refused");
                 tracing::warn!(%target, %why, "a fresh cubin failed to load on a GPU; it is not cached");
-                compiled.ok = false;
-                compiled.log.push_str(&format!("\n{why}\n"));
-                (Vec::new(), why)
+                let log = format!("{}\n{why}\n", output.log);
+                let failed = Compiled::Failed { log, compile_micros: output.compile_micros };
+                (failed, Loaded { attributes: Vec::new(), note: why })
             }
         }
     }
@@ -477,33 +502,24 @@ impl Engine {
         key: &CacheKey,
         target: &Target,
         toolchain: Toolchain,
-        c: Compiled,
-        (attributes, validation): (Vec<KernelAttributes>, String),
-    ) -> Outcome {
+        compiled: Compiled,
+        Loaded { attributes, note: validation }: Loaded,
+    ) -> Answer {
         let toolchain = toolchain.as_str();
         let labels = |outcome| CompileLabels { toolchain, outcome };
-        self.metrics
-            .compile_seconds
-            .get_or_create(&ToolchainLabels { toolchain })
-            .observe(c.compile_micros as f64 / 1e6);
-        let too_large = c.cubin.len() as u64 > self.limits.max_artifact_bytes;
-        if !c.ok || too_large {
-            self.metrics.compiles.get_or_create(&labels("failed")).inc();
-            let mut log = c.log;
-            if too_large {
-                log.push_str(&format!(
-                    "\nartifact of {} bytes exceeds the limit of {}\n",
-                    c.cubin.len(),
-                    self.limits.max_artifact_bytes
-                ));
+        let compile_micros = compiled.compile_micros();
+        self.metrics.compile_seconds.get_or_create(&ToolchainLabels { toolchain }).observe(compile_micros as f64 / 1e6);
+        let max = self.limits.max_artifact_bytes;
+        let c = match compiled {
+            Compiled::Ok(c) if c.cubin.len() as u64 <= max => c,
+            Compiled::Ok(c) => {
+                let log = format!("{}\nartifact of {} bytes exceeds the limit of {max}\n", c.log, c.cubin.len());
+                return self.publish_failure(key, labels("failed"), log, compile_micros).await;
             }
-            let failure = Arc::new(Failure { log: log.clone(), compile_micros: c.compile_micros });
-            self.negative.insert(*key, failure).await;
-            if let Some(fleet) = &self.fleet {
-                fleet.publish_failure(key, &log, c.compile_micros).await;
+            Compiled::Failed { log, .. } => {
+                return self.publish_failure(key, labels("failed"), log, compile_micros).await;
             }
-            return Outcome::failed(pb::Tier::Compiled, log, c.compile_micros);
-        }
+        };
         self.metrics.compiles.get_or_create(&labels("ok")).inc();
         let meta = ArtifactMeta {
             toolchain: toolchain.into(),
@@ -521,7 +537,18 @@ impl Engine {
         let artifact = Arc::new(Artifact { meta, bytes: c.cubin.into() });
         let stored = Stored { envelope: sealed, unpacked: Some(Arc::clone(&artifact)) };
         self.store_everywhere(key, stored).await;
-        Outcome::from_artifact(artifact, pb::Tier::Compiled)
+        Answer::from_artifact(artifact, pb::Tier::Compiled)
+    }
+
+    /// Remembers a failed compile here and in the fleet (whose waiters it releases with the log).
+    async fn publish_failure(&self, key: &CacheKey, labels: CompileLabels, log: String, compile_micros: u64) -> Answer {
+        self.metrics.compiles.get_or_create(&labels).inc();
+        let failure = Arc::new(Failure { log: log.clone(), compile_micros });
+        self.negative.insert(*key, failure).await;
+        if let Some(fleet) = &self.fleet {
+            fleet.publish_failure(key, &log, compile_micros).await;
+        }
+        Answer::failed(pb::Tier::Compiled, log, compile_micros)
     }
 
     /// Waits up to `bound` for running compiles to finish.

@@ -6,7 +6,7 @@
 //! watchers, then pruned.
 
 use crate::domain::{Job, KernelJob};
-use crate::engine::{Engine, Outcome};
+use crate::engine::{Answer, Engine};
 use kiln_proto::CacheKey;
 use kiln_proto::key::graph_key;
 use kiln_proto::pb::{self, job_event::Event};
@@ -268,7 +268,7 @@ pub async fn begin(engine: &Engine, record: &JobRecord, job: Job) -> Begun {
     for (index, kernel) in job.kernels.iter().enumerate() {
         match cached.remove(&kernel.key) {
             Some(outcome) => {
-                if outcome.ok {
+                if outcome.is_ok() {
                     ok += 1
                 } else {
                     failed += 1
@@ -304,7 +304,7 @@ pub async fn complete(engine: Arc<Engine>, record: Arc<JobRecord>, begun: Begun)
             finish(&record);
             return;
         };
-        if outcome.ok {
+        if outcome.is_ok() {
             ok += 1
         } else {
             failed += 1
@@ -336,32 +336,36 @@ fn finish(record: &JobRecord) {
 }
 
 /// The wire form of one kernel's outcome.
-pub fn result(kernel: &KernelJob, job: &Job, outcome: Outcome, started: Instant) -> pb::KernelResult {
-    let outcome_code = if outcome.ok { pb::Outcome::Ok } else { pb::Outcome::Failed };
-    let size = outcome.artifact.as_ref().map_or(0, |a| a.bytes.len() as u64);
-    let (attributes, validation) =
-        outcome.artifact.as_ref().map(|a| (a.meta.attributes.clone(), a.meta.validation.clone())).unwrap_or_default();
-    let artifact = match (&outcome.artifact, job.omit_artifacts) {
-        (Some(a), false) => a.bytes.clone(),
-        _ => bytes::Bytes::new(),
-    };
-    pb::KernelResult {
+pub fn result(kernel: &KernelJob, job: &Job, outcome: Answer, started: Instant) -> pb::KernelResult {
+    let common = pb::KernelResult {
         id: kernel.id.clone(),
         key: kernel.key.to_hex(),
-        outcome: outcome_code as i32,
-        tier: outcome.tier as i32,
-        artifact,
-        artifact_bytes: size,
-        compile_micros: outcome.compile_micros,
+        tier: outcome.tier() as i32,
         elapsed_micros: started.elapsed().as_micros() as u64,
-        log: outcome.log,
-        lowered_names: outcome.lowered_names,
         toolchain: kernel.source.toolchain().as_str().into(),
         target: job.target.to_string(),
-        metadata_json: outcome.metadata_json,
-        ptx: if kernel.source.wants_ptx() { outcome.ptx } else { String::new() },
-        attributes,
-        validation,
+        ..Default::default()
+    };
+    match outcome {
+        Answer::Ok { artifact, .. } => {
+            let meta = &artifact.meta;
+            pb::KernelResult {
+                outcome: pb::Outcome::Ok as i32,
+                artifact: if job.omit_artifacts { bytes::Bytes::new() } else { artifact.bytes.clone() },
+                artifact_bytes: artifact.bytes.len() as u64,
+                compile_micros: meta.compile_micros,
+                log: meta.log.clone(),
+                lowered_names: meta.lowered_names.clone(),
+                metadata_json: meta.metadata_json.clone(),
+                ptx: if kernel.source.wants_ptx() { meta.ptx.clone() } else { String::new() },
+                attributes: meta.attributes.clone(),
+                validation: meta.validation.clone(),
+                ..common
+            }
+        }
+        Answer::Failed { log, compile_micros, .. } => {
+            pb::KernelResult { outcome: pb::Outcome::Failed as i32, compile_micros, log, ..common }
+        }
     }
 }
 

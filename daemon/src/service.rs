@@ -134,7 +134,7 @@ impl Compiler for CompilerService {
             let key = kernel.key.to_hex();
             let result = match found.remove(&kernel.key) {
                 Some(outcome) => {
-                    if outcome.ok {
+                    if outcome.is_ok() {
                         ok += 1
                     } else {
                         failed += 1

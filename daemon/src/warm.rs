@@ -58,8 +58,8 @@ pub fn start(
             let found = engine.prefetch(batch).await.found;
             for key in batch {
                 match found.get(key) {
-                    Some(o) if o.ok && o.tier == kiln_proto::pb::Tier::Remote => progress.fetched += 1,
-                    Some(o) if o.ok => progress.already_local += 1,
+                    Some(o) if o.is_ok() && o.tier() == kiln_proto::pb::Tier::Remote => progress.fetched += 1,
+                    Some(o) if o.is_ok() => progress.already_local += 1,
                     _ => progress.missing += 1,
                 }
             }

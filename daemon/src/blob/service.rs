@@ -53,7 +53,7 @@ impl BlobState {
     /// Looks one entry up in every tier.
     async fn lookup(&self, scope: &Scope, key: &CacheKey) -> Option<BlobEntry> {
         let outcome = self.engine.cached(key).await?;
-        entry::open(outcome.artifact.as_deref()?, &scope.namespace, outcome.tier)
+        entry::open(outcome.artifact()?, &scope.namespace, outcome.tier())
     }
 
     /// Decides who produces `key`: an entry already there, another process on this host, another
@@ -81,7 +81,8 @@ impl BlobState {
                 Ok(Claim::Found(found @ Found::Artifact(..))) => {
                     let outcome = self.engine.adopt(key, found).await;
                     self.holders.published(key);
-                    if let Some(found) = outcome.artifact.and_then(|a| entry::open(&a, &scope.namespace, outcome.tier))
+                    if let Some(found) =
+                        outcome.artifact().and_then(|a| entry::open(a, &scope.namespace, outcome.tier()))
                     {
                         return Decision::Found(found);
                     }
@@ -174,9 +175,8 @@ impl pb::blobs_server::Blobs for BlobService {
         let mut size = 0u64;
         let mut entries = Vec::with_capacity(stored.len());
         for key in &stored {
-            let hit = found
-                .get(key)
-                .and_then(|o| o.artifact.as_deref().and_then(|a| entry::open(a, &scope.namespace, o.tier)));
+            let hit =
+                found.get(key).and_then(|o| o.artifact().and_then(|a| entry::open(a, &scope.namespace, o.tier())));
             let hit = hit.filter(|e| {
                 size += e.files.iter().map(|f| f.data.len() as u64).sum::<u64>();
                 // Past the message limit the rest read as misses: the caller produces them, and

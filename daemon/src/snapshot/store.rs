@@ -108,8 +108,8 @@ impl SnapshotStore {
         found
             .into_iter()
             .filter_map(|(key, outcome)| {
-                let data = single(outcome.artifact.as_deref()?, FILE_NAMESPACE, outcome.tier)?;
-                Some((by_key[&key], FileHit { data, tier: outcome.tier }))
+                let data = single(outcome.artifact()?, FILE_NAMESPACE, outcome.tier())?;
+                Some((by_key[&key], FileHit { data, tier: outcome.tier() }))
             })
             .collect()
     }
@@ -120,7 +120,7 @@ impl SnapshotStore {
             && let Some(found @ Found::Artifact(..)) = fleet.fetch(key).await
         {
             let outcome = self.engine.adopt(key, found).await;
-            return single(outcome.artifact.as_deref()?, namespace, pb::Tier::Remote);
+            return single(outcome.artifact()?, namespace, pb::Tier::Remote);
         }
         let hit = self.engine.store.get(key).await?;
         single(&hit.artifact, namespace, pb::Tier::Unspecified)

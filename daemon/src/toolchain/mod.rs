@@ -57,11 +57,17 @@ impl std::fmt::Display for Toolchain {
     }
 }
 
-/// What one compile produced, success or not, whatever the toolchain. A failed compile is a
-/// result, not an error.
+/// What one compile produced, whatever the toolchain: a cubin, or a failure with its log. A
+/// failed compile is a result, not an error.
+#[derive(Debug, Clone)]
+pub enum Compiled {
+    Ok(Output),
+    Failed { log: String, compile_micros: u64 },
+}
+
+/// A compile that produced a cubin, and what the toolchain said beside it.
 #[derive(Debug, Clone, Default)]
-pub struct Compiled {
-    pub ok: bool,
+pub struct Output {
     pub cubin: Vec<u8>,
     pub log: String,
     pub lowered_names: Vec<LoweredName>,
@@ -74,7 +80,23 @@ pub struct Compiled {
 impl Compiled {
     /// A failure that happened around the compiler (a timeout, a dead worker, a spawn error).
     pub fn failed(log: String, started: std::time::Instant) -> Self {
-        Compiled { log, compile_micros: started.elapsed().as_micros() as u64, ..Default::default() }
+        Compiled::Failed { log, compile_micros: started.elapsed().as_micros() as u64 }
+    }
+
+    /// A compiler's answer: `output` when the compiler reports success (`ok`), else its log.
+    pub fn from_answer(ok: bool, output: Output) -> Self {
+        if ok {
+            Compiled::Ok(output)
+        } else {
+            Compiled::Failed { log: output.log, compile_micros: output.compile_micros }
+        }
+    }
+
+    pub fn compile_micros(&self) -> u64 {
+        match self {
+            Compiled::Ok(output) => output.compile_micros,
+            Compiled::Failed { compile_micros, .. } => *compile_micros,
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! The NVRTC toolchain as the daemon sees it: what it is (version, fingerprint, targets) and a
 //! pool of workers that do the compiling.
 
-use super::{Compiled, Toolchain, ToolchainError, cuda::CudaInstall, fingerprint};
+use super::{Compiled, Output, Toolchain, ToolchainError, cuda::CudaInstall, fingerprint};
 use crate::worker::frame;
 use crate::worker::pool::{Protocol, WorkerPool, WorkerSpec};
 use kiln_proto::pb::{CudaSource, ToolchainInfo, WorkerHello, WorkerRequest, WorkerResponse};
@@ -108,14 +108,16 @@ impl Nvrtc {
         };
         let started = std::time::Instant::now();
         match self.pool.run(&request, timeout).await {
-            Ok(r) => Compiled {
-                ok: r.ok,
-                cubin: r.cubin,
-                log: r.log,
-                lowered_names: r.lowered_names,
-                compile_micros: r.compile_micros,
-                ..Default::default()
-            },
+            Ok(r) => Compiled::from_answer(
+                r.ok,
+                Output {
+                    cubin: r.cubin,
+                    log: r.log,
+                    lowered_names: r.lowered_names,
+                    compile_micros: r.compile_micros,
+                    ..Default::default()
+                },
+            ),
             Err(failure) => Compiled::failed(failure.to_string(), started),
         }
     }

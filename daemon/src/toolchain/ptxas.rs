@@ -3,7 +3,7 @@
 //! subprocess: with resource limits, a timeout, its own environment, and a temporary directory
 //! that is removed on every path out.
 
-use super::{Compiled, Toolchain, ToolchainError, fingerprint};
+use super::{Compiled, Output, Toolchain, ToolchainError, fingerprint};
 use kiln_proto::pb::ToolchainInfo;
 use kiln_proto::{Fingerprint, Target};
 use std::path::{Path, PathBuf};
@@ -100,10 +100,10 @@ impl Ptxas {
         log.push_str(&String::from_utf8_lossy(&out.stderr));
         if !out.status.success() {
             log.push_str(&format!("\nptxas exited with {}\n", out.status));
-            return Ok(Compiled { log, compile_micros, ..Default::default() });
+            return Ok(Compiled::Failed { log, compile_micros });
         }
         let cubin = std::fs::read(&output).map_err(|e| format!("reading ptxas's output: {e}"))?;
-        Ok(Compiled { ok: true, cubin, log, compile_micros, ..Default::default() })
+        Ok(Compiled::Ok(Output { cubin, log, compile_micros, ..Default::default() }))
     }
 }
 

@@ -5,7 +5,7 @@
 //! compiles every request in a child of its own, inside the box of `triton_box.py`
 //! ([`super::triton_box`] says which protections this host gives it).
 
-use super::{Compiled, Toolchain, ToolchainError, triton_box};
+use super::{Compiled, Output, Toolchain, ToolchainError, triton_box};
 use crate::worker::pool::{Protocol, WorkerPool, WorkerSpec};
 use kiln_proto::pb::{ToolchainInfo, TritonSource, triton_constexpr::Value};
 use kiln_proto::{Fingerprint, Target};
@@ -180,15 +180,17 @@ impl Triton {
             Ok(r) => r,
             Err(failure) => return Compiled::failed(failure.to_string(), started),
         };
-        Compiled {
-            ok: r.ok && !r.cubin.is_empty(),
-            cubin: r.cubin,
-            log: r.log,
-            compile_micros: r.compile_micros.max(1),
-            metadata_json: r.metadata_json,
-            ptx: r.ptx,
-            ..Default::default()
-        }
+        Compiled::from_answer(
+            r.ok && !r.cubin.is_empty(),
+            Output {
+                cubin: r.cubin,
+                log: r.log,
+                compile_micros: r.compile_micros.max(1),
+                metadata_json: r.metadata_json,
+                ptx: r.ptx,
+                ..Default::default()
+            },
+        )
     }
 }
 

@@ -62,9 +62,10 @@ pub fn supported_targets() -> Result<Vec<String>, String> {
     Ok(archs.into_iter().map(|a| format!("sm_{a}")).collect())
 }
 
-/// What one compile produced.
+/// What one NVRTC program produced, as the worker answers it (`WorkerResponse`): the
+/// daemon side makes a `toolchain::Compiled` of it.
 #[derive(Debug, Default)]
-pub struct Compiled {
+pub struct ProgramOutput {
     pub ok: bool,
     pub cubin: Vec<u8>,
     pub log: String,
@@ -86,7 +87,7 @@ fn cstring(s: &str, what: &str) -> Result<CString, String> {
 }
 
 /// Compiles CUDA C++ to a cubin for `target` (such as `sm_90a`).
-pub fn compile(src: &CudaSource, target: &str, include_dirs: &[String]) -> Result<Compiled, String> {
+pub fn compile(src: &CudaSource, target: &str, include_dirs: &[String]) -> Result<ProgramOutput, String> {
     let source = cstring(&src.source, "source")?;
     let names: Vec<CString> = src.headers.iter().map(|h| cstring(&h.name, "header name")).collect::<Result<_, _>>()?;
     let contents: Vec<CString> =
@@ -123,7 +124,7 @@ pub fn compile(src: &CudaSource, target: &str, include_dirs: &[String]) -> Resul
     let option_ptrs: Vec<*const c_char> = options.iter().map(|c| c.as_ptr()).collect();
     // SAFETY: prog is live; the option pointers outlive the call.
     let compiled = unsafe { sys::nvrtcCompileProgram(prog.0, option_ptrs.len() as c_int, option_ptrs.as_ptr()) };
-    let mut out = Compiled { log: program_log(&prog)?, ..Default::default() };
+    let mut out = ProgramOutput { log: program_log(&prog)?, ..Default::default() };
     if compiled != nvrtcResult::NVRTC_SUCCESS {
         return Ok(out);
     }
