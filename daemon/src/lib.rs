@@ -10,6 +10,7 @@
 //!   token check on it, and which calls a read-only token may make.
 //! - [`service`]: the `kiln.v1.Compiler` gRPC handlers; [`stats`] builds the Stats answer.
 //! - [`domain`]: what kilnd works on: a validated job, its kernels and their sources.
+//! - [`error`]: kilnd's request errors, and their one mapping to a gRPC `Status`.
 //! - [`validate`]: request validation, which turns a wire request into a [`domain::Job`]; every
 //!   bad field is INVALID_ARGUMENT naming it.
 //! - [`jobs`]: background jobs and their replayable event streams.
@@ -33,6 +34,7 @@ pub mod check;
 pub mod config;
 pub mod domain;
 pub mod engine;
+pub mod error;
 pub mod explain;
 pub mod fleet;
 pub mod gpu;

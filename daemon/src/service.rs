@@ -1,10 +1,11 @@
 //! The `kiln.v1.Compiler` gRPC service: validation, jobs and the engine behind the RPCs. Request
-//! errors are `Status`es built by the validators (`validate/`, and `blob/` and `snapshot/` for
-//! their services); an engine result is never an RPC error, only a kernel's outcome.
+//! errors are [`crate::error::Error`]s, made into a `Status` in one place; an engine result is
+//! never an RPC error, only a kernel's answer.
 
 use crate::config::Config;
 use crate::domain::Job;
 use crate::engine::Engine;
+use crate::error::{Error, invalid};
 use crate::gpu::GpuProbe;
 use crate::jobs::{self, Jobs};
 use crate::scheduler::gate::Priority;
@@ -32,7 +33,7 @@ pub use crate::jobs::EventStream;
 impl CompilerService {
     /// Validates a request, starting the Triton pool first when the graph has Triton kernels
     /// (their keys need its fingerprint).
-    pub(crate) async fn validate(&self, req: &pb::CompileRequest, default_priority: Priority) -> Result<Job, Status> {
+    pub(crate) async fn validate(&self, req: &pb::CompileRequest, default_priority: Priority) -> Result<Job, Error> {
         let toolchains = &self.engine.toolchains;
         let triton_reason;
         let triton = if validate::needs_triton(req) {
@@ -66,14 +67,11 @@ impl CompilerService {
         &self,
         req: &pb::CompileRequest,
         default_priority: Priority,
-    ) -> Result<(Arc<jobs::JobRecord>, Job), Status> {
+    ) -> Result<(Arc<jobs::JobRecord>, Job), Error> {
         let job = self.validate(req, default_priority).await?;
         let queued = self.engine.gate.queued();
         if queued >= self.config.limits.max_queue {
-            return Err(Status::resource_exhausted(format!(
-                "the compile queue is full ({queued} compiles waiting, limit {}); retry later",
-                self.config.limits.max_queue
-            )));
+            return Err(Error::QueueFull { queued, limit: self.config.limits.max_queue });
         }
         Ok((self.jobs.create(default_priority == Priority::Background), job))
     }
@@ -111,12 +109,9 @@ impl Compiler for CompilerService {
     async fn watch(&self, request: Request<pb::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
         let id = &request.get_ref().job_id;
         if id.is_empty() {
-            return Err(Status::invalid_argument("job_id: empty"));
+            return Err(invalid("job_id", "empty").into());
         }
-        let record = self
-            .jobs
-            .get(id)
-            .ok_or_else(|| Status::not_found(format!("job_id: no job {id} (finished jobs are kept 10 minutes)")))?;
+        let record = self.jobs.get(id).ok_or_else(|| Error::NoJob { id: id.clone() })?;
         Ok(Response::new(jobs::watch(record, &self.engine.tracker, false, request.get_ref().batch_results)))
     }
 
@@ -173,11 +168,11 @@ impl Compiler for CompilerService {
     }
 
     async fn warm(&self, request: Request<pb::WarmRequest>) -> Result<Response<Self::WarmStream>, Status> {
-        crate::warm::start(Arc::clone(&self.engine), request.get_ref()).map(Response::new)
+        Ok(Response::new(crate::warm::start(Arc::clone(&self.engine), request.get_ref())?))
     }
 
     async fn explain(&self, request: Request<pb::ExplainRequest>) -> Result<Response<pb::ExplainResponse>, Status> {
-        crate::explain::answer::explain(self, request.get_ref()).await.map(Response::new)
+        Ok(Response::new(crate::explain::answer::explain(self, request.get_ref()).await?))
     }
 
     async fn stats(&self, _request: Request<pb::StatsRequest>) -> Result<Response<pb::StatsResponse>, Status> {

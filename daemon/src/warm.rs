@@ -2,6 +2,7 @@
 //! them, in batches of one BatchGet each, streaming progress.
 
 use crate::engine::Engine;
+use crate::error::{Error, invalid};
 use kiln_proto::CacheKey;
 use kiln_proto::pb::{WarmProgress, WarmRequest};
 use std::sync::Arc;
@@ -12,14 +13,11 @@ use tonic::Status;
 /// Kernels per BatchGet: large enough to save round trips, small enough for steady progress.
 const BATCH: usize = 64;
 
-fn parse(field: &str, values: &[String]) -> Result<Vec<CacheKey>, Status> {
+fn parse(field: &str, values: &[String]) -> Result<Vec<CacheKey>, Error> {
     values
         .iter()
         .enumerate()
-        .map(|(i, v)| {
-            v.parse()
-                .map_err(|_| Status::invalid_argument(format!("{field}[{i}]: expected 64 lowercase hex characters")))
-        })
+        .map(|(i, v)| v.parse().map_err(|_| invalid(format!("{field}[{i}]"), "expected 64 lowercase hex characters")))
         .collect()
 }
 
@@ -27,14 +25,14 @@ fn parse(field: &str, values: &[String]) -> Result<Vec<CacheKey>, Status> {
 pub fn start(
     engine: Arc<Engine>,
     request: &WarmRequest,
-) -> Result<ReceiverStream<Result<WarmProgress, Status>>, Status> {
+) -> Result<ReceiverStream<Result<WarmProgress, Status>>, Error> {
     let graphs = parse("graph_keys", &request.graph_keys)?;
     let mut kernels = parse("kernel_keys", &request.kernel_keys)?;
     if graphs.is_empty() && kernels.is_empty() {
-        return Err(Status::invalid_argument("graph_keys: give graph keys or kernel keys to warm"));
+        return Err(invalid("graph_keys", "give graph keys or kernel keys to warm"));
     }
     if engine.fleet.is_none() {
-        return Err(Status::failed_precondition("this kilnd has no fleet cache to warm from (start it with --remote)"));
+        return Err(Error::NoFleet);
     }
     let (tx, rx) = mpsc::channel(16);
     let tracker = engine.tracker.clone();
@@ -46,7 +44,8 @@ pub fn start(
                 Ok(Some(keys)) => kernels.extend(keys),
                 Ok(None) => progress.unknown_graphs.push(graph.to_hex()),
                 Err(e) => {
-                    let _ = tx.send(Err(Status::unavailable(format!("reading the manifest of {graph}: {e}")))).await;
+                    let error = Error::ManifestUnreadable { graph, reason: e.to_string() };
+                    let _ = tx.send(Err(error.into())).await;
                     return;
                 }
             }

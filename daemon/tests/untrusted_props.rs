@@ -181,7 +181,7 @@ fn validate_request(r: &pb::CompileRequest) -> Result<kiln_daemon::domain::Job, 
         triton: Ok(&fp),
         supported_targets: &supported,
     };
-    validate::request(r, &ctx, Priority::Interactive)
+    validate::request(r, &ctx, Priority::Interactive).map_err(tonic::Status::from)
 }
 
 /// An error is INVALID_ARGUMENT and begins with the request field it is about.
@@ -487,14 +487,14 @@ proptest! {
     ) {
         let scope = pb::BlobScope { namespace: ns, tool_version: version };
         if let Err(s) = blob::validate::scope(Some(&scope)) {
-            prop_assert!(s.message().starts_with("scope."));
+            prop_assert!(s.to_string().starts_with("scope."));
         }
         if let Err(s) = blob::validate::keys(&keys) {
-            prop_assert!(s.message().starts_with("keys"));
+            prop_assert!(s.to_string().starts_with("keys"));
         }
         let files: Vec<pb::BlobFile> = names.into_iter().map(|name| pb::BlobFile { name, data: vec![1] }).collect();
         if let Err(s) = blob::validate::files(&files, 2) {
-            prop_assert!(s.message().starts_with("files"));
+            prop_assert!(s.to_string().starts_with("files"));
         }
         let d = blob::validate::duration("wait_ms", ms, std::time::Duration::from_secs(1));
         prop_assert!(d.map_or(true, |d| d <= blob::validate::MAX_WAIT));
@@ -527,18 +527,18 @@ proptest! {
     ) {
         let id = pb::SnapshotId { job, keys: keys.into_iter().collect() };
         if let Err(s) = snapshot::validate::id("id", Some(&id)) {
-            prop_assert!(s.message().starts_with("id."), "{:?}", s);
+            prop_assert!(s.to_string().starts_with("id."), "{:?}", s);
         }
         let roots: Vec<pb::SnapshotRoot> = roots.into_iter().map(|(name, path)| pb::SnapshotRoot { name, path }).collect();
         if let Err(s) = snapshot::validate::roots(&roots) {
-            prop_assert!(s.message().starts_with("roots"), "{:?}", s);
+            prop_assert!(s.to_string().starts_with("roots"), "{:?}", s);
         }
         let files: Vec<pb::SnapshotFile> = files
             .into_iter()
             .map(|(root, path, mode, digest, size)| pb::SnapshotFile { root, path, mode, digest, size })
             .collect();
         if let Err(s) = snapshot::validate::files(&files, &roots, 50) {
-            prop_assert!(s.message().starts_with("files["), "{:?}", s);
+            prop_assert!(s.to_string().starts_with("files["), "{:?}", s);
         }
     }
 }

@@ -1,12 +1,12 @@
 //! Validation of `kiln.v1.Blobs` requests. Caller strings are bounded and checked here; none of
 //! them ever becomes a path or a Redis key (only the blake3 of them does).
 
+use crate::error::{Error, invalid};
 use kiln_proto::CacheKey;
 use kiln_proto::key::blob_key;
 use kiln_proto::pb::{BlobFile, BlobScope};
 use std::collections::HashSet;
 use std::time::Duration;
-use tonic::Status;
 
 pub const MAX_NAMESPACE: usize = 32;
 pub const MAX_TOOL_VERSION: usize = 256;
@@ -31,11 +31,7 @@ impl Scope {
     }
 }
 
-fn invalid(field: &str, why: impl std::fmt::Display) -> Status {
-    Status::invalid_argument(format!("{field}: {why}"))
-}
-
-pub fn scope(scope: Option<&BlobScope>) -> Result<Scope, Status> {
+pub fn scope(scope: Option<&BlobScope>) -> Result<Scope, Error> {
     let scope = scope.ok_or_else(|| invalid("scope", "missing"))?;
     let ns = &scope.namespace;
     if ns.is_empty() || ns.len() > MAX_NAMESPACE {
@@ -51,14 +47,14 @@ pub fn scope(scope: Option<&BlobScope>) -> Result<Scope, Status> {
     Ok(Scope { namespace: ns.clone(), tool_version: version.clone() })
 }
 
-pub fn caller_key(field: &str, key: &[u8]) -> Result<(), Status> {
+pub fn caller_key(field: &str, key: &[u8]) -> Result<(), Error> {
     if key.is_empty() || key.len() > MAX_KEY_BYTES {
         return Err(invalid(field, format!("must be 1 to {MAX_KEY_BYTES} bytes, got {}", key.len())));
     }
     Ok(())
 }
 
-pub fn keys(keys: &[Vec<u8>]) -> Result<(), Status> {
+pub fn keys(keys: &[Vec<u8>]) -> Result<(), Error> {
     if keys.is_empty() || keys.len() > MAX_KEYS {
         return Err(invalid("keys", format!("must hold 1 to {MAX_KEYS} keys, got {}", keys.len())));
     }
@@ -70,7 +66,7 @@ pub fn keys(keys: &[Vec<u8>]) -> Result<(), Status> {
 
 /// Files of a put: 1 to 256, names unique and 1 to 255 bytes (a single file may have an empty
 /// name), at most `max_bytes` together.
-pub fn files(files: &[BlobFile], max_bytes: u64) -> Result<(), Status> {
+pub fn files(files: &[BlobFile], max_bytes: u64) -> Result<(), Error> {
     if files.is_empty() || files.len() > MAX_FILES {
         return Err(invalid("files", format!("must hold 1 to {MAX_FILES} files, got {}", files.len())));
     }
@@ -80,12 +76,12 @@ pub fn files(files: &[BlobFile], max_bytes: u64) -> Result<(), Status> {
         let name = &file.name;
         if name.len() > MAX_FILE_NAME || (name.is_empty() && files.len() > 1) {
             return Err(invalid(
-                &format!("files[{i}].name"),
+                format!("files[{i}].name"),
                 format!("must be 1 to {MAX_FILE_NAME} bytes (empty only for a single file)"),
             ));
         }
         if !names.insert(name.as_str()) {
-            return Err(invalid(&format!("files[{i}].name"), format!("{name:?} appears twice")));
+            return Err(invalid(format!("files[{i}].name"), format!("{name:?} appears twice")));
         }
         total += file.data.len() as u64;
     }
@@ -99,7 +95,7 @@ pub fn files(files: &[BlobFile], max_bytes: u64) -> Result<(), Status> {
 }
 
 /// A wait or hold in milliseconds: zero means `default`, and at most an hour.
-pub fn duration(field: &str, ms: u32, default: Duration) -> Result<Duration, Status> {
+pub fn duration(field: &str, ms: u32, default: Duration) -> Result<Duration, Error> {
     let asked = Duration::from_millis(ms.into());
     if asked > MAX_WAIT {
         return Err(invalid(field, format!("{ms} ms is over the limit of {} s", MAX_WAIT.as_secs())));
@@ -116,8 +112,8 @@ mod tests {
         Some(BlobScope { namespace: ns.into(), tool_version: v.into() })
     }
 
-    fn message(r: Result<impl std::fmt::Debug, Status>) -> String {
-        let e = r.unwrap_err();
+    fn message(r: Result<impl std::fmt::Debug, Error>) -> String {
+        let e = tonic::Status::from(r.unwrap_err());
         assert_eq!(e.code(), tonic::Code::InvalidArgument);
         e.message().to_string()
     }

@@ -7,18 +7,17 @@ use super::diff::{self, Difference};
 use super::identity::Identity;
 use super::record;
 use crate::engine::Engine;
+use crate::error::{Error, invalid};
 use crate::scheduler::gate::Priority;
 use crate::service::CompilerService;
-use crate::validate::invalid;
 use kiln_proto::CacheKey;
 use kiln_proto::pb::{self, KeyRecipe, RecipeBook};
-use tonic::Status;
 
 /// Where a kept recipe was found.
 const LOCAL: &str = "local";
 const FLEET: &str = "fleet";
 
-pub async fn explain(service: &CompilerService, req: &pb::ExplainRequest) -> Result<pb::ExplainResponse, Status> {
+pub async fn explain(service: &CompilerService, req: &pb::ExplainRequest) -> Result<pb::ExplainResponse, Error> {
     match (&req.graph, req.keys.is_empty()) {
         (Some(_), false) => Err(invalid("keys", "give a graph or keys, not both")),
         (None, true) => Err(invalid("graph", "required: give a graph (what Compile takes) or keys")),
@@ -27,7 +26,7 @@ pub async fn explain(service: &CompilerService, req: &pb::ExplainRequest) -> Res
     }
 }
 
-async fn by_graph(service: &CompilerService, graph: &pb::CompileGraph) -> Result<pb::ExplainResponse, Status> {
+async fn by_graph(service: &CompilerService, graph: &pb::CompileGraph) -> Result<pb::ExplainResponse, Error> {
     let compile = pb::CompileRequest { graph: Some(graph.clone()), ..Default::default() };
     let job = service.validate(&compile, Priority::Interactive).await?;
     let engine = &service.engine;
@@ -44,7 +43,7 @@ async fn by_graph(service: &CompilerService, graph: &pb::CompileGraph) -> Result
     Ok(pb::ExplainResponse { kernels })
 }
 
-async fn by_keys(service: &CompilerService, keys: &[String]) -> Result<pb::ExplainResponse, Status> {
+async fn by_keys(service: &CompilerService, keys: &[String]) -> Result<pb::ExplainResponse, Error> {
     let max = service.config.limits.max_kernels;
     if keys.len() > max {
         return Err(invalid("keys", format!("{} keys exceeds the limit of {max}", keys.len())));

@@ -4,6 +4,7 @@
 use super::manifest;
 use super::store::SnapshotStore;
 use super::validate::{self, Id};
+use crate::error::{Error, invalid};
 use crate::metrics::{DirectionLabels, Metrics};
 use futures_util::StreamExt;
 use kiln_proto::CacheKey;
@@ -57,7 +58,7 @@ impl SnapshotState {
         futures_util::stream::iter(lookups).buffered(LOOKUPS_IN_FLIGHT).collect().await
     }
 
-    async fn save(&self, req: pb::SaveSnapshotRequest) -> Result<pb::SaveSnapshotResponse, Status> {
+    async fn save(&self, req: pb::SaveSnapshotRequest) -> Result<pb::SaveSnapshotResponse, Error> {
         let id = validate::id("id", req.id.as_ref())?;
         validate::roots(&req.roots)?;
         validate::files(&req.files, &req.roots, self.max_file_bytes)?;
@@ -95,19 +96,17 @@ impl SnapshotState {
                 None if in_fleet.contains(&digest) => {}
                 None => {
                     Metrics::count(&self.metrics.snapshot_saves, "refused", 1);
-                    return Err(Status::failed_precondition(format!(
-                        "files[{i}]: {}/{} (content {}) is stored neither on this host nor in the fleet cache; send it with \
-                         PutFiles first",
-                        file.root,
-                        file.path,
-                        hex::encode(digest)
-                    )));
+                    return Err(Error::FileNotStored {
+                        field: format!("files[{i}]"),
+                        file: format!("{}/{}", file.root, file.path),
+                        digest: hex::encode(digest),
+                    });
                 }
                 Some(n) if n != file.size => {
-                    return Err(Status::invalid_argument(format!(
-                        "files[{i}].size: {} bytes, but the stored content has {n}",
-                        file.size
-                    )));
+                    return Err(invalid(
+                        format!("files[{i}].size"),
+                        format!("{} bytes, but the stored content has {n}", file.size),
+                    ));
                 }
                 Some(_) => {}
             }
@@ -117,14 +116,12 @@ impl SnapshotState {
         let mut manifest = merged.manifest;
         if manifest.total_bytes > self.max_snapshot_bytes {
             Metrics::count(&self.metrics.snapshot_saves, "refused", 1);
-            return Err(Status::resource_exhausted(format!(
-                "snapshot of job {:?} would hold {} bytes in {} files, over the limit of {} bytes (max_snapshot_mb); \
-                 nothing was saved",
-                id.job,
-                manifest.total_bytes,
-                manifest.files.len(),
-                self.max_snapshot_bytes
-            )));
+            return Err(Error::SnapshotTooLarge {
+                job: id.job,
+                bytes: manifest.total_bytes,
+                files: manifest.files.len(),
+                limit: self.max_snapshot_bytes,
+            });
         }
         if merged.changed {
             manifest.environment = environment.into_iter().collect();
@@ -265,7 +262,7 @@ impl pb::snapshots_server::Snapshots for SnapshotService {
         &self,
         request: Request<pb::SaveSnapshotRequest>,
     ) -> Result<Response<pb::SaveSnapshotResponse>, Status> {
-        self.0.save(request.into_inner()).await.map(Response::new)
+        Ok(Response::new(self.0.save(request.into_inner()).await?))
     }
 
     async fn get_snapshot(

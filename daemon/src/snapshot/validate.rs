@@ -3,9 +3,9 @@
 //! blake3 of them does), and paths are checked so that no client can hand another a manifest
 //! that writes outside its directory.
 
+use crate::error::{Error, invalid};
 use kiln_proto::pb::{FileData, SnapshotFile, SnapshotId, SnapshotRoot};
 use std::collections::{BTreeMap, HashSet};
-use tonic::Status;
 
 pub const MAX_JOB: usize = 256;
 pub const MAX_KEYS: usize = 32;
@@ -21,10 +21,6 @@ pub const MAX_PATH: usize = 4096;
 /// Files in one snapshot: bounds the manifest, which is one artifact in the tiers.
 pub const MAX_FILES: usize = 200_000;
 
-fn invalid(field: &str, why: impl std::fmt::Display) -> Status {
-    Status::invalid_argument(format!("{field}: {why}"))
-}
-
 fn printable(s: &str) -> bool {
     s.bytes().all(|b| (0x20..0x7f).contains(&b))
 }
@@ -36,11 +32,11 @@ pub struct Id {
     pub keys: BTreeMap<String, String>,
 }
 
-pub fn id(field: &str, id: Option<&SnapshotId>) -> Result<Id, Status> {
+pub fn id(field: &str, id: Option<&SnapshotId>) -> Result<Id, Error> {
     let id = id.ok_or_else(|| invalid(field, "missing"))?;
     job(&format!("{field}.job"), &id.job)?;
     if id.keys.len() > MAX_KEYS {
-        return Err(invalid(&format!("{field}.keys"), format!("at most {MAX_KEYS} key parts, got {}", id.keys.len())));
+        return Err(invalid(format!("{field}.keys"), format!("at most {MAX_KEYS} key parts, got {}", id.keys.len())));
     }
     for (name, value) in &id.keys {
         let f = format!("{field}.keys[{name:?}]");
@@ -60,7 +56,7 @@ pub fn id(field: &str, id: Option<&SnapshotId>) -> Result<Id, Status> {
     Ok(Id { job: id.job.clone(), keys: id.keys.iter().map(|(k, v)| (k.clone(), v.clone())).collect() })
 }
 
-pub fn job(field: &str, job: &str) -> Result<(), Status> {
+pub fn job(field: &str, job: &str) -> Result<(), Error> {
     if job.is_empty() || job.len() > MAX_JOB || !printable(job) {
         return Err(invalid(field, format!("must be 1 to {MAX_JOB} bytes of printable ASCII")));
     }
@@ -68,19 +64,19 @@ pub fn job(field: &str, job: &str) -> Result<(), Status> {
 }
 
 /// Digests of 32 bytes, `min` to [`MAX_DIGESTS`] of them.
-pub fn digests(field: &str, digests: &[Vec<u8>], min: usize) -> Result<Vec<[u8; 32]>, Status> {
+pub fn digests(field: &str, digests: &[Vec<u8>], min: usize) -> Result<Vec<[u8; 32]>, Error> {
     if digests.len() < min || digests.len() > MAX_DIGESTS {
         return Err(invalid(field, format!("{min} to {MAX_DIGESTS} digests, got {}", digests.len())));
     }
     digests.iter().enumerate().map(|(i, d)| digest(&format!("{field}[{i}]"), d)).collect()
 }
 
-pub fn digest(field: &str, d: &[u8]) -> Result<[u8; 32], Status> {
+pub fn digest(field: &str, d: &[u8]) -> Result<[u8; 32], Error> {
     d.try_into().map_err(|_| invalid(field, format!("a blake3 digest is 32 bytes, got {}", d.len())))
 }
 
 /// Files to store: each digest must be blake3 of its bytes, each file within `max_bytes`.
-pub fn put_files(files: &[FileData], max_bytes: u64) -> Result<Vec<[u8; 32]>, Status> {
+pub fn put_files(files: &[FileData], max_bytes: u64) -> Result<Vec<[u8; 32]>, Error> {
     if files.is_empty() || files.len() > MAX_PUT_FILES {
         return Err(invalid("files", format!("1 to {MAX_PUT_FILES} files, got {}", files.len())));
     }
@@ -91,12 +87,12 @@ pub fn put_files(files: &[FileData], max_bytes: u64) -> Result<Vec<[u8; 32]>, St
             let d = digest(&format!("files[{i}].digest"), &f.digest)?;
             if f.data.len() as u64 > max_bytes {
                 return Err(invalid(
-                    &format!("files[{i}].data"),
+                    format!("files[{i}].data"),
                     format!("{} bytes, over the limit of {max_bytes} for one file (max_artifact_mb)", f.data.len()),
                 ));
             }
             if blake3::hash(&f.data).as_bytes() != &d {
-                return Err(invalid(&format!("files[{i}].digest"), "is not blake3 of the file's bytes"));
+                return Err(invalid(format!("files[{i}].digest"), "is not blake3 of the file's bytes"));
             }
             Ok(d)
         })
@@ -104,7 +100,7 @@ pub fn put_files(files: &[FileData], max_bytes: u64) -> Result<Vec<[u8; 32]>, St
 }
 
 /// Roots of a save: unique names, absolute paths.
-pub fn roots(roots: &[SnapshotRoot]) -> Result<(), Status> {
+pub fn roots(roots: &[SnapshotRoot]) -> Result<(), Error> {
     if roots.is_empty() || roots.len() > MAX_ROOTS {
         return Err(invalid("roots", format!("1 to {MAX_ROOTS} roots, got {}", roots.len())));
     }
@@ -112,16 +108,16 @@ pub fn roots(roots: &[SnapshotRoot]) -> Result<(), Status> {
     for (i, r) in roots.iter().enumerate() {
         root_name(&format!("roots[{i}].name"), &r.name)?;
         if !names.insert(r.name.as_str()) {
-            return Err(invalid(&format!("roots[{i}].name"), format!("{:?} is given twice", r.name)));
+            return Err(invalid(format!("roots[{i}].name"), format!("{:?} is given twice", r.name)));
         }
         if !r.path.starts_with('/') || r.path.len() > MAX_PATH || r.path.contains('\0') {
-            return Err(invalid(&format!("roots[{i}].path"), format!("an absolute path of at most {MAX_PATH} bytes")));
+            return Err(invalid(format!("roots[{i}].path"), format!("an absolute path of at most {MAX_PATH} bytes")));
         }
     }
     Ok(())
 }
 
-fn root_name(field: &str, name: &str) -> Result<(), Status> {
+fn root_name(field: &str, name: &str) -> Result<(), Error> {
     let ok = !name.is_empty()
         && name.len() <= MAX_ROOT_NAME
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
@@ -137,7 +133,7 @@ pub fn relative_path_ok(path: &str) -> bool {
 }
 
 /// The files of a save: each under one of `roots`, a plain relative path, once.
-pub fn files(files: &[SnapshotFile], roots: &[SnapshotRoot], max_file_bytes: u64) -> Result<(), Status> {
+pub fn files(files: &[SnapshotFile], roots: &[SnapshotRoot], max_file_bytes: u64) -> Result<(), Error> {
     if files.len() > MAX_FILES {
         return Err(invalid("files", format!("at most {MAX_FILES} files in a snapshot, got {}", files.len())));
     }
@@ -146,20 +142,20 @@ pub fn files(files: &[SnapshotFile], roots: &[SnapshotRoot], max_file_bytes: u64
     for (i, f) in files.iter().enumerate() {
         let field = |name: &str| format!("files[{i}].{name}");
         if !root_names.contains(f.root.as_str()) {
-            return Err(invalid(&field("root"), format!("{:?} is not one of the request's roots", f.root)));
+            return Err(invalid(field("root"), format!("{:?} is not one of the request's roots", f.root)));
         }
         if !relative_path_ok(&f.path) {
-            return Err(invalid(&field("path"), "a relative '/'-separated path with no empty, '.' or '..' parts"));
+            return Err(invalid(field("path"), "a relative '/'-separated path with no empty, '.' or '..' parts"));
         }
         if f.mode > 0o777 {
-            return Err(invalid(&field("mode"), format!("permission bits only (at most 0o777), got {:#o}", f.mode)));
+            return Err(invalid(field("mode"), format!("permission bits only (at most 0o777), got {:#o}", f.mode)));
         }
         digest(&field("digest"), &f.digest)?;
         if f.size > max_file_bytes {
-            return Err(invalid(&field("size"), format!("over the limit of {max_file_bytes} bytes for one file")));
+            return Err(invalid(field("size"), format!("over the limit of {max_file_bytes} bytes for one file")));
         }
         if !seen.insert((f.root.as_str(), f.path.as_str())) {
-            return Err(invalid(&field("path"), format!("{}/{} is listed twice", f.root, f.path)));
+            return Err(invalid(field("path"), format!("{}/{} is listed twice", f.root, f.path)));
         }
     }
     Ok(())
@@ -184,7 +180,7 @@ mod tests {
     fn host_parts_belong_to_kilnd() {
         let id = SnapshotId { job: "j".into(), keys: [("host.gpu".to_string(), "x".to_string())].into() };
         let e = super::id("id", Some(&id)).unwrap_err();
-        assert!(e.message().contains("id.keys[\"host.gpu\"]"), "{}", e.message());
+        assert!(e.to_string().contains("id.keys[\"host.gpu\"]"), "{e}");
     }
 
     #[test]
@@ -193,6 +189,6 @@ mod tests {
         let good = FileData { digest: blake3::hash(&data).as_bytes().to_vec(), data: data.clone() };
         assert!(put_files(&[good], 1 << 20).is_ok());
         let bad = FileData { digest: vec![0; 32], data };
-        assert!(put_files(&[bad], 1 << 20).unwrap_err().message().starts_with("files[0].digest"));
+        assert!(put_files(&[bad], 1 << 20).unwrap_err().to_string().starts_with("files[0].digest"));
     }
 }

@@ -1,13 +1,13 @@
 //! CUDA C++ kernels for NVRTC: source, headers by content, allowlisted options, name
 //! expressions, and the include check that keeps host paths out of the compiler.
 
-use super::{Context, invalid};
+use super::Context;
 use crate::domain::{KernelJob, KernelSource};
+use crate::error::{Error, invalid};
 use crate::toolchain::{includes, options};
 use kiln_proto::Target;
 use kiln_proto::pb;
 use std::collections::HashMap;
-use tonic::Status;
 
 pub(super) fn kernel(
     id: &str,
@@ -15,7 +15,7 @@ pub(super) fn kernel(
     target: &Target,
     field: &str,
     ctx: &Context<'_>,
-) -> Result<KernelJob, Status> {
+) -> Result<KernelJob, Error> {
     if c.source.is_empty() {
         return Err(invalid(format!("{field}.source"), "empty"));
     }

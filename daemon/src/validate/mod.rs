@@ -8,12 +8,12 @@ mod triton;
 
 use crate::config::Limits;
 use crate::domain::Job;
+use crate::error::{Error, invalid};
 use crate::scheduler::gate::Priority;
 use crate::toolchain::Toolchain;
 use kiln_proto::pb::{self, kernel::Source};
 use kiln_proto::{Fingerprint, Target};
 use std::collections::HashMap;
-use tonic::Status;
 
 /// What validation needs to know about this daemon.
 #[derive(Debug, Clone)]
@@ -33,12 +33,8 @@ pub struct Context<'a> {
     pub supported_targets: &'a [String],
 }
 
-pub(crate) fn invalid(field: impl std::fmt::Display, why: impl std::fmt::Display) -> Status {
-    Status::invalid_argument(format!("{field}: {why}"))
-}
-
 /// Checks a request; `default_priority` is INTERACTIVE for Compile, BACKGROUND for Submit.
-pub fn request(req: &pb::CompileRequest, ctx: &Context<'_>, default_priority: Priority) -> Result<Job, Status> {
+pub fn request(req: &pb::CompileRequest, ctx: &Context<'_>, default_priority: Priority) -> Result<Job, Error> {
     let graph = req.graph.as_ref().ok_or_else(|| invalid("graph", "required"))?;
     let target = target(&graph.target, ctx)?;
     if graph.kernels.is_empty() {
@@ -86,12 +82,12 @@ pub fn needs_triton(req: &pb::CompileRequest) -> bool {
 }
 
 /// A toolchain this daemon cannot offer: FAILED_PRECONDITION, naming the field.
-pub(crate) fn unavailable(field: &str, toolchain: Toolchain, why: &str) -> Status {
-    Status::failed_precondition(format!("{field}: the {toolchain} toolchain is not available on this daemon: {why}"))
+pub(crate) fn unavailable(field: &str, toolchain: Toolchain, why: &str) -> Error {
+    Error::ToolchainUnavailable { field: field.into(), toolchain, reason: why.into() }
 }
 
 /// Bytes of text that must be present, NUL-free and within the source limit.
-pub(crate) fn text(field: &str, value: &str, ctx: &Context<'_>) -> Result<(), Status> {
+pub(crate) fn text(field: &str, value: &str, ctx: &Context<'_>) -> Result<(), Error> {
     if value.is_empty() {
         return Err(invalid(field, "empty"));
     }
@@ -107,7 +103,7 @@ pub(crate) fn text(field: &str, value: &str, ctx: &Context<'_>) -> Result<(), St
     Ok(())
 }
 
-fn target(text: &str, ctx: &Context<'_>) -> Result<Target, Status> {
+fn target(text: &str, ctx: &Context<'_>) -> Result<Target, Error> {
     if text.is_empty() {
         return ctx.default_target.ok_or_else(|| {
             invalid(
@@ -124,7 +120,7 @@ fn target(text: &str, ctx: &Context<'_>) -> Result<Target, Status> {
 }
 
 /// Ids name output files (`kiln compile --out`), so they are restricted to a safe alphabet.
-fn kernel_id(id: &str, field: &str) -> Result<(), Status> {
+fn kernel_id(id: &str, field: &str) -> Result<(), Error> {
     if id.is_empty() {
         return Err(invalid(field, "empty"));
     }

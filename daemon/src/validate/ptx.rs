@@ -1,11 +1,11 @@
 //! PTX kernels for ptxas: the text and allowlisted ptxas options.
 
-use super::{Context, invalid, text, unavailable};
+use super::{Context, text, unavailable};
 use crate::domain::{KernelJob, KernelSource};
+use crate::error::{Error, invalid};
 use crate::toolchain::{Toolchain, options};
 use kiln_proto::Target;
 use kiln_proto::pb;
-use tonic::Status;
 
 pub(super) fn kernel(
     id: &str,
@@ -13,7 +13,7 @@ pub(super) fn kernel(
     target: &Target,
     field: &str,
     ctx: &Context<'_>,
-) -> Result<KernelJob, Status> {
+) -> Result<KernelJob, Error> {
     let fingerprint = ctx.ptxas.map_err(|why| unavailable(field, Toolchain::Ptxas, why))?;
     text(&format!("{field}.ptx"), &p.ptx, ctx)?;
     for (j, o) in p.options.iter().enumerate() {

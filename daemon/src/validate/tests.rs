@@ -26,7 +26,7 @@ fn req(target: &str, kernels: Vec<Kernel>) -> CompileRequest {
     }
 }
 
-fn check(r: &CompileRequest, default_target: Option<&str>) -> Result<Job, Status> {
+fn check(r: &CompileRequest, default_target: Option<&str>) -> Result<Job, tonic::Status> {
     let l = limits();
     let fp = Fingerprint::from_bytes([1; 32]);
     let supported: Vec<String> = [75, 80, 90, 100].iter().map(|n| format!("sm_{n}")).collect();
@@ -40,7 +40,7 @@ fn check(r: &CompileRequest, default_target: Option<&str>) -> Result<Job, Status
         triton: Err("not in this test"),
         supported_targets: &supported,
     };
-    request(r, &ctx, Priority::Interactive)
+    request(r, &ctx, Priority::Interactive).map_err(tonic::Status::from)
 }
 
 fn err(r: &CompileRequest) -> String {

@@ -2,13 +2,13 @@
 //! values, argument attributes and options. Every field goes into the key, through a canonical
 //! list of option strings (see [`crate::domain::triton_key_options`]).
 
-use super::{Context, invalid, text, unavailable};
+use super::{Context, text, unavailable};
 use crate::domain::{KernelJob, KernelSource};
+use crate::error::{Error, invalid};
 use crate::toolchain::Toolchain;
 use kiln_proto::Target;
 use kiln_proto::pb::{self, triton_constexpr::Value};
 use std::collections::HashMap;
-use tonic::Status;
 
 fn identifier(s: &str) -> bool {
     !s.is_empty()
@@ -23,7 +23,7 @@ pub(super) fn kernel(
     target: &Target,
     field: &str,
     ctx: &Context<'_>,
-) -> Result<KernelJob, Status> {
+) -> Result<KernelJob, Error> {
     let fingerprint = ctx.triton.map_err(|why| unavailable(field, Toolchain::Triton, why))?;
     text(&format!("{field}.source"), &t.source, ctx)?;
     if !identifier(&t.kernel_name) {
