@@ -62,11 +62,6 @@ impl Announcements {
         Announcements { published: broadcast::channel(FANOUT_CAPACITY).0, live: watch::channel(None).0 }
     }
 
-    /// Whether the subscription is live now.
-    pub fn is_live(&self) -> bool {
-        self.live.borrow().is_some()
-    }
-
     /// A watch over `keys`. Waits up to `wait` for the subscription to be live (it may be
     /// reconnecting this moment), else fails with [`Error::PubSubDown`]. The stream's first event
     /// is `subscribed`; then one `published` per announcement of a watched key, and another

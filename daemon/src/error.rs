@@ -47,7 +47,7 @@ pub enum Error {
 }
 
 /// A bad `field`, and why: the one way a validator reports one.
-pub fn invalid(field: impl std::fmt::Display, reason: impl std::fmt::Display) -> Error {
+pub(crate) fn invalid(field: impl std::fmt::Display, reason: impl std::fmt::Display) -> Error {
     Error::Invalid { field: field.to_string(), reason: reason.to_string() }
 }
 

@@ -27,28 +27,31 @@
 //! - [`metrics`]: Prometheus metrics and the `/metrics` endpoint.
 //! - [`status`]: the host page (`/` on the metrics port) and the report to kiln-cache's fleet page.
 //! - [`check`]: `kilnd check`, the toolchain report `kiln doctor` falls back on.
+//!
+//! Modules and items are `pub(crate)` unless the binary (`main.rs`) or the property tests
+//! (`daemon/tests/`) use them, so that rustc reports whatever nothing calls.
 
-pub mod auth;
+pub(crate) mod auth;
 pub mod blob;
 pub mod check;
 pub mod config;
 pub mod domain;
-pub mod engine;
+pub(crate) mod engine;
 pub mod error;
-pub mod explain;
-pub mod fleet;
-pub mod gpu;
-pub mod jobs;
+pub(crate) mod explain;
+pub(crate) mod fleet;
+pub(crate) mod gpu;
+pub(crate) mod jobs;
 pub mod listen;
-pub mod metrics;
+pub(crate) mod metrics;
 pub mod scheduler;
 pub mod server;
-pub mod service;
+pub(crate) mod service;
 pub mod snapshot;
-pub mod stats;
-pub mod status;
-pub mod store;
+pub(crate) mod stats;
+pub(crate) mod status;
+pub(crate) mod store;
 pub mod toolchain;
 pub mod validate;
-pub mod warm;
+pub(crate) mod warm;
 pub mod worker;

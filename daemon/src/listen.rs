@@ -22,8 +22,8 @@ use tonic::transport::{Identity, ServerTlsConfig};
 #[derive(Debug, Default)]
 pub struct TcpSecurity {
     /// `None`: no token is asked for (loopback only).
-    pub tokens: Option<Arc<Tokens>>,
-    pub tls: Option<ServerTlsConfig>,
+    pub(crate) tokens: Option<Arc<Tokens>>,
+    pub(crate) tls: Option<ServerTlsConfig>,
 }
 
 /// Reads the tokens and TLS files named in `config` and refuses a listener they leave exposed.

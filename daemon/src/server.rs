@@ -41,10 +41,10 @@ pub struct Listeners {
 /// The daemon's state, as [`build`] makes it.
 #[derive(Debug)]
 pub struct Built {
-    pub service: Arc<CompilerService>,
-    pub metrics: Arc<Metrics>,
-    /// The fleet cache tier, whose health probe [`run`] keeps going.
-    pub remote: Option<Arc<RemoteTier>>,
+    service: Arc<CompilerService>,
+    metrics: Arc<Metrics>,
+    /// The fleet cache tier, whose health probe [`serve`] keeps going.
+    remote: Option<Arc<RemoteTier>>,
 }
 
 /// Finds and starts the toolchains: NVRTC (required), ptxas (when present), Triton (lazily).

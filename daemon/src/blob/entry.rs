@@ -33,7 +33,7 @@ pub fn open(artifact: &Artifact, namespace: &str, tier: pb::Tier) -> Option<Blob
 }
 
 /// The answer for a key that is in no tier.
-pub fn missing() -> BlobEntry {
+pub(crate) fn missing() -> BlobEntry {
     BlobEntry { found: false, files: Vec::new(), tier: pb::Tier::Unspecified as i32 }
 }
 

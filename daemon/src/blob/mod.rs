@@ -10,8 +10,6 @@
 //! or none: two writers of one group can never interleave, whatever the tier.
 
 pub mod entry;
-pub mod holders;
-pub mod service;
+pub(crate) mod holders;
+pub(crate) mod service;
 pub mod validate;
-
-pub use service::BlobService;

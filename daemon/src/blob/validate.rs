@@ -8,12 +8,12 @@ use kiln_proto::pb::{BlobFile, BlobScope};
 use std::collections::HashSet;
 use std::time::Duration;
 
-pub const MAX_NAMESPACE: usize = 32;
-pub const MAX_TOOL_VERSION: usize = 256;
-pub const MAX_KEYS: usize = 1024;
-pub const MAX_KEY_BYTES: usize = 1024;
-pub const MAX_FILES: usize = 256;
-pub const MAX_FILE_NAME: usize = 255;
+pub(crate) const MAX_NAMESPACE: usize = 32;
+pub(crate) const MAX_TOOL_VERSION: usize = 256;
+pub(crate) const MAX_KEYS: usize = 1024;
+pub(crate) const MAX_KEY_BYTES: usize = 1024;
+pub(crate) const MAX_FILES: usize = 256;
+pub(crate) const MAX_FILE_NAME: usize = 255;
 /// The longest wait or hold a client may ask for.
 pub const MAX_WAIT: Duration = Duration::from_secs(3600);
 
@@ -26,7 +26,7 @@ pub struct Scope {
 
 impl Scope {
     /// The stored key of one of this scope's caller keys.
-    pub fn key(&self, caller_key: &[u8]) -> CacheKey {
+    pub(crate) fn key(&self, caller_key: &[u8]) -> CacheKey {
         blob_key(&self.namespace, &self.tool_version, caller_key)
     }
 }
@@ -47,7 +47,7 @@ pub fn scope(scope: Option<&BlobScope>) -> Result<Scope, Error> {
     Ok(Scope { namespace: ns.clone(), tool_version: version.clone() })
 }
 
-pub fn caller_key(field: &str, key: &[u8]) -> Result<(), Error> {
+pub(crate) fn caller_key(field: &str, key: &[u8]) -> Result<(), Error> {
     if key.is_empty() || key.len() > MAX_KEY_BYTES {
         return Err(invalid(field, format!("must be 1 to {MAX_KEY_BYTES} bytes, got {}", key.len())));
     }

@@ -2,9 +2,9 @@
 //! [`KernelJob`] with its key already derived and its [`KernelSource`]. `validate/` is the only
 //! place these are made from a wire request; the engine, jobs and `Explain` take them as they are.
 
-mod source;
+pub(crate) mod source;
 
-pub use source::{KernelSource, triton_key_options};
+pub use source::KernelSource;
 
 use crate::scheduler::gate::Priority;
 use kiln_proto::{CacheKey, Target};

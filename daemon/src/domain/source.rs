@@ -20,7 +20,7 @@ pub enum KernelSource {
 
 impl KernelSource {
     /// The toolchain that compiles this source.
-    pub fn toolchain(&self) -> Toolchain {
+    pub(crate) fn toolchain(&self) -> Toolchain {
         match self {
             KernelSource::Cuda(_) => Toolchain::Nvrtc,
             KernelSource::Ptx(_) => Toolchain::Ptxas,
@@ -29,14 +29,14 @@ impl KernelSource {
     }
 
     /// Whether the client asked for PTX beside the cubin.
-    pub fn wants_ptx(&self) -> bool {
+    pub(crate) fn wants_ptx(&self) -> bool {
         matches!(self, KernelSource::Triton(t) if t.want_ptx)
     }
 
     /// Hands `f` this kernel's key inputs: the one place a validated source becomes key inputs,
     /// so the key (`derive`, at validation) and its recipe (`recipe`, on a miss or for `Explain`)
     /// always describe the same fields.
-    pub fn with_key_inputs<R>(
+    pub(crate) fn with_key_inputs<R>(
         &self,
         target: &Target,
         fingerprint: &Fingerprint,
@@ -79,7 +79,7 @@ impl KernelSource {
     }
 
     /// The Triton kernel's function name, part of a Triton kernel's identity; empty otherwise.
-    pub fn kernel_name(&self) -> &str {
+    pub(crate) fn kernel_name(&self) -> &str {
         match self {
             KernelSource::Triton(t) => &t.kernel_name,
             _ => "",
@@ -93,7 +93,7 @@ impl KernelSource {
 /// the key encoding. Signature order is kept (it is the parameter order); constexprs and
 /// attributes are sorted, since their order does not change the compile. Floats are keyed by
 /// their bits, so 1024.0 and 1024 never collide.
-pub fn triton_key_options(t: &pb::TritonSource) -> Vec<String> {
+pub(crate) fn triton_key_options(t: &pb::TritonSource) -> Vec<String> {
     let mut out: Vec<String> = t.signature.iter().map(|a| format!("sig\0{}\0{}", a.name, a.r#type)).collect();
     let mut constexprs: Vec<String> = t
         .constexprs

@@ -60,7 +60,7 @@ fn list_change(what: &str, now: &[String], before: &[String]) -> Option<String> 
 }
 
 /// Which part of a Triton request a canonical key option holds (see
-/// `domain::triton_key_options`): its kind, before the first NUL.
+/// `domain::source::triton_key_options`): its kind, before the first NUL.
 fn triton_kind(option: &str) -> MissReason {
     match option.split('\0').next() {
         Some("sig") => MissReason::TritonSignature,

@@ -13,7 +13,7 @@ pub enum Priority {
 }
 
 #[derive(Debug)]
-pub struct Gate {
+pub(crate) struct Gate {
     /// A std Mutex: held for a few pushes and pops, never across an await.
     state: Mutex<State>,
 }
@@ -26,7 +26,7 @@ struct State {
 
 /// One slot, held while a compile runs.
 #[derive(Debug)]
-pub struct Permit {
+pub(crate) struct Permit {
     gate: Arc<Gate>,
 }
 
@@ -55,7 +55,7 @@ impl Drop for Ticket {
 }
 
 impl Gate {
-    pub fn new(slots: usize) -> Arc<Self> {
+    pub(crate) fn new(slots: usize) -> Arc<Self> {
         Arc::new(Gate { state: Mutex::new(State { free: slots.max(1), waiting: [VecDeque::new(), VecDeque::new()] }) })
     }
 
@@ -64,7 +64,7 @@ impl Gate {
     }
 
     /// Waits for a slot.
-    pub async fn acquire(self: &Arc<Self>, priority: Priority) -> Permit {
+    pub(crate) async fn acquire(self: &Arc<Self>, priority: Priority) -> Permit {
         let rx = {
             let mut s = self.lock();
             let nobody_waiting = s.waiting.iter().all(VecDeque::is_empty);
@@ -97,7 +97,7 @@ impl Gate {
     }
 
     /// Requests waiting for a slot now.
-    pub fn queued(&self) -> usize {
+    pub(crate) fn queued(&self) -> usize {
         self.lock().waiting.iter().map(VecDeque::len).sum()
     }
 }

@@ -5,5 +5,5 @@
 //! - [`flight`]: single-flight per key inside the process: concurrent requests for one
 //!   uncompiled kernel cause exactly one compile.
 
-pub mod flight;
+pub(crate) mod flight;
 pub mod gate;

@@ -13,10 +13,8 @@
 //! checked against its address when stored and on every read. kilnd never reads or writes a
 //! client's paths: clients walk, hash and send their files, and write what a restore brings.
 
-pub mod host;
-pub mod manifest;
-pub mod service;
-pub mod store;
+pub(crate) mod host;
+pub(crate) mod manifest;
+pub(crate) mod service;
+pub(crate) mod store;
 pub mod validate;
-
-pub use service::SnapshotService;

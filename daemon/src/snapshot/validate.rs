@@ -7,19 +7,19 @@ use crate::error::{Error, invalid};
 use kiln_proto::pb::{FileData, SnapshotFile, SnapshotId, SnapshotRoot};
 use std::collections::{BTreeMap, HashSet};
 
-pub const MAX_JOB: usize = 256;
-pub const MAX_KEYS: usize = 32;
-pub const MAX_PART_NAME: usize = 64;
-pub const MAX_PART_VALUE: usize = 256;
+pub(crate) const MAX_JOB: usize = 256;
+pub(crate) const MAX_KEYS: usize = 32;
+pub(crate) const MAX_PART_NAME: usize = 64;
+pub(crate) const MAX_PART_VALUE: usize = 256;
 /// The prefix of the key parts kilnd adds itself.
-pub const HOST_PREFIX: &str = "host.";
-pub const MAX_DIGESTS: usize = 100_000;
-pub const MAX_PUT_FILES: usize = 4096;
-pub const MAX_ROOTS: usize = 64;
-pub const MAX_ROOT_NAME: usize = 64;
-pub const MAX_PATH: usize = 4096;
+pub(crate) const HOST_PREFIX: &str = "host.";
+pub(crate) const MAX_DIGESTS: usize = 100_000;
+pub(crate) const MAX_PUT_FILES: usize = 4096;
+pub(crate) const MAX_ROOTS: usize = 64;
+pub(crate) const MAX_ROOT_NAME: usize = 64;
+pub(crate) const MAX_PATH: usize = 4096;
 /// Files in one snapshot: bounds the manifest, which is one artifact in the tiers.
-pub const MAX_FILES: usize = 200_000;
+pub(crate) const MAX_FILES: usize = 200_000;
 
 fn printable(s: &str) -> bool {
     s.bytes().all(|b| (0x20..0x7f).contains(&b))
@@ -56,7 +56,7 @@ pub fn id(field: &str, id: Option<&SnapshotId>) -> Result<Id, Error> {
     Ok(Id { job: id.job.clone(), keys: id.keys.iter().map(|(k, v)| (k.clone(), v.clone())).collect() })
 }
 
-pub fn job(field: &str, job: &str) -> Result<(), Error> {
+pub(crate) fn job(field: &str, job: &str) -> Result<(), Error> {
     if job.is_empty() || job.len() > MAX_JOB || !printable(job) {
         return Err(invalid(field, format!("must be 1 to {MAX_JOB} bytes of printable ASCII")));
     }
@@ -64,19 +64,19 @@ pub fn job(field: &str, job: &str) -> Result<(), Error> {
 }
 
 /// Digests of 32 bytes, `min` to [`MAX_DIGESTS`] of them.
-pub fn digests(field: &str, digests: &[Vec<u8>], min: usize) -> Result<Vec<[u8; 32]>, Error> {
+pub(crate) fn digests(field: &str, digests: &[Vec<u8>], min: usize) -> Result<Vec<[u8; 32]>, Error> {
     if digests.len() < min || digests.len() > MAX_DIGESTS {
         return Err(invalid(field, format!("{min} to {MAX_DIGESTS} digests, got {}", digests.len())));
     }
     digests.iter().enumerate().map(|(i, d)| digest(&format!("{field}[{i}]"), d)).collect()
 }
 
-pub fn digest(field: &str, d: &[u8]) -> Result<[u8; 32], Error> {
+pub(crate) fn digest(field: &str, d: &[u8]) -> Result<[u8; 32], Error> {
     d.try_into().map_err(|_| invalid(field, format!("a blake3 digest is 32 bytes, got {}", d.len())))
 }
 
 /// Files to store: each digest must be blake3 of its bytes, each file within `max_bytes`.
-pub fn put_files(files: &[FileData], max_bytes: u64) -> Result<Vec<[u8; 32]>, Error> {
+pub(crate) fn put_files(files: &[FileData], max_bytes: u64) -> Result<Vec<[u8; 32]>, Error> {
     if files.is_empty() || files.len() > MAX_PUT_FILES {
         return Err(invalid("files", format!("1 to {MAX_PUT_FILES} files, got {}", files.len())));
     }

@@ -64,11 +64,6 @@ impl DiskTier {
         inner.entries.store(entries, Ordering::Relaxed);
         Ok(DiskTier { inner: Arc::new(inner), writes: tokio::sync::Semaphore::new(1) })
     }
-
-    /// Where `key` lives; the key is hex, so no input ever becomes an arbitrary path.
-    pub fn path_of(&self, key: &CacheKey) -> PathBuf {
-        self.inner.path_of(key)
-    }
 }
 
 impl Inner {
@@ -282,7 +277,7 @@ mod tests {
         tier.put(&key(1), Stored::packed(Bytes::from_static(b"envelope"))).await.unwrap();
         assert_eq!(tier.get(&key(1)).await.unwrap().unwrap().envelope, Bytes::from_static(b"envelope"));
         let hex = key(1).to_hex();
-        assert!(tier.path_of(&key(1)).ends_with(format!("v1/{}/{}/{hex}", &hex[..2], &hex[2..4])));
+        assert!(tier.inner.path_of(&key(1)).ends_with(format!("v1/{}/{}/{hex}", &hex[..2], &hex[2..4])));
         let reopened = DiskTier::open(dir.path(), 1 << 20).unwrap();
         assert_eq!(reopened.usage().entries, 1);
         assert_eq!(reopened.usage().bytes, 8);
@@ -296,7 +291,7 @@ mod tests {
         for b in 0..3u8 {
             tier.put(&key(b), Stored::packed(Bytes::from(vec![b; 1000]))).await.unwrap();
             let old = SystemTime::now() - std::time::Duration::from_secs(100 - u64::from(b));
-            std::fs::File::options().write(true).open(tier.path_of(&key(b))).unwrap().set_modified(old).unwrap();
+            std::fs::File::options().write(true).open(tier.inner.path_of(&key(b))).unwrap().set_modified(old).unwrap();
         }
         tier.get(&key(0)).await.unwrap(); // key 0 is now the most recently used
         tier.put(&key(9), Stored::packed(Bytes::from(vec![9; 1000]))).await.unwrap();

@@ -11,15 +11,15 @@
 //! - [`triton_box`]: which protections Triton's per-compile box gets on this host.
 //! - [`set`]: the toolchains of one daemon, with Triton started on first use.
 
-pub mod cuda;
-pub mod fingerprint;
+pub(crate) mod cuda;
+pub(crate) mod fingerprint;
 pub mod includes;
-pub mod nvrtc;
-pub mod options;
-pub mod ptxas;
-pub mod set;
-pub mod triton;
-pub mod triton_box;
+pub(crate) mod nvrtc;
+pub(crate) mod options;
+pub(crate) mod ptxas;
+pub(crate) mod set;
+pub(crate) mod triton;
+pub(crate) mod triton_box;
 
 use kiln_proto::pb::LoweredName;
 
@@ -60,14 +60,14 @@ impl std::fmt::Display for Toolchain {
 /// What one compile produced, whatever the toolchain: a cubin, or a failure with its log. A
 /// failed compile is a result, not an error.
 #[derive(Debug, Clone)]
-pub enum Compiled {
+pub(crate) enum Compiled {
     Ok(Output),
     Failed { log: String, compile_micros: u64 },
 }
 
 /// A compile that produced a cubin, and what the toolchain said beside it.
 #[derive(Debug, Clone, Default)]
-pub struct Output {
+pub(crate) struct Output {
     pub cubin: Vec<u8>,
     pub log: String,
     pub lowered_names: Vec<LoweredName>,
@@ -102,7 +102,7 @@ impl Compiled {
 
 /// Why a toolchain cannot be used. Reported at start-up and by `kilnd check`; never a panic.
 #[derive(Debug, thiserror::Error)]
-pub enum ToolchainError {
+pub(crate) enum ToolchainError {
     #[error("no CUDA toolkit found: {0}")]
     NotFound(String),
     #[error("{toolchain} at {path} is not usable: {reason}")]

@@ -16,41 +16,25 @@ pub struct Toolchains {
     pub ptxas: Result<Ptxas, String>,
     triton_settings: triton::Settings,
     triton: OnceCell<Triton>,
-    /// Why the last Triton start failed; a std Mutex, never held across an await.
-    triton_error: std::sync::Mutex<String>,
 }
 
 impl Toolchains {
     pub fn new(nvrtc: Nvrtc, ptxas: Result<Ptxas, String>, triton_settings: triton::Settings) -> Self {
         // Probed at start-up, so what the Triton box lacks on this host is logged now.
         super::triton_box::protections();
-        Toolchains {
-            nvrtc,
-            ptxas,
-            triton_settings,
-            triton: OnceCell::new(),
-            triton_error: std::sync::Mutex::new("not started yet".into()),
-        }
+        Toolchains { nvrtc, ptxas, triton_settings, triton: OnceCell::new() }
     }
 
     /// The Triton toolchain, starting its pool on first use. Concurrent first requests wait for
     /// one start.
     pub async fn triton(&self) -> Result<&Triton, String> {
         let started = self.triton.get_or_try_init(|| Triton::start(&self.triton_settings)).await;
-        started.map_err(|e| {
-            let reason = format!("{e} (set KILN_PYTHON to an interpreter with triton installed)");
-            *self.triton_error.lock().unwrap_or_else(|p| p.into_inner()) = reason.clone();
-            reason
-        })
+        started.map_err(|e| format!("{e} (set KILN_PYTHON to an interpreter with triton installed)"))
     }
 
     /// The Triton toolchain if it has started.
     pub fn triton_started(&self) -> Option<&Triton> {
         self.triton.get()
-    }
-
-    pub fn triton_unavailable_reason(&self) -> String {
-        self.triton_error.lock().map(|e| e.clone()).unwrap_or_default()
     }
 
     pub fn infos(&self) -> Vec<ToolchainInfo> {

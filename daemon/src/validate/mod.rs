@@ -77,7 +77,7 @@ pub fn request(req: &pb::CompileRequest, ctx: &Context<'_>, default_priority: Pr
 }
 
 /// Whether any kernel of the request is Triton (the pool must be started before validation).
-pub fn needs_triton(req: &pb::CompileRequest) -> bool {
+pub(crate) fn needs_triton(req: &pb::CompileRequest) -> bool {
     req.graph.iter().flat_map(|g| &g.kernels).any(|k| matches!(k.source, Some(Source::Triton(_))))
 }
 

@@ -1,6 +1,6 @@
 //! Triton kernels: the module source, the kernel name, the ordered signature, typed constexpr
 //! values, argument attributes and options. Every field goes into the key, through a canonical
-//! list of option strings (see [`crate::domain::triton_key_options`]).
+//! list of option strings (see [`crate::domain::source::triton_key_options`]).
 
 use super::{Context, text, unavailable};
 use crate::domain::{KernelJob, KernelSource};

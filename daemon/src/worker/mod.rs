@@ -8,10 +8,10 @@
 //! - [`confine`], [`seccomp`]: the namespaces and system-call filter of workers that run client
 //!   code (Triton's), applied between fork and exec.
 
-pub mod confine;
-pub mod frame;
+pub(crate) mod confine;
+pub(crate) mod frame;
 mod limits;
-pub mod nvrtc_ffi;
-pub mod pool;
+pub(crate) mod nvrtc_ffi;
+pub(crate) mod pool;
 pub mod process;
-pub mod seccomp;
+pub(crate) mod seccomp;
