@@ -29,6 +29,26 @@ use std::time::Duration;
 use tokio::net::{TcpListener, UnixListener};
 use tokio_util::sync::CancellationToken;
 
+/// The tasks that serve kilnd: its listeners, and with a fleet cache its probe and host report.
+type ServerTasks = tokio::task::JoinSet<anyhow::Result<()>>;
+
+/// Waits for the stop, or for the first server task to end before it. Every task runs until the
+/// stop; one that ends sooner (a listener that failed, a task that panicked) leaves kilnd
+/// unreachable or blind, so the answer is why, and kilnd stops and exits non-zero for its
+/// supervisor. `None` when the stop came first: a task that ends because the stop began is not a
+/// failure.
+async fn first_to_end(stop: &CancellationToken, servers: &mut ServerTasks) -> Option<String> {
+    tokio::select! {
+        biased;
+        _ = stop.cancelled() => None,
+        Some(done) = servers.join_next() => (!stop.is_cancelled()).then(|| match done {
+            Ok(Ok(())) => "it ended".to_string(),
+            Ok(Err(e)) => format!("{e:#}"),
+            Err(e) => e.to_string(),
+        }),
+    }
+}
+
 /// Sockets bound by the caller before the daemon starts.
 #[derive(Debug)]
 pub struct Listeners {
@@ -163,7 +183,7 @@ pub async fn serve(
         shutdown.await;
         trigger.cancel();
     });
-    let mut servers = tokio::task::JoinSet::new();
+    let mut servers = ServerTasks::new();
     if let Some(tier) = remote {
         let stopped = stop.clone();
         let reporter = crate::status::report::run(
@@ -270,18 +290,7 @@ pub async fn serve(
             }
         });
     }
-    // Every task in `servers` runs until the stop; one that ends before it (a listener that
-    // failed) leaves kilnd unreachable, so kilnd stops too, and exits non-zero for its supervisor.
-    let died = tokio::select! {
-        biased;
-        _ = stop.cancelled() => None,
-        // A task that ends because the stop began is not a failure.
-        Some(done) = servers.join_next() => (!stop.is_cancelled()).then(|| match done {
-            Ok(Ok(())) => "it ended".to_string(),
-            Ok(Err(e)) => format!("{e:#}"),
-            Err(e) => e.to_string(),
-        }),
-    };
+    let died = first_to_end(&stop, &mut servers).await;
     if let Some(why) = &died {
         tracing::error!(%why, "a server task stopped; shutting down");
         stop.cancel();
@@ -313,5 +322,51 @@ pub async fn serve(
     match died {
         Some(why) => anyhow::bail!("a server task stopped before shutdown: {why}"),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pending_task(servers: &mut ServerTasks) {
+        servers.spawn(async {
+            std::future::pending::<()>().await;
+            Ok(())
+        });
+    }
+
+    #[tokio::test]
+    async fn a_server_task_that_fails_or_panics_before_the_stop_is_reported() {
+        let stop = CancellationToken::new();
+        let mut servers = ServerTasks::new();
+        pending_task(&mut servers);
+        servers.spawn(async { Err(anyhow::anyhow!("accept failed: too many open files")) });
+        let why = first_to_end(&stop, &mut servers).await;
+        assert_eq!(why.as_deref(), Some("accept failed: too many open files"));
+
+        let mut servers = ServerTasks::new();
+        pending_task(&mut servers);
+        servers.spawn(async { panic!("listener task bug") });
+        let why = first_to_end(&stop, &mut servers).await.unwrap_or_default();
+        assert!(why.contains("panic"), "{why}");
+
+        let mut servers = ServerTasks::new();
+        servers.spawn(async { Ok(()) });
+        assert_eq!(first_to_end(&stop, &mut servers).await.as_deref(), Some("it ended"));
+    }
+
+    #[tokio::test]
+    async fn tasks_that_end_with_the_stop_are_not_failures() {
+        let stop = CancellationToken::new();
+        let mut servers = ServerTasks::new();
+        pending_task(&mut servers);
+        let stopped = stop.clone();
+        servers.spawn(async move {
+            stopped.cancelled().await;
+            Ok(())
+        });
+        stop.cancel();
+        assert_eq!(first_to_end(&stop, &mut servers).await, None);
     }
 }
