@@ -107,7 +107,7 @@ pub enum Adopt {
 /// What the load check says about a fresh cubin that it did not refuse: the entry points'
 /// attributes and how (or whether) the cubin was loaded, the artifact's `validation` note.
 #[derive(Debug, Default)]
-struct Loaded {
+struct LoadReport {
     attributes: Vec<KernelAttributes>,
     note: String,
 }
@@ -472,27 +472,27 @@ impl Engine {
     /// Loads a fresh cubin on a local GPU of its target (see [`crate::gpu::load_check`]). A cubin
     /// the driver refuses turns `compiled` into a failure; otherwise the answer is the entry
     /// points' attributes and a note saying how (or whether) the cubin was checked.
-    async fn load_check(&self, compiled: Compiled, target: &Target) -> (Compiled, Loaded) {
-        let Compiled::Ok(output) = compiled else { return (compiled, Loaded::default()) };
+    async fn load_check(&self, compiled: Compiled, target: &Target) -> (Compiled, LoadReport) {
+        let Compiled::Ok(output) = compiled else { return (compiled, LoadReport::default()) };
         let Some(load_check) = &self.load_check else {
-            return (Compiled::Ok(output), Loaded { attributes: Vec::new(), note: self.load_check_off.clone() });
+            return (Compiled::Ok(output), LoadReport { attributes: Vec::new(), note: self.load_check_off.clone() });
         };
         let count = |result| self.metrics.load_checks.get_or_create(&ResultLabels { result }).inc();
         match load_check.check(target, &output.cubin).await {
             LoadVerdict::Loaded { attributes, note } => {
                 count("loaded");
-                (Compiled::Ok(output), Loaded { attributes, note })
+                (Compiled::Ok(output), LoadReport { attributes, note })
             }
             LoadVerdict::Skipped(note) => {
                 count("skipped");
-                (Compiled::Ok(output), Loaded { attributes: Vec::new(), note })
+                (Compiled::Ok(output), LoadReport { attributes: Vec::new(), note })
             }
             LoadVerdict::Refused(why) => {
                 count("refused");
                 tracing::warn!(%target, %why, "a fresh cubin failed to load on a GPU; it is not cached");
                 let log = format!("{}\n{why}\n", output.log);
                 let failed = Compiled::Failed { log, compile_micros: output.compile_micros };
-                (failed, Loaded { attributes: Vec::new(), note: why })
+                (failed, LoadReport { attributes: Vec::new(), note: why })
             }
         }
     }
@@ -503,7 +503,7 @@ impl Engine {
         target: &Target,
         toolchain: Toolchain,
         compiled: Compiled,
-        Loaded { attributes, note: validation }: Loaded,
+        LoadReport { attributes, note: validation }: LoadReport,
     ) -> Answer {
         let toolchain = toolchain.as_str();
         let labels = |outcome| CompileLabels { toolchain, outcome };

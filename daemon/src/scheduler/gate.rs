@@ -15,11 +15,12 @@ pub enum Priority {
 #[derive(Debug)]
 pub(crate) struct Gate {
     /// A std Mutex: held for a few pushes and pops, never across an await.
-    state: Mutex<State>,
+    state: Mutex<Slots>,
 }
 
+/// Free slots, and who waits for one, by priority.
 #[derive(Debug)]
-struct State {
+struct Slots {
     free: usize,
     waiting: [VecDeque<oneshot::Sender<()>>; 2],
 }
@@ -56,10 +57,10 @@ impl Drop for Ticket {
 
 impl Gate {
     pub(crate) fn new(slots: usize) -> Arc<Self> {
-        Arc::new(Gate { state: Mutex::new(State { free: slots.max(1), waiting: [VecDeque::new(), VecDeque::new()] }) })
+        Arc::new(Gate { state: Mutex::new(Slots { free: slots.max(1), waiting: [VecDeque::new(), VecDeque::new()] }) })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Slots> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
