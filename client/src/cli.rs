@@ -170,7 +170,8 @@ pub struct GraphArgs {
     #[arg(short = 'I', value_name = "DIR")]
     pub include_dirs: Vec<PathBuf>,
 
-    /// The graph's name in logs and dashboards [default: the first file's stem].
+    /// The graph's name in logs and dashboards, and part of each kernel's identity for `kiln
+    /// explain` [default: none, so a file's kernel is known by its stem alone].
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
 

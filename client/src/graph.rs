@@ -17,7 +17,9 @@ pub const PTX_EXTENSION: &str = "ptx";
 /// How to turn files into a graph. Everything but the files themselves.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GraphOptions {
-    /// The graph's name, free text for logs. Defaults to the first file's stem.
+    /// The graph's name, for logs and as part of each kernel's identity (what `kiln explain`
+    /// compares). None by default, so a file's kernel is known by its stem alone, whichever other
+    /// files share the command.
     pub name: Option<String>,
     /// `sm_XX`; `None` leaves the choice to the daemon (its `--target`, else its GPU).
     pub target: Option<String>,
@@ -106,7 +108,7 @@ pub fn build_graph(files: &[PathBuf], opts: &GraphOptions) -> Result<pb::Compile
             .map_err(|error| GraphError::Includes { path: path.clone(), error: Box::new(error) })?;
         kernels.push(cuda_kernel(id.clone(), source, headers, opts));
     }
-    let name = opts.name.clone().or_else(|| ids.first().cloned()).unwrap_or_default();
+    let name = opts.name.clone().unwrap_or_default();
     Ok(pb::CompileGraph { name, target, kernels })
 }
 
@@ -202,7 +204,7 @@ mod tests {
             ..GraphOptions::default()
         };
         let graph = build_graph(&files, &opts).unwrap();
-        assert_eq!(graph.name, "a");
+        assert_eq!(graph.name, "", "unnamed unless --name is given");
         assert_eq!(graph.target, "sm_90a");
         let ids: Vec<&str> = graph.kernels.iter().map(|k| k.id.as_str()).collect();
         assert_eq!(ids, ["a", "b"]);

@@ -22,6 +22,6 @@ ensure_kube_tools() {
 check_kubernetes() {
   ensure_kube_tools
   say "deploy/kubernetes: kustomize, schemas, flags and a small fleet from the rendered manifests"
-  KUBECTL="$VENV/bin/kubectl" KILN_BIN_DIR="$KILN_TARGET/debug" \
+  KUBECTL="$VENV/bin/kubectl" KILN_BIN_DIR="$KILN_BUILD_DIR/debug" \
     "$VENV/bin/python" -m pytest -q -rs -p no:cacheprovider "$KILN_ROOT/deploy/kubernetes/tests"
 }

@@ -4,7 +4,7 @@
 KILN_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 VENV="$KILN_ROOT/.venv"
 # Where cargo puts what it builds: CARGO_TARGET_DIR when set, as cargo itself reads it.
-KILN_TARGET="${CARGO_TARGET_DIR:-$KILN_ROOT/target}"
+KILN_BUILD_DIR="${CARGO_TARGET_DIR:-$KILN_ROOT/target}"
 
 # The toolchain our GPU hosts run: Triton 3.6.0 and CUDA 13.0. nvvm and crt are pinned with nvcc,
 # or pip pulls a newer nvvm whose PTX the 13.0 ptxas rejects.
@@ -185,7 +185,7 @@ ensure_python_lint() {
 # Fails early, and says so, when the disk under the target directory has less than $1 GiB free: a
 # build that runs out of space half-way fails with a linker's bus error that names nothing.
 ensure_disk_space() {
-  local need_gib="$1" target="$KILN_TARGET" free_kib
+  local need_gib="$1" target="$KILN_BUILD_DIR" free_kib
   mkdir -p "$target"
   free_kib=$(df -Pk "$target" | awk 'NR == 2 { print $4 }')
   [ "$free_kib" -ge $((need_gib * 1024 * 1024)) ] ||
