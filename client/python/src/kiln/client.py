@@ -24,6 +24,7 @@ from .results import (
     BlobEntry,
     CompileResult,
     Event,
+    Explanation,
     JobFailedEvent,
     LeaseKind,
     Priority,
@@ -234,6 +235,24 @@ class Client:
         """Asks the caches only; a kernel in no tier has ``outcome == Outcome.MISS``."""
         request = self._request(graph, target, Priority.UNSPECIFIED, omit_artifacts)
         return self._collect(self._events(self._compiler.Lookup(request, timeout=timeout)), None)
+
+    def explain(
+        self,
+        graph: GraphLike | None = None,
+        *,
+        keys: Iterable[str] = (),
+        target: str | None = None,
+        timeout: float | None = None,
+    ) -> list[Explanation]:
+        """Why each kernel of ``graph`` (or each of ``keys``, hex as results carry them) would hit
+        or miss: the inputs of its key that differ from the nearest recipe kilnd or the fleet kept
+        for the same kernel. Compiles nothing."""
+        request = pb.ExplainRequest(keys=list(keys))
+        if graph is not None:
+            request.graph.CopyFrom(self._request(graph, target, Priority.UNSPECIFIED, True).graph)
+        with self._rpc():
+            response = self._compiler.Explain(request, timeout=self._timeout(timeout))
+        return [Explanation.from_proto(k) for k in response.kernels]
 
     def stats(self, *, timeout: float | None = None) -> Stats:
         """Toolchains, GPUs, tiers, counters and the fleet cache of the daemon."""
