@@ -174,19 +174,19 @@ def test_explain_names_the_option_that_changed_without_compiling(client: kiln.Cl
     source = unique_cuda(uuid.uuid4().hex)
     graph = kiln.Graph([kiln.cuda_kernel("k", source)], target="sm_90", name="python-explain")
     [never] = client.explain(graph)
-    assert not never.hit and never.reason == "new" and never.verdict == "miss: never compiled under this identity"
+    assert not never.cached and never.reason == "new" and never.verdict == "miss: never compiled under this identity"
     assert (never.graph, never.kernel_id, never.kernel_name) == ("python-explain", "k", "")
     done = client.compile(graph)
     assert done["k"].tier == kiln.Tier.COMPILED
     [hit] = client.explain(graph)
-    assert hit.hit and hit.tier == kiln.Tier.MEMORY and hit.key == done["k"].key and hit.differences == []
+    assert hit.cached and hit.tier == kiln.Tier.MEMORY and hit.key == done["k"].key and hit.differences == []
     fast = kiln.Graph([kiln.cuda_kernel("k", source, options=["--use_fast_math"])], target="sm_90", name="python-explain")
     [changed] = client.explain(fast)
-    assert not changed.hit and changed.reason == "options" and changed.nearest_from == "local"
+    assert not changed.cached and changed.reason == "options" and changed.nearest_from == "local"
     assert changed.differences == [kiln.Difference("options", "options: --use_fast_math added")]
     # Nothing was compiled: the changed kernel is still a miss for lookup.
     assert client.lookup(fast)["k"].outcome == kiln.Outcome.MISS
     [by_key] = client.explain(keys=[done["k"].key])
-    assert by_key.hit and by_key.key == done["k"].key
+    assert by_key.cached and by_key.key == done["k"].key
     with pytest.raises(kiln.InvalidArgument, match="keys"):
         client.explain(graph, keys=[done["k"].key])

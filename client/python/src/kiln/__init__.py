@@ -82,7 +82,7 @@ __all__ = [
 ]
 
 # Searched in this order, cheapest import first: a name from kiln.paths imports nothing else.
-_MODULES = ("paths", "graph", "results", "errors", "client")
+_MODULES = ("paths", "graph", "results", "explain", "errors", "client")
 
 
 def _version() -> str:
@@ -123,6 +123,7 @@ if TYPE_CHECKING:
     # For type checkers only: __all__ above says which of these names kiln exports.
     from .client import *  # noqa: F403
     from .errors import *  # noqa: F403
+    from .explain import *  # noqa: F403
     from .graph import *  # noqa: F403
     from .paths import *  # noqa: F403
     from .results import *  # noqa: F403

@@ -18,13 +18,13 @@ from . import _auth, errors
 from ._proto import blob_pb2 as bpb
 from ._proto import blob_pb2_grpc, kiln_pb2_grpc
 from ._proto import kiln_pb2 as pb
+from .explain import Explanation
 from .graph import Graph, Kernel
 from .paths import daemon_uri, grpc_target
 from .results import (
     BlobEntry,
     CompileResult,
     Event,
-    Explanation,
     JobFailedEvent,
     LeaseKind,
     Priority,
