@@ -25,13 +25,10 @@ fn main() -> anyhow::Result<()> {
     let config = Config::merge(&flags, &file, tokens_text.as_deref())?;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
-        let grpc = tokio::net::TcpListener::bind(config.listen)
-            .await
-            .with_context(|| format!("binding --listen {}", config.listen))?;
+        let grpc =
+            kiln_proto::tcp::bind(config.listen).with_context(|| format!("binding --listen {}", config.listen))?;
         let metrics = match config.metrics {
-            Some(addr) => {
-                Some(tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding --metrics {addr}"))?)
-            }
+            Some(addr) => Some(kiln_proto::tcp::bind(addr).with_context(|| format!("binding --metrics {addr}"))?),
             None => None,
         };
         server::run(Listeners { grpc, metrics }, config, shutdown_signal()).await?;

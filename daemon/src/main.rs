@@ -45,16 +45,13 @@ fn main() -> anyhow::Result<()> {
 async fn bind(config: &Config, tcp_security: Option<TcpSecurity>) -> anyhow::Result<Listeners> {
     let unix = bind_unix(&config.socket).await?;
     let tcp = match (config.listen, tcp_security) {
-        (Some(addr), Some(security)) => Some((
-            tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding --listen {addr}"))?,
-            security,
-        )),
+        (Some(addr), Some(security)) => {
+            Some((kiln_proto::tcp::bind(addr).with_context(|| format!("binding --listen {addr}"))?, security))
+        }
         _ => None,
     };
     let metrics = match config.metrics {
-        Some(addr) => {
-            Some(tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding --metrics {addr}"))?)
-        }
+        Some(addr) => Some(kiln_proto::tcp::bind(addr).with_context(|| format!("binding --metrics {addr}"))?),
         None => None,
     };
     Ok(Listeners { unix, tcp, metrics })

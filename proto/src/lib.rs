@@ -9,6 +9,7 @@
 //!   interceptor.
 //! - [`paths`]: the default socket and cache locations, shared by kilnd and its clients.
 //! - [`html`]: the status pages' HTML builder, which escapes every text it is given.
+//! - [`tcp`]: TCP listeners with a backlog sized for a fleet reconnecting at once.
 //! - [`unix`]: Unix socket connections that take any client's `:authority` (grpcio sends the
 //!   socket path, which h2 refuses), for kilnd's socket.
 
@@ -28,6 +29,7 @@ pub mod html;
 pub mod key;
 pub mod paths;
 pub mod target;
+pub mod tcp;
 pub mod unix;
 
 /// Generated `kiln.v1` code. Re-exported as `pb`, as tonic-health does, so that domain types stay
