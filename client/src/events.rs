@@ -7,6 +7,9 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use tokio_stream::Stream;
 
+/// How long [`EventStream::collect`] waits for the stream's end after the job's last event.
+const DRAIN_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// A job's events, in the order the daemon emitted them: `Queued`, `Started`, one `KernelResult`
 /// per kernel, then `JobDone` (or `JobFailed` when the job as a whole could not finish). A named
 /// type rather than `impl Stream`, so callers can store it.
@@ -59,6 +62,18 @@ impl EventStream {
         }
     }
 
+    /// Reads the stream to its end after the job's last event, so the call ends cleanly instead of
+    /// being cancelled. The daemon closes the stream right behind that event. A stream dropped
+    /// before its trailers arrive is reset by h2, and when they then arrive h2 answers with
+    /// another reset of its own; after 1,024 of those it closes the whole connection with
+    /// ENHANCE_YOUR_CALM. That is what ended a benchmark's connection after about a thousand
+    /// warm compiles, and what would end a long-lived client's. Bounded by [`DRAIN_WAIT`] for a
+    /// server that does not close.
+    async fn finish(&mut self) {
+        let drain = async { while let Ok(Some(_)) = self.inner.message().await {} };
+        let _ = tokio::time::timeout(DRAIN_WAIT, drain).await;
+    }
+
     /// Waits for the whole job and returns its kernel results and its `JobDone`.
     ///
     /// A `JobFailed` event is an error, and so is a stream that closes before `JobDone`: a
@@ -75,9 +90,11 @@ impl EventStream {
                 Some(Event::Kernels(batch)) => job.kernels.extend(batch.results),
                 Some(Event::Done(done)) => {
                     job.done = done;
+                    self.finish().await;
                     return Ok(job);
                 }
                 Some(Event::Failed(failed)) => {
+                    self.finish().await;
                     return Err(ClientError::JobFailed { job_id: job.job_id, reason: failed.reason });
                 }
                 Some(Event::Queued(_) | Event::Started(_)) | None => {}
