@@ -32,10 +32,13 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tonic::{Code, Request, Response, Status};
 
-/// Keys of one BatchGet read from Redis at once. Reads share one multiplexed connection, so these
-/// pipeline on the wire; the bound keeps one huge batch from holding many large envelopes in
-/// memory at once.
-const BATCH_READ_AHEAD: usize = 16;
+/// Keys of one BatchGet read from Redis in one pipelined round trip ([`Store::get_many`]).
+const BATCH_CHUNK: usize = 8;
+
+/// Chunks of a BatchGet in flight at once, and for Contains the keys in flight: the next chunk's
+/// round trip overlaps this one's answers, and the bound (16 envelopes) keeps one huge batch from
+/// holding many large envelopes in memory at once.
+const BATCH_READ_AHEAD: usize = 2 * BATCH_CHUNK;
 
 /// How long a new watch waits for the subscription to come back before answering UNAVAILABLE.
 const WATCH_WAIT: Duration = Duration::from_secs(2);
@@ -247,15 +250,25 @@ fn corrupt(metrics: &Metrics, key: &CacheKey, why: &LayoutError) {
     tracing::warn!(%key, %why, "deleted a damaged value; answering a miss");
 }
 
-/// One key's answer, for Get and BatchGet.
-/// Reads one key for `via` (the metric label of the RPC that asked).
+/// Reads one key for `via` (the metric label of the RPC that asked): Get's answer.
 async fn lookup(
     store: Store,
     metrics: Arc<Metrics>,
     key: CacheKey,
     via: &'static str,
 ) -> Result<CacheGetResponse, Error> {
-    let (entry, result) = match store.get(&key).await? {
+    let found = store.get(&key).await;
+    respond(&metrics, key, found, via)
+}
+
+/// One key's answer from what the store `found`, counted for `via`.
+fn respond(
+    metrics: &Metrics,
+    key: CacheKey,
+    found: Result<Lookup<Entry>, Error>,
+    via: &'static str,
+) -> Result<CacheGetResponse, Error> {
+    let (entry, result) = match found? {
         Lookup::Hit(Entry::Envelope(bytes)) => {
             metrics.bytes("out", bytes.len());
             metrics.tally.lookup("hit", Some(&bytes));
@@ -264,7 +277,7 @@ async fn lookup(
         Lookup::Hit(Entry::Negative(n)) => (Some(cache_get_response::Entry::Negative(n)), "negative"),
         Lookup::Miss => (None, "miss"),
         Lookup::Corrupt(why) => {
-            corrupt(&metrics, &key, &why);
+            corrupt(metrics, &key, &why);
             (None, "corrupt")
         }
     };
@@ -327,21 +340,27 @@ impl ArtifactCache for CacheService {
         self.serve(Op::BatchGet, request, |req| async move {
             let keys = validate::keys("keys", &req.keys, self.limits.max_batch_keys)?;
             let (store, metrics) = (self.store.clone(), Arc::clone(&self.metrics));
-            let answers = futures_util::stream::iter(keys)
-                .map(move |key| {
+            let chunks: Vec<Vec<CacheKey>> = keys.chunks(BATCH_CHUNK).map(<[CacheKey]>::to_vec).collect();
+            let answers = futures_util::stream::iter(chunks)
+                .map(move |chunk| {
                     let (store, metrics) = (store.clone(), Arc::clone(&metrics));
                     async move {
-                        let answer = lookup(store, Arc::clone(&metrics), key, "batch_get").await;
-                        match &answer {
-                            Ok(_) => {
-                                metrics.redis_up.set(1);
+                        let found = store.get_many(&chunk).await;
+                        let answers = chunk.into_iter().zip(found).map(|(key, found)| {
+                            let answer = respond(&metrics, key, found, "batch_get");
+                            match &answer {
+                                Ok(_) => {
+                                    metrics.redis_up.set(1);
+                                }
+                                Err(e) => observe(&metrics, e),
                             }
-                            Err(e) => observe(&metrics, e),
-                        }
-                        answer.map_err(Status::from)
+                            answer.map_err(Status::from)
+                        });
+                        futures_util::stream::iter(answers.collect::<Vec<_>>())
                     }
                 })
-                .buffered(BATCH_READ_AHEAD);
+                .buffered(BATCH_READ_AHEAD / BATCH_CHUNK)
+                .flatten();
             Ok(Box::pin(answers) as BatchGetStream)
         })
         .await

@@ -133,15 +133,44 @@ impl Store {
     /// An artifact or a negative entry. The artifact wins where both exist.
     pub async fn get(&self, key: &CacheKey) -> Result<Lookup<Entry>, Error> {
         let mut con = self.redis.clone();
-        let (head, negative): (Option<Vec<u8>>, Option<Vec<u8>>) = redis::pipe()
-            .cmd("GETEX")
-            .arg(layout::head_key(key))
-            .arg("PX")
-            .arg(self.ttl_ms)
-            .cmd("GET")
-            .arg(layout::negative_key(key))
-            .query_async(&mut con)
-            .await?;
+        let (head, negative): ReadPair = read_pair(key, self.ttl_ms).query_async(&mut con).await?;
+        self.entry(key, head, negative).await
+    }
+
+    /// [`Store::get`] for several keys, in their order. On a standalone Redis every key's reads go
+    /// in one pipelined round trip; a cluster keeps each key's artifact in a slot of its own, so
+    /// there each key is read by itself (the reads still share the nodes' connections).
+    pub async fn get_many(&self, keys: &[CacheKey]) -> Vec<Result<Lookup<Entry>, Error>> {
+        if matches!(self.redis, Redis::Cluster(_)) {
+            return futures_util::future::join_all(keys.iter().map(|key| self.get(key))).await;
+        }
+        let mut pipe = redis::pipe();
+        for key in keys {
+            pipe.add_command(getex(layout::head_key(key), self.ttl_ms)).cmd("GET").arg(layout::negative_key(key));
+        }
+        let mut con = self.redis.clone();
+        let pairs: Vec<ReadPair> = match pipe.query_async::<Vec<Value>>(&mut con).await {
+            Ok(values) => match pair_up(values) {
+                Ok(pairs) if pairs.len() == keys.len() => pairs,
+                Ok(_) => return keys.iter().map(|_| Err(Error::Redis(unexpected_reply()))).collect(),
+                Err(e) => return keys.iter().map(|_| Err(Error::Redis(e.clone()))).collect(),
+            },
+            Err(e) => return keys.iter().map(|_| Err(Error::Redis(e.clone()))).collect(),
+        };
+        let mut answers = Vec::with_capacity(keys.len());
+        for (key, (head, negative)) in keys.iter().zip(pairs) {
+            answers.push(self.entry(key, head, negative).await);
+        }
+        answers
+    }
+
+    /// What one key's head and negative values mean (see [`Store::get`]).
+    async fn entry(
+        &self,
+        key: &CacheKey,
+        head: Option<Vec<u8>>,
+        negative: Option<Vec<u8>>,
+    ) -> Result<Lookup<Entry>, Error> {
         if let Some(head) = head {
             return Ok(match self.read_artifact(key, head).await? {
                 Lookup::Hit(envelope) => Lookup::Hit(Entry::Envelope(envelope)),
@@ -257,8 +286,7 @@ impl Store {
     pub async fn get_manifest(&self, graph_key: &CacheKey) -> Result<Lookup<Vec<CacheKey>>, Error> {
         let name = layout::manifest_key(graph_key);
         let mut con = self.redis.clone();
-        let value: Option<Vec<u8>> =
-            redis::cmd("GETEX").arg(&name).arg("PX").arg(self.ttl_ms).query_async(&mut con).await?;
+        let value: Option<Vec<u8>> = getex(&name, self.ttl_ms).query_async(&mut con).await?;
         let Some(value) = value else {
             return Ok(Lookup::Miss);
         };
@@ -320,4 +348,39 @@ impl Store {
         }
         Ok(released == 1)
     }
+}
+
+/// `GETEX name PX ttl`: reads a value and slides its TTL in one command.
+fn getex(name: impl redis::ToRedisArgs, ttl_ms: u64) -> redis::Cmd {
+    let mut cmd = redis::cmd("GETEX");
+    cmd.arg(name).arg("PX").arg(ttl_ms);
+    cmd
+}
+
+/// One key's artifact head and negative entry, as read.
+type ReadPair = (Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// One key's artifact head (its TTL slid) and negative entry, in one round trip.
+fn read_pair(key: &CacheKey, ttl_ms: u64) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.add_command(getex(layout::head_key(key), ttl_ms)).cmd("GET").arg(layout::negative_key(key));
+    pipe
+}
+
+/// A pipeline's flat replies as (head, negative) pairs.
+fn pair_up(values: Vec<Value>) -> redis::RedisResult<Vec<ReadPair>> {
+    let mut values = values.into_iter();
+    let mut pairs = Vec::new();
+    while let Some(head) = values.next() {
+        let negative = values.next().ok_or_else(unexpected_reply)?;
+        pairs.push((redis::from_redis_value(head)?, redis::from_redis_value(negative)?));
+    }
+    Ok(pairs)
+}
+
+fn unexpected_reply() -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::UnexpectedReturnType,
+        "a pipelined read answered an odd number of replies",
+    ))
 }

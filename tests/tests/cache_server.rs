@@ -214,20 +214,26 @@ async fn oversize_envelopes_are_refused() {
 async fn batch_get_answers_in_order_with_misses_and_negatives() {
     let (_redis, cache) = start();
     let c = cache.client(WRITE_TOKEN);
-    let keys: Vec<CacheKey> = (0..6).map(|i| key(&format!("batch {i}"))).collect();
-    let envelopes: Vec<Vec<u8>> = keys.iter().map(|k| envelope_of(k, 2000)).collect();
-    for i in [0, 2, 5] {
+    // More keys than kiln-cache reads in one pipelined round trip, so answers from several
+    // chunks must come back in order; key 9 is stored in pieces (over 1 MiB).
+    let keys: Vec<CacheKey> = (0..21).map(|i| key(&format!("batch {i}"))).collect();
+    let size = |i: usize| if i == 9 { 3 << 20 } else { 2000 };
+    let envelopes: Vec<Vec<u8>> = keys.iter().enumerate().map(|(i, k)| envelope_of(k, size(i))).collect();
+    let stored = [0, 2, 5, 8, 9, 15, 20];
+    for i in stored {
         c.put(&keys[i], envelopes[i].clone()).await.unwrap();
     }
-    c.put_negative(&keys[3], "error: expected ';'", 1234, Duration::from_secs(30)).await.unwrap();
+    for i in [3, 17] {
+        c.put_negative(&keys[i], "error: expected ';'", 1234, Duration::from_secs(30)).await.unwrap();
+    }
     let got = c.batch_get(&keys).await.unwrap();
     assert_eq!(got.iter().map(|(k, _)| *k).collect::<Vec<_>>(), keys);
     for (i, (_, lookup)) in got.iter().enumerate() {
         match i {
-            0 | 2 | 5 => assert_eq!(lookup, &Lookup::Hit(envelopes[i].clone()), "key {i}"),
-            3 => match lookup {
+            _ if stored.contains(&i) => assert_eq!(lookup, &Lookup::Hit(envelopes[i].clone()), "key {i}"),
+            3 | 17 => match lookup {
                 Lookup::Negative(n) => assert!(n.log.contains("expected ';'") && n.compile_micros == 1234),
-                other => panic!("key 3: {other:?}"),
+                other => panic!("key {i}: {other:?}"),
             },
             _ => assert_eq!(lookup, &Lookup::Miss, "key {i}"),
         }
