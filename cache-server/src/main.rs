@@ -6,6 +6,14 @@ use clap::Parser;
 use kiln_cache_server::config::{Config, FileConfig, Flags};
 use kiln_cache_server::server::{self, Listeners};
 
+/// mimalloc instead of glibc's malloc. glibc gives each thread that contends an arena of its own
+/// and seldom returns their pages: in kiln-reliability's 10-minute soak kilnd grew in steps, +2.6
+/// MiB/min, where mimalloc held +0.5 MiB/min; a warm hit of the 64-kernel graph (kiln-bench (a))
+/// was also about 12% faster. The price is a higher floor (about 58 MiB in the soak's first
+/// minute against 30 MiB).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> anyhow::Result<()> {
     let flags = Flags::parse();
     tracing_subscriber::fmt()
