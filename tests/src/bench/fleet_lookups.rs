@@ -13,13 +13,15 @@ use super::report::{Row, Section, Target, Value};
 use super::{Bench, TARGET, check_job};
 use anyhow::{Context, Result, bail};
 use kiln_cache_server::client::{Lookup, RemoteCache};
-use kiln_proto::CacheKey;
+use kiln_proto::{CacheKey, pb};
 use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 
 const TITLE: &str = "(g) Fleet: lookups per second through kiln-cache";
 /// The target: kiln-cache's `Get` serves at least this share of redis-benchmark's GETs.
 const OF_REDIS: f64 = 0.6;
+/// The floor checks no token; the client sends one all the same, as it does to kiln-cache.
+const FLOOR_TOKEN: &str = "floor-token-0123456789";
 
 /// `Get`s per second that `clients` sustain for `secs`; every answer must be the stored value.
 async fn rps(clients: &[RemoteCache], key: CacheKey, size: usize, secs: f64) -> Result<f64> {
@@ -65,10 +67,11 @@ pub async fn run(bench: &Bench, fleet: &Fleet) -> Result<Section> {
     let key: CacheKey = hex.parse().map_err(|e| anyhow::anyhow!("key {hex}: {e:?}"))?;
     let stored = fleet.redis.connect()?.get_all(&[artifact_key(hex)]).context("the kernel is not in Redis")?;
     let size = stored[0].len();
-    let answered = match fleet.client()?.get(&key).await? {
-        Lookup::Hit(bytes) => bytes.len(),
+    let envelope = match fleet.client()?.get(&key).await? {
+        Lookup::Hit(bytes) => bytes,
         other => bail!("kiln-cache does not have the kernel: {other:?}"),
     };
+    let answered = envelope.len();
     s.method = vec![
         format!(
             "kiln: C concurrent tasks in one process, each its own `RemoteCache` client (own HTTP/2 connection, \
@@ -91,7 +94,17 @@ pub async fn run(bench: &Bench, fleet: &Fleet) -> Result<Section> {
          spread over HTTP/2 and TCP (the client's connection is loopback TCP), tokio wake-ups, and the blake3 \
          check of each value it reads (about 4%); the load generator takes half of the 2 cores."
             .into(),
+        "The gRPC floor, for where the time goes: a bare tonic server on its own runtime (2 worker threads) and \
+         loopback port that answers every `Get` with the response kiln-cache gave (the same envelope) and does \
+         nothing else (no auth, validation, Redis or metrics), driven by the same clients and loop. Its rows \
+         compare the floor with Redis (the best any gRPC service could do here) and kiln-cache with the floor."
+            .into(),
     ];
+    let canned = pb::CacheGetResponse {
+        key: key.to_hex(),
+        entry: Some(pb::cache_get_response::Entry::Envelope(envelope.clone())),
+    };
+    let (_floor, floor_uri) = super::floor::cache(canned)?;
     for &c in &o.clients {
         let clients = (0..c).map(|_| fleet.client()).collect::<Result<Vec<_>>>()?;
         let redis_rps = benchmark_get_rps(&fleet.redis, size, c, o.redis_requests)
@@ -99,15 +112,30 @@ pub async fn run(bench: &Bench, fleet: &Fleet) -> Result<Section> {
             .map_err(|e| format!("{e:#}"));
         rps(&clients, key, answered, 0.5).await.with_context(|| format!("warm-up with {c} clients"))?;
         let kiln = rps(&clients, key, answered, o.throughput_secs).await.with_context(|| format!("{c} clients"))?;
+        let redis_name = format!("redis-benchmark GET, {c} clients, {size} B");
         s.rows.push(
             Row::new(
                 format!("kiln-cache `Get`, {c} clients"),
                 Ok(Value::PerSecond(kiln)),
-                format!("redis-benchmark GET, {c} clients, {size} B"),
-                redis_rps,
+                &redis_name,
+                redis_rps.clone(),
             )
             .with_target(Target::RatioAtLeast(OF_REDIS)),
         );
+        let floor_clients =
+            (0..c).map(|_| RemoteCache::connect(&floor_uri, FLOOR_TOKEN)).collect::<Result<Vec<_>, _>>()?;
+        rps(&floor_clients, key, answered, 0.5).await.with_context(|| format!("floor warm-up, {c} clients"))?;
+        let floor = rps(&floor_clients, key, answered, o.throughput_secs)
+            .await
+            .with_context(|| format!("the floor with {c} clients"))?;
+        let floor_name = format!("gRPC floor, `Get`, {c} clients");
+        s.rows.push(Row::new(&floor_name, Ok(Value::PerSecond(floor)), &redis_name, redis_rps));
+        s.rows.push(Row::new(
+            format!("kiln-cache `Get`, {c} clients"),
+            Ok(Value::PerSecond(kiln)),
+            floor_name,
+            Ok(Value::PerSecond(floor)),
+        ));
     }
     Ok(s)
 }

@@ -29,6 +29,12 @@ enum Op {
 
 /// Requests per second that `clients` connections sustain for `secs`, every answer checked.
 async fn rps(clients: &[kiln_client::Client], op: Op, secs: f64) -> Result<f64> {
+    rps_from(clients, op, secs, Some(pb::Tier::Memory)).await
+}
+
+/// [`rps`], every answer checked to come from `tier` (`None`: any tier, for the floor's canned
+/// answer).
+async fn rps_from(clients: &[kiln_client::Client], op: Op, secs: f64, tier: Option<pb::Tier>) -> Result<f64> {
     let request = crate::kernels::vector_graph(TARGET, 1);
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
     let start = Instant::now();
@@ -42,7 +48,7 @@ async fn rps(clients: &[kiln_client::Client], op: Op, secs: f64) -> Result<f64> 
                     Op::Lookup => client.lookup(request.clone()).await?,
                     Op::Compile => client.compile(request.clone()).await?,
                 };
-                check_job(&stream.collect().await?, 1, Some(pb::Tier::Memory))?;
+                check_job(&stream.collect().await?, 1, tier)?;
                 done += 1;
             }
             anyhow::Ok(done)
@@ -85,30 +91,57 @@ pub async fn run(bench: &Bench, redis: &RedisServer) -> Result<Section> {
          which `Lookup` already was; no single function is more than a few percent. redis-benchmark is a C \
          client speaking RESP with no framing layer or per-request validation."
             .into(),
+        "The gRPC floor, for where the time goes: a bare tonic server on its own runtime (2 worker threads) and \
+         Unix socket that answers every `Lookup` and `Compile` with the messages kilnd answered (one `kernels` \
+         batch with the cubin, then `done`) and does nothing else, driven by the same clients and loop. Its rows \
+         compare the floor with Redis (the best any gRPC service could do here) and kiln with the floor (kiln's \
+         own work: validation, keys, the tiers, the job record)."
+            .into(),
     ];
+    let job_id = job.job_id.clone();
+    let canned = vec![
+        pb::JobEvent {
+            job_id: job_id.clone(),
+            event: Some(pb::job_event::Event::Kernels(pb::KernelResults { results: job.kernels.clone() })),
+        },
+        pb::JobEvent { job_id, event: Some(pb::job_event::Event::Done(job.done.clone())) },
+    ];
+    let floor_socket = dir.join("floor.sock");
+    let _floor = super::floor::compiler(&floor_socket, canned)?;
+    let floor_uri = format!("unix://{}", floor_socket.display());
     for &c in &o.clients {
-        let mut clients = Vec::with_capacity(c);
+        let (mut clients, mut floor_clients) = (Vec::with_capacity(c), Vec::with_capacity(c));
         for _ in 0..c {
             clients.push(daemon.connect().await?);
+            floor_clients.push(kiln_client::connect(&floor_uri).await?);
         }
         let redis_rps = benchmark_get_rps(redis, size.max(1), c, o.redis_requests)
             .map(Value::PerSecond)
             .map_err(|e| format!("{e:#}"));
+        let redis_name = format!("redis-benchmark GET, {c} clients, {size} B");
         for op in [Op::Lookup, Op::Compile] {
             rps(&clients, op, 0.5).await.with_context(|| format!("{op:?} warm-up with {c} clients"))?;
             let kiln =
                 rps(&clients, op, o.throughput_secs).await.with_context(|| format!("{op:?} with {c} clients"))?;
-            let row = Row::new(
-                format!("`{op:?}`, {c} clients"),
-                Ok(Value::PerSecond(kiln)),
-                format!("redis-benchmark GET, {c} clients, {size} B"),
-                redis_rps.clone(),
-            );
+            let row =
+                Row::new(format!("`{op:?}`, {c} clients"), Ok(Value::PerSecond(kiln)), &redis_name, redis_rps.clone());
             s.rows.push(if TARGET_CLIENTS.contains(&c) {
                 row.with_target(Target::RatioAtLeast(OF_REDIS))
             } else {
                 row
             });
+            rps_from(&floor_clients, op, 0.5, None).await.with_context(|| format!("floor warm-up, {c} clients"))?;
+            let floor = rps_from(&floor_clients, op, o.throughput_secs, None)
+                .await
+                .with_context(|| format!("the floor's {op:?} with {c} clients"))?;
+            let floor_name = format!("gRPC floor, `{op:?}`, {c} clients");
+            s.rows.push(Row::new(&floor_name, Ok(Value::PerSecond(floor)), &redis_name, redis_rps.clone()));
+            s.rows.push(Row::new(
+                format!("`{op:?}`, {c} clients"),
+                Ok(Value::PerSecond(kiln)),
+                floor_name,
+                Ok(Value::PerSecond(floor)),
+            ));
         }
     }
     daemon.stop().await?;

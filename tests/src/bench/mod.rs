@@ -24,6 +24,7 @@ pub mod fleet;
 pub mod fleet_cold;
 pub mod fleet_lookups;
 pub mod fleet_warm;
+pub mod floor;
 pub mod hit_throughput;
 pub mod kilnd;
 pub mod machine;

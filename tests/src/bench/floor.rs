@@ -1,0 +1,206 @@
+//! The gRPC floor of figures (c) and (g): bare tonic servers that answer every request with bytes
+//! captured from kilnd or kiln-cache, doing nothing else (no validation, keys, caches, auth,
+//! Redis or metrics). Driven by the same clients and load loop as kiln, they show how much of
+//! the gap to Redis is the price of gRPC over HTTP/2 itself, and how much is kiln's own work.
+//!
+//! Each server runs on a runtime of its own (2 worker threads, as a separate daemon would have),
+//! not on the load generator's.
+
+use anyhow::{Context, Result};
+use kiln_proto::pb::{self, artifact_cache_server as cache, compiler_server as compiler};
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status};
+
+type Events = Pin<Box<dyn Stream<Item = Result<pb::JobEvent, Status>> + Send>>;
+
+/// A server on its own runtime, stopped when dropped.
+#[derive(Debug)]
+pub struct Floor {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Floor {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Serves `router` on `incoming` in a thread of its own until the [`Floor`] is dropped.
+fn spawn<I, IO, IE>(
+    router: tonic::transport::server::Router,
+    incoming: impl FnOnce() -> Result<I> + Send + 'static,
+) -> Result<Floor>
+where
+    I: Stream<Item = Result<IO, IE>> + Send + 'static,
+    IO: tonic::transport::server::Connected + tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    IE: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (ready, started) = std::sync::mpsc::channel::<Result<()>>();
+    let thread = std::thread::spawn(move || {
+        let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+            Ok(runtime) => runtime,
+            Err(e) => {
+                let _ = ready.send(Err(e.into()));
+                return;
+            }
+        };
+        runtime.block_on(async move {
+            let incoming = match incoming() {
+                Ok(incoming) => incoming,
+                Err(e) => {
+                    let _ = ready.send(Err(e));
+                    return;
+                }
+            };
+            let _ = ready.send(Ok(()));
+            let _ = router.serve_with_incoming_shutdown(incoming, async { drop(stopped.await) }).await;
+        });
+    });
+    started.recv().context("the floor server's thread ended")??;
+    Ok(Floor { stop: Some(stop), thread: Some(thread) })
+}
+
+/// A `Compiler` that answers every `Compile` and `Lookup` with `events`, on the Unix socket `path`.
+pub fn compiler(path: &Path, events: Vec<pb::JobEvent>) -> Result<Floor> {
+    let service = compiler::CompilerServer::new(CannedCompiler { events: Arc::new(events) })
+        .max_decoding_message_size(kiln_proto::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(kiln_proto::MAX_MESSAGE_BYTES);
+    let router = tonic::transport::Server::builder().add_service(service);
+    let path = path.to_path_buf();
+    spawn(router, move || {
+        let listener = tokio::net::UnixListener::bind(&path).with_context(|| format!("binding {}", path.display()))?;
+        Ok(tokio_stream::wrappers::UnixListenerStream::new(listener))
+    })
+}
+
+/// An `ArtifactCache` that answers every `Get` with `answer`, on a loopback TCP port; returns its
+/// `http://` URI.
+pub fn cache(answer: pb::CacheGetResponse) -> Result<(Floor, String)> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("binding a loopback port")?;
+    let uri = format!("http://{}", listener.local_addr()?);
+    listener.set_nonblocking(true)?;
+    let service = cache::ArtifactCacheServer::new(CannedCache { answer })
+        .max_decoding_message_size(kiln_proto::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(kiln_proto::MAX_MESSAGE_BYTES);
+    let router = tonic::transport::Server::builder().add_service(service);
+    let floor = spawn(router, move || {
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        Ok(tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)))
+    })?;
+    Ok((floor, uri))
+}
+
+#[derive(Debug)]
+struct CannedCompiler {
+    events: Arc<Vec<pb::JobEvent>>,
+}
+
+impl CannedCompiler {
+    fn answer(&self) -> Result<Response<Events>, Status> {
+        let events: Vec<Result<pb::JobEvent, Status>> = self.events.iter().cloned().map(Ok).collect();
+        Ok(Response::new(Box::pin(tokio_stream::iter(events))))
+    }
+}
+
+fn absent<T>() -> Result<Response<T>, Status> {
+    Err(Status::unimplemented("not part of the floor"))
+}
+
+#[tonic::async_trait]
+impl compiler::Compiler for CannedCompiler {
+    type CompileStream = Events;
+    type WatchStream = Events;
+    type LookupStream = Events;
+    type WarmStream = Pin<Box<dyn Stream<Item = Result<pb::WarmProgress, Status>> + Send>>;
+
+    async fn compile(&self, _: Request<pb::CompileRequest>) -> Result<Response<Events>, Status> {
+        self.answer()
+    }
+    async fn lookup(&self, _: Request<pb::CompileRequest>) -> Result<Response<Events>, Status> {
+        self.answer()
+    }
+    async fn submit(&self, _: Request<pb::CompileRequest>) -> Result<Response<pb::SubmitResponse>, Status> {
+        absent()
+    }
+    async fn watch(&self, _: Request<pb::WatchRequest>) -> Result<Response<Events>, Status> {
+        absent()
+    }
+    async fn stats(&self, _: Request<pb::StatsRequest>) -> Result<Response<pb::StatsResponse>, Status> {
+        absent()
+    }
+    async fn warm(&self, _: Request<pb::WarmRequest>) -> Result<Response<Self::WarmStream>, Status> {
+        absent()
+    }
+    async fn explain(&self, _: Request<pb::ExplainRequest>) -> Result<Response<pb::ExplainResponse>, Status> {
+        absent()
+    }
+}
+
+#[derive(Debug)]
+struct CannedCache {
+    answer: pb::CacheGetResponse,
+}
+
+type CacheStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl cache::ArtifactCache for CannedCache {
+    type BatchGetStream = CacheStream<pb::CacheGetResponse>;
+    type WatchPublishStream = CacheStream<pb::PublishEvent>;
+
+    async fn get(&self, _: Request<pb::CacheGetRequest>) -> Result<Response<pb::CacheGetResponse>, Status> {
+        Ok(Response::new(self.answer.clone()))
+    }
+    async fn batch_get(&self, _: Request<pb::CacheBatchGetRequest>) -> Result<Response<Self::BatchGetStream>, Status> {
+        absent()
+    }
+    async fn put(&self, _: Request<pb::CachePutRequest>) -> Result<Response<pb::CachePutResponse>, Status> {
+        absent()
+    }
+    async fn contains(
+        &self,
+        _: Request<pb::CacheContainsRequest>,
+    ) -> Result<Response<pb::CacheContainsResponse>, Status> {
+        absent()
+    }
+    async fn get_manifest(
+        &self,
+        _: Request<pb::ManifestGetRequest>,
+    ) -> Result<Response<pb::ManifestGetResponse>, Status> {
+        absent()
+    }
+    async fn put_manifest(&self, _: Request<pb::ManifestPutRequest>) -> Result<Response<pb::CachePutResponse>, Status> {
+        absent()
+    }
+    async fn acquire_lease(&self, _: Request<pb::LeaseRequest>) -> Result<Response<pb::LeaseResponse>, Status> {
+        absent()
+    }
+    async fn renew_lease(&self, _: Request<pb::LeaseRequest>) -> Result<Response<pb::LeaseResponse>, Status> {
+        absent()
+    }
+    async fn release_lease(&self, _: Request<pb::LeaseRequest>) -> Result<Response<pb::LeaseResponse>, Status> {
+        absent()
+    }
+    async fn watch_publish(
+        &self,
+        _: Request<pb::WatchPublishRequest>,
+    ) -> Result<Response<Self::WatchPublishStream>, Status> {
+        absent()
+    }
+    async fn cache_stats(&self, _: Request<pb::CacheStatsRequest>) -> Result<Response<pb::CacheStatsResponse>, Status> {
+        absent()
+    }
+    async fn report_host(&self, _: Request<pb::HostReport>) -> Result<Response<pb::HostReportResponse>, Status> {
+        absent()
+    }
+}
