@@ -120,6 +120,32 @@ async fn interleaved(
     Ok(phase)
 }
 
+/// `samples` compiles of the graph against the gRPC floor (see [`super::floor`]): a server that
+/// answers with the messages kilnd answered for the warm graph and does nothing else.
+async fn floor_samples(client: &kiln_client::Client, dir: &Path, samples: usize) -> Result<Vec<Duration>> {
+    let request = graph_request();
+    let job = client.compile(request.clone()).await?.collect().await?;
+    check_job(&job, GRAPH_KERNELS, Some(pb::Tier::Memory))?;
+    let canned = vec![
+        pb::JobEvent {
+            job_id: job.job_id.clone(),
+            event: Some(pb::job_event::Event::Kernels(pb::KernelResults { results: job.kernels })),
+        },
+        pb::JobEvent { job_id: job.job_id, event: Some(pb::job_event::Event::Done(job.done)) },
+    ];
+    let socket = dir.join("floor.sock");
+    let _floor = super::floor::compiler(&socket, canned)?;
+    let floor = kiln_client::connect(&format!("unix://{}", socket.display())).await?;
+    for _ in 0..20 {
+        timed(&floor, &request, pb::Tier::Memory).await?;
+    }
+    let mut out = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        out.push(timed(&floor, &request, pb::Tier::Memory).await?);
+    }
+    Ok(out)
+}
+
 /// Starts a fresh daemon on `dir` per sample and times its first compile of the graph.
 async fn restarts(bench: &Bench, dir: &Path, base: &mut Baselines) -> Result<Phase> {
     let options = KilndOptions::new(bench.cores);
@@ -212,6 +238,7 @@ pub async fn run(bench: &Bench, redis: &RedisServer, shared: &mut Shared) -> Res
         "memory tier with `omit_artifacts` (no cubins on the wire), for where the time goes: {}",
         Samples::new(omitted).summary()
     ));
+    let floor = floor_samples(&client, &dir, o.memory_samples / 2).await.context("the gRPC floor")?;
     drop(client);
     daemon.stop().await?;
 
@@ -245,6 +272,7 @@ pub async fn run(bench: &Bench, redis: &RedisServer, shared: &mut Shared) -> Res
             redis.summary()
         ));
     };
+    let (memory_kiln, memory_redis) = (Samples::new(memory.kiln.clone()), Samples::new(memory.redis.clone()));
     add("memory tier", memory, Some(("Redis GETs, pipelined", Target::RatioAtMost(MEMORY_OVER_REDIS))));
     if let Some(d) = disk {
         add("disk tier (memory off)", d, Some(("raw file reads", Target::RatioAtMost(DISK_OVER_FILES))));
@@ -262,5 +290,19 @@ pub async fn run(bench: &Bench, redis: &RedisServer, shared: &mut Shared) -> Res
             .with_target(Target::RatioAtMost(RESTART_OVER_DISK)),
         );
     }
+    let floor = Samples::new(floor);
+    section.rows.push(Row::new(
+        "gRPC floor, p50",
+        p(&floor, 50.0),
+        "Redis GETs, pipelined (memory tier's samples), p50",
+        p(&memory_redis, 50.0),
+    ));
+    section.rows.push(Row::new("memory tier, p50", p(&memory_kiln, 50.0), "gRPC floor, p50", p(&floor, 50.0)));
+    section.notes.push(format!(
+        "gRPC floor: a bare tonic server on its own runtime and Unix socket that answers every `Compile` with the \
+         messages kilnd answered for a memory-tier hit of the graph (one `kernels` batch with the {GRAPH_KERNELS} \
+         cubins, then `done`) and does nothing else, timed with the same client and request: {}",
+        floor.summary()
+    ));
     Ok(section)
 }
