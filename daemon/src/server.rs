@@ -18,7 +18,7 @@ use crate::snapshot::{host, store::SnapshotStore};
 use crate::store::{Store, disk::DiskTier, memory::MemoryTier, tiered::TieredStore};
 use crate::toolchain::{cuda, nvrtc::Nvrtc, ptxas::Ptxas, set::Toolchains, triton};
 use anyhow::Context;
-use kiln_cache_server::client::RemoteCache;
+use kiln_cache_client::RemoteCache;
 use kiln_proto::Target;
 use kiln_proto::pb::blobs_server::BlobsServer;
 use kiln_proto::pb::compiler_server::CompilerServer;

@@ -12,7 +12,7 @@ use super::kilnd::KilndOptions;
 use super::redis::RedisServer;
 use crate::redis::{CacheOptions, CacheServer, WRITE_TOKEN};
 use anyhow::{Context, Result, anyhow};
-use kiln_cache_server::client::RemoteCache;
+use kiln_cache_client::RemoteCache;
 
 /// Redis plus kiln-cache, stopped on drop.
 #[derive(Debug)]

@@ -1,7 +1,7 @@
 //! Figure (g), issue 3 part 6 (c): lookups per second through kiln-cache from many clients,
 //! against `redis-benchmark` GETs of values of the same size on the Redis behind it.
 //!
-//! Each client is a concurrent task with its own `kiln_cache_server::client::RemoteCache` (its
+//! Each client is a concurrent task with its own `kiln_cache_client::RemoteCache` (its
 //! own HTTP/2 connection), issuing `Get` of one stored artifact, one request at a time, as
 //! `redis-benchmark` does by default. Both sides share this machine's cores with their load
 //! generator; the kiln side also has Redis under it.
@@ -12,7 +12,7 @@ use super::redis::benchmark_get_rps;
 use super::report::{Row, Section, Target, Value};
 use super::{Bench, TARGET, check_job};
 use anyhow::{Context, Result, bail};
-use kiln_cache_server::client::{Lookup, RemoteCache};
+use kiln_cache_client::{Lookup, RemoteCache};
 use kiln_proto::CacheKey;
 use std::time::{Duration, Instant};
 use tokio::task::JoinSet;

@@ -9,7 +9,7 @@ use super::report::Outcome;
 use super::{Run, blocking};
 use crate::redis::{CacheOptions, CacheServer, RedisServer, WRITE_TOKEN};
 use anyhow::{Result, bail};
-use kiln_cache_server::client::Lookup;
+use kiln_cache_client::Lookup;
 use kiln_proto::CacheKey;
 use std::time::{Duration, Instant};
 
