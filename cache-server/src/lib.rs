@@ -10,7 +10,7 @@
 //! - [`validate`]: request fields checked before anything reaches Redis.
 //! - [`service`]: the gRPC handlers, each through one function for auth, metrics and errors.
 //! - [`error`]: the error type and its one mapping to `tonic::Status`.
-//! - [`metrics`]: `kiln_server_*` Prometheus metrics and the `/metrics` endpoint.
+//! - [`metrics`]: `kiln_server_*` Prometheus metrics, served at `/metrics` through kiln-serve.
 //! - [`status`]: the fleet status page (`/`, `/status.json`): per-minute counts in Redis, host
 //!   reports, fingerprint splits, Redis memory.
 //! - [`server`]: [`server::run`]`(listeners, config, shutdown)`.

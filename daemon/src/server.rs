@@ -271,10 +271,13 @@ pub async fn serve(
     }
     if let Some(listener) = listeners.metrics {
         let stopped = stop.clone().cancelled_owned();
-        let metrics = Arc::clone(&metrics);
+        let render = {
+            let metrics = Arc::clone(&metrics);
+            move || metrics.render()
+        };
         let pages = crate::status::routes(Arc::clone(&service));
         servers.spawn(async move {
-            crate::metrics::serve(listener, metrics, pages, stopped).await.map_err(anyhow::Error::from)
+            kiln_serve::serve_metrics(listener, render, pages, stopped).await.map_err(anyhow::Error::from)
         });
     }
     tracing::info!(socket = %config.socket.display(), "kilnd serving");

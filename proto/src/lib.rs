@@ -7,6 +7,7 @@
 //! - [`envelope`]: the self-verifying frame every cached artifact is stored in, in every tier.
 //! - [`auth`]: bearer tokens, read-only or read-write: the servers' check and the clients'
 //!   interceptor.
+//! - [`code`]: gRPC status codes by name, for metric labels and error messages.
 //! - [`paths`]: the default socket and cache locations, shared by kilnd and its clients.
 //! - [`html`]: the status pages' HTML builder, which escapes every text it is given.
 //! - [`unix`]: Unix socket connections that take any client's `:authority` (grpcio sends the
@@ -23,6 +24,7 @@ pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
 pub const MAX_NEGATIVE_LOG_BYTES: usize = 1 << 20;
 
 pub mod auth;
+pub mod code;
 pub mod envelope;
 pub mod html;
 pub mod key;
