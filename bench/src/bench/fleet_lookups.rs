@@ -54,9 +54,12 @@ pub async fn run(bench: &Bench, fleet: &Fleet) -> Result<Section> {
     let filler =
         Kilnd::start(&bench.kilnd(), &bench.cuda_root, &bench.dir("fleet-lookups")?, &fleet.kilnd_options(1, ""))
             .await?;
-    let req = crate::kernels::request(
+    let req = kiln_tests::kernels::request(
         TARGET,
-        vec![crate::kernels::kernel("add_0", crate::kernels::cuda(&format!("// lookups\n{}", super::source(0))))],
+        vec![kiln_tests::kernels::kernel(
+            "add_0",
+            kiln_tests::kernels::cuda(&format!("// lookups\n{}", super::source(0))),
+        )],
     );
     let job = filler.connect().await?.compile(req).await?.collect().await?;
     check_job(&job, 1, None)?;
