@@ -1,10 +1,6 @@
-//! kiln-cache-server: `kiln-cache`, the fleet artifact cache over Redis, and its client.
+//! kiln-cache-server: `kiln-cache`, the fleet artifact cache over Redis. Its client is the crate
+//! kiln-cache-client; the protocol and its limits are kiln-proto's.
 //!
-//! Always compiled (tonic only, no Redis), so kilnd can link it with `default-features = false`:
-//! - [`client`]: [`client::RemoteCache`], a typed client of `kiln.v1.ArtifactCache` with the
-//!   bearer token on every call.
-//!
-//! Behind the default feature `server`:
 //! - [`config`]: flags, `KILN_CACHE_*` variables, the TOML file, and the pure merge of them.
 //! - [`auth`]: read-only and read-write bearer tokens.
 //! - [`layout`]: Redis key names and the stored formats (artifact head and pieces, manifests).
@@ -14,7 +10,7 @@
 //! - [`validate`]: request fields checked before anything reaches Redis.
 //! - [`service`]: the gRPC handlers, each through one function for auth, metrics and errors.
 //! - [`error`]: the error type and its one mapping to `tonic::Status`.
-//! - [`metrics`]: `kiln_server_*` Prometheus metrics and the `/metrics` endpoint.
+//! - [`metrics`]: `kiln_server_*` Prometheus metrics, served at `/metrics` through kiln-serve.
 //! - [`status`]: the fleet status page (`/`, `/status.json`): per-minute counts in Redis, host
 //!   reports, fingerprint splits, Redis memory.
 //! - [`server`]: [`server::run`]`(listeners, config, shutdown)`.
@@ -27,31 +23,17 @@
 //! every write with OOM, which kiln-cache answers as RESOURCE_EXHAUSTED. Persistence is optional:
 //! a cache that restarts empty costs compiles, not correctness.
 
-pub mod client;
-
-#[cfg(feature = "server")]
 pub mod announce;
-#[cfg(feature = "server")]
 pub mod auth;
-#[cfg(feature = "server")]
 pub mod backend;
-#[cfg(feature = "server")]
 pub mod config;
-#[cfg(feature = "server")]
 pub mod error;
-#[cfg(feature = "server")]
 pub mod layout;
-#[cfg(feature = "server")]
 pub mod metrics;
-#[cfg(feature = "server")]
 pub mod server;
-#[cfg(feature = "server")]
 pub mod service;
-#[cfg(feature = "server")]
 pub mod status;
-#[cfg(feature = "server")]
 pub mod store;
-#[cfg(feature = "server")]
 pub mod validate;
 
 pub use kiln_proto::pb;

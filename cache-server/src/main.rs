@@ -16,10 +16,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> anyhow::Result<()> {
     let flags = Flags::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("KILN_LOG").unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
-        .init();
+    kiln_serve::init_tracing();
     let file = match &flags.config {
         Some(path) => FileConfig::load(path)?,
         None => FileConfig::default(),
@@ -34,24 +31,12 @@ fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
         let grpc =
-            kiln_proto::tcp::bind(config.listen).with_context(|| format!("binding --listen {}", config.listen))?;
+            kiln_serve::tcp::bind(config.listen).with_context(|| format!("binding --listen {}", config.listen))?;
         let metrics = match config.metrics {
-            Some(addr) => Some(kiln_proto::tcp::bind(addr).with_context(|| format!("binding --metrics {addr}"))?),
+            Some(addr) => Some(kiln_serve::tcp::bind(addr).with_context(|| format!("binding --metrics {addr}"))?),
             None => None,
         };
-        server::run(Listeners { grpc, metrics }, config, shutdown_signal()).await?;
+        server::run(Listeners { grpc, metrics }, config, kiln_serve::shutdown_signal("kiln-cache")).await?;
         Ok(())
     })
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
-        tracing::error!("cannot install signal handlers; stop kiln-cache with SIGKILL");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
 }

@@ -97,7 +97,7 @@ impl Metrics {
 
     pub fn request(&self, op: &'static str, code: Code) {
         self.requests_all.inc();
-        self.requests.get_or_create(&RequestLabels { op, code: code_label(code) }).inc();
+        self.requests.get_or_create(&RequestLabels { op, code: kiln_proto::code::name(code) }).inc();
     }
 
     pub fn lookup(&self, via: &'static str, result: &'static str) {
@@ -110,54 +110,8 @@ impl Metrics {
 
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
-        let mut out = String::new();
-        // Writing to a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
-        out
+        kiln_serve::render(&self.registry)
     }
-}
-
-/// gRPC codes as Prometheus label values.
-pub fn code_label(code: Code) -> &'static str {
-    match code {
-        Code::Ok => "ok",
-        Code::Cancelled => "cancelled",
-        Code::Unknown => "unknown",
-        Code::InvalidArgument => "invalid_argument",
-        Code::DeadlineExceeded => "deadline_exceeded",
-        Code::NotFound => "not_found",
-        Code::AlreadyExists => "already_exists",
-        Code::PermissionDenied => "permission_denied",
-        Code::ResourceExhausted => "resource_exhausted",
-        Code::FailedPrecondition => "failed_precondition",
-        Code::Aborted => "aborted",
-        Code::OutOfRange => "out_of_range",
-        Code::Unimplemented => "unimplemented",
-        Code::Internal => "internal",
-        Code::Unavailable => "unavailable",
-        Code::DataLoss => "data_loss",
-        Code::Unauthenticated => "unauthenticated",
-    }
-}
-
-/// Serves `/metrics`, and `pages` beside it (the status page), until `shutdown` resolves.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    metrics: std::sync::Arc<Metrics>,
-    pages: axum::Router,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    use axum::{http::header, routing::get};
-    let app = pages.route(
-        "/metrics",
-        get(move || {
-            let m = metrics.clone();
-            async move {
-                ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], m.render())
-            }
-        }),
-    );
-    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
 }
 
 #[cfg(test)]

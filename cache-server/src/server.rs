@@ -123,10 +123,13 @@ pub async fn run(
         .spawn(async move { router.serve_with_incoming_shutdown(incoming, stopped).await.map_err(ServerError::Serve) });
     if let Some(listener) = listeners.metrics {
         let stopped = stop.clone().cancelled_owned();
-        let metrics = Arc::clone(&metrics);
+        let render = {
+            let metrics = Arc::clone(&metrics);
+            move || metrics.render()
+        };
         let pages = status.routes();
         servers.spawn(async move {
-            crate::metrics::serve(listener, metrics, pages, stopped).await.map_err(ServerError::Metrics)
+            kiln_serve::serve_metrics(listener, render, pages, stopped).await.map_err(ServerError::Metrics)
         });
     }
     // URLs may hold passwords: log how many, not what.

@@ -55,28 +55,10 @@ impl From<tonic::Status> for ClientError {
     }
 }
 
-/// The gRPC code as lowercase words, as users read it in `error: invalid argument: ...`.
-/// (`Code`'s own `Display` prints a sentence such as "Client specified an invalid argument".)
-pub fn code_name(code: Code) -> &'static str {
-    match code {
-        Code::Ok => "ok",
-        Code::Cancelled => "cancelled",
-        Code::Unknown => "unknown",
-        Code::InvalidArgument => "invalid argument",
-        Code::DeadlineExceeded => "deadline exceeded",
-        Code::NotFound => "not found",
-        Code::AlreadyExists => "already exists",
-        Code::PermissionDenied => "permission denied",
-        Code::ResourceExhausted => "resource exhausted",
-        Code::FailedPrecondition => "failed precondition",
-        Code::Aborted => "aborted",
-        Code::OutOfRange => "out of range",
-        Code::Unimplemented => "unimplemented",
-        Code::Internal => "internal",
-        Code::Unavailable => "unavailable",
-        Code::DataLoss => "data loss",
-        Code::Unauthenticated => "unauthenticated",
-    }
+/// The gRPC code as lowercase words, as users read it in `error: invalid argument: ...`: kiln-proto's
+/// name of the code with spaces for underscores.
+pub fn code_name(code: Code) -> String {
+    kiln_proto::code::name(code).replace('_', " ")
 }
 
 #[cfg(test)]

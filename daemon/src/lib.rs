@@ -24,7 +24,7 @@
 //! - [`toolchain`]: CUDA discovery, fingerprints, the option allowlist, include checks, NVRTC.
 //! - [`worker`]: compile worker processes, both sides of the pipe.
 //! - [`gpu`]: the local GPUs, through the CUDA driver, and the load check of fresh cubins on them.
-//! - [`metrics`]: Prometheus metrics and the `/metrics` endpoint.
+//! - [`metrics`]: Prometheus metrics, served at `/metrics` through kiln-serve.
 //! - [`status`]: the host page (`/` on the metrics port) and the report to kiln-cache's fleet page.
 //! - [`check`]: `kilnd check`, the toolchain report `kiln doctor` falls back on.
 //!

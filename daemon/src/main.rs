@@ -21,10 +21,7 @@ fn main() -> anyhow::Result<()> {
         // A worker is a plain blocking process: no runtime, no logging set-up.
         std::process::exit(kiln_daemon::worker::process::run(nvrtc, builtins, *memory_mb));
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("KILN_LOG").unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
-        .init();
+    kiln_serve::init_tracing();
     let file = match &flags.config {
         Some(path) => FileConfig::load(path)?,
         None => FileConfig::default(),
@@ -41,7 +38,7 @@ fn main() -> anyhow::Result<()> {
         let built = server::build(&config).await?;
         let listeners = bind(&config, tcp_security).await?;
         let socket = config.socket.clone();
-        let served = server::serve(built, listeners, config, shutdown_signal()).await;
+        let served = server::serve(built, listeners, config, kiln_serve::shutdown_signal("kilnd")).await;
         // Ours to remove: bind_unix refused to start over a live daemon's socket.
         if let Err(e) = std::fs::remove_file(&socket) {
             tracing::warn!(socket = %socket.display(), error = %e, "could not remove the socket");
@@ -54,12 +51,12 @@ async fn bind(config: &Config, tcp_security: Option<TcpSecurity>) -> anyhow::Res
     let unix = bind_unix(&config.socket).await?;
     let tcp = match (config.listen, tcp_security) {
         (Some(addr), Some(security)) => {
-            Some((kiln_proto::tcp::bind(addr).with_context(|| format!("binding --listen {addr}"))?, security))
+            Some((kiln_serve::tcp::bind(addr).with_context(|| format!("binding --listen {addr}"))?, security))
         }
         _ => None,
     };
     let metrics = match config.metrics {
-        Some(addr) => Some(kiln_proto::tcp::bind(addr).with_context(|| format!("binding --metrics {addr}"))?),
+        Some(addr) => Some(kiln_serve::tcp::bind(addr).with_context(|| format!("binding --metrics {addr}"))?),
         None => None,
     };
     Ok(Listeners { unix, tcp, metrics })
@@ -81,16 +78,4 @@ async fn bind_unix(path: &Path) -> anyhow::Result<tokio::net::UnixListener> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
         .with_context(|| format!("setting the mode of {}", path.display()))?;
     Ok(listener)
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
-        tracing::error!("cannot install signal handlers; stop kilnd with SIGKILL");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
 }

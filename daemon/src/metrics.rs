@@ -365,31 +365,8 @@ impl Metrics {
 
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
-        let mut out = String::new();
-        // Writing to a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
-        out
+        kiln_serve::render(&self.registry)
     }
-}
-
-/// Serves `/metrics` until `shutdown` resolves.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    metrics: std::sync::Arc<Metrics>,
-    pages: axum::Router,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    use axum::{http::header, routing::get};
-    let app = pages.route(
-        "/metrics",
-        get(move || {
-            let m = metrics.clone();
-            async move {
-                ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], m.render())
-            }
-        }),
-    );
-    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
 }
 
 #[cfg(test)]

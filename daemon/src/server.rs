@@ -18,7 +18,7 @@ use crate::snapshot::{host, store::SnapshotStore};
 use crate::store::{Store, disk::DiskTier, memory::MemoryTier, tiered::TieredStore};
 use crate::toolchain::{cuda, nvrtc::Nvrtc, ptxas::Ptxas, set::Toolchains, triton};
 use anyhow::Context;
-use kiln_cache_server::client::RemoteCache;
+use kiln_cache_client::RemoteCache;
 use kiln_proto::Target;
 use kiln_proto::pb::blobs_server::BlobsServer;
 use kiln_proto::pb::compiler_server::CompilerServer;
@@ -271,10 +271,13 @@ pub async fn serve(
     }
     if let Some(listener) = listeners.metrics {
         let stopped = stop.clone().cancelled_owned();
-        let metrics = Arc::clone(&metrics);
+        let render = {
+            let metrics = Arc::clone(&metrics);
+            move || metrics.render()
+        };
         let pages = crate::status::routes(Arc::clone(&service));
         servers.spawn(async move {
-            crate::metrics::serve(listener, metrics, pages, stopped).await.map_err(anyhow::Error::from)
+            kiln_serve::serve_metrics(listener, render, pages, stopped).await.map_err(anyhow::Error::from)
         });
     }
     tracing::info!(socket = %config.socket.display(), "kilnd serving");

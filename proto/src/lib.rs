@@ -7,9 +7,9 @@
 //! - [`envelope`]: the self-verifying frame every cached artifact is stored in, in every tier.
 //! - [`auth`]: bearer tokens, read-only or read-write: the servers' check and the clients'
 //!   interceptor.
+//! - [`code`]: gRPC status codes by name, for metric labels and error messages.
 //! - [`paths`]: the default socket and cache locations, shared by kilnd and its clients.
 //! - [`html`]: the status pages' HTML builder, which escapes every text it is given.
-//! - [`tcp`]: TCP listeners with a backlog sized for a fleet reconnecting at once.
 //! - [`unix`]: Unix socket connections that take any client's `:authority` (grpcio sends the
 //!   socket path, which h2 refuses), for kilnd's socket.
 
@@ -24,12 +24,12 @@ pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
 pub const MAX_NEGATIVE_LOG_BYTES: usize = 1 << 20;
 
 pub mod auth;
+pub mod code;
 pub mod envelope;
 pub mod html;
 pub mod key;
 pub mod paths;
 pub mod target;
-pub mod tcp;
 pub mod unix;
 
 /// Generated `kiln.v1` code. Re-exported as `pb`, as tonic-health does, so that domain types stay

@@ -192,7 +192,8 @@ ensure_disk_space() {
     die "only $((free_kib / 1024 / 1024)) GiB free under $target; the build and tests need about $need_gib GiB (cargo clean, or set CARGO_TARGET_DIR to a bigger disk)"
 }
 
-# Builds every binary once into the shared target directory.
+# Builds every binary of the workspace once into the shared target directory: kilnd, kiln,
+# kiln-cache, and the bench/ crate's kiln-bench and kiln-reliability.
 build_binaries() {
   local profile="$1"
   say "cargo build --workspace --bins ($profile)"

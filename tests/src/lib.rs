@@ -1,5 +1,6 @@
 //! kiln-tests: end-to-end tests that start the real `kilnd` and `kiln` binaries, over real
-//! sockets, with the real NVRTC from the pinned wheels in `.venv/`; and the benchmark harness.
+//! sockets, with the real NVRTC from the pinned wheels in `.venv/`. This library is their
+//! harness, which the benchmark and reliability harnesses (the kiln-bench crate) use too.
 //!
 //! - [`env`]: where the repo, the built binaries and the CUDA wheel tree are. A missing piece
 //!   fails loudly with what to run; nothing is ever skipped.
@@ -8,11 +9,10 @@
 //! - [`elf`]: just enough ELF reading to check a cubin's SM and its symbols.
 //! - [`http`]: a minimal HTTP GET for `/metrics`.
 //! - [`toolkits`]: CUDA roots for tests: a witness NVRTC, and one with a byte appended.
+//! - [`redis`]: private `redis-server` and Redis Cluster processes, and `kiln-cache` over them.
 //! - [`procs`]: processes from /proc: a daemon's Triton workers, processes by name.
-//! - [`reliability`]: the load and chaos harness behind `scripts/reliability`.
 //! - [`tls`]: a private CA and a `localhost` certificate for the TLS listeners' tests.
 
-pub mod bench;
 pub mod daemon;
 pub mod elf;
 pub mod env;
@@ -20,6 +20,5 @@ pub mod http;
 pub mod kernels;
 pub mod procs;
 pub mod redis;
-pub mod reliability;
 pub mod tls;
 pub mod toolkits;

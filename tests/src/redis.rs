@@ -10,7 +10,7 @@
 //! A missing `redis-server` fails the test with what to run; nothing is ever skipped.
 
 use crate::env;
-use kiln_cache_server::client::{ClientOptions, RemoteCache};
+use kiln_cache_client::{ClientOptions, RemoteCache};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;

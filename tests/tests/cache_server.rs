@@ -1,9 +1,7 @@
 //! kiln-cache end to end: a real `redis-server`, a real `kiln-cache` over a real socket, and the
 //! `RemoteCache` client that kilnd uses.
 
-use kiln_cache_server::client::{
-    Acquired, ClientError, ClientOptions, Lookup, PublishEvent, PublishStream, new_holder,
-};
+use kiln_cache_client::{Acquired, ClientError, ClientOptions, Lookup, PublishEvent, PublishStream, new_holder};
 use kiln_proto::CacheKey;
 use kiln_proto::envelope;
 use kiln_proto::pb::ArtifactMeta;

@@ -211,31 +211,13 @@ impl FleetPage {
 
     /// The axum routes of the page: `/` and `/status.json`.
     pub fn routes(self: Arc<Self>) -> axum::Router {
-        use axum::http::header;
-        use axum::routing::get;
-        let json = Arc::clone(&self);
-        axum::Router::new()
-            .route(
-                "/",
-                get(move || {
-                    let status = Arc::clone(&self);
-                    async move {
-                        let page = page::render(&*status.current().await);
-                        ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], page)
-                    }
-                }),
-            )
-            .route(
-                "/status.json",
-                get(move || {
-                    let status = Arc::clone(&json);
-                    async move {
-                        let body = serde_json::to_string(&*status.current().await)
-                            .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
-                        ([(header::CONTENT_TYPE, "application/json")], body)
-                    }
-                }),
-            )
+        kiln_serve::status_routes(
+            move || {
+                let status = Arc::clone(&self);
+                async move { status.current().await }
+            },
+            page::render,
+        )
     }
 }
 

@@ -87,7 +87,7 @@ async fn kept_book(engine: &Engine, key: &CacheKey, expect: Expect<'_>) -> Vec<(
         out.push((found, LOCAL));
     }
     if let Some(fleet) = engine.fleet_up()
-        && let Ok(kiln_cache_server::client::Lookup::Hit(sealed)) = fleet.tier.get(key).await
+        && let Ok(kiln_cache_client::Lookup::Hit(sealed)) = fleet.tier.get(key).await
     {
         match book::open(key, &sealed, expect) {
             Ok(found) => out.push((found, FLEET)),

@@ -27,7 +27,7 @@ pub mod tier;
 
 use crate::metrics::Metrics;
 use crate::store::TierName;
-use kiln_cache_server::client::{Acquired, Lookup, PublishEvent, new_holder};
+use kiln_cache_client::{Acquired, Lookup, PublishEvent, new_holder};
 use kiln_proto::CacheKey;
 use kiln_proto::envelope::{self, Artifact};
 use lease::HeldLease;

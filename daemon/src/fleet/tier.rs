@@ -8,7 +8,7 @@
 //! itself.
 
 use crate::metrics::Metrics;
-use kiln_cache_server::client::{Acquired, ClientError, Lookup, PublishStream, RemoteCache};
+use kiln_cache_client::{Acquired, ClientError, Lookup, PublishStream, RemoteCache};
 use kiln_proto::CacheKey;
 use std::future::Future;
 use std::sync::Arc;

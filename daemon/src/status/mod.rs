@@ -13,29 +13,12 @@ use std::sync::Arc;
 
 /// The host page's routes: `/` (HTML) and `/status.json` (the `Stats` answer in proto3 JSON).
 pub fn routes(service: Arc<CompilerService>) -> axum::Router {
-    use axum::http::header;
-    use axum::routing::get;
-    let json = Arc::clone(&service);
-    axum::Router::new()
-        .route(
-            "/",
-            get(move || {
-                let service = Arc::clone(&service);
-                async move {
-                    let html = page::render(&crate::stats::collect(&service), &service.engine.metrics);
-                    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], html)
-                }
-            }),
-        )
-        .route(
-            "/status.json",
-            get(move || {
-                let service = Arc::clone(&json);
-                async move {
-                    let body = serde_json::to_string(&crate::stats::collect(&service))
-                        .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
-                    ([(header::CONTENT_TYPE, "application/json")], body)
-                }
-            }),
-        )
+    let html = Arc::clone(&service);
+    kiln_serve::status_routes(
+        move || {
+            let service = Arc::clone(&service);
+            async move { crate::stats::collect(&service) }
+        },
+        move |stats: &kiln_proto::pb::StatsResponse| page::render(stats, &html.engine.metrics),
+    )
 }

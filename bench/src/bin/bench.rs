@@ -1,14 +1,14 @@
 //! `kiln-bench`: measures kiln side by side with its baselines and writes BENCHMARKS.md.
 //! `scripts/bench` installs what it needs, builds the release binaries and runs it. The
-//! figures and how each is taken are described in `kiln_tests::bench`.
+//! figures and how each is taken are described in `kiln_bench::bench`.
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use kiln_tests::bench::fleet::Fleet;
-use kiln_tests::bench::machine::Machine;
-use kiln_tests::bench::redis::RedisServer;
-use kiln_tests::bench::report::Section;
-use kiln_tests::bench::{
+use kiln_bench::bench::fleet::Fleet;
+use kiln_bench::bench::machine::Machine;
+use kiln_bench::bench::redis::RedisServer;
+use kiln_bench::bench::report::Section;
+use kiln_bench::bench::{
     Bench, Options, Shared, cold_compile, fleet_cold, fleet_lookups, fleet_warm, hit_throughput, ptxas_compile,
     sccache_nvcc, snapshot_job, triton_compile, triton_herd, triton_pool, warm_hit,
 };
@@ -233,7 +233,7 @@ async fn main() -> Result<()> {
          measured by that run. Do not edit by hand. Each figure is a ratio against a baseline measured side by side \
          in the same run; the absolute numbers belong to this machine.\n\n## Machine\n\n",
     );
-    md.push_str(&machine.markdown(&kiln_tests::bench::machine::load_average()));
+    md.push_str(&machine.markdown(&kiln_bench::bench::machine::load_average()));
     md.push_str(&software(&bench));
     if args.quick {
         md.push_str("\n**Quick run (`--quick`): too few samples to publish.**\n");

@@ -35,7 +35,7 @@ async fn rps(clients: &[kiln_client::Client], op: Op, secs: f64) -> Result<f64> 
 /// [`rps`], every answer checked to come from `tier` (`None`: any tier, for the floor's canned
 /// answer).
 async fn rps_from(clients: &[kiln_client::Client], op: Op, secs: f64, tier: Option<pb::Tier>) -> Result<f64> {
-    let request = crate::kernels::vector_graph(TARGET, 1);
+    let request = kiln_tests::kernels::vector_graph(TARGET, 1);
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
     let start = Instant::now();
     let mut tasks = JoinSet::new();
@@ -67,7 +67,7 @@ pub async fn run(bench: &Bench, redis: &RedisServer) -> Result<Section> {
     let dir = bench.dir("throughput")?;
     let options = KilndOptions::new(bench.cores);
     let daemon = Kilnd::start(&bench.kilnd(), &bench.cuda_root, &dir, &options).await?;
-    let job = daemon.connect().await?.compile(crate::kernels::vector_graph(TARGET, 1)).await?.collect().await?;
+    let job = daemon.connect().await?.compile(kiln_tests::kernels::vector_graph(TARGET, 1)).await?.collect().await?;
     let size = check_job(&job, 1, None)?.first().map_or(0, Vec::len);
     let envelope = std::fs::metadata(kernel_file(&daemon.cache_dir, &job.kernels[0].key)).map(|m| m.len()).ok();
     s.method = vec![

@@ -24,10 +24,10 @@ fn request(ptx: &[String]) -> pb::CompileRequest {
         .enumerate()
         .map(|(i, p)| {
             let src = pb::PtxSource { ptx: p.clone(), options: vec![] };
-            crate::kernels::any_kernel(&format!("add_{i}"), pb::kernel::Source::Ptx(src))
+            kiln_tests::kernels::any_kernel(&format!("add_{i}"), pb::kernel::Source::Ptx(src))
         })
         .collect();
-    crate::kernels::request(TARGET, ks)
+    kiln_tests::kernels::request(TARGET, ks)
 }
 
 /// `ptxas --gpu-name=sm_90 add_N.ptx -o add_N.cubin` for each file in turn; the cubins.

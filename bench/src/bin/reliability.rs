@@ -1,12 +1,12 @@
 //! `kiln-reliability`: load and chaos scenarios against the real binaries, written as the
 //! `## Reliability` section of BENCHMARKS.md. `scripts/reliability` builds the release binaries
-//! and runs it; the scenarios are described in `kiln_tests::reliability`.
+//! and runs it; the scenarios are described in `kiln_bench::reliability`.
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use kiln_tests::bench::machine::Machine;
-use kiln_tests::reliability::report::{self, Outcome};
-use kiln_tests::reliability::{Options, Run, SCENARIOS, bound, scenario};
+use kiln_bench::bench::machine::Machine;
+use kiln_bench::reliability::report::{self, Outcome};
+use kiln_bench::reliability::{Options, Run, SCENARIOS, bound, scenario};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -66,7 +66,7 @@ async fn one(n: usize, run: Arc<Run>) -> Outcome {
     });
     let mut out = task.await.unwrap_or_else(|e| {
         let mut out = Outcome::new(title);
-        out.aborted(&format!("the harness panicked: {}", kiln_tests::bench::fleet::panic_text(e)));
+        out.aborted(&format!("the harness panicked: {}", kiln_bench::bench::fleet::panic_text(e)));
         out
     });
     out.seconds = started.elapsed().as_secs_f64();

@@ -6,8 +6,8 @@ use super::graphs;
 use super::herd;
 use super::report::Outcome;
 use super::{Run, blocking};
-use crate::redis::{CacheOptions, CacheServer, RedisCluster};
 use anyhow::{Context, Result, bail};
+use kiln_tests::redis::{CacheOptions, CacheServer, RedisCluster};
 use std::time::{Duration, Instant};
 
 pub const TITLE: &str = "Redis Cluster master lost under a herd";

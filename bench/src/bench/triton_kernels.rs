@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
-use crate::kernels::{
+use kiln_tests::kernels::{
     TRITON_ADD as ADD, TRITON_LAYER_NORM as LAYER_NORM, TRITON_MATMUL as MATMUL, TRITON_SOFTMAX as SOFTMAX,
 };
 
@@ -81,11 +81,11 @@ pub fn request(source: &str, kernels: &[TritonKernel]) -> pb::CompileRequest {
     let ks = kernels
         .iter()
         .map(|t| {
-            let src = crate::kernels::triton(source, t.name, t.signature, &t.constexprs, t.num_warps);
-            crate::kernels::any_kernel(&t.id, pb::kernel::Source::Triton(src))
+            let src = kiln_tests::kernels::triton(source, t.name, t.signature, &t.constexprs, t.num_warps);
+            kiln_tests::kernels::any_kernel(&t.id, pb::kernel::Source::Triton(src))
         })
         .collect();
-    crate::kernels::request(TARGET, ks)
+    kiln_tests::kernels::request(TARGET, ks)
 }
 
 /// The interpreter with the pinned triton: `KILN_TEST_PYTHON`, or `.venv/bin/python`.

@@ -7,9 +7,9 @@
 
 use crate::bench::TARGET;
 use crate::bench::kilnd::{Kilnd, KilndOptions};
-use crate::kernels;
 use anyhow::{Context, Result, ensure};
 use kiln_proto::pb;
+use kiln_tests::kernels;
 use std::collections::BTreeMap;
 
 /// Artifacts by kernel id.

@@ -7,7 +7,7 @@ use super::report::Outcome;
 use super::{Run, rss};
 use crate::bench::fleet::Fleet;
 use anyhow::{Context, Result, ensure};
-use kiln_cache_server::client::Lookup;
+use kiln_cache_client::Lookup;
 use kiln_proto::pb::ArtifactMeta;
 use kiln_proto::{CacheKey, envelope};
 use std::sync::Arc;

@@ -4,15 +4,15 @@
 //! The Redis server is the bench's own ([`super::redis::RedisServer`], a Unix socket in the run's
 //! directory) but a second instance, apart from the one figures (a) to (d) flush and fill, so
 //! the two never see each other's keys. `kiln-cache` is the tests' harness process
-//! ([`crate::redis::CacheServer`]), which panics when it cannot start; the panic is caught here
-//! and becomes the figure's recorded error.
+//! ([`kiln_tests::redis::CacheServer`]), which panics when it cannot start; the panic is caught
+//! here and becomes the figure's recorded error.
 
 use super::Bench;
 use super::kilnd::KilndOptions;
 use super::redis::RedisServer;
-use crate::redis::{CacheOptions, CacheServer, WRITE_TOKEN};
 use anyhow::{Context, Result, anyhow};
-use kiln_cache_server::client::RemoteCache;
+use kiln_cache_client::RemoteCache;
+use kiln_tests::redis::{CacheOptions, CacheServer, WRITE_TOKEN};
 
 /// Redis plus kiln-cache, stopped on drop.
 #[derive(Debug)]

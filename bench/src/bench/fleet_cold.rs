@@ -8,9 +8,9 @@ use super::fleet::{Fleet, panic_text};
 use super::kilnd::Kilnd;
 use super::report::{Row, Section, Target, Value};
 use super::{Bench, TARGET, check_job};
-use crate::kernels;
 use anyhow::{Context, Result, anyhow, ensure};
 use kiln_proto::pb;
+use kiln_tests::kernels;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -63,7 +63,7 @@ async fn run_once(
     for d in &daemons {
         clients.push(d.connect().await?);
     }
-    let before = crate::toolkits::witnessed_compiles(file);
+    let before = kiln_tests::toolkits::witnessed_compiles(file);
     let req = request(&format!("kiln-bench fleet cold, leases {leases}, round {round}"));
     let barrier = Arc::new(tokio::sync::Barrier::new(DAEMONS + 1));
     let mut tasks = tokio::task::JoinSet::new();
@@ -89,7 +89,7 @@ async fn run_once(
     for d in &daemons {
         metrics += d.metric_sum("kiln_compiles_total{")?;
     }
-    let witnessed = crate::toolkits::witnessed_compiles(file) - before;
+    let witnessed = kiln_tests::toolkits::witnessed_compiles(file) - before;
     for d in daemons {
         d.stop().await?;
     }
@@ -100,7 +100,7 @@ async fn run_once(
 async fn witness(dir: PathBuf) -> Result<(PathBuf, Vec<(String, String)>, PathBuf)> {
     tokio::task::spawn_blocking(move || {
         let file = dir.join("compiles.log");
-        let (root, env) = crate::toolkits::witness_root(&dir, &file);
+        let (root, env) = kiln_tests::toolkits::witness_root(&dir, &file);
         (root, env, file)
     })
     .await

@@ -7,10 +7,10 @@ use super::graphs;
 use super::herd;
 use super::report::Outcome;
 use super::{Run, blocking};
-use crate::redis::{CacheOptions, CacheServer, RedisServer, WRITE_TOKEN};
 use anyhow::{Result, bail};
-use kiln_cache_server::client::Lookup;
+use kiln_cache_client::Lookup;
 use kiln_proto::CacheKey;
+use kiln_tests::redis::{CacheOptions, CacheServer, RedisServer, WRITE_TOKEN};
 use std::time::{Duration, Instant};
 
 pub const TITLE: &str = "Redis restarted empty under a fleet";

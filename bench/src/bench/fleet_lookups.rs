@@ -1,7 +1,7 @@
 //! Figure (g), issue 3 part 6 (c): lookups per second through kiln-cache from many clients,
 //! against `redis-benchmark` GETs of values of the same size on the Redis behind it.
 //!
-//! Each client is a concurrent task with its own `kiln_cache_server::client::RemoteCache` (its
+//! Each client is a concurrent task with its own `kiln_cache_client::RemoteCache` (its
 //! own HTTP/2 connection), issuing `Get` of one stored artifact, one request at a time, as
 //! `redis-benchmark` does by default. Both sides share this machine's cores with their load
 //! generator; the kiln side also has Redis under it.
@@ -12,7 +12,7 @@ use super::redis::benchmark_get_rps;
 use super::report::{Row, Section, Target, Value};
 use super::{Bench, TARGET, check_job};
 use anyhow::{Context, Result, bail};
-use kiln_cache_server::client::{Lookup, RemoteCache};
+use kiln_cache_client::{Lookup, RemoteCache};
 use kiln_proto::{CacheKey, pb};
 use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
@@ -56,9 +56,12 @@ pub async fn run(bench: &Bench, fleet: &Fleet) -> Result<Section> {
     let filler =
         Kilnd::start(&bench.kilnd(), &bench.cuda_root, &bench.dir("fleet-lookups")?, &fleet.kilnd_options(1, ""))
             .await?;
-    let req = crate::kernels::request(
+    let req = kiln_tests::kernels::request(
         TARGET,
-        vec![crate::kernels::kernel("add_0", crate::kernels::cuda(&format!("// lookups\n{}", super::source(0))))],
+        vec![kiln_tests::kernels::kernel(
+            "add_0",
+            kiln_tests::kernels::cuda(&format!("// lookups\n{}", super::source(0))),
+        )],
     );
     let job = filler.connect().await?.compile(req).await?.collect().await?;
     check_job(&job, 1, None)?;

@@ -108,7 +108,7 @@ pub async fn run(run: &Run, out: &mut Outcome) -> Result<()> {
             tokio::time::sleep(delay).await;
             task.abort();
         }
-        let workers: Vec<u32> = crate::procs::children(pid).into_iter().map(|(p, _)| p).collect();
+        let workers: Vec<u32> = kiln_tests::procs::children(pid).into_iter().map(|(p, _)| p).collect();
         daemon.kill9();
         let (after, temps) = disk_files(&cache);
         if round > 0 {

@@ -18,7 +18,7 @@
 //! Shared pieces: [`graphs`] (the kernels and their reference bytes), [`herd`] (fleet hosts and
 //! a herd on one graph), [`load`] (many clients, latencies and errors), [`rss`] (memory from
 //! /proc), [`report`] (the section and its place in BENCHMARKS.md). Processes are started with
-//! the benchmark harness's helpers ([`crate::bench`], [`crate::redis`]).
+//! the benchmark harness's helpers ([`crate::bench`], [`kiln_tests::redis`]).
 
 pub mod cache_clients;
 pub mod cache_kill;

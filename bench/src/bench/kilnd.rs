@@ -1,6 +1,6 @@
 //! A `kilnd` process for one measurement.
 //!
-//! This is not [`crate::daemon::Daemon`]: that harness finds binaries from a test executable's
+//! This is not [`kiln_tests::daemon::Daemon`]: that harness finds binaries from a test executable's
 //! place (`target/<profile>/deps/`) and panics on failure, while the bench binary sits next to
 //! `kilnd` in `target/release/` and must turn every failure into a recorded error.
 
@@ -90,7 +90,7 @@ impl Kilnd {
             if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
                 bail!("kilnd exited during start-up with {status}");
             }
-            let metrics_up = self.metrics.is_none_or(|m| crate::http::get(m, "/metrics").is_ok());
+            let metrics_up = self.metrics.is_none_or(|m| kiln_tests::http::get(m, "/metrics").is_ok());
             if self.socket.exists() && metrics_up && self.answers().await {
                 return Ok(());
             }
@@ -119,7 +119,7 @@ impl Kilnd {
     /// The sum of every `series` sample in `/metrics` (all label sets that start with it).
     pub fn metric_sum(&self, series: &str) -> Result<f64> {
         let addr = self.metrics.context("this kilnd serves no /metrics")?;
-        let text = crate::http::get(addr, "/metrics").context("GET /metrics")?;
+        let text = kiln_tests::http::get(addr, "/metrics").context("GET /metrics")?;
         Ok(text
             .lines()
             .filter(|l| l.starts_with(series))

@@ -1,8 +1,11 @@
-//! [`RemoteCache`]: a typed client of kiln-cache, for kilnd's remote tier and for tests.
+//! kiln-cache-client: [`RemoteCache`], a typed client of kiln-cache (`kiln.v1.ArtifactCache`),
+//! for kilnd's remote tier, the tests and the benchmarks.
 //!
-//! Compiled without the `server` feature, so it brings tonic but not Redis. It connects lazily:
-//! kilnd must start and serve while kiln-cache is down, and tonic's channel reconnects on its
-//! own when it comes back. Every call carries the bearer token; unary calls have a deadline.
+//! It brings tonic but not Redis, axum or prometheus (those are the server's, in
+//! kiln-cache-server). It connects lazily: kilnd must start and serve while kiln-cache is down,
+//! and tonic's channel reconnects on its own when it comes back. Every call carries the bearer
+//! token; unary calls have a deadline. The message limits are kiln-proto's, shared with the
+//! server.
 
 use futures_util::Stream;
 use kiln_proto::CacheKey;
@@ -16,9 +19,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::{Code, Request, Status};
 
-pub use kiln_proto::MAX_MESSAGE_BYTES;
-
-pub use kiln_proto::MAX_NEGATIVE_LOG_BYTES;
+pub use kiln_proto::{MAX_MESSAGE_BYTES, MAX_NEGATIVE_LOG_BYTES};
 
 /// Every way a call can fail. A gRPC failure keeps its code: kilnd treats UNAVAILABLE as "remote
 /// tier down" (a miss), and the rest as a bug or a misconfiguration to report.

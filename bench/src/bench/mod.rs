@@ -140,9 +140,9 @@ impl Bench {
             );
         }
         Ok(Bench {
-            repo: crate::env::repo_root(),
+            repo: kiln_tests::env::repo_root(),
             bin_dir,
-            cuda_root: crate::env::cuda_root(),
+            cuda_root: kiln_tests::env::cuda_root(),
             work: work.to_path_buf(),
             cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
             options,
@@ -170,12 +170,12 @@ impl Bench {
 
 /// The CUDA source of kernel `i` of the graph: distinct per `i`, so each is its own cache entry.
 pub fn source(i: usize) -> String {
-    crate::kernels::vector_add(i)
+    kiln_tests::kernels::vector_add(i)
 }
 
 /// The 64-kernel graph (ids `add_0` … `add_63`).
 pub fn graph_request() -> pb::CompileRequest {
-    crate::kernels::vector_graph(TARGET, GRAPH_KERNELS)
+    kiln_tests::kernels::vector_graph(TARGET, GRAPH_KERNELS)
 }
 
 /// Checks that a job returned every kernel OK, from `tier` when given, and returns the
