@@ -61,6 +61,7 @@ pub async fn run(run: &Run, out: &mut Outcome) -> Result<()> {
     }
     let entries = Arc::new(entries);
     let start = rss::read(pid)?;
+    let overflows_before = listen_overflows();
     let clients = Arc::new((0..n).map(|_| fleet.client()).collect::<Result<Vec<_>>>()?);
     out.figure("clients (own connection each) × calls", format!("{n} × {calls}"));
     let tally = {
@@ -88,9 +89,26 @@ pub async fn run(run: &Run, out: &mut Outcome) -> Result<()> {
     };
     tally.figures(out, "");
     let end = rss::read(pid)?;
+    if let (Some(before), Some(after)) = (overflows_before, listen_overflows()) {
+        out.figure(
+            "listen-queue overflows during the run (the kernel's TcpExtListenOverflows, whole machine)",
+            after.saturating_sub(before).to_string(),
+        );
+    }
     out.figure("kiln-cache RSS before the clients", rss::mib(start.rss_kib));
     out.figure("kiln-cache peak RSS (VmHWM)", rss::mib(end.peak_kib));
     out.check("errors = 0", tally.errors, tally.errors == 0);
     drop(clients);
     Ok(())
+}
+
+/// The kernel's count of connections dropped because a listen queue was full
+/// (`TcpExtListenOverflows` in /proc/net/netstat), or `None` where it cannot be read. A dropped
+/// SYN is retried after a second, so a few of them turn a connect storm into timeouts.
+fn listen_overflows() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/net/netstat").ok()?;
+    let mut lines = text.lines().filter(|l| l.starts_with("TcpExt:"));
+    let (names, values) = (lines.next()?, lines.next()?);
+    let at = names.split_whitespace().position(|n| n == "ListenOverflows")?;
+    values.split_whitespace().nth(at)?.parse().ok()
 }
