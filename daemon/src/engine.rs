@@ -1,8 +1,10 @@
 //! The path of one kernel: refusal check, negative cache, tiers, then a single-flight compile in
 //! a worker, publish, answer. Everything a job does per kernel goes through [`Engine::resolve`].
 
+use crate::concurrency::flight::{Flights, Join, Leader};
+use crate::concurrency::gate::Gate;
 use crate::config::Limits;
-use crate::domain::{KernelJob, KernelSource};
+use crate::domain::{KernelJob, KernelSource, Priority};
 use crate::explain::identity::Identity;
 use crate::explain::misses::MissLog;
 use crate::explain::store::RecipeStore;
@@ -10,8 +12,6 @@ use crate::fleet::{Claim, Fleet, Found};
 use crate::gpu::load_check::{LoadCheck, LoadVerdict};
 use crate::metrics::ResultLabels;
 use crate::metrics::{CompileLabels, Metrics, ToolchainLabels};
-use crate::scheduler::flight::{Flights, Join, Leader};
-use crate::scheduler::gate::{Gate, Priority};
 use crate::store::tiered::{Hit, TieredStore};
 use crate::store::{Stored, TierName};
 use crate::toolchain::set::Toolchains;

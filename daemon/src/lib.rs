@@ -19,7 +19,7 @@
 //! - [`explain`]: key recipes, why a kernel missed (`kiln_misses_total`, recent misses), `Explain`.
 //! - [`engine`]: one kernel's path: negative cache, tiers, single-flight compile, publish.
 //! - [`fleet`]: fleet-wide single-flight through kiln-cache leases and publish notifications.
-//! - [`scheduler`]: the priority gate and single-flight.
+//! - [`concurrency`]: the priority gate and single-flight.
 //! - [`store`]: the `Store` trait, the memory and disk tiers, and the tiered store.
 //! - [`toolchain`]: CUDA discovery, fingerprints, the option allowlist, include checks, NVRTC.
 //! - [`worker`]: compile worker processes, both sides of the pipe.
@@ -34,6 +34,7 @@
 pub(crate) mod auth;
 pub mod blob;
 pub mod check;
+pub mod concurrency;
 pub mod config;
 pub mod domain;
 pub(crate) mod engine;
@@ -44,7 +45,6 @@ pub(crate) mod gpu;
 pub(crate) mod jobs;
 pub mod listen;
 pub(crate) mod metrics;
-pub mod scheduler;
 pub mod server;
 pub(crate) mod service;
 pub mod snapshot;

@@ -4,11 +4,11 @@
 
 use crate::config::Config;
 use crate::domain::Job;
+use crate::domain::Priority;
 use crate::engine::Engine;
 use crate::error::{Error, invalid};
 use crate::gpu::GpuProbe;
 use crate::jobs::{self, Jobs};
-use crate::scheduler::gate::Priority;
 use crate::validate::{self, Context};
 use kiln_proto::Target;
 use kiln_proto::key::graph_key;

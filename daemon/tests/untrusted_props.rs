@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 use kiln_daemon::config::{Config, Defaults, FileConfig, Flags};
-use kiln_daemon::scheduler::gate::Priority;
+use kiln_daemon::domain::Priority;
 use kiln_daemon::toolchain::includes::check;
 use kiln_daemon::{blob, snapshot, validate};
 use kiln_proto::pb::{self, kernel::Source};

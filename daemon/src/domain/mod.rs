@@ -6,8 +6,15 @@ pub(crate) mod source;
 
 pub use source::KernelSource;
 
-use crate::scheduler::gate::Priority;
 use kiln_proto::{CacheKey, Target};
+
+/// Who waits on a job: a `Compile` has a client waiting on it and goes before `Submit`'s
+/// background work when compiles queue for a slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Priority {
+    Interactive = 0,
+    Background = 1,
+}
 
 /// A validated graph: every kernel checked and keyed for `target`.
 #[derive(Debug, Clone)]

@@ -8,8 +8,8 @@ mod triton;
 
 use crate::config::Limits;
 use crate::domain::Job;
+use crate::domain::Priority;
 use crate::error::{Error, invalid};
-use crate::scheduler::gate::Priority;
 use crate::toolchain::Toolchain;
 use kiln_proto::pb::{self, kernel::Source};
 use kiln_proto::{Fingerprint, Target};

@@ -2,15 +2,10 @@
 //! waiting background ones, and first come first served within a priority. A [`Permit`] releases
 //! its slot when dropped, so a compile that is cancelled or panics never leaks one.
 
+use crate::domain::Priority;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Priority {
-    Interactive = 0,
-    Background = 1,
-}
 
 #[derive(Debug)]
 pub(crate) struct Gate {
