@@ -93,6 +93,8 @@ struct Phase {
     kiln: Vec<Duration>,
     files: Vec<Duration>,
     redis: Vec<Duration>,
+    /// The gRPC floor's samples, where the phase takes them (the memory tier).
+    floor: Vec<Duration>,
 }
 
 /// Times one compile of `request`, which must be served entirely by `tier`.
@@ -104,27 +106,31 @@ async fn timed(client: &kiln_client::Client, request: &pb::CompileRequest, tier:
     Ok(elapsed)
 }
 
-/// `samples` warm compiles of the graph on one connection, each followed by a baseline sample.
+/// `samples` warm compiles of the graph on one connection, each followed by a baseline sample
+/// and, given a `floor` client, a sample of the gRPC floor.
 async fn interleaved(
     client: &kiln_client::Client,
     samples: usize,
     tier: pb::Tier,
     base: &mut Baselines,
+    floor: Option<&kiln_client::Client>,
 ) -> Result<Phase> {
     let request = graph_request();
     let mut phase = Phase::default();
     for _ in 0..samples {
         phase.kiln.push(timed(client, &request, tier).await?);
         base.sample(&mut phase)?;
+        if let Some(floor) = floor {
+            phase.floor.push(timed(floor, &request, tier).await?);
+        }
     }
     Ok(phase)
 }
 
-/// `samples` compiles of the graph against the gRPC floor (see [`super::floor`]): a server that
-/// answers with the messages kilnd answered for the warm graph and does nothing else.
-async fn floor_samples(client: &kiln_client::Client, dir: &Path, samples: usize) -> Result<Vec<Duration>> {
-    let request = graph_request();
-    let job = client.compile(request.clone()).await?.collect().await?;
+/// The gRPC floor (see [`super::floor`]) of the warm graph: a server that answers with the
+/// messages kilnd answered for it and does nothing else, and a client connected to it.
+async fn floor_server(client: &kiln_client::Client, dir: &Path) -> Result<(super::floor::Floor, kiln_client::Client)> {
+    let job = client.compile(graph_request()).await?.collect().await?;
     check_job(&job, GRAPH_KERNELS, Some(pb::Tier::Memory))?;
     let canned = vec![
         pb::JobEvent {
@@ -134,16 +140,9 @@ async fn floor_samples(client: &kiln_client::Client, dir: &Path, samples: usize)
         pb::JobEvent { job_id: job.job_id, event: Some(pb::job_event::Event::Done(job.done)) },
     ];
     let socket = dir.join("floor.sock");
-    let _floor = super::floor::compiler(&socket, canned)?;
-    let floor = kiln_client::connect(&format!("unix://{}", socket.display())).await?;
-    for _ in 0..20 {
-        timed(&floor, &request, pb::Tier::Memory).await?;
-    }
-    let mut out = Vec::with_capacity(samples);
-    for _ in 0..samples {
-        out.push(timed(&floor, &request, pb::Tier::Memory).await?);
-    }
-    Ok(out)
+    let floor = super::floor::compiler(&socket, canned)?;
+    let connected = kiln_client::connect(&format!("unix://{}", socket.display())).await?;
+    Ok((floor, connected))
 }
 
 /// Starts a fresh daemon on `dir` per sample and times its first compile of the graph.
@@ -166,10 +165,10 @@ async fn disk_steady(bench: &Bench, dir: &Path, base: &mut Baselines) -> Result<
     let options = KilndOptions { memory_cache_mb: Some(0), ..KilndOptions::new(bench.cores) };
     let daemon = Kilnd::start(&bench.kilnd(), &bench.cuda_root, dir, &options).await?;
     let client = daemon.connect().await?;
-    if let Err(e) = interleaved(&client, 20, pb::Tier::Disk, base).await {
+    if let Err(e) = interleaved(&client, 20, pb::Tier::Disk, base, None).await {
         bail!("with memory_cache_mb = 0, a warm compile was not served by the disk tier: {e:#}");
     }
-    let phase = interleaved(&client, bench.options.disk_samples, pb::Tier::Disk, base).await?;
+    let phase = interleaved(&client, bench.options.disk_samples, pb::Tier::Disk, base, None).await?;
     drop(client);
     daemon.stop().await?;
     Ok(phase)
@@ -226,8 +225,11 @@ pub async fn run(bench: &Bench, redis: &RedisServer, shared: &mut Shared) -> Res
     let bytes: usize = cubins.iter().map(Vec::len).sum();
     section.notes.push(format!("The graph's {GRAPH_KERNELS} cubins total {bytes} bytes."));
     let mut base = Baselines::prepare(bench, redis, &cubins)?;
-    interleaved(&client, 20, pb::Tier::Memory, &mut base).await.context("memory warm-up")?;
-    let memory = interleaved(&client, o.memory_samples, pb::Tier::Memory, &mut base).await.context("memory tier")?;
+    let (_floor, floor) = floor_server(&client, &dir).await.context("the gRPC floor")?;
+    interleaved(&client, 20, pb::Tier::Memory, &mut base, Some(&floor)).await.context("memory warm-up")?;
+    let memory = interleaved(&client, o.memory_samples, pb::Tier::Memory, &mut base, Some(&floor))
+        .await
+        .context("memory tier")?;
     // Where the time goes: the same hits without the cubins on the wire.
     let bare = pb::CompileRequest { omit_artifacts: true, ..graph_request() };
     let mut omitted = Vec::new();
@@ -238,8 +240,7 @@ pub async fn run(bench: &Bench, redis: &RedisServer, shared: &mut Shared) -> Res
         "memory tier with `omit_artifacts` (no cubins on the wire), for where the time goes: {}",
         Samples::new(omitted).summary()
     ));
-    let floor = floor_samples(&client, &dir, o.memory_samples / 2).await.context("the gRPC floor")?;
-    drop(client);
+    drop((client, floor));
     daemon.stop().await?;
 
     let disk = failed(disk_steady(bench, &dir, &mut base).await, &mut section.notes, "the disk tier with memory off");
@@ -273,6 +274,7 @@ pub async fn run(bench: &Bench, redis: &RedisServer, shared: &mut Shared) -> Res
         ));
     };
     let (memory_kiln, memory_redis) = (Samples::new(memory.kiln.clone()), Samples::new(memory.redis.clone()));
+    let floor = Samples::new(memory.floor.clone());
     add("memory tier", memory, Some(("Redis GETs, pipelined", Target::RatioAtMost(MEMORY_OVER_REDIS))));
     if let Some(d) = disk {
         add("disk tier (memory off)", d, Some(("raw file reads", Target::RatioAtMost(DISK_OVER_FILES))));
@@ -290,18 +292,18 @@ pub async fn run(bench: &Bench, redis: &RedisServer, shared: &mut Shared) -> Res
             .with_target(Target::RatioAtMost(RESTART_OVER_DISK)),
         );
     }
-    let floor = Samples::new(floor);
     section.rows.push(Row::new(
         "gRPC floor, p50",
         p(&floor, 50.0),
-        "Redis GETs, pipelined (memory tier's samples), p50",
+        "Redis GETs, pipelined, p50",
         p(&memory_redis, 50.0),
     ));
     section.rows.push(Row::new("memory tier, p50", p(&memory_kiln, 50.0), "gRPC floor, p50", p(&floor, 50.0)));
     section.notes.push(format!(
         "gRPC floor: a bare tonic server on its own runtime and Unix socket that answers every `Compile` with the \
          messages kilnd answered for a memory-tier hit of the graph (one `kernels` batch with the {GRAPH_KERNELS} \
-         cubins, then `done`) and does nothing else, timed with the same client and request: {}",
+         cubins, then `done`) and does nothing else, timed with the same client and request, one sample after each \
+         memory-tier sample: {}",
         floor.summary()
     ));
     Ok(section)

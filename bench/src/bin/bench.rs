@@ -12,6 +12,7 @@ use kiln_bench::bench::{
     Bench, Options, Shared, cold_compile, fleet_cold, fleet_lookups, fleet_warm, hit_throughput, ptxas_compile,
     sccache_nvcc, snapshot_job, triton_compile, triton_herd, triton_pool, warm_hit,
 };
+use kiln_bench::reliability::report::{existing_section, replace_section};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -245,6 +246,10 @@ async fn main() -> Result<()> {
         md.push_str(&s.markdown());
     }
     md.push_str(&gpu_results(&bench.repo));
+    // The reliability section is scripts/reliability's: keep the last run's until it runs again.
+    if let Some(reliability) = std::fs::read_to_string(&args.out).ok().as_deref().and_then(existing_section) {
+        md = replace_section(&md, &reliability);
+    }
     std::fs::write(&args.out, md).with_context(|| format!("writing {}", args.out.display()))?;
     eprintln!("kiln-bench: wrote {}", args.out.display());
     Ok(())

@@ -153,9 +153,32 @@ pub fn replace_section(doc: &str, section: &str) -> String {
     out
 }
 
+/// `doc`'s `## Reliability` section as it stands (heading included, up to the next `## `
+/// heading or the end), so that kiln-bench, which writes the rest of the report afresh, keeps the
+/// last reliability run's figures instead of dropping them.
+pub fn existing_section(doc: &str) -> Option<String> {
+    let mut lines = doc.split_inclusive('\n').skip_while(|line| line.trim_end() != HEADING);
+    let heading = lines.next()?;
+    let mut section = String::from(heading);
+    section.extend(lines.take_while(|line| !line.starts_with("## ")));
+    Some(section)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_existing_section_is_found_whole() {
+        let doc = "# t\n\n## Reliability\n\nold\n### 1. x\n\n## GPU\n\nkept\n";
+        assert_eq!(existing_section(doc).as_deref(), Some("## Reliability\n\nold\n### 1. x\n\n"));
+        assert_eq!(existing_section("# t\n\n## (a)\n").as_deref(), None);
+        let last = "# t\n\n## Reliability\n\nold\n";
+        assert_eq!(
+            replace_section("# t\n\n## (a)\n", &existing_section(last).unwrap_or_default()),
+            "# t\n\n## (a)\n\n## Reliability\n\nold\n"
+        );
+    }
 
     #[test]
     fn appends_when_absent_and_replaces_in_place() {
