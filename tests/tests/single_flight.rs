@@ -37,7 +37,9 @@ async fn fifty_clients_one_compile_per_kernel() {
         for k in &job.kernels {
             assert_eq!(k.outcome(), Outcome::Ok, "{}", k.log);
             assert_eq!(k.artifact, reference.kernel(&k.id).unwrap().artifact, "clients got different bytes");
-            assert!(matches!(k.tier(), Tier::Compiled | Tier::Joined | Tier::Memory), "{:?}", k.tier());
+            // A client whose lookup missed memory just before the compile landed, and read the
+            // disk just after its write, gets it from disk: still one compile, as counted below.
+            assert!(matches!(k.tier(), Tier::Compiled | Tier::Joined | Tier::Memory | Tier::Disk), "{:?}", k.tier());
             compiled += usize::from(k.tier() == Tier::Compiled);
         }
     }
