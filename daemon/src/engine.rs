@@ -131,6 +131,10 @@ pub struct Engine {
     /// compile, not one each. Never on disk; the fleet gets a failure as a short-lived negative
     /// entry (see `publish`), which releases other hosts' waiters with its log.
     negative: moka::future::Cache<CacheKey, Arc<Failure>>,
+    /// Graph manifests this daemon published to the fleet lately. A graph answered wholly from
+    /// the caches does not publish its manifest again while it is here: a warm host would
+    /// otherwise write to kiln-cache on every hit (thousands of writes a second under load).
+    manifests: moka::sync::Cache<CacheKey, ()>,
     flights: Arc<Flights<Answer>>,
     /// Compile tasks outlive the request that started them (a compile keeps going to fill the
     /// cache when its client disconnects); shutdown waits for them here.
@@ -147,6 +151,10 @@ pub struct Engine {
     load_check_off: String,
 }
 
+/// How long a published manifest is not published again by a job the caches answered wholly.
+/// kiln-cache slides a manifest's TTL on every read, so a graph in use stays published.
+const MANIFEST_MEMORY: std::time::Duration = std::time::Duration::from_secs(600);
+
 impl Engine {
     pub fn new(
         toolchains: Toolchains,
@@ -157,8 +165,10 @@ impl Engine {
         limits: Limits,
     ) -> Self {
         let negative = moka::future::Cache::builder().max_capacity(100_000).time_to_live(limits.negative_ttl).build();
+        let manifests = moka::sync::Cache::builder().max_capacity(100_000).time_to_live(MANIFEST_MEMORY).build();
         let misses = MissLog::new(&metrics);
         Engine {
+            manifests,
             misses,
             recipes: RecipeStore::in_memory(),
             toolchains,
@@ -242,9 +252,19 @@ impl Engine {
 
     /// Publishes a graph manifest (graph key → kernel keys) so another host can warm the whole
     /// graph by its key.
-    pub async fn publish_manifest(&self, graph_key: &CacheKey, kernel_keys: &[CacheKey]) {
+    /// Publishes a graph's manifest. `again`: the job compiled or waited for something, so the
+    /// fleet may have lost the manifest (Redis restarted empty) and it is written whatever this
+    /// daemon published before; otherwise a manifest published in the last [`MANIFEST_MEMORY`]
+    /// is not written again.
+    pub async fn publish_manifest(&self, graph_key: &CacheKey, kernel_keys: &[CacheKey], again: bool) {
         let Some(fleet) = self.fleet_up() else { return };
+        if !again && self.manifests.contains_key(graph_key) {
+            return;
+        }
+        // Remembered before the write, so a burst of hits on the same graph sends one.
+        self.manifests.insert(*graph_key, ());
         if let Err(e) = fleet.tier.put_manifest(graph_key, kernel_keys).await {
+            self.manifests.invalidate(graph_key);
             tracing::warn!(%graph_key, error = %e, "could not publish the graph manifest");
         }
     }

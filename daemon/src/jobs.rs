@@ -288,6 +288,7 @@ pub async fn begin(engine: &Engine, record: &JobRecord, job: Job) -> Begun {
 /// result as it comes, then `Done`; the graph's manifest is published after that.
 pub async fn complete(engine: Arc<Engine>, record: Arc<JobRecord>, begun: Begun) {
     let Begun { job, started, mut ok, mut failed, rest, fleet_asked } = begun;
+    let answered_from_caches = rest.is_empty();
     let job = Arc::new(job);
     let mut tasks = tokio::task::JoinSet::new();
     for index in rest {
@@ -327,7 +328,8 @@ pub async fn complete(engine: Arc<Engine>, record: Arc<JobRecord>, begun: Begun)
     if failed == 0 {
         let keys: Vec<CacheKey> = job.kernels.iter().filter(|k| k.refusal.is_none()).map(|k| k.key).collect();
         let publisher = Arc::clone(&engine);
-        engine.tracker.spawn(async move { publisher.publish_manifest(&key, &keys).await });
+        let again = !answered_from_caches;
+        engine.tracker.spawn(async move { publisher.publish_manifest(&key, &keys, again).await });
     }
 }
 

@@ -110,6 +110,24 @@ async fn four_hosts_compile_each_kernel_once_across_the_fleet() {
     assert_eq!(read("batch_get") - read_before, 16.0, "the warm start read a key more than once");
     assert_eq!(metric(&fresh, "kiln_cache_lookups_total{tier=\"remote\",result=\"hit\"}"), 16.0);
     assert!(metric(&fresh, "kiln_artifact_bytes_total{tier=\"remote\",direction=\"read\"}") > 0.0);
+    // Warm hits do not write to the fleet: the graph's manifest goes once, not once per hit.
+    let client = fresh.client().await;
+    let manifests_after_first = async {
+        for _ in 0..200 {
+            if ops("PutManifest") > 0.0 {
+                return ops("PutManifest");
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        ops("PutManifest")
+    }
+    .await;
+    for _ in 0..20 {
+        let hit = client.compile(vector_graph("sm_90", 16)).await.unwrap().collect().await.unwrap();
+        assert!(hit.kernels.iter().all(|k| k.tier() == Tier::Memory));
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(ops("PutManifest"), manifests_after_first, "warm hits published the graph's manifest again");
     fresh.stop();
     for d in daemons {
         d.stop();
