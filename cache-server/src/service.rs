@@ -35,9 +35,9 @@ use tonic::{Code, Request, Response, Status};
 /// Keys of one BatchGet read from Redis in one pipelined round trip ([`Store::get_many`]).
 const BATCH_CHUNK: usize = 8;
 
-/// Chunks of a BatchGet in flight at once, and for Contains the keys in flight: the next chunk's
-/// round trip overlaps this one's answers, and the bound (16 envelopes) keeps one huge batch from
-/// holding many large envelopes in memory at once.
+/// Keys read at once: a BatchGet's two chunks in flight (the next chunk's round trip overlaps
+/// this one's answers), and Contains' keys in flight. The bound (16 envelopes) keeps one huge
+/// batch from holding many large envelopes in memory at once.
 const BATCH_READ_AHEAD: usize = 2 * BATCH_CHUNK;
 
 /// How long a new watch waits for the subscription to come back before answering UNAVAILABLE.

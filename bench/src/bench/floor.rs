@@ -70,17 +70,28 @@ where
     Ok(Floor { stop: Some(stop), thread: Some(thread) })
 }
 
-/// A `Compiler` that answers every `Compile` and `Lookup` with `events`, on the Unix socket `path`.
-pub fn compiler(path: &Path, events: Vec<pb::JobEvent>) -> Result<Floor> {
+/// A `Compiler` on the Unix socket `path` that answers every `Compile` and `Lookup` with what
+/// kilnd answered for `job` (its results in one `kernels` batch, then its `done`); returns its
+/// `unix://` URI.
+pub fn compiler(path: &Path, job: kiln_client::CompletedJob) -> Result<(Floor, String)> {
+    let events = vec![
+        pb::JobEvent {
+            job_id: job.job_id.clone(),
+            event: Some(pb::job_event::Event::Kernels(pb::KernelResults { results: job.kernels })),
+        },
+        pb::JobEvent { job_id: job.job_id, event: Some(pb::job_event::Event::Done(job.done)) },
+    ];
     let service = compiler::CompilerServer::new(CannedCompiler { events: Arc::new(events) })
         .max_decoding_message_size(kiln_proto::MAX_MESSAGE_BYTES)
         .max_encoding_message_size(kiln_proto::MAX_MESSAGE_BYTES);
     let router = tonic::transport::Server::builder().add_service(service);
+    let uri = format!("unix://{}", path.display());
     let path = path.to_path_buf();
-    spawn(router, move || {
+    let floor = spawn(router, move || {
         let listener = tokio::net::UnixListener::bind(&path).with_context(|| format!("binding {}", path.display()))?;
         Ok(tokio_stream::wrappers::UnixListenerStream::new(listener))
-    })
+    })?;
+    Ok((floor, uri))
 }
 
 /// An `ArtifactCache` that answers every `Get` with `answer`, on a loopback TCP port; returns its

@@ -98,17 +98,7 @@ pub async fn run(bench: &Bench, redis: &RedisServer) -> Result<Section> {
          own work: validation, keys, the tiers, the job record)."
             .into(),
     ];
-    let job_id = job.job_id.clone();
-    let canned = vec![
-        pb::JobEvent {
-            job_id: job_id.clone(),
-            event: Some(pb::job_event::Event::Kernels(pb::KernelResults { results: job.kernels.clone() })),
-        },
-        pb::JobEvent { job_id, event: Some(pb::job_event::Event::Done(job.done.clone())) },
-    ];
-    let floor_socket = dir.join("floor.sock");
-    let _floor = super::floor::compiler(&floor_socket, canned)?;
-    let floor_uri = format!("unix://{}", floor_socket.display());
+    let (_floor, floor_uri) = super::floor::compiler(&dir.join("floor.sock"), job)?;
     for &c in &o.clients {
         let (mut clients, mut floor_clients) = (Vec::with_capacity(c), Vec::with_capacity(c));
         for _ in 0..c {

@@ -132,16 +132,8 @@ async fn interleaved(
 async fn floor_server(client: &kiln_client::Client, dir: &Path) -> Result<(super::floor::Floor, kiln_client::Client)> {
     let job = client.compile(graph_request()).await?.collect().await?;
     check_job(&job, GRAPH_KERNELS, Some(pb::Tier::Memory))?;
-    let canned = vec![
-        pb::JobEvent {
-            job_id: job.job_id.clone(),
-            event: Some(pb::job_event::Event::Kernels(pb::KernelResults { results: job.kernels })),
-        },
-        pb::JobEvent { job_id: job.job_id, event: Some(pb::job_event::Event::Done(job.done)) },
-    ];
-    let socket = dir.join("floor.sock");
-    let floor = super::floor::compiler(&socket, canned)?;
-    let connected = kiln_client::connect(&format!("unix://{}", socket.display())).await?;
+    let (floor, uri) = super::floor::compiler(&dir.join("floor.sock"), job)?;
+    let connected = kiln_client::connect(&uri).await?;
     Ok((floor, connected))
 }
 
