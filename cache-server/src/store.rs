@@ -133,7 +133,9 @@ impl Store {
     /// An artifact or a negative entry. The artifact wins where both exist.
     pub async fn get(&self, key: &CacheKey) -> Result<Lookup<Entry>, Error> {
         let mut con = self.redis.clone();
-        let (head, negative): ReadPair = read_pair(key, self.ttl_ms).query_async(&mut con).await?;
+        let mut pipe = redis::pipe();
+        add_read(&mut pipe, key, self.ttl_ms);
+        let (head, negative): ReadPair = pipe.query_async(&mut con).await?;
         self.entry(key, head, negative).await
     }
 
@@ -146,15 +148,18 @@ impl Store {
         }
         let mut pipe = redis::pipe();
         for key in keys {
-            pipe.add_command(getex(layout::head_key(key), self.ttl_ms)).cmd("GET").arg(layout::negative_key(key));
+            add_read(&mut pipe, key, self.ttl_ms);
         }
         let mut con = self.redis.clone();
-        let pairs: Vec<ReadPair> = match pipe.query_async::<Vec<Value>>(&mut con).await {
-            Ok(values) => match pair_up(values) {
-                Ok(pairs) if pairs.len() == keys.len() => pairs,
-                Ok(_) => return keys.iter().map(|_| Err(Error::Redis(unexpected_reply()))).collect(),
-                Err(e) => return keys.iter().map(|_| Err(Error::Redis(e.clone()))).collect(),
-            },
+        let read = async {
+            let pairs = pair_up(pipe.query_async::<Vec<Value>>(&mut con).await?)?;
+            if pairs.len() != keys.len() {
+                return Err(unexpected_reply());
+            }
+            Ok(pairs)
+        };
+        let pairs = match read.await {
+            Ok(pairs) => pairs,
             Err(e) => return keys.iter().map(|_| Err(Error::Redis(e.clone()))).collect(),
         };
         let mut answers = Vec::with_capacity(keys.len());
@@ -360,11 +365,9 @@ fn getex(name: impl redis::ToRedisArgs, ttl_ms: u64) -> redis::Cmd {
 /// One key's artifact head and negative entry, as read.
 type ReadPair = (Option<Vec<u8>>, Option<Vec<u8>>);
 
-/// One key's artifact head (its TTL slid) and negative entry, in one round trip.
-fn read_pair(key: &CacheKey, ttl_ms: u64) -> redis::Pipeline {
-    let mut pipe = redis::pipe();
+/// Adds the reads of one key to `pipe`: its artifact head (its TTL slid) and negative entry.
+fn add_read(pipe: &mut redis::Pipeline, key: &CacheKey, ttl_ms: u64) {
     pipe.add_command(getex(layout::head_key(key), ttl_ms)).cmd("GET").arg(layout::negative_key(key));
-    pipe
 }
 
 /// A pipeline's flat replies as (head, negative) pairs.
@@ -381,6 +384,6 @@ fn pair_up(values: Vec<Value>) -> redis::RedisResult<Vec<ReadPair>> {
 fn unexpected_reply() -> redis::RedisError {
     redis::RedisError::from((
         redis::ErrorKind::UnexpectedReturnType,
-        "a pipelined read answered an odd number of replies",
+        "a pipelined read answered another number of replies than it sent commands",
     ))
 }
