@@ -250,19 +250,24 @@ impl Engine {
         Answer::from_artifact(hit.artifact, hit.tier.to_pb())
     }
 
-    /// Publishes a graph manifest (graph key → kernel keys) so another host can warm the whole
-    /// graph by its key.
-    /// Publishes a graph's manifest. `again`: the job compiled or waited for something, so the
-    /// fleet may have lost the manifest (Redis restarted empty) and it is written whatever this
-    /// daemon published before; otherwise a manifest published in the last [`MANIFEST_MEMORY`]
-    /// is not written again.
-    pub async fn publish_manifest(&self, graph_key: &CacheKey, kernel_keys: &[CacheKey], again: bool) {
-        let Some(fleet) = self.fleet_up() else { return };
-        if !again && self.manifests.contains_key(graph_key) {
-            return;
+    /// Whether a finished job should publish its graph's manifest, remembering that it will. Asked
+    /// on the job's path, so a warm hit that needs no write spawns nothing. `again`: the job
+    /// compiled or waited for something, so the fleet may have lost the manifest (Redis restarted
+    /// empty) and it is written whatever this daemon published before; otherwise a manifest
+    /// published in the last [`MANIFEST_MEMORY`] is not written again. Remembered before the
+    /// write, so a burst of hits on one graph sends one.
+    pub fn manifest_due(&self, graph_key: &CacheKey, again: bool) -> bool {
+        if self.fleet_up().is_none() || (!again && self.manifests.contains_key(graph_key)) {
+            return false;
         }
-        // Remembered before the write, so a burst of hits on the same graph sends one.
         self.manifests.insert(*graph_key, ());
+        true
+    }
+
+    /// Publishes a graph manifest (graph key → kernel keys) so another host can warm the whole
+    /// graph by its key; after [`Engine::manifest_due`].
+    pub async fn publish_manifest(&self, graph_key: &CacheKey, kernel_keys: &[CacheKey]) {
+        let Some(fleet) = self.fleet_up() else { return };
         if let Err(e) = fleet.tier.put_manifest(graph_key, kernel_keys).await {
             self.manifests.invalidate(graph_key);
             tracing::warn!(%graph_key, error = %e, "could not publish the graph manifest");

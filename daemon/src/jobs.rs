@@ -325,11 +325,10 @@ pub async fn complete(engine: Arc<Engine>, record: Arc<JobRecord>, begun: Begun)
     // After the answer, not before it, and in the background: the manifest is for the next
     // host's warm start, and its round trip to the fleet cache was a fifth of a fresh host's warm
     // start of a whole graph.
-    if failed == 0 {
+    if failed == 0 && engine.manifest_due(&key, !answered_from_caches) {
         let keys: Vec<CacheKey> = job.kernels.iter().filter(|k| k.refusal.is_none()).map(|k| k.key).collect();
         let publisher = Arc::clone(&engine);
-        let again = !answered_from_caches;
-        engine.tracker.spawn(async move { publisher.publish_manifest(&key, &keys, again).await });
+        engine.tracker.spawn(async move { publisher.publish_manifest(&key, &keys).await });
     }
 }
 
