@@ -6,8 +6,8 @@ use tokio::net::{TcpListener, TcpSocket};
 
 /// Connections the kernel may queue before the server accepts them. tokio's `bind` asks for
 /// 1024; when a thousand hosts reconnect together (kiln-cache restarted, a fleet started at
-/// once) a full queue drops SYNs. The client's kernel resends one after a second, then after three
-/// more, so a second drop runs past kiln's 2 s connect timeout: kiln-reliability's scenario 2 met
+/// once) a full queue drops SYNs. The client's kernel resends one at one second and again at three,
+/// so a second drop runs past kiln's 2 s connect timeout: kiln-reliability's scenario 2 met
 /// 151 overflows and two failed calls with 1024, none with this. The kernel caps the backlog at
 /// `net.core.somaxconn` (4096 on current kernels).
 pub const BACKLOG: u32 = 4096;
