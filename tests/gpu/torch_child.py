@@ -115,6 +115,18 @@ def cache_dirs() -> dict:
     return out
 
 
+def compile_phases() -> dict:
+    """Seconds per phase of the compiles so far, from torch's own timers (``dynamo_timed``: real
+    wall-clock timers around each phase, nested, so the phases overlap): where a first call's
+    time goes, without a profiler's overhead."""
+    try:
+        from torch._dynamo.utils import compilation_time_metrics
+
+        return {name: round(sum(times), 4) for name, times in compilation_time_metrics.items()}
+    except Exception as e:  # noqa: BLE001 - a report, never a failure of the step
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
 def write_whole(path: Path, data: dict) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2))
@@ -152,6 +164,18 @@ def main() -> None:
         (args.barrier / f"ready.{os.getpid()}").write_text("")
         while not (args.barrier / "go").exists():
             time.sleep(0.002)
+    if os.environ.get("KILN_GPU_PRECOMPUTE_KEYS") == "1":
+        # Diagnostic (tests/gpu/first_call_keys): the per-process source hashes a first compile
+        # pays, computed before it, outside the timing.
+        from torch._inductor.codecache import torch_key
+        from torch._inductor.runtime.triton_compat import triton_key
+
+        tk = time.perf_counter()
+        torch_key()
+        result["precomputed_torch_key_s"] = time.perf_counter() - tk
+        tk = time.perf_counter()
+        triton_key()
+        result["precomputed_triton_key_s"] = time.perf_counter() - tk
     profile_dir = os.environ.get("KILN_GPU_PROFILE_DIR")
     profiler = None
     if profile_dir:
@@ -165,6 +189,7 @@ def main() -> None:
     if args.device == "cuda":
         torch.cuda.synchronize()
     t1 = time.perf_counter()
+    result["phases"] = compile_phases()
     result.update(
         {
             "first_call_s": t1 - t0,

@@ -1,11 +1,12 @@
 """A fake compile between Dynamo's compile callbacks: the "graph" of a function is its name; a
 compile reads ``<inductor dir>/fxgraph/<name>.json`` (a hit) or writes it and a "kernel" under
 ``<inductor dir>/triton/0/`` (a miss), and builds Triton's launcher in Triton's own cache
-directory once. ``counters`` counts hits and misses; FAKE_TORCH_EVENTS, if set, is a file that
+directory once; a cache key needs ``torch_key()`` first. ``counters`` counts hits and misses; FAKE_TORCH_EVENTS, if set, is a file that
 gets one line per compile (``<name> hit|miss``)."""
 
 import os
 
+from torch._inductor.codecache import torch_key
 from torch._inductor.runtime.cache_dir_utils import cache_dir
 
 from .callback import CallbackTrigger, callback_handler
@@ -22,6 +23,7 @@ def _write_atomic(path, data):
 
 
 def _compile(name):
+    torch_key()  # every cache key starts with it
     graph = os.path.join(cache_dir(), "fxgraph", name + ".json")
     if os.path.exists(graph):
         counters["hit"] += 1
