@@ -1,7 +1,7 @@
-"""kiln._torch_prewarm: the first compile's source hashes, computed in the background once
-``torch.compile()`` imports Inductor's codecache, against tests/fake_torch (whose ``torch_key()``
-names the thread that computed it) and the real Triton of this interpreter (whose
-``triton_key()`` hashes its sources and ``libtriton.so``)."""
+"""kiln._torch_prewarm: Triton's source hash, computed in the background once ``torch.compile()``
+imports Inductor's codecache, with the real Triton of this interpreter (whose ``triton_key()``
+hashes its sources and ``libtriton.so``) and tests/fake_torch (whose ``torch_key()`` names the
+thread that computed it: the compile's, always)."""
 
 from __future__ import annotations
 
@@ -37,40 +37,40 @@ def compile_once(kilnd: Kilnd, **env: str) -> dict:
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
-def test_the_keys_are_computed_in_the_background_before_the_first_compile(kilnd: Kilnd) -> None:
+def test_triton_key_is_computed_in_the_background_before_the_first_compile(kilnd: Kilnd) -> None:
     _pth_installed()
     out = compile_once(kilnd, KILN_TORCH="1", IMPORT_TRITON="1")
     assert out["done"] is True
-    # Computed once, by kiln's thread; the compile found it memoized.
-    assert out["computed_in"] == ["kiln-torch-prewarm"]
-    # Triton's memo: computed once (the thread), then found by nobody else yet.
+    # Triton's memo: computed once, by kiln's thread, before the compile.
     assert out["triton_key"] == {"hits": 0, "misses": 1}
     stats = out["stats"]
     assert stats["done"] is True and "error" not in stats, stats
-    assert stats["torch_key_s"] >= 0.05 and stats["triton_key_s"] > 0
+    assert stats["triton_key_s"] > 0
+    # torch_key stays with the compile (many small reads: slower in a thread than inline).
+    assert out["computed_in"] == ["MainThread"]
 
 
-def test_without_triton_imported_only_torch_key_is_computed(kilnd: Kilnd) -> None:
+def test_without_triton_imported_the_thread_imports_nothing(kilnd: Kilnd) -> None:
     _pth_installed()
     out = compile_once(kilnd, KILN_TORCH="1")
-    assert out["computed_in"] == ["kiln-torch-prewarm"]
-    assert "triton_key" not in out  # the thread imports nothing
+    assert "triton_key" not in out
     assert out["stats"]["triton_key"] == "skipped: triton.runtime.cache not imported"
 
 
 def test_the_switch_turns_it_off(kilnd: Kilnd) -> None:
     _pth_installed()
-    out = compile_once(kilnd, KILN_TORCH="1", KILN_TORCH_PREWARM="0")
-    assert out["computed_in"] == ["MainThread"]
+    out = compile_once(kilnd, KILN_TORCH="1", KILN_TORCH_PREWARM="0", IMPORT_TRITON="1")
+    assert out["triton_key"] == {"hits": 0, "misses": 0}
     assert out["stats"] == {}
 
 
 def test_install_in_code_prewarms_too(kilnd: Kilnd) -> None:
-    out = compile_once(kilnd, INSTALL="1")
-    assert out["computed_in"] == ["kiln-torch-prewarm"]
+    out = compile_once(kilnd, INSTALL="1", IMPORT_TRITON="1")
+    assert out["triton_key"] == {"hits": 0, "misses": 1}
+    assert "triton_key_s" in out["stats"]
 
 
-def test_without_kiln_the_compile_computes_the_key_itself(kilnd: Kilnd) -> None:
-    out = compile_once(kilnd)
-    assert out["computed_in"] == ["MainThread"]
+def test_without_kiln_nothing_is_computed_early(kilnd: Kilnd) -> None:
+    out = compile_once(kilnd, IMPORT_TRITON="1")
+    assert out["triton_key"] == {"hits": 0, "misses": 0}
     assert out["stats"] == {}

@@ -11,7 +11,7 @@ right after each has run:
 - ``torch._inductor.remote_cache``: replace the remote cache classes (see :mod:`kiln.torch`);
 - ``torch._dynamo``: join the snapshot restore at the first compile and save after each (see
   :mod:`kiln.torch_snapshot`);
-- ``torch._inductor.codecache`` (imported by ``torch.compile()``): compute the source hashes a
+- ``torch._inductor.codecache`` (imported by ``torch.compile()``): compute Triton's source hash a
   first compile needs in the background (see :mod:`kiln._torch_prewarm`).
 
 Before any of that, it starts restoring the job's torch.compile snapshot in a background process

@@ -222,7 +222,7 @@ def install(*, allow_untested: bool = False, flags: bool = True, triton: bool = 
     :mod:`kiln.triton` unless set; with ``snapshots`` (and ``KILN_TORCH_SNAPSHOT`` not ``0``),
     restores the job's cache directories at the first compile and saves them after each (see
     :mod:`kiln.torch_snapshot`; under ``KILN_TORCH=1`` the restore starts earlier, at
-    interpreter start-up). It also computes the source hashes of the first compile in the
+    interpreter start-up). It also computes Triton's source hash for the first compile in the
     background once ``torch.compile()`` imports Inductor (:mod:`kiln._torch_prewarm`). Returns
     the torch class names replaced. Call it before the first ``torch.compile``; child processes
     (Inductor's compile workers) need ``KILN_TORCH=1``.
@@ -259,7 +259,7 @@ def installed() -> bool:
 def snapshot_stats() -> dict[str, Any]:
     """What this process's torch.compile snapshot did: the job, the restore (files, bytes,
     seconds, how long the first compile waited for it) and every save (see
-    :func:`kiln.torch_snapshot.stats`); under ``prewarm``, the seconds each source hash took in
+    :func:`kiln.torch_snapshot.stats`); under ``prewarm``, the seconds Triton's source hash took in
     the background (see :mod:`kiln._torch_prewarm`)."""
     from . import _torch_prewarm, torch_snapshot
 
