@@ -41,10 +41,15 @@ SCRIPT = """
         torch.compile(other)(1)
     ts.wait_for_saves(30)
     import torch._dynamo.convert_frame as cf
+    import torch._inductor.codecache as cc
+    from torch._inductor.runtime import triton_compat as tc
     print(json.dumps({
         "started_at_startup": started_at_startup,
         "counters": cf.counters,
         "stats": ts.stats(),
+        "computed_in": cc.computed_in,
+        "triton_key": tc.triton_key() if tc.HAS_TRITON else None,
+        "triton_key_given": tc.HAS_TRITON and getattr(tc.triton_key, "kiln_given", False),
     }), flush=True)
     if os.environ.get("HOLD_SECS"):
         time.sleep(float(os.environ["HOLD_SECS"]))

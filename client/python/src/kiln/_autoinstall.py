@@ -10,9 +10,7 @@ right after each has run:
   the remote caches whose flags the user left unset;
 - ``torch._inductor.remote_cache``: replace the remote cache classes (see :mod:`kiln.torch`);
 - ``torch._dynamo``: join the snapshot restore at the first compile and save after each (see
-  :mod:`kiln.torch_snapshot`);
-- ``torch._inductor.codecache`` (imported by ``torch.compile()``): compute Triton's source hash a
-  first compile needs in the background (see :mod:`kiln._torch_prewarm`).
+  :mod:`kiln.torch_snapshot`).
 
 Before any of that, it starts restoring the job's torch.compile snapshot in a background process
 (:func:`kiln.torch_snapshot.start`), so the restore overlaps ``import torch``. It also sets
@@ -32,8 +30,6 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 
 log = logging.getLogger("kiln")
-
-CODECACHE_MODULE = "torch._inductor.codecache"
 
 
 def _version_ok() -> bool:
@@ -70,13 +66,6 @@ def _on_dynamo(module: ModuleType) -> None:
         from . import torch_snapshot
 
         torch_snapshot.attach(module)
-
-
-def _on_codecache(module: ModuleType) -> None:
-    if _version_ok():
-        from . import _torch_prewarm
-
-        _torch_prewarm.start(module)
 
 
 class _Loader(importlib.abc.Loader):
@@ -144,7 +133,6 @@ def install_hooks() -> None:
     hooks: dict[str, Callable[[ModuleType], None]] = {name: _on_config for name in kt.FLAGS}
     hooks[kt.REMOTE_CACHE_MODULE] = _on_remote_cache
     hooks["torch._dynamo"] = _on_dynamo
-    hooks[CODECACHE_MODULE] = _on_codecache
     watch(hooks)
     kt.switch_on_triton()
 

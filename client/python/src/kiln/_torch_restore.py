@@ -5,9 +5,10 @@ A process rather than a thread of the job: a restore thread in the job's interpr
 for the GIL with ``import torch``, which on an H100 made the import about a second slower and the
 restore several times slower. Here the restore has a core of its own. SIGTERM (the job's first
 compile gave up waiting) makes it stop before placing anything; a SIGKILL at any point leaves
-only whole files, as any restore. Prints one JSON line: what it restored, the warnings to log,
-or the error, which the job reports at its first compile (so a process that never compiles never
-warns).
+only whole files, as any restore. Then it fingerprints torch and Triton and reads the source
+hashes the snapshot remembers for them (:mod:`kiln._source_keys`). Prints one JSON line: what it
+restored, the warnings to log, or the error, which the job reports at its first compile (so a
+process that never compiles never warns), and the source hashes that match.
 """
 
 from __future__ import annotations
@@ -52,6 +53,22 @@ def restore(job: str, roots: dict[str, str], should_stop: threading.Event) -> di
     }
 
 
+def source_keys(roots: dict[str, str]) -> dict[str, Any]:
+    """This interpreter's torch and Triton fingerprints, and the source hashes remembered for them
+    in the (restored) Inductor directory: see :mod:`kiln._source_keys`."""
+    from . import _source_keys
+
+    if not _source_keys.enabled() or "inductor" not in roots:
+        return {}
+    started = time.perf_counter()
+    try:
+        prints = _source_keys.fingerprints()
+        found = _source_keys.matching(roots["inductor"], prints)
+    except Exception as e:  # noqa: BLE001 - the compile computes the keys itself
+        return {"source_keys_error": f"{type(e).__name__}: {e}"}
+    return {"fingerprints": prints, "source_keys": found, "source_keys_s": time.perf_counter() - started}
+
+
 def main(argv: list[str]) -> int:
     started = time.perf_counter()
     stop = threading.Event()
@@ -61,6 +78,9 @@ def main(argv: list[str]) -> int:
         out = restore(request["job"], request["roots"], stop)
     except Exception as e:  # noqa: BLE001 - reported by the job, which goes on cold
         out = {"error": {"code": None, "details": f"{type(e).__name__}: {e}"}}
+        request = None
+    if request is not None and not stop.is_set():
+        out.update(source_keys(request["roots"]))
     out["seconds"] = time.perf_counter() - started
     print(json.dumps(out), flush=True)
     return 0

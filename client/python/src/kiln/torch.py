@@ -222,10 +222,9 @@ def install(*, allow_untested: bool = False, flags: bool = True, triton: bool = 
     :mod:`kiln.triton` unless set; with ``snapshots`` (and ``KILN_TORCH_SNAPSHOT`` not ``0``),
     restores the job's cache directories at the first compile and saves them after each (see
     :mod:`kiln.torch_snapshot`; under ``KILN_TORCH=1`` the restore starts earlier, at
-    interpreter start-up). It also computes Triton's source hash for the first compile in the
-    background once ``torch.compile()`` imports Inductor (:mod:`kiln._torch_prewarm`). Returns
-    the torch class names replaced. Call it before the first ``torch.compile``; child processes
-    (Inductor's compile workers) need ``KILN_TORCH=1``.
+    interpreter start-up; the snapshot also carries the source hashes of torch and Triton, see
+    :mod:`kiln._source_keys`). Returns the torch class names replaced. Call it before the first
+    ``torch.compile``; child processes (Inductor's compile workers) need ``KILN_TORCH=1``.
     """
     import torch
 
@@ -239,11 +238,8 @@ def install(*, allow_untested: bool = False, flags: bool = True, triton: bool = 
     _clear_memoized()
     if triton:
         switch_on_triton()
-    from . import _autoinstall, _torch_prewarm
-
-    _autoinstall.watch({_autoinstall.CODECACHE_MODULE: _torch_prewarm.start})
     if snapshots:
-        from . import _torch_job, torch_snapshot
+        from . import _autoinstall, _torch_job, torch_snapshot
 
         if torch_snapshot.enabled():
             _torch_job.set_default_dirs()
@@ -259,8 +255,7 @@ def installed() -> bool:
 def snapshot_stats() -> dict[str, Any]:
     """What this process's torch.compile snapshot did: the job, the restore (files, bytes,
     seconds, how long the first compile waited for it) and every save (see
-    :func:`kiln.torch_snapshot.stats`); under ``prewarm``, the seconds Triton's source hash took in
-    the background (see :mod:`kiln._torch_prewarm`)."""
-    from . import _torch_prewarm, torch_snapshot
+    :func:`kiln.torch_snapshot.stats`)."""
+    from . import torch_snapshot
 
-    return {**torch_snapshot.stats(), "prewarm": _torch_prewarm.stats()}
+    return torch_snapshot.stats()

@@ -29,6 +29,10 @@ as fast as the warm host (one at another path was no faster than torch's Redis c
   preemption often kills a process without ``atexit``. kilnd unions saves, so a script that
   compiles several models keeps every set. One process per host saves (a non-blocking
   ``flock``); the other ranks skip.
+- **The source hashes** of torch and Triton, which every first compile computes (about half a
+  second on an H100), travel in the snapshot too: the saver writes them into the Inductor
+  directory, the restore checks they belong to this host's packages, and the first compile is
+  handed them (:mod:`kiln._source_keys`).
 
 Everything is a warning at most, never an exception in the job: kilnd down is a cold start and
 one warning. :func:`stats` says what this process restored and saved.
@@ -48,7 +52,7 @@ import time
 from types import ModuleType
 from typing import Any
 
-from . import _torch_job
+from . import _source_keys, _torch_job
 
 log = logging.getLogger("kiln")
 
@@ -197,6 +201,8 @@ def join() -> None:
         _start_restore(job)
     _wait_restore()
     _state.restore["waited_s"] = time.perf_counter() - started
+    if _state.restore.get("source_keys"):
+        _state.restore["source_keys_given"] = _source_keys.give(_state.restore["source_keys"])
     _state.fingerprint = _fingerprint(_save_roots())
     if not _state.exit_hook:
         _state.exit_hook = True
@@ -239,12 +245,26 @@ def _is_saver() -> bool:
     return _state.saver
 
 
+def _remember_source_keys() -> None:
+    """Puts torch's and Triton's source hashes into the Inductor directory, so that the save
+    carries them (fingerprinted by the restore process; none if no restore ran)."""
+    prints = _state.restore.get("fingerprints")
+    inductor = _save_roots().get("inductor")
+    if not prints or inductor is None or not _source_keys.enabled():
+        return
+    try:
+        _source_keys.remember(inductor, prints)
+    except Exception:  # noqa: BLE001 - the save goes on without them
+        log.debug("kiln: remembering the source hashes failed", exc_info=True)
+
+
 def _save_if_changed() -> None:
     from . import _fleet, snapshot
     from ._snapshot_walk import DigestCache
 
     if _state.job is None or not _is_saver():
         return
+    _remember_source_keys()
     roots = _save_roots()
     fingerprint = _fingerprint(roots)
     if not roots or fingerprint == _state.fingerprint:

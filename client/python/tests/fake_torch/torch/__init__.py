@@ -13,6 +13,7 @@ def compile(fn):
     """A compiled ``fn``: each call runs one fake compile (see torch._dynamo.convert_frame)."""
     import torch._dynamo
     import torch._inductor.codecache
+    import torch._inductor.runtime.triton_compat
 
     def compiled(*args):
         return torch._dynamo.convert_frame.compile_and_run(fn, args)

@@ -1,7 +1,7 @@
 """A fake compile between Dynamo's compile callbacks: the "graph" of a function is its name; a
 compile reads ``<inductor dir>/fxgraph/<name>.json`` (a hit) or writes it and a "kernel" under
 ``<inductor dir>/triton/0/`` (a miss), and builds Triton's launcher in Triton's own cache
-directory once; a cache key needs ``torch_key()`` first. ``counters`` counts hits and misses; FAKE_TORCH_EVENTS, if set, is a file that
+directory once; a cache key needs ``torch_key()`` and, with Triton, ``triton_key()`` first. ``counters`` counts hits and misses; FAKE_TORCH_EVENTS, if set, is a file that
 gets one line per compile (``<name> hit|miss``)."""
 
 import os
@@ -23,7 +23,11 @@ def _write_atomic(path, data):
 
 
 def _compile(name):
-    torch_key()  # every cache key starts with it
+    torch_key()  # every cache key starts with these two
+    from torch._inductor.runtime import triton_compat
+
+    if triton_compat.HAS_TRITON:
+        triton_compat.triton_key()
     graph = os.path.join(cache_dir(), "fxgraph", name + ".json")
     if os.path.exists(graph):
         counters["hit"] += 1
