@@ -237,3 +237,28 @@ def test_files_in_the_local_cache_are_served_without_asking_kilnd(
     backend.put("__grp__k.json", group_file(["k.cubin"]))
     (entry,) = client.get_blobs("triton", VERSION, [f"{other}/__grp__k.json"])
     assert entry is not None and entry.files == {"k.cubin": b"compiled", "__grp__k.json": group_file(["k.cubin"])}
+
+
+LOCAL_HIT = """
+import sys
+from kiln.triton import KilnRemoteCacheBackend
+loaded = lambda: sorted(m for m in ("grpc", "kiln._fleet", "kiln.client", "kiln._proto") if m in sys.modules)
+at_import = loaded()
+hit = KilnRemoteCacheBackend(sys.argv[1]).get(["cuda_utils.so"])
+print(at_import, loaded(), hit == {"cuda_utils.so": b"launcher"})
+"""
+
+
+def test_a_local_hit_loads_no_grpc(tmp_path) -> None:
+    """Triton builds its driver's helper through the cache manager inside a process's first
+    compile: serving it from the local directory must not cost the import of kilnd's client."""
+    import subprocess
+    import sys
+
+    key = triton_key()
+    (tmp_path / key).mkdir()
+    (tmp_path / key / "cuda_utils.so").write_bytes(b"launcher")
+    env = {"TRITON_CACHE_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    run = subprocess.run([sys.executable, "-c", LOCAL_HIT, key], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split("\n")[0] == "[] [] True"
