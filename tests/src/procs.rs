@@ -32,3 +32,21 @@ pub fn named(name: &str) -> Vec<u32> {
     }
     found
 }
+
+/// Whether `pid` can never run its own code again: gone, a zombie or dead, exiting (`PF_EXITING`
+/// in /proc's flags), or with SIGKILL pending. What the Triton box guarantees of a compile's
+/// processes once the next compile starts; the kernel may still be tearing them down.
+pub fn killed_or_gone(pid: u32) -> bool {
+    const PF_EXITING: u64 = 0x4;
+    const SIGKILL_BIT: u64 = 1 << (9 - 1);
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return true };
+    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or_default().split_whitespace().collect();
+    let (state, flags) = (fields.first().copied().unwrap_or("X"), fields.get(6).and_then(|f| f.parse::<u64>().ok()));
+    if matches!(state, "Z" | "X" | "x") || flags.is_some_and(|f| f & PF_EXITING != 0) {
+        return true;
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status.lines().filter(|l| l.starts_with("ShdPnd:") || l.starts_with("SigPnd:")).any(|l| {
+        u64::from_str_radix(l.split_whitespace().nth(1).unwrap_or("0"), 16).is_ok_and(|mask| mask & SIGKILL_BIT != 0)
+    }) || !std::path::Path::new(&format!("/proc/{pid}")).exists()
+}

@@ -228,6 +228,18 @@ class Box:
             # run() tries again, and a failure there is that request's answer.
             traceback.print_exc()
 
+    def wait_for_input(self, fd):
+        """Returns once `fd` has input, reaping meanwhile the processes the last `finish` killed
+        as the kernel finishes tearing them down (a check every 5 ms), so that an idle worker
+        keeps no zombie. Costs one poll when input is there already."""
+        keep = self.spare.pid if self.spare is not None else None
+        while not select.select([fd], [], [], 0)[0]:
+            if reap_exited(keep) and self.spare is not None:
+                self.spare.dead = True
+            if not [pid for pid in children_of(os.getpid()) if pid != keep]:
+                return
+            select.select([fd], [], [], 0.005)
+
     def _discard_spare(self):
         spare, self.spare = self.spare, None
         try:
@@ -256,7 +268,7 @@ class Box:
             prefault()
             self._enter(directory)
             # Boxed: only now may the request, and with it client code, come in.
-            request = json.loads(_read_frame(request_r))
+            request = json.loads(read_frame(request_r))
             os.close(request_r)
             _set_name(b"kiln-compile")
             limit_cpu_from_now(request["cpu_seconds"])
@@ -453,7 +465,7 @@ def _complete(buffer):
     return len(buffer) >= 4 and len(buffer) >= 4 + struct.unpack_from("<I", buffer)[0]
 
 
-def _read_frame(fd):
+def read_frame(fd):
     header = _read_exactly(fd, 4)
     (length,) = struct.unpack("<I", header)
     return _read_exactly(fd, length)

@@ -28,12 +28,13 @@ import types
 import triton_box
 
 
-def read_frame(stream):
-    header = stream.read(4)
-    if len(header) < 4:
+def read_frame(fd):
+    """The next request, read from the descriptor itself (no buffer, so `select` on it tells
+    whether one is waiting), or None at the end of input."""
+    try:
+        return json.loads(triton_box.read_frame(fd))
+    except EOFError:
         return None
-    (length,) = struct.unpack("<I", header)
-    return json.loads(stream.read(length))
 
 
 def write_frame(stream, obj):
@@ -181,11 +182,11 @@ def main():
     # module or Triton prints can corrupt a frame.
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
-    inp = sys.stdin.buffer
+    inp = sys.stdin.fileno()
     try:
         limit_resources()
         greeting = hello()
-        protocol_fds = [inp.fileno(), out.fileno()]
+        protocol_fds = [inp, out.fileno()]
         box = triton_box.Box(
             os.path.join(os.environ["HOME"], "boxes"), readable_paths(greeting), compile_one, protocol_fds
         )
@@ -197,6 +198,7 @@ def main():
         return 1
     write_frame(out, greeting)
     while True:
+        box.wait_for_input(inp)
         request = read_frame(inp)
         if request is None:
             return 0
