@@ -117,5 +117,17 @@ pub async fn run(bench: &Bench) -> Result<Section> {
         (best(&kiln_times) - best(&direct_times)) * 1e3 / kernels.len() as f64,
         if identical { "byte-for-byte identical" } else { "**not identical**" }
     ));
+    s.notes.push(WHERE_THE_TIME_GOES.to_string());
     Ok(s)
 }
+
+/// Measured by hand, kept beside the figure it explains.
+const WHERE_THE_TIME_GOES: &str = "Where the time goes (2026-11-22 and 23, a release kilnd, `--concurrency 1`): each \
+     compile runs in a child forked from the worker's zygote that no other compile uses, so each child executes the \
+     kernel's module again (2–5 ms per kernel; the direct side executes it once per round of 12). Reaping the \
+     killed child on the critical path cost 6–10 ms per kernel until 2026-11-23: the zygote now sends SIGKILL to \
+     every process of the compile and goes on, and reaps them while it waits (1.29× best-of before, 1.04–1.28× \
+     over thirteen runs after). On these 2 cores the next spare's prefault and the killed child's teardown share \
+     the second core with kilnd and the client; without the prefault it measured worse (1.17–1.34×), and without \
+     its copy of the zygote's writable pages too (1.19–1.21× against 1.08–1.15×, alternating). Compiling a \
+     request's kernels that share one module in one child would remove 11 of 12 module executions.";
