@@ -3,7 +3,8 @@
 //! request: a worker imports Triton once (about a second), and most hosts never see Triton work.
 //! The worker script ships inside kilnd (`triton_worker.py`); each worker is a zygote that
 //! compiles every request in a child of its own, inside the box of `triton_box.py`
-//! ([`super::triton_box`] says which protections this host gives it).
+//! ([`super::triton_box`] says which protections this host gives it); `triton_procs.py` finds,
+//! kills and reaps what a compile left behind.
 
 use super::{Compiled, Output, Toolchain, ToolchainError, triton_box};
 use crate::worker::pool::{Protocol, WorkerPool, WorkerSpec};
@@ -17,6 +18,7 @@ use std::time::{Duration, Instant};
 
 const WORKER_SCRIPT: &str = include_str!("triton_worker.py");
 const BOX_SCRIPT: &str = include_str!("triton_box.py");
+const PROCS_SCRIPT: &str = include_str!("triton_procs.py");
 /// How long past a compile's timeout kilnd waits for the worker's answer: the worker ends a
 /// compile that runs out of time itself and says so, and is killed only when it does not.
 const TIMEOUT_GRACE: Duration = Duration::from_secs(5);
@@ -131,6 +133,7 @@ impl Triton {
         let script = dir.path().join("triton_worker.py");
         std::fs::write(&script, WORKER_SCRIPT)?;
         std::fs::write(dir.path().join("triton_box.py"), BOX_SCRIPT)?;
+        std::fs::write(dir.path().join("triton_procs.py"), PROCS_SCRIPT)?;
         let home = dir.path().join("home");
         std::fs::create_dir(&home)?;
         let user = worker_user();

@@ -33,6 +33,8 @@ import tempfile
 import time
 import traceback
 
+from triton_procs import children_of, kill_descendants, reap_descendants, reap_exited
+
 _libc = ctypes.CDLL(None, use_errno=True)
 
 PR_SET_PDEATHSIG = 1
@@ -498,100 +500,6 @@ def _drain(fd, buffer):
         if not data:
             return False
         buffer += data
-
-
-def reap_descendants(keep=None):
-    """Kills and reaps every child of this process but `keep` (the spare). The zygote is a child
-    subreaper, so every process a compile started (through any number of forks and setsid) is
-    its child once its parent is gone; with no child left but the spare, no descendant of a
-    compile is left. Returns whether `keep` was found dead (and reaped)."""
-    me, keep_died = os.getpid(), False
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return keep_died
-        if pid == keep:
-            keep_died = True
-        elif pid == 0:
-            others = [c for c in children_of(me) if c != keep]
-            if not others:
-                return keep_died
-            for child in others:
-                try:
-                    os.kill(child, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.001)
-
-
-def kill_descendants(keep=None, killed=()):
-    """Sends SIGKILL to every descendant of this process but `keep` (the spare) and its own,
-    until a scan of /proc finds none it has not sent one (`killed`: those sent one already).
-    The kernel refuses a fork to a process with SIGKILL pending, and such a process never
-    returns to its own code, so after that scan no process of the compile can run again, though
-    the kernel may still be tearing them down. A child's children are found while it dies (their
-    parent is still the dying child) as well as after (the zygote is their subreaper). A compile
-    that left nothing costs one scan."""
-    me, killed = os.getpid(), set(killed)
-    while True:
-        fresh = [pid for pid in descendants(me, keep) if pid not in killed]
-        if not fresh:
-            return killed
-        for pid in fresh:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            killed.add(pid)
-
-
-def reap_exited(keep=None):
-    """Reaps every child that has exited, without waiting for the others. Returns whether `keep`
-    was among them."""
-    keep_died = False
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return keep_died
-        if pid == 0:
-            return keep_died
-        keep_died = keep_died or pid == keep
-
-
-def descendants(root, skip=None):
-    """Every process below `root` in the process tree (zombies included), leaving out `skip` and
-    the processes below it, from one pass over /proc."""
-    children = {}
-    for pid, parent in _parents():
-        children.setdefault(parent, []).append(pid)
-    found, stack = [], [root]
-    while stack:
-        for child in children.get(stack.pop(), ()):
-            if child != skip:
-                found.append(child)
-                stack.append(child)
-    return found
-
-
-def _parents():
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 1:
-            yield int(name), int(fields[1])
-
-
-def children_of(parent):
-    """Processes whose parent is `parent`, from /proc (not every kernel has the children file)."""
-    return [pid for pid, ppid in _parents() if ppid == parent]
 
 
 def failure(log):

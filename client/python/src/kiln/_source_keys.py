@@ -134,14 +134,19 @@ def _imported(name: str) -> ModuleType | None:
     return module
 
 
-def _from(module: ModuleType, directory: str) -> bool:
+def _imported_from(name: str, directory: str) -> ModuleType | None:
+    """The module, if it is imported, done initialising, and loaded from under `directory` (the
+    package that was fingerprinted)."""
+    module = _imported(name)
     path = getattr(module, "__file__", None)
-    return path is not None and os.path.realpath(path).startswith(directory.rstrip(os.sep) + os.sep)
+    if path is None or not os.path.realpath(path).startswith(directory.rstrip(os.sep) + os.sep):
+        return None
+    return module
 
 
 def _give_torch_key(key_hex: str, directory: str) -> str:
-    codecache = _imported("torch._inductor.codecache")
-    if codecache is None or not _from(codecache, directory):
+    codecache = _imported_from("torch._inductor.codecache", directory)
+    if codecache is None:
         return "not given: torch._inductor.codecache not imported from the fingerprinted torch"
     torch_key = getattr(codecache, "torch_key", None)
     setter = getattr(torch_key, "set", None)
@@ -155,8 +160,8 @@ def _give_torch_key(key_hex: str, directory: str) -> str:
 
 
 def _give_triton_key(key: str, directory: str) -> str:
-    cache = _imported("triton.runtime.cache")
-    if cache is None or not _from(cache, directory):
+    cache = _imported_from("triton.runtime.cache", directory)
+    if cache is None:
         return "not given: triton.runtime.cache not imported from the fingerprinted Triton"
     original = getattr(cache, "triton_key", None)
     info = getattr(original, "cache_info", None)
@@ -194,13 +199,13 @@ def give(keys: dict[str, dict[str, str]]) -> dict[str, str]:
 def _current(prints: dict[str, dict[str, str]]) -> dict[str, str]:
     """The values this process has computed (or was given), for the packages fingerprinted."""
     out = {}
-    codecache = _imported("torch._inductor.codecache")
-    if "torch" in prints and codecache is not None and _from(codecache, prints["torch"]["dir"]):
+    codecache = _imported_from("torch._inductor.codecache", prints["torch"]["dir"]) if "torch" in prints else None
+    if codecache is not None:
         value = codecache.torch_key()  # memoized: the compile computed it
         if isinstance(value, bytes):
             out["torch"] = value.hex()
-    cache = _imported("triton.runtime.cache")
-    if "triton" in prints and cache is not None and _from(cache, prints["triton"]["dir"]):
+    cache = _imported_from("triton.runtime.cache", prints["triton"]["dir"]) if "triton" in prints else None
+    if cache is not None:
         fn = getattr(cache, "triton_key", None)
         info = getattr(fn, "cache_info", None)
         if fn is not None and info is not None and info().currsize:  # never computed here
