@@ -1,6 +1,7 @@
 //! A real `kilnd` process for a test: its own socket, cache directory and metrics port.
 
 use crate::env;
+use crate::stderr::StderrTail;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -39,12 +40,9 @@ pub struct Daemon {
     pub cache_dir: PathBuf,
     pub metrics: SocketAddr,
     pub options: Options,
+    /// The end of kilnd's stderr, which still reaches the test's stderr as it comes.
+    stderr: StderrTail,
     _tmp: Option<tempfile::TempDir>,
-}
-
-fn free_port() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    l.local_addr().expect("local addr")
 }
 
 impl Daemon {
@@ -63,7 +61,7 @@ impl Daemon {
         let cache_dir = dir.join("cache");
         let config_path = dir.join("kilnd.toml");
         std::fs::write(&config_path, &options.config).expect("write config");
-        let metrics = free_port();
+        let metrics = crate::ports::free_addr();
         let mut cmd = Command::new(env::binary("kilnd"));
         cmd.arg("--socket")
             .arg(&socket)
@@ -80,16 +78,26 @@ impl Daemon {
             .env_remove("KILN_TARGET")
             .env("KILN_PYTHON", env::python())
             .env("KILN_LOG", "warn")
-            .stdin(Stdio::null());
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped());
         if let Some(t) = &options.target {
             cmd.arg("--target").arg(t);
         }
         for (k, v) in &options.extra_env {
             cmd.env(k, v);
         }
-        let child = cmd.spawn().expect("spawn kilnd");
-        let mut d =
-            Daemon { child: Some(child), dir: dir.to_path_buf(), socket, cache_dir, metrics, options, _tmp: None };
+        let mut child = cmd.spawn().expect("spawn kilnd");
+        let stderr = StderrTail::tee(child.stderr.take().expect("piped stderr"));
+        let mut d = Daemon {
+            child: Some(child),
+            dir: dir.to_path_buf(),
+            socket,
+            cache_dir,
+            metrics,
+            options,
+            stderr,
+            _tmp: None,
+        };
         d.wait_ready();
         d
     }
@@ -98,7 +106,8 @@ impl Daemon {
         let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
             if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                panic!("kilnd exited during start-up with {status}");
+                let tail = self.stderr.after_exit();
+                panic!("kilnd exited during start-up with {status}; its stderr ended:\n{tail}");
             }
             if std::os::unix::net::UnixStream::connect(&self.socket).is_ok()
                 && crate::http::get(self.metrics, "/metrics").is_ok()

@@ -10,7 +10,9 @@
 //! - [`http`]: a minimal HTTP GET for `/metrics`.
 //! - [`toolkits`]: CUDA roots for tests: a witness NVRTC, and one with a byte appended.
 //! - [`redis`]: private `redis-server` and Redis Cluster processes, and `kiln-cache` over them.
+//! - [`ports`]: TCP ports for the servers, from below the kernel's ephemeral range.
 //! - [`procs`]: processes from /proc: a daemon's Triton workers, processes by name.
+//! - [`stderr`]: a server's stderr passed through, its end kept for start-up failures.
 //! - [`tls`]: a private CA and a `localhost` certificate for the TLS listeners' tests.
 
 pub mod daemon;
@@ -18,7 +20,9 @@ pub mod elf;
 pub mod env;
 pub mod http;
 pub mod kernels;
+pub mod ports;
 pub mod procs;
 pub mod redis;
+pub mod stderr;
 pub mod tls;
 pub mod toolkits;

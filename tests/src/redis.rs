@@ -10,9 +10,10 @@
 //! A missing `redis-server` fails the test with what to run; nothing is ever skipped.
 
 use crate::env;
+use crate::stderr::StderrTail;
 use kiln_cache_client::{ClientOptions, RemoteCache};
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -32,11 +33,6 @@ pub fn redis_tool(name: &str) -> PathBuf {
              (or `apt-get install -y redis-server`)"
         )
     })
-}
-
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    l.local_addr().expect("local addr").port()
 }
 
 fn kill_and_wait(child: &mut Child) {
@@ -153,13 +149,7 @@ impl RedisCluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let total = masters * (1 + replicas);
         // A node also listens on port + 10000 for the cluster bus.
-        let mut ports = Vec::new();
-        while ports.len() < total {
-            let p = free_port();
-            if p < 55_000 && TcpListener::bind(("127.0.0.1", p + 10_000)).is_ok() && !ports.contains(&p) {
-                ports.push(p);
-            }
-        }
+        let ports: Vec<u16> = (0..total).map(|_| crate::ports::free_with_bus()).collect();
         let mut cluster = RedisCluster { nodes: Vec::new(), ports: ports.clone(), _dir: dir };
         for p in &ports {
             let node_dir = cluster._dir.path().join(p.to_string());
@@ -299,6 +289,8 @@ impl CacheOptions {
 #[derive(Debug)]
 pub struct CacheServer {
     child: Option<Child>,
+    /// The end of its stderr, which still reaches the test's stderr as it comes.
+    stderr: StderrTail,
     pub addr: SocketAddr,
     pub metrics: SocketAddr,
     tls: bool,
@@ -311,11 +303,10 @@ impl CacheServer {
     /// Starts a kiln-cache and waits until it accepts connections and serves `/metrics`.
     pub fn start(options: CacheOptions) -> CacheServer {
         let dir = tempfile::tempdir().expect("tempdir");
-        let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
-        let metrics: SocketAddr = ([127, 0, 0, 1], free_port()).into();
-        let child = Self::spawn(&options, &dir, Stdio::inherit(), addr, metrics);
+        let (addr, metrics) = (crate::ports::free_addr(), crate::ports::free_addr());
+        let (child, stderr) = Self::spawn_teed(&options, &dir, addr, metrics);
         let tls = options.tls.is_some();
-        let mut server = CacheServer { child: Some(child), addr, metrics, tls, options, _dir: dir };
+        let mut server = CacheServer { child: Some(child), stderr, addr, metrics, tls, options, _dir: dir };
         server.wait_ready();
         server
     }
@@ -323,7 +314,9 @@ impl CacheServer {
     fn wait_ready(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
-            assert!(self.alive(), "kiln-cache exited during start-up");
+            if !self.alive() {
+                panic!("kiln-cache exited during start-up; its stderr ended:\n{}", self.stderr.after_exit());
+            }
             if TcpStream::connect(self.addr).is_ok() && crate::http::get(self.metrics, "/metrics").is_ok() {
                 return;
             }
@@ -342,13 +335,26 @@ impl CacheServer {
     /// options, so its clients reconnect to the address they already have.
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "kiln-cache is already running");
-        self.child = Some(Self::spawn(&self.options, &self._dir, Stdio::inherit(), self.addr, self.metrics));
+        let (child, stderr) = Self::spawn_teed(&self.options, &self._dir, self.addr, self.metrics);
+        (self.child, self.stderr) = (Some(child), stderr);
         self.wait_ready();
     }
 
     /// The process id, while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
+    }
+
+    /// [`CacheServer::spawn`] with its stderr passed through and its end kept.
+    fn spawn_teed(
+        options: &CacheOptions,
+        dir: &tempfile::TempDir,
+        addr: SocketAddr,
+        metrics: SocketAddr,
+    ) -> (Child, StderrTail) {
+        let mut child = Self::spawn(options, dir, Stdio::piped(), addr, metrics);
+        let stderr = StderrTail::tee(child.stderr.take().expect("piped stderr"));
+        (child, stderr)
     }
 
     /// Spawns a kiln-cache with `options`, its files in `dir`, on `addr` and `metrics`.
@@ -441,7 +447,7 @@ impl CacheServer {
 /// Runs `kiln-cache` with `options` expecting it to refuse to start; returns its stderr.
 pub fn cache_server_refuses(options: CacheOptions) -> String {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (addr, metrics) = (([127, 0, 0, 1], free_port()).into(), ([127, 0, 0, 1], free_port()).into());
+    let (addr, metrics) = (crate::ports::free_addr(), crate::ports::free_addr());
     let child = CacheServer::spawn(&options, &dir, Stdio::piped(), addr, metrics);
     let out = child.wait_with_output().expect("wait for kiln-cache");
     assert!(!out.status.success(), "kiln-cache started; it should have refused");

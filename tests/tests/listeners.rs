@@ -118,7 +118,7 @@ fn tls_daemon() -> (TestCert, tempfile::TempDir, Daemon, String) {
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens");
     std::fs::write(&tokens, format!("# kilnd tokens\nread:{READ}\nwrite:{WRITE}\n")).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = kiln_tests::ports::free();
     let config = format!(
         "listen = \"0.0.0.0:{port}\"\ntokens_file = \"{}\"\ntls_cert = \"{}\"\ntls_key = \"{}\"\n",
         tokens.display(),

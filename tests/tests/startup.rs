@@ -78,7 +78,7 @@ fn kilnd_check_reports_without_panicking() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serves_over_tcp_too() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = kiln_tests::ports::free();
     let d = Daemon::start(Options {
         extra_env: vec![("KILN_LISTEN".into(), format!("127.0.0.1:{port}"))],
         ..Options::default()

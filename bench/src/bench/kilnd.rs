@@ -54,7 +54,7 @@ impl Kilnd {
         text.push_str(&options.config);
         std::fs::write(&config, text).with_context(|| format!("writing {}", config.display()))?;
         let metrics = match options.metrics {
-            true => Some(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?),
+            true => Some(kiln_tests::ports::free_addr()),
             false => None,
         };
         let mut cmd = Command::new(exe);

@@ -26,7 +26,7 @@ impl RedisServer {
     pub fn start(dir: &Path) -> Result<RedisServer> {
         std::fs::create_dir_all(dir)?;
         let socket = dir.join("redis.sock");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let port = kiln_tests::ports::free();
         let child = Command::new("redis-server")
             .args(["--bind", "127.0.0.1", "--port"])
             .arg(port.to_string())

@@ -28,7 +28,7 @@ pub struct Sccache {
 
 impl Sccache {
     pub fn start(exe: &Path, backend: &Backend, scratch: &Path) -> Result<Sccache> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let port = kiln_tests::ports::free();
         let mut env = vec![
             ("SCCACHE_SERVER_PORT".to_string(), port.to_string()),
             ("SCCACHE_IDLE_TIMEOUT".into(), "0".into()),

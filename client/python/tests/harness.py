@@ -64,10 +64,21 @@ def cuda_root() -> Path:
     return root
 
 
+# Ports come from below the kernel's ephemeral range (32768 and up): a port bound at 0 and
+# closed is an ephemeral one, which any outgoing connection may be given before the server
+# binds it ("address in use" at start-up). Each call tries ports no earlier call was handed.
+_PORTS = iter(range(25_000 + os.getpid() % 7_000, 32_768))
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    for port in _PORTS:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free TCP port in 25000..32768")
 
 
 def _wait(what: str, ready, proc: subprocess.Popen | None, log: Path | None, bound: float = 60.0) -> None:

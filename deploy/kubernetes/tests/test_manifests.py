@@ -20,6 +20,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import tomllib
 import urllib.request
@@ -38,6 +39,10 @@ KUBERNETES_VERSIONS = ("1.27.0", kubernetes_validate.latest_version())
 # Secrets the manifests name and that an operator creates (deploy/kubernetes/README.md says how).
 EXTERNAL_SECRETS = {"kilnd-token", "kiln-cache-tokens", "kiln-cache-redis", "kiln-cache-tls"}
 BINARIES = {"kilnd", "kiln-cache", "kiln"}
+
+# The Python tests' harness: its loopback ports come from below the ephemeral range.
+sys.path.insert(0, str(ROOT / "client" / "python" / "tests"))
+from harness import free_port  # noqa: E402
 
 
 def kubectl() -> str:
@@ -299,12 +304,6 @@ def test_ports_paths_and_addresses_agree():
 
 
 # ---- A small fleet from the rendered small overlay, on this machine. ----
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Pod:

@@ -1,0 +1,42 @@
+//! A child's stderr, passed through to the test's own and its end kept: a server that exits
+//! during start-up is then reported with its reason, not only its exit code (CI's log shows the
+//! panic message, where the lines a server wrote may be cut).
+
+use std::io::{BufRead, Write};
+use std::process::ChildStderr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+/// How much of the stderr is kept.
+const KEPT: usize = 8 * 1024;
+
+/// The last [`KEPT`] bytes of a child's stderr, filled by a thread that copies it line by line.
+#[derive(Debug, Clone, Default)]
+pub struct StderrTail(Arc<Mutex<String>>);
+
+impl StderrTail {
+    /// Starts copying `from` to this process's stderr.
+    pub fn tee(from: ChildStderr) -> StderrTail {
+        let tail = StderrTail::default();
+        let kept = tail.0.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(from).lines().map_while(Result::ok) {
+                let _ = writeln!(std::io::stderr(), "{line}");
+                let mut t = kept.lock().unwrap_or_else(PoisonError::into_inner);
+                t.push_str(&line);
+                t.push('\n');
+                if t.len() > 2 * KEPT {
+                    let cut = t.ceil_char_boundary(t.len() - KEPT);
+                    t.replace_range(..cut, "");
+                }
+            }
+        });
+        tail
+    }
+
+    /// What was kept, once the child has exited (a moment for the copy's last lines).
+    pub fn after_exit(&self) -> String {
+        std::thread::sleep(Duration::from_millis(100));
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+}
