@@ -29,8 +29,13 @@ fn one_worker() -> Options {
 
 /// Compiles `prefix` followed by examples/triton/kernels.py's add_kernel.
 async fn compile_module(d: &Daemon, id: &str, prefix: &str) -> kiln_proto::pb::KernelResult {
+    compile_block(d, id, prefix, 64).await
+}
+
+/// [`compile_module`] with add_kernel's BLOCK.
+async fn compile_block(d: &Daemon, id: &str, prefix: &str, block: i64) -> kiln_proto::pb::KernelResult {
     let source = format!("{prefix}\n{}", triton_module());
-    let t = triton(&source, "add_kernel", TRITON_ADD, &[("BLOCK", 64)], 4);
+    let t = triton(&source, "add_kernel", TRITON_ADD, &[("BLOCK", block)], 4);
     let job = d.client().await.compile(request("sm_90", vec![any_kernel(id, Source::Triton(t))])).await.unwrap();
     job.collect().await.unwrap().kernels.remove(0)
 }
@@ -293,5 +298,76 @@ raise RuntimeError(f"ESCAPEE {{escapee}}")
     assert_eq!(listener.accept().err().map(|e| e.kind()), Some(ErrorKind::WouldBlock), "the escapee connected");
     let after = compile_module(&d, "after", "").await;
     assert_eq!(after.outcome(), Outcome::Ok, "{}", after.log);
+    d.stop();
+}
+
+/// Each compile's child reports where its module's functions end (the extents inspect found
+/// for @triton.jit), and the worker hands them to the next compile of the same source, which
+/// then need not tokenize the module again. They reach only compiles of that exact source; a
+/// module that reports false ones misleads only itself; and a compile given them returns
+/// `triton.compile`'s bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn function_extents_a_compile_reports_reach_only_its_own_source() {
+    let d = Daemon::start(one_worker());
+    // Marks its cubin with how many extents its child was handed before any function ran.
+    let probe = |tag: &str| {
+        format!(
+            "# {tag}\n\
+             import sys, triton\n\
+             import triton.compiler.compiler as _compiler\n\
+             _handed = len(sys._getframe(1).f_locals['known'])\n\
+             _real = triton.compile\n\
+             def _mark(*args, **kwargs):\n    \
+                 kernel = _real(*args, **kwargs)\n    \
+                 kernel.asm['cubin'] = b'HANDED=%d;' % _handed + kernel.asm['cubin']\n    \
+                 return kernel\n\
+             triton.compile = _mark\n\
+             _compiler.compile = _mark\n"
+        )
+    };
+    let handed = |r: &kiln_proto::pb::KernelResult| {
+        assert_eq!(r.outcome(), Outcome::Ok, "{}", r.log);
+        let text = String::from_utf8_lossy(&r.artifact[..r.artifact.len().min(16)]).into_owned();
+        text.strip_prefix("HANDED=").and_then(|t| t.split(';').next()?.parse::<usize>().ok()).unwrap()
+    };
+    assert_eq!(handed(&compile_block(&d, "a-64", &probe("a"), 64).await), 0, "a first compile was handed extents");
+    let functions = triton_module().matches("@triton.jit").count();
+    let again = handed(&compile_block(&d, "a-128", &probe("a"), 128).await);
+    assert_eq!(again, functions, "the second compile of one source was not handed its module's extents");
+    assert_eq!(handed(&compile_block(&d, "b-64", &probe("b"), 64).await), 0, "another source was handed extents");
+
+    // Once its functions are defined, reports each as one line long: its first compile
+    // succeeds, its second is handed those extents and fails; nobody else's is touched.
+    let liar = format!(
+        "{}\n\
+         import re, sys\n\
+         _frame = sys._getframe(1).f_locals\n\
+         for _i, _line in enumerate(_frame['lines']):\n    \
+             if re.match(r'(def |@)', _line):\n        \
+                 _frame['known'][_i] = 1\n",
+        triton_module()
+    );
+    let mut outcomes = Vec::new();
+    for (id, block) in [("liar-64", 64), ("liar-128", 128)] {
+        let t = triton(&liar, "add_kernel", TRITON_ADD, &[("BLOCK", block)], 4);
+        let job = d.client().await.compile(request("sm_90", vec![any_kernel(id, Source::Triton(t))])).await;
+        outcomes.push(job.unwrap().collect().await.unwrap().kernels.remove(0).outcome());
+    }
+    assert_eq!(outcomes, [Outcome::Ok, Outcome::Failed], "the false extents did not reach the liar's own next compile");
+    // The second compile of examples/triton/kernels.py is handed the extents the first found.
+    let mut results = Vec::new();
+    for (id, block) in [("ordinary-64", 64), ("ordinary-1024", 1024)] {
+        let t = triton(&triton_module(), "add_kernel", TRITON_ADD, &[("BLOCK", block)], 4);
+        let job = d.client().await.compile(request("sm_90", vec![any_kernel(id, Source::Triton(t))])).await;
+        let result = job.unwrap().collect().await.unwrap().kernels.remove(0);
+        assert_eq!((result.outcome(), result.tier()), (Outcome::Ok, Tier::Compiled), "{}", result.log);
+        results.push(result);
+    }
+    let second = results.pop().unwrap();
+    assert_eq!(
+        second.artifact,
+        direct_cubin(&d.dir),
+        "a compile handed its module's extents differs from triton.compile"
+    );
     d.stop();
 }

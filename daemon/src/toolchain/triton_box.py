@@ -507,19 +507,22 @@ def failure(log):
 
 
 def clean_response(response):
-    """The child's answer with only the fields kilnd reads, each of its type: a malformed answer
-    is that compile's failure, never a bad frame that would cost the zygote."""
+    """The child's answer with only the fields kilnd and the worker read, each of its type: a
+    malformed answer is that compile's failure, never a bad frame that would cost the zygote."""
     if not isinstance(response, dict):
         return failure("the compile process sent a malformed answer")
     text = lambda k: response.get(k) if isinstance(response.get(k), str) else ""
     micros = response.get("compile_micros")
-    return {
+    cleaned = {
         "ok": response.get("ok") is True,
         "ptx": text("ptx"),
         "metadata_json": text("metadata_json"),
         "log": text("log"),
         "compile_micros": micros if isinstance(micros, int) and 0 <= micros < 1 << 63 else 0,
     }
+    if isinstance(response.get("source_blocks"), list):
+        cleaned["source_blocks"] = response["source_blocks"]  # for the worker, which checks them
+    return cleaned
 
 
 def exit_reason(status):

@@ -82,15 +82,22 @@ def children_of(parent):
 
 
 def _parents():
-    """(pid, parent pid) of every process /proc shows."""
+    """(pid, parent pid) of every process /proc shows. Runs between a compile's answer and the
+    next request, once per process on the host: plain descriptors, no buffered file objects,
+    and only the head of each line (state, then parent) is split."""
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
+            fd = os.open(f"/proc/{name}/stat", os.O_RDONLY)
         except OSError:
             continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
+        try:
+            stat = os.read(fd, 1024)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        fields = stat[stat.rfind(b")") + 2 :].split(None, 2)
         if len(fields) > 1:
             yield int(name), int(fields[1])

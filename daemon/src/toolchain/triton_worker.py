@@ -14,7 +14,10 @@ for it alone (ahead of the request, as a spare), inside the box of triton_box.py
 only passes its answer on. The kernel's module runs from memory (see load_module).
 """
 
+import collections
+import contextlib
 import hashlib
+import inspect
 import json
 import linecache
 import os
@@ -85,21 +88,107 @@ def constexpr_value(c):
     raise ValueError(f"constexpr {c.get('name')} has no value")
 
 
-def load_module(source):
+def module_digest(source):
+    """The name a module's source runs under (load_module), and what SourceBlocks keys on."""
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+
+def load_module(source, blocks=()):
     """Runs the kernel's module from memory under a file name derived from its content.
 
     @triton.jit reads its function's source through inspect, which finds it in linecache; the
     name (not a temporary path) is what Triton writes into the cubin's line information, so
-    the same source gives the same cubin on every host and in every worker."""
-    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    the same source gives the same cubin on every host and in every worker. `blocks` are the
+    function extents an earlier compile of this module found (SourceBlocks); returns the
+    module's name, the module, and every extent known once it has run."""
+    digest = module_digest(source)
     name = f"kiln_{digest}"
     filename = f"kiln/{digest}/kernel.py"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    lines = source.splitlines(True)
+    linecache.cache[filename] = (len(source), None, lines, filename)
     module = types.ModuleType(name)
     module.__file__ = filename
     sys.modules[name] = module
-    exec(compile(source, filename, "exec"), module.__dict__)
-    return name, module
+    known = {start: count for start, count in blocks}
+    with _known_extents(filename, known):
+        exec(compile(source, filename, "exec"), module.__dict__)
+    return name, module, sorted(known.items())
+
+
+@contextlib.contextmanager
+def _known_extents(filename, known):
+    """inspect.getsourcelines, for the functions of `filename` only, answering from `known`
+    (first line -> line count) and adding what it had to find. Everything else, and every
+    other file, goes to inspect itself. Restored afterwards: the zygote loads a module too."""
+    real = inspect.getsourcelines
+
+    def getsourcelines(obj):
+        fn = inspect.unwrap(obj)
+        if not inspect.isfunction(fn) or fn.__code__.co_filename != filename:
+            return real(obj)
+        lines, start = inspect.findsource(fn)
+        count = known.get(start)
+        if count is None:
+            block = inspect.getblock(lines[start:])
+            known[start] = len(block)
+            return block, start + 1
+        return lines[start : start + count], start + 1
+
+    inspect.getsourcelines = getsourcelines
+    try:
+        yield
+    finally:
+        inspect.getsourcelines = real
+
+
+class SourceBlocks:
+    """Where each function of a kernel module ends, as inspect found it, kept by the worker
+    across the compiles of one module.
+
+    @triton.jit reads every function's source with inspect.getsourcelines, whose getblock
+    tokenizes it in pure Python: about 3 ms for a module of a dozen kernels, paid again by each
+    compile, since each runs in a child of its own. The child reports the extents it found
+    (first line, line count); the worker hands them to the next child that compiles the same
+    source, which then slices lines instead of tokenizing them: the same lines, so the same
+    cubin. Nothing else crosses, and only into compiles of that exact source: a hostile module
+    that reports false extents misleads only later compiles of itself, whose code it already
+    runs."""
+
+    MODULES = 256
+    PER_MODULE = 4096
+
+    def __init__(self):
+        self.known = collections.OrderedDict()
+
+    def attach(self, request):
+        """Adds to `request` what is known of its module."""
+        source = request.get("source")
+        blocks = self.known.get(module_digest(source)) if isinstance(source, str) else None
+        if blocks:
+            self.known.move_to_end(module_digest(source))
+            request["source_blocks"] = blocks
+
+    def learn(self, request, response):
+        """Keeps the extents a child reported for its request's module, if every one fits the
+        module's lines; removes them from the answer, which kilnd does not read."""
+        reported = response.pop("source_blocks", None)
+        source = request.get("source")
+        if not isinstance(source, str) or not isinstance(reported, list) or len(reported) > self.PER_MODULE:
+            return
+        lines = len(source.splitlines())
+        fits = lambda e: (
+            isinstance(e, list)
+            and len(e) == 2
+            and all(type(x) is int for x in e)
+            and 0 <= e[0] < lines
+            and 1 <= e[1] <= lines - e[0]
+        )
+        if reported and all(fits(e) for e in reported):
+            digest = module_digest(source)
+            self.known[digest] = reported
+            self.known.move_to_end(digest)
+            while len(self.known) > self.MODULES:
+                self.known.popitem(last=False)
 
 
 def compile_one(request):
@@ -109,7 +198,7 @@ def compile_one(request):
 
     module_name = None
     try:
-        module_name, module = load_module(request["source"])
+        module_name, module, extents = load_module(request["source"], request.get("source_blocks") or ())
         fn = getattr(module, request["kernel_name"], None)
         if fn is None:
             raise NameError(f"the module defines no `{request['kernel_name']}`")
@@ -132,6 +221,7 @@ def compile_one(request):
             "metadata_json": json.dumps(metadata, default=str, sort_keys=True),
             "log": "",
             "compile_micros": micros,
+            "source_blocks": [list(e) for e in extents],
         }
     finally:
         if module_name:
@@ -197,11 +287,13 @@ def main():
         write_frame(out, {"error": "Triton is not usable: " + traceback.format_exc()})
         return 1
     write_frame(out, greeting)
+    blocks = SourceBlocks()
     while True:
         box.wait_for_input(inp)
         request = read_frame(inp)
         if request is None:
             return 0
+        blocks.attach(request)
         try:
             response = box.run(
                 request,
@@ -210,6 +302,7 @@ def main():
             )
         except BaseException:
             response = {"ok": False, "log": traceback.format_exc(), "compile_micros": 0}
+        blocks.learn(request, response)
         out.write(triton_box.encode_answer(response))
         out.flush()
         # After the answer, before the next request: nothing of this compile lives on into the
