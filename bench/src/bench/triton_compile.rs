@@ -122,12 +122,17 @@ pub async fn run(bench: &Bench) -> Result<Section> {
 }
 
 /// Measured by hand, kept beside the figure it explains.
-const WHERE_THE_TIME_GOES: &str = "Where the time goes (2026-11-22 and 23, a release kilnd, `--concurrency 1`): each \
-     compile runs in a child forked from the worker's zygote that no other compile uses, so each child executes the \
-     kernel's module again (2–5 ms per kernel; the direct side executes it once per round of 12). Reaping the \
-     killed child on the critical path cost 6–10 ms per kernel until 2026-11-23: the zygote now sends SIGKILL to \
-     every process of the compile and goes on, and reaps them while it waits (1.29× best-of before, 1.04–1.28× \
-     over thirteen runs after). On these 2 cores the next spare's prefault and the killed child's teardown share \
-     the second core with kilnd and the client; without the prefault it measured worse (1.17–1.34×), and without \
-     its copy of the zygote's writable pages too (1.19–1.21× against 1.08–1.15×, alternating). Compiling a \
-     request's kernels that share one module in one child would remove 11 of 12 module executions.";
+const WHERE_THE_TIME_GOES: &str = "Where the time goes (2026-11-22 and 23, a release kilnd, `--concurrency 1`, \
+     timestamps in the worker and its children): per kernel, beside the compile itself (56 ms median), the child \
+     executes the kernel's module again (3.7 ms median; the direct side executes it once per round of 12), the \
+     child wakes for its request 1.5 ms after the zygote sends it (on these 2 cores the killed child's teardown \
+     and the next spare's prefault, 17 ms, run beside it), the zygote checks and re-encodes the answer (1.3 ms) \
+     and scans /proc for the compile's processes before it reads the next request (1.8–2.3 ms, one scan of every \
+     process on the host). Reaping the killed child on the critical path cost 6–10 ms more until 2026-11-23 \
+     (1.29× best-of before, 1.04–1.28× over thirteen runs after). Most of the module's execution is inspect \
+     tokenizing each @triton.jit function in pure Python: since 2026-11-23 the worker hands a compile the \
+     function extents an earlier compile of the same source found, and loading examples/triton/kernels.py \
+     takes 0.85 ms instead of 2.2 ms (in one warm process). Without the prefault it measured worse \
+     (1.17–1.34×), and without its copy of the zygote's writable pages too (1.19–1.21× against 1.08–1.15×, \
+     alternating). On this shared 2-core VM the direct side alone ranged from 0.79 s to 2.24 s a round within \
+     one hour, so a difference of a few percent needs many runs to show.";

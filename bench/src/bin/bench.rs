@@ -37,6 +37,9 @@ struct Args {
     restart_samples: Option<usize>,
     #[arg(long)]
     cold_rounds: Option<usize>,
+    /// Timed rounds of the Triton compile figure (h): 5 by default.
+    #[arg(long)]
+    triton_rounds: Option<usize>,
     /// Run only the figures whose titles start with one of these letters, e.g. `--only efg`.
     #[arg(long)]
     only: Option<String>,
@@ -65,6 +68,7 @@ impl Args {
         o.disk_samples = self.disk_samples.unwrap_or(o.disk_samples);
         o.restart_samples = self.restart_samples.unwrap_or(o.restart_samples);
         o.cold_rounds = self.cold_rounds.unwrap_or(o.cold_rounds);
+        o.triton_rounds = self.triton_rounds.unwrap_or(o.triton_rounds);
         o
     }
 }
