@@ -56,14 +56,16 @@ SCRIPT = """
 """
 
 
-def run_script(tmp_path: Path, env: dict[str, str], wait: bool = True) -> subprocess.Popen[str] | dict:
-    """Runs SCRIPT as a main script under KILN_TORCH=1 with the fake torch; its last line."""
+def run_script(tmp_path: Path, env: dict[str, str], wait: bool = True, as_module: bool = False) -> subprocess.Popen[str] | dict:
+    """Runs SCRIPT as a main script (or as ``python -m train``) under KILN_TORCH=1 with the fake
+    torch; its last line."""
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent(SCRIPT))
     full = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH", "KILN_TORCH", "TRITON_"))}
-    full.update({"KILN_TORCH": "1", "HOME": str(tmp_path / "home"), "PYTHONPATH": str(FAKE_TORCH)})
+    full.update({"KILN_TORCH": "1", "HOME": str(tmp_path / "home"), "PYTHONPATH": f"{FAKE_TORCH}{os.pathsep}{tmp_path}"})
     full.update(env)
-    proc = subprocess.Popen([sys.executable, str(script)], env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    command = [sys.executable, "-m", "train"] if as_module else [sys.executable, str(script)]
+    proc = subprocess.Popen(command, env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if not wait:
         return proc
     out, err = proc.communicate(timeout=120)
@@ -110,6 +112,12 @@ def test_a_fresh_host_restores_before_its_first_compile_and_compiles_nothing(
     assert "waited_s" in restore and second["stats"]["saves"] == [], "nothing new: nothing saved"
     assert (home / ".triton" / "cache" / "LAUNCHER" / "cuda_utils.so").exists()
     assert second["stderr"] == ""
+    # The same job started as `python -m train` on another fresh host restores at start-up too.
+    shutil.rmtree(inductor)
+    shutil.rmtree(home)
+    third = run_script(tmp_path, {**env, "KILN_DAEMON": kilnd_fresh.uri}, as_module=True)
+    assert third["started_at_startup"] and third["counters"] == {"hit": 1, "miss": 0}, third
+    assert third["stats"]["restore"]["found"] and third["stderr"] == ""
 
 
 def test_the_job_is_the_scripts_content_and_dirs_default_to_one_path(tmp_path: Path) -> None:
@@ -228,4 +236,15 @@ def test_helper_processes_restore_only_if_they_compile(tmp_path: Path, monkeypat
     script.write_text("print('train')\n")
     assert _torch_job.job_at_startup([str(script)]) == "job-x"
     for argv in (["-c", "import torch"], ["-m", "torch.distributed.run"], [""]):
-        assert _torch_job.job_at_startup(argv) is None, argv
+        assert _torch_job.job_at_startup(argv, ["python", *argv]) is None, argv
+    # The job's own module restores at start-up like a script; torch's, Triton's, kiln's and the
+    # standard library's do not, however the command line spells -m.
+    for orig in (["python", "-m", "train"], ["python", "-u", "-m", "pkg.train", "--lr", "1"], ["python", "-um", "train"],
+                 ["python", "-mtrain"], ["python", "-X", "dev", "-m", "train"], ["python", "-Wignore", "-m", "train"]):
+        assert _torch_job.job_at_startup(["-m"], orig) == "job-x", orig
+    for orig in (["python", "-m", "torch._inductor.compile_worker"], ["python", "-m", "triton.tools.compile"],
+                 ["python", "-m", "kiln", "doctor"], ["python", "-m", "multiprocessing.forkserver"],
+                 ["python", "-m", "json.tool"], ["python", "-c", "x", "-m", "train"], ["python", "-m"]):
+        assert _torch_job.job_at_startup(["-m"], orig) is None, orig
+    monkeypatch.delenv(_torch_job.JOB_ENV)
+    assert _torch_job.job_at_startup(["-m"], ["python", "-m", "train"]) is None

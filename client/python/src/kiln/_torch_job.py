@@ -96,16 +96,51 @@ def job_of_script(path: str | None) -> str | None:
         return "script:" + hashlib.sha256(f.read()).hexdigest()
 
 
-def job_at_startup(argv: list[str]) -> str | None:
+def job_at_startup(argv: list[str], orig_argv: list[str] | None = None) -> str | None:
     """The job as far as interpreter start-up can tell, for a process that runs a script:
     ``KILN_TORCH_JOB``, else the script (``sys.argv[0]`` is set when ``.pth`` files run;
-    ``__main__.__file__`` is not). ``None`` for ``-c``, ``-m`` and interactive sessions, even
-    with ``KILN_TORCH_JOB`` set: torch and its tools start many such helper processes that inherit
-    the job's environment and never compile (a GPT-2 step started ten), so they restore only if
-    they reach a first compile, where :func:`job_now` tells."""
-    if not argv or argv[0] in ("", "-c", "-m", "-"):
+    ``__main__.__file__`` is not). For ``python -m MODULE`` (``sys.argv[0]`` is ``-m`` then; the
+    module is read from ``orig_argv``, by default ``sys.orig_argv``), ``KILN_TORCH_JOB`` when set
+    and the module is the job's own, not one of the standard library, torch, Triton or kiln.
+    ``None`` otherwise, and for ``-c`` and interactive sessions: torch and its tools start many
+    such helper processes that inherit the job's environment and never compile (a GPT-2 step
+    started ten), so they restore only if they reach a first compile, where :func:`job_now`
+    tells."""
+    if argv and argv[0] == "-m":
+        module = main_module(sys.orig_argv if orig_argv is None else orig_argv)
+        if module is None or module.partition(".")[0] in HELPER_PACKAGES | sys.stdlib_module_names:
+            return None
+        return os.environ.get(JOB_ENV)
+    if not argv or argv[0] in ("", "-c", "-"):
         return None
     return os.environ.get(JOB_ENV) or job_of_script(argv[0])
+
+
+#: Top-level packages whose ``-m`` entry points serve a job rather than being one (torchrun's
+#: launcher is ``-m torch.distributed.run``).
+HELPER_PACKAGES = frozenset({"torch", "torchgen", "functorch", "triton", "kiln"})
+
+
+def main_module(orig_argv: list[str]) -> str | None:
+    """The module of ``python [OPTIONS] -m MODULE ...`` (``-m`` alone, ``-mMODULE``, or last in a
+    group of flags such as ``-um``), or ``None``."""
+    args = iter(orig_argv[1:])
+    for arg in args:
+        if not arg.startswith("-") or arg in ("-", "--"):
+            return None
+        if arg.startswith("--"):
+            continue
+        flags = arg[1:]
+        for i, flag in enumerate(flags):
+            if flag == "m":
+                return flags[i + 1 :] or next(args, None)
+            if flag == "c":
+                return None
+            if flag in "WX":  # takes a value: the rest of this argument, or the next one
+                if not flags[i + 1 :]:
+                    next(args, None)
+                break
+    return None
 
 
 def job_now() -> str | None:

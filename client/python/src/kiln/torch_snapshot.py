@@ -20,7 +20,8 @@ as fast as the warm host (one at another path was no faster than torch's Redis c
   ``torch._dynamo``/``torch._inductor`` module, ``torch.compile()`` imports them and only creates
   the Inductor directory, and every cache read (AOTAutograd, FX graph, Triton, Dynamo's PGO)
   happens inside a compile, after that callback (checked on an H100 with an audit hook on file
-  opens). Without a job at start-up (``python -m``, ``-c``) the restore runs there.
+  opens). Without a job at start-up (``-c``; ``python -m`` without ``KILN_TORCH_JOB``, or of
+  a helper module: :func:`kiln._torch_job.job_at_startup`) the restore runs there.
 - **After every compile** (Dynamo's compile-end callback: a frame's compile, a lazy backward
   compile, a CUDA graph recording) a background thread saves the directories when their files
   changed since the last save, and once more at exit. It waits until no compile has run for
