@@ -371,3 +371,21 @@ async fn function_extents_a_compile_reports_reach_only_its_own_source() {
     );
     d.stop();
 }
+
+/// The scan for what a compile left behind reads only the processes created since its child
+/// was forked (a `Mark`), and falls back to all of /proc when the process ids may have wrapped;
+/// either way a double-forked escapee in a session of its own is killed. Run in a Python process
+/// standing in for the zygote (tests/triton_procs_scan.py), with the worker's own triton_procs.py.
+#[test]
+fn the_scan_after_a_compile_reads_what_was_created_since_and_falls_back_when_ids_wrap() {
+    let out = Command::new(env::python())
+        .arg(env::repo_root().join("tests/triton_procs_scan.py"))
+        .arg(env::repo_root().join("daemon/src/toolchain"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for check in ["range_scan", "range_killed", "wrap_falls_back", "wrap_killed"] {
+        assert_eq!(report[check], true, "{check}: {report}");
+    }
+}

@@ -33,7 +33,7 @@ import tempfile
 import time
 import traceback
 
-from triton_procs import children_of, kill_descendants, reap_descendants, reap_exited
+from triton_procs import Mark, children_of, kill_descendants, reap_descendants, reap_exited
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -165,6 +165,7 @@ class Box:
         request_r, request_w = os.pipe()
         answer_r, answer_w = os.pipe()
         zygote = os.getpid()
+        mark = Mark()
         try:
             pid = os.fork()
         except BaseException:
@@ -178,7 +179,7 @@ class Box:
             self._child(zygote, directory, request_r, answer_w)
         os.close(request_r)
         os.close(answer_w)
-        self.spare = _Spare(pid, directory, request_w, answer_r)
+        self.spare = _Spare(pid, directory, request_w, answer_r, mark)
 
     def run(self, request, cpu_seconds, wall_seconds):
         """Hands `request` to the spare and returns its answer, as soon as it is complete. The
@@ -219,7 +220,7 @@ class Box:
                 killed.add(done.pid)
             os.close(done.answer_r)
         keep = self.spare.pid if self.spare is not None else None
-        kill_descendants(keep, killed)
+        kill_descendants(keep, killed, done.mark if done is not None else None)
         if reap_exited(keep) and self.spare is not None:
             self.spare.dead = True
         if done is not None:
@@ -375,8 +376,9 @@ class Box:
 
 
 class _Spare:
-    def __init__(self, pid, directory, request_w, answer_r):
+    def __init__(self, pid, directory, request_w, answer_r, mark):
         self.pid, self.directory, self.request_w, self.answer_r = pid, directory, request_w, answer_r
+        self.mark = mark  # taken before the fork: every process of its compile is younger
         self.dead = False
         self.inode = os.stat(directory).st_ino
 
