@@ -123,16 +123,17 @@ pub async fn run(bench: &Bench) -> Result<Section> {
 
 /// Measured by hand, kept beside the figure it explains.
 const WHERE_THE_TIME_GOES: &str = "Where the time goes (2026-11-22 and 23, a release kilnd, `--concurrency 1`, \
-     timestamps in the worker and its children): per kernel, beside the compile itself (56 ms median), the child \
-     executes the kernel's module again (3.7 ms median; the direct side executes it once per round of 12), the \
-     child wakes for its request 1.5 ms after the zygote sends it (on these 2 cores the killed child's teardown \
-     and the next spare's prefault, 17 ms, run beside it), the zygote checks and re-encodes the answer (1.3 ms) \
-     and scans /proc for the compile's processes before it reads the next request (1.8–2.3 ms, one scan of every \
-     process on the host). Reaping the killed child on the critical path cost 6–10 ms more until 2026-11-23 \
-     (1.29× best-of before, 1.04–1.28× over thirteen runs after). Most of the module's execution is inspect \
-     tokenizing each @triton.jit function in pure Python: since 2026-11-23 the worker hands a compile the \
-     function extents an earlier compile of the same source found, and loading examples/triton/kernels.py \
-     takes 0.85 ms instead of 2.2 ms (in one warm process). Without the prefault it measured worse \
-     (1.17–1.34×), and without its copy of the zygote's writable pages too (1.19–1.21× against 1.08–1.15×, \
-     alternating). On this shared 2-core VM the direct side alone ranged from 0.79 s to 2.24 s a round within \
-     one hour, so a difference of a few percent needs many runs to show.";
+     timestamps in the worker and its children, medians per kernel): beside the compile itself (56-90 ms, with \
+     the machine's load), kilnd's side pays, on 2026-11-23 before the changes below / after: the child executes \
+     the kernel's module again, 3.7 / 1.9-2.1 ms (the direct side executes it once per round of 12); the child \
+     reads its request 1.5-2.0 / 0.27 ms after the zygote writes it; the zygote scans /proc for the compile's \
+     processes, 1.8-2.3 / 0.27 ms; the answer's way through the zygote to kilnd, 1.3-1.7 ms, and the killed \
+     child's reap and its directory's removal, 0.4-0.9 ms, unchanged. The changes: the worker hands a compile \
+     the function extents an earlier compile of the same source found, so inspect need not tokenize each \
+     @triton.jit function again in pure Python; the scan reads only the process ids handed out since the \
+     compile's child was forked; the next spare is forked 4 ms into a compile rather than at once. Earlier, \
+     reaping the killed child on the critical path cost 6-10 ms more (1.29× best-of before, 1.04-1.28× over \
+     thirteen runs after). Without the spare's prefault it measured worse (1.17-1.34×), and without its copy of \
+     the zygote's writable pages too (1.19-1.21× against 1.08-1.15×, alternating). On this shared 2-core VM the \
+     direct side alone ranged from 0.77 s to 2.24 s a round within one hour, so a difference of a few percent \
+     needs many runs to show; the component times above are steadier.";
