@@ -88,11 +88,6 @@ def constexpr_value(c):
     raise ValueError(f"constexpr {c.get('name')} has no value")
 
 
-def module_digest(source):
-    """The name a module's source runs under (load_module), and what SourceBlocks keys on."""
-    return hashlib.sha256(source.encode()).hexdigest()[:16]
-
-
 def load_module(source, blocks=()):
     """Runs the kernel's module from memory under a file name derived from its content.
 
@@ -101,7 +96,7 @@ def load_module(source, blocks=()):
     the same source gives the same cubin on every host and in every worker. `blocks` are the
     function extents an earlier compile of this module found (SourceBlocks); returns the
     module's name, the module, and every extent known once it has run."""
-    digest = module_digest(source)
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     name = f"kiln_{digest}"
     filename = f"kiln/{digest}/kernel.py"
     lines = source.splitlines(True)
@@ -160,13 +155,18 @@ class SourceBlocks:
     def __init__(self):
         self.known = collections.OrderedDict()
 
+    @staticmethod
+    def key(source):
+        """The whole SHA-256 of the source (the module's name keeps only 64 bits of it)."""
+        return hashlib.sha256(source.encode()).digest()
+
     def attach(self, request):
         """Adds to `request` what is known of its module."""
         source = request.get("source")
-        blocks = self.known.get(module_digest(source)) if isinstance(source, str) else None
-        if blocks:
-            self.known.move_to_end(module_digest(source))
-            request["source_blocks"] = blocks
+        key = self.key(source) if isinstance(source, str) else None
+        if key in self.known:
+            self.known.move_to_end(key)
+            request["source_blocks"] = self.known[key]
 
     def learn(self, request, response):
         """Keeps the extents a child reported for its request's module, if every one fits the
@@ -184,9 +184,9 @@ class SourceBlocks:
             and 1 <= e[1] <= lines - e[0]
         )
         if reported and all(fits(e) for e in reported):
-            digest = module_digest(source)
-            self.known[digest] = reported
-            self.known.move_to_end(digest)
+            key = self.key(source)
+            self.known[key] = reported
+            self.known.move_to_end(key)
             while len(self.known) > self.MODULES:
                 self.known.popitem(last=False)
 
