@@ -15,6 +15,7 @@ when the ids may have wrapped (the last id is below the mark's, or as many proce
 created since as `pid_max` allows) or too many were handed out to be worth it.
 """
 
+import functools
 import os
 import signal
 
@@ -41,7 +42,9 @@ def _forks():
     raise OSError("/proc/stat has no processes line")
 
 
+@functools.cache
 def _pid_max():
+    """The host's pid_max, read once (a sysctl that changes only by hand)."""
     return int(_read("/proc/sys/kernel/pid_max"))
 
 

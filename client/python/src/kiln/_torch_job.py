@@ -96,6 +96,11 @@ def job_of_script(path: str | None) -> str | None:
         return "script:" + hashlib.sha256(f.read()).hexdigest()
 
 
+#: Top-level packages whose ``-m`` entry points serve a job rather than being one (torchrun's
+#: launcher is ``-m torch.distributed.run``).
+HELPER_PACKAGES = frozenset({"torch", "torchgen", "functorch", "triton", "kiln"})
+
+
 def job_at_startup(argv: list[str], orig_argv: list[str] | None = None) -> str | None:
     """The job as far as interpreter start-up can tell, for a process that runs a script:
     ``KILN_TORCH_JOB``, else the script (``sys.argv[0]`` is set when ``.pth`` files run;
@@ -114,11 +119,6 @@ def job_at_startup(argv: list[str], orig_argv: list[str] | None = None) -> str |
     if not argv or argv[0] in ("", "-c", "-"):
         return None
     return os.environ.get(JOB_ENV) or job_of_script(argv[0])
-
-
-#: Top-level packages whose ``-m`` entry points serve a job rather than being one (torchrun's
-#: launcher is ``-m torch.distributed.run``).
-HELPER_PACKAGES = frozenset({"torch", "torchgen", "functorch", "triton", "kiln"})
 
 
 def main_module(orig_argv: list[str]) -> str | None:
