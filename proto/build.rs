@@ -8,7 +8,13 @@ use std::path::PathBuf;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = PathBuf::from(std::env::var("OUT_DIR")?);
     let fds = protox::compile(
-        ["kiln/v1/kiln.proto", "kiln/v1/cache.proto", "kiln/v1/blob.proto", "kiln/v1/snapshot.proto"],
+        [
+            "kiln/v1/kiln.proto",
+            "kiln/v1/cache.proto",
+            "kiln/v1/blob.proto",
+            "kiln/v1/snapshot.proto",
+            "kiln/v1/graph.proto",
+        ],
         ["."],
     )?;
     let descriptor_path = out.join("kiln_v1_descriptor.bin");
@@ -17,6 +23,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // A hit hands every client the same artifact bytes: `Bytes` shares them instead of copying.
     tonic_prost_build::configure()
         .bytes(".kiln.v1.KernelResult.artifact")
+        .bytes(".kiln.v1.TorchGraphReply.artifacts")
         .build_client(true)
         .build_server(true)
         .compile_fds(fds)?;
@@ -27,5 +34,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=kiln/v1/cache.proto");
     println!("cargo:rerun-if-changed=kiln/v1/blob.proto");
     println!("cargo:rerun-if-changed=kiln/v1/snapshot.proto");
+    println!("cargo:rerun-if-changed=kiln/v1/graph.proto");
     Ok(())
 }

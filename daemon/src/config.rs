@@ -106,6 +106,7 @@ pub struct FileConfig {
     pub cuda_root: Option<PathBuf>,
     pub python: Option<PathBuf>,
     pub triton_workers: Option<usize>,
+    pub torch_workers: Option<usize>,
     pub memory_cache_mb: Option<u64>,
     pub disk_cache_mb: Option<u64>,
     pub max_queue: Option<usize>,
@@ -176,6 +177,9 @@ pub struct Config {
     pub python: PathBuf,
     /// Triton workers at most: each holds Triton and LLVM (hundreds of MB), so not one per core.
     pub triton_workers: usize,
+    /// torch graph workers at most: each holds torch, and each graph's compile runs Inductor's
+    /// own pool of compile processes, so a few use the whole host.
+    pub torch_workers: usize,
     pub memory_cache_bytes: u64,
     pub disk_cache_bytes: u64,
     /// Load fresh cubins on a local GPU before caching them, where one matches their target.
@@ -282,6 +286,7 @@ impl Config {
             cuda_root: flags.cuda_root.clone().or_else(|| file.cuda_root.clone()),
             python: flags.python.clone().or_else(|| file.python.clone()).unwrap_or_else(|| "python3".into()),
             triton_workers: file.triton_workers.unwrap_or(defaults.cores.min(8)).max(1),
+            torch_workers: file.torch_workers.unwrap_or((defaults.cores / 8).clamp(1, 4)).max(1),
             memory_cache_bytes: file.memory_cache_mb.unwrap_or(1024) * MIB,
             disk_cache_bytes: file.disk_cache_mb.unwrap_or(20 * 1024) * MIB,
             validate_cubins: file.validate_cubins.unwrap_or(true),

@@ -39,6 +39,13 @@ pub enum Error {
          PutFiles first"
     )]
     FileNotStored { field: String, file: String, digest: String },
+    /// The client's torch is not the torch workers': a graph compiled by one would not load in the
+    /// other.
+    #[error("torch_version: the client runs torch {client}, kilnd's torch workers run {workers}")]
+    TorchMismatch { client: String, workers: String },
+    /// No torch worker could be started on this host.
+    #[error("no torch worker on this daemon: {reason}")]
+    TorchUnavailable { reason: String },
     #[error(
         "snapshot of job {job:?} would hold {bytes} bytes in {files} files, over the limit of {limit} bytes \
          (max_snapshot_mb); nothing was saved"
@@ -56,9 +63,11 @@ impl Error {
     pub fn code(&self) -> Code {
         match self {
             Error::Invalid { .. } => Code::InvalidArgument,
-            Error::ToolchainUnavailable { .. } | Error::NoFleet | Error::FileNotStored { .. } => {
-                Code::FailedPrecondition
-            }
+            Error::ToolchainUnavailable { .. }
+            | Error::NoFleet
+            | Error::FileNotStored { .. }
+            | Error::TorchMismatch { .. }
+            | Error::TorchUnavailable { .. } => Code::FailedPrecondition,
             Error::QueueFull { .. } | Error::SnapshotTooLarge { .. } => Code::ResourceExhausted,
             Error::NoJob { .. } => Code::NotFound,
             Error::ManifestUnreadable { .. } => Code::Unavailable,

@@ -15,6 +15,7 @@
 //!   bad field is INVALID_ARGUMENT naming it.
 //! - [`jobs`]: background jobs and their replayable event streams.
 //! - [`blob`]: `kiln.v1.Blobs`, named blobs that integrations key themselves (Triton, Inductor).
+//! - [`graph`]: `kiln.v1.TorchGraphs`, torch.compile graphs compiled in kilnd's torch workers.
 //! - [`warm`]: `Warm`, which pulls graphs from the fleet cache into the local tiers.
 //! - [`explain`]: key recipes, why a kernel missed (`kiln_misses_total`, recent misses), `Explain`.
 //! - [`engine`]: one kernel's path: negative cache, tiers, single-flight compile, publish.
@@ -42,6 +43,7 @@ pub mod error;
 pub(crate) mod explain;
 pub(crate) mod fleet;
 pub(crate) mod gpu;
+pub(crate) mod graph;
 pub(crate) mod jobs;
 pub mod listen;
 pub(crate) mod metrics;

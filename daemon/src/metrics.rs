@@ -76,6 +76,16 @@ pub struct BlobLeaseLabels {
     pub result: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct JobLabels {
+    pub job: String,
+}
+
 /// Distinct `namespace` label values kept; later ones are counted as `other`, so a client
 /// inventing namespaces cannot grow the metrics without bound.
 const MAX_NAMESPACES: usize = 32;
@@ -109,6 +119,15 @@ pub struct Metrics {
     pub load_checks: Family<ResultLabels, Counter>,
     pub blob_lookups: Family<BlobLookupLabels, Counter>,
     pub blob_puts: Family<NamespaceLabels, Counter>,
+    /// torch.compile graph requests by result: compiled | failed | hit | refused.
+    pub torch_graphs: Family<ResultLabels, Counter>,
+    /// In-process compiles that jobs reported instead of kilnd's, by reason.
+    pub torch_graph_fallbacks: Family<ReasonLabels, Counter>,
+    /// Per job (the latest 64 reports): eager over compiled step time, the steps after which the
+    /// compile pays for itself, and the compile seconds paid.
+    pub torch_job_speedup: Family<JobLabels, Gauge<f64, AtomicU64>>,
+    pub torch_job_break_even_steps: Family<JobLabels, Gauge<f64, AtomicU64>>,
+    pub torch_job_compile_seconds: Family<JobLabels, Gauge<f64, AtomicU64>>,
     pub blob_put_bytes: Family<NamespaceLabels, Counter>,
     pub blob_leases: Family<BlobLeaseLabels, Counter>,
     /// Snapshot saves by result: changed | unchanged | refused.
@@ -155,6 +174,11 @@ impl Metrics {
             blob_puts: Family::default(),
             blob_put_bytes: Family::default(),
             blob_leases: Family::default(),
+            torch_graphs: Family::default(),
+            torch_graph_fallbacks: Family::default(),
+            torch_job_speedup: Family::default(),
+            torch_job_break_even_steps: Family::default(),
+            torch_job_compile_seconds: Family::default(),
             snapshot_saves: Family::default(),
             snapshot_restores: Family::default(),
             snapshot_restore_files: Family::default(),
@@ -192,6 +216,31 @@ impl Metrics {
             m.negative_hits.clone(),
         );
         registry.register("jobs", "Jobs accepted", m.jobs.clone());
+        registry.register(
+            "torch_graphs",
+            "torch.compile graph requests: compiled, failed, hit, refused",
+            m.torch_graphs.clone(),
+        );
+        registry.register(
+            "torch_graph_fallbacks",
+            "In-process torch.compile compiles that jobs reported, by reason",
+            m.torch_graph_fallbacks.clone(),
+        );
+        registry.register(
+            "torch_job_speedup",
+            "Eager over compiled step time, per job that ran both",
+            m.torch_job_speedup.clone(),
+        );
+        registry.register(
+            "torch_job_break_even_steps",
+            "Steps after which a job's compile pays for itself (0: never, or unknown)",
+            m.torch_job_break_even_steps.clone(),
+        );
+        registry.register(
+            "torch_job_compile_seconds",
+            "Compile seconds a job's graphs cost",
+            m.torch_job_compile_seconds.clone(),
+        );
         registry.register("lease", "Fleet leases: acquired, waited, takeover, timeout", m.leases.clone());
         registry.register(
             "gpu_validations",

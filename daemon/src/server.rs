@@ -9,6 +9,9 @@ use crate::explain::store::RecipeStore;
 use crate::fleet::Fleet;
 use crate::fleet::tier::RemoteTier;
 use crate::gpu::{self, load_check::LoadCheck};
+use crate::graph::ledger::Ledger;
+use crate::graph::service::{GraphService, GraphState};
+use crate::graph::workers;
 use crate::jobs::Jobs;
 use crate::listen::TcpSecurity;
 use crate::metrics::Metrics;
@@ -23,6 +26,7 @@ use kiln_proto::Target;
 use kiln_proto::pb::blobs_server::BlobsServer;
 use kiln_proto::pb::compiler_server::CompilerServer;
 use kiln_proto::pb::snapshots_server::SnapshotsServer;
+use kiln_proto::pb::torch_graphs_server::TorchGraphsServer;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -163,6 +167,7 @@ pub async fn build(config: &Config) -> anyhow::Result<Built> {
         gpus,
         default_target,
         config: config.clone(),
+        torch_graphs: Arc::new(Ledger::new(Arc::clone(&metrics))),
     };
     Ok(Built { service: Arc::new(service), metrics, remote })
 }
@@ -218,6 +223,15 @@ pub async fn serve(
         max_message_bytes: limit as u64,
         default_wait: config.remote.as_ref().map_or(BLOB_WAIT_WITHOUT_FLEET, |r| r.hedge),
     };
+    let blobs = Arc::new(blobs);
+    health_reporter.set_serving::<TorchGraphsServer<GraphService>>().await;
+    let graphs = GraphState::new(
+        Arc::clone(&blobs),
+        Arc::clone(&service.torch_graphs),
+        workers::Settings { python: config.python.clone(), max_workers: config.torch_workers },
+        service.gpus.gpus.iter().map(|g| format!("{} {};", g.name, g.target)).collect(),
+        config.limits.compile_timeout,
+    );
     health_reporter.set_serving::<SnapshotsServer<SnapshotService>>().await;
     let snapshots = SnapshotState {
         store: SnapshotStore { engine: Arc::clone(&service.engine) },
@@ -237,7 +251,10 @@ pub async fn serve(
                 .max_encoding_message_size(limit),
         )
         .add_service(
-            BlobsServer::new(BlobService(Arc::new(blobs)))
+            BlobsServer::new(BlobService(blobs)).max_decoding_message_size(limit).max_encoding_message_size(limit),
+        )
+        .add_service(
+            TorchGraphsServer::new(GraphService(Arc::new(graphs)))
                 .max_decoding_message_size(limit)
                 .max_encoding_message_size(limit),
         )
@@ -302,6 +319,7 @@ pub async fn serve(
     health_reporter.set_not_serving::<CompilerServer<CompilerService>>().await;
     health_reporter.set_not_serving::<BlobsServer<BlobService>>().await;
     health_reporter.set_not_serving::<SnapshotsServer<SnapshotService>>().await;
+    health_reporter.set_not_serving::<TorchGraphsServer<GraphService>>().await;
     // Running compiles finish first (their results reach the caches and their clients); then
     // the servers get a moment to flush the last responses. They are not waited on beyond
     // that: a graceful HTTP/2 shutdown lasts until every peer hangs up, and an idle client that

@@ -26,6 +26,8 @@ pub struct CompilerService {
     pub gpus: GpuProbe,
     pub default_target: Option<Target>,
     pub config: Config,
+    /// torch.compile graphs answered and the jobs' reports (`kiln.v1.TorchGraphs`).
+    pub torch_graphs: Arc<crate::graph::ledger::Ledger>,
 }
 
 pub use crate::jobs::EventStream;

@@ -50,6 +50,7 @@ pub fn collect(s: &CompilerService) -> pb::StatsResponse {
         remote_up: s.engine.fleet_up().is_some() && m.remote_up.get() == 1,
         snapshots: Some(snapshots(m)),
         recent_misses: s.engine.misses().recent().iter().map(|m| m.to_pb()).collect(),
+        torch_graphs: Some(s.torch_graphs.stats()),
     }
 }
 

@@ -38,8 +38,8 @@ pub struct BlobState {
     pub default_wait: Duration,
 }
 
-/// Who produces an entry, as decided for one LeaseBlob.
-enum Decision {
+/// Who produces an entry, as decided for one LeaseBlob (or one torch graph).
+pub(crate) enum Decision {
     Found(BlobEntry),
     Proceed(String),
     Granted(Holding, Option<HeldLease>),
@@ -58,7 +58,7 @@ impl BlobState {
 
     /// Decides who produces `key`: an entry already there, another process on this host, another
     /// host (through the fleet lease), or this caller.
-    async fn decide(self: &Arc<Self>, scope: &Scope, key: &CacheKey, wait: Duration) -> Decision {
+    pub(crate) async fn decide(self: &Arc<Self>, scope: &Scope, key: &CacheKey, wait: Duration) -> Decision {
         let deadline = Instant::now() + wait;
         loop {
             if let Some(found) = self.lookup(scope, key).await {

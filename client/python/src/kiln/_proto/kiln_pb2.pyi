@@ -441,7 +441,7 @@ class TierStats(_message.Message):
     def __init__(self, tier: _Optional[str] = ..., entries: _Optional[int] = ..., bytes: _Optional[int] = ..., capacity_bytes: _Optional[int] = ..., hits: _Optional[int] = ..., misses: _Optional[int] = ..., integrity_failures: _Optional[int] = ...) -> None: ...
 
 class StatsResponse(_message.Message):
-    __slots__ = ("version", "toolchains", "gpus", "default_target", "tiers", "compiles_ok", "compiles_failed", "queue_depth", "inflight_compiles", "jobs_total", "compile_seconds_saved", "concurrency", "remote", "remote_up", "snapshots", "recent_misses")
+    __slots__ = ("version", "toolchains", "gpus", "default_target", "tiers", "compiles_ok", "compiles_failed", "queue_depth", "inflight_compiles", "jobs_total", "compile_seconds_saved", "concurrency", "remote", "remote_up", "snapshots", "recent_misses", "torch_graphs")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     TOOLCHAINS_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
@@ -458,6 +458,7 @@ class StatsResponse(_message.Message):
     REMOTE_UP_FIELD_NUMBER: _ClassVar[int]
     SNAPSHOTS_FIELD_NUMBER: _ClassVar[int]
     RECENT_MISSES_FIELD_NUMBER: _ClassVar[int]
+    TORCH_GRAPHS_FIELD_NUMBER: _ClassVar[int]
     version: str
     toolchains: _containers.RepeatedCompositeFieldContainer[ToolchainInfo]
     gpus: _containers.RepeatedCompositeFieldContainer[Gpu]
@@ -474,7 +475,67 @@ class StatsResponse(_message.Message):
     remote_up: bool
     snapshots: SnapshotStats
     recent_misses: _containers.RepeatedCompositeFieldContainer[RecentMiss]
-    def __init__(self, version: _Optional[str] = ..., toolchains: _Optional[_Iterable[_Union[ToolchainInfo, _Mapping]]] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., default_target: _Optional[str] = ..., tiers: _Optional[_Iterable[_Union[TierStats, _Mapping]]] = ..., compiles_ok: _Optional[int] = ..., compiles_failed: _Optional[int] = ..., queue_depth: _Optional[int] = ..., inflight_compiles: _Optional[int] = ..., jobs_total: _Optional[int] = ..., compile_seconds_saved: _Optional[float] = ..., concurrency: _Optional[int] = ..., remote: _Optional[str] = ..., remote_up: _Optional[bool] = ..., snapshots: _Optional[_Union[SnapshotStats, _Mapping]] = ..., recent_misses: _Optional[_Iterable[_Union[RecentMiss, _Mapping]]] = ...) -> None: ...
+    torch_graphs: TorchGraphStats
+    def __init__(self, version: _Optional[str] = ..., toolchains: _Optional[_Iterable[_Union[ToolchainInfo, _Mapping]]] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., default_target: _Optional[str] = ..., tiers: _Optional[_Iterable[_Union[TierStats, _Mapping]]] = ..., compiles_ok: _Optional[int] = ..., compiles_failed: _Optional[int] = ..., queue_depth: _Optional[int] = ..., inflight_compiles: _Optional[int] = ..., jobs_total: _Optional[int] = ..., compile_seconds_saved: _Optional[float] = ..., concurrency: _Optional[int] = ..., remote: _Optional[str] = ..., remote_up: _Optional[bool] = ..., snapshots: _Optional[_Union[SnapshotStats, _Mapping]] = ..., recent_misses: _Optional[_Iterable[_Union[RecentMiss, _Mapping]]] = ..., torch_graphs: _Optional[_Union[TorchGraphStats, _Mapping]] = ...) -> None: ...
+
+class TorchGraphStats(_message.Message):
+    __slots__ = ("compiled", "failed", "hits", "fallbacks", "jobs")
+    class FallbacksEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    COMPILED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    HITS_FIELD_NUMBER: _ClassVar[int]
+    FALLBACKS_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    compiled: int
+    failed: int
+    hits: int
+    fallbacks: _containers.ScalarMap[str, int]
+    jobs: _containers.RepeatedCompositeFieldContainer[TorchJobReturn]
+    def __init__(self, compiled: _Optional[int] = ..., failed: _Optional[int] = ..., hits: _Optional[int] = ..., fallbacks: _Optional[_Mapping[str, int]] = ..., jobs: _Optional[_Iterable[_Union[TorchJobReturn, _Mapping]]] = ...) -> None: ...
+
+class TorchGraphCost(_message.Message):
+    __slots__ = ("name", "eager_calls", "compiled_calls", "eager_median_s", "compiled_median_s", "compile_s")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    EAGER_CALLS_FIELD_NUMBER: _ClassVar[int]
+    COMPILED_CALLS_FIELD_NUMBER: _ClassVar[int]
+    EAGER_MEDIAN_S_FIELD_NUMBER: _ClassVar[int]
+    COMPILED_MEDIAN_S_FIELD_NUMBER: _ClassVar[int]
+    COMPILE_S_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    eager_calls: int
+    compiled_calls: int
+    eager_median_s: float
+    compiled_median_s: float
+    compile_s: float
+    def __init__(self, name: _Optional[str] = ..., eager_calls: _Optional[int] = ..., compiled_calls: _Optional[int] = ..., eager_median_s: _Optional[float] = ..., compiled_median_s: _Optional[float] = ..., compile_s: _Optional[float] = ...) -> None: ...
+
+class TorchJobReturn(_message.Message):
+    __slots__ = ("job", "eager_step_s", "compiled_step_s", "speedup", "compile_s", "break_even_steps", "steps", "verdict", "graphs")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    EAGER_STEP_S_FIELD_NUMBER: _ClassVar[int]
+    COMPILED_STEP_S_FIELD_NUMBER: _ClassVar[int]
+    SPEEDUP_FIELD_NUMBER: _ClassVar[int]
+    COMPILE_S_FIELD_NUMBER: _ClassVar[int]
+    BREAK_EVEN_STEPS_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    GRAPHS_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    eager_step_s: float
+    compiled_step_s: float
+    speedup: float
+    compile_s: float
+    break_even_steps: float
+    steps: int
+    verdict: str
+    graphs: _containers.RepeatedCompositeFieldContainer[TorchGraphCost]
+    def __init__(self, job: _Optional[str] = ..., eager_step_s: _Optional[float] = ..., compiled_step_s: _Optional[float] = ..., speedup: _Optional[float] = ..., compile_s: _Optional[float] = ..., break_even_steps: _Optional[float] = ..., steps: _Optional[int] = ..., verdict: _Optional[str] = ..., graphs: _Optional[_Iterable[_Union[TorchGraphCost, _Mapping]]] = ...) -> None: ...
 
 class KeyRecipe(_message.Message):
     __slots__ = ("key", "toolchain", "fingerprint", "target", "source", "options", "headers", "entries", "toolchain_version", "unix_millis", "host")

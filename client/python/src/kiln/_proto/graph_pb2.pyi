@@ -1,0 +1,59 @@
+from . import kiln_pb2 as _kiln_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class TorchGraphRequest(_message.Message):
+    __slots__ = ("torch_version", "payload", "job", "name", "timeout_ms")
+    TORCH_VERSION_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    torch_version: str
+    payload: bytes
+    job: str
+    name: str
+    timeout_ms: int
+    def __init__(self, torch_version: _Optional[str] = ..., payload: _Optional[bytes] = ..., job: _Optional[str] = ..., name: _Optional[str] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class TorchGraphReply(_message.Message):
+    __slots__ = ("ok", "artifacts", "tier", "compile_micros", "log", "key")
+    OK_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    COMPILE_MICROS_FIELD_NUMBER: _ClassVar[int]
+    LOG_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    ok: bool
+    artifacts: bytes
+    tier: _kiln_pb2.Tier
+    compile_micros: int
+    log: str
+    key: str
+    def __init__(self, ok: _Optional[bool] = ..., artifacts: _Optional[bytes] = ..., tier: _Optional[_Union[_kiln_pb2.Tier, str]] = ..., compile_micros: _Optional[int] = ..., log: _Optional[str] = ..., key: _Optional[str] = ...) -> None: ...
+
+class TorchGraphReport(_message.Message):
+    __slots__ = ("job", "fallbacks", "graphs")
+    class FallbacksEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    FALLBACKS_FIELD_NUMBER: _ClassVar[int]
+    GRAPHS_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    fallbacks: _containers.ScalarMap[str, int]
+    graphs: _containers.RepeatedCompositeFieldContainer[_kiln_pb2.TorchGraphCost]
+    def __init__(self, job: _Optional[str] = ..., fallbacks: _Optional[_Mapping[str, int]] = ..., graphs: _Optional[_Iterable[_Union[_kiln_pb2.TorchGraphCost, _Mapping]]] = ...) -> None: ...
+
+class TorchGraphReportReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

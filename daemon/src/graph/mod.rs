@@ -1,0 +1,11 @@
+//! torch.compile graphs, compiled by kilnd: `kiln.torch` hands over the graph Dynamo captured,
+//! a pool of warm torch workers runs AOTAutograd and Inductor on it, and the answer (torch's own
+//! cache artifacts) is stored in the tiers and the fleet like any blob, compiled once per fleet.
+//!
+//! - [`workers`]: the torch worker pool and its pipe protocol (`torch_worker.py`).
+//! - [`service`]: the `kiln.v1.TorchGraphs` handlers: validation, key, single flight, store.
+//! - [`ledger`]: counts of what was answered and each job's report of what compiling paid.
+
+pub mod ledger;
+pub(crate) mod service;
+pub mod workers;

@@ -1,0 +1,295 @@
+//! The `kiln.v1.TorchGraphs` handlers: validate, key the graph, then answer it from the tiers,
+//! wait on the process or host that compiles it, or compile it in a torch worker and store it
+//! everywhere. Single flight is the named blobs' (this host's holders, then the fleet lease).
+
+use super::ledger::{Ledger, Outcome};
+use super::workers::{Answer, Settings, TorchWorkers};
+use crate::blob::entry;
+use crate::blob::service::{BlobState, Decision};
+use crate::blob::validate::Scope;
+use crate::error::{Error, invalid};
+use crate::store::Stored;
+use bytes::Bytes;
+use kiln_proto::CacheKey;
+use kiln_proto::pb::{self, BlobFile, Tier};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::OnceCell;
+use tonic::{Request, Response, Status};
+
+/// The blob namespace graphs are stored under.
+pub const NAMESPACE: &str = "torch-graph";
+const MAX_VERSION: usize = 64;
+const MAX_LABEL: usize = 256;
+const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+/// The files of a stored graph.
+const ARTIFACTS_FILE: &str = "artifacts";
+const MICROS_FILE: &str = "compile_micros";
+
+#[derive(Debug, Clone)]
+pub struct GraphService(pub Arc<GraphState>);
+
+#[derive(Debug)]
+pub struct GraphState {
+    pub blobs: Arc<BlobState>,
+    pub ledger: Arc<Ledger>,
+    pub settings: Settings,
+    /// This host's GPUs (names and capabilities), in every key: a graph compiled for one GPU is
+    /// never served to another.
+    pub gpus: String,
+    pub compile_timeout: Duration,
+    pub max_payload_bytes: u64,
+    workers: OnceCell<TorchWorkers>,
+    /// Failed compiles, kept a minute, so a herd asking for a graph that does not compile pays
+    /// one failure, not one each.
+    failures: moka::future::Cache<CacheKey, Arc<Answer>>,
+}
+
+impl GraphState {
+    pub fn new(
+        blobs: Arc<BlobState>,
+        ledger: Arc<Ledger>,
+        settings: Settings,
+        gpus: String,
+        compile_timeout: Duration,
+    ) -> Self {
+        let max_payload_bytes = blobs.max_artifact_bytes;
+        GraphState {
+            blobs,
+            ledger,
+            settings,
+            gpus,
+            compile_timeout,
+            max_payload_bytes,
+            workers: OnceCell::new(),
+            failures: moka::future::Cache::builder().max_capacity(10_000).time_to_live(Duration::from_secs(60)).build(),
+        }
+    }
+
+    /// The pool, started on first use; a failed start is retried by the next request.
+    async fn workers(&self) -> Result<&TorchWorkers, Error> {
+        self.workers.get_or_try_init(|| TorchWorkers::start(&self.settings)).await.map_err(|reason| {
+            Error::TorchUnavailable {
+                reason: format!("{reason} (set KILN_PYTHON to an interpreter with torch installed)"),
+            }
+        })
+    }
+
+    /// The stored key of a payload, under this worker identity and these GPUs.
+    fn key(&self, workers: &TorchWorkers, payload: &[u8]) -> (Scope, CacheKey) {
+        let scope = Scope { namespace: NAMESPACE.into(), tool_version: workers.torch_version.clone() };
+        let mut caller = Vec::with_capacity(96);
+        caller.extend_from_slice(workers.identity.as_bytes());
+        caller.extend_from_slice(blake3::hash(self.gpus.as_bytes()).as_bytes());
+        caller.extend_from_slice(blake3::hash(payload).as_bytes());
+        let key = scope.key(&caller);
+        (scope, key)
+    }
+
+    async fn compile(self: &Arc<Self>, request: pb::TorchGraphRequest) -> Result<pb::TorchGraphReply, Error> {
+        check(&request, self.max_payload_bytes)?;
+        let timeout = match request.timeout_ms {
+            0 => self.compile_timeout,
+            ms => Duration::from_millis(u64::from(ms)),
+        };
+        let workers = match self.workers().await {
+            Ok(w) => w,
+            Err(e) => {
+                self.ledger.count(Outcome::Refused);
+                return Err(e);
+            }
+        };
+        if request.torch_version != workers.torch_version {
+            self.ledger.count(Outcome::Refused);
+            return Err(Error::TorchMismatch { client: request.torch_version, workers: workers.torch_version.clone() });
+        }
+        let payload = Bytes::from(request.payload);
+        let (scope, key) = self.key(workers, &payload);
+        if let Some(failed) = self.failures.get(&key).await {
+            self.ledger.count(Outcome::Failed);
+            return Ok(failed_reply(&failed, &key, Tier::Memory));
+        }
+        // A graph compile can take minutes: wait for another producer as long as one may take.
+        let wait = timeout.max(self.blobs.default_wait);
+        let reply = match self.blobs.decide(&scope, &key, wait).await {
+            Decision::Found(found) => {
+                self.ledger.count(Outcome::Hit);
+                reply_of_entry(&found, &key)
+            }
+            Decision::Proceed(reason) => {
+                tracing::info!(%key, %reason, job = %request.job, "compiling a torch graph without a lease");
+                self.produce(workers, &key, payload, timeout).await
+            }
+            Decision::Granted(holding, lease) => {
+                let reply = self.produce(workers, &key, payload, timeout).await;
+                drop(holding);
+                if let Some(lease) = lease {
+                    lease.release().await;
+                }
+                reply
+            }
+        };
+        Ok(reply)
+    }
+
+    /// Compiles in a worker and stores a success everywhere (its publish releases the waiters).
+    async fn produce(
+        &self,
+        workers: &TorchWorkers,
+        key: &CacheKey,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> pb::TorchGraphReply {
+        let answer = workers.compile(payload, timeout).await;
+        if !answer.ok || answer.artifacts.is_empty() {
+            tracing::warn!(%key, log = %answer.log.lines().last().unwrap_or_default(), "torch graph compile failed");
+            self.ledger.count(Outcome::Failed);
+            let answer = Arc::new(answer);
+            self.failures.insert(*key, Arc::clone(&answer)).await;
+            self.blobs.holders.published(key);
+            return failed_reply(&answer, key, Tier::Compiled);
+        }
+        self.ledger.count(Outcome::Compiled);
+        let files = vec![
+            BlobFile { name: ARTIFACTS_FILE.into(), data: answer.artifacts.to_vec() },
+            BlobFile { name: MICROS_FILE.into(), data: answer.compile_micros.to_le_bytes().to_vec() },
+        ];
+        let (sealed, artifact) = entry::seal(key, NAMESPACE, files);
+        let stored = Stored { envelope: Bytes::from(sealed), unpacked: Some(Arc::new(artifact)) };
+        self.blobs.engine.store_everywhere(key, stored).await;
+        self.blobs.holders.published(key);
+        pb::TorchGraphReply {
+            ok: true,
+            artifacts: answer.artifacts,
+            tier: Tier::Compiled as i32,
+            compile_micros: answer.compile_micros,
+            log: answer.log,
+            key: key.to_hex(),
+        }
+    }
+}
+
+fn check(r: &pb::TorchGraphRequest, max_payload: u64) -> Result<(), Error> {
+    if r.torch_version.is_empty() || r.torch_version.len() > MAX_VERSION {
+        return Err(invalid("torch_version", format!("must be 1 to {MAX_VERSION} bytes")));
+    }
+    if r.payload.is_empty() || r.payload.len() as u64 > max_payload {
+        return Err(invalid(
+            "payload",
+            format!("must be 1 to {max_payload} bytes (max_artifact_mb), got {}", r.payload.len()),
+        ));
+    }
+    for (field, value) in [("job", &r.job), ("name", &r.name)] {
+        if value.len() > MAX_LABEL {
+            return Err(invalid(field, format!("longer than {MAX_LABEL} bytes")));
+        }
+    }
+    if Duration::from_millis(u64::from(r.timeout_ms)) > MAX_TIMEOUT {
+        return Err(invalid("timeout_ms", format!("at most {} ms", MAX_TIMEOUT.as_millis())));
+    }
+    Ok(())
+}
+
+fn failed_reply(answer: &Answer, key: &CacheKey, tier: Tier) -> pb::TorchGraphReply {
+    pb::TorchGraphReply {
+        ok: false,
+        artifacts: Bytes::new(),
+        tier: tier as i32,
+        compile_micros: answer.compile_micros,
+        log: answer.log.clone(),
+        key: key.to_hex(),
+    }
+}
+
+fn reply_of_entry(found: &pb::BlobEntry, key: &CacheKey) -> pb::TorchGraphReply {
+    let file = |name: &str| found.files.iter().find(|f| f.name == name).map(|f| f.data.as_slice());
+    let micros = file(MICROS_FILE).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes).unwrap_or(0);
+    pb::TorchGraphReply {
+        ok: true,
+        artifacts: Bytes::copy_from_slice(file(ARTIFACTS_FILE).unwrap_or_default()),
+        tier: found.tier,
+        compile_micros: micros,
+        log: String::new(),
+        key: key.to_hex(),
+    }
+}
+
+fn check_report(r: &pb::TorchGraphReport) -> Result<(), Error> {
+    if r.job.len() > MAX_LABEL {
+        return Err(invalid("job", format!("longer than {MAX_LABEL} bytes")));
+    }
+    if r.fallbacks.len() > 64 {
+        return Err(invalid("fallbacks", "more than 64 reasons"));
+    }
+    if r.graphs.len() > 4096 {
+        return Err(invalid("graphs", "more than 4096 graphs"));
+    }
+    for (i, g) in r.graphs.iter().enumerate() {
+        if g.name.len() > MAX_LABEL {
+            return Err(invalid(format!("graphs[{i}].name"), format!("longer than {MAX_LABEL} bytes")));
+        }
+        for (field, v) in [
+            ("eager_median_s", g.eager_median_s),
+            ("compiled_median_s", g.compiled_median_s),
+            ("compile_s", g.compile_s),
+        ] {
+            if !v.is_finite() || v < 0.0 {
+                return Err(invalid(format!("graphs[{i}].{field}"), format!("must be a finite number >= 0, got {v}")));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[tonic::async_trait]
+impl pb::torch_graphs_server::TorchGraphs for GraphService {
+    async fn compile_torch_graph(
+        &self,
+        request: Request<pb::TorchGraphRequest>,
+    ) -> Result<Response<pb::TorchGraphReply>, Status> {
+        let state = Arc::clone(&self.0);
+        // The compile goes on when the client goes away: its answer fills the caches for the next.
+        let task = tokio::spawn(async move { state.compile(request.into_inner()).await });
+        match task.await {
+            Ok(reply) => Ok(Response::new(reply?)),
+            Err(e) => Err(Status::internal(format!("the graph's task failed: {e}"))),
+        }
+    }
+
+    async fn report_torch_graphs(
+        &self,
+        request: Request<pb::TorchGraphReport>,
+    ) -> Result<Response<pb::TorchGraphReportReply>, Status> {
+        let report = request.into_inner();
+        check_report(&report)?;
+        self.0.ledger.report(report);
+        Ok(Response::new(pb::TorchGraphReportReply {}))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request() -> pb::TorchGraphRequest {
+        pb::TorchGraphRequest { torch_version: "2.11.0".into(), payload: vec![1], ..Default::default() }
+    }
+
+    #[test]
+    fn every_bad_field_is_named() {
+        let field = |r: pb::TorchGraphRequest| check(&r, 16).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            field(pb::TorchGraphRequest { torch_version: String::new(), ..request() }).starts_with("torch_version:")
+        );
+        assert!(field(pb::TorchGraphRequest { payload: vec![], ..request() }).starts_with("payload:"));
+        assert!(field(pb::TorchGraphRequest { payload: vec![0; 17], ..request() }).starts_with("payload:"));
+        assert!(field(pb::TorchGraphRequest { job: "j".repeat(300), ..request() }).starts_with("job:"));
+        assert!(field(pb::TorchGraphRequest { timeout_ms: 4_000_000, ..request() }).starts_with("timeout_ms:"));
+        assert!(check(&request(), 16).is_ok());
+        let bad = pb::TorchGraphReport {
+            graphs: vec![pb::TorchGraphCost { compile_s: f64::NAN, ..Default::default() }],
+            ..Default::default()
+        };
+        assert!(check_report(&bad).unwrap_err().to_string().starts_with("graphs[0].compile_s:"));
+    }
+}

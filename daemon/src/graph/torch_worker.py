@@ -1,0 +1,285 @@
+"""kilnd's torch.compile graph worker.
+
+kilnd starts a pool of these, lazily, on the first graph request, and talks to each over
+stdin/stdout in frames: a u32 little-endian length, then the payload. The first frame is the
+worker's hello (one JSON object: versions, or an error). A request is a u32 length, a JSON header
+({"timeout_seconds"}) and then the graph's payload as kiln.torch serializes it; an answer is a u32
+length, a JSON header ({"ok", "log", "compile_micros"}) and then the artifacts'
+bytes (torch.compiler.save_cache_artifacts).
+
+The worker imports torch, Dynamo and Inductor once (seconds on a GPU host) and never touches the
+GPU or a request itself: each request is compiled in a child forked for it alone, which reads the
+payload through a restricted unpickler, runs AOTAutograd and Inductor on the graph with inputs
+of the graph's metadata, writes its answer to a pipe and exits. A child that crashes or runs past
+its timeout is that graph's failed answer, and the worker lives on. CUDA is initialised only in
+children (a process that initialised CUDA cannot fork a child that uses it).
+"""
+
+import io
+import json
+import os
+import pickle
+import resource
+import signal
+import struct
+import sys
+import tempfile
+import time
+import traceback
+
+#: The payload's format; kiln.torch writes the same number.
+PAYLOAD_VERSION = 1
+
+#: Globals a payload may name. A graph's pickle names torch's classes and the graph pickler's
+#: own functions; nothing else. This narrows what a hostile payload can reach, and is not the
+#: box: the child that reads it is (see the README's security model).
+ALLOWED_ROOTS = ("torch", "sympy", "collections", "copyreg", "_codecs", "enum", "functools", "typing")
+DENIED_PREFIXES = (
+    "torch.hub",
+    "torch.utils.cpp_extension",
+    "torch.package",
+    "torch.serialization",
+    "torch.jit",
+    "torch.load",
+    "torch.save",
+    "torch._inductor.codecache",
+    "torch.utils._import_utils",
+    "torch._dynamo.eval_frame",
+    "torch.multiprocessing",
+    "torch.distributed",
+    "functools.reduce",
+)
+ALLOWED_BUILTINS = frozenset(
+    {"getattr", "set", "frozenset", "slice", "range", "complex", "tuple", "list", "dict", "bytearray", "object", "bool",
+     "int", "float", "str", "bytes", "type", "NoneType", "Ellipsis"}
+)
+
+
+def read_exactly(stream, n):
+    data = stream.read(n)
+    if len(data) != n:
+        raise EOFError("kilnd closed the pipe")
+    return data
+
+
+def read_request(stream):
+    """(header, payload), or None at the end of input."""
+    try:
+        (length,) = struct.unpack("<I", read_exactly(stream, 4))
+    except EOFError:
+        return None
+    frame = read_exactly(stream, length)
+    (header_len,) = struct.unpack("<I", frame[:4])
+    return json.loads(frame[4 : 4 + header_len]), frame[4 + header_len :]
+
+
+def write_frame(stream, data):
+    stream.write(struct.pack("<I", len(data)))
+    stream.write(data)
+    stream.flush()
+
+
+def encode_answer(header, body=b""):
+    head = json.dumps(header).encode()
+    return struct.pack("<I", len(head)) + head + body
+
+
+def allowed_global(module, name):
+    qualified = f"{module}.{name}"
+    if module == "builtins":
+        return name in ALLOWED_BUILTINS
+    if not module.split(".")[0] in ALLOWED_ROOTS:
+        return False
+    return not qualified.startswith(DENIED_PREFIXES) and not module.startswith(DENIED_PREFIXES)
+
+
+def restricted_loads(data, fake_mode):
+    """torch's graph unpickler, refusing globals outside ALLOWED_ROOTS."""
+    from torch.fx import _graph_pickler as gp
+
+    class Unpickler(gp._GraphUnpickler):
+        def find_class(self, module, name):
+            if not allowed_global(module, name):
+                raise pickle.UnpicklingError(f"the graph names {module}.{name}, which a graph never needs")
+            return super().find_class(module, name)
+
+    state = gp._UnpickleState(fake_mode)
+    with io.BytesIO(data) as stream:
+        return Unpickler(stream, state).load()
+
+
+def decode_payload(payload):
+    """(header, graph pickle) of a payload: a u32 length, a JSON header, the pickle."""
+    if len(payload) < 4:
+        raise ValueError("payload shorter than its header length")
+    (n,) = struct.unpack("<I", payload[:4])
+    header = json.loads(payload[4 : 4 + n])
+    if header.get("version") != PAYLOAD_VERSION:
+        raise ValueError(f"payload version {header.get('version')!r}, this worker reads {PAYLOAD_VERSION}")
+    return header, payload[4 + n :]
+
+
+def example_input(torch, spec):
+    """A real input of the graph's metadata: contents do not matter to a compile."""
+    kind = spec["kind"]
+    if kind == "tensor":
+        dtype = getattr(torch, spec["dtype"].removeprefix("torch."))
+        if not isinstance(dtype, torch.dtype):
+            raise ValueError(f"inputs: {spec['dtype']!r} is not a dtype")
+        t = torch.empty_strided(spec["shape"], spec["stride"], dtype=dtype, device=spec["device"])
+        if dtype.is_floating_point or dtype.is_complex:
+            t.zero_()
+        else:
+            t.fill_(0)
+        if spec.get("parameter"):
+            return torch.nn.Parameter(t, requires_grad=spec["requires_grad"])
+        return t.requires_grad_(spec["requires_grad"])
+    if kind in ("int", "float", "bool"):
+        return {"int": int, "float": float, "bool": bool}[kind](spec["value"])
+    raise ValueError(f"inputs: unsupported input kind {kind!r}")
+
+
+def compile_graph(payload):
+    """Compiles one payload; returns the artifacts' bytes. Runs in the child only."""
+    import torch
+    import torch._inductor.config as inductor_config
+    from torch._inductor.compile_fx import compile_fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.compiler._cache import CacheArtifactManager
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    header, graph = decode_payload(payload)
+    fake_mode = FakeTensorMode(shape_env=ShapeEnv())
+    gm, sources = restricted_loads(graph, fake_mode)
+    if not isinstance(gm, torch.fx.GraphModule):
+        raise ValueError("the payload's graph is not a GraphModule")
+    placeholders = list(gm.graph.find_nodes(op="placeholder"))
+    if len(sources) != len(placeholders):
+        raise ValueError(f"{len(sources)} sources for {len(placeholders)} placeholders")
+    for node, source in zip(placeholders, sources):
+        node._dynamo_source = source
+    inputs = [example_input(torch, s) for s in header["inputs"]]
+    # Settings that change what a compile makes are the client's, sent in the payload; a
+    # backward graph is compiled now, not at a first backward that never runs here.
+    torch._functorch.config.force_non_lazy_backward_lowering = True
+    patches = header.get("inductor_config", {})
+    CacheArtifactManager.clear()
+    with inductor_config.patch(patches), torch._guards.tracing(torch._guards.TracingContext(fake_mode)):
+        compile_fx(gm, inputs, config_patches=header.get("config_patches") or None)
+    artifacts = torch.compiler.save_cache_artifacts()
+    if artifacts is None:
+        raise RuntimeError("the compile left no cache artifacts (is Inductor's FX graph cache off?)")
+    return artifacts[0]
+
+
+def child(payload, out_fd, timeout_seconds):
+    """The per-request child: compile, answer through out_fd, exit."""
+    resource.setrlimit(resource.RLIMIT_CPU, (timeout_seconds * 4 + 10, timeout_seconds * 4 + 10))
+    started = time.monotonic()
+    try:
+        body = compile_graph(payload)
+        answer = encode_answer({"ok": True, "compile_micros": int((time.monotonic() - started) * 1e6)}, body)
+    except BaseException:
+        answer = encode_answer(
+            {"ok": False, "log": traceback.format_exc()[-16000:], "compile_micros": int((time.monotonic() - started) * 1e6)}
+        )
+    with os.fdopen(out_fd, "wb") as out:
+        out.write(answer)
+    os._exit(0)
+
+
+def run_one(payload, timeout_seconds):
+    """Forks a child for one payload and returns its answer frame."""
+    started = time.monotonic()
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_fd)
+        os.setsid()
+        child(payload, write_fd, timeout_seconds)
+    os.close(write_fd)
+    chunks = []
+    deadline = started + timeout_seconds
+    import select
+
+    timed_out = False
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            timed_out = True
+            break
+        ready, _, _ = select.select([read_fd], [], [], left)
+        if not ready:
+            continue
+        data = os.read(read_fd, 1 << 20)
+        if not data:
+            break
+        chunks.append(data)
+    os.close(read_fd)
+    # The child's whole session: Inductor's compile workers too.
+    for target in (-pid, pid):
+        try:
+            os.kill(target, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    _, status = os.waitpid(pid, 0)
+    micros = int((time.monotonic() - started) * 1e6)
+    if timed_out:
+        return encode_answer({"ok": False, "log": f"the compile ran past its {timeout_seconds} s timeout", "compile_micros": micros})
+    answer = b"".join(chunks)
+    if len(answer) < 4:
+        how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit status {os.WEXITSTATUS(status)}"
+        return encode_answer({"ok": False, "log": f"the compile's process died ({how}) before it answered", "compile_micros": micros})
+    return answer
+
+
+def hello():
+    import torch
+    import torch._dynamo  # noqa: F401  (imported here once, before any request)
+    import torch._inductor.compile_fx  # noqa: F401
+    import torch.fx._graph_pickler  # noqa: F401
+
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = ""
+    return {
+        "torch": torch.__version__,
+        "location": os.path.dirname(torch.__file__),
+        # Everything about the worker that can change a compile's output, and nothing
+        # host-specific: kilnd adds the GPUs itself. Hashed into every graph's key.
+        "fingerprint": {
+            "torch": torch.__version__,
+            "triton": triton_version,
+            "python": sys.version.split()[0],
+            "cuda": torch.version.cuda or "",
+        },
+    }
+
+
+def main():
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    # The children's Inductor and Triton caches live in this worker's private home, which kilnd
+    # made; each child starts from an empty Inductor cache so that its artifacts are whole.
+    try:
+        greeting = hello()
+    except BaseException:
+        write_frame(stdout, json.dumps({"error": traceback.format_exc()[-4000:]}).encode())
+        return
+    write_frame(stdout, json.dumps(greeting).encode())
+    while True:
+        request = read_request(stdin)
+        if request is None:
+            return
+        header, payload = request
+        timeout_seconds = max(1, int(header.get("timeout_seconds", 600)))
+        with tempfile.TemporaryDirectory(prefix="graph-") as cache:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
+            answer = run_one(payload, timeout_seconds)
+        write_frame(stdout, answer)
+
+
+if __name__ == "__main__":
+    main()
