@@ -51,23 +51,24 @@ impl Ledger {
         self.metrics.torch_graphs.get_or_create(&ResultLabels { result: outcome.as_str() }).inc();
     }
 
-    /// Takes one process's report: its fallbacks since its last report, and its graphs' costs.
-    pub fn report(&self, report: pb::TorchGraphReport) {
+    /// Takes one process's report: its fallbacks since its last report, and its graphs' costs;
+    /// answers the job's return.
+    pub fn report(&self, report: pb::TorchGraphReport) -> pb::TorchJobReturn {
         for (reason, n) in &report.fallbacks {
             let reason = if FALLBACK_REASONS.contains(&reason.as_str()) { reason.clone() } else { "other".into() };
             self.metrics.torch_graph_fallbacks.get_or_create(&ReasonLabels { reason }).inc_by(*n);
         }
-        if report.graphs.is_empty() {
-            return;
-        }
         let ret = job_return(&report.job, report.graphs);
+        if ret.graphs.is_empty() {
+            return ret;
+        }
         let labels = JobLabels { job: ret.job.clone() };
         self.metrics.torch_job_speedup.get_or_create(&labels).set(ret.speedup);
         self.metrics.torch_job_break_even_steps.get_or_create(&labels).set(ret.break_even_steps);
         self.metrics.torch_job_compile_seconds.get_or_create(&labels).set(ret.compile_s);
         let mut jobs = self.jobs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         jobs.retain(|j| j.job != ret.job);
-        jobs.push_front(ret);
+        jobs.push_front(ret.clone());
         while jobs.len() > MAX_JOBS {
             if let Some(old) = jobs.pop_back() {
                 let labels = JobLabels { job: old.job };
@@ -76,6 +77,7 @@ impl Ledger {
                 self.metrics.torch_job_compile_seconds.remove(&labels);
             }
         }
+        ret
     }
 
     pub fn stats(&self) -> pb::TorchGraphStats {
@@ -99,13 +101,14 @@ impl Ledger {
     }
 }
 
-/// Whether compiling paid off for a job whose graphs cost `graphs`. A step is one call of each
-/// graph; a graph measured only one way counts in neither step time.
+/// Whether compiling paid off for a job whose graphs cost `graphs`. A graph's call time runs from
+/// one call to its next, so each spans a whole step: a step's time is the largest graph's. Graphs
+/// measured only one way count in neither.
 pub fn job_return(job: &str, graphs: Vec<pb::TorchGraphCost>) -> pb::TorchJobReturn {
     let both: Vec<&pb::TorchGraphCost> =
         graphs.iter().filter(|g| g.eager_median_s > 0.0 && g.compiled_median_s > 0.0).collect();
-    let eager: f64 = both.iter().map(|g| g.eager_median_s).sum();
-    let compiled: f64 = both.iter().map(|g| g.compiled_median_s).sum();
+    let eager: f64 = both.iter().map(|g| g.eager_median_s).fold(0.0, f64::max);
+    let compiled: f64 = both.iter().map(|g| g.compiled_median_s).fold(0.0, f64::max);
     let compile_s: f64 = graphs.iter().map(|g| g.compile_s).sum();
     let steps = graphs.iter().map(|g| g.eager_calls + g.compiled_calls).max().unwrap_or(0);
     let speedup = if eager > 0.0 && compiled > 0.0 { eager / compiled } else { 0.0 };

@@ -262,8 +262,8 @@ impl pb::torch_graphs_server::TorchGraphs for GraphService {
     ) -> Result<Response<pb::TorchGraphReportReply>, Status> {
         let report = request.into_inner();
         check_report(&report)?;
-        self.0.ledger.report(report);
-        Ok(Response::new(pb::TorchGraphReportReply {}))
+        let job = self.0.ledger.report(report);
+        Ok(Response::new(pb::TorchGraphReportReply { job: Some(job) }))
     }
 }
 

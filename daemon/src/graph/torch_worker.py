@@ -39,6 +39,8 @@ DENIED_PREFIXES = (
     "torch.utils.cpp_extension",
     "torch.package",
     "torch.serialization",
+    "torch.storage",
+    "torch._utils",
     "torch.jit",
     "torch.load",
     "torch.save",
@@ -49,6 +51,8 @@ DENIED_PREFIXES = (
     "torch.distributed",
     "functools.reduce",
 )
+#: Denied modules' names a graph does need: a layout (torch.strided) pickles as its name.
+ALLOWED_EXCEPTIONS = frozenset({"torch.serialization._get_layout"})
 ALLOWED_BUILTINS = frozenset(
     {"getattr", "set", "frozenset", "slice", "range", "complex", "tuple", "list", "dict", "bytearray", "object", "bool",
      "int", "float", "str", "bytes", "type", "NoneType", "Ellipsis"}
@@ -86,6 +90,8 @@ def encode_answer(header, body=b""):
 
 def allowed_global(module, name):
     qualified = f"{module}.{name}"
+    if qualified in ALLOWED_EXCEPTIONS:
+        return True
     if module == "builtins":
         return name in ALLOWED_BUILTINS
     if not module.split(".")[0] in ALLOWED_ROOTS:
@@ -162,9 +168,13 @@ def compile_graph(payload):
     # Settings that change what a compile makes are the client's, sent in the payload; a
     # backward graph is compiled now, not at a first backward that never runs here.
     torch._functorch.config.force_non_lazy_backward_lowering = True
-    patches = header.get("inductor_config", {})
     CacheArtifactManager.clear()
-    with inductor_config.patch(patches), torch._guards.tracing(torch._guards.TracingContext(fake_mode)):
+    with (
+        inductor_config.patch(header.get("inductor_config", {})),
+        torch._functorch.config.patch(header.get("functorch_config", {})),
+        torch.set_grad_enabled(bool(header.get("grad_enabled", True))),
+        torch._guards.tracing(torch._guards.TracingContext(fake_mode)),
+    ):
         compile_fx(gm, inputs, config_patches=header.get("config_patches") or None)
     artifacts = torch.compiler.save_cache_artifacts()
     if artifacts is None:

@@ -9,7 +9,8 @@ right after each has run:
 - ``torch._inductor.config``, ``torch._functorch.config``, ``torch._dynamo.config``: switch on
   the remote caches whose flags the user left unset;
 - ``torch._inductor.remote_cache``: replace the remote cache classes (see :mod:`kiln.torch`);
-- ``torch._dynamo``: join the snapshot restore at the first compile and save after each (see
+- ``torch._dynamo``: route torch.compile's graphs through kilnd (see :mod:`kiln._torch_graph`), join the
+  snapshot restore at the first compile and save after each (see
   :mod:`kiln.torch_snapshot`).
 
 Before any of that, it starts restoring the job's torch.compile snapshot in a background process
@@ -63,8 +64,9 @@ def _on_remote_cache(module: ModuleType) -> None:
 
 def _on_dynamo(module: ModuleType) -> None:
     if _version_ok():
-        from . import torch_snapshot
+        from . import _torch_graph, _torch_job, torch_snapshot
 
+        _torch_graph.install(_torch_job.job_now() or "")
         torch_snapshot.attach(module)
 
 

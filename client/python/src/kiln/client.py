@@ -34,6 +34,9 @@ from .results import (
     SnapshotProgress,
     SnapshotSummary,
     Stats,
+    TorchGraphAnswer,
+    TorchGraphCost,
+    TorchJobReturn,
     WarmProgress,
     events_from_proto,
 )
@@ -110,6 +113,7 @@ class Client:
         self._compiler = kiln_pb2_grpc.CompilerStub(self._channel)
         self._blobs = blob_pb2_grpc.BlobsStub(self._channel)
         self._snapshots_stub: Any = None
+        self._graphs_stub: Any = None
 
     # -- lifecycle --
 
@@ -344,6 +348,61 @@ class Client:
             call.cancel()
             raise
         return Lease(call, first, self.uri)
+
+    # -- torch.compile graphs (kiln.torch's graph path; the stubs are imported on first use) --
+
+    @property
+    def _graphs(self) -> Any:
+        if self._graphs_stub is None:
+            from ._proto import graph_pb2_grpc
+
+            self._graphs_stub = graph_pb2_grpc.TorchGraphsStub(self._channel)
+        return self._graphs_stub
+
+    def compile_torch_graph(
+        self,
+        payload: bytes,
+        torch_version: str,
+        *,
+        job: str = "",
+        name: str = "",
+        compile_timeout: float | None = None,
+        timeout: float | None = None,
+    ) -> TorchGraphAnswer:
+        """Compiles one serialized torch.compile graph in kilnd's torch workers, or answers it
+        from the caches; waits for the answer (``timeout`` bounds the call, ``compile_timeout`` the
+        compile, ``None`` for kilnd's). The payload is what :mod:`kiln._torch_graph` writes."""
+        from ._proto import graph_pb2
+
+        request = graph_pb2.TorchGraphRequest(
+            torch_version=torch_version,
+            payload=payload,
+            job=job,
+            name=name,
+            timeout_ms=_ms(compile_timeout, "compile_timeout"),
+        )
+        with self._rpc():
+            reply = self._graphs.CompileTorchGraph(request, timeout=self._timeout(timeout))
+        return TorchGraphAnswer.from_proto(reply)
+
+    def report_torch_graphs(
+        self,
+        job: str,
+        fallbacks: Mapping[str, int],
+        graphs: Sequence[TorchGraphCost],
+        *,
+        timeout: float | None = None,
+    ) -> TorchJobReturn:
+        """Reports a process's fallbacks (since its last report) and its graphs' costs; returns
+        whether compiling paid off for the job, as kilnd reckons it."""
+        from ._proto import graph_pb2
+
+        request = graph_pb2.TorchGraphReport(
+            job=job, fallbacks=dict(fallbacks), graphs=[g.to_proto() for g in graphs]
+        )
+        with self._rpc():
+            reply = self._graphs.ReportTorchGraphs(request, timeout=self._timeout(timeout))
+        return TorchJobReturn.from_proto(reply.job)
 
     # -- Snapshots (the algorithm is in kiln.snapshot, imported on first use: the Triton and
     # torch integrations, which need only blobs, import this module inside a job's compile) --

@@ -213,7 +213,14 @@ def _clear_memoized() -> None:
         getter.cache_clear()
 
 
-def install(*, allow_untested: bool = False, flags: bool = True, triton: bool = True, snapshots: bool = True) -> list[str]:
+def install(
+    *,
+    allow_untested: bool = False,
+    flags: bool = True,
+    triton: bool = True,
+    snapshots: bool = True,
+    graphs: bool = True,
+) -> list[str]:
     """Plugs kiln in behind torch.compile's remote caches, in this process; idempotent.
 
     Imports torch, checks its version (raises :class:`UnsupportedTorchVersion` on an untested
@@ -223,7 +230,10 @@ def install(*, allow_untested: bool = False, flags: bool = True, triton: bool = 
     restores the job's cache directories at the first compile and saves them after each (see
     :mod:`kiln.torch_snapshot`; under ``KILN_TORCH=1`` the restore starts earlier, at
     interpreter start-up; the snapshot also carries the source hashes of torch and Triton, see
-    :mod:`kiln._source_keys`). Returns the torch class names replaced. Call it before the first
+    :mod:`kiln._source_keys`); with ``graphs`` (and ``KILN_TORCH_GRAPHS`` not ``0``), each
+    graph Dynamo captures is compiled by kilnd's torch workers, once per fleet, and with
+    ``KILN_TORCH_ASYNC=1`` runs eagerly until that compile is ready (see :mod:`kiln._torch_graph`).
+    Returns the torch class names replaced. Call it before the first
     ``torch.compile``; child processes (Inductor's compile workers) need ``KILN_TORCH=1``.
     """
     import torch
@@ -238,6 +248,10 @@ def install(*, allow_untested: bool = False, flags: bool = True, triton: bool = 
     _clear_memoized()
     if triton:
         switch_on_triton()
+    if graphs:
+        from . import _torch_graph, _torch_job
+
+        _torch_graph.install(_torch_job.job_now() or "")
     if snapshots:
         from . import _autoinstall, _torch_job, torch_snapshot
 
@@ -250,6 +264,32 @@ def install(*, allow_untested: bool = False, flags: bool = True, triton: bool = 
 def installed() -> bool:
     """Whether the remote cache classes of this process are kiln's."""
     return "patch" in _done
+
+
+def graph_stats() -> dict[str, Any]:
+    """What the graph path did in this process: fallbacks to an in-process compile by reason, and
+    each graph's record (how it was compiled, the tier that answered, compile seconds, calls)."""
+    from . import _torch_graph
+
+    return _torch_graph.stats()
+
+
+def roi() -> Any:
+    """Whether compiling has paid off for this job so far (:class:`kiln.TorchJobReturn`: step
+    times eager and compiled, speedup, compile seconds, steps to break even and a sentence), as
+    kilnd reckons it from this process's graphs; ``None`` when kilnd does not answer. Graphs
+    measured both ways are those that ran eagerly first (``KILN_TORCH_ASYNC=1``)."""
+    from . import _torch_graph
+
+    return _torch_graph.report()
+
+
+def blocking() -> Any:
+    """A context manager: graphs first compiled inside it wait for their compile even with
+    ``KILN_TORCH_ASYNC=1`` (a graph whose eager run would not fit in memory, say)."""
+    from . import _torch_graph
+
+    return _torch_graph.blocking()
 
 
 def snapshot_stats() -> dict[str, Any]:

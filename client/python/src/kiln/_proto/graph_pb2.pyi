@@ -55,5 +55,7 @@ class TorchGraphReport(_message.Message):
     def __init__(self, job: _Optional[str] = ..., fallbacks: _Optional[_Mapping[str, int]] = ..., graphs: _Optional[_Iterable[_Union[_kiln_pb2.TorchGraphCost, _Mapping]]] = ...) -> None: ...
 
 class TorchGraphReportReply(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: _kiln_pb2.TorchJobReturn
+    def __init__(self, job: _Optional[_Union[_kiln_pb2.TorchJobReturn, _Mapping]] = ...) -> None: ...

@@ -62,9 +62,9 @@ class TorchGraphsServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ReportTorchGraphs(self, request, context):
-        """A process's account of its graphs: the fallbacks it took (by reason) and, per graph, what
-        running it eagerly and compiled cost. kilnd keeps the latest per job for `Stats`, /metrics
-        and the status page.
+        """A process's account of its graphs: the fallbacks it took since its last report (by reason)
+        and, per graph, what running it eagerly and compiled cost. kilnd keeps the latest per job for
+        `Stats` and /metrics, and answers with the job's return.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

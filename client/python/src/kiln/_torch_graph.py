@@ -1,0 +1,484 @@
+"""torch.compile graphs compiled by kilnd, once per fleet, and optionally never waited for.
+
+With ``KILN_TORCH=1`` (and ``KILN_TORCH_GRAPHS`` not ``0``), :func:`install` routes torch.compile's
+Inductor backend through kiln: the graph Dynamo captured is serialized (torch's graph pickler,
+every op admitted, with its inputs' metadata and the Inductor and functorch config that differs
+from torch's defaults) and sent to kilnd, whose warm torch workers run AOTAutograd and Inductor on
+it and answer with torch's own cache artifacts (``torch.compiler.save_cache_artifacts``).
+The process loads them and calls Inductor as it would have, which now finds its AOTAutograd and
+FX graph caches filled: no tracing of the joint graph, no code generation, no kernel compile.
+kilnd keys the payload with its workers' torch and the host's GPUs, stores the answer in its
+tiers and the fleet, and compiles each graph once in the fleet: a second process, rank or host
+waits for that compile or takes the stored answer.
+
+The boundary is Dynamo's graph, so a process pays only Dynamo's tracing (about twice an eager
+first step); torch's own out-of-process compile sits below AOTAutograd and leaves its tracing and
+partitioning in every process.
+
+Async (``KILN_TORCH_ASYNC=1``): a graph kilnd has not answered yet runs eagerly (Dynamo's traced
+graph, autograd intact) while kilnd compiles it in the background; the compiled graph replaces it
+at the first call after the answer arrived. ``with kiln.torch.blocking():`` around a graph's first
+call compiles that graph the blocking way.
+
+Every failure compiles in-process, as torch would, with one warning per reason, and is counted
+by reason (:data:`FALLBACK_REASONS`; :func:`stats`): never a wrong result.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import logging
+import os
+import statistics
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger("kiln")
+
+GRAPHS_ENV = "KILN_TORCH_GRAPHS"
+ASYNC_ENV = "KILN_TORCH_ASYNC"
+#: The payload's format; the worker reads the same number.
+PAYLOAD_VERSION = 1
+#: How long a blocking graph waits for kilnd (a cold GPT-2 graph takes tens of seconds).
+COMPILE_WAIT_SECS = float(os.environ.get("KILN_TORCH_GRAPH_WAIT_SECS", "1800"))
+
+#: Why a graph was compiled in-process instead of by kilnd.
+FALLBACK_REASONS = (
+    "kilnd_unreachable",  # no answer from kilnd (down, or backing off after it was)
+    "unserializable",  # the graph or its inputs cannot travel (dynamic shapes, tensor subclasses...)
+    "worker_failed",  # kilnd's worker crashed, timed out or raised
+    "torch_mismatch",  # kilnd's torch workers run another torch
+    "not_reused",  # kilnd's artifacts did not give torch a cache hit here
+    "no_torch_worker",  # kilnd has no interpreter with torch for its workers
+)
+
+#: Node metadata that travels: the values Inductor and AOTAutograd read. Stack traces stay home
+#: (they name the user's paths, which would split the key between hosts).
+_META_KEYS = frozenset({"val", "example_value", "tensor_dict"})
+#: GraphModule attributes that differ between processes compiling the same graph and that no
+#: compile reads: stack summaries of the user's frames.
+_VOLATILE_ATTRS = ("_source_to_user_stacks", "compile_subgraph_reason")
+
+
+def enabled() -> bool:
+    return os.environ.get(GRAPHS_ENV, "1") not in ("", "0")
+
+
+def async_enabled() -> bool:
+    return os.environ.get(ASYNC_ENV, "0") not in ("", "0")
+
+
+class Unserializable(Exception):
+    """The graph or its inputs cannot be sent to kilnd."""
+
+
+# -- what this process did --------------------------------------------------------------------
+
+
+@dataclass
+class GraphRecord:
+    """One graph's life in this process: how it was compiled, and what its calls cost."""
+
+    name: str
+    how: str = "pending"  # kilnd | in-process | eager
+    tier: str = ""
+    compile_s: float = 0.0
+    #: Seconds from one call to the next, by the way the earlier call ran.
+    intervals: dict[str, list[float]] = field(default_factory=lambda: {"eager": [], "compiled": []})
+    calls: dict[str, int] = field(default_factory=lambda: {"eager": 0, "compiled": 0})
+    ready_after_s: float | None = None
+    _last: tuple[str, float] | None = None
+
+    def called(self, mode: str) -> None:
+        now = time.perf_counter()
+        if self._last is not None:
+            samples = self.intervals[self._last[0]]
+            samples.append(now - self._last[1])
+            if len(samples) > 512:
+                del samples[:256]
+        self._last = (mode, now)
+        self.calls[mode] += 1
+
+    def cost(self) -> Any:
+        from .results import TorchGraphCost
+
+        def median(mode: str) -> float:
+            # The first interval of each mode holds the swap or the first step's warm-up.
+            samples = self.intervals[mode][1:] or self.intervals[mode]
+            return statistics.median(samples) if samples else 0.0
+
+        return TorchGraphCost(
+            self.name, self.calls["eager"], self.calls["compiled"], median("eager"), median("compiled"), self.compile_s
+        )
+
+
+class _Ledger:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.fallbacks: dict[str, int] = dict.fromkeys(FALLBACK_REASONS, 0)
+        self.unreported: dict[str, int] = {}
+        self.graphs: list[GraphRecord] = []
+        self.job = ""
+
+
+_ledger = _Ledger()
+
+
+def _fallback(reason: str, detail: object) -> None:
+    from . import _fleet
+
+    with _ledger.lock:
+        _ledger.fallbacks[reason] = _ledger.fallbacks.get(reason, 0) + 1
+        _ledger.unreported[reason] = _ledger.unreported.get(reason, 0) + 1
+    _fleet.warn_once(
+        f"torch-graph:{reason}",
+        "kiln: a torch.compile graph is compiled in this process instead of by kilnd (%s): %s",
+        reason,
+        detail,
+    )
+
+
+def stats() -> dict[str, Any]:
+    """What the graph path did in this process: fallbacks by reason, and each graph's record."""
+    with _ledger.lock:
+        return {
+            "fallbacks": {k: v for k, v in _ledger.fallbacks.items() if v},
+            "graphs": [
+                {
+                    "name": g.name,
+                    "how": g.how,
+                    "tier": g.tier,
+                    "compile_s": g.compile_s,
+                    "calls": dict(g.calls),
+                    "ready_after_s": g.ready_after_s,
+                }
+                for g in _ledger.graphs
+            ],
+        }
+
+
+def report() -> Any:
+    """Sends this process's fallbacks (since the last report) and its graphs' costs to kilnd;
+    returns the job's return as kilnd reckons it (:class:`kiln.TorchJobReturn`), or ``None``
+    when kilnd does not answer."""
+    from . import _fleet
+
+    with _ledger.lock:
+        fallbacks, _ledger.unreported = _ledger.unreported, {}
+        costs = [g.cost() for g in _ledger.graphs]
+        job = _ledger.job
+    answer = _fleet.call("torch graph report", lambda c: c.report_torch_graphs(job, fallbacks, costs, timeout=10), None)
+    if answer is None:
+        with _ledger.lock:
+            for k, v in fallbacks.items():
+                _ledger.unreported[k] = _ledger.unreported.get(k, 0) + v
+    return answer
+
+
+_blocking = threading.local()
+
+
+@contextlib.contextmanager
+def blocking() -> Iterator[None]:
+    """Graphs first compiled inside this block are compiled the blocking way, even with
+    ``KILN_TORCH_ASYNC=1``: for a graph whose eager run would not fit in memory, say."""
+    before = getattr(_blocking, "on", False)
+    _blocking.on = True
+    try:
+        yield
+    finally:
+        _blocking.on = before
+
+
+# -- the payload ------------------------------------------------------------------------------
+
+
+def _input_spec(torch: Any, value: Any) -> dict[str, Any]:
+    if isinstance(value, torch.Tensor):
+        if type(value) not in (torch.Tensor, torch.nn.Parameter) or value.is_sparse or value.is_quantized:
+            raise Unserializable(f"an input of type {type(value).__name__} (only plain dense tensors travel)")
+        if any(isinstance(s, torch.SymInt) for s in (*value.shape, *value.stride())):
+            raise Unserializable("an input with symbolic (dynamic) shape")
+        if value.storage_offset() != 0:
+            raise Unserializable("an input view with a storage offset")
+        return {
+            "kind": "tensor",
+            "shape": list(value.shape),
+            "stride": list(value.stride()),
+            "dtype": str(value.dtype),
+            "device": str(value.device),
+            "requires_grad": bool(value.requires_grad),
+            "parameter": isinstance(value, torch.nn.Parameter),
+        }
+    for kind, cls in (("bool", bool), ("int", int), ("float", float)):
+        if type(value) is cls:
+            return {"kind": kind, "value": value}
+    raise Unserializable(f"an input of type {type(value).__name__}")
+
+
+def _changed_config(module: Any) -> dict[str, Any]:
+    """The entries of a torch config module that differ from torch's defaults and survive JSON:
+    what the worker must set to compile as this process would."""
+    out: dict[str, Any] = {}
+    for name, entry in getattr(module, "_config", {}).items():
+        try:
+            value = getattr(module, name)
+        except AttributeError:
+            continue
+        if value == getattr(entry, "default", value):
+            continue
+        try:
+            if json.loads(json.dumps(value)) == value:
+                out[name] = value
+        except (TypeError, ValueError):
+            continue
+    return out
+
+
+def serialize(gm: Any, example_inputs: list[Any], config_patches: dict[str, Any]) -> bytes:
+    """The payload kilnd compiles: a u32 length, a JSON header (the inputs' metadata and the
+    config), then torch's graph pickle of (graph module, each placeholder's Dynamo source).
+    Deterministic: processes tracing the same code send the same bytes, so they share one key."""
+    import torch
+    from torch._guards import CompileId
+    from torch.fx._graph_pickler import GraphPickler, Options
+
+    inputs = [_input_spec(torch, v) for v in example_inputs]
+    placeholders = list(gm.graph.find_nodes(op="placeholder"))
+    sources = [getattr(n, "_dynamo_source", None) for n in placeholders]
+    header = {
+        "version": PAYLOAD_VERSION,
+        "inputs": inputs,
+        "config_patches": {k: v for k, v in (config_patches or {}).items() if json.loads(json.dumps(v, default=str)) == v},
+        "inductor_config": _changed_config(torch._inductor.config),
+        "functorch_config": _changed_config(torch._functorch.config),
+        "grad_enabled": torch.is_grad_enabled(),
+    }
+    saved = {k: gm.__dict__.pop(k) for k in _VOLATILE_ATTRS if k in gm.__dict__}
+    meta = gm.meta
+    gm.meta = {k: v for k, v in meta.items() if k != "backend_id"}
+    if "dynamo_compile_id" in gm.meta:
+        gm.meta["dynamo_compile_id"] = CompileId(frame_id=0, frame_compile_id=0)
+    try:
+        options = Options(ops_filter=None, node_metadata_key_filter=lambda k: k in _META_KEYS)
+        graph = GraphPickler.dumps((gm, sources), options)
+    except Exception as e:  # noqa: BLE001 - anything the pickler refuses means "does not travel"
+        raise Unserializable(f"{type(e).__name__}: {e}") from e
+    finally:
+        gm.meta = meta
+        gm.__dict__.update(saved)
+    head = json.dumps(header, sort_keys=True).encode()
+    return struct.pack("<I", len(head)) + head + graph
+
+
+# -- kilnd ------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Answer:
+    artifacts: bytes
+    tier: str
+    compile_s: float
+
+
+def _ask(payload: bytes, name: str) -> _Answer | str:
+    """kilnd's answer, or the fallback reason (already counted)."""
+    import torch
+
+    from . import _fleet, errors
+
+    if not _fleet.available():
+        _fallback("kilnd_unreachable", "kilnd did not answer recently")
+        return "kilnd_unreachable"
+    try:
+        answer = _fleet.client().compile_torch_graph(
+            payload, torch.__version__, job=_ledger.job, name=name, timeout=COMPILE_WAIT_SECS
+        )
+    except errors.KilnError as e:
+        details = e.details or ""
+        if "torch_version" in details:
+            reason = "torch_mismatch"
+        elif "no torch worker" in details:
+            reason = "no_torch_worker"
+        else:
+            _fleet.failed(e, "torch graph compile")
+            reason = "kilnd_unreachable"
+        _fallback(reason, details)
+        return reason
+    if not answer.ok:
+        last = answer.log.strip().splitlines()[-1:] or ["no log"]
+        _fallback("worker_failed", last[0])
+        log.debug("kiln: the torch worker's log for graph %s:\n%s", name, answer.log)
+        return "worker_failed"
+    return _Answer(answer.artifacts, answer.tier.name.lower(), answer.compile_seconds)
+
+
+def _load(torch: Any, answer: _Answer, compile_in_process: Callable[[], Any]) -> tuple[Any, bool]:
+    """Loads kilnd's artifacts and lets Inductor find them: (compiled, whether torch hit)."""
+    from torch._dynamo.utils import counters
+
+    torch.compiler.load_cache_artifacts(answer.artifacts)
+    hits = counters["aot_autograd"]["autograd_cache_hit"]
+    compiled = compile_in_process()
+    return compiled, counters["aot_autograd"]["autograd_cache_hit"] > hits
+
+
+def _graph_name(gm: Any) -> str:
+    cid = gm.meta.get("dynamo_compile_id") if hasattr(gm, "meta") else None
+    return f"{gm.__class__.__name__}:{cid}" if cid is not None else gm.__class__.__name__
+
+
+def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, list[Any]], Any], config: dict[str, Any]) -> Any:
+    """kiln's Inductor backend: what torch.compile runs for each graph Dynamo captured."""
+    import torch
+
+    record = GraphRecord(_graph_name(gm))
+    with _ledger.lock:
+        _ledger.graphs.append(record)
+    started = time.perf_counter()
+    try:
+        payload = serialize(gm, example_inputs, config)
+    except Unserializable as e:
+        _fallback("unserializable", e)
+        record.how = "in-process"
+        return inductor(gm, example_inputs)
+    if async_enabled() and not getattr(_blocking, "on", False):
+        return _AsyncGraph(gm, payload, inductor, record, started)
+    answer = _ask(payload, record.name)
+    if isinstance(answer, str):
+        record.how = "in-process"
+        return inductor(gm, example_inputs)
+    compiled, hit = _load(torch, answer, lambda: inductor(gm, example_inputs))
+    if not hit:
+        _fallback("not_reused", "torch's AOTAutograd cache missed kilnd's artifacts; compiled here")
+    record.how, record.tier = ("kilnd", answer.tier) if hit else ("in-process", "")
+    record.compile_s = answer.compile_s + (time.perf_counter() - started)
+    record.ready_after_s = time.perf_counter() - started
+    _report_soon()
+
+    def run(*args: Any) -> Any:
+        record.called("compiled")
+        return compiled(*args)
+
+    return run
+
+
+class _AsyncGraph:
+    """A graph that runs eagerly until kilnd's compile of it arrives, then compiled."""
+
+    def __init__(self, gm: Any, payload: bytes, inductor: Callable[[Any, list[Any]], Any], record: GraphRecord, started: float) -> None:
+        import torch
+
+        self.gm = gm
+        self.inductor = inductor
+        self.record = record
+        self.started = started
+        self.compiled: Any = None
+        self.answer: _Answer | str | None = None
+        # Dynamo's tracing context (its fake tensors and the graph's inputs' origins): the
+        # compile at the swap runs inside it, as it would have inside Dynamo.
+        self.context = torch._guards.TracingContext.try_get()
+        record.how = "eager"
+        self.thread = threading.Thread(target=self._fetch, args=(payload,), name="kiln-graph", daemon=True)
+        self.thread.start()
+
+    def _fetch(self, payload: bytes) -> None:
+        self.answer = _ask(payload, self.record.name)
+
+    def _swap(self, args: tuple[Any, ...]) -> None:
+        import torch
+
+        answer, inputs = self.answer, list(args)
+        swap_started = time.perf_counter()
+        context = torch._guards.tracing(self.context) if self.context is not None else contextlib.nullcontext()
+        try:
+            with context:
+                if isinstance(answer, _Answer):
+                    compiled, hit = _load(torch, answer, lambda: self.inductor(self.gm, inputs))
+                    if not hit:
+                        _fallback("not_reused", "torch's AOTAutograd cache missed kilnd's artifacts; compiled here")
+                    self.record.how, self.record.tier = ("kilnd", answer.tier) if hit else ("in-process", "")
+                    self.record.compile_s = answer.compile_s
+                else:
+                    compiled = self.inductor(self.gm, inputs)
+                    self.record.how = "in-process"
+        except Exception as e:  # noqa: BLE001 - the graph keeps running eagerly: never a wrong result
+            from . import _fleet
+
+            _fleet.warn_once("torch-graph:swap", "kiln: a compiled graph could not replace its eager run (%s); it stays eager", e)
+            self.record.how = "eager"
+            self.compiled = self.gm
+            return
+        self.record.compile_s += time.perf_counter() - swap_started
+        self.record.ready_after_s = time.perf_counter() - self.started
+        self.compiled = compiled
+        _report_soon()
+
+    def __call__(self, *args: Any) -> Any:
+        if self.compiled is None and self.answer is not None:
+            self._swap(args)
+        if self.compiled is None or self.compiled is self.gm:
+            self.record.called("eager")
+            return self.gm(*args)
+        self.record.called("compiled")
+        return self.compiled(*args)
+
+
+# -- reports ----------------------------------------------------------------------------------
+
+_report_lock = threading.Lock()
+_report_due = threading.Event()
+_reporter: threading.Thread | None = None
+
+
+def _report_soon() -> None:
+    """Reports in the background, after the graph's first compiled calls have been timed."""
+    global _reporter
+    _report_due.set()
+    with _report_lock:
+        if _reporter is None:
+            _reporter = threading.Thread(target=_report_loop, name="kiln-graph-report", daemon=True)
+            _reporter.start()
+            atexit.register(report)
+
+
+def _report_loop() -> None:
+    while True:
+        _report_due.wait()
+        _report_due.clear()
+        time.sleep(30.0)
+        report()
+        _report_due.set()
+
+
+# -- installation -----------------------------------------------------------------------------
+
+_installed = False
+
+
+def install(job: str) -> bool:
+    """Routes torch.compile's Inductor backend through kilnd in this process; idempotent.
+    Returns whether it is installed (``KILN_TORCH_GRAPHS=0`` leaves it out)."""
+    global _installed
+    if not enabled():
+        return False
+    import torch
+
+    _ledger.job = job
+    if _installed:
+        return True
+    wrapper = torch._TorchCompileInductorWrapper
+    original = wrapper.__call__
+
+    def __call__(self: Any, model_: Any, inputs_: Any) -> Any:
+        return compile_graph(model_, list(inputs_), lambda gm, inputs: original(self, gm, inputs), dict(self.config))
+
+    wrapper.__call__ = __call__
+    _installed = True
+    return True
