@@ -105,6 +105,10 @@ class GraphRecord:
         self._last = (mode, now)
         self.calls[mode] += 1
 
+    def restart(self) -> None:
+        """Forgets when the last call started: the time since was not a step's."""
+        self._last = None
+
     def cost(self) -> Any:
         from .results import TorchGraphCost
 
@@ -349,7 +353,7 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
         record.how = "in-process"
         return inductor(gm, example_inputs)
     if async_enabled() and not getattr(_blocking, "on", False):
-        return _AsyncGraph(gm, payload, inductor, record, started)
+        return _AsyncGraph(gm, example_inputs, payload, inductor, record, started)
     answer = _ask(payload, record.name)
     if isinstance(answer, str):
         record.how = "in-process"
@@ -372,10 +376,21 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
 class _AsyncGraph:
     """A graph that runs eagerly until kilnd's compile of it arrives, then compiled."""
 
-    def __init__(self, gm: Any, payload: bytes, inductor: Callable[[Any, list[Any]], Any], record: GraphRecord, started: float) -> None:
+    def __init__(
+        self,
+        gm: Any,
+        example_inputs: list[Any],
+        payload: bytes,
+        inductor: Callable[[Any, list[Any]], Any],
+        record: GraphRecord,
+        started: float,
+    ) -> None:
         import torch
 
         self.gm = gm
+        # Dynamo's own inputs, kept until the swap: its tracing context knows them (and that their
+        # shapes are static), where the next call's tensors would be traced as dynamic.
+        self.example_inputs: list[Any] | None = example_inputs
         self.inductor = inductor
         self.record = record
         self.started = started
@@ -391,10 +406,11 @@ class _AsyncGraph:
     def _fetch(self, payload: bytes) -> None:
         self.answer = _ask(payload, self.record.name)
 
-    def _swap(self, args: tuple[Any, ...]) -> None:
+    def _swap(self) -> None:
         import torch
 
-        answer, inputs = self.answer, list(args)
+        answer, inputs = self.answer, self.example_inputs or []
+        self.example_inputs = None
         swap_started = time.perf_counter()
         context = torch._guards.tracing(self.context) if self.context is not None else contextlib.nullcontext()
         try:
@@ -422,7 +438,9 @@ class _AsyncGraph:
 
     def __call__(self, *args: Any) -> Any:
         if self.compiled is None and self.answer is not None:
-            self._swap(args)
+            self._swap()
+            # The swap is compile time, not the previous call's.
+            self.record.restart()
         if self.compiled is None or self.compiled is self.gm:
             self.record.called("eager")
             return self.gm(*args)
