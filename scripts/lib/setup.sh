@@ -39,6 +39,13 @@ PY_LINT_PACKAGES=(
   types-grpcio==1.85.0.20261028
 )
 
+# torch for kiln.torch's tests with a real torch: PyPI's build, the GPU hosts' version. It runs
+# on the CPU (Inductor's C++ backend), so the graph path, async and every fallback are tested
+# here; its CUDA libraries come along as its dependencies (about 4.6 GB, under a minute to install).
+PY_TORCH_PACKAGES=(
+  torch==2.11.0
+)
+
 # The browser test of the status pages (tests/browser) drives Debian's chromium through its
 # chromedriver with Selenium. 4.43.0: later releases need a certifi newer than PyPI mirrors may have.
 PY_BROWSER_PACKAGES=(
@@ -174,6 +181,13 @@ ensure_python_client() {
     rm -rf "$src/build" "$src/src/kiln.egg-info"
     printf '%s\n' "$sum" >"$stamp"
   fi
+}
+
+# torch in .venv/, for kiln.torch's tests (see PY_TORCH_PACKAGES).
+ensure_torch() {
+  ensure_venv
+  pip_install_pinned "torch" "${PY_TORCH_PACKAGES[@]}"
+  "$VENV/bin/python" -c 'import torch' 2>/dev/null || die "torch does not import in $VENV"
 }
 
 # ruff and mypy for client/python, in .venv/.

@@ -1,0 +1,175 @@
+"""torch.compile graphs compiled by kilnd, with a real torch 2.11 on the CPU (Inductor's C++
+backend goes through the same graph path as CUDA's): the graph leaves the process, kilnd's torch
+worker compiles it once for every process that asks, torch loads the answer as its own cache
+hit, async runs eagerly until then, and every fallback compiles in-process, counted by reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness import Kilnd, metric
+
+import kiln
+
+torch = pytest.importorskip("torch", reason="torch is not installed in this interpreter")
+
+JOB = """
+    import json, os, sys, time, torch
+    import kiln.torch
+    from torch._dynamo.utils import counters
+    started = time.perf_counter()
+    torch.manual_seed(0)
+    w = int(os.environ.get("WIDTH", "64"))
+    model = torch.nn.Sequential(torch.nn.Linear(64, w), torch.nn.GELU(), torch.nn.Linear(w, 8))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = torch.compile(model, dynamic=os.environ.get("DYNAMIC") == "1")
+    x = torch.randn(32, 64)
+    losses, first = [], None
+    for i in range(int(os.environ.get("STEPS", "3"))):
+        loss = step(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+        if first is None:
+            first = time.perf_counter() - started
+        time.sleep(float(os.environ.get("SLEEP", "0")))
+    print(json.dumps({"losses": losses, "first": first, "aot": dict(counters["aot_autograd"]),
+                      "graphs": kiln.torch.graph_stats()}))
+"""
+
+
+def run_job(uri: str, tmp: Path, **env_extra: str) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHINDUCTOR_", "TRITON_", "KILN_TORCH", "KILN_DAEMON"))}
+    env.update(KILN_TORCH="1", KILN_TORCH_SNAPSHOT="0", KILN_DAEMON=uri, TORCHINDUCTOR_CACHE_DIR=str(tmp / "inductor"))
+    # Only the graph path: torch's remote caches through kiln are tested in test_torch_real.py.
+    env.update(TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE="0", TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE="0")
+    env.update(env_extra)
+    run = subprocess.run([sys.executable, "-c", textwrap.dedent(JOB)], env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-4000:]
+    out: dict[str, Any] = json.loads(run.stdout.strip().splitlines()[-1])
+    out["stderr"] = run.stderr
+    return out
+
+
+def graphs_count(kilnd: Kilnd, result: str) -> float:
+    return metric(kilnd.metrics(), f'kiln_torch_graphs_total{{result="{result}"}}')
+
+
+@pytest.fixture(scope="module")
+def graph_kilnd(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A kilnd of its own, so the counts below are this module's alone."""
+    k = Kilnd(tmp_path_factory.mktemp("graph-kilnd"))
+    yield k
+    k.stop()
+
+
+def test_a_herd_of_two_processes_pays_one_compile_and_both_get_torchs_own_hit(graph_kilnd: Kilnd, tmp_path: Path) -> None:
+    results: dict[str, dict[str, Any]] = {}
+
+    def one(name: str) -> None:
+        results[name] = run_job(graph_kilnd.uri, tmp_path / name)
+
+    herd = [threading.Thread(target=one, args=(n,)) for n in ("a", "b")]
+    for t in herd:
+        t.start()
+    for t in herd:
+        t.join()
+    for name in ("a", "b"):
+        r = results[name]
+        assert r["graphs"]["fallbacks"] == {}, r["stderr"][-3000:]
+        (graph,) = r["graphs"]["graphs"]
+        assert graph["how"] == "kilnd", graph
+        # torch found kilnd's artifacts as its own AOTAutograd cache entry: nothing compiled here.
+        assert r["aot"].get("autograd_cache_hit") == 1 and "autograd_cache_miss" not in r["aot"], r["aot"]
+    assert graphs_count(graph_kilnd, "compiled") == 1, graph_kilnd.metrics()
+    assert graphs_count(graph_kilnd, "hit") == 1
+    # The same compiled code as torch's own in-process compile: the same losses, bit for bit.
+    plain = run_job(graph_kilnd.uri, tmp_path / "plain", KILN_TORCH_GRAPHS="0")
+    assert plain["graphs"]["graphs"] == [] and plain["aot"].get("autograd_cache_miss") == 1
+    assert results["a"]["losses"] == results["b"]["losses"] == plain["losses"]
+
+
+def test_async_runs_eagerly_until_kilnds_compile_is_ready_then_compiled(graph_kilnd: Kilnd, tmp_path: Path) -> None:
+    # A graph kilnd has not seen (another width), so its compile is cold and the first calls eager.
+    r = run_job(graph_kilnd.uri, tmp_path / "async", KILN_TORCH_ASYNC="1", STEPS="40", SLEEP="1", WIDTH="48")
+    (graph,) = r["graphs"]["graphs"]
+    assert r["graphs"]["fallbacks"] == {}, r["stderr"][-3000:]
+    assert graph["how"] == "kilnd" and graph["calls"]["eager"] >= 1 and graph["calls"]["compiled"] >= 1, graph
+    assert r["aot"].get("autograd_cache_hit") == 1, r["aot"]
+    blocking = run_job(graph_kilnd.uri, tmp_path / "blocking", STEPS="40", WIDTH="48")
+    # Eager and compiled float arithmetic differ in the last bits; a training step does not.
+    for a, b in zip(r["losses"], blocking["losses"], strict=True):
+        assert abs(a - b) <= 1e-5 * max(1.0, abs(b)), (r["losses"], blocking["losses"])
+    # The job's return: measured both ways and reported to kilnd at exit, which exports it.
+    assert "kiln_torch_job_compile_seconds{" in graph_kilnd.metrics()
+
+
+def test_kilnd_unreachable_compiles_in_process_with_one_warning(tmp_path: Path) -> None:
+    r = run_job(f"unix://{tmp_path}/nobody.sock", tmp_path / "down")
+    assert r["graphs"]["fallbacks"] == {"kilnd_unreachable": 1}, r["graphs"]
+    assert r["aot"].get("autograd_cache_miss") == 1
+    assert r["stderr"].count("instead of by kilnd") == 1, r["stderr"][-3000:]
+
+
+def test_dynamic_shapes_do_not_travel_and_compile_in_process(graph_kilnd: Kilnd, tmp_path: Path) -> None:
+    r = run_job(graph_kilnd.uri, tmp_path / "dynamic", DYNAMIC="1")
+    assert r["graphs"]["fallbacks"] == {"unserializable": 1}, r["graphs"]
+    assert len(r["losses"]) == 3
+
+
+def payload(graph: bytes, header: dict[str, Any] | None = None) -> bytes:
+    head = json.dumps(header or {"version": 1, "inputs": []}).encode()
+    return struct.pack("<I", len(head)) + head + graph
+
+
+def test_another_torch_is_refused_naming_the_field(graph_kilnd: Kilnd) -> None:
+    with kiln.Client(graph_kilnd.uri) as c, pytest.raises(kiln.FailedPrecondition, match="torch_version"):
+        c.compile_torch_graph(payload(b"x"), "1.0.0")
+    with kiln.Client(graph_kilnd.uri) as c, pytest.raises(kiln.InvalidArgument, match="^payload"):
+        c.compile_torch_graph(b"", torch.__version__)
+
+
+class Escape:
+    """A pickle that runs a command when loaded."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.system, (f"touch {self.path}",))
+
+
+def test_a_hostile_payload_is_refused_by_the_worker_and_remembered(graph_kilnd: Kilnd, tmp_path: Path) -> None:
+    witness = tmp_path / "escaped"
+    evil = payload(pickle.dumps(Escape(witness)))
+    failed = graphs_count(graph_kilnd, "failed")
+    with kiln.Client(graph_kilnd.uri) as c:
+        answer = c.compile_torch_graph(evil, torch.__version__, timeout=300)
+        assert not answer.ok and "which a graph never needs" in answer.log, answer.log[-2000:]
+        again = c.compile_torch_graph(evil, torch.__version__, timeout=300)
+    assert not again.ok and again.tier == kiln.Tier.MEMORY, "a failed compile is remembered, not paid again"
+    assert not witness.exists()
+    assert graphs_count(graph_kilnd, "failed") == failed + 2
+
+
+def test_a_report_of_bad_costs_names_the_field(graph_kilnd: Kilnd) -> None:
+    from kiln.results import TorchGraphCost
+
+    with kiln.Client(graph_kilnd.uri) as c:
+        ret = c.report_torch_graphs("j", {"not_reused": 1}, [TorchGraphCost("g", 10, 90, 0.015, 0.009, 18.0)])
+        assert ret.break_even_steps == pytest.approx(3000.0) and "not paid for itself yet" in ret.verdict
+        with pytest.raises(kiln.InvalidArgument, match=r"graphs\[0\]\.compile_s"):
+            c.report_torch_graphs("j", {}, [TorchGraphCost("g", compile_s=-1.0)])
+    assert metric(graph_kilnd.metrics(), 'kiln_torch_graph_fallbacks_total{reason="not_reused"}') >= 1
