@@ -1,6 +1,6 @@
 """torch.compile graphs compiled by kilnd, once per fleet, and optionally never waited for.
 
-With ``KILN_TORCH=1`` (and ``KILN_TORCH_GRAPHS`` not ``0``), :func:`install` routes torch.compile's
+With ``KILN_TORCH=1`` and ``KILN_TORCH_GRAPHS=1`` (opt-in: see the README for why), :func:`install` routes torch.compile's
 Inductor backend through kiln: the graph Dynamo captured is serialized (torch's graph pickler,
 every op admitted, with its inputs' metadata and the Inductor and functorch config that differs
 from torch's defaults) and sent to kilnd, whose warm torch workers run AOTAutograd and Inductor on
@@ -67,7 +67,7 @@ _VOLATILE_ATTRS = ("_source_to_user_stacks", "compile_subgraph_reason")
 
 
 def enabled() -> bool:
-    return os.environ.get(GRAPHS_ENV, "1") not in ("", "0")
+    return os.environ.get(GRAPHS_ENV, "0") not in ("", "0")
 
 
 def async_enabled() -> bool:
@@ -227,15 +227,14 @@ def _input_spec(torch: Any, value: Any) -> dict[str, Any]:
 
 
 def _changed_config(module: Any) -> dict[str, Any]:
-    """The entries of a torch config module that differ from torch's defaults and survive JSON:
-    what the worker must set to compile as this process would."""
+    """Every entry of a torch config module that survives JSON: what the worker must set to
+    compile as this process would (a value from a TORCH* variable reads as the default here, so
+    all are sent, not only those that differ)."""
     out: dict[str, Any] = {}
-    for name, entry in getattr(module, "_config", {}).items():
+    for name in getattr(module, "_config", {}):
         try:
             value = getattr(module, name)
         except AttributeError:
-            continue
-        if value == getattr(entry, "default", value):
             continue
         try:
             if json.loads(json.dumps(value)) == value:
@@ -492,11 +491,11 @@ def install(job: str) -> bool:
     if _installed:
         return True
     wrapper = torch._TorchCompileInductorWrapper
-    original = wrapper.__call__
+    original: Any = wrapper.__call__
 
     def __call__(self: Any, model_: Any, inputs_: Any) -> Any:
         return compile_graph(model_, list(inputs_), lambda gm, inputs: original(self, gm, inputs), dict(self.config))
 
-    wrapper.__call__ = __call__
+    wrapper.__call__ = __call__  # type: ignore[method-assign]
     _installed = True
     return True
