@@ -177,7 +177,7 @@ def test_a_hostile_payload_is_refused_by_the_worker_and_remembered(graph_kilnd: 
 
 
 def test_a_report_of_bad_costs_names_the_field(graph_kilnd: Kilnd) -> None:
-    from kiln.results import TorchGraphCost
+    from kiln.torch_results import TorchGraphCost
 
     with kiln.Client(graph_kilnd.uri) as c:
         ret = c.report_torch_graphs("j", {"not_reused": 1}, [TorchGraphCost("g", 10, 90, 0.015, 0.009, 18.0)])

@@ -110,7 +110,7 @@ class GraphRecord:
         self._last = None
 
     def cost(self) -> Any:
-        from .results import TorchGraphCost
+        from .torch_results import TorchGraphCost
 
         def median(mode: str) -> float:
             # The first interval of each mode holds the swap or the first step's warm-up.

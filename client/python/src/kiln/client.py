@@ -34,12 +34,10 @@ from .results import (
     SnapshotProgress,
     SnapshotSummary,
     Stats,
-    TorchGraphAnswer,
-    TorchGraphCost,
-    TorchJobReturn,
     WarmProgress,
     events_from_proto,
 )
+from .torch_results import TorchGraphAnswer, TorchGraphCost, TorchJobReturn
 
 if TYPE_CHECKING:
     from . import snapshot
