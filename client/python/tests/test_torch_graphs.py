@@ -75,12 +75,6 @@ def graph_kilnd(tmp_path_factory: pytest.TempPathFactory) -> Any:
     k.stop()
 
 
-@pytest.mark.xfail(
-    reason="known bug: torch's AOTAutograd key computed in kilnd's worker does not always match the "
-    "process's (seen here: the aot_config's dynamic_shapes and the functorch config differ), so the "
-    "process falls back to compiling itself (not_reused); the result is right, the compile is not saved",
-    strict=False,
-)
 def test_a_herd_of_two_processes_pays_one_compile_and_both_get_torchs_own_hit(graph_kilnd: Kilnd, tmp_path: Path) -> None:
     results: dict[str, dict[str, Any]] = {}
 
@@ -107,12 +101,6 @@ def test_a_herd_of_two_processes_pays_one_compile_and_both_get_torchs_own_hit(gr
     assert results["a"]["losses"] == results["b"]["losses"] == plain["losses"]
 
 
-@pytest.mark.xfail(
-    reason="known bug: torch's AOTAutograd key computed in kilnd's worker does not always match the "
-    "process's (seen here: the aot_config's dynamic_shapes and the functorch config differ), so the "
-    "process falls back to compiling itself (not_reused); the result is right, the compile is not saved",
-    strict=False,
-)
 def test_async_runs_eagerly_until_kilnds_compile_is_ready_then_compiled(graph_kilnd: Kilnd, tmp_path: Path) -> None:
     # A graph kilnd has not seen (another width), so its compile is cold and the first calls eager.
     r = run_job(graph_kilnd.uri, tmp_path / "async", KILN_TORCH_ASYNC="1", STEPS="40", SLEEP="1", WIDTH="48")

@@ -15,6 +15,7 @@ its timeout is that graph's failed answer, and the worker lives on. CUDA is init
 children (a process that initialised CUDA cannot fork a child that uses it).
 """
 
+import inspect
 import io
 import json
 import os
@@ -145,6 +146,30 @@ def example_input(torch, spec):
     raise ValueError(f"inputs: unsupported input kind {kind!r}")
 
 
+def compile_backward_now():
+    """Makes AOTAutograd compile a backward graph with its forward, not at a first backward
+    that never runs here: the cache entry a client loads is saved only once both exist.
+
+    functorch's config has a switch for this, but the config is part of AOTAutograd's cache
+    key, and the key must be the client's. So the switch is set where AOTAutograd copies it
+    into the compile's own settings, below the key."""
+    import functools
+
+    from torch._functorch import aot_autograd
+
+    prepare = aot_autograd.prepare_aot_module_simplified
+    if getattr(prepare, "kiln_backward_now", False):
+        return
+
+    @functools.wraps(prepare)
+    def prepare_backward_now(*args, **kwargs):
+        kwargs["force_non_lazy_backward_lowering"] = True
+        return prepare(*args, **kwargs)
+
+    prepare_backward_now.kiln_backward_now = True
+    aot_autograd.prepare_aot_module_simplified = prepare_backward_now
+
+
 def compile_graph(payload):
     """Compiles one payload; returns the artifacts' bytes. Runs in the child only."""
     import torch
@@ -152,7 +177,7 @@ def compile_graph(payload):
     from torch._inductor.compile_fx import compile_fx
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.compiler._cache import CacheArtifactManager
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatefulSymbolicContext
 
     header, graph = decode_payload(payload)
     fake_mode = FakeTensorMode(shape_env=ShapeEnv())
@@ -165,15 +190,26 @@ def compile_graph(payload):
     for node, source in zip(placeholders, sources):
         node._dynamo_source = source
     inputs = [example_input(torch, s) for s in header["inputs"]]
-    # Settings that change what a compile makes are the client's, sent in the payload; a
-    # backward graph is compiled now, not at a first backward that never runs here.
-    torch._functorch.config.force_non_lazy_backward_lowering = True
+    # Settings that change what a compile makes are the client's, sent in the payload.
+    compile_backward_now()
+    # Dynamo fakifies each input with a static context unless a dimension was marked dynamic (the
+    # client sends no graph with a symbolic input). Without one here, AOTAutograd would fakify
+    # the inputs with fresh symbols: a different cache key from the client's, and a dynamic compile.
+    tracing = torch._guards.TracingContext(fake_mode)
+    for value, source in zip(inputs, sources):
+        if isinstance(value, torch.Tensor):
+            tracing.tensor_to_context[value] = StatefulSymbolicContext(
+                dynamic_sizes=[DimDynamic.STATIC] * value.dim(),
+                constraint_sizes=[None] * value.dim(),
+                tensor_source=source,
+                shape_env_to_source_to_symbol_cache={},
+            )
     CacheArtifactManager.clear()
     with (
         inductor_config.patch(header.get("inductor_config", {})),
         torch._functorch.config.patch(header.get("functorch_config", {})),
         torch.set_grad_enabled(bool(header.get("grad_enabled", True))),
-        torch._guards.tracing(torch._guards.TracingContext(fake_mode)),
+        torch._guards.tracing(tracing),
     ):
         compile_fx(gm, inputs, config_patches=header.get("config_patches") or None)
     artifacts = torch.compiler.save_cache_artifacts()
@@ -248,6 +284,11 @@ def hello():
     import torch._dynamo  # noqa: F401  (imported here once, before any request)
     import torch._inductor.compile_fx  # noqa: F401
     import torch.fx._graph_pickler  # noqa: F401
+    from torch._functorch import aot_autograd
+
+    # compile_backward_now's hook: a torch without it cannot answer a training graph whole.
+    if "force_non_lazy_backward_lowering" not in inspect.signature(aot_autograd.prepare_aot_module_simplified).parameters:
+        raise RuntimeError(f"torch {torch.__version__}: AOTAutograd takes no force_non_lazy_backward_lowering")
 
     try:
         import triton

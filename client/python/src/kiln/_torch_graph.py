@@ -1,9 +1,9 @@
 """torch.compile graphs compiled by kilnd, once per fleet, and optionally never waited for.
 
-With ``KILN_TORCH=1`` and ``KILN_TORCH_GRAPHS=1`` (opt-in: see the README for why), :func:`install` routes torch.compile's
+With ``KILN_TORCH=1`` (and ``KILN_TORCH_GRAPHS`` not ``0``), :func:`install` routes torch.compile's
 Inductor backend through kiln: the graph Dynamo captured is serialized (torch's graph pickler,
-every op admitted, with its inputs' metadata and the Inductor and functorch config that differs
-from torch's defaults) and sent to kilnd, whose warm torch workers run AOTAutograd and Inductor on
+every op admitted, with its inputs' metadata and the process's Inductor and functorch config)
+and sent to kilnd, whose warm torch workers run AOTAutograd and Inductor on
 it and answer with torch's own cache artifacts (``torch.compiler.save_cache_artifacts``).
 The process loads them and calls Inductor as it would have, which now finds its AOTAutograd and
 FX graph caches filled: no tracing of the joint graph, no code generation, no kernel compile.
@@ -61,13 +61,13 @@ FALLBACK_REASONS = (
 #: Node metadata that travels: the values Inductor and AOTAutograd read. Stack traces stay home
 #: (they name the user's paths, which would split the key between hosts).
 _META_KEYS = frozenset({"val", "example_value", "tensor_dict"})
-#: GraphModule attributes that differ between processes compiling the same graph and that no
-#: compile reads: stack summaries of the user's frames.
-_VOLATILE_ATTRS = ("_source_to_user_stacks", "compile_subgraph_reason")
+#: GraphModule attributes that differ between processes compiling the same graph and that
+#: neither a compile nor AOTAutograd's cache key reads (torch clears it before keying).
+_VOLATILE_ATTRS = ("compile_subgraph_reason",)
 
 
 def enabled() -> bool:
-    return os.environ.get(GRAPHS_ENV, "0") not in ("", "0")
+    return os.environ.get(GRAPHS_ENV, "1") not in ("", "0")
 
 
 def async_enabled() -> bool:
@@ -253,6 +253,8 @@ def serialize(gm: Any, example_inputs: list[Any], config_patches: dict[str, Any]
     from torch.fx._graph_pickler import GraphPickler, Options
 
     inputs = [_input_spec(torch, v) for v in example_inputs]
+    if getattr(gm, "_source_to_user_stacks", None):
+        raise Unserializable("a graph with user stack summaries (an export graph)")
     placeholders = list(gm.graph.find_nodes(op="placeholder"))
     sources = [getattr(n, "_dynamo_source", None) for n in placeholders]
     header = {
@@ -276,7 +278,9 @@ def serialize(gm: Any, example_inputs: list[Any], config_patches: dict[str, Any]
     finally:
         gm.meta = meta
         gm.__dict__.update(saved)
-    head = json.dumps(header, sort_keys=True).encode()
+    # Not sort_keys: a config value that is a dict is part of AOTAutograd's cache key in its own
+    # order, and the header's own order is already fixed by the code that builds it.
+    head = json.dumps(header).encode()
     return struct.pack("<I", len(head)) + head + graph
 
 
@@ -398,6 +402,10 @@ class _AsyncGraph:
         # Dynamo's tracing context (its fake tensors and the graph's inputs' origins): the
         # compile at the swap runs inside it, as it would have inside Dynamo.
         self.context = torch._guards.TracingContext.try_get()
+        # How Dynamo fakified each input (static shapes, mostly). Dynamo forgets this when its
+        # compile returns; without it the swap's AOTAutograd would make every dimension dynamic.
+        known = self.context.tensor_to_context if self.context is not None else {}
+        self.input_contexts = [(t, known[t]) for t in example_inputs if isinstance(t, torch.Tensor) and t in known]
         record.how = "eager"
         self.thread = threading.Thread(target=self._fetch, args=(payload,), name="kiln-graph", daemon=True)
         self.thread.start()
@@ -412,6 +420,9 @@ class _AsyncGraph:
         self.example_inputs = None
         swap_started = time.perf_counter()
         context = torch._guards.tracing(self.context) if self.context is not None else contextlib.nullcontext()
+        if self.context is not None:
+            for tensor, symbolic in self.input_contexts:
+                self.context.tensor_to_context[tensor] = symbolic
         try:
             with context:
                 if isinstance(answer, _Answer):
@@ -430,6 +441,12 @@ class _AsyncGraph:
             self.record.how = "eager"
             self.compiled = self.gm
             return
+        finally:
+            # As Dynamo does after its compile: weak references here block swap_tensors.
+            known: Any = self.context.tensor_to_context if self.context is not None else {}
+            for tensor, _ in self.input_contexts:
+                known.pop(tensor, None)
+            self.input_contexts = []
         self.record.compile_s += time.perf_counter() - swap_started
         self.record.ready_after_s = time.perf_counter() - self.started
         self.compiled = compiled
@@ -490,12 +507,14 @@ def install(job: str) -> bool:
     _ledger.job = job
     if _installed:
         return True
-    wrapper = torch._TorchCompileInductorWrapper
+    wrapper = getattr(torch, "_TorchCompileInductorWrapper", None)
+    if wrapper is None:  # a torch without torch.compile's Inductor entry point: nothing to route
+        return False
     original: Any = wrapper.__call__
 
     def __call__(self: Any, model_: Any, inputs_: Any) -> Any:
         return compile_graph(model_, list(inputs_), lambda gm, inputs: original(self, gm, inputs), dict(self.config))
 
-    wrapper.__call__ = __call__  # type: ignore[method-assign]
+    wrapper.__call__ = __call__
     _installed = True
     return True
