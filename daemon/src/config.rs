@@ -107,6 +107,7 @@ pub struct FileConfig {
     pub python: Option<PathBuf>,
     pub triton_workers: Option<usize>,
     pub torch_workers: Option<usize>,
+    pub torch_prestart: Option<bool>,
     pub memory_cache_mb: Option<u64>,
     pub disk_cache_mb: Option<u64>,
     pub max_queue: Option<usize>,
@@ -180,6 +181,9 @@ pub struct Config {
     /// torch graph workers at most: each holds torch, and each graph's compile runs Inductor's
     /// own pool of compile processes, so a few use the whole host.
     pub torch_workers: usize,
+    /// Start the torch workers when kilnd starts rather than at the first graph (or the first
+    /// process that imports Dynamo with kiln.torch, which asks kilnd to start them).
+    pub torch_prestart: bool,
     pub memory_cache_bytes: u64,
     pub disk_cache_bytes: u64,
     /// Load fresh cubins on a local GPU before caching them, where one matches their target.
@@ -287,6 +291,7 @@ impl Config {
             python: flags.python.clone().or_else(|| file.python.clone()).unwrap_or_else(|| "python3".into()),
             triton_workers: file.triton_workers.unwrap_or(defaults.cores.min(8)).max(1),
             torch_workers: file.torch_workers.unwrap_or((defaults.cores / 8).clamp(1, 4)).max(1),
+            torch_prestart: file.torch_prestart.unwrap_or(false),
             memory_cache_bytes: file.memory_cache_mb.unwrap_or(1024) * MIB,
             disk_cache_bytes: file.disk_cache_mb.unwrap_or(20 * 1024) * MIB,
             validate_cubins: file.validate_cubins.unwrap_or(true),

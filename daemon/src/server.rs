@@ -225,13 +225,16 @@ pub async fn serve(
     };
     let blobs = Arc::new(blobs);
     health_reporter.set_serving::<TorchGraphsServer<GraphService>>().await;
-    let graphs = GraphState::new(
+    let graphs = Arc::new(GraphState::new(
         Arc::clone(&blobs),
         Arc::clone(&service.torch_graphs),
         workers::Settings { python: config.python.clone(), max_workers: config.torch_workers },
         service.gpus.gpus.iter().map(|g| format!("{} {};", g.name, g.target)).collect(),
         config.limits.compile_timeout,
-    );
+    ));
+    if config.torch_prestart {
+        graphs.warm();
+    }
     health_reporter.set_serving::<SnapshotsServer<SnapshotService>>().await;
     let snapshots = SnapshotState {
         store: SnapshotStore { engine: Arc::clone(&service.engine) },
@@ -254,7 +257,7 @@ pub async fn serve(
             BlobsServer::new(BlobService(blobs)).max_decoding_message_size(limit).max_encoding_message_size(limit),
         )
         .add_service(
-            TorchGraphsServer::new(GraphService(Arc::new(graphs)))
+            TorchGraphsServer::new(GraphService(graphs))
                 .max_decoding_message_size(limit)
                 .max_encoding_message_size(limit),
         )

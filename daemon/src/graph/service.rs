@@ -75,6 +75,20 @@ impl GraphState {
         })
     }
 
+    /// Starts the pool in the background unless it is up; whether it was up, and its torch.
+    pub fn warm(self: &Arc<Self>) -> Option<String> {
+        if let Some(workers) = self.workers.get() {
+            return Some(workers.torch_version.clone());
+        }
+        let state = Arc::clone(self);
+        tokio::spawn(async move {
+            if let Err(e) = state.workers().await {
+                tracing::warn!(error = %e, "the torch workers did not start");
+            }
+        });
+        None
+    }
+
     /// The stored key of a payload, under this worker identity and these GPUs.
     fn key(&self, workers: &TorchWorkers, payload: &[u8]) -> (Scope, CacheKey) {
         let scope = Scope { namespace: NAMESPACE.into(), tool_version: workers.torch_version.clone() };
@@ -264,6 +278,17 @@ impl pb::torch_graphs_server::TorchGraphs for GraphService {
         check_report(&report)?;
         let job = self.0.ledger.report(report);
         Ok(Response::new(pb::TorchGraphReportReply { job: Some(job) }))
+    }
+
+    async fn warm_torch_workers(
+        &self,
+        _request: Request<pb::WarmTorchWorkersRequest>,
+    ) -> Result<Response<pb::WarmTorchWorkersReply>, Status> {
+        let torch_version = self.0.warm();
+        Ok(Response::new(pb::WarmTorchWorkersReply {
+            ready: torch_version.is_some(),
+            torch_version: torch_version.unwrap_or_default(),
+        }))
     }
 }
 

@@ -383,6 +383,16 @@ class Client:
             reply = self._graphs.CompileTorchGraph(request, timeout=self._timeout(timeout))
         return TorchGraphAnswer.from_proto(reply)
 
+    def warm_torch_workers(self, *, timeout: float | None = None) -> str | None:
+        """Asks kilnd to start its torch workers now, in the background, so that the first
+        graph does not pay their import of torch. Returns the workers' torch version when they
+        were already up, else None (they are starting)."""
+        from ._proto import graph_pb2
+
+        with self._rpc():
+            reply = self._graphs.WarmTorchWorkers(graph_pb2.WarmTorchWorkersRequest(), timeout=self._timeout(timeout))
+        return reply.torch_version if reply.ready else None
+
     def report_torch_graphs(
         self,
         job: str,

@@ -7,6 +7,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class WarmTorchWorkersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class WarmTorchWorkersReply(_message.Message):
+    __slots__ = ("ready", "torch_version")
+    READY_FIELD_NUMBER: _ClassVar[int]
+    TORCH_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ready: bool
+    torch_version: str
+    def __init__(self, ready: _Optional[bool] = ..., torch_version: _Optional[str] = ...) -> None: ...
+
 class TorchGraphRequest(_message.Message):
     __slots__ = ("torch_version", "payload", "job", "name", "timeout_ms")
     TORCH_VERSION_FIELD_NUMBER: _ClassVar[int]

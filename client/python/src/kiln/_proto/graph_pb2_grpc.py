@@ -44,6 +44,11 @@ class TorchGraphsStub:
                 request_serializer=kiln_dot_v1_dot_graph__pb2.TorchGraphReport.SerializeToString,
                 response_deserializer=kiln_dot_v1_dot_graph__pb2.TorchGraphReportReply.FromString,
                 _registered_method=True)
+        self.WarmTorchWorkers = channel.unary_unary(
+                '/kiln.v1.TorchGraphs/WarmTorchWorkers',
+                request_serializer=kiln_dot_v1_dot_graph__pb2.WarmTorchWorkersRequest.SerializeToString,
+                response_deserializer=kiln_dot_v1_dot_graph__pb2.WarmTorchWorkersReply.FromString,
+                _registered_method=True)
 
 
 class TorchGraphsServicer:
@@ -70,6 +75,15 @@ class TorchGraphsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WarmTorchWorkers(self, request, context):
+        """Starts the torch workers now, in the background, if they are not started: kiln.torch calls
+        it when a process imports Dynamo, seconds before its first graph, so that graph does not pay
+        the workers' import of torch. Answers at once.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TorchGraphsServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -82,6 +96,11 @@ def add_TorchGraphsServicer_to_server(servicer, server):
                     servicer.ReportTorchGraphs,
                     request_deserializer=kiln_dot_v1_dot_graph__pb2.TorchGraphReport.FromString,
                     response_serializer=kiln_dot_v1_dot_graph__pb2.TorchGraphReportReply.SerializeToString,
+            ),
+            'WarmTorchWorkers': grpc.unary_unary_rpc_method_handler(
+                    servicer.WarmTorchWorkers,
+                    request_deserializer=kiln_dot_v1_dot_graph__pb2.WarmTorchWorkersRequest.FromString,
+                    response_serializer=kiln_dot_v1_dot_graph__pb2.WarmTorchWorkersReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -138,6 +157,33 @@ class TorchGraphs:
             '/kiln.v1.TorchGraphs/ReportTorchGraphs',
             kiln_dot_v1_dot_graph__pb2.TorchGraphReport.SerializeToString,
             kiln_dot_v1_dot_graph__pb2.TorchGraphReportReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WarmTorchWorkers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kiln.v1.TorchGraphs/WarmTorchWorkers',
+            kiln_dot_v1_dot_graph__pb2.WarmTorchWorkersRequest.SerializeToString,
+            kiln_dot_v1_dot_graph__pb2.WarmTorchWorkersReply.FromString,
             options,
             channel_credentials,
             insecure,
