@@ -34,7 +34,7 @@ JOB = """
     model = torch.nn.Sequential(torch.nn.Linear(64, w), torch.nn.GELU(), torch.nn.Linear(w, 8))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     step = torch.compile(model, dynamic=os.environ.get("DYNAMIC") == "1")
-    x = torch.randn(32, 64)
+    x = torch.randn(4, 8, 64)  # 3-D: a linear layer's output is then a view, which must travel too
     losses, first = [], None
     for i in range(int(os.environ.get("STEPS", "3"))):
         loss = step(x).pow(2).mean()
@@ -173,3 +173,20 @@ def test_a_report_of_bad_costs_names_the_field(graph_kilnd: Kilnd) -> None:
         with pytest.raises(kiln.InvalidArgument, match=r"graphs\[0\]\.compile_s"):
             c.report_torch_graphs("j", {}, [TorchGraphCost("g", compile_s=-1.0)])
     assert metric(graph_kilnd.metrics(), 'kiln_torch_graph_fallbacks_total{reason="not_reused"}') >= 1
+
+
+def test_warm_starts_the_workers_in_the_background_and_answers_at_once(tmp_path: Path) -> None:
+    import time
+
+    k = Kilnd(tmp_path / "warm")
+    try:
+        with kiln.Client(k.uri) as c:
+            started = time.monotonic()
+            assert c.warm_torch_workers() is None  # not up yet: starting now
+            assert time.monotonic() - started < 2.0, "the call waited for the workers"
+            deadline = time.monotonic() + 300
+            while (version := c.warm_torch_workers()) is None and time.monotonic() < deadline:
+                time.sleep(0.5)
+            assert version == torch.__version__
+    finally:
+        k.stop()

@@ -15,6 +15,7 @@ its timeout is that graph's failed answer, and the worker lives on. CUDA is init
 children (a process that initialised CUDA cannot fork a child that uses it).
 """
 
+import contextlib
 import inspect
 import io
 import json
@@ -170,6 +171,38 @@ def compile_backward_now():
     aot_autograd.prepare_aot_module_simplified = prepare_backward_now
 
 
+def apply_ambient(torch, ambient):
+    """Sets the client's process-wide torch state in this child (it is the child's alone) and
+    returns the autocast contexts to enter, as (device type, dtype) pairs: see kiln.torch's
+    ``_ambient`` for why each matters."""
+    det, warn_only = ambient.get("deterministic", [False, False])
+    torch.use_deterministic_algorithms(bool(det), warn_only=bool(warn_only))
+    torch.utils.deterministic.fill_uninitialized_memory = bool(ambient.get("fill_uninitialized_memory", True))
+    if "float32_matmul_precision" in ambient:
+        torch.set_float32_matmul_precision(str(ambient["float32_matmul_precision"]))
+    if "matmul" in ambient:
+        precision, fp16, bf16 = ambient["matmul"]
+        matmul = torch.backends.cuda.matmul
+        matmul.fp32_precision = str(precision)
+        matmul.allow_fp16_reduced_precision_reduction = fp16
+        matmul.allow_bf16_reduced_precision_reduction = bf16
+    torch.set_autocast_cache_enabled(bool(ambient.get("autocast_cache", True)))
+    device = ambient.get("cuda_device")
+    if device is not None:
+        if not torch.cuda.is_available() or int(device) >= torch.cuda.device_count():
+            raise ValueError(f"the client compiles on cuda:{device}, which this worker does not see")
+        torch.cuda.set_device(int(device))
+    autocast = []
+    for device_type, dtype_name in ambient.get("autocast", {}).items():
+        if device_type not in ("cpu", "cuda"):
+            raise ValueError(f"ambient: autocast on {device_type!r}")
+        dtype = getattr(torch, str(dtype_name))
+        if not isinstance(dtype, torch.dtype):
+            raise ValueError(f"ambient: {dtype_name!r} is not a dtype")
+        autocast.append((device_type, dtype))
+    return autocast
+
+
 def compile_graph(payload):
     """Compiles one payload; returns the artifacts' bytes. Runs in the child only."""
     import torch
@@ -205,12 +238,16 @@ def compile_graph(payload):
                 shape_env_to_source_to_symbol_cache={},
             )
     CacheArtifactManager.clear()
+    autocast = apply_ambient(torch, header.get("ambient", {}))
     with (
+        contextlib.ExitStack() as stack,
         inductor_config.patch(header.get("inductor_config", {})),
         torch._functorch.config.patch(header.get("functorch_config", {})),
         torch.set_grad_enabled(bool(header.get("grad_enabled", True))),
         torch._guards.tracing(tracing),
     ):
+        for device, dtype in autocast:
+            stack.enter_context(torch.autocast(device, dtype=dtype))
         compile_fx(gm, inputs, config_patches=header.get("config_patches") or None)
     artifacts = torch.compiler.save_cache_artifacts()
     if artifacts is None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -244,13 +245,62 @@ def _changed_config(module: Any) -> dict[str, Any]:
     return out
 
 
+@functools.cache
+def _pickler() -> Any:
+    """torch's graph pickler, mended: a view's metadata (a linear layer's output over 3-D inputs
+    is a view of its 2-D product) keeps its base's fake mode, which does not pickle, though the
+    unpickler sets the base's fake mode itself. The mend clears it, as torch does the view's own."""
+    import dataclasses
+
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.fx._graph_pickler import GraphPickler
+
+    class Pickler(GraphPickler):
+        def reducer_override(self, obj: object) -> Any:
+            reduced = super().reducer_override(obj)
+            if isinstance(obj, FakeTensor) and reduced is not NotImplemented:
+                data = reduced[1][0]
+                base = data.metadata.base
+                if base is not None and base.fake_mode is not None:
+                    data.metadata = dataclasses.replace(data.metadata, base=dataclasses.replace(base, fake_mode=None))
+            return reduced
+
+    return Pickler
+
+
+def _ambient(torch: Any) -> dict[str, Any]:
+    """The process-wide torch state a compile reads besides its config: autocast (an outer
+    ``torch.autocast`` puts its casts into the compiled graph), deterministic algorithms, the
+    matmul precision Inductor generates code for, and the current CUDA device. All of it is in
+    torch's own cache keys, so a worker without it would compile another graph."""
+    autocast = {
+        device: str(torch.get_autocast_dtype(device)).removeprefix("torch.")
+        for device in ("cpu", "cuda")
+        if torch.is_autocast_enabled(device)
+    }
+    matmul = torch.backends.cuda.matmul
+    return {
+        "autocast": autocast,
+        "autocast_cache": torch.is_autocast_cache_enabled(),
+        "deterministic": [torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()],
+        "fill_uninitialized_memory": bool(torch.utils.deterministic.fill_uninitialized_memory),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "matmul": [
+            matmul.fp32_precision,
+            matmul.allow_fp16_reduced_precision_reduction,
+            matmul.allow_bf16_reduced_precision_reduction,
+        ],
+        "cuda_device": torch.cuda.current_device() if torch.cuda.is_available() and torch.cuda.is_initialized() else None,
+    }
+
+
 def serialize(gm: Any, example_inputs: list[Any], config_patches: dict[str, Any]) -> bytes:
     """The payload kilnd compiles: a u32 length, a JSON header (the inputs' metadata and the
     config), then torch's graph pickle of (graph module, each placeholder's Dynamo source).
     Deterministic: processes tracing the same code send the same bytes, so they share one key."""
     import torch
     from torch._guards import CompileId
-    from torch.fx._graph_pickler import GraphPickler, Options
+    from torch.fx._graph_pickler import Options
 
     inputs = [_input_spec(torch, v) for v in example_inputs]
     if getattr(gm, "_source_to_user_stacks", None):
@@ -264,6 +314,7 @@ def serialize(gm: Any, example_inputs: list[Any], config_patches: dict[str, Any]
         "inductor_config": _changed_config(torch._inductor.config),
         "functorch_config": _changed_config(torch._functorch.config),
         "grad_enabled": torch.is_grad_enabled(),
+        "ambient": _ambient(torch),
     }
     saved = {k: gm.__dict__.pop(k) for k in _VOLATILE_ATTRS if k in gm.__dict__}
     meta = gm.meta
@@ -272,7 +323,7 @@ def serialize(gm: Any, example_inputs: list[Any], config_patches: dict[str, Any]
         gm.meta["dynamo_compile_id"] = CompileId(frame_id=0, frame_compile_id=0)
     try:
         options = Options(ops_filter=None, node_metadata_key_filter=lambda k: k in _META_KEYS)
-        graph = GraphPickler.dumps((gm, sources), options)
+        graph: bytes = _pickler().dumps((gm, sources), options)
     except Exception as e:  # noqa: BLE001 - anything the pickler refuses means "does not travel"
         raise Unserializable(f"{type(e).__name__}: {e}") from e
     finally:
@@ -517,4 +568,19 @@ def install(job: str) -> bool:
 
     wrapper.__call__ = __call__
     _installed = True
+    threading.Thread(target=_warm_workers, name="kiln-graph-warm", daemon=True).start()
     return True
+
+
+def _warm_workers() -> None:
+    """Has kilnd start its torch workers while this process is still setting up (a process
+    imports Dynamo seconds before its first graph), so the first graph does not wait for them
+    to import torch. Best effort: the first graph starts them anyway."""
+    from . import _fleet, errors
+
+    if not _fleet.available():
+        return
+    try:
+        _fleet.client().warm_torch_workers(timeout=5.0)
+    except errors.KilnError as e:
+        log.debug("kiln: kilnd did not start its torch workers ahead of the first graph: %s", e)
