@@ -278,6 +278,8 @@ def test_status_pages_in_chromium(fleet: tuple[CacheServer, Kilnd], browser_fact
         assert text_of(driver, "tier-hits-remote") == "2"
         assert text_of(driver, "fleet") == "reachable"
         assert text_of(driver, "lease-acquired") == str(int(metric_sum(kilnd_metrics, "kiln_lease_total", result="acquired")))
+        assert "torch.compile graphs" in [h.text for h in driver.find_elements(By.TAG_NAME, "h2")]
+        assert text_of(driver, "torch-graphs-compiled") == str(int(metric_sum(kilnd_metrics, "kiln_torch_graphs_total", result="compiled")))
         toolchains = {r.get_dom_attribute("data-key") for r in driver.find_elements(By.CSS_SELECTOR, "#toolchains tr[data-key]")}
         assert {"nvrtc", "ptxas", "triton"} <= toolchains
         assert fingerprint in driver.find_element(By.ID, "toolchains").text

@@ -30,6 +30,7 @@ pub fn stats_text(stats: &pb::StatsResponse) -> String {
         stats.compiles_ok, stats.compiles_failed, stats.compile_seconds_saved
     );
     text.push_str(&snapshots_text(stats.snapshots.as_ref()));
+    text.push_str(&torch_graphs_text(stats.torch_graphs.as_ref()));
     text.push_str(&details_text(stats));
     text
 }
@@ -57,6 +58,46 @@ pub fn snapshots_text(snapshots: Option<&pb::SnapshotStats>) -> String {
         s.files_missing,
         format_bytes(s.bytes_stored),
     )
+}
+
+/// torch.compile graphs: what kilnd's torch workers answered, the fallbacks processes reported,
+/// and each job's return (does its compile pay?), newest first. `None` is a kilnd from before
+/// graphs, said so.
+pub fn torch_graphs_text(graphs: Option<&pb::TorchGraphStats>) -> String {
+    let Some(g) = graphs else {
+        return "torch graphs    not reported (this kilnd predates torch graph compiles)\n".to_owned();
+    };
+    let mut text = format!(
+        "torch graphs    {} compiled, {} failed, {} from a tier or another's compile\n",
+        g.compiled, g.failed, g.hits
+    );
+    let mut fallbacks: Vec<_> = g.fallbacks.iter().filter(|(_, n)| **n > 0).collect();
+    fallbacks.sort();
+    if !fallbacks.is_empty() {
+        let list: Vec<String> = fallbacks.iter().map(|(reason, n)| format!("{reason} {n}")).collect();
+        let _ = writeln!(text, "graph fallbacks {} (compiled in the process instead)", list.join(", "));
+    }
+    for job in &g.jobs {
+        let name = if job.job.is_empty() { "(unnamed job)" } else { &job.job };
+        let _ = writeln!(text, "  job {name}: {}", job.verdict);
+        if job.speedup > 0.0 {
+            let _ = writeln!(
+                text,
+                "    step {:.2} ms eager, {:.2} ms compiled ({:.2}x); compile {:.1} s; {} steps so far{}",
+                job.eager_step_s * 1e3,
+                job.compiled_step_s * 1e3,
+                job.speedup,
+                job.compile_s,
+                job.steps,
+                if job.break_even_steps > 0.0 {
+                    format!(", pays after {:.0}", job.break_even_steps)
+                } else {
+                    String::new()
+                }
+            );
+        }
+    }
+    text
 }
 
 /// Toolchains, GPUs and tiers, each after a blank line: shared by `stats` and `doctor`.
@@ -230,6 +271,39 @@ mod tests {
         assert_eq!(snapshots["bytesStored"], (3u64 << 20).to_string(), "{json}");
         let quiet = pb::StatsResponse { snapshots: Some(pb::SnapshotStats::default()), ..sample() };
         assert_eq!(serde_json::to_value(quiet).unwrap()["snapshots"], serde_json::json!({}));
+    }
+
+    #[test]
+    fn stats_show_torch_graphs_fallbacks_and_each_jobs_return() {
+        let graphs = pb::TorchGraphStats {
+            compiled: 3,
+            failed: 1,
+            hits: 5,
+            fallbacks: [("not_reused".to_owned(), 2), ("unserializable".to_owned(), 0)].into(),
+            jobs: vec![pb::TorchJobReturn {
+                job: "train-gpt2".into(),
+                eager_step_s: 0.015,
+                compiled_step_s: 0.009,
+                speedup: 15.0 / 9.0,
+                compile_s: 24.0,
+                break_even_steps: 4000.0,
+                steps: 120,
+                verdict: "the compile has not paid for itself yet: 120 steps of the 4000 it needs".into(),
+                graphs: vec![],
+            }],
+        };
+        let text = stats_text(&pb::StatsResponse { torch_graphs: Some(graphs), ..sample() });
+        for needle in [
+            "torch graphs    3 compiled, 1 failed, 5 from a tier or another's compile\n",
+            "graph fallbacks not_reused 2 (compiled in the process instead)\n",
+            "  job train-gpt2: the compile has not paid for itself yet: 120 steps of the 4000 it needs\n",
+            "    step 15.00 ms eager, 9.00 ms compiled (1.67x); compile 24.0 s; 120 steps so far, pays after 4000\n",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+        }
+        assert!(!text.contains("unserializable"), "a reason never taken is left out: {text}");
+        let old = stats_text(&pb::StatsResponse { torch_graphs: None, ..sample() });
+        assert!(old.contains("torch graphs    not reported"), "{old}");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use crate::metrics::{LeaseLabels, Metrics};
 use crate::store::TierName;
 use kiln_proto::html::{Cell, Page, Row, percent};
-use kiln_proto::pb::StatsResponse;
+use kiln_proto::pb::{self, StatsResponse};
 
 /// The page reloads itself this often (a meta refresh, so it needs no script).
 const REFRESH_SECS: u32 = 5;
@@ -117,6 +117,8 @@ pub fn render(s: &StatsResponse, m: &Metrics) -> String {
         .collect();
     page.table("leases", &["outcome", "count"], &rows);
 
+    torch_graphs(&mut page, s.torch_graphs.as_ref());
+
     page.heading("Latest misses");
     let mut misses: Vec<_> = s.recent_misses.iter().collect();
     misses.sort_by_key(|m| std::cmp::Reverse(m.unix_millis));
@@ -135,6 +137,89 @@ pub fn render(s: &StatsResponse, m: &Metrics) -> String {
         .collect();
     page.table("misses", &["unix ms", "kernel", "toolchain", "reason", "detail"], &rows);
     page.finish()
+}
+
+/// The torch.compile section: how kilnd answered graph requests, the in-process compiles that
+/// client processes fell back to (so an operator sees why jobs did not use kilnd), and whether
+/// each job's compile paid for itself. Job names and verdicts come from clients, so they reach
+/// the page only as cell text, which the builder escapes. `None` is a stats answer that carries
+/// no graph counts (a kilnd from before torch graph compiles), said so rather than shown as zeros.
+fn torch_graphs(page: &mut Page, graphs: Option<&pb::TorchGraphStats>) {
+    page.heading("torch.compile graphs");
+    let Some(g) = graphs else {
+        page.paragraph("torch.compile graph counts not reported.");
+        return;
+    };
+    let rows = [("compiled", g.compiled), ("failed", g.failed), ("hits", g.hits)].map(|(outcome, n)| {
+        Row::new(vec![outcome.into(), Cell::from(n).id(format!("torch-graphs-{outcome}"))]).key(outcome)
+    });
+    page.table("torch-graphs", &["outcome", "count"], &rows);
+    page.paragraph("Hits were answered from a cache tier or from another request's compile.");
+
+    // Sorted, so the rows keep their places between reloads.
+    let mut fallbacks: Vec<_> = g.fallbacks.iter().filter(|(_, n)| **n > 0).collect();
+    fallbacks.sort();
+    if fallbacks.is_empty() {
+        page.paragraph("No process has reported falling back to an in-process compile.");
+    } else {
+        let rows: Vec<Row> = fallbacks
+            .iter()
+            .map(|(reason, n)| {
+                Row::new(vec![reason.as_str().into(), Cell::from(n).id(format!("torch-fallback-{reason}"))])
+                    .key(reason.as_str())
+            })
+            .collect();
+        page.table("torch-fallbacks", &["fallback to an in-process compile", "count"], &rows);
+    }
+
+    if g.jobs.is_empty() {
+        page.paragraph("No job has reported its graphs' costs yet.");
+        return;
+    }
+    // 0 means unknown for these figures; a dash reads better than a zero that looks measured.
+    let ms = |s: f64| if s > 0.0 { format!("{:.2}", s * 1e3) } else { "—".to_owned() };
+    let rows: Vec<Row> = g
+        .jobs
+        .iter()
+        .map(|j| {
+            let name = if j.job.is_empty() { "(unnamed job)" } else { j.job.as_str() };
+            let speedup = if j.speedup > 0.0 { format!("{:.2}×", j.speedup) } else { "—".to_owned() };
+            // A break-even of 0 is either a compiled step no faster than an eager one (measured
+            // both ways: it never pays) or nothing measured both ways yet.
+            let break_even = if j.break_even_steps > 0.0 {
+                (j.break_even_steps.ceil() as u64).to_string()
+            } else if j.speedup > 0.0 {
+                "never".to_owned()
+            } else {
+                "—".to_owned()
+            };
+            Row::new(vec![
+                name.into(),
+                ms(j.eager_step_s).into(),
+                ms(j.compiled_step_s).into(),
+                speedup.into(),
+                format!("{:.1}", j.compile_s).into(),
+                j.steps.into(),
+                break_even.into(),
+                j.verdict.as_str().into(),
+            ])
+            .key(name)
+        })
+        .collect();
+    page.table(
+        "torch-jobs",
+        &[
+            "job",
+            "eager step ms",
+            "compiled step ms",
+            "speedup",
+            "compile s",
+            "steps so far",
+            "break-even steps",
+            "verdict",
+        ],
+        &rows,
+    );
 }
 
 #[cfg(test)]
@@ -157,5 +242,65 @@ mod tests {
         assert!(html.contains("&lt;b&gt;H100&lt;/b&gt;") && !html.contains("<b>H100"));
         assert!(html.contains(">reachable<"));
         assert!(html.contains("75.0%"));
+    }
+
+    #[test]
+    fn the_host_page_shows_torch_graphs_and_escapes_job_names() {
+        let graphs = pb::TorchGraphStats {
+            compiled: 3,
+            failed: 1,
+            hits: 5,
+            fallbacks: [("not_reused".to_owned(), 2), ("unserializable".to_owned(), 0)].into(),
+            jobs: vec![pb::TorchJobReturn {
+                job: "train<script>alert(1)</script>".into(),
+                eager_step_s: 0.015,
+                compiled_step_s: 0.009,
+                speedup: 15.0 / 9.0,
+                compile_s: 24.0,
+                break_even_steps: 4000.0,
+                steps: 120,
+                verdict: "the compile has not paid for itself yet: 120 steps of the 4000 it needs <b>".into(),
+                graphs: vec![],
+            }],
+        };
+        let stats = StatsResponse { torch_graphs: Some(graphs), ..Default::default() };
+        let html = render(&stats, &Metrics::new());
+        assert!(html.contains("<h2>torch.compile graphs</h2>"), "{html}");
+        for needle in [
+            "<td id=\"torch-graphs-compiled\" class=\"n\">3</td>",
+            "<td id=\"torch-graphs-failed\" class=\"n\">1</td>",
+            "<td id=\"torch-graphs-hits\" class=\"n\">5</td>",
+            "<td>not_reused</td><td id=\"torch-fallback-not_reused\" class=\"n\">2</td>",
+            "<tr data-key=\"train&lt;script&gt;alert(1)&lt;/script&gt;\"><td>train&lt;script&gt;alert(1)&lt;/script&gt;</td>\
+             <td class=\"n\">15.00</td><td class=\"n\">9.00</td><td>1.67×</td><td class=\"n\">24.0</td>\
+             <td class=\"n\">120</td><td class=\"n\">4000</td>",
+            "<td>the compile has not paid for itself yet: 120 steps of the 4000 it needs &lt;b&gt;</td>",
+        ] {
+            assert!(html.contains(needle), "missing {needle:?} in\n{html}");
+        }
+        // The page's own script is the only one; a reason never taken is left out.
+        assert_eq!(html.matches("<script").count(), 1, "{html}");
+        assert!(!html.contains("unserializable"), "{html}");
+
+        let no_jobs = pb::TorchGraphStats::default();
+        let html = render(&StatsResponse { torch_graphs: Some(no_jobs), ..Default::default() }, &Metrics::new());
+        assert!(html.contains("No job has reported") && !html.contains("id=\"torch-jobs\""), "{html}");
+        assert!(html.contains("No process has reported falling back"), "{html}");
+
+        let html = render(&StatsResponse { torch_graphs: None, ..Default::default() }, &Metrics::new());
+        assert!(html.contains("<h2>torch.compile graphs</h2>") && html.contains("not reported"), "{html}");
+        assert!(!html.contains("torch-graphs-compiled"), "{html}");
+    }
+
+    #[test]
+    fn a_job_never_paying_or_not_measured_has_no_break_even_number() {
+        let job = |speedup: f64| pb::TorchJobReturn { job: "j".into(), speedup, ..Default::default() };
+        let graphs = pb::TorchGraphStats { jobs: vec![job(0.8), job(0.0)], ..Default::default() };
+        let html = render(&StatsResponse { torch_graphs: Some(graphs), ..Default::default() }, &Metrics::new());
+        assert!(html.contains("<td>0.80×</td><td class=\"n\">0.0</td><td class=\"n\">0</td><td>never</td>"), "{html}");
+        assert!(
+            html.contains("<td>—</td><td>—</td><td>—</td><td class=\"n\">0.0</td><td class=\"n\">0</td><td>—</td>"),
+            "{html}"
+        );
     }
 }
