@@ -119,10 +119,10 @@ class Layer(nn.Module):
 class RegionalModel(nn.Module):
     """A linear layer outside any compiled region, then ``layers`` compiled copies of Layer."""
 
-    def __init__(self, width: int = 10, layers: int = 64) -> None:
+    def __init__(self, width: int = 10, layers: int = 64, compile: bool = True) -> None:
         super().__init__()
         self.linear = nn.Linear(width, width)
-        self.layers = nn.ModuleList(torch.compile(Layer(width)) for _ in range(layers))
+        self.layers = nn.ModuleList(torch.compile(Layer(width)) if compile else Layer(width) for _ in range(layers))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.linear(x)
@@ -175,9 +175,11 @@ MODELS = ("gpt2", "regional", "convnet")
 
 
 class Workload:
-    """One model's first call, ready to time: ``step()`` runs it and returns a float on the host."""
+    """One model's first call, ready to time: ``step()`` runs it and returns a float on the host.
+    ``compile=False`` runs the same model eagerly (no torch.compile anywhere)."""
 
-    def __init__(self, model_name: str, device: str, tiny: bool) -> None:
+    def __init__(self, model_name: str, device: str, tiny: bool, compile: bool = True) -> None:
+        wrap = torch.compile if compile else (lambda m: m)
         self.device = device
         torch.manual_seed(1234)
         if model_name == "gpt2":
@@ -188,7 +190,7 @@ class Workload:
             self.idx = torch.randint(0, c.vocab, (c.batch, c.seq), generator=g).to(device)
             self.targets = torch.randint(0, c.vocab, (c.batch, c.seq), generator=g).to(device)
             self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
-            self.compiled = torch.compile(self.model)
+            self.compiled = wrap(self.model)
             self.step = self._train_step
         elif model_name == "convnet":
             self.model = ConvNet((8, 16) if tiny else (32, 64, 128)).to(device)
@@ -201,10 +203,10 @@ class Workload:
                 self.model = self.model.to(memory_format=torch.channels_last)
                 self.idx = self.idx.contiguous(memory_format=torch.channels_last)
             self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
-            self.compiled = torch.compile(self.model)
+            self.compiled = wrap(self.model)
             self.step = self._train_step
         elif model_name == "regional":
-            self.model = RegionalModel(10, 8 if tiny else 64).to(device)
+            self.model = RegionalModel(10, 8 if tiny else 64, compile).to(device)
             self.model.eval()
             self.x = torch.randn(10, 10, generator=torch.Generator().manual_seed(7)).to(device)
             self.step = self._infer
