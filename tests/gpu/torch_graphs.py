@@ -101,6 +101,12 @@ class Runner:
         home.mkdir(parents=True)
         env.update(TORCHINDUCTOR_CACHE_DIR=str(home / "inductor"), TRITON_HOME=str(home / "triton-home"),
                    PYTHONUNBUFFERED="1")
+        # site/sitecustomize.py: counts the process's Triton compiles, and runs the .pth hooks of
+        # a `pip install --target` directory on PYTHONPATH (kiln-torch.pth) as site-packages would.
+        (home / "counts").mkdir()
+        env["PYTHONPATH"] = os.pathsep.join([str(HERE / "site")] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        env["KILN_GPU_COUNT_DIR"] = str(home / "counts")
+        env["KILN_GPU_SITEDIRS"] = os.pathsep.join(p for p in sys.path if p and os.path.isfile(os.path.join(p, "kiln-torch.pth")))
         if kilnd is not None:
             env.update(KILN_TORCH="1", KILN_TORCH_SNAPSHOT="0", KILN_DAEMON=kilnd.uri, KILN_TORCH_JOB=f"graphs-{tag}")
             if asynchronous:
@@ -162,7 +168,7 @@ class Runner:
                 r_stop = kilnd.stop()
                 if r_stop != 0:
                     raise RuntimeError(f"kilnd {tag} exited {r_stop} on SIGTERM")
-        r.update(variant=variant, run=run, cpu_s=cpu)
+        r.update(variant=variant, run=run, cpu_s=cpu, triton_compiles=triton_compiles(self.work / "caches" / tag / "counts"))
         print(f"    {tag}: first call {r['steps'][0]['s']:.2f} s, {summary(r)}", flush=True)
         return r
 
@@ -185,8 +191,9 @@ class Runner:
         (barrier / "go").touch()
         members = []
         cpu = 0.0
-        for proc, result, log in procs:
+        for i, (proc, result, log) in enumerate(procs):
             r, c = self.finish(proc, result, log, self.a.max_step_s + 240)
+            r["triton_compiles"] = triton_compiles(self.work / "caches" / f"{tag}-{i}" / "counts")
             cpu += c
             members.append(r)
         cpu_kilnd = tree_cpu_s(kilnd.proc.pid) - cpu_before
@@ -208,6 +215,7 @@ class Runner:
             "kilnd_hits": metric_sum(text, "kiln_torch_graphs_total", result="hit"),
             "distinct_graphs": max(len(r["graphs"]["graphs"]) for r in members),
             "fallbacks": [r["graphs"]["fallbacks"] for r in members],
+            "triton_compiles": [r["triton_compiles"] for r in members],
             "cpu_processes_s": cpu,
             "cpu_kilnd_s": cpu_kilnd,
             "members": members,
@@ -215,6 +223,11 @@ class Runner:
         print(f"    {tag}: first calls {', '.join(f'{x:.1f}' for x in out['first_calls'])} s; all compiled after "
               f"{out['all_compiled_wall_s']} s; kilnd compiled {out['kilnd_compiled']:.0f} of {out['distinct_graphs']} graphs", flush=True)
         return out
+
+
+def triton_compiles(counts: Path) -> int:
+    """Real Triton compiles in a process and its children (site/sitecustomize.py's lines)."""
+    return sum(line.startswith("compile ") for f in counts.glob("*.txt") for line in f.read_text().splitlines())
 
 
 def first_compiled(r: dict) -> int | None:
@@ -234,7 +247,8 @@ def summary(r: dict) -> str:
     steady = statistics.median(s["s"] for s in steps[-50:])
     i = first_compiled(r)
     after = f", compiled after {steps[i]['start']:.2f} s" if i is not None else ""
-    return f"wall of {n} steps {wall:.2f} s, steady step {steady * 1e3:.2f} ms{after}, fallbacks {r['graphs']['fallbacks']}"
+    return (f"wall of {n} steps {wall:.2f} s, steady step {steady * 1e3:.2f} ms{after}, fallbacks {r['graphs']['fallbacks']}, "
+            f"Triton compiles in the process {r.get('triton_compiles')}")
 
 
 def figures(r: dict) -> dict:
@@ -250,6 +264,7 @@ def figures(r: dict) -> dict:
         "losses": [s["loss"] for s in steps[:50]],
         "fallbacks": r["graphs"]["fallbacks"],
         "how": sorted({g["how"] for g in r["graphs"]["graphs"]}),
+        "triton": r.get("triton_compiles"),
     }
 
 
@@ -272,8 +287,8 @@ def markdown(runs: list[dict], device: str) -> tuple[str, list[str]]:
     missed: list[str] = []
     lines.append("| model | eager first call | blocking cold first call | async cold first call | async compiled after "
                  "| plain torch.compile cold first call | steady step eager / blocking / async "
-                 "| wall of the first steps: eager / blocking / async | runs |")
-    lines.append("|---|---|---|---|---|---|---|---|---|")
+                 "| wall of the first steps: eager / blocking / async | Triton compiles in the process: blocking / async / plain | runs |")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|")
     targets: list[str] = []
     for model in dict.fromkeys(r["model"] for r in runs if r["variant"] != "herd"):
         by = {v: [figures(r) for r in runs if r["model"] == model and r["variant"] == v] for v in ("eager", "blocking", "async", "plain")}
@@ -285,9 +300,10 @@ def markdown(runs: list[dict], device: str) -> tuple[str, list[str]]:
         steady = " / ".join(fmt(med([f["steady"] for f in by[v]]), "ms", 1e3) for v in ("eager", "blocking", "async"))
         walls = " / ".join(fmt(med([f["wall"] for f in by[v]])) for v in ("eager", "blocking", "async"))
         nsteps = sorted({f["steps"] for v in by for f in by[v]})
+        tritons = " / ".join(",".join(str(f["triton"]) for f in by[v]) or "—" for v in ("blocking", "async", "plain"))
         runs_n = ", ".join(f"{v} {len(by[v])}" for v in by if by[v])
         lines.append(f"| {model} | {col('eager', 'first')} | {col('blocking', 'first')} | {col('async', 'first')} "
-                     f"| {col('async', 'after')} | {col('plain', 'first')} | {steady} | {walls} ({'/'.join(map(str, nsteps))} steps) | {runs_n} |")
+                     f"| {col('async', 'after')} | {col('plain', 'first')} | {steady} | {walls} ({'/'.join(map(str, nsteps))} steps) | {tritons} | {runs_n} |")
         e, b, a = (med([f["first"] for f in by[v]]) for v in ("eager", "blocking", "async"))
         after = med([f["after"] for f in by["async"]])
         ew, bw, aw = (med([f["wall"] for f in by[v]]) for v in ("eager", "blocking", "async"))
@@ -329,13 +345,14 @@ def markdown(runs: list[dict], device: str) -> tuple[str, list[str]]:
     herds = [r for r in runs if r["variant"] == "herd"]
     if herds:
         lines += ["", "| herd | processes | first calls | wall until all ran compiled | kilnd compiles / distinct graphs "
-                  "| CPU s: processes + kilnd's workers | plain process CPU s | fallbacks |", "|---|---|---|---|---|---|---|---|"]
+                  "| CPU s: processes + kilnd's workers | plain process CPU s | Triton compiles in the processes | fallbacks |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for h in herds:
             plain = [r["cpu_s"] for r in runs if r["model"] == h["model"] and r["variant"] == "plain"]
             cpu = h["cpu_processes_s"] + h["cpu_kilnd_s"]
             lines.append(f"| {h['model']} | {h['processes']} | {', '.join(f'{x:.1f}' for x in h['first_calls'])} s "
                          f"| {fmt(h['all_compiled_wall_s'])} | {h['kilnd_compiled']:.0f} / {h['distinct_graphs']} "
-                         f"| {h['cpu_processes_s']:.0f} + {h['cpu_kilnd_s']:.0f} = {cpu:.0f} | {fmt(med(plain), '', 1, 0)} | {h['fallbacks']} |")
+                         f"| {h['cpu_processes_s']:.0f} + {h['cpu_kilnd_s']:.0f} = {cpu:.0f} | {fmt(med(plain), '', 1, 0)} | {h.get('triton_compiles')} | {h['fallbacks']} |")
             if h["model"] == "gpt2" and h["all_compiled_wall_s"] is not None:
                 bound = 0.7 * RUN18_HERD_WALL_S
                 if h["all_compiled_wall_s"] > bound:
