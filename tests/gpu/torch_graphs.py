@@ -169,6 +169,11 @@ class Runner:
                 if r_stop != 0:
                     raise RuntimeError(f"kilnd {tag} exited {r_stop} on SIGTERM")
         r.update(variant=variant, run=run, cpu_s=cpu, triton_compiles=triton_compiles(self.work / "caches" / tag / "counts"))
+        broken = {"worker_failed", "no_torch_worker", "torch_mismatch", "kilnd_unreachable"} & set(r["graphs"]["fallbacks"])
+        if broken:
+            # The rest would measure the same fallback: stop here, with the why, to spare the GPU's time.
+            warnings = [line for line in log.read_text(errors="replace").splitlines() if line.startswith("kiln:")]
+            raise RuntimeError(f"{tag}: the graph path fell back ({', '.join(sorted(broken))}): {warnings}")
         print(f"    {tag}: first call {r['steps'][0]['s']:.2f} s, {summary(r)}", flush=True)
         return r
 

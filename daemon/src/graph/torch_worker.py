@@ -316,6 +316,22 @@ def run_one(payload, timeout_seconds):
     return answer
 
 
+def fork_is_clean(torch):
+    """Whether a child forked now may initialise CUDA (torch refuses in a child of a process that
+    initialised it)."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_fd)
+        os.write(write_fd, b"0" if torch.cuda._is_in_bad_fork() else b"1")
+        os._exit(0)
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as r:
+        clean = r.read(1) == b"1"
+    os.waitpid(pid, 0)
+    return clean
+
+
 def hello():
     import torch
     import torch._dynamo  # noqa: F401  (imported here once, before any request)
@@ -323,6 +339,14 @@ def hello():
     import torch.fx._graph_pickler  # noqa: F401
     from torch._functorch import aot_autograd
 
+    # Each compile runs in a forked child, which may use CUDA only if this process never
+    # initialised it (kilnd sets PYTORCH_NVML_BASED_CUDA_CHECK so that imports do not).
+    # (A host without a GPU has nothing to lose: its compiles never touch CUDA.)
+    if torch.cuda.device_count() > 0 and not fork_is_clean(torch):
+        raise RuntimeError(
+            "CUDA was initialised in the torch worker before its first fork, so no compile could use the GPU "
+            "(is PYTORCH_NVML_BASED_CUDA_CHECK=1 honoured, and NVML available?)"
+        )
     # compile_backward_now's hook: a torch without it cannot answer a training graph whole.
     if "force_non_lazy_backward_lowering" not in inspect.signature(aot_autograd.prepare_aot_module_simplified).parameters:
         raise RuntimeError(f"torch {torch.__version__}: AOTAutograd takes no force_non_lazy_backward_lowering")

@@ -122,6 +122,9 @@ fn worker_env(home: &Path) -> Vec<(OsString, OsString)> {
         ("PYTHONDONTWRITEBYTECODE".into(), "1".into()),
         ("PYTHONNOUSERSITE".into(), "1".into()),
         ("PYTHONUNBUFFERED".into(), "1".into()),
+        // Inductor asks torch.cuda.is_available() at import, which initialises CUDA and so
+        // forbids it in every forked child; asked through NVML instead, it leaves fork usable.
+        ("PYTORCH_NVML_BASED_CUDA_CHECK".into(), "1".into()),
     ]);
     env
 }
