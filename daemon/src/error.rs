@@ -41,8 +41,8 @@ pub enum Error {
     FileNotStored { field: String, file: String, digest: String },
     /// The client's torch is not the torch workers': a graph compiled by one would not load in the
     /// other.
-    #[error("torch_version: the client runs torch {client}, kilnd's torch workers run {workers}")]
-    TorchMismatch { client: String, workers: String },
+    #[error("{field}: the client runs {client}, kilnd's torch workers run {workers}")]
+    TorchMismatch { field: &'static str, client: String, workers: String },
     /// No torch worker could be started on this host.
     #[error("no torch worker on this daemon: {reason}")]
     TorchUnavailable { reason: String },

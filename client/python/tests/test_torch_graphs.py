@@ -151,6 +151,28 @@ class Escape:
         return (os.system, (f"touch {self.path}",))
 
 
+def test_another_python_is_refused_at_compile_naming_the_field(graph_kilnd: Kilnd) -> None:
+    import sys
+
+    with kiln.Client(graph_kilnd.uri) as c, pytest.raises(kiln.FailedPrecondition, match="python_version"):
+        c.compile_torch_graph(
+            payload(b"another python"),
+            torch.__version__,
+            triton_version=_triton_version(),
+            python_version="2.7.18",
+            cuda_version=torch.version.cuda or "",
+        )
+    assert sys.version.split()[0] != "2.7.18"
+
+
+def _triton_version() -> str:
+    try:
+        import triton
+    except ImportError:
+        return ""
+    return str(triton.__version__)
+
+
 def test_a_hostile_payload_is_refused_by_the_worker_and_remembered(graph_kilnd: Kilnd, tmp_path: Path) -> None:
     witness = tmp_path / "escaped"
     evil = payload(pickle.dumps(Escape(witness)))

@@ -3,7 +3,7 @@
 //! everywhere. Single flight is the named blobs' (this host's holders, then the fleet lease).
 
 use super::ledger::{Ledger, Outcome};
-use super::workers::{Answer, Settings, TorchWorkers};
+use super::workers::{Answer, Environment, Settings, TorchWorkers};
 use crate::blob::entry;
 use crate::blob::service::{BlobState, Decision};
 use crate::blob::validate::Scope;
@@ -78,7 +78,7 @@ impl GraphState {
     /// Starts the pool in the background unless it is up; whether it was up, and its torch.
     pub fn warm(self: &Arc<Self>) -> Option<String> {
         if let Some(workers) = self.workers.get() {
-            return Some(workers.torch_version.clone());
+            return Some(workers.environment.torch.clone());
         }
         let state = Arc::clone(self);
         tokio::spawn(async move {
@@ -89,15 +89,25 @@ impl GraphState {
         None
     }
 
-    /// The stored key of a payload, under this worker identity and these GPUs.
-    fn key(&self, workers: &TorchWorkers, payload: &[u8]) -> (Scope, CacheKey) {
-        let scope = Scope { namespace: NAMESPACE.into(), tool_version: workers.torch_version.clone() };
+    /// The stored key of a payload, under this environment and these GPUs.
+    fn key(&self, environment: &Environment, payload: &[u8]) -> (Scope, CacheKey) {
+        let scope = Scope { namespace: NAMESPACE.into(), tool_version: environment.torch.clone() };
         let mut caller = Vec::with_capacity(96);
-        caller.extend_from_slice(workers.identity.as_bytes());
+        caller.extend_from_slice(environment.identity().as_bytes());
         caller.extend_from_slice(blake3::hash(self.gpus.as_bytes()).as_bytes());
         caller.extend_from_slice(blake3::hash(payload).as_bytes());
         let key = scope.key(&caller);
         (scope, key)
+    }
+
+    /// The workers, when they run `environment`; the refusal otherwise (counted).
+    async fn workers_for(&self, environment: &Environment) -> Result<&TorchWorkers, Error> {
+        let workers = self.workers().await.inspect_err(|_| self.ledger.count(Outcome::Refused))?;
+        if let Some((field, client, workers)) = environment.difference(&workers.environment) {
+            self.ledger.count(Outcome::Refused);
+            return Err(Error::TorchMismatch { field, client, workers });
+        }
+        Ok(workers)
     }
 
     async fn compile(self: &Arc<Self>, request: pb::TorchGraphRequest) -> Result<pb::TorchGraphReply, Error> {
@@ -106,44 +116,57 @@ impl GraphState {
             0 => self.compile_timeout,
             ms => Duration::from_millis(u64::from(ms)),
         };
-        let workers = match self.workers().await {
-            Ok(w) => w,
-            Err(e) => {
-                self.ledger.count(Outcome::Refused);
-                return Err(e);
+        // The client's environment keys the graph, so a stored answer needs no worker; a client
+        // that declares none is keyed by the workers' (started now) and must run their torch.
+        let environment = match declared(&request) {
+            Some(environment) => environment,
+            None => {
+                let workers = self.workers().await.inspect_err(|_| self.ledger.count(Outcome::Refused))?;
+                if request.torch_version != workers.environment.torch {
+                    self.ledger.count(Outcome::Refused);
+                    return Err(Error::TorchMismatch {
+                        field: "torch_version",
+                        client: request.torch_version,
+                        workers: workers.environment.torch.clone(),
+                    });
+                }
+                workers.environment.clone()
             }
         };
-        if request.torch_version != workers.torch_version {
-            self.ledger.count(Outcome::Refused);
-            return Err(Error::TorchMismatch { client: request.torch_version, workers: workers.torch_version.clone() });
-        }
         let payload = Bytes::from(request.payload);
-        let (scope, key) = self.key(workers, &payload);
+        let (scope, key) = self.key(&environment, &payload);
         if let Some(failed) = self.failures.get(&key).await {
             self.ledger.count(Outcome::Failed);
             return Ok(failed_reply(&failed, &key, Tier::Memory));
         }
         // A graph compile can take minutes: wait for another producer as long as one may take.
         let wait = timeout.max(self.blobs.default_wait);
-        let reply = match self.blobs.decide(&scope, &key, wait).await {
+        match self.blobs.decide(&scope, &key, wait).await {
             Decision::Found(found) => {
                 self.ledger.count(Outcome::Hit);
-                reply_of_entry(&found, &key)
+                Ok(reply_of_entry(&found, &key))
             }
             Decision::Proceed(reason) => {
                 tracing::info!(%key, %reason, job = %request.job, "compiling a torch graph without a lease");
-                self.produce(workers, &key, payload, timeout).await
+                let workers = self.workers_for(&environment).await?;
+                Ok(self.produce(workers, &key, payload, timeout).await)
             }
             Decision::Granted(holding, lease) => {
-                let reply = self.produce(workers, &key, payload, timeout).await;
+                let reply = match self.workers_for(&environment).await {
+                    Ok(workers) => Ok(self.produce(workers, &key, payload, timeout).await),
+                    Err(e) => {
+                        // Nothing will be published: the waiters must not wait for it.
+                        self.blobs.holders.published(&key);
+                        Err(e)
+                    }
+                };
                 drop(holding);
                 if let Some(lease) = lease {
                     lease.release().await;
                 }
                 reply
             }
-        };
-        Ok(reply)
+        }
     }
 
     /// Compiles in a worker and stores a success everywhere (its publish releases the waiters).
@@ -183,9 +206,29 @@ impl GraphState {
     }
 }
 
+/// The environment the client declared, or None when it declared none (an older client).
+fn declared(r: &pb::TorchGraphRequest) -> Option<Environment> {
+    let none = r.triton_version.is_empty() && r.python_version.is_empty() && r.cuda_version.is_empty();
+    (!none).then(|| Environment {
+        torch: r.torch_version.clone(),
+        triton: r.triton_version.clone(),
+        python: r.python_version.clone(),
+        cuda: r.cuda_version.clone(),
+    })
+}
+
 fn check(r: &pb::TorchGraphRequest, max_payload: u64) -> Result<(), Error> {
     if r.torch_version.is_empty() || r.torch_version.len() > MAX_VERSION {
         return Err(invalid("torch_version", format!("must be 1 to {MAX_VERSION} bytes")));
+    }
+    for (field, value) in [
+        ("triton_version", &r.triton_version),
+        ("python_version", &r.python_version),
+        ("cuda_version", &r.cuda_version),
+    ] {
+        if value.len() > MAX_VERSION || value.chars().any(char::is_control) {
+            return Err(invalid(field, format!("must be at most {MAX_VERSION} bytes, without control characters")));
+        }
     }
     if r.payload.is_empty() || r.payload.len() as u64 > max_payload {
         return Err(invalid(
@@ -310,11 +353,41 @@ mod tests {
         assert!(field(pb::TorchGraphRequest { payload: vec![0; 17], ..request() }).starts_with("payload:"));
         assert!(field(pb::TorchGraphRequest { job: "j".repeat(300), ..request() }).starts_with("job:"));
         assert!(field(pb::TorchGraphRequest { timeout_ms: 4_000_000, ..request() }).starts_with("timeout_ms:"));
+        assert!(
+            field(pb::TorchGraphRequest { python_version: "3".repeat(65), ..request() }).starts_with("python_version:")
+        );
+        assert!(
+            field(pb::TorchGraphRequest { triton_version: "3.6\n".into(), ..request() }).starts_with("triton_version:")
+        );
         assert!(check(&request(), 16).is_ok());
         let bad = pb::TorchGraphReport {
             graphs: vec![pb::TorchGraphCost { compile_s: f64::NAN, ..Default::default() }],
             ..Default::default()
         };
         assert!(check_report(&bad).unwrap_err().to_string().starts_with("graphs[0].compile_s:"));
+    }
+
+    #[test]
+    fn the_declared_environment_keys_the_graph_and_names_a_difference() {
+        assert_eq!(declared(&request()), None, "an older client declares nothing");
+        let env = |python: &str| Environment {
+            torch: "2.11.0".into(),
+            triton: "3.6.0".into(),
+            python: python.into(),
+            cuda: "13.0".into(),
+        };
+        let r = pb::TorchGraphRequest {
+            triton_version: "3.6.0".into(),
+            python_version: "3.12.3".into(),
+            cuda_version: "13.0".into(),
+            ..request()
+        };
+        assert_eq!(declared(&r), Some(env("3.12.3")));
+        assert_ne!(env("3.12.3").identity(), env("3.11.9").identity());
+        assert_eq!(
+            env("3.12.3").difference(&env("3.11.9")),
+            Some(("python_version", "3.12.3".to_owned(), "3.11.9".to_owned()))
+        );
+        assert_eq!(env("3.12.3").difference(&env("3.12.3")), None);
     }
 }

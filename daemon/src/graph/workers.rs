@@ -30,14 +30,49 @@ pub struct Settings {
 /// A started pool and what its workers are.
 #[derive(Debug)]
 pub struct TorchWorkers {
-    /// torch.__version__ of the workers: a client with another torch is refused.
-    pub torch_version: String,
-    /// The worker's identity (torch, Triton, Python and CUDA versions) and script, hashed: part
-    /// of every graph's key.
-    pub identity: blake3::Hash,
+    /// The worker's environment: torch, Triton, Python and CUDA versions (see [`Environment`]).
+    pub environment: Environment,
     pool: WorkerPool<TorchProtocol>,
     /// Holds the script and the workers' home, removed when the pool is dropped.
     _dir: tempfile::TempDir,
+}
+
+/// What a graph's compile depends on besides the graph: the versions of torch, Triton, Python
+/// and CUDA a process runs. The client declares its own and the workers report theirs; a worker
+/// compiles only for a client of the same environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Environment {
+    pub torch: String,
+    pub triton: String,
+    pub python: String,
+    pub cuda: String,
+}
+
+impl Environment {
+    /// The environment and the worker script, hashed: part of every graph's key, so a new worker
+    /// script or another torch never serves an old answer.
+    pub fn identity(&self) -> blake3::Hash {
+        let mut h = blake3::Hasher::new();
+        for part in [&self.torch, &self.triton, &self.python, &self.cuda] {
+            h.update(&(part.len() as u64).to_le_bytes());
+            h.update(part.as_bytes());
+        }
+        h.update(WORKER_SCRIPT.as_bytes());
+        h.finalize()
+    }
+
+    /// The first field where `other` differs, with both values, as the request names it.
+    pub fn difference(&self, other: &Environment) -> Option<(&'static str, String, String)> {
+        [
+            ("torch_version", &self.torch, &other.torch),
+            ("triton_version", &self.triton, &other.triton),
+            ("python_version", &self.python, &other.python),
+            ("cuda_version", &self.cuda, &other.cuda),
+        ]
+        .into_iter()
+        .find(|(_, a, b)| a != b)
+        .map(|(field, a, b)| (field, a.clone(), b.clone()))
+    }
 }
 
 /// One compile's answer.
@@ -164,14 +199,12 @@ impl TorchWorkers {
         let (pool, hello) = WorkerPool::<TorchProtocol>::start(spec, settings.max_workers)
             .await
             .map_err(|e| format!("{}: {e}", settings.python.display()))?;
-        let text = |k: &str| hello.get(k).and_then(Json::as_str).unwrap_or_default().to_string();
         let fingerprint = hello.get("fingerprint").ok_or("the torch worker's hello has no fingerprint")?;
-        let mut h = blake3::Hasher::new();
-        // serde_json maps are sorted by key, so this text is canonical.
-        h.update(fingerprint.to_string().as_bytes());
-        h.update(WORKER_SCRIPT.as_bytes());
-        tracing::info!(torch = %text("torch"), network_namespace = network, "torch workers ready");
-        Ok(TorchWorkers { torch_version: text("torch"), identity: h.finalize(), pool, _dir: dir })
+        let text = |k: &str| fingerprint.get(k).and_then(Json::as_str).unwrap_or_default().to_string();
+        let environment =
+            Environment { torch: text("torch"), triton: text("triton"), python: text("python"), cuda: text("cuda") };
+        tracing::info!(?environment, network_namespace = network, "torch workers ready");
+        Ok(TorchWorkers { environment, pool, _dir: dir })
     }
 
     /// Compiles one graph's payload in a worker's child.

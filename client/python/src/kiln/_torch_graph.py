@@ -355,12 +355,20 @@ def _ask(payload: bytes, name: str) -> _Answer | str:
         _fallback("kilnd_unreachable", "kilnd did not answer recently")
         return "kilnd_unreachable"
     try:
+        triton_version, python_version, cuda_version = _environment()
         answer = _fleet.client().compile_torch_graph(
-            payload, torch.__version__, job=_ledger.job, name=name, timeout=COMPILE_WAIT_SECS
+            payload,
+            torch.__version__,
+            job=_ledger.job,
+            name=name,
+            timeout=COMPILE_WAIT_SECS,
+            triton_version=triton_version,
+            python_version=python_version,
+            cuda_version=cuda_version,
         )
     except errors.KilnError as e:
         details = e.details or ""
-        if "torch_version" in details:
+        if any(f"{part}_version" in details for part in ("torch", "triton", "python", "cuda")):
             reason = "torch_mismatch"
         elif "no torch worker" in details:
             reason = "no_torch_worker"
@@ -375,6 +383,22 @@ def _ask(payload: bytes, name: str) -> _Answer | str:
         log.debug("kiln: the torch worker's log for graph %s:\n%s", name, answer.log)
         return "worker_failed"
     return _Answer(answer.artifacts, answer.tier.name.lower(), answer.compile_seconds)
+
+
+@functools.cache
+def _environment() -> tuple[str, str, str]:
+    """This process's Triton, Python and CUDA versions, as kilnd's workers report theirs."""
+    import sys
+
+    import torch
+
+    try:
+        import triton
+
+        triton_version = str(triton.__version__)
+    except ImportError:
+        triton_version = ""
+    return triton_version, sys.version.split()[0], torch.version.cuda or ""
 
 
 def _load(torch: Any, answer: _Answer, compile_in_process: Callable[[], Any]) -> tuple[Any, bool]:
@@ -412,11 +436,13 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
     if isinstance(answer, str):
         record.how = "in-process"
         return inductor(gm, example_inputs)
+    answered = time.perf_counter()
     compiled, hit = _load(torch, answer, lambda: inductor(gm, example_inputs))
     if not hit:
         _fallback("not_reused", "torch's AOTAutograd cache missed kilnd's artifacts; compiled here")
     record.how, record.tier = ("kilnd", answer.tier) if hit else ("in-process", "")
-    record.compile_s = answer.compile_s + (time.perf_counter() - started)
+    # The worker's compile, and this process's load of it (the wait for it is the compile).
+    record.compile_s = answer.compile_s + (time.perf_counter() - answered)
     record.ready_after_s = time.perf_counter() - started
     _report_soon()
 

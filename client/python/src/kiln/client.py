@@ -366,14 +366,22 @@ class Client:
         name: str = "",
         compile_timeout: float | None = None,
         timeout: float | None = None,
+        triton_version: str = "",
+        python_version: str = "",
+        cuda_version: str = "",
     ) -> TorchGraphAnswer:
         """Compiles one serialized torch.compile graph in kilnd's torch workers, or answers it
         from the caches; waits for the answer (``timeout`` bounds the call, ``compile_timeout`` the
-        compile, ``None`` for kilnd's). The payload is what :mod:`kiln._torch_graph` writes."""
+        compile, ``None`` for kilnd's). The payload is what :mod:`kiln._torch_graph` writes.
+        The versions besides torch's are the process's environment: with them the graph is keyed
+        by it, and a stored answer comes back without kilnd starting a torch worker."""
         from ._proto import graph_pb2
 
         request = graph_pb2.TorchGraphRequest(
             torch_version=torch_version,
+            triton_version=triton_version,
+            python_version=python_version,
+            cuda_version=cuda_version,
             payload=payload,
             job=job,
             name=name,

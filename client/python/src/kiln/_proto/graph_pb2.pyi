@@ -20,18 +20,24 @@ class WarmTorchWorkersReply(_message.Message):
     def __init__(self, ready: _Optional[bool] = ..., torch_version: _Optional[str] = ...) -> None: ...
 
 class TorchGraphRequest(_message.Message):
-    __slots__ = ("torch_version", "payload", "job", "name", "timeout_ms")
+    __slots__ = ("torch_version", "payload", "job", "name", "timeout_ms", "triton_version", "python_version", "cuda_version")
     TORCH_VERSION_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    TRITON_VERSION_FIELD_NUMBER: _ClassVar[int]
+    PYTHON_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CUDA_VERSION_FIELD_NUMBER: _ClassVar[int]
     torch_version: str
     payload: bytes
     job: str
     name: str
     timeout_ms: int
-    def __init__(self, torch_version: _Optional[str] = ..., payload: _Optional[bytes] = ..., job: _Optional[str] = ..., name: _Optional[str] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+    triton_version: str
+    python_version: str
+    cuda_version: str
+    def __init__(self, torch_version: _Optional[str] = ..., payload: _Optional[bytes] = ..., job: _Optional[str] = ..., name: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., triton_version: _Optional[str] = ..., python_version: _Optional[str] = ..., cuda_version: _Optional[str] = ...) -> None: ...
 
 class TorchGraphReply(_message.Message):
     __slots__ = ("ok", "artifacts", "tier", "compile_micros", "log", "key")
