@@ -212,3 +212,17 @@ def test_warm_starts_the_workers_in_the_background_and_answers_at_once(tmp_path:
             assert version == torch.__version__
     finally:
         k.stop()
+
+
+def test_a_worker_whose_host_sets_another_cxx_still_answers_with_the_process_key(tmp_path: Path) -> None:
+    # Inductor's cpp.cxx (a tuple) comes from CXX and is in torch's key: the process's value must
+    # reach the worker as a tuple, or every graph misses on a host where kilnd's CXX differs.
+    k = Kilnd(tmp_path / "cxx", extra_env={"CXX": "/usr/bin/g++"})
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.delenv("CXX", raising=False)  # run_job's process inherits this environment
+            r = run_job(k.uri, tmp_path / "job", WIDTH="40")
+        assert r["graphs"]["fallbacks"] == {}, r["stderr"][-3000:]
+        assert r["aot"].get("autograd_cache_hit") == 1, r["aot"]
+    finally:
+        k.stop()

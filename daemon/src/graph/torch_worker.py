@@ -171,6 +171,16 @@ def compile_backward_now():
     aot_autograd.prepare_aot_module_simplified = prepare_backward_now
 
 
+def typed_like(module, settings):
+    """The client's settings with JSON's lists turned back into tuples where this config module
+    holds a tuple (``cpp.cxx``, say): the value, not only its items, is in torch's cache keys."""
+    out = {}
+    for name, value in settings.items():
+        current = getattr(module, name, None)
+        out[name] = tuple(value) if isinstance(current, tuple) and isinstance(value, list) else value
+    return out
+
+
 def apply_ambient(torch, ambient):
     """Sets the client's process-wide torch state in this child (it is the child's alone) and
     returns the autocast contexts to enter, as (device type, dtype) pairs: see kiln.torch's
@@ -241,8 +251,8 @@ def compile_graph(payload):
     autocast = apply_ambient(torch, header.get("ambient", {}))
     with (
         contextlib.ExitStack() as stack,
-        inductor_config.patch(header.get("inductor_config", {})),
-        torch._functorch.config.patch(header.get("functorch_config", {})),
+        inductor_config.patch(typed_like(inductor_config, header.get("inductor_config", {}))),
+        torch._functorch.config.patch(typed_like(torch._functorch.config, header.get("functorch_config", {}))),
         torch.set_grad_enabled(bool(header.get("grad_enabled", True))),
         torch._guards.tracing(tracing),
     ):

@@ -238,11 +238,20 @@ def _changed_config(module: Any) -> dict[str, Any]:
         except AttributeError:
             continue
         try:
-            if json.loads(json.dumps(value)) == value:
+            if json.loads(json.dumps(value)) == _as_lists(value):
                 out[name] = value
         except (TypeError, ValueError):
             continue
     return out
+
+
+def _as_lists(value: Any) -> Any:
+    """``value`` as JSON reads it back: tuples become lists (the worker turns them back)."""
+    if isinstance(value, (tuple, list)):
+        return [_as_lists(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _as_lists(v) for k, v in value.items()}
+    return value
 
 
 @functools.cache
