@@ -30,9 +30,9 @@ def main() -> int:
     if torch_json.exists():
         missed = json.loads(torch_json.read_text()).get("targets_missed")
         if missed:
-            lines += ["", f"Issue 10's targets: **{len(missed)} missed** ({'; '.join(missed)}); the torch tables below break the time down."]
+            lines += ["", f"The warm-start targets: **{len(missed)} missed** ({'; '.join(missed)}); the torch tables below break the time down."]
         elif missed is not None:
-            lines += ["", "Issue 10's targets: every target measured was met."]
+            lines += ["", "The warm-start targets: every target measured was met."]
     lines += ["", "| | |", "|---|---|"]
     for k, v in machine.items():
         if k != "date":

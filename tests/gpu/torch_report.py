@@ -1,4 +1,4 @@
-"""The torch warm-start run's report: issue 10's targets computed from torch.json, the markdown
+"""The torch warm-start run's report: the warm-start targets computed from torch.json, the markdown
 tables of torch.md, and the merge of several runs' torch.json into one report. Kept apart from
 torch_warmstart.py, which runs the processes, so a report can be rendered or merged here with no
 GPU and no torch.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import common
 
-#: Issue 10's targets: reported, never part of the exit status.
+#: The warm-start targets: reported, never part of the exit status.
 TARGET_D_OVER_B = 1.05
 TARGET_D_OVER_C = 0.80
 TARGET_SUCCESSOR_OVER_D = 1.05
@@ -58,7 +58,7 @@ def snap_value(stats, what: str):
 
 
 def compute_targets(results: dict) -> None:
-    """Issue 10's targets per model, into ``results["targets"]`` and ``results["targets_missed"]``."""
+    """The warm-start targets per model, into ``results["targets"]`` and ``results["targets_missed"]``."""
     targets, missed = {}, []
     for model, res in results.get("models", {}).items():
         d = res.get("d_kiln", {})
@@ -115,7 +115,7 @@ def render(results: dict) -> str:
             return "—"
         return f"{s(t['value'], spec)} met" if t["met"] else f"**{s(t['value'], spec)} NOT met**"
 
-    lines += ["", "Targets (issue 10" + ("; CPU: meaningless" if cpu else "") + "):", "",
+    lines += ["", "Targets (warm start" + ("; CPU: meaningless" if cpu else "") + "):", "",
               f"| model | (d)/(b) ≤ {TARGET_D_OVER_B} | (d)/(c) ≤ {TARGET_D_OVER_C} | Triton compiles in (d) = 0 | C compiler runs in (d) = 0 | "
               f"SIGKILL successor/(d) ≤ {TARGET_SUCCESSOR_OVER_D} |", "|---|---|---|---|---|---|"]
     for model, t in results["targets"].items():

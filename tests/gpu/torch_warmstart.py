@@ -1,4 +1,4 @@
-"""torch.compile warm start on a fresh host (issue 10), run by tests/gpu/run.
+"""torch.compile warm start on a fresh host, run by tests/gpu/run.
 
 For each model (models.py: ``gpt2`` training step, ``regional`` inference, ``convnet`` training
 step), the first-call time of a fresh process (torch_child.py), started by this script. A real
@@ -35,7 +35,7 @@ exit does not matter to what is measured leave with ``os._exit`` once their resu
 (torch writes nothing a cache needs at exit; Inductor's compile-worker pool takes up to ~14 s to
 wind down); the kiln fill processes and the herd exit normally (kiln saves at exit).
 
-Targets (issue 10), printed per model, never part of the exit status: (d)/(b) <= 1.05,
+Targets, printed per model, never part of the exit status: (d)/(b) <= 1.05,
 (d)/(c) <= 0.80, zero Triton compiles and zero C compiler runs in (d), the SIGKILL successor
 within 1.05 of (d). Checks (a failure is exit status 1): every process runs the step and computes
 the cold run's value, each variant really ran at its fill's paths, (d) restored the job's

@@ -1,4 +1,4 @@
-//! Figure (f), issue 3 part 6 (b): fleet cold start. N kilnd "hosts" (own empty cache
+//! Figure (f): fleet cold start. N kilnd "hosts" (own empty cache
 //! directories, one kiln-cache) start together on the same 32-kernel graph, with fleet leases
 //! and, as the baseline, with `fleet_leases = false`. Counted: compiles across the fleet, from
 //! every daemon's `/metrics` and from a witness NVRTC outside kiln (tests/witness, one line per

@@ -1,4 +1,4 @@
-//! Figure (g), issue 3 part 6 (c): lookups per second through kiln-cache from many clients,
+//! Figure (g): lookups per second through kiln-cache from many clients,
 //! against `redis-benchmark` GETs of values of the same size on the Redis behind it.
 //!
 //! Each client is a concurrent task with its own `kiln_cache_client::RemoteCache` (its

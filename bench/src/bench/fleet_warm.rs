@@ -1,4 +1,4 @@
-//! Figure (e), issue 3 part 6 (a): warm start of the 64-kernel graph on a fresh host from the
+//! Figure (e): warm start of the 64-kernel graph on a fresh host from the
 //! remote tier, against raw pipelined Redis GETs of the same stored bytes.
 //!
 //! One kilnd fills the fleet cache (a cold compile publishes every kernel and the graph's
@@ -19,7 +19,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 const TITLE: &str = "(e) Fleet: warm start of a 64-kernel graph from the remote tier";
-/// Issue 3, part 6 (a).
 /// The target: at most this many times pipelined Redis GETs of the same stored values.
 const OVER_REDIS: f64 = 4.0;
 

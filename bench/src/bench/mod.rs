@@ -9,11 +9,11 @@
 //! - [`hit_throughput`]: figure (c), lookups per second from many clients against
 //!   `redis-benchmark`.
 //! - [`sccache_nvcc`]: figure (d), the same kernels through sccache + nvcc, cold and warm.
-//! - [`fleet_warm`], [`fleet_cold`], [`fleet_lookups`]: figures (e) to (g), issue 3's fleet
+//! - [`fleet_warm`], [`fleet_cold`], [`fleet_lookups`]: figures (e) to (g), the fleet's
 //!   figures, over a private Redis and a real kiln-cache ([`fleet`]).
-//! - [`triton_compile`], [`triton_pool`], [`ptxas_compile`]: figures (h) to (j), issue 4's
-//!   toolchain figures ([`triton_kernels`]: the Triton kernels and the direct baseline).
-//! - [`snapshot_job`]: figures (l) and (m), issue 10's job snapshots: a Triton job on a fresh
+//! - [`triton_compile`], [`triton_pool`], [`ptxas_compile`]: figures (h) to (j), the Triton
+//!   and PTX toolchains' figures ([`triton_kernels`]: the Triton kernels and the direct baseline).
+//! - [`snapshot_job`]: figures (l) and (m), job snapshots: a Triton job on a fresh
 //!   host restored from a snapshot against a warm host, and restore time against Redis GETs.
 //! - [`kilnd`], [`redis`], [`sccache`]: the processes the figures need, started privately.
 //! - [`source_tree`]: the kernels as `.cu` files, built one process per file like `make -j`.

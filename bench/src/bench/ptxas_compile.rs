@@ -1,4 +1,4 @@
-//! Figure (j), issue 4 part 5 (c): PTX assembled through kilnd's `ptx` toolchain against
+//! Figure (j): PTX assembled through kilnd's `ptx` toolchain against
 //! `ptxas` run by hand on the same PTX files, one after another.
 //!
 //! The PTX is the 64-kernel graph's first 32 vector adds, made once by NVRTC for `compute_90`.

@@ -1,4 +1,4 @@
-//! Figures (l) and (m), issue 10: job snapshots on the CPU.
+//! Figures (l) and (m): job snapshots on the CPU.
 //!
 //! (l) A Triton job (the 20 distinct kernels of `client/python/bench/herd_kernels.py`, four
 //! processes at once, each through plain `triton.compile` on one `TRITON_CACHE_DIR`) on a fresh
@@ -25,7 +25,7 @@ const TITLE_JOB: &str = "(l) Job snapshots: a Triton job on a fresh host, restor
 const TITLE_RESTORE: &str = "(m) Job snapshots: restore time on a fresh host against raw Redis GETs";
 const PROCESSES: usize = 4;
 const JOB: &str = "bench-triton-job";
-/// Issue 10: a restored fresh host within 10% of a warm one on the CPU job.
+/// The target: a restored fresh host within 10% of a warm one on the CPU job.
 const TARGET_RATIO: f64 = 1.10;
 /// Snapshot sizes of figure (m), in MB, each spread over files of [`FILE_BYTES`].
 const SIZES_MB: [usize; 3] = [1, 10, 100];

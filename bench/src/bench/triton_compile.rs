@@ -1,4 +1,4 @@
-//! Figure (h), issue 4 part 5 (a): Triton compiles through kilnd against `triton.compile`
+//! Figure (h): Triton compiles through kilnd against `triton.compile`
 //! called directly in one long-lived Python process, on the same 12 kernels.
 //!
 //! kilnd runs with `triton_workers = 1` and `--concurrency 1`, so one worker compiles the graph's
@@ -14,7 +14,7 @@ use anyhow::{Context, Result, ensure};
 use std::time::{Duration, Instant};
 
 const TITLE: &str = "(h) Triton compile: kilnd against triton.compile called directly";
-/// Issue 4, part 5 (a).
+/// The target: kilnd's compile at most this many times `triton.compile`'s.
 const TARGET_RATIO: f64 = 1.10;
 
 /// Options for a kilnd that compiles Triton with `workers` workers.

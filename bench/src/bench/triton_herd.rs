@@ -1,4 +1,4 @@
-//! Figure (k), issue 5 part 6: the fleet herd. N Python processes × 20 Triton kernels start at
+//! Figure (k): the fleet herd. N Python processes × 20 Triton kernels start at
 //! once, each with an empty `TRITON_CACHE_DIR`, once with kiln's Triton backend and once with
 //! Triton's own `RedisRemoteCacheBackend` (construction bug patched), on the same redis-server.
 //! The herd itself is `client/python/bench/fleet_herd.py`, which counts compiles with the same
@@ -13,7 +13,7 @@ use std::process::Command;
 
 const TITLE: &str = "(k) Fleet herd: Triton drop-in against Triton's own Redis backend";
 const PROCESSES: u32 = 8;
-/// Issue 5, part 6: kiln's cold wall time at most a quarter of the peer's.
+/// The target: kiln's cold wall time at most a quarter of the peer's.
 const TARGET_RATIO: f64 = 0.25;
 
 /// One run of the herd script; `preinit` moves each process's `triton_key()` before the barrier.

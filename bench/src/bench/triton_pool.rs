@@ -1,4 +1,4 @@
-//! Figure (i), issue 4 part 5 (b): a cold 32-kernel Triton graph through kilnd with the worker
+//! Figure (i): a cold 32-kernel Triton graph through kilnd with the worker
 //! pool at 1 worker against 2 workers, both daemons at `--concurrency 2`, on this machine.
 
 use super::kilnd::Kilnd;

@@ -30,7 +30,7 @@ const RESTART_OVER_DISK: f64 = 1.5;
 /// on `cargo build --profile profiling` (release code with symbols), memory-tier samples of this
 /// figure, on the 2-core machine of the run that added it (2026-11-22).
 const PROFILE: &str = "Where the time goes (perf on `--profile profiling`, memory-tier samples, 2026-11-22). \
-     Before issue 11's work kilnd's own CPU on a warm hit went to copying each cubin into its answer (memmove, 20%), \
+     Before the hit path was reworked, kilnd's own CPU on a warm hit went to copying each cubin into its answer (memmove, 20%), \
      scanning every source for include directives on every request (7–13%), a second blake3 of every envelope the \
      memory tier had verified on entry, hex-encoding keys char by char, and one message, task wake-up and HTTP/2 \
      frame per kernel. Now cubins are shared `Bytes` from tier to wire, include verdicts are kept by the text's \

@@ -108,7 +108,7 @@ fn software(bench: &Bench) -> String {
 }
 
 /// Every row that carries a target, once per measurement.
-/// The GPU figures (issue 6) are measured by `tests/gpu/run` on a GPU host, which this machine
+/// The GPU figures are measured by `tests/gpu/run` on a GPU host, which this machine
 /// may not be; its summary is kept in `tests/gpu/RESULTS.md` and copied in here unchanged, so a
 /// CPU-only run of this harness never drops or invents them.
 fn gpu_results(repo: &Path) -> String {
@@ -186,7 +186,7 @@ async fn main() -> Result<()> {
             }
         }
     }
-    // Issue 3: the fleet, over its own Redis and a real kiln-cache.
+    // The fleet, over its own Redis and a real kiln-cache.
     let fleet_titles = ["(e) Fleet warm start", "(f) Fleet cold start", "(g) Fleet lookups"];
     if fleet_titles.iter().any(|t| wanted(t)) {
         match Fleet::start(&bench).await {
@@ -208,7 +208,7 @@ async fn main() -> Result<()> {
             }
         }
     }
-    // Issue 4: the Triton and PTX toolchains.
+    // The Triton and PTX toolchains.
     if wanted("(h)") {
         sections.push(figure("(h) Triton compile", triton_compile::run(&bench)).await);
     }
@@ -218,12 +218,12 @@ async fn main() -> Result<()> {
     if wanted("(j)") {
         sections.push(figure("(j) ptxas", ptxas_compile::run(&bench)).await);
     }
-    // Issue 5: the Triton drop-in in a herd of Python processes.
+    // The Triton drop-in in a herd of Python processes.
     if wanted("(k)") {
         sections
             .push(figure("(k) Fleet herd", async { tokio::task::block_in_place(|| triton_herd::run(&bench)) }).await);
     }
-    // Issue 10: job snapshots.
+    // Job snapshots.
     if wanted("(l)") {
         sections.push(figure("(l) Job snapshots", snapshot_job::run_job_figure(&bench)).await);
     }
