@@ -226,3 +226,16 @@ def test_a_worker_whose_host_sets_another_cxx_still_answers_with_the_process_key
         assert r["aot"].get("autograd_cache_hit") == 1, r["aot"]
     finally:
         k.stop()
+
+
+def test_the_payload_leaves_out_what_torchs_keys_leave_out() -> None:
+    # This process's compile threads, cache switches and absolute paths stay home: torch's own
+    # keys skip them, and sending them would split one graph's key between hosts.
+    import torch._inductor.config as inductor_config
+
+    from kiln._torch_graph import _changed_config
+
+    sent = _changed_config(inductor_config)
+    assert "compile_threads" not in sent and "fx_graph_remote_cache" not in sent
+    assert not any(name.startswith(("trace.", "cuda.cutlass_dir")) for name in sent)
+    assert "max_autotune" in sent and "cpp.cxx" in sent  # what torch keys on does travel

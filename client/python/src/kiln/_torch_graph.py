@@ -228,11 +228,18 @@ def _input_spec(torch: Any, value: Any) -> dict[str, Any]:
 
 
 def _changed_config(module: Any) -> dict[str, Any]:
-    """Every entry of a torch config module that survives JSON: what the worker must set to
-    compile as this process would (a value from a TORCH* variable reads as the default here, so
-    all are sent, not only those that differ)."""
+    """Every entry of a torch config module that survives JSON and that torch's own cache keys
+    read: what the worker must set to compile as this process would (a value from a TORCH*
+    variable reads as the default here, so all are sent, not only those that differ). Entries
+    torch leaves out of its keys stay home: they are this process's own (its compile threads,
+    its cache switches, absolute paths such as CUTLASS's), and sending them would split one
+    graph's key between hosts that differ only there."""
+    ignored = set(getattr(module, "_save_config_ignore", ()))
+    prefixes = tuple(getattr(module, "_cache_config_ignore_prefix", ()))
     out: dict[str, Any] = {}
     for name in getattr(module, "_config", {}):
+        if name in ignored or (prefixes and name.startswith(prefixes)):
+            continue
         try:
             value = getattr(module, name)
         except AttributeError:
