@@ -233,7 +233,7 @@ def test_the_payload_leaves_out_what_torchs_keys_leave_out() -> None:
     # keys skip them, and sending them would split one graph's key between hosts.
     import torch._inductor.config as inductor_config
 
-    from kiln._torch_graph import _changed_config
+    from kiln._torch_payload import _changed_config
 
     sent = _changed_config(inductor_config)
     assert "compile_threads" not in sent and "fx_graph_remote_cache" not in sent

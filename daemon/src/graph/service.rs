@@ -116,21 +116,14 @@ impl GraphState {
             0 => self.compile_timeout,
             ms => Duration::from_millis(u64::from(ms)),
         };
-        // The client's environment keys the graph, so a stored answer needs no worker; a client
-        // that declares none is keyed by the workers' (started now) and must run their torch.
+        // The client's environment keys the graph, so a stored answer needs no worker. A client
+        // that declares only its torch is taken to run the rest of the workers' (started now);
+        // its torch is checked, as every environment is, before a compile.
         let environment = match declared(&request) {
             Some(environment) => environment,
             None => {
                 let workers = self.workers().await.inspect_err(|_| self.ledger.count(Outcome::Refused))?;
-                if request.torch_version != workers.environment.torch {
-                    self.ledger.count(Outcome::Refused);
-                    return Err(Error::TorchMismatch {
-                        field: "torch_version",
-                        client: request.torch_version,
-                        workers: workers.environment.torch.clone(),
-                    });
-                }
-                workers.environment.clone()
+                Environment { torch: request.torch_version.clone(), ..workers.environment.clone() }
             }
         };
         let payload = Bytes::from(request.payload);

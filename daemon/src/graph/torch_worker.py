@@ -183,7 +183,7 @@ def typed_like(module, settings):
 
 def apply_ambient(torch, ambient):
     """Sets the client's process-wide torch state in this child (it is the child's alone) and
-    returns the autocast contexts to enter, as (device type, dtype) pairs: see kiln.torch's
+    returns the autocast contexts to enter, as (device type, dtype) pairs: see kiln._torch_payload's
     ``_ambient`` for why each matters."""
     det, warn_only = ambient.get("deterministic", [False, False])
     torch.use_deterministic_algorithms(bool(det), warn_only=bool(warn_only))

@@ -7,7 +7,8 @@ and sent to kilnd, whose warm torch workers run AOTAutograd and Inductor on
 it and answer with torch's own cache artifacts (``torch.compiler.save_cache_artifacts``).
 The process loads them and calls Inductor as it would have, which now finds its AOTAutograd and
 FX graph caches filled: no tracing of the joint graph, no code generation, no kernel compile.
-kilnd keys the payload with its workers' torch and the host's GPUs, stores the answer in its
+kilnd keys the payload with the process's torch, Triton, Python and CUDA and the host's GPUs
+(the payload itself: :mod:`kiln._torch_payload`), stores the answer in its
 tiers and the fleet, and compiles each graph once in the fleet: a second process, rank or host
 waits for that compile or takes the stored answer.
 
@@ -29,23 +30,21 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
-import json
 import logging
 import os
 import statistics
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._torch_payload import Unserializable, serialize
+
 log = logging.getLogger("kiln")
 
 GRAPHS_ENV = "KILN_TORCH_GRAPHS"
 ASYNC_ENV = "KILN_TORCH_ASYNC"
-#: The payload's format; the worker reads the same number.
-PAYLOAD_VERSION = 1
 #: How long a blocking graph waits for kilnd (a cold GPT-2 graph takes tens of seconds).
 COMPILE_WAIT_SECS = float(os.environ.get("KILN_TORCH_GRAPH_WAIT_SECS", "1800"))
 
@@ -59,12 +58,6 @@ FALLBACK_REASONS = (
     "no_torch_worker",  # kilnd has no interpreter with torch for its workers
 )
 
-#: Node metadata that travels: the values Inductor and AOTAutograd read. Stack traces stay home
-#: (they name the user's paths, which would split the key between hosts).
-_META_KEYS = frozenset({"val", "example_value", "tensor_dict"})
-#: GraphModule attributes that differ between processes compiling the same graph and that
-#: neither a compile nor AOTAutograd's cache key reads (torch clears it before keying).
-_VOLATILE_ATTRS = ("compile_subgraph_reason",)
 
 
 def enabled() -> bool:
@@ -73,10 +66,6 @@ def enabled() -> bool:
 
 def async_enabled() -> bool:
     return os.environ.get(ASYNC_ENV, "0") not in ("", "0")
-
-
-class Unserializable(Exception):
-    """The graph or its inputs cannot be sent to kilnd."""
 
 
 # -- what this process did --------------------------------------------------------------------
@@ -199,156 +188,6 @@ def blocking() -> Iterator[None]:
         yield
     finally:
         _blocking.on = before
-
-
-# -- the payload ------------------------------------------------------------------------------
-
-
-def _input_spec(torch: Any, value: Any) -> dict[str, Any]:
-    if isinstance(value, torch.Tensor):
-        if type(value) not in (torch.Tensor, torch.nn.Parameter) or value.is_sparse or value.is_quantized:
-            raise Unserializable(f"an input of type {type(value).__name__} (only plain dense tensors travel)")
-        if any(isinstance(s, torch.SymInt) for s in (*value.shape, *value.stride())):
-            raise Unserializable("an input with symbolic (dynamic) shape")
-        if value.storage_offset() != 0:
-            raise Unserializable("an input view with a storage offset")
-        return {
-            "kind": "tensor",
-            "shape": list(value.shape),
-            "stride": list(value.stride()),
-            "dtype": str(value.dtype),
-            "device": str(value.device),
-            "requires_grad": bool(value.requires_grad),
-            "parameter": isinstance(value, torch.nn.Parameter),
-        }
-    for kind, cls in (("bool", bool), ("int", int), ("float", float)):
-        if type(value) is cls:
-            return {"kind": kind, "value": value}
-    raise Unserializable(f"an input of type {type(value).__name__}")
-
-
-def _changed_config(module: Any) -> dict[str, Any]:
-    """Every entry of a torch config module that survives JSON and that torch's own cache keys
-    read: what the worker must set to compile as this process would (a value from a TORCH*
-    variable reads as the default here, so all are sent, not only those that differ). Entries
-    torch leaves out of its keys stay home: they are this process's own (its compile threads,
-    its cache switches, absolute paths such as CUTLASS's), and sending them would split one
-    graph's key between hosts that differ only there."""
-    ignored = set(getattr(module, "_save_config_ignore", ()))
-    prefixes = tuple(getattr(module, "_cache_config_ignore_prefix", ()))
-    out: dict[str, Any] = {}
-    for name in getattr(module, "_config", {}):
-        if name in ignored or (prefixes and name.startswith(prefixes)):
-            continue
-        try:
-            value = getattr(module, name)
-        except AttributeError:
-            continue
-        try:
-            if json.loads(json.dumps(value)) == _as_lists(value):
-                out[name] = value
-        except (TypeError, ValueError):
-            continue
-    return out
-
-
-def _as_lists(value: Any) -> Any:
-    """``value`` as JSON reads it back: tuples become lists (the worker turns them back)."""
-    if isinstance(value, (tuple, list)):
-        return [_as_lists(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _as_lists(v) for k, v in value.items()}
-    return value
-
-
-@functools.cache
-def _pickler() -> Any:
-    """torch's graph pickler, mended: a view's metadata (a linear layer's output over 3-D inputs
-    is a view of its 2-D product) keeps its base's fake mode, which does not pickle, though the
-    unpickler sets the base's fake mode itself. The mend clears it, as torch does the view's own."""
-    import dataclasses
-
-    from torch._subclasses.fake_tensor import FakeTensor
-    from torch.fx._graph_pickler import GraphPickler
-
-    class Pickler(GraphPickler):
-        def reducer_override(self, obj: object) -> Any:
-            reduced = super().reducer_override(obj)
-            if isinstance(obj, FakeTensor) and reduced is not NotImplemented:
-                data = reduced[1][0]
-                base = data.metadata.base
-                if base is not None and base.fake_mode is not None:
-                    data.metadata = dataclasses.replace(data.metadata, base=dataclasses.replace(base, fake_mode=None))
-            return reduced
-
-    return Pickler
-
-
-def _ambient(torch: Any) -> dict[str, Any]:
-    """The process-wide torch state a compile reads besides its config: autocast (an outer
-    ``torch.autocast`` puts its casts into the compiled graph), deterministic algorithms, the
-    matmul precision Inductor generates code for, and the current CUDA device. All of it is in
-    torch's own cache keys, so a worker without it would compile another graph."""
-    autocast = {
-        device: str(torch.get_autocast_dtype(device)).removeprefix("torch.")
-        for device in ("cpu", "cuda")
-        if torch.is_autocast_enabled(device)
-    }
-    matmul = torch.backends.cuda.matmul
-    return {
-        "autocast": autocast,
-        "autocast_cache": torch.is_autocast_cache_enabled(),
-        "deterministic": [torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()],
-        "fill_uninitialized_memory": bool(torch.utils.deterministic.fill_uninitialized_memory),
-        "float32_matmul_precision": torch.get_float32_matmul_precision(),
-        "matmul": [
-            matmul.fp32_precision,
-            matmul.allow_fp16_reduced_precision_reduction,
-            matmul.allow_bf16_reduced_precision_reduction,
-        ],
-        "cuda_device": torch.cuda.current_device() if torch.cuda.is_available() and torch.cuda.is_initialized() else None,
-    }
-
-
-def serialize(gm: Any, example_inputs: list[Any], config_patches: dict[str, Any]) -> bytes:
-    """The payload kilnd compiles: a u32 length, a JSON header (the inputs' metadata and the
-    config), then torch's graph pickle of (graph module, each placeholder's Dynamo source).
-    Deterministic: processes tracing the same code send the same bytes, so they share one key."""
-    import torch
-    from torch._guards import CompileId
-    from torch.fx._graph_pickler import Options
-
-    inputs = [_input_spec(torch, v) for v in example_inputs]
-    if getattr(gm, "_source_to_user_stacks", None):
-        raise Unserializable("a graph with user stack summaries (an export graph)")
-    placeholders = list(gm.graph.find_nodes(op="placeholder"))
-    sources = [getattr(n, "_dynamo_source", None) for n in placeholders]
-    header = {
-        "version": PAYLOAD_VERSION,
-        "inputs": inputs,
-        "config_patches": {k: v for k, v in (config_patches or {}).items() if json.loads(json.dumps(v, default=str)) == v},
-        "inductor_config": _changed_config(torch._inductor.config),
-        "functorch_config": _changed_config(torch._functorch.config),
-        "grad_enabled": torch.is_grad_enabled(),
-        "ambient": _ambient(torch),
-    }
-    saved = {k: gm.__dict__.pop(k) for k in _VOLATILE_ATTRS if k in gm.__dict__}
-    meta = gm.meta
-    gm.meta = {k: v for k, v in meta.items() if k != "backend_id"}
-    if "dynamo_compile_id" in gm.meta:
-        gm.meta["dynamo_compile_id"] = CompileId(frame_id=0, frame_compile_id=0)
-    try:
-        options = Options(ops_filter=None, node_metadata_key_filter=lambda k: k in _META_KEYS)
-        graph: bytes = _pickler().dumps((gm, sources), options)
-    except Exception as e:  # noqa: BLE001 - anything the pickler refuses means "does not travel"
-        raise Unserializable(f"{type(e).__name__}: {e}") from e
-    finally:
-        gm.meta = meta
-        gm.__dict__.update(saved)
-    # Not sort_keys: a config value that is a dict is part of AOTAutograd's cache key in its own
-    # order, and the header's own order is already fixed by the code that builds it.
-    head = json.dumps(header).encode()
-    return struct.pack("<I", len(head)) + head + graph
 
 
 # -- kilnd ------------------------------------------------------------------------------------
