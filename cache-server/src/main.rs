@@ -29,14 +29,23 @@ fn main() -> anyhow::Result<()> {
     };
     let config = Config::merge(&flags, &file, tokens_text.as_deref())?;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    runtime.block_on(async {
+    let stop_bound = config.drain + kiln_serve::STOP_GRACE;
+    let stopped = async move {
+        kiln_serve::shutdown_signal("kiln-cache").await;
+        kiln_serve::arm_stop_deadline("kiln-cache", stop_bound);
+    };
+    let served = runtime.block_on(async {
         let grpc =
             kiln_serve::tcp::bind(config.listen).with_context(|| format!("binding --listen {}", config.listen))?;
         let metrics = match config.metrics {
             Some(addr) => Some(kiln_serve::tcp::bind(addr).with_context(|| format!("binding --metrics {addr}"))?),
             None => None,
         };
-        server::run(Listeners { grpc, metrics }, config, kiln_serve::shutdown_signal("kiln-cache")).await?;
+        server::run(Listeners { grpc, metrics }, config, stopped).await?;
         Ok(())
-    })
+    });
+    // Dropping a runtime waits for every blocking task, however long; past the drain nothing
+    // left there is worth waiting for.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    served
 }

@@ -16,6 +16,7 @@ use crate::store::tiered::{Hit, TieredStore};
 use crate::store::{Stored, TierName};
 use crate::toolchain::set::Toolchains;
 use crate::toolchain::{Compiled, Toolchain};
+use crate::work::Work;
 use bytes::Bytes;
 use kiln_proto::envelope::{self, Artifact};
 use kiln_proto::pb::{self, ArtifactMeta, KernelAttributes};
@@ -23,7 +24,6 @@ use kiln_proto::{CacheKey, Target};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio_util::task::TaskTracker;
 
 /// The answer for one kernel, and the tier that gave it.
 #[derive(Debug, Clone)]
@@ -138,7 +138,7 @@ pub struct Engine {
     flights: Arc<Flights<Answer>>,
     /// Compile tasks outlive the request that started them (a compile keeps going to fill the
     /// cache when its client disconnects); shutdown waits for them here.
-    pub tracker: TaskTracker,
+    pub work: Work,
     limits: Limits,
     /// Why recent compiles happened; see [`Engine::misses`].
     misses: MissLog,
@@ -178,7 +178,7 @@ impl Engine {
             gate: Gate::new(concurrency),
             negative,
             flights: Arc::default(),
-            tracker: TaskTracker::new(),
+            work: Work::default(),
             limits,
             load_check: None,
             load_check_off: "not validated: no GPU on this host".into(),
@@ -381,8 +381,9 @@ impl Engine {
                     let this = Arc::clone(self);
                     let kernel = kernel.clone();
                     let identity = Identity::new(graph, &kernel.id, kernel.source.kernel_name());
-                    let task =
-                        self.tracker.spawn(async move { this.lead(leader, identity, &kernel, target, priority).await });
+                    let task = self
+                        .work
+                        .spawn("compile", async move { this.lead(leader, identity, &kernel, target, priority).await });
                     return match task.await {
                         Ok(outcome) => outcome,
                         Err(e) => Answer::failed(pb::Tier::Compiled, format!("compile task ended abnormally: {e}"), 0),
@@ -455,7 +456,7 @@ impl Engine {
     async fn store_locally(&self, key: &CacheKey, stored: Stored) {
         self.store.put_where(key, stored.clone(), |t| t == TierName::Memory).await;
         let (store, key) = (Arc::clone(&self.store), *key);
-        self.tracker.spawn(async move { store.put_where(&key, stored, |t| t == TierName::Disk).await });
+        self.work.spawn("disk-write", async move { store.put_where(&key, stored, |t| t == TierName::Disk).await });
     }
 
     /// Takes another host's result: an artifact goes into the local tiers, a failure into the
@@ -576,9 +577,9 @@ impl Engine {
         Answer::failed(pb::Tier::Compiled, log, compile_micros)
     }
 
-    /// Waits up to `bound` for running compiles to finish.
-    pub async fn drain(&self, bound: Duration) -> bool {
-        self.tracker.close();
-        tokio::time::timeout(bound, self.tracker.wait()).await.is_ok()
+    /// Waits up to `bound` for running compiles, their writes and publishes to finish; on
+    /// timeout, what was still running, per kind.
+    pub async fn drain(&self, bound: Duration) -> Result<(), std::collections::BTreeMap<&'static str, usize>> {
+        self.work.drain(bound).await
     }
 }

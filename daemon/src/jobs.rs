@@ -165,18 +165,15 @@ fn prune(map: &mut HashMap<String, Arc<JobRecord>>) {
 }
 
 /// Streams a job's events: the ones so far, then new ones until the last. The stream ends when
-/// the client goes away; the job does not. `primary` marks the `Compile` caller's own stream,
+/// the client goes away; the job does not. The forwarding task is not tracked work: it does
+/// nothing of its own, and a client that stops reading would hold a shutdown to its bound; the
+/// job it follows is tracked, and the server's flush delivers its last events. `primary` marks the `Compile` caller's own stream,
 /// after which a record that does not retain artifacts drops them. A client that does not read
 /// batches (`batch_results` unset) gets a batch as one `kernel` event per result.
-pub fn watch(
-    record: Arc<JobRecord>,
-    tracker: &tokio_util::task::TaskTracker,
-    primary: bool,
-    batches: bool,
-) -> EventStream {
+pub fn watch(record: Arc<JobRecord>, primary: bool, batches: bool) -> EventStream {
     let (tx, rx) = mpsc::channel(64);
     let mut count = record.count.subscribe();
-    tracker.spawn(async move {
+    tokio::spawn(async move {
         forward(&record, &tx, &mut count, batches).await;
         if primary && !record.retain_artifacts {
             record.strip_artifacts();
@@ -328,7 +325,7 @@ pub async fn complete(engine: Arc<Engine>, record: Arc<JobRecord>, begun: Begun)
     if failed == 0 && engine.manifest_due(&key, !answered_from_caches) {
         let keys: Vec<CacheKey> = job.kernels.iter().filter(|k| k.refusal.is_none()).map(|k| k.key).collect();
         let publisher = Arc::clone(&engine);
-        engine.tracker.spawn(async move { publisher.publish_manifest(&key, &keys).await });
+        engine.work.spawn("publish-manifest", async move { publisher.publish_manifest(&key, &keys).await });
     }
 }
 

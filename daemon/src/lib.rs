@@ -21,6 +21,7 @@
 //! - [`engine`]: one kernel's path: negative cache, tiers, single-flight compile, publish.
 //! - [`fleet`]: fleet-wide single-flight through kiln-cache leases and publish notifications.
 //! - [`concurrency`]: the priority gate and single-flight.
+//! - [`work`]: background work that shutdown waits for, counted by kind.
 //! - [`store`]: the `Store` trait, the memory and disk tiers, and the tiered store.
 //! - [`toolchain`]: CUDA discovery, fingerprints, the option allowlist, include checks, NVRTC.
 //! - [`worker`]: compile worker processes, both sides of the pipe.
@@ -56,4 +57,5 @@ pub(crate) mod store;
 pub mod toolchain;
 pub mod validate;
 pub(crate) mod warm;
+pub(crate) mod work;
 pub mod worker;

@@ -31,21 +31,33 @@ fn main() -> anyhow::Result<()> {
     if let Some(Command::Check { json }) = flags.command {
         std::process::exit(runtime.block_on(kiln_daemon::check::run(&config, json)));
     }
-    runtime.block_on(async {
+    let stop_bound = config.limits.drain + kiln_serve::STOP_GRACE;
+    let stopped = async move {
+        kiln_serve::shutdown_signal("kilnd").await;
+        kiln_serve::arm_stop_deadline("kilnd", stop_bound);
+    };
+    let served = runtime.block_on(async {
         // Every start-up check first (toolchains, GPUs, cache directory, fleet settings): a
         // kilnd that cannot start never leaves a socket that refuses connections.
         let tcp_security = kiln_daemon::listen::prepare(&config)?;
         let built = server::build(&config).await?;
         let listeners = bind(&config, tcp_security).await?;
         let socket = config.socket.clone();
-        let served = server::serve(built, listeners, config, kiln_serve::shutdown_signal("kilnd")).await;
+        let served = server::serve(built, listeners, config, stopped).await;
         // Ours to remove: bind_unix refused to start over a live daemon's socket.
         if let Err(e) = std::fs::remove_file(&socket) {
             tracing::warn!(socket = %socket.display(), error = %e, "could not remove the socket");
         }
         served
-    })
+    });
+    // Dropping a runtime waits for every blocking task, however long; past the drain nothing
+    // left there is worth waiting for.
+    runtime.shutdown_timeout(RUNTIME_SHUTDOWN);
+    served
 }
+
+/// How long the runtime's blocking tasks get once the server has returned.
+const RUNTIME_SHUTDOWN: std::time::Duration = std::time::Duration::from_secs(1);
 
 async fn bind(config: &Config, tcp_security: Option<TcpSecurity>) -> anyhow::Result<Listeners> {
     let unix = bind_unix(&config.socket).await?;

@@ -328,6 +328,9 @@ pub async fn serve(
     // that: a graceful HTTP/2 shutdown lasts until every peer hangs up, and an idle client that
     // keeps its channel open (every Triton job does) would hold kilnd up to the drain bound.
     let drained = service.engine.drain(config.limits.drain).await;
+    if let Err(unfinished) = &drained {
+        tracing::warn!(bound = ?config.limits.drain, ?unfinished, "drain bound passed; exiting with this work unfinished");
+    }
     let flush = async {
         while let Some(done) = servers.join_next().await {
             if let Ok(Err(e)) = done {
@@ -337,10 +340,8 @@ pub async fn serve(
     };
     let _ = tokio::time::timeout(RESPONSE_FLUSH, flush).await;
     servers.abort_all();
-    if drained {
+    if drained.is_ok() {
         tracing::info!("drained; exiting");
-    } else {
-        tracing::warn!(bound = ?config.limits.drain, "drain bound passed; exiting with work unfinished");
     }
     stop_watch.abort();
     match died {

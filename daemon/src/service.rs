@@ -98,13 +98,13 @@ impl Compiler for CompilerService {
             jobs::complete(engine, Arc::clone(&record), begun).await;
             return Ok(Response::new(jobs::replay(&record, true, batches)));
         }
-        self.engine.tracker.spawn(jobs::complete(engine, Arc::clone(&record), begun));
-        Ok(Response::new(jobs::watch(record, &self.engine.tracker, true, batches)))
+        self.engine.work.spawn("job", jobs::complete(engine, Arc::clone(&record), begun));
+        Ok(Response::new(jobs::watch(record, true, batches)))
     }
 
     async fn submit(&self, request: Request<pb::CompileRequest>) -> Result<Response<pb::SubmitResponse>, Status> {
         let (record, job) = self.admit(request.get_ref(), Priority::Background).await?;
-        self.engine.tracker.spawn(jobs::run(Arc::clone(&self.engine), Arc::clone(&record), job));
+        self.engine.work.spawn("job", jobs::run(Arc::clone(&self.engine), Arc::clone(&record), job));
         Ok(Response::new(pb::SubmitResponse { job_id: record.id.clone() }))
     }
 
@@ -114,7 +114,7 @@ impl Compiler for CompilerService {
             return Err(invalid("job_id", "empty").into());
         }
         let record = self.jobs.get(id).ok_or_else(|| Error::NoJob { id: id.clone() })?;
-        Ok(Response::new(jobs::watch(record, &self.engine.tracker, false, request.get_ref().batch_results)))
+        Ok(Response::new(jobs::watch(record, false, request.get_ref().batch_results)))
     }
 
     async fn lookup(&self, request: Request<pb::CompileRequest>) -> Result<Response<Self::LookupStream>, Status> {

@@ -35,8 +35,9 @@ pub fn start(
         return Err(Error::NoFleet);
     }
     let (tx, rx) = mpsc::channel(16);
-    let tracker = engine.tracker.clone();
-    tracker.spawn(async move {
+    // The task owns `engine`; the spawn needs a handle of its own.
+    let spawner = Arc::clone(&engine);
+    spawner.work.spawn("warm", async move {
         let Some(fleet) = engine.fleet.as_ref() else { return };
         let mut progress = WarmProgress::default();
         for graph in graphs {

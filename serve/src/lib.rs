@@ -4,6 +4,7 @@
 //!
 //! - [`init_tracing`]: logging to stderr, filtered by `KILN_LOG` (default `info`).
 //! - [`shutdown_signal`]: resolves on SIGTERM or SIGINT.
+//! - [`arm_stop_deadline`]: a daemon told to stop exits by a deadline, whatever still runs.
 //! - [`render`]: a Prometheus registry as the text exposition.
 //! - [`status_routes`]: a status page's `/` (HTML) and `/status.json` routes over one snapshot.
 //! - [`serve_metrics`]: serves `/metrics` beside those pages on the `--metrics` listener.
@@ -17,6 +18,7 @@ use axum::http::header;
 use axum::routing::get;
 use prometheus_client::registry::Registry;
 use std::borrow::Borrow;
+use std::time::Duration;
 
 /// Logs to stderr, filtered by `KILN_LOG` (`tracing_subscriber`'s `EnvFilter` syntax), `info`
 /// when it is unset or does not parse. Call once, first thing in `main`.
@@ -39,6 +41,31 @@ pub async fn shutdown_signal(name: &str) {
         _ = term.recv() => {}
         _ = int.recv() => {}
     }
+}
+
+/// How long past its drain bound a stopping daemon may take to flush its last answers, shut its
+/// runtime down and remove its socket before [`arm_stop_deadline`] ends it.
+pub const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// Makes sure a daemon told to stop does stop, as systemd and Kubernetes expect (they kill what
+/// does not): once armed, a plain thread, outside the async runtime so that nothing wedged in
+/// it can hold the thread up, exits the process with status 1 if it still runs after `bound`;
+/// and a second SIGTERM or SIGINT exits it at once, for a user at a terminal who does not want
+/// to wait for the drain. Call it from the shutdown future, inside the runtime.
+pub fn arm_stop_deadline(name: &'static str, bound: Duration) {
+    let spawned = std::thread::Builder::new().name("stop-deadline".into()).spawn(move || {
+        std::thread::sleep(bound);
+        tracing::error!(?bound, "{name} did not exit within {bound:?} of being told to stop; exiting now");
+        std::process::exit(1);
+    });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "cannot start the stop deadline's thread; {name} may outlive its drain bound");
+    }
+    tokio::spawn(async move {
+        shutdown_signal(name).await;
+        tracing::warn!("{name} told to stop again; exiting now without draining");
+        std::process::exit(1);
+    });
 }
 
 /// The Prometheus text exposition of `registry`.

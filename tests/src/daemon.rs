@@ -183,6 +183,27 @@ impl Daemon {
         self.stop_within(Duration::from_secs(30));
     }
 
+    /// Sends SIGTERM and returns at once.
+    pub fn terminate(&self) {
+        sigterm(self.pid());
+    }
+
+    /// Waits for the process to exit; panics after `bound`.
+    pub fn exit_within(mut self, bound: Duration) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        let deadline = Instant::now() + bound;
+        loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("kilnd did not exit within {bound:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// SIGKILL, as a preempted host dies: no drain, no release of anything.
     pub fn kill9(mut self) {
         if let Some(mut child) = self.child.take() {

@@ -96,3 +96,57 @@ async fn sigterm_drains_running_work_and_exits_zero() {
     assert_eq!(job.kernels[0].tier(), Tier::Disk, "the drained compile was not published");
     d.stop();
 }
+
+/// Sends `signal` (a `kill` name: STOP, CONT) to `pid`.
+fn signal(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status().unwrap();
+    assert!(status.success(), "kill -{signal} {pid} failed");
+}
+
+/// Starts `n` slow compiles on `d` and waits until one runs.
+async fn compiles_running(d: &Daemon, tag: &str, n: usize) {
+    let kernels = (0..n).map(|i| kernel(&format!("slow{i}"), cuda(&format!("// {tag} {i}\n{}", slow_kernel(2500)))));
+    let client = d.client().await;
+    client.submit(request("sm_90", kernels.collect())).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while client.stats().await.unwrap().inflight_compiles < 1 {
+        assert!(std::time::Instant::now() < deadline, "no compile started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A stopped kilnd stops within its drain bound and a few seconds, even with compiles running,
+/// a client that never reads its stream, and its fleet cache frozen mid-call (SIGSTOP: every
+/// lease, lookup and publish hangs until its own timeout, 30 s, far past the drain bound).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_kilnd_stops_within_its_bound_with_the_fleet_frozen() {
+    use kiln_tests::redis::{CacheOptions, CacheServer, RedisServer, WRITE_TOKEN};
+    let redis = RedisServer::start();
+    let mut cache = CacheServer::start(CacheOptions::new(vec![redis.url()]));
+    let d = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, "drain_secs = 2\n"));
+    compiles_running(&d, "frozen fleet", 4).await;
+    let idle = d.client().await;
+    let _unread = idle.compile(request("sm_90", vec![kernel("other", cuda(&slow_kernel(2000)))])).await.unwrap();
+    let cache_pid = cache.pid().unwrap();
+    signal(cache_pid, "STOP");
+    let started = std::time::Instant::now();
+    // drain_secs (2) + the stop grace (5), with room for a loaded machine; exit 0 means kilnd
+    // stopped by itself, not by its stop deadline.
+    d.stop_within(Duration::from_secs(10));
+    let took = started.elapsed();
+    signal(cache_pid, "CONT");
+    assert!(took >= Duration::from_millis(1500), "kilnd stopped in {took:?}: it did not wait for its work");
+    assert!(cache.alive());
+}
+
+/// A second SIGTERM (or SIGINT) ends kilnd at once, without waiting for the drain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sigterm_exits_at_once() {
+    let d = Daemon::start(Options { config: "drain_secs = 120\n".into(), ..Options::default() });
+    compiles_running(&d, "second signal", 2).await;
+    d.terminate();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    d.terminate();
+    let status = d.exit_within(Duration::from_secs(5));
+    assert_eq!(status.code(), Some(1), "{status}");
+}

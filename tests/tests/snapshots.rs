@@ -289,6 +289,29 @@ fn saves_are_a_union_and_a_restore_never_overwrites() {
     assert_eq!((run.count("restored_files"), run.count("present")), (0, 3));
 }
 
+#[test]
+fn a_restore_that_would_restore_nothing_exits_2_naming_the_roots() {
+    let d = Daemon::start(Options::default());
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("cache");
+    write_files(&root, &[("a", b"a1", 0o644)]);
+    save(&d, "one-root", &[&root]).ok();
+
+    // A name the snapshot lacks: exit 2, the snapshot's roots named, nothing written.
+    let elsewhere = dir.path().join("elsewhere");
+    let run = restore(&d, "one-root", &[("other", &elsewhere)]);
+    assert_eq!(run.code, Some(2), "{run:?}");
+    assert!(run.stderr.contains("no root `other`"), "{}", run.stderr);
+    assert!(run.stderr.contains(&format!("`cache` (saved at {})", root.display())), "{}", run.stderr);
+    assert!(!elsewhere.exists() && staging_dirs(dir.path()).is_empty());
+
+    // A single bare DIR for a one-root snapshot is where that root goes, whatever it is called.
+    let bare = dir.path().join("some-dir");
+    let run = kiln(&d, &["snapshot", "restore", "--json", "--job", "one-root", bare.to_str().unwrap()]);
+    assert_eq!(run.count("restored_files"), 1, "{run:?}");
+    assert_eq!(tree(&bare), BTreeMap::from([("a".to_string(), (b"a1".to_vec(), 0o644))]));
+}
+
 /// Starts `kiln snapshot restore` into `target`, waits until its staging directory holds
 /// `files` files, and kills it with SIGKILL; asserts the kill landed mid-restore.
 fn kill_mid_restore(d: &Daemon, job: &str, target: &Path, files: usize) {

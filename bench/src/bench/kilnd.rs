@@ -32,6 +32,10 @@ impl KilndOptions {
     }
 }
 
+/// How long a stopped kilnd may take: its default drain bound (30 s) and the grace past it after
+/// which kilnd ends itself (5 s), plus room for a loaded machine. A kilnd over this is a bug.
+const STOP_BOUND: Duration = Duration::from_secs(40);
+
 /// A running kilnd. Dropping it kills the process; [`Kilnd::stop`] stops it with SIGTERM.
 #[derive(Debug)]
 pub struct Kilnd {
@@ -148,7 +152,7 @@ impl Kilnd {
         if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
             bail!("SIGTERM to kilnd {pid}: {}", std::io::Error::last_os_error());
         }
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + STOP_BOUND;
         loop {
             if let Some(status) = child.try_wait().context("waiting for kilnd")? {
                 if !status.success() {
@@ -159,7 +163,7 @@ impl Kilnd {
             if Instant::now() > deadline {
                 let _ = child.kill();
                 let _ = child.wait();
-                bail!("kilnd did not exit within 30 s of SIGTERM");
+                bail!("kilnd did not exit within {STOP_BOUND:?} of SIGTERM");
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }

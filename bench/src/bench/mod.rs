@@ -15,6 +15,8 @@
 //!   and PTX toolchains' figures ([`triton_kernels`]: the Triton kernels and the direct baseline).
 //! - [`snapshot_job`]: figures (l) and (m), job snapshots: a Triton job on a fresh
 //!   host restored from a snapshot against a warm host, and restore time against Redis GETs.
+//! - [`snapshot_fleet`]: figure (n), one job snapshot restored by 1 and 16 fresh hosts at once
+//!   against as many Redis clients.
 //! - [`kilnd`], [`redis`], [`sccache`]: the processes the figures need, started privately.
 //! - [`source_tree`]: the kernels as `.cu` files, built one process per file like `make -j`.
 //! - [`samples`], [`report`], [`machine`]: percentiles, tables, and what the run ran on.
@@ -35,6 +37,7 @@ pub mod report;
 pub mod samples;
 pub mod sccache;
 pub mod sccache_nvcc;
+pub mod snapshot_fleet;
 pub mod snapshot_job;
 pub mod source_tree;
 pub mod triton_compile;
@@ -79,6 +82,8 @@ pub struct Options {
     pub triton_rounds: usize,
     /// Fresh-host rounds of each job-snapshot figure; medians are reported.
     pub snapshot_rounds: usize,
+    /// Rounds of figure (n), each starting 17 fresh kilnds; medians are reported.
+    pub fleet_restore_rounds: usize,
 }
 
 impl Default for Options {
@@ -98,6 +103,7 @@ impl Default for Options {
             // A restore is a few percent of figure (l)'s job, well inside the job's own spread on a
             // busy machine: enough rounds that the medians are not one noisy sample.
             snapshot_rounds: 7,
+            fleet_restore_rounds: 3,
         }
     }
 }

@@ -10,7 +10,7 @@ use kiln_bench::bench::redis::RedisServer;
 use kiln_bench::bench::report::Section;
 use kiln_bench::bench::{
     Bench, Options, Shared, cold_compile, fleet_cold, fleet_lookups, fleet_warm, hit_throughput, ptxas_compile,
-    sccache_nvcc, snapshot_job, triton_compile, triton_herd, triton_pool, warm_hit,
+    sccache_nvcc, snapshot_fleet, snapshot_job, triton_compile, triton_herd, triton_pool, warm_hit,
 };
 use kiln_bench::reliability::report::{existing_section, replace_section};
 use std::path::{Path, PathBuf};
@@ -62,6 +62,7 @@ impl Args {
                 fleet_rounds: 1,
                 triton_rounds: 1,
                 snapshot_rounds: 1,
+                fleet_restore_rounds: 1,
             };
         }
         o.memory_samples = self.memory_samples.unwrap_or(o.memory_samples);
@@ -229,6 +230,9 @@ async fn main() -> Result<()> {
     }
     if wanted("(m)") {
         sections.push(figure("(m) Snapshot restore", snapshot_job::run_restore_figure(&bench)).await);
+    }
+    if wanted("(n)") {
+        sections.push(figure("(n) Snapshot restore at fleet scale", snapshot_fleet::run(&bench)).await);
     }
     // Report in the order; (b) ran first so that nothing else had warmed the machine.
     sections.sort_by(|a, b| a.title.cmp(&b.title));

@@ -135,6 +135,19 @@ def test_a_restore_to_another_path_is_reported_as_relocated(client: kiln.Client,
     assert not missing.found and "host.target" in missing.host_environment
 
 
+def test_a_restore_that_would_restore_nothing_is_refused_naming_the_roots(client: kiln.Client, tmp_path: Path) -> None:
+    j = job()
+    make_tree(tmp_path / "a", {"x": b"x"})
+    client.snapshot_save(j, {"r": str(tmp_path / "a")})
+    with pytest.raises(kiln.InvalidArgument, match=r"no root `nope`.*`r` \(saved at "):
+        client.snapshot_restore(j, {"nope": str(tmp_path / "c")})
+    with pytest.raises(kiln.InvalidArgument, match="no root `named`"):
+        client.snapshot_restore(j, [f"named={tmp_path / 'd'}"])
+    assert not (tmp_path / "c").exists() and not (tmp_path / "d").exists()
+    bare = client.snapshot_restore(j, [str(tmp_path / "anywhere")])
+    assert bare.restored_files == 1 and tree(tmp_path / "anywhere") == {"x": b"x"}
+
+
 def test_a_restore_told_to_stop_leaves_the_target_as_it_was(client: kiln.Client, tmp_path: Path) -> None:
     j, cache = job(), tmp_path / "cache"
     make_tree(cache, {"a": os.urandom(100)})

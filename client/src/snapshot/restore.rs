@@ -134,7 +134,9 @@ struct Targets {
 }
 
 /// Pairs each manifest root to restore with its target. Two roots of one name, or two roots
-/// onto one directory, are refused.
+/// onto one directory, are refused, and so is a restore that would restore nothing: roots were
+/// named and the snapshot has none of them. A single bare `DIR` given for a snapshot of one
+/// root is where that root goes, whatever the directory is called.
 fn targets(checked: Vec<CheckedRoot>, roots: &[Root]) -> Result<Targets, SnapshotError> {
     let mut plan = Vec::new();
     let mut unknown = Vec::new();
@@ -154,6 +156,15 @@ fn targets(checked: Vec<CheckedRoot>, roots: &[Root]) -> Result<Targets, Snapsho
                 None => unknown.push(given.name.clone()),
             }
         }
+        if plan.is_empty() {
+            match (checked.as_slice(), roots) {
+                ([only], [given]) if !given.named => {
+                    plan.push((only.clone(), given.path.clone()));
+                    unknown.clear();
+                }
+                _ => return Err(SnapshotError::Usage(nothing_to_restore(&checked, &unknown))),
+            }
+        }
     }
     let mut paths = HashSet::new();
     for (root, target) in &plan {
@@ -166,6 +177,18 @@ fn targets(checked: Vec<CheckedRoot>, roots: &[Root]) -> Result<Targets, Snapsho
         }
     }
     Ok(Targets { plan, unknown })
+}
+
+/// Why a restore of the roots `asked` for would restore nothing, with the roots the snapshot has.
+fn nothing_to_restore(checked: &[CheckedRoot], asked: &[String]) -> String {
+    let asked: Vec<String> = asked.iter().map(|n| format!("`{n}`")).collect();
+    let has: Vec<String> = checked.iter().map(|r| format!("`{}` (saved at {})", r.name, r.recorded)).collect();
+    let has = if has.is_empty() { "none".to_string() } else { has.join(", ") };
+    format!(
+        "the snapshot has no root {}, so nothing would be restored; its roots: {has}. Give one as NAME=DIR, \
+         or no directory to restore every root where it was saved",
+        asked.join(" or ")
+    )
 }
 
 async fn restore_root(
@@ -255,4 +278,51 @@ fn prepare(parent: &Path, base: &str, target: &Path, files: &[FileEntry]) -> Res
     let bytes = needed.iter().map(|f| f.size).sum();
     let staging = if needed.is_empty() { None } else { Some(Staging::create(parent, base, &needed)?) };
     Ok(Prepared { lock, present, staging, bytes })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn root(name: &str) -> CheckedRoot {
+        CheckedRoot { name: name.into(), recorded: format!("/saved/{name}"), files: Vec::new() }
+    }
+
+    fn given(arg: &str) -> Root {
+        Root::parse(arg).unwrap()
+    }
+
+    fn planned(t: &Targets) -> Vec<(String, PathBuf)> {
+        t.plan.iter().map(|(r, p)| (r.name.clone(), p.clone())).collect()
+    }
+
+    #[test]
+    fn a_bare_dir_takes_a_single_root_whatever_its_name() {
+        let t = targets(vec![root("triton")], &[given("/fresh/somewhere")]).unwrap();
+        assert_eq!(planned(&t), vec![("triton".into(), PathBuf::from("/fresh/somewhere"))]);
+        assert!(t.unknown.is_empty());
+    }
+
+    #[test]
+    fn roots_that_match_nothing_are_an_error_naming_what_the_snapshot_has() {
+        let two = || vec![root("triton"), root("inductor")];
+        let err = targets(two(), &[given("/fresh/somewhere")]).unwrap_err().to_string();
+        assert!(err.contains("no root `somewhere`"), "{err}");
+        assert!(err.contains("`triton` (saved at /saved/triton), `inductor` (saved at /saved/inductor)"), "{err}");
+        // A name given explicitly is meant: it never falls back onto the single root.
+        let err = targets(vec![root("triton")], &[given("other=/fresh/x")]).unwrap_err().to_string();
+        assert!(err.contains("no root `other`") && err.contains("`triton`"), "{err}");
+        // Two bare directories for one root: which one is meant cannot be known.
+        assert!(targets(vec![root("triton")], &[given("/a/x"), given("/b/y")]).is_err());
+    }
+
+    #[test]
+    fn a_partly_known_list_restores_what_it_can_and_reports_the_rest() {
+        let t = targets(vec![root("triton"), root("inductor")], &[given("/x/triton"), given("/x/vllm")]).unwrap();
+        assert_eq!(planned(&t), vec![("triton".into(), PathBuf::from("/x/triton"))]);
+        assert_eq!(t.unknown, vec!["vllm".to_string()]);
+        let all = targets(vec![root("triton"), root("inductor")], &[]).unwrap();
+        assert_eq!(all.plan.len(), 2);
+    }
 }

@@ -53,6 +53,9 @@ pub struct Root {
     /// Absolute and lexically normalized (no `.`, `..` or repeated `/`), symlinks not resolved:
     /// the path a JIT cache was configured with is the one it is valid at, whatever it points to.
     pub path: PathBuf,
+    /// Whether the caller gave the name (`NAME=DIR`) rather than a bare `DIR`: a restore puts a
+    /// bare directory under a single-root snapshot's root whatever its last component is.
+    pub named: bool,
 }
 
 impl Root {
@@ -68,11 +71,12 @@ impl Root {
             return Err(format!("`{arg}` names no directory"));
         }
         let path = absolute(Path::new(dir)).map_err(|e| format!("{dir}: {e}"))?;
+        let named = name.is_some();
         let name = match name {
             Some(name) => name.to_owned(),
             None => default_name(&path).ok_or_else(|| format!("{dir}: give the root a name, as NAME={dir}"))?,
         };
-        Ok(Root { name, path })
+        Ok(Root { name, path, named })
     }
 
     /// The recorded path, which the wire carries as a string.
@@ -123,9 +127,9 @@ mod tests {
     #[test]
     fn roots_are_named_by_their_last_component_or_explicitly() {
         let root = Root::parse("/data/cache/triton/").unwrap();
-        assert_eq!(root, Root { name: "triton".into(), path: "/data/cache/triton".into() });
+        assert_eq!(root, Root { name: "triton".into(), path: "/data/cache/triton".into(), named: false });
         let root = Root::parse("inductor=/tmp/torchinductor_root").unwrap();
-        assert_eq!(root, Root { name: "inductor".into(), path: "/tmp/torchinductor_root".into() });
+        assert_eq!(root, Root { name: "inductor".into(), path: "/tmp/torchinductor_root".into(), named: true });
         assert_eq!(Root::parse("/srv/a=b").unwrap().name, "a_b", "a path before = is no name");
         assert_eq!(Root::parse("/x/caché dir").unwrap().name, "cach__dir");
         assert_eq!(Root::parse(&format!("/x/{}", "a".repeat(80))).unwrap().name.len(), 64);

@@ -226,7 +226,7 @@ impl pb::snapshots_server::Snapshots for SnapshotService {
         // What this host holds and the fleet lost is kilnd's to mend, after the answer.
         if !lost.is_empty() {
             let this = Arc::clone(&self.0);
-            self.0.store.engine.tracker.spawn(async move { this.store.republish(&lost).await });
+            self.0.store.engine.work.spawn("republish", async move { this.store.republish(&lost).await });
         }
         Ok(Response::new(pb::MissingFilesResponse { missing }))
     }

@@ -357,17 +357,42 @@ def _checked(manifest: spb.SnapshotManifest) -> dict[str, list[spb.SnapshotFile]
     return by_root
 
 
+def _named(arg: PathArg | tuple[str, PathArg]) -> bool:
+    """Whether a root argument gives its name (``NAME=DIR`` or ``(name, dir)``) rather than a bare ``DIR``."""
+    if isinstance(arg, tuple):
+        return True
+    head, eq, _ = arg.partition("=") if isinstance(arg, str) else ("", "", "")
+    return bool(eq) and is_root_name(head)
+
+
+def _nothing_to_restore(manifest: spb.SnapshotManifest, asked: list[str]) -> errors.InvalidArgument:
+    has = ", ".join(f"`{r.name}` (saved at {r.path})" for r in manifest.roots) or "none"
+    names = " or ".join(f"`{n}`" for n in asked)
+    return _usage(
+        f"the snapshot has no root {names}, so nothing would be restored; its roots: {has}. Give one as NAME=DIR, "
+        "or no directory to restore every root where it was saved"
+    )
+
+
 def _targets(manifest: spb.SnapshotManifest, dirs: Roots | None) -> tuple[list[tuple[SnapshotRoot, str]], list[str]]:
-    """(manifest root, target directory) to restore, and the names given that the manifest lacks."""
+    """(manifest root, target directory) to restore, and the names given that the manifest lacks.
+    A restore that would restore nothing is refused, naming the snapshot's roots; a single bare
+    ``DIR`` for a snapshot of one root is where that root goes, whatever the directory is called."""
     recorded = {r.name: SnapshotRoot(r.name, os.path.normpath(r.path)) for r in manifest.roots}
     if dirs is None:
         return [(r, r.path) for r in recorded.values()], []
+    items = list(dirs.items()) if isinstance(dirs, Mapping) else list(dirs)
+    roots = parse_roots(items)
     plan, unknown = [], []
-    for root in parse_roots(dirs):
+    for root in roots:
         if root.name in recorded:
             plan.append((recorded[root.name], root.path))
         else:
             unknown.append(root.name)
+    if not plan and roots:
+        if len(recorded) == 1 and len(roots) == 1 and not _named(items[0]):
+            return [(next(iter(recorded.values())), roots[0].path)], []
+        raise _nothing_to_restore(manifest, unknown)
     return plan, unknown
 
 
