@@ -10,7 +10,10 @@ use kiln_cache_server::server::{self, Listeners};
 /// and seldom returns their pages: in kiln-reliability's 10-minute soak kilnd grew in steps, +2.6
 /// MiB/min, where mimalloc held +0.5 MiB/min; a warm hit of the 64-kernel graph (kiln-bench (a))
 /// was also about 12% faster. The price is a higher floor (about 58 MiB in the soak's first
-/// minute against 30 MiB).
+/// minute against 30 MiB). Built without transparent huge pages (Cargo.toml's `no_thp`): with
+/// them, mimalloc's freed arenas came back as 2 MiB pages the kernel zeroed on every first
+/// touch, 62% of kilnd's CPU while 16 fresh hosts restored one snapshot (kiln-bench (n)); off,
+/// kilnd's CPU for those restores fell from 3.8 s to 1.5 s.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

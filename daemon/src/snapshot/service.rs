@@ -17,9 +17,13 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-/// Files read from the tiers at once while a restore streams: bounds kilnd's memory and gives
-/// the fleet cache one BatchGet per chunk.
-const RESTORE_CHUNK: usize = 256;
+/// Files read from the tiers at once while a restore streams, one fleet BatchGet each. Small
+/// chunks with a few in flight keep the fleet, kilnd's checks and the client's writes all busy
+/// at once, and keep kilnd's memory small: a restore of a fresh host's kilnd is mostly first
+/// touches of fresh memory, so every buffer not needed is a page fault per 4 KiB.
+const RESTORE_CHUNK: usize = 32;
+/// Chunks being read from the tiers while earlier ones stream to the client.
+const CHUNKS_IN_FLIGHT: usize = 3;
 /// Bytes of files per GetFiles message; a larger file goes alone.
 const MESSAGE_BUDGET: usize = 4 << 20;
 /// Local lookups in flight for MissingFiles and saves.
@@ -153,11 +157,19 @@ impl SnapshotState {
         let digests: Vec<[u8; 32]> = digests.into_iter().filter(|d| seen.insert(*d)).collect();
         let mut missing = Vec::new();
         let (mut fetched, mut bytes) = (0u64, 0u64);
-        for chunk in digests.chunks(RESTORE_CHUNK) {
-            let mut found = self.store.get_files(chunk).await;
+        let owned: Vec<Vec<[u8; 32]>> = digests.chunks(RESTORE_CHUNK).map(<[_]>::to_vec).collect();
+        let reads = owned.into_iter().map(|chunk| {
+            let this = Arc::clone(&self);
+            async move {
+                let found = this.store.get_files(&chunk).await;
+                (chunk, found)
+            }
+        });
+        let mut chunks = futures_util::stream::iter(reads).buffered(CHUNKS_IN_FLIGHT);
+        while let Some((chunk, mut found)) = chunks.next().await {
             let mut message = pb::GetFilesResponse::default();
             let mut size = 0usize;
-            for digest in chunk {
+            for digest in &chunk {
                 let Some(hit) = found.remove(digest) else {
                     missing.push(digest.to_vec());
                     continue;
