@@ -75,6 +75,8 @@ pub struct FileConfig {
     pub redis_connect_timeout_ms: Option<u64>,
     pub redis_timeout_ms: Option<u64>,
     pub drain_secs: Option<u64>,
+    pub hot_values_mb: Option<u64>,
+    pub hot_values_ms: Option<u64>,
 }
 
 impl FileConfig {
@@ -143,6 +145,10 @@ pub struct Config {
     /// How long shutdown waits for in-flight requests.
     pub drain: Duration,
     pub limits: Limits,
+    /// Memory for envelopes `BatchGet` read lately (0: off), and how long each is kept; see
+    /// `hot.rs` for why a fleet restart needs them.
+    pub hot_values_bytes: u64,
+    pub hot_values_ttl: Duration,
 }
 
 const MIB: u64 = 1024 * 1024;
@@ -217,6 +223,8 @@ impl Config {
             redis_timeout: Duration::from_millis(file.redis_timeout_ms.unwrap_or(10_000)),
             drain: Duration::from_secs(file.drain_secs.unwrap_or(10)),
             limits,
+            hot_values_bytes: file.hot_values_mb.unwrap_or(256) * MIB,
+            hot_values_ttl: Duration::from_millis(file.hot_values_ms.unwrap_or(2000)),
         })
     }
 }
@@ -282,6 +290,7 @@ mod tests {
         let defaults = Config::merge(&flags, &FileConfig::default(), None).unwrap();
         assert_eq!(c.limits, defaults.limits, "the example documents the defaults");
         assert_eq!((c.ttl, c.drain), (defaults.ttl, defaults.drain));
+        assert_eq!((c.hot_values_bytes, c.hot_values_ttl), (defaults.hot_values_bytes, defaults.hot_values_ttl));
     }
 
     #[test]

@@ -28,6 +28,7 @@ pub mod auth;
 pub mod backend;
 pub mod config;
 pub mod error;
+pub mod hot;
 pub mod layout;
 pub mod metrics;
 pub mod server;

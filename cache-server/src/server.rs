@@ -8,6 +8,7 @@ use crate::announce::{self, Announcements};
 use crate::auth::{TokenError, Tokens};
 use crate::backend::{Redis, Timeouts};
 use crate::config::Config;
+use crate::hot::HotValues;
 use crate::metrics::Metrics;
 use crate::service::CacheService;
 use crate::store::Store;
@@ -71,7 +72,8 @@ pub async fn run(
     let timeouts = Timeouts { connect: config.redis_connect_timeout, response: config.redis_timeout };
     let connected = Redis::connect(&config.redis, config.redis_cluster, timeouts)?;
     let redis = connected.commands;
-    let store = Store::new(redis.clone(), config.ttl, config.limits.max_artifact_bytes);
+    let store = Store::new(redis.clone(), config.ttl, config.limits.max_artifact_bytes)
+        .with_hot(HotValues::new(config.hot_values_bytes, config.hot_values_ttl));
     let metrics = Arc::new(Metrics::new());
     let announcements = Arc::new(Announcements::new());
     let stop = CancellationToken::new();

@@ -12,6 +12,7 @@
 
 use crate::backend::Redis;
 use crate::error::Error;
+use crate::hot::HotValues;
 use crate::layout::{self, LayoutError};
 use kiln_proto::CacheKey;
 use kiln_proto::pb::NegativeEntry;
@@ -106,11 +107,18 @@ pub struct Store {
     ttl_ms: u64,
     /// A head recording more than this is damaged (Put refuses larger envelopes).
     max_envelope: u64,
+    /// What [`Store::get_many`] read lately, already verified.
+    hot: HotValues,
 }
 
 impl Store {
     pub fn new(redis: Redis, ttl: Duration, max_envelope: u64) -> Self {
-        Store { redis, ttl_ms: ttl.as_millis().max(1) as u64, max_envelope }
+        Store { redis, ttl_ms: ttl.as_millis().max(1) as u64, max_envelope, hot: HotValues::off() }
+    }
+
+    /// Serves [`Store::get_many`]'s recent envelopes from `hot`.
+    pub fn with_hot(self, hot: HotValues) -> Self {
+        Store { hot, ..self }
     }
 
     pub fn mode(&self) -> &'static str {
@@ -139,10 +147,32 @@ impl Store {
         self.entry(key, head, negative).await
     }
 
-    /// [`Store::get`] for several keys, in their order. On a standalone Redis every key's reads go
-    /// in one pipelined round trip; a cluster keeps each key's artifact in a slot of its own, so
-    /// there each key is read by itself (the reads still share the nodes' connections).
+    /// [`Store::get`] for several keys, in their order, for `BatchGet`: envelopes read in the
+    /// last moment come from memory ([`HotValues`]), the rest from Redis, and those are kept.
     pub async fn get_many(&self, keys: &[CacheKey]) -> Vec<Result<Lookup<Entry>, Error>> {
+        let mut answers: Vec<Option<Result<Lookup<Entry>, Error>>> =
+            keys.iter().map(|key| self.hot.get(key).map(|v| Ok(Lookup::Hit(Entry::Envelope(v.to_vec()))))).collect();
+        let cold: Vec<CacheKey> = keys.iter().zip(&answers).filter(|(_, a)| a.is_none()).map(|(k, _)| *k).collect();
+        if cold.is_empty() {
+            return answers.into_iter().flatten().collect();
+        }
+        let mut read = self.read_many(&cold).await.into_iter();
+        for (key, answer) in keys.iter().zip(answers.iter_mut()) {
+            if answer.is_none() {
+                let found = read.next().unwrap_or_else(|| Err(Error::Redis(unexpected_reply())));
+                if let Ok(Lookup::Hit(Entry::Envelope(envelope))) = &found {
+                    self.hot.insert(*key, envelope);
+                }
+                *answer = Some(found);
+            }
+        }
+        answers.into_iter().flatten().collect()
+    }
+
+    /// Reads `keys` from Redis. On a standalone Redis every key's reads go in one pipelined round
+    /// trip; a cluster keeps each key's artifact in a slot of its own, so there each key is read
+    /// by itself (the reads still share the nodes' connections).
+    async fn read_many(&self, keys: &[CacheKey]) -> Vec<Result<Lookup<Entry>, Error>> {
         if matches!(self.redis, Redis::Cluster(_)) {
             return futures_util::future::join_all(keys.iter().map(|key| self.get(key))).await;
         }
@@ -234,6 +264,7 @@ impl Store {
     /// Deletes a damaged artifact (its head and `pieces - 1` further pieces) unless a writer has
     /// replaced the head since it was read.
     async fn discard<T>(&self, key: &CacheKey, head: &[u8], pieces: u32, why: LayoutError) -> Result<Lookup<T>, Error> {
+        self.hot.forget(key);
         let mut invocation = DELETE_IF_SAME.key(layout::head_key(key));
         for n in 1..pieces {
             invocation.key(layout::piece_key(key, n));
@@ -247,6 +278,7 @@ impl Store {
     /// Stores a verified envelope and deletes any negative entry, in one transaction, then
     /// announces it.
     pub async fn put_envelope(&self, key: &CacheKey, envelope: &[u8]) -> Result<(), Error> {
+        self.hot.forget(key);
         let (head, rest) = layout::split(envelope);
         let mut pipe = redis::pipe();
         pipe.atomic();
@@ -257,6 +289,8 @@ impl Store {
         pipe.cmd("DEL").arg(layout::negative_key(key)).ignore();
         let mut con = self.redis.clone();
         pipe.query_async::<()>(&mut con).await?;
+        // Again: a BatchGet that read the old value while this wrote may have kept it.
+        self.hot.forget(key);
         self.announce(key).await
     }
 

@@ -243,6 +243,36 @@ async fn batch_get_answers_in_order_with_misses_and_negatives() {
     cache.stop();
 }
 
+/// BatchGet keeps what it read for `hot_values_ms`: a fleet restart's thousand reads of one file
+/// reach Redis once per replica. A Put through the replica replaces its copy at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_get_serves_recent_values_from_memory_and_puts_replace_them() {
+    let redis = RedisServer::start();
+    let mut options = CacheOptions::new(vec![redis.url()]);
+    options.config = "hot_values_ms = 1500\n".into();
+    let cache = CacheServer::start(options);
+    let c = cache.client(WRITE_TOKEN);
+    let (k, big) = (key("hot"), key("hot and big"));
+    let (first, second, chunked) = (envelope_of(&k, 1000), envelope_of(&k, 1200), envelope_of(&big, 2 * MIB + 9));
+    c.put(&k, first.clone()).await.unwrap();
+    c.put(&big, chunked.clone()).await.unwrap();
+    let both = [k, big];
+    let hits = |a: &[u8], b: &[u8]| vec![(k, Lookup::Hit(a.to_vec())), (big, Lookup::Hit(b.to_vec()))];
+    assert_eq!(c.batch_get(&both).await.unwrap(), hits(&first, &chunked));
+    // Gone from Redis, still served from memory, verified when it was read.
+    redis.cli(&["DEL", &head(&k), &head(&big), &format!("{}:1", head(&big)), &format!("{}:2", head(&big))]);
+    assert_eq!(c.batch_get(&both).await.unwrap(), hits(&first, &chunked));
+    // Get always reads Redis: entries that change (a job's snapshot manifest) go through it.
+    assert_eq!(c.get(&k).await.unwrap(), Lookup::Miss);
+    // A Put through this replica replaces the kept copy at once.
+    c.put(&k, second.clone()).await.unwrap();
+    assert_eq!(c.batch_get(&[k]).await.unwrap(), vec![(k, Lookup::Hit(second))]);
+    // Past its lifetime a value is read from Redis again.
+    tokio::time::sleep(Duration::from_millis(1700)).await;
+    assert_eq!(c.batch_get(&[big]).await.unwrap(), vec![(big, Lookup::Miss)]);
+    cache.stop();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn manifests_round_trip() {
     let (_redis, cache) = start();
