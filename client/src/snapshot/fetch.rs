@@ -1,6 +1,7 @@
-//! Streams `GetFiles` into a staging directory. Receiving and writing overlap: a blocking
-//! thread verifies and writes (with an fsync per file) while the next message arrives, through
-//! a short queue that bounds the memory held to a few messages.
+//! Streams `GetFiles` into a staging directory. Receiving and writing overlap: the staging's
+//! writer threads take files one at a time from the messages already received while the next
+//! ones arrive, through a short queue that bounds the memory held to a few messages; one sync at
+//! the end makes them durable.
 
 use super::error::joined;
 use super::stage::Staging;
@@ -28,9 +29,8 @@ pub async fn fetch(
     let (tx, mut rx) = mpsc::channel::<Vec<pb::FileData>>(QUEUE);
     let writer = tokio::task::spawn_blocking(move || {
         let mut staging = staging;
-        while let Some(files) = rx.blocking_recv() {
-            staging.write(&files, observer.as_ref())?;
-        }
+        let files = std::iter::from_fn(move || rx.blocking_recv()).flatten();
+        staging.write_from(files, observer.as_ref())?;
         staging.sync()?;
         Ok::<_, SnapshotError>(staging)
     });

@@ -189,7 +189,7 @@ mod tests {
             .iter()
             .map(|(_, data)| pb::FileData { digest: blake3::hash(data).as_bytes().to_vec(), data: data.to_vec() })
             .collect();
-        staging.write(&received, &()).unwrap();
+        staging.write_from(received.into_iter(), &()).unwrap();
         staging
     }
 
