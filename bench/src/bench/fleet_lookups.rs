@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 
 const TITLE: &str = "(g) Fleet: lookups per second through kiln-cache";
-/// The target: kiln-cache's `Get` serves at least this share of redis-benchmark's GETs.
-const OF_REDIS: f64 = 0.6;
+/// The target: kiln-cache's `Get` serves at least this share of the gRPC floor's rate (a bare
+/// tonic server answering the same envelope): what is left is kiln-cache's own work.
+const OF_FLOOR: f64 = 0.9;
 /// The floor checks no token; the client sends one all the same, as it does to kiln-cache.
 const FLOOR_TOKEN: &str = "floor-token-0123456789";
 
@@ -132,23 +133,23 @@ pub async fn run(bench: &Bench, fleet: &Fleet) -> Result<Section> {
                 / slices;
         }
         let redis_name = format!("redis-benchmark GET, {c} clients, {size} B");
+        s.rows.push(Row::new(
+            format!("kiln-cache `Get`, {c} clients"),
+            Ok(Value::PerSecond(kiln)),
+            &redis_name,
+            redis_rps.clone(),
+        ));
+        let floor_name = format!("gRPC floor, `Get`, {c} clients");
+        s.rows.push(Row::new(&floor_name, Ok(Value::PerSecond(floor)), &redis_name, redis_rps));
         s.rows.push(
             Row::new(
                 format!("kiln-cache `Get`, {c} clients"),
                 Ok(Value::PerSecond(kiln)),
-                &redis_name,
-                redis_rps.clone(),
+                floor_name,
+                Ok(Value::PerSecond(floor)),
             )
-            .with_target(Target::RatioAtLeast(OF_REDIS)),
+            .with_target(Target::RatioAtLeast(OF_FLOOR)),
         );
-        let floor_name = format!("gRPC floor, `Get`, {c} clients");
-        s.rows.push(Row::new(&floor_name, Ok(Value::PerSecond(floor)), &redis_name, redis_rps));
-        s.rows.push(Row::new(
-            format!("kiln-cache `Get`, {c} clients"),
-            Ok(Value::PerSecond(kiln)),
-            floor_name,
-            Ok(Value::PerSecond(floor)),
-        ));
     }
     Ok(s)
 }

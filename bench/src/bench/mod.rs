@@ -34,6 +34,7 @@ pub mod nvrtc;
 pub mod ptxas_compile;
 pub mod redis;
 pub mod report;
+pub mod restart_model;
 pub mod samples;
 pub mod sccache;
 pub mod sccache_nvcc;

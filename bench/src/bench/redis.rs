@@ -49,6 +49,11 @@ impl RedisServer {
         Ok(server)
     }
 
+    /// The server's process id, for its CPU time.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn connect(&self) -> Result<Resp> {
         let stream =
             UnixStream::connect(&self.socket).with_context(|| format!("connecting to {}", self.socket.display()))?;

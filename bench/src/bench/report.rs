@@ -186,6 +186,8 @@ pub struct Section {
     pub rows: Vec<Row>,
     /// Observations from the run: per-round times, cache statistics, anything that failed.
     pub notes: Vec<String>,
+    /// Markdown after the notes, for what a list does not carry (a model built on the figures).
+    pub appendix: String,
 }
 
 impl Section {
@@ -243,6 +245,7 @@ impl Section {
             }
             out.push('\n');
         }
+        out.push_str(&self.appendix);
         out
     }
 }

@@ -19,10 +19,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 const TITLE: &str = "(a) Warm hit of a 64-kernel graph";
-/// The targets, each a ratio against a baseline of the same run: the memory tier against
-/// pipelined Redis GETs of the same cubins, the disk tier against raw reads of the same files,
-/// and the first compile after a restart against the steady disk tier.
-const MEMORY_OVER_REDIS: f64 = 2.0;
+/// The targets, each a ratio against a baseline of the same run: the memory tier against the
+/// gRPC floor (a bare tonic server answering the same bytes: what is left is kiln's own work;
+/// a Redis-relative target measured gRPC, whose floor alone is about 2.8× pipelined Redis here),
+/// the disk tier against raw reads of the same files, and the first compile after a restart
+/// against the steady disk tier.
+const MEMORY_OVER_FLOOR: f64 = 1.25;
 const DISK_OVER_FILES: f64 = 3.0;
 const RESTART_OVER_DISK: f64 = 1.5;
 
@@ -267,7 +269,7 @@ pub async fn run(bench: &Bench, redis: &RedisServer, shared: &mut Shared) -> Res
     };
     let (memory_kiln, memory_redis) = (Samples::new(memory.kiln.clone()), Samples::new(memory.redis.clone()));
     let floor = Samples::new(memory.floor.clone());
-    add("memory tier", memory, Some(("Redis GETs, pipelined", Target::RatioAtMost(MEMORY_OVER_REDIS))));
+    add("memory tier", memory, None);
     if let Some(d) = disk {
         add("disk tier (memory off)", d, Some(("raw file reads", Target::RatioAtMost(DISK_OVER_FILES))));
     }
@@ -290,7 +292,10 @@ pub async fn run(bench: &Bench, redis: &RedisServer, shared: &mut Shared) -> Res
         "Redis GETs, pipelined, p50",
         p(&memory_redis, 50.0),
     ));
-    section.rows.push(Row::new("memory tier, p50", p(&memory_kiln, 50.0), "gRPC floor, p50", p(&floor, 50.0)));
+    section.rows.push(
+        Row::new("memory tier, p50", p(&memory_kiln, 50.0), "gRPC floor, p50", p(&floor, 50.0))
+            .with_target(Target::RatioAtMost(MEMORY_OVER_FLOOR)),
+    );
     section.notes.push(format!(
         "gRPC floor: a bare tonic server on its own runtime and Unix socket that answers every `Compile` with the \
          messages kilnd answered for a memory-tier hit of the graph (one `kernels` batch with the {GRAPH_KERNELS} \
