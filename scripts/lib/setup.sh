@@ -56,13 +56,18 @@ say() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
 apt_updated=0
-apt_install() {
-  command -v apt-get >/dev/null || die "need $* but apt-get is missing; install them by hand"
+# apt-get update, once per run.
+apt_update() {
   if [ "$apt_updated" = 0 ]; then
     say "apt-get update"
     DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null || die "apt-get update failed"
     apt_updated=1
   fi
+}
+
+apt_install() {
+  command -v apt-get >/dev/null || die "need $* but apt-get is missing; install them by hand"
+  apt_update
   say "apt-get install $*"
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null || die "apt-get install $* failed"
 }

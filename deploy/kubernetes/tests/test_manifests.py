@@ -205,6 +205,20 @@ def test_references_resolve(variant: str, tmp_path: Path):
                 assert ep["port"] in names, f"{s['metadata']['name']}: no port {ep['port']}"
 
 
+# The example Job's image is the user's own (torch and their training code), not one kiln builds.
+USER_IMAGES = {"kiln/train-example:0.1.0"}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_image_is_one_scripts_images_builds(variant: str, tmp_path: Path):
+    out = subprocess.run([str(ROOT / "scripts" / "images"), "--names"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, f"scripts/images --names: {out.stderr}"
+    built = set(out.stdout.split())
+    assert built, "scripts/images --names printed no image"
+    for _, c in containers(render_variant(variant, tmp_path)):
+        assert c["image"] in built | USER_IMAGES, f"{c['name']}: image {c['image']} is not one scripts/images builds ({sorted(built)})"
+
+
 def test_the_dashboard_configmap_is_the_dashboard_file():
     """The ConfigMap is generated from deploy/grafana/kiln.json, whose queries
     tests/tests/dashboard.rs checks against the real daemons' /metrics."""
