@@ -71,6 +71,10 @@ fn kilnd_check_reports_without_panicking() {
     let report: serde_json::Value = serde_json::from_slice(&ok.stdout).unwrap();
     assert_eq!(report["toolchains"][0]["version"], "13.0");
     assert!(report["toolchains"][0]["supported_targets"].as_array().unwrap().iter().any(|t| t == "sm_90"));
+    // Every toolchain is listed, usable or with why not; the CUDA root under test has ptxas.
+    let names: Vec<_> = report["toolchains"].as_array().unwrap().iter().map(|t| t["name"].clone()).collect();
+    assert_eq!(names, ["nvrtc", "ptxas", "triton"]);
+    assert!(report["toolchains"][1]["version"].is_string(), "ptxas: {}", report["toolchains"][1]);
     let bad = Command::new(env::binary("kilnd")).args(["--cuda-root", "/nonexistent", "check"]).output().unwrap();
     assert_eq!(bad.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&bad.stdout).contains("NOT USABLE"));
