@@ -11,10 +11,17 @@
 # The images' names are the ones deploy/kubernetes names; the kiln images carry the workspace's
 # version, Redis its major.minor (Debian 12 ships 7.0, patched in place, so the tag holds).
 KILN_VERSION="$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' "$KILN_ROOT/Cargo.toml")"
-IMAGE_KILN_CACHE="kiln/kiln-cache:$KILN_VERSION"
-IMAGE_KILND="kiln/kilnd:$KILN_VERSION"
 REDIS_SERIES=7.0
-IMAGE_REDIS="kiln/redis:$REDIS_SERIES"
+# Sets the names; $1 is a tag suffix: scripts/test builds its images from the debug binaries as
+# `-debug` tags, so they never stand in for the release images scripts/images makes. The
+# variables are also what kiln-reliability's container scenarios read (KILN_IMAGE_*).
+image_names() {
+  IMAGE_KILN_CACHE="kiln/kiln-cache:$KILN_VERSION${1:-}"
+  IMAGE_KILND="kiln/kilnd:$KILN_VERSION${1:-}"
+  IMAGE_REDIS="kiln/redis:$REDIS_SERIES${1:-}"
+  export KILN_IMAGE_KILN_CACHE="$IMAGE_KILN_CACHE" KILN_IMAGE_KILND="$IMAGE_KILND" KILN_IMAGE_REDIS="$IMAGE_REDIS"
+}
+image_names ""
 IMAGES_WORK="$KILN_BUILD_DIR/images"
 IMAGES_DEBS="$IMAGES_WORK/debs"
 

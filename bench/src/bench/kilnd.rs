@@ -124,11 +124,7 @@ impl Kilnd {
     pub fn metric_sum(&self, series: &str) -> Result<f64> {
         let addr = self.metrics.context("this kilnd serves no /metrics")?;
         let text = kiln_tests::http::get(addr, "/metrics").context("GET /metrics")?;
-        Ok(text
-            .lines()
-            .filter(|l| l.starts_with(series))
-            .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
-            .sum())
+        Ok(crate::reliability::containers::sum_series(&text, series))
     }
 
     /// The process id, while it runs: for its memory in /proc.

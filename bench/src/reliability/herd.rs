@@ -27,6 +27,23 @@ pub async fn hosts(run: &Run, name: &str, n: usize, cache_uri: &str) -> Result<V
     Ok(daemons)
 }
 
+/// A kilnd a herd's client calls: a process on this machine or a host in a container.
+pub trait Endpoint {
+    fn uri(&self) -> String;
+}
+
+impl Endpoint for Kilnd {
+    fn uri(&self) -> String {
+        Kilnd::uri(self)
+    }
+}
+
+impl Endpoint for super::containers::Host {
+    fn uri(&self) -> String {
+        super::containers::Host::uri(self)
+    }
+}
+
 /// Compiles across `daemons`, from their `/metrics` (every toolchain and outcome).
 pub fn compiles(daemons: &[Kilnd]) -> Result<f64> {
     daemons.iter().map(|d| d.metric_sum("kiln_compiles_total{")).sum()
@@ -45,6 +62,8 @@ pub struct Herd {
     pub tiers: BTreeMap<String, usize>,
     /// From the release until the last host had its answer.
     pub wall: Duration,
+    /// Per host, from the release until its last attempt ended.
+    pub took: Vec<Duration>,
 }
 
 impl Herd {
@@ -77,29 +96,34 @@ async fn attempt(uri: &str, req: &pb::CompileRequest) -> Result<(Artifacts, Vec<
 
 /// Every daemon's client asks for `req` at the same moment (a barrier); a failed call is retried
 /// on a fresh connection, at most `retries` times, as a job's client would.
-pub async fn herd(daemons: &[Kilnd], req: &pb::CompileRequest, retries: usize) -> Herd {
+pub async fn herd(daemons: &[impl Endpoint], req: &pb::CompileRequest, retries: usize) -> Herd {
     let barrier = Arc::new(tokio::sync::Barrier::new(daemons.len() + 1));
     let mut tasks = tokio::task::JoinSet::new();
     for (i, d) in daemons.iter().enumerate() {
         let (uri, req, barrier) = (d.uri(), req.clone(), Arc::clone(&barrier));
         tasks.spawn(async move {
             barrier.wait().await;
+            let released = Instant::now();
             let mut errors = Vec::new();
             for _ in 0..=retries {
                 match attempt(&uri, &req).await {
-                    Ok(got) => return (i, Some(got), errors),
+                    Ok(got) => return (i, Some(got), errors, released.elapsed()),
                     Err(e) => errors.push(format!("host {i}: {e:#}")),
                 }
             }
-            (i, None, errors)
+            (i, None, errors, released.elapsed())
         });
     }
     barrier.wait().await;
     let started = Instant::now();
-    let mut herd =
-        Herd { results: vec![Artifacts::new(); daemons.len()], retries: vec![0; daemons.len()], ..Herd::default() };
+    let mut herd = Herd {
+        results: vec![Artifacts::new(); daemons.len()],
+        retries: vec![0; daemons.len()],
+        took: vec![Duration::ZERO; daemons.len()],
+        ..Herd::default()
+    };
     while let Some(joined) = tasks.join_next().await {
-        let (i, got, errors) = match joined {
+        let (i, got, errors, took) = match joined {
             Ok(done) => done,
             Err(e) => {
                 herd.errors.push(format!("a client task died: {e}"));
@@ -107,6 +131,7 @@ pub async fn herd(daemons: &[Kilnd], req: &pb::CompileRequest, retries: usize) -
             }
         };
         herd.retries[i] = errors.len();
+        herd.took[i] = took;
         herd.errors.extend(errors);
         if let Some((artifacts, tiers)) = got {
             herd.results[i] = artifacts;
@@ -167,11 +192,25 @@ impl Struck {
 /// Runs [`herd`] (one retry allowed) and, beside it, `chaos` at a random moment 50–300 ms after
 /// the release: early enough that the herd is still compiling, late enough that it has begun.
 /// Returns the herd and what the chaos handed back (the process it restarted, …).
-pub async fn under_chaos<T, Fut>(daemons: &[Kilnd], req: &pb::CompileRequest, chaos: Fut) -> (Struck, Result<T>)
+pub async fn under_chaos<T, Fut>(daemons: &[impl Endpoint], req: &pb::CompileRequest, chaos: Fut) -> (Struck, Result<T>)
 where
     Fut: Future<Output = Result<T>>,
 {
     let after = Duration::from_secs_f64(rand::rng().random_range(0.05..0.3));
+    under_chaos_after(daemons, req, after, chaos).await
+}
+
+/// [`under_chaos`] with the chaos started `after` the release, for chaos that picks its own
+/// moment (it watches the hosts for the state it needs).
+pub async fn under_chaos_after<T, Fut>(
+    daemons: &[impl Endpoint],
+    req: &pb::CompileRequest,
+    after: Duration,
+    chaos: Fut,
+) -> (Struck, Result<T>)
+where
+    Fut: Future<Output = Result<T>>,
+{
     let started = Instant::now();
     let herd_run = async {
         let h = herd(daemons, req, 1).await;

@@ -15,6 +15,11 @@
 //! 6. [`cluster_failover`]: a Redis Cluster master killed under a fleet herd; replicas fail over.
 //! 7. [`redis_flush`]: Redis restarted empty; the fleet recompiles each kernel once.
 //!
+//! Then the fleet as containers, each host with its own address on private Docker networks
+//! ([`containers`]), from the images `scripts/images` builds:
+//! 8. [`cross_host`]: host A compiles, host B gets every kernel from the fleet.
+//! 9. [`holder_partition`]: a lease holder cut off from kiln-cache mid-compile.
+//!
 //! Shared pieces: [`graphs`] (the kernels and their reference bytes), [`herd`] (fleet hosts and
 //! a herd on one graph), [`load`] (many clients, latencies and errors), [`rss`] (memory from
 //! /proc), [`report`] (the section and its place in BENCHMARKS.md). Processes are started with
@@ -23,8 +28,11 @@
 pub mod cache_clients;
 pub mod cache_kill;
 pub mod cluster_failover;
+pub mod containers;
+pub mod cross_host;
 pub mod graphs;
 pub mod herd;
+pub mod holder_partition;
 pub mod kill_disk;
 pub mod kilnd_clients;
 pub mod load;
@@ -94,7 +102,7 @@ impl Run {
 }
 
 /// The scenarios, numbered as in the report.
-pub const SCENARIOS: [&str; 7] = [
+pub const SCENARIOS: [&str; 9] = [
     kilnd_clients::TITLE,
     cache_clients::TITLE,
     soak::TITLE,
@@ -102,6 +110,8 @@ pub const SCENARIOS: [&str; 7] = [
     cache_kill::TITLE,
     cluster_failover::TITLE,
     redis_flush::TITLE,
+    cross_host::TITLE,
+    holder_partition::TITLE,
 ];
 
 /// How long scenario `n` (1-based) may run before it is stopped and counted as failed: every
@@ -127,6 +137,8 @@ pub async fn scenario(n: usize, run: &Run, out: &mut Outcome) -> Result<()> {
         5 => cache_kill::run(run, out).await,
         6 => cluster_failover::run(run, out).await,
         7 => redis_flush::run(run, out).await,
+        8 => cross_host::run(run, out).await,
+        9 => holder_partition::run(run, out).await,
         _ => Err(anyhow!("there is no scenario {n}")),
     }
 }

@@ -1,0 +1,423 @@
+//! A fleet of containers: Redis, kiln-cache replicas and kilnd hosts from the images
+//! `scripts/images` builds, each a container with its own address, on private Docker networks
+//! this harness creates, so that one part can be cut off from another (`docker network
+//! disconnect`), which processes sharing 127.0.0.1 cannot be.
+//!
+//! Two networks: `store` joins Redis and the kiln-cache replicas, `fleet` joins the replicas
+//! and the kilnd hosts, where both replicas answer to the name `kiln-cache` (Docker's DNS gives
+//! every address of that alias, as a Kubernetes Service would spread connections). Both are
+//! `--internal`: nothing in them reaches past this machine. Clients reach each kilnd through its
+//! Unix socket, bind-mounted from a host directory (as job pods mount the node's /run/kiln), so
+//! a host cut off from the fleet network still answers its own clients, as on a real node.
+//!
+//! Every container and network carries the label `org.kiln.fleet=<name>` and is removed when
+//! the [`ContainerFleet`] is dropped, and by [`remove_leftovers`] before a run.
+
+use anyhow::{Context, Result, bail};
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The label that marks what a fleet made, for clean-up.
+const LABEL: &str = "org.kiln.fleet";
+/// A write token of the fleet (kiln-cache wants 16 characters at least).
+pub const TOKEN: &str = "container-fleet-write-token";
+/// How long a container gets to become ready.
+const READY: Duration = Duration::from_secs(60);
+
+/// The images to run: `KILN_IMAGE_KILND`, `KILN_IMAGE_KILN_CACHE` and `KILN_IMAGE_REDIS` when set
+/// (`scripts/test` runs images of its debug binaries under other tags), else the names
+/// `scripts/images` builds.
+#[derive(Debug, Clone)]
+pub struct Images {
+    pub kilnd: String,
+    pub cache: String,
+    pub redis: String,
+}
+
+impl Images {
+    pub fn from_env() -> Images {
+        let version = env!("CARGO_PKG_VERSION");
+        let or = |var: &str, default: String| std::env::var(var).unwrap_or(default);
+        Images {
+            kilnd: or("KILN_IMAGE_KILND", format!("kiln/kilnd:{version}")),
+            cache: or("KILN_IMAGE_KILN_CACHE", format!("kiln/kiln-cache:{version}")),
+            redis: or("KILN_IMAGE_REDIS", "kiln/redis:7.0".into()),
+        }
+    }
+}
+
+/// Runs `docker ARGS`, returning its trimmed stdout; an error carries its stderr.
+pub fn docker(args: &[&str]) -> Result<String> {
+    let out = Command::new("docker").args(args).output().context("running docker (is it installed?)")?;
+    if !out.status.success() {
+        bail!("docker {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// Fails with what to do when Docker or an image is missing.
+pub fn check_docker(images: &Images) -> Result<()> {
+    docker(&["info", "--format", "{{.ServerVersion}}"])
+        .context("these scenarios run containers and need a Docker Engine this user may use")?;
+    for image in [&images.kilnd, &images.cache, &images.redis] {
+        docker(&["image", "inspect", "--format", "{{.Id}}", image])
+            .with_context(|| format!("image {image} is missing: build it with scripts/images"))?;
+    }
+    Ok(())
+}
+
+/// Removes the containers and networks earlier fleets of this harness left (a killed run).
+pub fn remove_leftovers() {
+    let filter = format!("label={LABEL}");
+    if let Ok(ids) = docker(&["ps", "-aq", "--filter", &filter]) {
+        for id in ids.lines() {
+            let _ = docker(&["rm", "-f", "-v", id]);
+        }
+    }
+    if let Ok(ids) = docker(&["network", "ls", "-q", "--filter", &filter]) {
+        for id in ids.lines() {
+            let _ = docker(&["network", "rm", id]);
+        }
+    }
+}
+
+/// One container of a fleet.
+#[derive(Debug, Clone)]
+pub struct Container {
+    pub name: String,
+}
+
+impl Container {
+    /// Its address on `network`.
+    pub fn ip(&self, network: &str) -> Result<IpAddr> {
+        let format = format!("{{{{(index .NetworkSettings.Networks \"{network}\").IPAddress}}}}");
+        let ip = docker(&["inspect", "--format", &format, &self.name])?;
+        ip.parse().with_context(|| format!("{} has no address on {network} ({ip:?})", self.name))
+    }
+
+    /// Its main process's pid on this machine, for `nsenter`.
+    pub fn pid(&self) -> Result<u32> {
+        let pid = docker(&["inspect", "--format", "{{.State.Pid}}", &self.name])?;
+        pid.parse().with_context(|| format!("{}: pid {pid:?}", self.name))
+    }
+
+    /// Runs a command in its network namespace from this machine's tools (the images have none).
+    pub fn in_netns(&self, argv: &[&str]) -> Result<String> {
+        let pid = self.pid()?.to_string();
+        let mut args = vec!["-t", pid.as_str(), "-n"];
+        args.extend_from_slice(argv);
+        let out = Command::new("nsenter").args(&args).output().context("running nsenter")?;
+        if !out.status.success() {
+            bail!("nsenter {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Its log, stdout and stderr, for a failure's notes.
+    pub fn logs_tail(&self, lines: usize) -> String {
+        let out = Command::new("docker").args(["logs", "--tail", &lines.to_string(), &self.name]).output();
+        out.map(|o| format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+            .unwrap_or_default()
+    }
+}
+
+/// A kilnd host: its container and the host directory holding its socket.
+#[derive(Debug, Clone)]
+pub struct Host {
+    pub container: Container,
+    pub socket: PathBuf,
+}
+
+impl Host {
+    pub fn uri(&self) -> String {
+        format!("unix://{}", self.socket.display())
+    }
+
+    pub async fn connect(&self) -> Result<kiln_client::Client> {
+        kiln_client::connect(&self.uri()).await.with_context(|| format!("connecting to {}", self.container.name))
+    }
+}
+
+/// What a fleet is made of.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    pub caches: usize,
+    pub hosts: usize,
+    /// Lines added to every kilnd's TOML (lease TTL, hedge bound, …).
+    pub kilnd_config: String,
+    /// Lines added to every kiln-cache's TOML.
+    pub cache_config: String,
+    /// kilnd's `--concurrency`.
+    pub concurrency: usize,
+}
+
+/// A running fleet; dropping it removes its containers and networks.
+#[derive(Debug)]
+pub struct ContainerFleet {
+    pub name: String,
+    pub images: Images,
+    pub redis: Container,
+    pub caches: Vec<Container>,
+    pub hosts: Vec<Host>,
+    /// `<name>-store`: Redis and the replicas.
+    pub store_net: String,
+    /// `<name>-fleet`: the replicas and the hosts.
+    pub fleet_net: String,
+    dir: PathBuf,
+}
+
+impl ContainerFleet {
+    /// Starts Redis, the replicas and the hosts, and waits until each is ready: kiln-cache
+    /// reports Redis up on `/metrics`, kilnd answers `Stats` on its socket. Blocking.
+    pub fn start(name: &str, work: &Path, images: &Images, layout: &Layout) -> Result<ContainerFleet> {
+        check_docker(images)?;
+        let name = format!("kiln-{name}-{}", std::process::id());
+        let dir = work.join(&name);
+        std::fs::create_dir_all(dir.join("etc"))?;
+        let mut fleet = ContainerFleet {
+            store_net: format!("{name}-store"),
+            fleet_net: format!("{name}-fleet"),
+            redis: Container { name: format!("{name}-redis") },
+            caches: Vec::new(),
+            hosts: Vec::new(),
+            images: images.clone(),
+            name,
+            dir,
+        };
+        let label = format!("{LABEL}={}", fleet.name);
+        for net in [&fleet.store_net, &fleet.fleet_net] {
+            docker(&["network", "create", "--internal", "--label", &label, net])?;
+        }
+        let etc = fleet.dir.join("etc");
+        std::fs::write(etc.join("tokens"), format!("write:{TOKEN}\n"))?;
+        std::fs::write(etc.join("token"), TOKEN)?;
+        std::fs::write(
+            etc.join("kiln-cache.toml"),
+            format!("listen = \"0.0.0.0:7171\"\nmetrics = \"0.0.0.0:9465\"\n{}", layout.cache_config),
+        )?;
+        std::fs::write(
+            etc.join("kilnd.toml"),
+            format!("metrics = \"0.0.0.0:9464\"\ntarget = \"sm_90\"\n{}", layout.kilnd_config),
+        )?;
+        // kiln-cache runs as 65532 and reads these through a read-only mount.
+        for f in ["tokens", "token", "kiln-cache.toml", "kilnd.toml"] {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(etc.join(f), std::fs::Permissions::from_mode(0o644))?;
+        }
+        let etc_mount = format!("{}:/etc/kiln:ro", etc.display());
+
+        docker(&[
+            "run",
+            "-d",
+            "--name",
+            &fleet.redis.name,
+            "--hostname",
+            "redis",
+            "--label",
+            &label,
+            "--network",
+            &fleet.store_net,
+            "--network-alias",
+            "redis",
+            &images.redis,
+            "redis-server",
+            "--bind",
+            "0.0.0.0",
+            "--protected-mode",
+            "no",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])?;
+        for i in 0..layout.caches {
+            let cache = Container { name: format!("{}-cache-{i}", fleet.name) };
+            let hostname = format!("kiln-cache-{i}");
+            docker(&[
+                "run",
+                "-d",
+                "--name",
+                &cache.name,
+                "--hostname",
+                &hostname,
+                "--label",
+                &label,
+                "--network",
+                &fleet.store_net,
+                "-v",
+                &etc_mount,
+                &images.cache,
+                "--config",
+                "/etc/kiln/kiln-cache.toml",
+                "--redis",
+                "redis://redis:6379",
+                "--tokens",
+                "/etc/kiln/tokens",
+            ])?;
+            docker(&["network", "connect", "--alias", "kiln-cache", &fleet.fleet_net, &cache.name])?;
+            fleet.caches.push(cache);
+        }
+        for i in 0..layout.caches {
+            fleet.wait_cache_ready(i, READY)?;
+        }
+        for i in 0..layout.hosts {
+            let host = fleet.run_host(i, layout.concurrency, &etc_mount, &label)?;
+            fleet.hosts.push(host);
+        }
+        for h in &fleet.hosts {
+            wait_host_ready(h, READY)?;
+        }
+        Ok(fleet)
+    }
+
+    fn run_host(&self, i: usize, concurrency: usize, etc_mount: &str, label: &str) -> Result<Host> {
+        let letter = char::from(b'a' + u8::try_from(i % 26).unwrap_or(0));
+        let container = Container { name: format!("{}-host-{letter}", self.name) };
+        let run = self.dir.join(format!("host-{letter}/run"));
+        let cache = self.dir.join(format!("host-{letter}/cache"));
+        std::fs::create_dir_all(&run)?;
+        std::fs::create_dir_all(&cache)?;
+        let (run_mount, cache_mount) =
+            (format!("{}:/run/kiln", run.display()), format!("{}:/var/cache/kiln", cache.display()));
+        let hostname = format!("host-{letter}");
+        let concurrency = concurrency.to_string();
+        docker(&[
+            "run",
+            "-d",
+            "--name",
+            &container.name,
+            "--hostname",
+            &hostname,
+            "--label",
+            label,
+            "--network",
+            &self.fleet_net,
+            "-v",
+            &run_mount,
+            "-v",
+            &cache_mount,
+            "-v",
+            etc_mount,
+            &self.images.kilnd,
+            "--config",
+            "/etc/kiln/kilnd.toml",
+            "--socket",
+            "/run/kiln/kilnd.sock",
+            "--cache-dir",
+            "/var/cache/kiln",
+            "--remote",
+            "http://kiln-cache:7171",
+            "--remote-token",
+            "@/etc/kiln/token",
+            "--concurrency",
+            &concurrency,
+        ])?;
+        Ok(Host { container, socket: run.join("kilnd.sock") })
+    }
+
+    /// kiln-cache `i`'s `/metrics` address on the store network (which it never leaves).
+    pub fn cache_metrics(&self, i: usize) -> Result<SocketAddr> {
+        Ok(SocketAddr::new(self.caches[i].ip(&self.store_net)?, 9465))
+    }
+
+    /// Sums the samples of `series` (a name with the start of its labels) on kiln-cache `i`.
+    pub fn cache_metric(&self, i: usize, series: &str) -> Result<f64> {
+        let text = kiln_tests::http::get(self.cache_metrics(i)?, "/metrics")?;
+        Ok(sum_series(&text, series))
+    }
+
+    /// Sums `series` on host `i`'s `/metrics`, reached on the fleet network: fails while the host
+    /// is cut off from it.
+    pub fn host_metric(&self, i: usize, series: &str) -> Result<f64> {
+        let addr = SocketAddr::new(self.hosts[i].container.ip(&self.fleet_net)?, 9464);
+        let text = kiln_tests::http::get(addr, "/metrics")?;
+        Ok(sum_series(&text, series))
+    }
+
+    /// Sums `series` over every host.
+    pub fn hosts_metric(&self, series: &str) -> Result<f64> {
+        (0..self.hosts.len()).map(|i| self.host_metric(i, series)).sum()
+    }
+
+    /// Waits until kiln-cache `i` reports its Redis up.
+    pub fn wait_cache_ready(&self, i: usize, bound: Duration) -> Result<Duration> {
+        let started = Instant::now();
+        loop {
+            if self.cache_metric(i, "kiln_server_redis_up").is_ok_and(|up| up >= 1.0) {
+                return Ok(started.elapsed());
+            }
+            if started.elapsed() > bound {
+                bail!(
+                    "{} did not report Redis up within {} s; its log:\n{}",
+                    self.caches[i].name,
+                    bound.as_secs(),
+                    self.caches[i].logs_tail(20)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Cuts `container` off `network` (its interface there is removed: connections through it
+    /// fail, its name leaves the network's DNS).
+    pub fn disconnect(&self, network: &str, container: &Container) -> Result<()> {
+        docker(&["network", "disconnect", "--force", network, &container.name]).map(drop)
+    }
+
+    /// Joins `container` to `network` again, with `alias` when given.
+    pub fn connect(&self, network: &str, container: &Container, alias: Option<&str>) -> Result<()> {
+        let mut args = vec!["network", "connect"];
+        if let Some(a) = alias {
+            args.extend(["--alias", a]);
+        }
+        args.extend([network, container.name.as_str()]);
+        docker(&args).map(drop)
+    }
+}
+
+impl Drop for ContainerFleet {
+    fn drop(&mut self) {
+        let filter = format!("label={LABEL}={}", self.name);
+        if let Ok(ids) = docker(&["ps", "-aq", "--filter", &filter]) {
+            for id in ids.lines() {
+                let _ = docker(&["rm", "-f", "-v", id]);
+            }
+        }
+        for net in [&self.store_net, &self.fleet_net] {
+            let _ = docker(&["network", "rm", net]);
+        }
+    }
+}
+
+/// Waits until a host's kilnd answers `Stats` through its socket.
+fn wait_host_ready(host: &Host, bound: Duration) -> Result<()> {
+    let started = Instant::now();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    loop {
+        let answered = host.socket.exists()
+            && runtime.block_on(async { kiln_client::connect(&host.uri()).await.ok()?.stats().await.ok() }).is_some();
+        if answered {
+            return Ok(());
+        }
+        if started.elapsed() > bound {
+            bail!(
+                "{} did not answer on {} within {} s; its log:\n{}",
+                host.container.name,
+                host.socket.display(),
+                bound.as_secs(),
+                host.container.logs_tail(20)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The sum of every sample whose line starts with `series`.
+pub fn sum_series(text: &str, series: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(series))
+        .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
+        .sum()
+}
