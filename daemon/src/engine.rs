@@ -332,6 +332,7 @@ impl Engine {
         let Some(answers) = fleet.lookup_many(&missing).await else {
             return Prefetched { found, fleet_asked: false };
         };
+        let mut disk = Vec::new();
         for (key, answer) in answers {
             match answer {
                 Some(Found::Artifact(a, _)) if !accept(&key, &a) => refused(&key, TierName::Remote),
@@ -339,11 +340,12 @@ impl Engine {
                     found.insert(key, Answer::from_artifact(Arc::from(a), pb::Tier::Remote));
                 }
                 Some(f) => {
-                    found.insert(key, self.adopt(&key, f).await);
+                    found.insert(key, self.adopt_into(&key, f, &mut disk).await);
                 }
                 None => {}
             }
         }
+        self.write_to_disk(disk);
         Prefetched { found, fleet_asked: true }
     }
 
@@ -455,18 +457,41 @@ impl Engine {
     /// answer (shutdown waits for it).
     async fn store_locally(&self, key: &CacheKey, stored: Stored) {
         self.store.put_where(key, stored.clone(), |t| t == TierName::Memory).await;
-        let (store, key) = (Arc::clone(&self.store), *key);
-        self.work.spawn("disk-write", async move { store.put_where(&key, stored, |t| t == TierName::Disk).await });
+        self.write_to_disk(vec![(*key, stored)]);
+    }
+
+    /// Writes entries to the disk tier after the answer, in one background task, one after
+    /// another: a fresh host's warm start adopts a whole graph at once, and a task per entry
+    /// started a blocking thread per entry on a young process, beside the answer.
+    fn write_to_disk(&self, entries: Vec<(CacheKey, Stored)>) {
+        if entries.is_empty() {
+            return;
+        }
+        let store = Arc::clone(&self.store);
+        self.work.spawn("disk-write", async move {
+            for (key, stored) in entries {
+                store.put_where(&key, stored, |t| t == TierName::Disk).await;
+            }
+        });
     }
 
     /// Takes another host's result: an artifact goes into the local tiers, a failure into the
     /// negative cache.
     pub async fn adopt(&self, key: &CacheKey, found: Found) -> Answer {
+        let mut disk = Vec::new();
+        let answer = self.adopt_into(key, found, &mut disk).await;
+        self.write_to_disk(disk);
+        answer
+    }
+
+    /// [`Engine::adopt`], leaving the disk writes in `disk` for the caller to start together.
+    async fn adopt_into(&self, key: &CacheKey, found: Found, disk: &mut Vec<(CacheKey, Stored)>) -> Answer {
         match found {
             Found::Artifact(artifact, bytes) => {
                 let artifact: Arc<Artifact> = Arc::from(artifact);
                 let stored = Stored { envelope: Bytes::from(bytes), unpacked: Some(Arc::clone(&artifact)) };
-                self.store_locally(key, stored).await;
+                self.store.put_where(key, stored.clone(), |t| t == TierName::Memory).await;
+                disk.push((*key, stored));
                 self.metrics.seconds_saved.inc_by(artifact.meta.compile_micros as f64 / 1e6);
                 Answer::from_artifact(artifact, pb::Tier::Remote)
             }

@@ -70,20 +70,30 @@ where
     Ok(Floor { stop: Some(stop), thread: Some(thread) })
 }
 
-/// A `Compiler` on the Unix socket `path` that answers every `Compile` and `Lookup` with what
-/// kilnd answered for `job` (its results in one `kernels` batch, then its `done`); returns its
-/// `unix://` URI.
+/// A `Compiler` on the Unix socket `path` that answers every `Lookup` with what kilnd answered
+/// for `job` (its results in one `kernels` batch, then its `done`) and every `Compile` with what
+/// kilnd sends for a graph its caches answer wholly (`queued` and `started` before those two);
+/// returns its `unix://` URI.
 pub fn compiler(path: &Path, job: kiln_client::CompletedJob) -> Result<(Floor, String)> {
-    let events = vec![
-        pb::JobEvent {
-            job_id: job.job_id.clone(),
-            event: Some(pb::job_event::Event::Kernels(pb::KernelResults { results: job.kernels })),
-        },
-        pb::JobEvent { job_id: job.job_id, event: Some(pb::job_event::Event::Done(job.done)) },
+    let event = |event| pb::JobEvent { job_id: job.job_id.clone(), event: Some(event) };
+    let target = job.kernels.first().map(|k| k.target.clone()).unwrap_or_default();
+    let kernels = job.kernels.len() as u32;
+    let lookup = vec![
+        event(pb::job_event::Event::Kernels(pb::KernelResults { results: job.kernels.clone() })),
+        event(pb::job_event::Event::Done(job.done.clone())),
     ];
-    let service = compiler::CompilerServer::new(CannedCompiler { events: Arc::new(events) })
-        .max_decoding_message_size(kiln_proto::MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(kiln_proto::MAX_MESSAGE_BYTES);
+    let compile = [
+        vec![
+            event(pb::job_event::Event::Queued(pb::Queued { kernels, target })),
+            event(pb::job_event::Event::Started(pb::Started {})),
+        ],
+        lookup.clone(),
+    ]
+    .concat();
+    let service =
+        compiler::CompilerServer::new(CannedCompiler { compile: Arc::new(compile), lookup: Arc::new(lookup) })
+            .max_decoding_message_size(kiln_proto::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(kiln_proto::MAX_MESSAGE_BYTES);
     let router = tonic::transport::Server::builder().add_service(service);
     let uri = format!("unix://{}", path.display());
     let path = path.to_path_buf();
@@ -113,14 +123,13 @@ pub fn cache(answer: pb::CacheGetResponse) -> Result<(Floor, String)> {
 
 #[derive(Debug)]
 struct CannedCompiler {
-    events: Arc<Vec<pb::JobEvent>>,
+    compile: Arc<Vec<pb::JobEvent>>,
+    lookup: Arc<Vec<pb::JobEvent>>,
 }
 
-impl CannedCompiler {
-    fn answer(&self) -> Result<Response<Events>, Status> {
-        let events: Vec<Result<pb::JobEvent, Status>> = self.events.iter().cloned().map(Ok).collect();
-        Ok(Response::new(Box::pin(tokio_stream::iter(events))))
-    }
+fn answer(events: &[pb::JobEvent]) -> Result<Response<Events>, Status> {
+    let events: Vec<Result<pb::JobEvent, Status>> = events.iter().cloned().map(Ok).collect();
+    Ok(Response::new(Box::pin(tokio_stream::iter(events))))
 }
 
 fn absent<T>() -> Result<Response<T>, Status> {
@@ -135,10 +144,10 @@ impl compiler::Compiler for CannedCompiler {
     type WarmStream = Pin<Box<dyn Stream<Item = Result<pb::WarmProgress, Status>> + Send>>;
 
     async fn compile(&self, _: Request<pb::CompileRequest>) -> Result<Response<Events>, Status> {
-        self.answer()
+        answer(&self.compile)
     }
     async fn lookup(&self, _: Request<pb::CompileRequest>) -> Result<Response<Events>, Status> {
-        self.answer()
+        answer(&self.lookup)
     }
     async fn submit(&self, _: Request<pb::CompileRequest>) -> Result<Response<pb::SubmitResponse>, Status> {
         absent()

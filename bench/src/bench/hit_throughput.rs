@@ -90,11 +90,17 @@ pub async fn run(bench: &Bench, redis: &RedisServer) -> Result<Section> {
          syscalls, tokio wake-ups, validation and the key derivation of the one-kernel graph, and the job \
          record. `Compile` answered wholly from the caches is finished in its handler (no job task or channel), \
          which `Lookup` already was; no single function is more than a few percent. redis-benchmark is a C \
-         client speaking RESP with no framing layer or per-request validation."
+         client speaking RESP with no framing layer or per-request validation. `Lookup` and `Compile` share \
+         validation, keys, the tier lookups and the answer's bytes; what `Compile` does beside them is the job \
+         record a late `Watch` replays (an id, a registry entry, four recorded events, a copy of them for the \
+         answer and the cubins stripped from the record after it), so its gap to its floor, beyond `Lookup`'s to \
+         its own, is that record (perf, 2026-11-25: kilnd's own code about a tenth of all samples, no function of \
+         it above 1%)."
             .into(),
         "The gRPC floor, for where the time goes: a bare tonic server on its own runtime (2 worker threads) and \
-         Unix socket that answers every `Lookup` and `Compile` with the messages kilnd answered (one `kernels` \
-         batch with the cubin, then `done`) and does nothing else, driven by the same clients and loop, taking turns with kiln in slices of a second. Its rows \
+         Unix socket that answers every `Lookup` and `Compile` with the messages kilnd answers (one `kernels` \
+         batch with the cubin, then `done`; for `Compile` first `queued` and `started`, as kilnd sends for a \
+         graph its caches answer wholly) and does nothing else, driven by the same clients and loop, taking turns with kiln in slices of a second. Its rows \
          compare the floor with Redis (the best any gRPC service could do here) and kiln with the floor (kiln's \
          own work: validation, keys, the tiers, the job record)."
             .into(),

@@ -298,8 +298,8 @@ pub async fn run(bench: &Bench, redis: &RedisServer, shared: &mut Shared) -> Res
     );
     section.notes.push(format!(
         "gRPC floor: a bare tonic server on its own runtime and Unix socket that answers every `Compile` with the \
-         messages kilnd answered for a memory-tier hit of the graph (one `kernels` batch with the {GRAPH_KERNELS} \
-         cubins, then `done`) and does nothing else, timed with the same client and request, one sample after each \
+         messages kilnd answers for a memory-tier hit of the graph (`queued`, `started`, one `kernels` batch with \
+         the {GRAPH_KERNELS} cubins, then `done`) and does nothing else, timed with the same client and request, one sample after each \
          memory-tier sample: {}",
         floor.summary()
     ));
