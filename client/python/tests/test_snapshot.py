@@ -1,7 +1,8 @@
 """Job snapshots through kiln.Client against real kilnds: save and restore across two hosts of one
 fleet, unchanged files never sent twice, saves that union, restores that never overwrite, a
-killed restore, eight processes racing to restore one directory, the size bound, and
-``python -m kiln snapshot``."""
+killed restore, eight processes racing to restore one directory, the size bound,
+``python -m kiln snapshot``, and each of the Python and Rust implementations restoring what the
+other saved."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from blake3 import blake3
-from harness import Kilnd, metric
+from harness import Kilnd, binary, metric
 
 import kiln
 from kiln._snapshot_place import Staging, check_path
@@ -341,3 +342,48 @@ def test_the_command_line(kilnd: Kilnd, tmp_path: Path) -> None:
     assert cli(kilnd.uri, "save", str(cache)).returncode == 2, "--job is required"
     down = cli(f"unix://{tmp_path}/none.sock", "list")
     assert down.returncode == 2 and down.stderr.startswith("error: unavailable:")
+
+
+def rust_cli(uri: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """The Rust ``kiln`` binary: the other implementation of save and restore."""
+    return subprocess.run([str(binary("kiln")), "--daemon", uri, "snapshot", *args], capture_output=True, text=True)
+
+
+CROSS = {
+    "inductor/fx/ab/entry": os.urandom(30_000),
+    "inductor/triton/0/K/k.cubin": os.urandom(9_000),
+    "inductor/triton/0/K/k.json": b'{"name": "k"}',
+    "inductor/copy.json": b'{"name": "k"}',
+    "inductor/empty": b"",
+}
+
+
+@pytest.mark.parametrize("saver", ["python", "rust"])
+def test_each_implementation_restores_what_the_other_saved(saver: str, kilnd: Kilnd, kilnd_fresh: Kilnd, tmp_path: Path) -> None:
+    """kiln.Client and the `kiln` binary share a protocol, a manifest and on-disk names (the host
+    lock beside the target, the staging directory): a snapshot saved by one restores whole
+    through the other, modes and all, and leaves the same names behind."""
+    j, cache = job(), tmp_path / "inductor"
+    make_tree(tmp_path, CROSS)
+    (tmp_path / "inductor/triton/0/K/k.cubin").chmod(0o750)
+    if saver == "python":
+        with kiln.Client(kilnd.uri) as a:
+            assert a.snapshot_save(j, [str(cache)], KEYS).files == len(CROSS)
+    else:
+        keys = [f"--key={k}={v}" for k, v in KEYS.items()]
+        saved = rust_cli(kilnd.uri, "save", "--job", j, *keys, str(cache))
+        assert saved.returncode == 0, saved.stderr
+    elsewhere = tmp_path / "restored"
+    if saver == "python":
+        keys = [f"--key={k}={v}" for k, v in KEYS.items()]
+        restored = rust_cli(kilnd_fresh.uri, "restore", "--job", j, *keys, "--json", str(elsewhere / "inductor"))
+        assert restored.returncode == 0, restored.stderr
+        assert json.loads(restored.stdout.splitlines()[-1])["restored_files"] == len(CROSS)
+    else:
+        with kiln.Client(kilnd_fresh.uri) as b:
+            report = b.snapshot_restore(j, [str(elsewhere / "inductor")], KEYS)
+        assert report.found and report.restored_files == len(CROSS) and report.missing == 0
+    want = {rel.removeprefix("inductor/"): data for rel, data in CROSS.items()}
+    assert tree(elsewhere / "inductor") == want
+    assert (elsewhere / "inductor/triton/0/K/k.cubin").stat().st_mode & 0o777 == 0o750
+    assert sorted(os.listdir(elsewhere)) == [".kiln-snapshot-inductor.lock", "inductor"], "no staging left"
