@@ -268,7 +268,7 @@ pub async fn serve(
         );
     // Any client's `:authority` is taken on the socket (grpcio sends the socket path): see
     // kiln_proto::unix.
-    let unix = kiln_proto::unix::Incoming(listeners.unix);
+    let unix = kiln_serve::unix::Incoming(listeners.unix);
     let stopped = stop.clone().cancelled_owned();
     let unix_router = tonic::transport::Server::builder().add_routes(routes.clone());
     servers.spawn(

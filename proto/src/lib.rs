@@ -9,9 +9,9 @@
 //!   interceptor.
 //! - [`code`]: gRPC status codes by name, for metric labels and error messages.
 //! - [`paths`]: the default socket and cache locations, shared by kilnd and its clients.
-//! - [`html`]: the status pages' HTML builder, which escapes every text it is given.
-//! - [`unix`]: Unix socket connections that take any client's `:authority` (grpcio sends the
-//!   socket path, which h2 refuses), for kilnd's socket.
+//!
+//! Every client links this crate, so what only a server needs (the status pages' HTML, the Unix
+//! socket filter) lives in kiln-serve.
 
 /// The largest gRPC message kiln sends or accepts by default, on every channel (kilnd, its
 /// clients, kiln-cache and its client): 256 MiB. tonic's default of 4 MiB is smaller than some
@@ -26,11 +26,9 @@ pub const MAX_NEGATIVE_LOG_BYTES: usize = 1 << 20;
 pub mod auth;
 pub mod code;
 pub mod envelope;
-pub mod html;
 pub mod key;
 pub mod paths;
 pub mod target;
-pub mod unix;
 
 /// Generated `kiln.v1` code. Re-exported as `pb`, as tonic-health does, so that domain types stay
 /// apart from wire types.

@@ -9,10 +9,16 @@
 //! - [`status_routes`]: a status page's `/` (HTML) and `/status.json` routes over one snapshot.
 //! - [`serve_metrics`]: serves `/metrics` beside those pages on the `--metrics` listener.
 //! - [`tcp::bind`]: TCP listeners with a backlog sized for a fleet reconnecting at once.
+//! - [`unix`]: kilnd's Unix socket connections, which take any client's `:authority` (grpcio
+//!   sends the socket path, which h2 refuses).
+//! - [`html`]: the status pages' HTML builder, which escapes every text it is given.
 //!
-//! kiln-proto stays free of axum: the clients link it, and they serve nothing.
+//! kiln-proto stays free of axum, the socket filter and the pages: the clients link it, and they
+//! serve nothing.
 
+pub mod html;
 pub mod tcp;
+pub mod unix;
 
 use axum::http::header;
 use axum::routing::get;

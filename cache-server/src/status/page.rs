@@ -3,7 +3,7 @@
 
 use super::FleetStatus;
 use super::redis_info::human_bytes;
-use kiln_proto::html::{Cell, Page, Row, percent};
+use kiln_serve::html::{Cell, Page, Row, percent};
 
 /// The page reloads itself this often (a meta refresh, so it needs no script).
 const REFRESH_SECS: u32 = 10;

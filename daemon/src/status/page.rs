@@ -2,8 +2,8 @@
 
 use crate::metrics::{LeaseLabels, Metrics};
 use crate::store::TierName;
-use kiln_proto::html::{Cell, Page, Row, percent};
 use kiln_proto::pb::{self, StatsResponse};
+use kiln_serve::html::{Cell, Page, Row, percent};
 
 /// The page reloads itself this often (a meta refresh, so it needs no script).
 const REFRESH_SECS: u32 = 5;
