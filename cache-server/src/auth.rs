@@ -2,6 +2,6 @@
 //! logic (kilnd's TCP listener checks the same way). A read-only token can fetch, watch and see
 //! stats; putting artifacts or manifests and taking leases need a read-write token (a lease is a
 //! write: a reader holding one would stall the fleet). Which call needs what is
-//! [`crate::service`]'s `Op::needs`.
+//! [`crate::service::needs`]; kiln-serve's token layer checks it before any handler runs.
 
 pub use kiln_proto::auth::{Access, AuthError, MIN_TOKEN_CHARS, TokenEntry, TokenError, Tokens, parse_tokens_file};

@@ -13,6 +13,7 @@ use crate::metrics::Metrics;
 use crate::service::CacheService;
 use crate::store::Store;
 use kiln_proto::pb::artifact_cache_server::ArtifactCacheServer;
+use kiln_serve::auth::TokenLayer;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -95,7 +96,6 @@ pub async fn run(
     let mode = store.mode();
     let service = Arc::new(CacheService {
         store,
-        tokens,
         announcements,
         metrics: Arc::clone(&metrics),
         limits: config.limits.clone(),
@@ -113,7 +113,12 @@ pub async fn run(
         let identity = Identity::from_pem(read(cert)?, read(key)?);
         builder = builder.tls_config(ServerTlsConfig::new().identity(identity)).map_err(ServerError::Tls)?;
     }
-    let router = builder.add_service(health).add_service(
+    // Every call's token is checked before routing, with the policy of `service::needs`; a
+    // refusal is counted as the service counts its answers.
+    let refusals = Arc::clone(&metrics);
+    let layer = TokenLayer::new(Arc::new(tokens), crate::service::needs)
+        .on_refused(move |path, code| crate::service::refused(&refusals, path, code));
+    let router = builder.layer(layer).add_service(health).add_service(
         ArtifactCacheServer::from_arc(service).max_decoding_message_size(limit).max_encoding_message_size(limit),
     );
     let listen = listeners.grpc.local_addr().map_err(ServerError::Listener)?;

@@ -5,7 +5,7 @@
 //! can be forgotten by one handler.
 
 use crate::announce::{Announcements, PublishStream};
-use crate::auth::{Access, Tokens};
+use crate::auth::Access;
 use crate::config::Limits;
 use crate::error::Error;
 use crate::layout::LayoutError;
@@ -54,7 +54,6 @@ pub type BatchGetStream = Pin<Box<dyn Stream<Item = Result<CacheGetResponse, Sta
 #[derive(Debug)]
 pub struct CacheService {
     pub store: Store,
-    pub tokens: Tokens,
     pub announcements: Arc<Announcements>,
     pub metrics: Arc<Metrics>,
     pub limits: Limits,
@@ -80,7 +79,46 @@ enum Op {
     ReportHost,
 }
 
+/// Every `kiln.v1.ArtifactCache` call, for mapping a gRPC path back to its [`Op`].
+const OPS: [Op; 12] = [
+    Op::Get,
+    Op::BatchGet,
+    Op::Put,
+    Op::Contains,
+    Op::GetManifest,
+    Op::PutManifest,
+    Op::AcquireLease,
+    Op::RenewLease,
+    Op::ReleaseLease,
+    Op::WatchPublish,
+    Op::CacheStats,
+    Op::ReportHost,
+];
+
+/// The service's gRPC path prefix.
+const SERVICE_PATH: &str = "/kiln.v1.ArtifactCache/";
+
+/// What a call needs, by its gRPC path: the policy kiln-serve's token layer checks before tonic
+/// routes a request. gRPC health needs no token (an orchestrator's probe carries none, and it
+/// reads nothing of the cache); an unknown call needs write.
+pub fn needs(path: &str) -> Option<Access> {
+    if path.starts_with("/grpc.health.v1.Health/") {
+        return None;
+    }
+    Some(Op::from_path(path).map_or(Access::Write, Op::needs))
+}
+
+/// Counts a request the token layer refused, as [`CacheService`] counts the rest.
+pub fn refused(metrics: &Metrics, path: &str, code: Code) {
+    metrics.request(Op::from_path(path).map_or("unknown", Op::name), code);
+}
+
 impl Op {
+    fn from_path(path: &str) -> Option<Op> {
+        let method = path.strip_prefix(SERVICE_PATH)?;
+        OPS.into_iter().find(|op| op.name() == method)
+    }
+
     fn name(self) -> &'static str {
         match self {
             Op::Get => "Get",
@@ -111,7 +149,8 @@ impl Op {
 }
 
 impl CacheService {
-    /// Authenticates, runs `handler`, and accounts for the outcome.
+    /// Runs `handler` and accounts for the outcome. The token was checked before routing
+    /// (kiln-serve's token layer, with [`needs`]).
     async fn serve<T, R, Fut>(
         &self,
         op: Op,
@@ -121,10 +160,7 @@ impl CacheService {
     where
         Fut: Future<Output = Result<R, Error>>,
     {
-        let outcome = match self.tokens.check(request.metadata(), op.name(), op.needs()) {
-            Ok(()) => handler(request.into_inner()).await,
-            Err(e) => Err(e.into()),
-        };
+        let outcome = handler(request.into_inner()).await;
         match &outcome {
             Err(e) => observe(&self.metrics, e),
             // These went to Redis and came back. (BatchGet reaches Redis only in its stream,
@@ -458,14 +494,12 @@ impl ArtifactCache for CacheService {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::TokenEntry;
     use crate::backend::{Redis, Timeouts};
     use crate::config::{Config, FileConfig, Flags};
 
-    const READ: &str = "read-token-0123456789";
-
     /// A service whose Redis (port 1) never answers: what is checked before Redis is reached
-    /// answers anyway, and the rest is UNAVAILABLE.
+    /// answers anyway, and the rest is UNAVAILABLE. (Tokens are checked before the service, by
+    /// the token layer; the end-to-end tests cover them.)
     fn service() -> CacheService {
         let timeouts = Timeouts { connect: Duration::from_millis(200), response: Duration::from_millis(200) };
         let redis = Redis::connect(&["redis://127.0.0.1:1".to_owned()], false, timeouts).unwrap();
@@ -474,7 +508,6 @@ mod tests {
         let config = Config::merge(&flags, &FileConfig::default(), None).unwrap();
         CacheService {
             store: Store::new(redis.commands, config.ttl, config.limits.max_artifact_bytes),
-            tokens: Tokens::new(&[TokenEntry { token: READ.into(), access: Access::Read }]).unwrap(),
             announcements: Arc::new(Announcements::new()),
             metrics: Arc::new(Metrics::new()),
             limits: config.limits,
@@ -483,25 +516,16 @@ mod tests {
         }
     }
 
-    fn request<T>(message: T, token: Option<&str>) -> Request<T> {
-        let mut r = Request::new(message);
-        if let Some(t) = token {
-            r.metadata_mut().insert("authorization", format!("Bearer {t}").parse().unwrap());
-        }
-        r
-    }
-
     #[tokio::test]
-    async fn auth_and_validation_answer_before_redis() {
+    async fn validation_answers_before_redis() {
         let s = service();
         let key = "ab".repeat(32);
-        let get = |k: &str, t| request(CacheGetRequest { key: k.to_owned() }, t);
+        let get = |k: &str| Request::new(CacheGetRequest { key: k.to_owned() });
         let code = |r: Result<Response<CacheGetResponse>, Status>| r.unwrap_err().code();
-        assert_eq!(code(ArtifactCache::get(&s, get(&key, None)).await), Code::Unauthenticated);
-        assert_eq!(code(ArtifactCache::get(&s, get("AB", Some(READ))).await), Code::InvalidArgument);
-        assert_eq!(code(ArtifactCache::get(&s, get(&key, Some(READ))).await), Code::Unavailable);
-        let put = request(CachePutRequest { key: key.clone(), entry: None, negative_ttl_ms: 0 }, Some(READ));
-        assert_eq!(ArtifactCache::put(&s, put).await.unwrap_err().code(), Code::PermissionDenied);
+        assert_eq!(code(ArtifactCache::get(&s, get("AB")).await), Code::InvalidArgument);
+        assert_eq!(code(ArtifactCache::get(&s, get(&key)).await), Code::Unavailable);
+        refused(&s.metrics, "/kiln.v1.ArtifactCache/Get", Code::Unauthenticated);
+        refused(&s.metrics, "/kiln.v1.ArtifactCache/Put", Code::PermissionDenied);
         let text = s.metrics.render();
         for line in [
             "kiln_server_requests_total{op=\"Get\",code=\"unauthenticated\"} 1",
@@ -513,5 +537,22 @@ mod tests {
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }
+    }
+
+    #[test]
+    fn writes_and_leases_need_write_and_health_needs_no_token() {
+        for op in OPS {
+            assert_eq!(Op::from_path(&format!("{SERVICE_PATH}{}", op.name())).map(Op::name), Some(op.name()));
+            assert_eq!(needs(&format!("{SERVICE_PATH}{}", op.name())), Some(op.needs()));
+        }
+        for write in ["Put", "PutManifest", "AcquireLease", "RenewLease", "ReleaseLease", "ReportHost"] {
+            assert_eq!(needs(&format!("{SERVICE_PATH}{write}")), Some(Access::Write), "{write}");
+        }
+        for read in ["Get", "BatchGet", "Contains", "GetManifest", "WatchPublish", "CacheStats"] {
+            assert_eq!(needs(&format!("{SERVICE_PATH}{read}")), Some(Access::Read), "{read}");
+        }
+        assert_eq!(needs("/grpc.health.v1.Health/Check"), None);
+        assert_eq!(needs("/kiln.v1.ArtifactCache/Unknown"), Some(Access::Write));
+        assert_eq!(needs("/other.Service/Get"), Some(Access::Write));
     }
 }

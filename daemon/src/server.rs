@@ -1,7 +1,6 @@
 //! The daemon's entry point as a library: [`run`] takes bound listeners, the configuration and a
 //! shutdown future, so a test can bind anything and stop the daemon whenever it likes.
 
-use crate::auth::TokenLayer;
 use crate::blob::service::{BlobService, BlobState};
 use crate::config::{Config, read_token};
 use crate::engine::Engine;
@@ -27,6 +26,7 @@ use kiln_proto::pb::blobs_server::BlobsServer;
 use kiln_proto::pb::compiler_server::CompilerServer;
 use kiln_proto::pb::snapshots_server::SnapshotsServer;
 use kiln_proto::pb::torch_graphs_server::TorchGraphsServer;
+use kiln_serve::auth::TokenLayer;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -280,7 +280,9 @@ pub async fn serve(
             builder = builder.tls_config(tls).context("TLS for --listen")?;
         }
         // The token check runs before routing; without tokens (loopback only) there is none.
-        let router = builder.layer(tower::util::option_layer(security.tokens.map(TokenLayer))).add_routes(routes);
+        let router = builder
+            .layer(tower::util::option_layer(security.tokens.map(|t| TokenLayer::new(t, crate::auth::needs))))
+            .add_routes(routes);
         // TCP_NODELAY: replies are small frames, and Nagle's algorithm against delayed ACKs
         // turns a 2 ms answer into 40 ms.
         let incoming = tonic::transport::server::TcpIncoming::from(tcp).with_nodelay(Some(true));

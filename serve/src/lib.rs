@@ -12,10 +12,12 @@
 //! - [`unix`]: kilnd's Unix socket connections, which take any client's `:authority` (grpcio
 //!   sends the socket path, which h2 refuses).
 //! - [`html`]: the status pages' HTML builder, which escapes every text it is given.
+//! - [`auth`]: the bearer-token layer in front of both daemons' gRPC services.
 //!
 //! kiln-proto stays free of axum, the socket filter and the pages: the clients link it, and they
 //! serve nothing.
 
+pub mod auth;
 pub mod html;
 pub mod tcp;
 pub mod unix;
