@@ -5,7 +5,8 @@
 //! published to every tier and answered.
 //!
 //! - [`config`]: flags, `KILN_*` variables, the TOML file, and the pure merge of the three.
-//! - [`server`]: `run(listeners, config, shutdown)`, the library entry point.
+//! - [`server`]: `build(config)` then `serve(built, listeners, config, shutdown)`, the library
+//!   entry point.
 //! - [`listen`]: what the TCP listener needs (tokens, TLS) for where it listens; [`auth`]: the
 //!   token check on it, and which calls a read-only token may make.
 //! - [`service`]: the `kiln.v1.Compiler` gRPC handlers; [`stats`] builds the Stats answer.
@@ -45,6 +46,7 @@ pub(crate) mod explain;
 pub(crate) mod fleet;
 pub(crate) mod gpu;
 pub(crate) mod graph;
+pub(crate) mod host;
 pub(crate) mod jobs;
 pub mod listen;
 pub(crate) mod metrics;

@@ -1,5 +1,7 @@
-//! The daemon's entry point as a library: [`run`] takes bound listeners, the configuration and a
-//! shutdown future, so a test can bind anything and stop the daemon whenever it likes.
+//! The daemon's entry point as a library: [`build`] makes its state from the configuration (and
+//! fails before any socket exists when it cannot, such as with no CUDA toolkit), and [`serve`]
+//! takes bound listeners and a shutdown future, so a test can bind anything and stop the daemon
+//! whenever it likes.
 
 use crate::blob::service::{BlobService, BlobState};
 use crate::config::{Config, read_token};
@@ -15,7 +17,7 @@ use crate::jobs::Jobs;
 use crate::listen::TcpSecurity;
 use crate::metrics::Metrics;
 use crate::service::CompilerService;
-use crate::snapshot::service::{SnapshotService, SnapshotState, host_name};
+use crate::snapshot::service::{SnapshotService, SnapshotState};
 use crate::snapshot::{host, store::SnapshotStore};
 use crate::store::{Store, disk::DiskTier, memory::MemoryTier, tiered::TieredStore};
 use crate::toolchain::{cuda, nvrtc::Nvrtc, ptxas::Ptxas, set::Toolchains, triton};
@@ -194,7 +196,7 @@ pub async fn serve(
         let reporter = crate::status::report::run(
             Arc::clone(&tier),
             Arc::clone(&service),
-            crate::status::report::host_name(&host_name()),
+            crate::status::report::wire_name(&crate::host::name()),
             stop.clone(),
         );
         servers.spawn(async move {
@@ -242,7 +244,7 @@ pub async fn serve(
         host: host::environment(&service.gpus, service.default_target, &service.engine.toolchains.nvrtc.version),
         max_file_bytes: config.limits.max_artifact_bytes,
         max_snapshot_bytes: config.limits.max_snapshot_bytes,
-        host_name: host_name(),
+        host_name: crate::host::name(),
         saving: tokio::sync::Mutex::new(()),
     };
     tracing::info!(environment = ?snapshots.host, "snapshot keys include this host's facts");

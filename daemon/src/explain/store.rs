@@ -31,7 +31,7 @@ impl RecipeStore {
         RecipeStore {
             memory: MemoryTier::new(MEMORY_BYTES, book::MAX_BOOK_BYTES as u64),
             disk: None,
-            host: crate::snapshot::service::host_name(),
+            host: crate::host::name(),
         }
     }
 

@@ -209,11 +209,6 @@ fn now_ms() -> i64 {
     since.as_millis() as i64
 }
 
-/// This host's name, as the kernel has it.
-pub fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default()
-}
-
 #[tonic::async_trait]
 impl pb::snapshots_server::Snapshots for SnapshotService {
     type GetFilesStream = ReceiverStream<Result<pb::GetFilesResponse, Status>>;

@@ -99,7 +99,7 @@ fn nonempty(s: String) -> String {
 
 /// A host name kiln-cache accepts: 1 to 253 characters of `[A-Za-z0-9._-]`; anything else in the
 /// system's name becomes `-`.
-pub fn host_name(raw: &str) -> String {
+pub fn wire_name(raw: &str) -> String {
     let name: String = raw
         .chars()
         .take(253)
@@ -173,7 +173,7 @@ mod tests {
         assert_eq!(r.recent_misses.len(), MAX_MISSES);
         assert_eq!(r.recent_misses[0].unix_ms, 39, "newest first");
         assert_eq!(r.recent_misses[0].identity, "g/k<1>");
-        assert_eq!(host_name("gpu 1.<lab>"), "gpu-1.-lab-");
-        assert_eq!(host_name(""), "unnamed-host");
+        assert_eq!(wire_name("gpu 1.<lab>"), "gpu-1.-lab-");
+        assert_eq!(wire_name(""), "unnamed-host");
     }
 }
