@@ -4,4 +4,4 @@
 //! write: a reader holding one would stall the fleet). Which call needs what is
 //! [`crate::service::needs`]; kiln-serve's token layer checks it before any handler runs.
 
-pub use kiln_proto::auth::{Access, AuthError, MIN_TOKEN_CHARS, TokenEntry, TokenError, Tokens, parse_tokens_file};
+pub use kiln_proto::auth::{Access, AuthError, TokenEntry, TokenError, Tokens, parse_tokens_file};

@@ -8,12 +8,18 @@
 //! - [`store`]: artifacts, negative entries, manifests and leases as Redis commands.
 //! - [`announce`]: the supervised pub/sub subscription, fanned out to `WatchPublish` streams.
 //! - [`validate`]: request fields checked before anything reaches Redis.
-//! - [`service`]: the gRPC handlers, each through one function for auth, metrics and errors.
+//! - [`service`]: the gRPC handlers, each through one function for metrics and errors, and the
+//!   token policy kiln-serve's layer checks before them.
 //! - [`error`]: the error type and its one mapping to `tonic::Status`.
 //! - [`metrics`]: `kiln_server_*` Prometheus metrics, served at `/metrics` through kiln-serve.
 //! - [`status`]: the fleet status page (`/`, `/status.json`): per-minute counts in Redis, host
 //!   reports, fingerprint splits, Redis memory.
 //! - [`server`]: [`server::run`]`(listeners, config, shutdown)`.
+//! - [`hot`]: envelopes `BatchGet` read lately, kept in memory for a fleet restart's herd.
+//!
+//! Only `config`, `layout` (whose key names the tests and benchmarks read Redis by) and `server`
+//! are public: the binary and the tests need nothing else, and rustc then reports whatever
+//! nothing calls.
 //!
 //! # Running Redis for kiln-cache
 //! Give Redis a memory bound and let it evict: `maxmemory <size>` with
@@ -23,18 +29,18 @@
 //! every write with OOM, which kiln-cache answers as RESOURCE_EXHAUSTED. Persistence is optional:
 //! a cache that restarts empty costs compiles, not correctness.
 
-pub mod announce;
-pub mod auth;
-pub mod backend;
+pub(crate) mod announce;
+pub(crate) mod auth;
+pub(crate) mod backend;
 pub mod config;
-pub mod error;
-pub mod hot;
+pub(crate) mod error;
+pub(crate) mod hot;
 pub mod layout;
-pub mod metrics;
+pub(crate) mod metrics;
 pub mod server;
-pub mod service;
-pub mod status;
-pub mod store;
-pub mod validate;
+pub(crate) mod service;
+pub(crate) mod status;
+pub(crate) mod store;
+pub(crate) mod validate;
 
 pub use kiln_proto::pb;
