@@ -247,15 +247,20 @@ impl Begun {
     }
 }
 
-/// Records the job's start and answers everything the caches hold, with one fleet round trip
-/// for this host's misses.
-pub async fn begin(engine: &Engine, record: &JobRecord, job: Job) -> Begun {
-    engine.metrics.jobs.inc();
-    let started = Instant::now();
-    record.push_all([
-        Event::Queued(pb::Queued { kernels: job.kernels.len() as u32, target: job.target.to_string() }),
-        Event::Started(pb::Started {}),
-    ]);
+/// What the caches answered of a job's kernels: their results in kernel order, and the indices
+/// of the kernels they did not answer. `Compile` (through [`begin`]) and `Lookup` both start here.
+#[derive(Debug)]
+pub struct FromCaches {
+    pub answered: Vec<pb::KernelResult>,
+    pub ok: u32,
+    pub failed: u32,
+    pub rest: Vec<usize>,
+    pub fleet_asked: bool,
+}
+
+/// Asks this host's tiers, then the fleet for all their misses in one round trip, for every
+/// kernel of `job` that validation did not refuse.
+pub async fn from_caches(engine: &Engine, job: &Job, started: Instant) -> FromCaches {
     let keys: Vec<CacheKey> = job.kernels.iter().filter(|k| k.refusal.is_none()).map(|k| k.key).collect();
     let prefetched = engine.prefetch(&keys).await;
     let mut cached = prefetched.found;
@@ -270,15 +275,45 @@ pub async fn begin(engine: &Engine, record: &JobRecord, job: Job) -> Begun {
                 } else {
                     failed += 1
                 }
-                answered.push(result(kernel, &job, outcome, started));
+                answered.push(result(kernel, job, outcome, started));
             }
             None => rest.push(index),
         }
     }
+    FromCaches { answered, ok, failed, rest, fleet_asked: prefetched.fleet_asked }
+}
+
+/// Records the job's start and answers everything the caches hold, with one fleet round trip
+/// for this host's misses.
+pub async fn begin(engine: &Engine, record: &JobRecord, job: Job) -> Begun {
+    engine.metrics.jobs.inc();
+    let started = Instant::now();
+    record.push_all([
+        Event::Queued(pb::Queued { kernels: job.kernels.len() as u32, target: job.target.to_string() }),
+        Event::Started(pb::Started {}),
+    ]);
+    let FromCaches { answered, ok, failed, rest, fleet_asked } = from_caches(engine, &job, started).await;
     // The cache hits in as few events as fit: for a warm graph, one message on the wire instead
     // of 64 (a message, a wake-up and an HTTP/2 frame each were a large part of a warm hit).
     record.push_all(batches(answered).map(|results| Event::Kernels(pb::KernelResults { results })));
-    Begun { job, started, ok, failed, rest, fleet_asked: prefetched.fleet_asked }
+    Begun { job, started, ok, failed, rest, fleet_asked }
+}
+
+/// The key of a job's whole graph: what the fleet's manifest of it is stored under.
+pub fn graph_of(job: &Job) -> CacheKey {
+    graph_key(&job.target, job.kernels.iter().map(|k| (k.id.as_str(), &k.key)))
+}
+
+/// A job's `done` event: its graph key (see [`graph_of`]) and kernel keys, and how its kernels
+/// came out.
+pub fn done(job: &Job, graph: &CacheKey, ok: u32, failed: u32, missed: u32) -> pb::JobDone {
+    pb::JobDone {
+        graph_key: graph.to_hex(),
+        kernel_keys: job.kernels.iter().map(|k| k.key.to_hex()).collect(),
+        ok,
+        failed,
+        missed,
+    }
 }
 
 /// Compiles what the caches did not answer (each kernel once however many ask), records each
@@ -310,14 +345,8 @@ pub async fn complete(engine: Arc<Engine>, record: Arc<JobRecord>, begun: Begun)
         let kernel = &job.kernels[index];
         record.push(Event::Kernel(result(kernel, &job, outcome, started)));
     }
-    let key = graph_key(&job.target, job.kernels.iter().map(|k| (k.id.as_str(), &k.key)));
-    record.push(Event::Done(pb::JobDone {
-        graph_key: key.to_hex(),
-        kernel_keys: job.kernels.iter().map(|k| k.key.to_hex()).collect(),
-        ok,
-        failed,
-        missed: 0,
-    }));
+    let key = graph_of(&job);
+    record.push(Event::Done(done(&job, &key, ok, failed, 0)));
     finish(&record);
     // After the answer, not before it, and in the background: the manifest is for the next
     // host's warm start, and its round trip to the fleet cache was a fifth of a fresh host's warm

@@ -11,7 +11,6 @@ use crate::gpu::GpuProbe;
 use crate::jobs::{self, Jobs};
 use crate::validate::{self, Context};
 use kiln_proto::Target;
-use kiln_proto::key::graph_key;
 use kiln_proto::pb::{self, compiler_server::Compiler, job_event::Event};
 use std::sync::Arc;
 use std::time::Instant;
@@ -121,51 +120,34 @@ impl Compiler for CompilerService {
         let batches = request.get_ref().batch_results;
         let job = self.validate(request.get_ref(), Priority::Interactive).await?;
         let started = Instant::now();
-        let mut results = Vec::with_capacity(job.kernels.len());
-        let (mut ok, mut failed, mut missed) = (0, 0, 0);
         let wrap = |event| Ok(pb::JobEvent { job_id: String::new(), event: Some(event) });
-        // This host's tiers, then the fleet for all their misses in one BatchGet.
-        let keys: Vec<_> = job.kernels.iter().filter(|k| k.refusal.is_none()).map(|k| k.key).collect();
-        let mut found = self.engine.prefetch(&keys).await.found;
-        for kernel in &job.kernels {
-            let key = kernel.key.to_hex();
-            let result = match found.remove(&kernel.key) {
-                Some(outcome) => {
-                    if outcome.is_ok() {
-                        ok += 1
-                    } else {
-                        failed += 1
-                    }
-                    jobs::result(kernel, &job, outcome, started)
-                }
-                None => {
-                    missed += 1;
-                    pb::KernelResult {
-                        id: kernel.id.clone(),
-                        key,
-                        outcome: pb::Outcome::Miss as i32,
-                        elapsed_micros: started.elapsed().as_micros() as u64,
-                        toolchain: kernel.source.toolchain().as_str().into(),
-                        target: job.target.to_string(),
-                        ..Default::default()
-                    }
-                }
-            };
-            results.push(result);
+        let cached = jobs::from_caches(&self.engine, &job, started).await;
+        // The caches' answers in kernel order, with a `miss` result where they had none.
+        let mut answered = cached.answered.into_iter();
+        let mut missed = cached.rest.iter().peekable();
+        let mut results = Vec::with_capacity(job.kernels.len());
+        for (index, kernel) in job.kernels.iter().enumerate() {
+            if missed.next_if_eq(&&index).is_some() {
+                results.push(pb::KernelResult {
+                    id: kernel.id.clone(),
+                    key: kernel.key.to_hex(),
+                    outcome: pb::Outcome::Miss as i32,
+                    elapsed_micros: started.elapsed().as_micros() as u64,
+                    toolchain: kernel.source.toolchain().as_str().into(),
+                    target: job.target.to_string(),
+                    ..Default::default()
+                });
+            } else {
+                results.extend(answered.next());
+            }
         }
         let mut events: Vec<Result<pb::JobEvent, Status>> = if batches {
             jobs::batches(results).map(|results| wrap(Event::Kernels(pb::KernelResults { results }))).collect()
         } else {
             results.into_iter().map(|r| wrap(Event::Kernel(r))).collect()
         };
-        let graph = graph_key(&job.target, job.kernels.iter().map(|k| (k.id.as_str(), &k.key)));
-        events.push(wrap(Event::Done(pb::JobDone {
-            graph_key: graph.to_hex(),
-            kernel_keys: job.kernels.iter().map(|k| k.key.to_hex()).collect(),
-            ok,
-            failed,
-            missed,
-        })));
+        let graph = jobs::graph_of(&job);
+        events.push(wrap(Event::Done(jobs::done(&job, &graph, cached.ok, cached.failed, cached.rest.len() as u32))));
         Ok(Response::new(tokio_stream::iter(events)))
     }
 
