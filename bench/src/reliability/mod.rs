@@ -19,6 +19,9 @@
 //! ([`containers`]), from the images `scripts/images` builds:
 //! 8. [`cross_host`]: host A compiles, host B gets every kernel from the fleet.
 //! 9. [`holder_partition`]: a lease holder cut off from kiln-cache mid-compile.
+//! 10. [`rolling_restart`]: the kiln-cache replicas restarted one at a time under a herd.
+//! 11. [`redis_partition`]: kiln-cache cut off from Redis, then healed.
+//! 12. [`publisher_lost`]: a kilnd host lost from the network mid-publish.
 //!
 //! Shared pieces: [`graphs`] (the kernels and their reference bytes), [`herd`] (fleet hosts and
 //! a herd on one graph), [`load`] (many clients, latencies and errors), [`rss`] (memory from
@@ -36,8 +39,11 @@ pub mod holder_partition;
 pub mod kill_disk;
 pub mod kilnd_clients;
 pub mod load;
+pub mod publisher_lost;
 pub mod redis_flush;
+pub mod redis_partition;
 pub mod report;
+pub mod rolling_restart;
 pub mod rss;
 pub mod soak;
 
@@ -102,7 +108,7 @@ impl Run {
 }
 
 /// The scenarios, numbered as in the report.
-pub const SCENARIOS: [&str; 9] = [
+pub const SCENARIOS: [&str; 12] = [
     kilnd_clients::TITLE,
     cache_clients::TITLE,
     soak::TITLE,
@@ -112,6 +118,9 @@ pub const SCENARIOS: [&str; 9] = [
     redis_flush::TITLE,
     cross_host::TITLE,
     holder_partition::TITLE,
+    rolling_restart::TITLE,
+    redis_partition::TITLE,
+    publisher_lost::TITLE,
 ];
 
 /// How long scenario `n` (1-based) may run before it is stopped and counted as failed: every
@@ -139,6 +148,9 @@ pub async fn scenario(n: usize, run: &Run, out: &mut Outcome) -> Result<()> {
         7 => redis_flush::run(run, out).await,
         8 => cross_host::run(run, out).await,
         9 => holder_partition::run(run, out).await,
+        10 => rolling_restart::run(run, out).await,
+        11 => redis_partition::run(run, out).await,
+        12 => publisher_lost::run(run, out).await,
         _ => Err(anyhow!("there is no scenario {n}")),
     }
 }
