@@ -148,6 +148,11 @@ pub async fn run(run: &Run, out: &mut Outcome) -> Result<()> {
     out.figure("every host's fleet tier up again (`kiln_remote_up`) after the last restart", ms(reconnected));
     let compiles = fleet.hosts_metric("kiln_compiles_total{")?;
     out.figure("compiles across the fleet (`/metrics`)", format!("{compiles} for {kernels} kernels"));
+    let lease = |result: &str| fleet.hosts_metric(&format!("kiln_lease_total{{result=\"{result}\"}}"));
+    out.figure(
+        "leases taken over (a holder that lost its replica could neither publish nor release) / errors",
+        format!("{} / {}", lease("takeover")?, lease("error")?),
+    );
     let puts = fleet.cache_metric(0, PUTS)? + fleet.cache_metric(1, PUTS)?;
     out.figure("`Put` calls the replicas accepted since their restarts (artifacts and recipes)", puts);
     let numbers = sample.keys().filter_map(|id| id.strip_prefix("add_")?.parse::<usize>().ok());
