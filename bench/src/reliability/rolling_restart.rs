@@ -149,9 +149,10 @@ pub async fn run(run: &Run, out: &mut Outcome) -> Result<()> {
     let compiles = fleet.hosts_metric("kiln_compiles_total{")?;
     out.figure("compiles across the fleet (`/metrics`)", format!("{compiles} for {kernels} kernels"));
     let lease = |result: &str| fleet.hosts_metric(&format!("kiln_lease_total{{result=\"{result}\"}}"));
+    let takeovers = lease("takeover")?;
     out.figure(
         "leases taken over (a holder that lost its replica could neither publish nor release) / errors",
-        format!("{} / {}", lease("takeover")?, lease("error")?),
+        format!("{takeovers} / {}", lease("error")?),
     );
     let puts = fleet.cache_metric(0, PUTS)? + fleet.cache_metric(1, PUTS)?;
     out.figure("`Put` calls the replicas accepted since their restarts (artifacts and recipes)", puts);
@@ -163,6 +164,15 @@ pub async fn run(run: &Run, out: &mut Outcome) -> Result<()> {
         format!("{differ} / {}", wrong - differ),
     );
 
+    if let Some(max) = tally.latencies.max_ms().filter(|ms| *ms > 5000.0 && takeovers > 0.0) {
+        out.notes.push(format!(
+            "The slowest calls ({max:.0} ms) most likely waited out a lease ({takeovers} taken over): a host whose replica is out can neither publish \
+             nor release the leases it holds (its `--remote` names that replica only), so a host on the other \
+             replica waiting for one of those kernels takes the lease over once it expires (`lease_ttl_ms`, 10 s \
+             by default). A host given the shared name (as a Kubernetes Service gives) would reconnect to the other \
+             replica instead; this scenario does not measure that."
+        ));
+    }
     out.check("failed calls = 0", tally.errors_text(), tally.errors == 0 && tally.calls > 0);
     out.check("wrong bytes = 0", wrong, wrong == 0);
     out.check(
