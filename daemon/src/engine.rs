@@ -8,6 +8,7 @@ use crate::domain::{KernelJob, KernelSource, Priority};
 use crate::explain::identity::Identity;
 use crate::explain::misses::MissLog;
 use crate::explain::store::RecipeStore;
+use crate::fleet::lease::HeldLease;
 use crate::fleet::{Claim, Fleet, Found};
 use crate::gpu::load_check::{LoadCheck, LoadVerdict};
 use crate::metrics::ResultLabels;
@@ -85,6 +86,15 @@ impl Answer {
     }
 }
 
+/// What a compile leaves for the fleet cache, published after the answer's local stores.
+#[derive(Debug)]
+enum ForFleet {
+    /// The sealed envelope of a fresh artifact.
+    Artifact(Bytes),
+    /// A failed compile, published as a short-lived negative entry that releases every waiter.
+    Failure { log: String, compile_micros: u64 },
+}
+
 /// What [`Engine::prefetch`] found, and whether the fleet cache was asked for the rest.
 #[derive(Debug, Default)]
 pub struct Prefetched {
@@ -154,6 +164,16 @@ pub struct Engine {
 /// How long a published manifest is not published again by a job the caches answered wholly.
 /// kiln-cache slides a manifest's TTL on every read, so a graph in use stays published.
 const MANIFEST_MEMORY: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// How long a compile's answer waits for its writes to the fleet cache before it goes out
+/// without them. A reachable kiln-cache takes milliseconds, so the answer normally leaves after
+/// the publish, and a caller that next asks another host finds the kernel there (`kiln lookup`
+/// included, which never waits on a lease). A kiln-cache that does not answer (a partition: every
+/// call hangs until the client's 30 s request timeout) costs the answer this much, no more; the
+/// write goes on as tracked work, bounded by that timeout, and shutdown waits for it. Other hosts
+/// lose nothing by the early answer: the lease is released only after the publish, so until then
+/// they see it held and wait for the entry rather than compile.
+pub const PUBLISH_WAIT: Duration = Duration::from_millis(500);
 
 impl Engine {
     pub fn new(
@@ -435,16 +455,47 @@ impl Engine {
         };
         let (compiled, ()) = tokio::join!(compile, crate::explain::record::miss(self, identity, kernel, &target));
         let (compiled, loaded) = self.load_check(compiled, &target).await;
-        let outcome = self.publish(&kernel.key, &target, kernel.source.toolchain(), compiled, loaded).await;
-        if let Some(lease) = lease {
-            lease.release().await;
-        }
+        let (outcome, for_fleet) =
+            self.publish(&kernel.key, &target, kernel.source.toolchain(), compiled, loaded).await;
+        self.hand_to_fleet(kernel.key, for_fleet, lease).await;
         leader.finish(outcome.clone());
         outcome
     }
 
+    /// Publishes a compile's result to the fleet cache and then releases its lease, in that order
+    /// (another host either finds the entry or still sees the lease and waits for it), as tracked
+    /// work that the answer waits for at most [`PUBLISH_WAIT`]: a leader cut off from kiln-cache
+    /// answers its own client from what it just compiled instead of waiting out the fleet call.
+    async fn hand_to_fleet(&self, key: CacheKey, result: ForFleet, lease: Option<HeldLease>) {
+        let Some(fleet) = self.fleet.clone() else { return };
+        self.write_to_fleet("fleet-publish", async move {
+            match result {
+                // A fleet believed down is skipped, not asked (and counted as an error) again.
+                ForFleet::Artifact(envelope) if fleet.tier.usable() => fleet.publish(&key, &envelope).await,
+                ForFleet::Artifact(_) => {}
+                ForFleet::Failure { log, compile_micros } => fleet.publish_failure(&key, &log, compile_micros).await,
+            }
+            if let Some(lease) = lease {
+                lease.release().await;
+            }
+        })
+        .await;
+    }
+
+    /// Runs `write` (calls to the fleet cache) as tracked work of `kind` and waits for it at most
+    /// [`PUBLISH_WAIT`]; past that it goes on by itself, and shutdown waits for it.
+    pub async fn write_to_fleet(&self, kind: &'static str, write: impl Future<Output = ()> + Send + 'static) {
+        let started = std::time::Instant::now();
+        if tokio::time::timeout(PUBLISH_WAIT, self.work.spawn(kind, write)).await.is_err() {
+            self.metrics.fleet_writes_backgrounded.inc();
+            tracing::debug!(kind, waited = ?started.elapsed(), "the fleet cache is slow to answer; answering without it");
+        }
+    }
+
     /// Stores a new artifact in every tier: the fleet first, since its publish releases other
-    /// hosts' waiters, then this host's.
+    /// hosts' waiters, then this host's. Unlike a compile's publish ([`Engine::hand_to_fleet`]),
+    /// this waits for the fleet: snapshots, blobs and torch graphs answer a save once the fleet
+    /// holds it, so the next host that asks finds it.
     pub async fn store_everywhere(&self, key: &CacheKey, stored: Stored) {
         if let Some(fleet) = self.fleet_up() {
             fleet.publish(key, &stored.envelope).await;
@@ -548,6 +599,9 @@ impl Engine {
         }
     }
 
+    /// Stores a compile's result on this host (an artifact in memory now and on disk just after, a
+    /// failure in the negative cache) and says what the fleet cache is to get, which
+    /// [`Engine::hand_to_fleet`] sends.
     async fn publish(
         &self,
         key: &CacheKey,
@@ -555,7 +609,7 @@ impl Engine {
         toolchain: Toolchain,
         compiled: Compiled,
         LoadReport { attributes, note: validation }: LoadReport,
-    ) -> Answer {
+    ) -> (Answer, ForFleet) {
         let toolchain = toolchain.as_str();
         let labels = |outcome| CompileLabels { toolchain, outcome };
         let compile_micros = compiled.compile_micros();
@@ -565,10 +619,10 @@ impl Engine {
             Compiled::Ok(c) if c.cubin.len() as u64 <= max => c,
             Compiled::Ok(c) => {
                 let log = format!("{}\nartifact of {} bytes exceeds the limit of {max}\n", c.log, c.cubin.len());
-                return self.publish_failure(key, labels("failed"), log, compile_micros).await;
+                return self.remember_failure(key, labels("failed"), log, compile_micros).await;
             }
             Compiled::Failed { log, .. } => {
-                return self.publish_failure(key, labels("failed"), log, compile_micros).await;
+                return self.remember_failure(key, labels("failed"), log, compile_micros).await;
             }
         };
         self.metrics.compiles.get_or_create(&labels("ok")).inc();
@@ -586,20 +640,24 @@ impl Engine {
         };
         let sealed = Bytes::from(envelope::seal(key, meta.clone(), &c.cubin));
         let artifact = Arc::new(Artifact { meta, bytes: c.cubin.into() });
-        let stored = Stored { envelope: sealed, unpacked: Some(Arc::clone(&artifact)) };
-        self.store_everywhere(key, stored).await;
-        Answer::from_artifact(artifact, pb::Tier::Compiled)
+        let stored = Stored { envelope: sealed.clone(), unpacked: Some(Arc::clone(&artifact)) };
+        self.store_locally(key, stored).await;
+        (Answer::from_artifact(artifact, pb::Tier::Compiled), ForFleet::Artifact(sealed))
     }
 
-    /// Remembers a failed compile here and in the fleet (whose waiters it releases with the log).
-    async fn publish_failure(&self, key: &CacheKey, labels: CompileLabels, log: String, compile_micros: u64) -> Answer {
+    /// Remembers a failed compile here; the fleet gets it as a negative entry (whose publish
+    /// releases its waiters with the log).
+    async fn remember_failure(
+        &self,
+        key: &CacheKey,
+        labels: CompileLabels,
+        log: String,
+        compile_micros: u64,
+    ) -> (Answer, ForFleet) {
         self.metrics.compiles.get_or_create(&labels).inc();
         let failure = Arc::new(Failure { log: log.clone(), compile_micros });
         self.negative.insert(*key, failure).await;
-        if let Some(fleet) = &self.fleet {
-            fleet.publish_failure(key, &log, compile_micros).await;
-        }
-        Answer::failed(pb::Tier::Compiled, log, compile_micros)
+        (Answer::failed(pb::Tier::Compiled, log.clone(), compile_micros), ForFleet::Failure { log, compile_micros })
     }
 
     /// Waits up to `bound` for running compiles, their writes and publishes to finish; on

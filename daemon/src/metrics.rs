@@ -114,6 +114,9 @@ pub struct Metrics {
     pub leases: Family<LeaseLabels, Counter>,
     /// 1 while the fleet cache answers, 0 while it does not (absent without --remote).
     pub remote_up: Gauge,
+    /// Writes to the fleet cache that an answer stopped waiting for after `PUBLISH_WAIT`
+    /// (they went on in the background): a slow or cut-off kiln-cache shows here.
+    pub fleet_writes_backgrounded: Counter,
     /// Fresh cubins by load-check result: loaded | skipped | refused (exported as
     /// `kiln_gpu_validations_total`, its name since before the load check was called so).
     pub load_checks: Family<ResultLabels, Counter>,
@@ -169,6 +172,7 @@ impl Metrics {
             jobs: Counter::default(),
             leases: Family::default(),
             remote_up: Gauge::default(),
+            fleet_writes_backgrounded: Counter::default(),
             load_checks: Family::default(),
             blob_lookups: Family::default(),
             blob_puts: Family::default(),
@@ -335,6 +339,11 @@ impl Metrics {
     /// has them.
     pub fn enable_remote_up(&mut self) {
         self.registry.register("remote_up", "Whether the fleet cache answers", self.remote_up.clone());
+        self.registry.register(
+            "fleet_writes_backgrounded",
+            "Fleet cache writes an answer stopped waiting for; they went on in the background",
+            self.fleet_writes_backgrounded.clone(),
+        );
         self.zero(&[TierName::Remote]);
         for result in ["acquired", "waited", "takeover", "timeout", "error"] {
             let _ = self.leases.get_or_create(&LeaseLabels { result });

@@ -11,7 +11,7 @@
 //! - [`toolkits`]: CUDA roots for tests: a witness NVRTC, and one with a byte appended.
 //! - [`redis`]: private `redis-server` and Redis Cluster processes, and `kiln-cache` over them.
 //! - [`ports`]: TCP ports for the servers, from below the kernel's ephemeral range.
-//! - [`procs`]: processes from /proc: a daemon's Triton workers, processes by name.
+//! - [`procs`]: processes from /proc: a daemon's Triton workers, processes by name; signals.
 //! - [`stderr`]: a server's stderr passed through, its end kept for start-up failures.
 //! - [`tls`]: a private CA and a `localhost` certificate for the TLS listeners' tests.
 

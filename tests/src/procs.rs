@@ -1,4 +1,6 @@
-//! Processes as /proc shows them: the Triton workers of a daemon, and whether a process lives.
+//! Processes as /proc shows them: the Triton workers of a daemon, and whether a process lives;
+//! and signals to them (a process frozen with STOP is a peer that stops answering, as a
+//! partitioned one does, without closing its connections).
 
 /// (pid, command line with NULs as spaces) of every process whose parent is `parent`.
 pub fn children(parent: u32) -> Vec<(u32, String)> {
@@ -49,4 +51,11 @@ pub fn killed_or_gone(pid: u32) -> bool {
     status.lines().filter(|l| l.starts_with("ShdPnd:") || l.starts_with("SigPnd:")).any(|l| {
         u64::from_str_radix(l.split_whitespace().nth(1).unwrap_or("0"), 16).is_ok_and(|mask| mask & SIGKILL_BIT != 0)
     }) || !std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Sends `signal` (a `kill` name: STOP, CONT) to `pid`.
+pub fn signal(pid: u32, signal: &str) {
+    let status =
+        std::process::Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status().expect("run kill");
+    assert!(status.success(), "kill -{signal} {pid} failed");
 }

@@ -491,3 +491,51 @@ async fn a_waiter_past_the_hedge_bound_compiles_itself() {
     a.stop();
     b.stop();
 }
+
+/// A leader whose fleet cache stops answering mid-compile answers its own client as soon as the
+/// compile ends: the local tiers and the answer never wait on the fleet. The cache is frozen with
+/// SIGSTOP, which is what a partition looks like from kilnd (every call hangs until its 30 s
+/// timeout; nothing is refused). The publish goes on in the background: once the cache runs again
+/// it lands, and another host gets the kernel from the fleet instead of compiling it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_from_the_fleet_answers_its_client_at_once() {
+    use kiln_tests::procs::signal;
+    let (_redis, mut cache) = fleet();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut daemons, witness) = hosts(2, &cache, dir.path(), "");
+    let (a, b) = (daemons.remove(0), daemons.remove(0));
+    let req = request("sm_90", vec![kernel("slow", cuda(&format!("// cut off\n{}", slow_kernel(8000))))]);
+    let ca = a.client().await;
+    let stream = ca.compile(req.clone()).await.unwrap();
+    let answer = tokio::spawn(async move {
+        let job = stream.collect().await.unwrap();
+        (job, Instant::now())
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ca.stats().await.unwrap().inflight_compiles < 1 {
+        assert!(Instant::now() < deadline, "A never started compiling");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let cache_pid = cache.pid().unwrap();
+    signal(cache_pid, "STOP");
+    assert!(ca.stats().await.unwrap().inflight_compiles > 0, "the compile ended before the fleet froze");
+    while ca.stats().await.unwrap().inflight_compiles > 0 {
+        assert!(Instant::now() < deadline + Duration::from_secs(30), "the compile never ended");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let compiled = Instant::now();
+    let (job, answered) = answer.await.unwrap();
+    signal(cache_pid, "CONT");
+    let waited = answered.saturating_duration_since(compiled);
+    assert_eq!(job.kernels[0].outcome(), Outcome::Ok, "{}", job.kernels[0].log);
+    assert_eq!(job.kernels[0].tier(), Tier::Compiled);
+    assert!(waited < Duration::from_secs(3), "the answer waited {waited:?} after the compile for a frozen fleet");
+    // The publish went on in the background and landed once the cache ran again.
+    let job_b = b.client().await.compile(req).await.unwrap().collect().await.unwrap();
+    assert_eq!(job_b.kernels[0].tier(), Tier::Remote, "B compiled: A's publish never reached the fleet");
+    assert_eq!(job_b.kernels[0].artifact, job.kernels[0].artifact);
+    assert_eq!(toolkits::witnessed_compiles(&witness), 1);
+    assert!(cache.alive());
+    a.stop();
+    b.stop();
+}

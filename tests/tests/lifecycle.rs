@@ -5,6 +5,7 @@
 use kiln_proto::pb::{Outcome, Tier};
 use kiln_tests::daemon::{Daemon, Options};
 use kiln_tests::kernels::*;
+use kiln_tests::procs::signal;
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
@@ -95,12 +96,6 @@ async fn sigterm_drains_running_work_and_exits_zero() {
     let job = d.client().await.lookup(req).await.unwrap().collect().await.unwrap();
     assert_eq!(job.kernels[0].tier(), Tier::Disk, "the drained compile was not published");
     d.stop();
-}
-
-/// Sends `signal` (a `kill` name: STOP, CONT) to `pid`.
-fn signal(pid: u32, signal: &str) {
-    let status = std::process::Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status().unwrap();
-    assert!(status.success(), "kill -{signal} {pid} failed");
 }
 
 /// Starts `n` slow compiles on `d` and waits until one runs.

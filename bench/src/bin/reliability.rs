@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use kiln_bench::bench::machine::Machine;
 use kiln_bench::reliability::report::{self, Outcome};
-use kiln_bench::reliability::{Options, Run, SCENARIOS, bound, scenario};
+use kiln_bench::reliability::{Options, Run, SCENARIOS, bound, parse_only, scenario};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,7 +24,7 @@ struct Args {
     /// Fewer clients and kills, a one-minute soak: a development run, not figures to publish.
     #[arg(long)]
     quick: bool,
-    /// Run only these scenarios, by number, e.g. `--only 457`.
+    /// Run only these scenarios, by number: `--only 4,5,7`, `--only 8-12` (or `457`).
     #[arg(long)]
     only: Option<String>,
     /// Seconds of the soak (scenario 3).
@@ -82,9 +82,9 @@ async fn main() -> Result<()> {
         tempfile::Builder::new().prefix("kiln-reliability-").tempdir().context("creating a scratch directory")?;
     let run = Arc::new(Run::new(work.path(), args.options())?);
     let machine = Machine::probe(&run.bench.repo);
-    let wanted = |n: usize| args.only.as_ref().is_none_or(|only| only.contains(&n.to_string()));
+    let only = args.only.as_deref().map(|spec| parse_only(spec, SCENARIOS.len())).transpose()?;
     let mut outcomes = Vec::new();
-    for n in (1..=SCENARIOS.len()).filter(|n| wanted(*n)) {
+    for n in (1..=SCENARIOS.len()).filter(|n| only.as_ref().is_none_or(|only| only.contains(n))) {
         outcomes.push((n, one(n, Arc::clone(&run)).await));
     }
     let section = report::section(&machine, args.quick, &outcomes);

@@ -5,7 +5,10 @@
 //!
 //! Two networks: `store` joins Redis and the kiln-cache replicas, `fleet` joins the replicas
 //! and the kilnd hosts, where both replicas answer to the name `kiln-cache` (Docker's DNS gives
-//! every address of that alias, as a Kubernetes Service would spread connections). Both are
+//! every address of that alias, as a Kubernetes Service would spread connections) and replica
+//! `i` also to `kiln-cache-<i>`. kilnd's `--remote` takes one URI, so a layout either gives every
+//! host the shared name or spreads the hosts over the replicas by their own names (host `i` on
+//! replica `i mod n`), which makes a restart's effect on each host known in advance. Both are
 //! `--internal`: nothing in them reaches past this machine. Clients reach each kilnd through its
 //! Unix socket, bind-mounted from a host directory (as job pods mount the node's /run/kiln), so
 //! a host cut off from the fleet network still answers its own clients, as on a real node.
@@ -151,6 +154,8 @@ pub struct Layout {
     pub cache_config: String,
     /// kilnd's `--concurrency`.
     pub concurrency: usize,
+    /// Host `i` uses replica `i mod caches` by its own name, instead of the shared name.
+    pub spread: bool,
 }
 
 /// A running fleet; dropping it removes its containers and networks.
@@ -256,14 +261,19 @@ impl ContainerFleet {
                 "--tokens",
                 "/etc/kiln/tokens",
             ])?;
-            docker(&["network", "connect", "--alias", "kiln-cache", &fleet.fleet_net, &cache.name])?;
+            let own = format!("kiln-cache-{i}");
+            docker(&["network", "connect", "--alias", "kiln-cache", "--alias", &own, &fleet.fleet_net, &cache.name])?;
             fleet.caches.push(cache);
         }
         for i in 0..layout.caches {
             fleet.wait_cache_ready(i, READY)?;
         }
         for i in 0..layout.hosts {
-            let host = fleet.run_host(i, layout.concurrency, &etc_mount, &label)?;
+            let remote = match layout.spread {
+                true => format!("http://kiln-cache-{}:7171", i % layout.caches.max(1)),
+                false => "http://kiln-cache:7171".to_string(),
+            };
+            let host = fleet.run_host(i, layout.concurrency, &remote, &etc_mount, &label)?;
             fleet.hosts.push(host);
         }
         for h in &fleet.hosts {
@@ -272,7 +282,7 @@ impl ContainerFleet {
         Ok(fleet)
     }
 
-    fn run_host(&self, i: usize, concurrency: usize, etc_mount: &str, label: &str) -> Result<Host> {
+    fn run_host(&self, i: usize, concurrency: usize, remote: &str, etc_mount: &str, label: &str) -> Result<Host> {
         let letter = char::from(b'a' + u8::try_from(i % 26).unwrap_or(0));
         let container = Container { name: format!("{}-host-{letter}", self.name) };
         let run = self.dir.join(format!("host-{letter}/run"));
@@ -308,7 +318,7 @@ impl ContainerFleet {
             "--cache-dir",
             "/var/cache/kiln",
             "--remote",
-            "http://kiln-cache:7171",
+            remote,
             "--remote-token",
             "@/etc/kiln/token",
             "--concurrency",
@@ -358,6 +368,16 @@ impl ContainerFleet {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Restarts kiln-cache replica `i` as a rolling update does (SIGTERM, up to `grace` to drain,
+    /// then the same container started again) and waits until it reports Redis up; returns how
+    /// long it was out. Blocking.
+    pub fn restart_cache(&self, i: usize, grace: Duration) -> Result<Duration> {
+        let started = Instant::now();
+        docker(&["restart", "-t", &grace.as_secs().to_string(), &self.caches[i].name])?;
+        self.wait_cache_ready(i, READY)?;
+        Ok(started.elapsed())
     }
 
     /// Cuts `container` off `network` (its interface there is removed: connections through it

@@ -24,8 +24,14 @@ pub async fn run(run: &Run, out: &mut Outcome) -> Result<()> {
         images.redis, images.cache, images.kilnd
     )];
     let work = run.bench.dir("cross-host")?;
-    let layout =
-        Layout { caches: 1, hosts: 2, kilnd_config: String::new(), cache_config: String::new(), concurrency: 2 };
+    let layout = Layout {
+        caches: 1,
+        hosts: 2,
+        kilnd_config: String::new(),
+        cache_config: String::new(),
+        concurrency: 2,
+        spread: false,
+    };
     let started = Instant::now();
     let fleet = blocking(move || ContainerFleet::start("cross-host", &work, &images, &layout)).await??;
     out.figure("fleet started (Redis, kiln-cache, 2 kilnd)", format!("{:.1} s", started.elapsed().as_secs_f64()));
@@ -39,11 +45,8 @@ pub async fn run(run: &Run, out: &mut Outcome) -> Result<()> {
     out.figure("host B: the same graph", format!("{:.0} ms", t.elapsed().as_secs_f64() * 1e3));
     let from_a = graphs::artifacts(&req, &job_a)?;
     let from_b = graphs::artifacts(&req, &job_b)?;
-    let tiers = |job: &kiln_client::CompletedJob| {
-        job.kernels.iter().map(|k| format!("{:?}", k.tier()).to_lowercase()).collect::<Vec<_>>().join(", ")
-    };
-    out.figure("host A: tiers", tiers(&job_a));
-    out.figure("host B: tiers", tiers(&job_b));
+    out.figure("host A: tiers", graphs::tiers(&job_a));
+    out.figure("host B: tiers", graphs::tiers(&job_b));
     let remote = job_b.kernels.iter().filter(|k| k.tier() == pb::Tier::Remote).count();
     // /metrics and docker are blocking calls of a moment; the harness does as much with processes.
     let (compiles_a, compiles_b) =

@@ -42,6 +42,11 @@ pub fn artifacts(req: &pb::CompileRequest, job: &kiln_client::CompletedJob) -> R
     Ok(out)
 }
 
+/// A finished job's tiers, kernel by kernel: "compiled, remote, memory".
+pub fn tiers(job: &kiln_client::CompletedJob) -> String {
+    job.kernels.iter().map(|k| format!("{:?}", k.tier()).to_lowercase()).collect::<Vec<_>>().join(", ")
+}
+
 /// Compiles `req` on a kilnd of its own (fresh cache under `name`, no fleet) and returns what it
 /// compiled: the bytes every other answer for these kernels must equal.
 pub async fn reference(run: &super::Run, name: &str, req: &pb::CompileRequest) -> Result<Artifacts> {

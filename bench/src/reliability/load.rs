@@ -75,9 +75,41 @@ where
         });
     }
     barrier.wait().await;
+    collect(tasks, Instant::now()).await
+}
+
+/// Runs `clients` clients at once, each making calls one after another, `call(c, k)` for its
+/// k-th call, until `stop` is set: load that lasts as long as the chaos beside it. A failed call
+/// is counted and the client goes on.
+pub async fn until<F, Fut>(clients: usize, stop: Arc<std::sync::atomic::AtomicBool>, call: F) -> Tally
+where
+    F: Fn(usize, usize) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<()>> + Send + 'static,
+{
+    let call = Arc::new(call);
+    let mut tasks = tokio::task::JoinSet::new();
     let started = Instant::now();
+    for c in 0..clients {
+        let (call, stop) = (Arc::clone(&call), Arc::clone(&stop));
+        tasks.spawn(async move {
+            let mut seen = Vec::new();
+            let mut k = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let t = Instant::now();
+                let result = call(c, k).await;
+                seen.push((t.elapsed(), result.err().map(|e| format!("client {c} call {k}: {e:#}"))));
+                k += 1;
+            }
+            seen
+        });
+    }
+    collect(tasks, started).await
+}
+
+/// Every call's latency and error from the clients' tasks, as one tally.
+async fn collect(mut tasks: tokio::task::JoinSet<Vec<(Duration, Option<String>)>>, started: Instant) -> Tally {
     let mut tally = Tally::default();
-    let mut latencies = Vec::with_capacity(clients * calls);
+    let mut latencies = Vec::new();
     while let Some(joined) = tasks.join_next().await {
         let seen = joined.unwrap_or_else(|e| vec![(Duration::ZERO, Some(format!("a client task died: {e}")))]);
         for (latency, error) in seen {

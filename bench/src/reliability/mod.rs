@@ -19,6 +19,9 @@
 //! ([`containers`]), from the images `scripts/images` builds:
 //! 8. [`cross_host`]: host A compiles, host B gets every kernel from the fleet.
 //! 9. [`holder_partition`]: a lease holder cut off from kiln-cache mid-compile.
+//! 10. [`rolling_restart`]: the kiln-cache replicas restarted one at a time under a herd.
+//! 11. [`redis_partition`]: kiln-cache cut off from Redis, then healed.
+//! 12. [`publisher_lost`]: a kilnd host lost from the network mid-publish.
 //!
 //! Shared pieces: [`graphs`] (the kernels and their reference bytes), [`herd`] (fleet hosts and
 //! a herd on one graph), [`load`] (many clients, latencies and errors), [`rss`] (memory from
@@ -36,8 +39,11 @@ pub mod holder_partition;
 pub mod kill_disk;
 pub mod kilnd_clients;
 pub mod load;
+pub mod publisher_lost;
 pub mod redis_flush;
+pub mod redis_partition;
 pub mod report;
+pub mod rolling_restart;
 pub mod rss;
 pub mod soak;
 
@@ -102,7 +108,7 @@ impl Run {
 }
 
 /// The scenarios, numbered as in the report.
-pub const SCENARIOS: [&str; 9] = [
+pub const SCENARIOS: [&str; 12] = [
     kilnd_clients::TITLE,
     cache_clients::TITLE,
     soak::TITLE,
@@ -112,6 +118,9 @@ pub const SCENARIOS: [&str; 9] = [
     redis_flush::TITLE,
     cross_host::TITLE,
     holder_partition::TITLE,
+    rolling_restart::TITLE,
+    redis_partition::TITLE,
+    publisher_lost::TITLE,
 ];
 
 /// How long scenario `n` (1-based) may run before it is stopped and counted as failed: every
@@ -139,8 +148,40 @@ pub async fn scenario(n: usize, run: &Run, out: &mut Outcome) -> Result<()> {
         7 => redis_flush::run(run, out).await,
         8 => cross_host::run(run, out).await,
         9 => holder_partition::run(run, out).await,
+        10 => rolling_restart::run(run, out).await,
+        11 => redis_partition::run(run, out).await,
+        12 => publisher_lost::run(run, out).await,
         _ => Err(anyhow!("there is no scenario {n}")),
     }
+}
+
+/// The scenarios `--only` names: numbers separated by commas, with ranges (`4,5,7`, `8-12`). A
+/// bare run of digits that is not itself a scenario's number is one scenario per digit (`457`,
+/// the older form, from when there were fewer than ten).
+pub fn parse_only(spec: &str, count: usize) -> Result<std::collections::BTreeSet<usize>> {
+    let number = |text: &str| -> Result<usize> {
+        let n: usize = text.trim().parse().map_err(|_| anyhow!("--only {spec}: {text:?} is not a scenario number"))?;
+        if n == 0 || n > count {
+            return Err(anyhow!("--only {spec}: there is no scenario {n} (1 to {count})"));
+        }
+        Ok(n)
+    };
+    let mut wanted = std::collections::BTreeSet::new();
+    for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        if let Some((from, to)) = part.split_once('-') {
+            wanted.extend(number(from)?..=number(to)?);
+        } else if part.len() > 1 && part.chars().all(|c| c.is_ascii_digit()) && number(part).is_err() {
+            for digit in part.chars() {
+                wanted.insert(number(&digit.to_string())?);
+            }
+        } else {
+            wanted.insert(number(part)?);
+        }
+    }
+    if wanted.is_empty() {
+        return Err(anyhow!("--only {spec:?} names no scenario"));
+    }
+    Ok(wanted)
 }
 
 /// Runs blocking harness work (process start-up, `redis-cli`) off the async threads; a panic of
@@ -148,4 +189,26 @@ pub async fn scenario(n: usize, run: &Run, out: &mut Outcome) -> Result<()> {
 /// error of the scenario.
 pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
     tokio::task::spawn_blocking(f).await.map_err(|e| anyhow!("{}", crate::bench::fleet::panic_text(e)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_only;
+
+    fn only(spec: &str) -> Vec<usize> {
+        parse_only(spec, 12).map(|s| s.into_iter().collect()).unwrap_or_default()
+    }
+
+    #[test]
+    fn only_takes_lists_ranges_and_the_older_run_of_digits() {
+        assert_eq!(only("457"), vec![4, 5, 7]);
+        assert_eq!(only("10"), vec![10]);
+        assert_eq!(only("1,10,12"), vec![1, 10, 12]);
+        assert_eq!(only("8-12"), vec![8, 9, 10, 11, 12]);
+        assert_eq!(only("9"), vec![9]);
+        assert_eq!(only("13"), vec![1, 3]);
+        assert!(parse_only("1-13", 12).is_err());
+        assert!(parse_only("0", 12).is_err());
+        assert!(parse_only("x", 12).is_err());
+    }
 }

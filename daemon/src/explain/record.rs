@@ -60,7 +60,9 @@ pub async fn miss(engine: &Engine, identity: Identity, kernel: &KernelJob, targe
 }
 
 /// Keeps a book on this host and publishes it to the fleet cache (last writer wins: the fleet
-/// holds the recipes of the host that compiled the identity last).
+/// holds the recipes of the host that compiled the identity last). The publish runs beside the
+/// compile and is waited for at most `PUBLISH_WAIT`, so a kiln-cache that stopped answering does
+/// not hold up the answer (it goes on in the background).
 async fn keep(engine: &Engine, key: &CacheKey, recipes: &RecipeBook) {
     let Some(sealed) = book::seal(key, recipes) else {
         tracing::debug!(%key, "recipe book over its size bound; not kept");
@@ -68,9 +70,13 @@ async fn keep(engine: &Engine, key: &CacheKey, recipes: &RecipeBook) {
     };
     let sealed = Bytes::from(sealed);
     engine.recipes().put(key, sealed.clone()).await;
-    if let Some(fleet) = engine.fleet_up()
-        && let Err(e) = fleet.tier.put(key, sealed.to_vec()).await
-    {
-        tracing::debug!(%key, error = %e, "could not publish a recipe book to the fleet");
-    }
+    let Some(fleet) = engine.fleet_up() else { return };
+    let (tier, key) = (std::sync::Arc::clone(&fleet.tier), *key);
+    engine
+        .write_to_fleet("recipe-publish", async move {
+            if let Err(e) = tier.put(&key, sealed.to_vec()).await {
+                tracing::debug!(%key, error = %e, "could not publish a recipe book to the fleet");
+            }
+        })
+        .await;
 }

@@ -35,7 +35,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tier::RemoteTier;
 
-#[derive(Debug)]
+/// Cheap to clone (shared handles and settings): a publish that outlives its request takes one.
+#[derive(Debug, Clone)]
 pub struct Fleet {
     pub tier: Arc<RemoteTier>,
     pub lease_ttl: Duration,
