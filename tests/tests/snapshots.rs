@@ -197,8 +197,14 @@ fn a_fresh_host_restores_byte_identical_files_with_modes_through_the_fleet() {
         ],
     );
     let saved = tree(&root);
+    // A link is not saved, and the save says so rather than dropping it without a word.
+    std::os::unix::fs::symlink(root.join("kernel.py"), root.join("link.py")).unwrap();
     let first = save(&a, "fresh-host", &[&root]);
     let line = first.ok();
+    assert_eq!(line["symlinks"], 1, "{first:?}");
+    let said = kiln(&a, &["snapshot", "save", "--job", "fresh-host", root.to_str().unwrap()]);
+    assert!(said.stdout.contains("left out 1 symbolic link (snapshots hold regular files only)"), "{said:?}");
+    std::fs::remove_file(root.join("link.py")).unwrap();
     assert_eq!((first.count("files"), first.count("files_uploaded")), (7, 6), "one upload per distinct content");
     assert_eq!(line["changed"], true);
     assert_eq!(line["key"].as_str().unwrap().len(), 64);
@@ -220,11 +226,11 @@ fn a_fresh_host_restores_byte_identical_files_with_modes_through_the_fleet() {
     assert!(batch_gets() > before, "host B did not read from kiln-cache");
     assert!(staging_dirs(dir.path()).is_empty());
 
-    // `kiln stats` of each host counts what it did: A saved twice and stored each distinct
+    // `kiln stats` of each host counts what it did: A saved three times and stored each distinct
     // content once; B found the snapshot and sent each distinct content once.
     let distinct: BTreeSet<&[u8]> = saved.values().map(|(d, _)| d.as_slice()).collect();
     let distinct_bytes: u64 = distinct.iter().map(|d| d.len() as u64).sum();
-    let on_a = snapshot_counts(&[("savesChanged", 1), ("savesUnchanged", 1), ("bytesStored", distinct_bytes)]);
+    let on_a = snapshot_counts(&[("savesChanged", 1), ("savesUnchanged", 2), ("bytesStored", distinct_bytes)]);
     assert_eq!(snapshot_stats(&a), on_a);
     let fetched = distinct.len() as u64;
     let on_b = snapshot_counts(&[("restoresFound", 1), ("filesFetched", fetched), ("bytesFetched", distinct_bytes)]);

@@ -59,6 +59,7 @@ def test_a_fresh_host_restores_what_another_saved_at_the_same_path(kilnd: Kilnd,
     with kiln.Client(kilnd.uri) as a:
         saved = a.snapshot_save(j, [str(cache)], KEYS)
     assert (saved.files, saved.files_uploaded, saved.files_added, saved.changed) == (5, 4, 5, True)
+    assert saved.symlinks == 1, "the link was dropped without a word"
     assert saved.roots == [kiln.SnapshotRoot("cache", str(cache))] and len(saved.key) == 64
     moved = tmp_path / "host-a"
     cache.rename(moved)

@@ -494,6 +494,8 @@ class SaveResult:
     manifest_files: int
     manifest_bytes: int
     seconds: float
+    #: Symbolic links under the roots, left out: a snapshot holds regular files only.
+    symlinks: int = 0
 
 
 class Placement(enum.Enum):
