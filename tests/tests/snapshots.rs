@@ -252,6 +252,43 @@ fn a_fresh_host_restores_byte_identical_files_with_modes_through_the_fleet() {
 }
 
 #[test]
+fn a_snapshot_saved_without_a_fleet_reaches_it_on_the_next_save() {
+    let (_redis, cache) = fleet();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("triton");
+    write_files(&root, &[("a.cubin", &bytes(7, 10_000), 0o644), ("b/c.json", b"{}", 0o600)]);
+    let saved = tree(&root);
+    // Host A saves while it has no fleet, then comes back with one and saves again: nothing
+    // changed here, yet the fleet gets the snapshot.
+    let home = dir.path().join("host-a");
+    std::fs::create_dir_all(&home).unwrap();
+    let alone = Daemon::start_in(&home, Options::default());
+    assert_eq!(save(&alone, "late-fleet", &[&root]).ok()["changed"], true);
+    alone.stop();
+    let a = Daemon::start_in(&home, Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, ""));
+    let again = save(&a, "late-fleet", &[&root]);
+    assert_eq!(again.ok()["changed"], false, "{again:?}");
+    // The files go back to the fleet in the background: wait for them, as a restore elsewhere
+    // would find them there.
+    std::fs::remove_dir_all(&root).unwrap();
+    let b = host(&cache, "sm_90");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let restored = restore(&b, "late-fleet", &[]);
+        if restored.code == Some(0) && restored.count("missing") == 0 {
+            assert_eq!(restored.count("restored_files"), 2, "{restored:?}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the fleet never got the snapshot: {restored:?}");
+        let _ = std::fs::remove_dir_all(&root);
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert_eq!(tree(&root), saved);
+    a.stop();
+    b.stop();
+}
+
+#[test]
 fn saves_are_a_union_and_a_restore_never_overwrites() {
     let d = Daemon::start(Options::default());
     let dir = tempfile::tempdir().unwrap();
