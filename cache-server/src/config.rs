@@ -233,6 +233,14 @@ impl Config {
 mod tests {
     use super::*;
 
+    /// deploy/kiln-cache.toml documents the config file: it must list every key.
+    #[test]
+    fn the_example_config_lists_every_key() {
+        let example = include_str!("../../deploy/kiln-cache.toml");
+        let missing = kiln_serve::config_keys::missing_from(example, &kiln_serve::config_keys::keys::<FileConfig>());
+        assert!(missing.is_empty(), "deploy/kiln-cache.toml does not list {missing:?}");
+    }
+
     const TOKENS: &str = "write:write-token-0123456789\n";
 
     #[test]

@@ -9,9 +9,12 @@
 //! - [`status_routes`]: a status page's `/` (HTML) and `/status.json` routes over one snapshot.
 //! - [`serve_metrics`]: serves `/metrics` beside those pages on the `--metrics` listener.
 //! - [`tcp::bind`]: TCP listeners with a backlog sized for a fleet reconnecting at once.
+//! - [`config_keys`]: the keys a config file accepts, for tests that the shipped examples list
+//!   every one.
 //!
 //! kiln-proto stays free of axum: the clients link it, and they serve nothing.
 
+pub mod config_keys;
 pub mod tcp;
 
 use axum::http::header;
