@@ -306,6 +306,15 @@ impl Config {
 mod tests {
     use super::*;
 
+    /// `--help` is for users: a rustdoc link (``[`Config::merge`]``) in a flag's doc comment
+    /// reads as noise there.
+    #[test]
+    fn help_holds_no_rustdoc_links() {
+        use clap::CommandFactory;
+        let help = Flags::command().render_long_help().to_string();
+        assert!(!help.contains("[`"), "kilnd --help holds a rustdoc link:\n{help}");
+    }
+
     /// deploy/kilnd.toml says it shows every key: it must, and every key it shows must parse.
     #[test]
     fn the_example_config_lists_every_key() {
