@@ -26,7 +26,33 @@ pub fn stats_text(stats: &pb::StatsResponse) -> String {
     );
     text.push_str(&snapshots_text(stats.snapshots.as_ref()));
     text.push_str(&torch_graphs_text(stats.torch_graphs.as_ref()));
+    text.push_str(&misses_text(&stats.recent_misses));
     text.push_str(&details_text(stats));
+    text
+}
+
+/// How many recent misses `kiln stats` prints; `--json` has all that kilnd keeps.
+const MISSES_SHOWN: usize = 5;
+
+/// Why the latest compiles missed, newest first: the counts by reason, then the last few with
+/// their detail. Without it the reasons were only in `--json`.
+pub fn misses_text(misses: &[pb::RecentMiss]) -> String {
+    if misses.is_empty() {
+        return "recent misses   none since kilnd started\n".to_owned();
+    }
+    let mut by_reason: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    for m in misses {
+        *by_reason.entry(m.reason.as_str()).or_default() += 1;
+    }
+    let counts: Vec<String> = by_reason.iter().map(|(reason, n)| format!("{reason} {n}")).collect();
+    let mut text = format!("recent misses   {} ({}); newest first:\n", misses.len(), counts.join(", "));
+    for m in misses.iter().take(MISSES_SHOWN) {
+        let graph = if m.graph.is_empty() { String::new() } else { format!("{}/", m.graph) };
+        let _ = writeln!(text, "  {graph}{} ({}): {}: {}", m.kernel_id, m.toolchain, m.reason, m.detail);
+    }
+    if misses.len() > MISSES_SHOWN {
+        let _ = writeln!(text, "  ... {} more in `kiln stats --json`", misses.len() - MISSES_SHOWN);
+    }
     text
 }
 
@@ -252,6 +278,24 @@ mod tests {
             }),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn recent_misses_are_shown_with_their_reasons() {
+        assert_eq!(misses_text(&[]), "recent misses   none since kilnd started\n");
+        let miss = |id: &str, reason: &str| pb::RecentMiss {
+            kernel_id: id.into(),
+            toolchain: "nvrtc".into(),
+            reason: reason.into(),
+            detail: format!("{reason} detail"),
+            ..Default::default()
+        };
+        let misses: Vec<pb::RecentMiss> =
+            (0..7).map(|i| miss(&format!("k{i}"), if i == 0 { "header" } else { "new" })).collect();
+        let text = misses_text(&misses);
+        assert!(text.starts_with("recent misses   7 (header 1, new 6); newest first:\n"), "{text}");
+        assert!(text.contains("  k0 (nvrtc): header: header detail\n"), "{text}");
+        assert!(!text.contains("k5") && text.contains("... 2 more in `kiln stats --json`"), "{text}");
     }
 
     #[test]
