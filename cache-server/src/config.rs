@@ -42,7 +42,8 @@ pub struct Flags {
     /// TLS private key (PEM).
     #[arg(long, env = "KILN_CACHE_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
-    /// Serve without any token. See [`Config::merge`] for why this must be said out loud.
+    /// Serve without any token, to anyone who can connect: for tests on a trusted machine. With
+    /// no token configured, kiln-cache refuses to start unless this is given.
     #[arg(long, env = "KILN_CACHE_INSECURE_NO_AUTH", value_parser = BoolishValueParser::new())]
     pub insecure_no_auth: bool,
 }
@@ -232,6 +233,23 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--help` is for users: a rustdoc link (``[`Config::merge`]``) in a flag's doc comment
+    /// reads as noise there.
+    #[test]
+    fn help_holds_no_rustdoc_links() {
+        use clap::CommandFactory;
+        let help = Flags::command().render_long_help().to_string();
+        assert!(!help.contains("[`"), "kiln-cache --help holds a rustdoc link:\n{help}");
+    }
+
+    /// deploy/kiln-cache.toml documents the config file: it must list every key.
+    #[test]
+    fn the_example_config_lists_every_key() {
+        let example = include_str!("../../deploy/kiln-cache.toml");
+        let missing = kiln_serve::config_keys::missing_from(example, &kiln_serve::config_keys::keys::<FileConfig>());
+        assert!(missing.is_empty(), "deploy/kiln-cache.toml does not list {missing:?}");
+    }
 
     const TOKENS: &str = "write:write-token-0123456789\n";
 

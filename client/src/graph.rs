@@ -40,6 +40,12 @@ pub enum GraphError {
     #[error("{}: unsupported file type (.{CUDA_EXTENSION} or .{PTX_EXTENSION}; Triton kernels go in a --graph file)", path.display())]
     UnsupportedFile { path: PathBuf },
 
+    #[error("{}: is a directory; name the kernel files in it (for example {}/*.{CUDA_EXTENSION})", path.display(), path.display())]
+    Directory { path: PathBuf },
+
+    #[error("{}: empty file, nothing to compile", path.display())]
+    EmptyFile { path: PathBuf },
+
     #[error("{}: cannot name a kernel after this file", path.display())]
     NoStem { path: PathBuf },
 
@@ -70,6 +76,9 @@ pub enum GraphError {
 
 /// The kernel id of a source file: its stem, after checking it is a `.cu` file.
 pub fn kernel_id(path: &Path) -> Result<String, GraphError> {
+    if path.is_dir() {
+        return Err(GraphError::Directory { path: path.to_path_buf() });
+    }
     let extension = path.extension().and_then(|e| e.to_str());
     if extension != Some(CUDA_EXTENSION) && extension != Some(PTX_EXTENSION) {
         return Err(GraphError::UnsupportedFile { path: path.to_path_buf() });
@@ -86,15 +95,106 @@ pub fn check_target(target: &str) -> Result<String, GraphError> {
     Ok(target.parse::<Target>()?.to_string())
 }
 
+/// The names the daemon and its compilers see for the user's files, per kernel, so that errors
+/// and compile logs can name the files the user gave instead.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SourceNames {
+    /// The file of each kernel, in the graph's order.
+    pub files: Vec<PathBuf>,
+    /// Per kernel id: each name as the compiler sees it and the user's path it stands for.
+    pub by_kernel: HashMap<String, Vec<(String, PathBuf)>>,
+}
+
+/// The name NVRTC gives a CUDA kernel's source in its log (daemon/src/worker/nvrtc_ffi.rs).
+pub const NVRTC_SOURCE_NAME: &str = "kernel.cu";
+/// The name of the file ptxas reads a PTX kernel from (daemon/src/toolchain/ptxas.rs).
+pub const PTXAS_SOURCE_NAME: &str = "kernel.ptx";
+
+impl SourceNames {
+    /// `log`, with the compiler's names of kernel `id`'s files replaced by the user's paths.
+    pub fn log_for(&self, id: &str, log: &str) -> String {
+        let Some(names) = self.by_kernel.get(id) else {
+            return log.to_owned();
+        };
+        let mut log = log.to_owned();
+        // Longest names first, so `kiln-up/…/a.cuh` is replaced before a shorter name inside it.
+        let mut names: Vec<&(String, PathBuf)> = names.iter().collect();
+        names.sort_by_key(|(name, _)| std::cmp::Reverse(name.len()));
+        for (name, path) in names {
+            log = replace_name(&log, name, &path.display().to_string());
+        }
+        log
+    }
+
+    /// `message` (an error from the daemon) with each `graph.kernels[N]` it names followed by
+    /// the user's file, when the graph was built from files.
+    pub fn error_for(&self, message: &str) -> String {
+        let mut out = message.to_owned();
+        let mut named = Vec::new();
+        for (i, file) in self.files.iter().enumerate() {
+            let field = format!("graph.kernels[{i}]");
+            if message.contains(&format!("{field}.")) || message.contains(&format!("{field}:")) {
+                named.push(format!("{field} is {}", file.display()));
+            }
+        }
+        if !named.is_empty() {
+            out.push_str(&format!(" ({})", named.join("; ")));
+        }
+        out
+    }
+}
+
+/// Replaces each whole occurrence of the file name `name` in `log` with `path`: one not inside a
+/// longer name (`kernel.cu` is not in `kernel.cuh`), together with a directory before it (ptxas
+/// names its input by the daemon's temporary path).
+fn replace_name(log: &str, name: &str, path: &str) -> String {
+    let part = |c: char| c.is_alphanumeric() || matches!(c, '_' | '.' | '-' | '/');
+    let mut out = String::with_capacity(log.len());
+    let mut rest = log;
+    while let Some(at) = rest.find(name) {
+        let (before, after) = (&rest[..at], &rest[at + name.len()..]);
+        let mut start = before.len();
+        if before.ends_with('/') {
+            start = before.rfind(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '(')).map_or(0, |i| i + 1);
+        }
+        let clean_before = before[..start].chars().next_back().is_none_or(|c| !part(c));
+        let clean_after = after.chars().next().is_none_or(|c| !(c.is_alphanumeric() || c == '_'))
+            && !(after.starts_with('.') && after[1..].starts_with(|c: char| c.is_alphanumeric()));
+        if clean_before && clean_after {
+            out.push_str(&before[..start]);
+            out.push_str(path);
+        } else {
+            out.push_str(before);
+            out.push_str(name);
+        }
+        rest = after;
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Reads each `.cu` file and the headers it includes, and builds one graph with one kernel per
 /// file, in the order given.
 pub fn build_graph(files: &[PathBuf], opts: &GraphOptions) -> Result<pb::CompileGraph, GraphError> {
+    Ok(build_graph_named(files, opts)?.0)
+}
+
+/// [`build_graph`], with the names of the user's files as the compilers will see them.
+pub fn build_graph_named(
+    files: &[PathBuf],
+    opts: &GraphOptions,
+) -> Result<(pb::CompileGraph, SourceNames), GraphError> {
     let ids = kernel_ids(files)?;
     let target = opts.target.as_deref().map(check_target).transpose()?.unwrap_or_default();
     let mut kernels = Vec::with_capacity(files.len());
+    let mut names = SourceNames { files: files.to_vec(), by_kernel: HashMap::new() };
     for (path, id) in files.iter().zip(&ids) {
         let source = read_source(path)?;
+        if source.is_empty() {
+            return Err(GraphError::EmptyFile { path: path.clone() });
+        }
         if path.extension().and_then(|e| e.to_str()) == Some(PTX_EXTENSION) {
+            names.by_kernel.insert(id.clone(), vec![(PTXAS_SOURCE_NAME.to_owned(), path.clone())]);
             kernels.push(pb::Kernel {
                 id: id.clone(),
                 source: Some(pb::kernel::Source::Ptx(pb::PtxSource {
@@ -104,12 +204,15 @@ pub fn build_graph(files: &[PathBuf], opts: &GraphOptions) -> Result<pb::Compile
             });
             continue;
         }
-        let headers = includes::resolve_headers(path, &source, &opts.include_dirs)
+        let resolved = includes::resolve(path, &source, &opts.include_dirs)
             .map_err(|error| GraphError::Includes { path: path.clone(), error: Box::new(error) })?;
-        kernels.push(cuda_kernel(id.clone(), source, headers, opts));
+        let mut seen = vec![(NVRTC_SOURCE_NAME.to_owned(), path.clone())];
+        seen.extend(resolved.paths);
+        names.by_kernel.insert(id.clone(), seen);
+        kernels.push(cuda_kernel(id.clone(), resolved.source, resolved.headers, opts));
     }
     let name = opts.name.clone().unwrap_or_default();
-    Ok(pb::CompileGraph { name, target, kernels })
+    Ok((pb::CompileGraph { name, target, kernels }, names))
 }
 
 /// The kernel ids of `files`, checking there is at least one and that no two share a stem.
@@ -225,6 +328,41 @@ mod tests {
         assert_eq!((graph.name.as_str(), graph.target.as_str()), ("mine", ""));
         let bad = GraphOptions { target: Some("compute_90".into()), ..GraphOptions::default() };
         assert!(matches!(build_graph(&files, &bad), Err(GraphError::Target(_))));
+    }
+
+    #[test]
+    fn a_directory_or_an_empty_file_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = build_graph(&[dir.path().to_path_buf()], &GraphOptions::default()).unwrap_err();
+        assert!(matches!(err, GraphError::Directory { .. }), "{err}");
+        assert!(err.to_string().contains("is a directory") && err.to_string().contains("*.cu"), "{err}");
+        fs::write(dir.path().join("k.cu"), "").unwrap();
+        let err = build_graph(&[dir.path().join("k.cu")], &GraphOptions::default()).unwrap_err();
+        assert_eq!(err.to_string(), format!("{}: empty file, nothing to compile", dir.path().join("k.cu").display()));
+    }
+
+    #[test]
+    fn logs_and_errors_name_the_users_files() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir_all(dir.path().join("src")).unwrap();
+        fs::create_dir_all(dir.path().join("include")).unwrap();
+        fs::write(dir.path().join("src/scale.cu"), "#include \"../include/s.cuh\"\nx\n").unwrap();
+        fs::write(dir.path().join("include/s.cuh"), "y\n").unwrap();
+        fs::write(dir.path().join("src/v.ptx"), "z\n").unwrap();
+        let files = vec![dir.path().join("src/scale.cu"), dir.path().join("src/v.ptx")];
+        let (graph, names) = build_graph_named(&files, &GraphOptions::default()).unwrap();
+        let header = cuda(&graph.kernels[0]).headers[0].name.clone();
+        let log =
+            format!("kernel.cu(2): error: x\n{header}(1): error: y\nat line 2 of kernel.cu\nkernel.cuh(1): other\n");
+        let shown = names.log_for("scale", &log);
+        let cu = files[0].display().to_string();
+        let cuh = dir.path().join("src/../include/s.cuh").display().to_string();
+        assert_eq!(shown, format!("{cu}(2): error: x\n{cuh}(1): error: y\nat line 2 of {cu}\nkernel.cuh(1): other\n"));
+        let ptx = names.log_for("v", "ptxas /tmp/.tmpAb12/kernel.ptx, line 1; error   : bad\n");
+        assert_eq!(ptx, format!("ptxas {}, line 1; error   : bad\n", files[1].display()));
+        let err = names.error_for("invalid argument: graph.kernels[1].ptx.options[0]: no");
+        assert!(err.ends_with(&format!("(graph.kernels[1] is {})", files[1].display())), "{err}");
+        assert_eq!(names.error_for("unavailable: gone"), "unavailable: gone");
     }
 
     #[test]

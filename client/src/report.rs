@@ -31,6 +31,8 @@ pub struct Reporter {
     /// Counted here rather than taken from `JobDone`, so the exit code follows what was printed.
     not_ok: usize,
     job_id: String,
+    /// The user's files behind the compilers' names, so logs name them.
+    names: kiln_client::graph::SourceNames,
 }
 
 impl Reporter {
@@ -49,7 +51,15 @@ impl Reporter {
             started: Instant::now(),
             not_ok: 0,
             job_id: String::new(),
+            names: Default::default(),
         })
+    }
+
+    /// Logs name the user's files (`scale.cu(2): error`) instead of the compilers' names
+    /// (`kernel.cu(2)`, a `kiln-up/` header).
+    pub fn with_names(mut self, names: kiln_client::graph::SourceNames) -> Self {
+        self.names = names;
+        self
     }
 
     /// Consumes the stream until `JobDone` and returns the exit code. A `JobFailed` event, an
@@ -89,6 +99,13 @@ impl Reporter {
     }
 
     fn kernel(&mut self, result: &pb::KernelResult) -> anyhow::Result<()> {
+        let renamed;
+        let result = if result.log.is_empty() {
+            result
+        } else {
+            renamed = pb::KernelResult { log: self.names.log_for(&result.id, &result.log), ..result.clone() };
+            &renamed
+        };
         let ok = result.outcome() == pb::Outcome::Ok;
         if !ok {
             self.not_ok += 1;

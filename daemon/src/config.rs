@@ -306,6 +306,34 @@ impl Config {
 mod tests {
     use super::*;
 
+    /// `--help` is for users: a rustdoc link (``[`Config::merge`]``) in a flag's doc comment
+    /// reads as noise there.
+    #[test]
+    fn help_holds_no_rustdoc_links() {
+        use clap::CommandFactory;
+        let help = Flags::command().render_long_help().to_string();
+        assert!(!help.contains("[`"), "kilnd --help holds a rustdoc link:\n{help}");
+    }
+
+    /// deploy/kilnd.toml says it shows every key: it must, and every key it shows must parse.
+    #[test]
+    fn the_example_config_lists_every_key() {
+        let example = include_str!("../../deploy/kilnd.toml");
+        let missing = kiln_serve::config_keys::missing_from(example, &kiln_serve::config_keys::keys::<FileConfig>());
+        assert!(missing.is_empty(), "deploy/kilnd.toml does not list {missing:?}");
+        // Commented-out `# key = value` lines become settings; other comments stay comments.
+        let setting = |l: &str| {
+            let key: String = l.chars().take_while(|c| c.is_ascii_lowercase() || *c == '_').collect();
+            !key.is_empty() && l[key.len()..].trim_start().starts_with('=')
+        };
+        let uncommented: String = example
+            .lines()
+            .map(|l| format!("{}\n", l.strip_prefix("# ").filter(|rest| setting(rest)).unwrap_or(l)))
+            .collect();
+        let parsed: Result<FileConfig, _> = toml::from_str(&uncommented);
+        assert!(parsed.is_ok(), "deploy/kilnd.toml with its examples uncommented: {parsed:?}");
+    }
+
     fn defaults() -> Defaults {
         Defaults { socket: "/d.sock".into(), cache_dir: "/d/cache".into(), cores: 6 }
     }

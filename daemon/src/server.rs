@@ -135,7 +135,7 @@ pub async fn build(config: &Config) -> anyhow::Result<Built> {
         Some(r) => {
             let token = read_token(&r.token).context("--remote-token")?;
             let client = RemoteCache::connect(&r.uri, &token).context("--remote")?;
-            let tier = RemoteTier::new(client, Arc::clone(&metrics));
+            let tier = RemoteTier::new(client, &r.uri, Arc::clone(&metrics));
             let fleet = Fleet {
                 tier: Arc::clone(&tier),
                 lease_ttl: r.lease_ttl,

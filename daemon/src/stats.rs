@@ -48,10 +48,23 @@ pub fn collect(s: &CompilerService) -> pb::StatsResponse {
         concurrency: s.config.concurrency as u32,
         remote: s.config.remote.as_ref().map(|r| r.uri.clone()).unwrap_or_default(),
         remote_up: s.engine.fleet_up().is_some() && m.remote_up.get() == 1,
+        remote_state: s.engine.fleet.as_ref().map(|f| f.tier.state().as_str().to_owned()).unwrap_or_default(),
+        remote_reason: s.engine.fleet.as_ref().map(|f| remote_reason(&f.tier)).unwrap_or_default(),
         snapshots: Some(snapshots(m)),
         recent_misses: s.engine.misses().recent().iter().map(|m| m.to_pb()).collect(),
         torch_graphs: Some(s.torch_graphs.stats()),
     }
+}
+
+/// Why the fleet is not fully usable: the state's reason, or, when up, a read-only token.
+fn remote_reason(tier: &crate::fleet::tier::RemoteTier) -> String {
+    let reason = tier.state().reason();
+    if reason.is_empty() && tier.read_only() {
+        return "kiln-cache refused a write with kilnd's token (read-only): this host reads from the fleet but \
+                publishes nothing"
+            .to_owned();
+    }
+    reason
 }
 
 fn snapshots(m: &Metrics) -> pb::SnapshotStats {

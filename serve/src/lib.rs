@@ -13,11 +13,14 @@
 //!   sends the socket path, which h2 refuses).
 //! - [`html`]: the status pages' HTML builder, which escapes every text it is given.
 //! - [`auth`]: the bearer-token layer in front of both daemons' gRPC services.
+//! - [`config_keys`]: the keys a config file accepts, for tests that the shipped examples list
+//!   every one.
 //!
 //! kiln-proto stays free of axum, the socket filter and the pages: the clients link it, and they
 //! serve nothing.
 
 pub mod auth;
+pub mod config_keys;
 pub mod html;
 pub mod tcp;
 pub mod unix;
@@ -29,10 +32,13 @@ use std::borrow::Borrow;
 use std::time::Duration;
 
 /// Logs to stderr, filtered by `KILN_LOG` (`tracing_subscriber`'s `EnvFilter` syntax), `info`
-/// when it is unset or does not parse. Call once, first thing in `main`.
+/// when it is unset or does not parse. Colours only on a terminal: journald, a log file or a
+/// container's log would otherwise keep the escape codes. Call once, first thing in `main`.
 pub fn init_tracing() {
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("KILN_LOG").unwrap_or_else(|_| "info".into()))
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
 }
@@ -128,6 +134,10 @@ pub async fn serve_metrics(
     pages: axum::Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    // Said once bound, so a port of 0 (any free one) can be found in the log.
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, "serving /metrics and the status page");
+    }
     let app =
         pages.route(
             "/metrics",

@@ -124,6 +124,11 @@ impl Daemon {
         format!("unix://{}", self.socket.display())
     }
 
+    /// The end of what kilnd logged so far (its stderr, at `KILN_LOG=warn`).
+    pub fn log_so_far(&self) -> String {
+        self.stderr.so_far()
+    }
+
     /// The `kiln` CLI with `args`, run in `cwd` against this daemon.
     pub fn kiln(&self, args: &[&str], cwd: &Path) -> std::process::Output {
         Command::new(env::binary("kiln"))

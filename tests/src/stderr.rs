@@ -38,6 +38,11 @@ impl StderrTail {
         StderrTail { kept, copier }
     }
 
+    /// What was kept so far, while the child runs: for a test that checks what a server logged.
+    pub fn so_far(&self) -> String {
+        self.kept.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
     /// What was kept, once the child has exited: after the copy has read to the pipe's end, or
     /// 1 s (a process the child started may still hold the pipe).
     pub fn after_exit(&self) -> String {

@@ -126,3 +126,62 @@ fn doctor_reports_the_toolchain_with_and_without_a_daemon() {
     assert!(text.contains("cannot reach kilnd"), "{text}");
     assert!(text.contains("nvrtc") && text.contains("13.0"), "the local check ran: {text}");
 }
+
+/// nvcc-style code: a `../` include compiles (sent under a name of its content), two checkouts at
+/// different paths share the key, and errors and compile logs name the user's files and list
+/// what is supported.
+#[test]
+fn parent_includes_compile_and_errors_name_the_users_files() {
+    let d = Daemon::start(Options::default());
+    let dir = tempfile::tempdir().unwrap();
+    let checkout = |at: &str| {
+        let root = dir.path().join(at);
+        std::fs::create_dir_all(root.join("src")).unwrap();
+        std::fs::create_dir_all(root.join("include")).unwrap();
+        std::fs::write(root.join("include/scale.cuh"), "#pragma once\n#define SCALE 2.0f\n").unwrap();
+        std::fs::write(
+            root.join("src/scale.cu"),
+            "#include \"../include/scale.cuh\"\nextern \"C\" __global__ void scale(float* x) { x[0] *= SCALE; }\n",
+        )
+        .unwrap();
+        root
+    };
+    let (a, b) = (checkout("a"), checkout("deeper/b"));
+    let compile = |cwd: &std::path::Path| d.kiln(&["compile", "--target", "sm_90", "--json", "src/scale.cu"], cwd);
+    let first = compile(&a);
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    let second = compile(&b);
+    assert!(second.status.success(), "{}", String::from_utf8_lossy(&second.stderr));
+    let (la, lb) = (lines(&first), lines(&second));
+    assert_eq!(kernel_line(&la, "scale")["key"], kernel_line(&lb, "scale")["key"], "another checkout, another key");
+    assert_eq!(kernel_line(&lb, "scale")["tier"], "memory");
+
+    // A compile error in the header and in the source: the log names both of the user's files.
+    std::fs::write(a.join("include/scale.cuh"), "#pragma once\n#define SCALE undefined_thing\n").unwrap();
+    let failed = d.kiln(&["compile", "--target", "sm_90", "src/scale.cu"], &a);
+    assert_eq!(failed.status.code(), Some(1));
+    let out = String::from_utf8_lossy(&failed.stdout);
+    assert!(out.contains("src/scale.cu(2): error"), "{out}");
+    assert!(!out.contains("kernel.cu(") && !out.contains("kiln-up/"), "{out}");
+
+    // Unsupported targets and options list what is supported.
+    let err = |args: &[&str]| {
+        let out = d.kiln(args, &b);
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let target = err(&["compile", "--target", "sm_999", "src/scale.cu"]);
+    assert!(
+        target.contains("sm_999 is not supported") && target.contains("supported: ") && target.contains("sm_90"),
+        "{target}"
+    );
+    let option = err(&["compile", "--target", "sm_90", "src/scale.cu", "--", "-O9"]);
+    assert!(option.contains("`-O9` is not on the NVRTC option allowlist; allowed: -G "), "{option}");
+    assert!(option.contains("(graph.kernels[0] is src/scale.cu)"), "{option}");
+    // A directory and a missing `../` header are named.
+    let directory = err(&["compile", "src"]);
+    assert!(directory.contains("src: is a directory"), "{directory}");
+    std::fs::remove_file(b.join("include/scale.cuh")).unwrap();
+    let missing = err(&["compile", "src/scale.cu"]);
+    assert!(missing.contains("src/scale.cu: #include \"../include/scale.cuh\" was found neither"), "{missing}");
+}

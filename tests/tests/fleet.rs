@@ -298,6 +298,54 @@ async fn corrupt_or_misplaced_values_in_redis_are_recompiled_and_repaired() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_token_is_said_so_in_the_log_stats_and_doctor() {
+    let (_redis, cache) = fleet();
+    let d = Daemon::start(Daemon::fleet_options(&cache.uri(), "wrong-token-0123456789", ""));
+    let client = d.client().await;
+    // The start-up probe is refused at once; the state says so, not "down".
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let stats = loop {
+        let stats = client.stats().await.unwrap();
+        if stats.remote_state != "starting" {
+            break stats;
+        }
+        assert!(Instant::now() < deadline, "the fleet was never probed");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(stats.remote_state, "refused", "{stats:?}");
+    assert!(!stats.remote_up);
+    assert!(
+        stats.remote_reason.contains("refused kilnd's token") && stats.remote_reason.contains(&cache.uri()),
+        "{}",
+        stats.remote_reason
+    );
+    let log = d.log_so_far();
+    assert!(log.contains("the fleet refused kilnd's token") && log.contains(&cache.uri()), "{log}");
+    let here = std::env::temp_dir();
+    let out = d.kiln(&["stats"], &here);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("REFUSED TOKEN") && text.contains("refused kilnd's token"), "{text}");
+    let out = d.kiln(&["doctor"], &here);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "doctor passed a refused token: {text}");
+    assert!(text.contains("problem: the fleet cache at") && text.contains("--remote-token"), "{text}");
+    d.stop();
+
+    // The right token: up, and doctor says the fleet answers.
+    let d = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, ""));
+    let client = d.client().await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while client.stats().await.unwrap().remote_state != "up" {
+        assert!(Instant::now() < deadline, "the fleet never came up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = d.kiln(&["doctor"], &here);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains("the fleet cache answers"), "{text}");
+    d.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_tokens_and_a_full_redis_never_fail_a_compile() {
     let (redis, cache) = fleet();
     for token in ["", "wrong-token-0123456789", READ_TOKEN] {

@@ -197,8 +197,14 @@ fn a_fresh_host_restores_byte_identical_files_with_modes_through_the_fleet() {
         ],
     );
     let saved = tree(&root);
+    // A link is not saved, and the save says so rather than dropping it without a word.
+    std::os::unix::fs::symlink(root.join("kernel.py"), root.join("link.py")).unwrap();
     let first = save(&a, "fresh-host", &[&root]);
     let line = first.ok();
+    assert_eq!(line["symlinks"], 1, "{first:?}");
+    let said = kiln(&a, &["snapshot", "save", "--job", "fresh-host", root.to_str().unwrap()]);
+    assert!(said.stdout.contains("left out 1 symbolic link (snapshots hold regular files only)"), "{said:?}");
+    std::fs::remove_file(root.join("link.py")).unwrap();
     assert_eq!((first.count("files"), first.count("files_uploaded")), (7, 6), "one upload per distinct content");
     assert_eq!(line["changed"], true);
     assert_eq!(line["key"].as_str().unwrap().len(), 64);
@@ -220,11 +226,11 @@ fn a_fresh_host_restores_byte_identical_files_with_modes_through_the_fleet() {
     assert!(batch_gets() > before, "host B did not read from kiln-cache");
     assert!(staging_dirs(dir.path()).is_empty());
 
-    // `kiln stats` of each host counts what it did: A saved twice and stored each distinct
+    // `kiln stats` of each host counts what it did: A saved three times and stored each distinct
     // content once; B found the snapshot and sent each distinct content once.
     let distinct: BTreeSet<&[u8]> = saved.values().map(|(d, _)| d.as_slice()).collect();
     let distinct_bytes: u64 = distinct.iter().map(|d| d.len() as u64).sum();
-    let on_a = snapshot_counts(&[("savesChanged", 1), ("savesUnchanged", 1), ("bytesStored", distinct_bytes)]);
+    let on_a = snapshot_counts(&[("savesChanged", 1), ("savesUnchanged", 2), ("bytesStored", distinct_bytes)]);
     assert_eq!(snapshot_stats(&a), on_a);
     let fetched = distinct.len() as u64;
     let on_b = snapshot_counts(&[("restoresFound", 1), ("filesFetched", fetched), ("bytesFetched", distinct_bytes)]);
@@ -243,6 +249,43 @@ fn a_fresh_host_restores_byte_identical_files_with_modes_through_the_fleet() {
     let from_b = save(&b, "fresh-host", &[&root]);
     assert_eq!(from_b.ok()["changed"], false, "{from_b:?}");
     assert_eq!((from_b.count("files_uploaded"), from_b.count("bytes_uploaded")), (0, 0), "B re-sent restored files");
+}
+
+#[test]
+fn a_snapshot_saved_without_a_fleet_reaches_it_on_the_next_save() {
+    let (_redis, cache) = fleet();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("triton");
+    write_files(&root, &[("a.cubin", &bytes(7, 10_000), 0o644), ("b/c.json", b"{}", 0o600)]);
+    let saved = tree(&root);
+    // Host A saves while it has no fleet, then comes back with one and saves again: nothing
+    // changed here, yet the fleet gets the snapshot.
+    let home = dir.path().join("host-a");
+    std::fs::create_dir_all(&home).unwrap();
+    let alone = Daemon::start_in(&home, Options::default());
+    assert_eq!(save(&alone, "late-fleet", &[&root]).ok()["changed"], true);
+    alone.stop();
+    let a = Daemon::start_in(&home, Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, ""));
+    let again = save(&a, "late-fleet", &[&root]);
+    assert_eq!(again.ok()["changed"], false, "{again:?}");
+    // The files go back to the fleet in the background: wait for them, as a restore elsewhere
+    // would find them there.
+    std::fs::remove_dir_all(&root).unwrap();
+    let b = host(&cache, "sm_90");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let restored = restore(&b, "late-fleet", &[]);
+        if restored.code == Some(0) && restored.count("missing") == 0 {
+            assert_eq!(restored.count("restored_files"), 2, "{restored:?}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the fleet never got the snapshot: {restored:?}");
+        let _ = std::fs::remove_dir_all(&root);
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert_eq!(tree(&root), saved);
+    a.stop();
+    b.stop();
 }
 
 #[test]

@@ -104,3 +104,21 @@ fn a_tcp_listener_other_hosts_could_reach_needs_tokens_and_tls() {
     let with_tokens = ["--listen", "0.0.0.0:0", "--tokens", tokens.to_str().unwrap()];
     kilnd_fails_with(&env::cuda_root(), &with_tokens, "tokens would cross the network in plain text");
 }
+
+/// kilnd's log, written to a pipe as under systemd or in a container, carries no colour codes,
+/// and says where its metrics listener is once bound (so `--metrics HOST:0` can be found).
+#[test]
+fn the_log_off_a_terminal_is_plain_and_names_the_metrics_address() {
+    let options = Options { extra_env: vec![("KILN_LOG".into(), "info".into())], ..Options::default() };
+    let d = Daemon::start(options);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let want = format!("addr={}", d.metrics);
+    while !d.log_so_far().contains(&want) {
+        assert!(std::time::Instant::now() < deadline, "no `{want}` in the log:\n{}", d.log_so_far());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let log = d.log_so_far();
+    assert!(log.contains("serving /metrics and the status page"), "{log}");
+    assert!(!log.contains('\u{1b}'), "escape codes in a log that is not a terminal:\n{log}");
+    d.stop();
+}

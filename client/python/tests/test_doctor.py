@@ -41,3 +41,15 @@ def test_doctor_exits_1_with_a_clear_message_when_kilnd_is_down(tmp_path) -> Non
     assert run.returncode == 1
     assert f"error: kilnd is not reachable at {uri}" in run.stdout
     assert "answers   NO" in run.stdout
+
+
+def test_a_refused_fleet_token_is_shown_with_its_reason() -> None:
+    from kiln.doctor import _fleet
+
+    base = {"remote": "http://cache:7171", "remote_up": False}
+    refused = _fleet({**base, "remote_state": "refused", "remote_reason": "the fleet refused kilnd's token"})
+    assert refused == "http://cache:7171 (REFUSED TOKEN): the fleet refused kilnd's token"
+    assert _fleet({**base, "remote_state": "up", "remote_up": True}) == "http://cache:7171 (up)"
+    # A kilnd from before remote_state says only up or down.
+    assert _fleet(base) == "http://cache:7171 (DOWN)"
+    assert _fleet({"remote": "", "remote_up": False}) == "none (no --remote)"

@@ -60,6 +60,7 @@ def test_a_fresh_host_restores_what_another_saved_at_the_same_path(kilnd: Kilnd,
     with kiln.Client(kilnd.uri) as a:
         saved = a.snapshot_save(j, [str(cache)], KEYS)
     assert (saved.files, saved.files_uploaded, saved.files_added, saved.changed) == (5, 4, 5, True)
+    assert saved.symlinks == 1, "the link was dropped without a word"
     assert saved.roots == [kiln.SnapshotRoot("cache", str(cache))] and len(saved.key) == 64
     moved = tmp_path / "host-a"
     cache.rename(moved)
@@ -72,6 +73,8 @@ def test_a_fresh_host_restores_what_another_saved_at_the_same_path(kilnd: Kilnd,
     assert (cache / "triton/0/KEY/k.cubin").stat().st_mode & 0o777 == 0o755
     assert "host.target" in restored.environment and restored.environment["tool"] == "1.0"
     assert sorted(os.listdir(tmp_path)) == [".kiln-snapshot-cache.lock", "cache", "host-a"], "no staging left"
+    mode = (tmp_path / ".kiln-snapshot-cache.lock").stat().st_mode
+    assert mode & 0o022 == 0, f"the lock file is writable by others: {mode:o}"
 
 
 def test_unchanged_files_are_not_sent_twice_and_a_changed_one_is(client: kiln.Client, tmp_path: Path) -> None:
@@ -169,6 +172,17 @@ def test_roots_must_be_directories_and_named_once(client: kiln.Client, tmp_path:
         client.snapshot_save(job(), [f"x={tmp_path}", f"x={tmp_path / 'other'}"])
     assert kiln.snapshot.parse_root("/srv/a=b").name == "a_b", "a path before = is no name"
     assert kiln.snapshot.parse_root("/x/caché dir/").name == "cach__dir"
+
+
+def test_the_host_lock_refuses_a_symlink_planted_at_its_path(tmp_path: Path) -> None:
+    from kiln._snapshot_place import lock_path, open_lock_file
+
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    os.symlink(victim, lock_path(str(tmp_path), "t"))
+    with pytest.raises(OSError):
+        open_lock_file(lock_path(str(tmp_path), "t"))
+    assert victim.read_text() == "keep"
 
 
 def test_staging_writes_only_verified_contents() -> None:

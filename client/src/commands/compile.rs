@@ -1,6 +1,6 @@
 //! `kiln compile` and `kiln lookup`: send a graph, follow its events to the end.
 
-use super::load_graph;
+use super::{load_graph_named, name_files};
 use crate::artifacts;
 use crate::cli::RunArgs;
 use crate::report::Reporter;
@@ -17,7 +17,7 @@ pub enum Mode {
 }
 
 pub async fn run(daemon: &str, args: RunArgs, mode: Mode) -> anyhow::Result<ExitCode> {
-    let graph = load_graph(&args.graph)?;
+    let (graph, names) = load_graph_named(&args.graph)?;
     if args.output.out.is_some() {
         // Checked before sending, so a bad id in a --graph file fails before any compile runs.
         for kernel in &graph.kernels {
@@ -34,10 +34,11 @@ pub async fn run(daemon: &str, args: RunArgs, mode: Mode) -> anyhow::Result<Exit
     };
     let client = kiln_client::connect(daemon).await?;
     let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-    let reporter = Reporter::new(&args.output, &ids)?;
+    let reporter = Reporter::new(&args.output, &ids)?.with_names(names.clone());
     let stream = match mode {
-        Mode::Compile => client.compile(request).await?,
-        Mode::Lookup => client.lookup(request).await?,
+        Mode::Compile => client.compile(request).await,
+        Mode::Lookup => client.lookup(request).await,
     };
-    reporter.follow(stream).await
+    let stream = stream.map_err(|e| name_files(&names, e.into()))?;
+    reporter.follow(stream).await.map_err(|e| name_files(&names, e))
 }

@@ -2,11 +2,12 @@
 //!
 //! It reports the daemon URI and whether the daemon answers; from the daemon's stats, its
 //! version, toolchains (with the fingerprints that decide sharing), GPUs, default target and
-//! tiers. When the daemon cannot be reached it runs `kilnd check` here instead. Exit code 1
-//! when the daemon is unreachable or has no toolchain.
+//! tiers, and the fleet cache (reachable, refused kilnd's token, or unreachable, with the fix).
+//! When the daemon cannot be reached it runs `kilnd check` here instead. Exit code 1 when the
+//! daemon is unreachable, has no toolchain, or cannot use the fleet cache it was given.
 
 use super::local_check::{LocalCheck, run_kilnd_check};
-use crate::output::stats::{FINGERPRINT_NOTE, details_text, identity_text};
+use crate::output::stats::{FINGERPRINT_NOTE, details_text, fleet_problem, fleet_text, identity_text};
 use crate::report::print_line;
 use anyhow::Context;
 use kiln_client::pb;
@@ -36,6 +37,7 @@ impl Diagnosis {
         if self.stats.as_ref().is_some_and(|s| s.toolchains.is_empty()) {
             problems.push("kilnd has no usable toolchain: run `kilnd check` on the daemon's host".to_owned());
         }
+        problems.extend(self.stats.as_ref().and_then(fleet_problem));
         problems
     }
 }
@@ -75,6 +77,7 @@ fn diagnosis_text(d: &Diagnosis) -> String {
     let _ = writeln!(text, "reachable       {}", if d.reachable { "yes" } else { "no" });
     if let Some(stats) = &d.stats {
         text.push_str(&identity_text(stats));
+        let _ = writeln!(text, "fleet cache     {}", fleet_text(stats));
         text.push_str(&details_text(stats));
     }
     if let Some(check) = &d.local_check {
@@ -85,7 +88,12 @@ fn diagnosis_text(d: &Diagnosis) -> String {
     let problems = d.problems();
     if problems.is_empty() {
         let n = d.stats.as_ref().map_or(0, |s| s.toolchains.len());
-        let _ = writeln!(text, "ok: kilnd is reachable with {n} toolchain{}", crate::output::plural(n));
+        let fleet = match d.stats.as_ref() {
+            Some(s) if !s.remote.is_empty() && s.remote_state == "up" => ", and the fleet cache answers",
+            Some(s) if !s.remote.is_empty() => ", and the fleet cache has not answered yet",
+            _ => "",
+        };
+        let _ = writeln!(text, "ok: kilnd is reachable with {n} toolchain{}{fleet}", crate::output::plural(n));
     }
     for problem in problems {
         let _ = writeln!(text, "problem: {problem}");
@@ -166,6 +174,17 @@ mod tests {
         assert_eq!(json["kilnd_check"]["exit_code"], 0);
     }
 
+    /// A daemon that answered Stats with `stats`.
+    fn reachable(stats: pb::StatsResponse) -> Diagnosis {
+        Diagnosis {
+            daemon: "unix:///tmp/k.sock".into(),
+            error: None,
+            reachable: true,
+            stats: Some(stats),
+            local_check: None,
+        }
+    }
+
     #[test]
     fn a_missing_kilnd_is_said_so() {
         let text = diagnosis_text(&unreachable(LocalCheck::NotFound));
@@ -174,15 +193,27 @@ mod tests {
 
     #[test]
     fn a_daemon_without_toolchains_is_a_problem() {
-        let mut d = unreachable(LocalCheck::NotFound);
-        d.error = None;
-        d.reachable = true;
-        d.local_check = None;
-        d.stats = Some(pb::StatsResponse { version: "0.1.0".into(), ..Default::default() });
+        let mut d = reachable(pb::StatsResponse { version: "0.1.0".into(), ..Default::default() });
         assert_eq!(d.problems().len(), 1);
         let with_toolchain = pb::ToolchainInfo { name: "nvrtc".into(), ..Default::default() };
         d.stats = Some(pb::StatsResponse { toolchains: vec![with_toolchain], ..Default::default() });
         assert!(d.problems().is_empty());
         assert!(diagnosis_text(&d).contains("ok: kilnd is reachable with 1 toolchain\n"));
+    }
+
+    #[test]
+    fn a_refused_fleet_token_is_a_problem_with_its_fix() {
+        let toolchain = pb::ToolchainInfo { name: "nvrtc".into(), ..Default::default() };
+        let d = reachable(pb::StatsResponse {
+            toolchains: vec![toolchain],
+            remote: "http://cache:7171".into(),
+            remote_state: "refused".into(),
+            remote_reason: "the fleet refused kilnd's token".into(),
+            ..Default::default()
+        });
+        let text = diagnosis_text(&d);
+        assert!(text.contains("fleet cache     http://cache:7171 (REFUSED TOKEN"), "{text}");
+        assert!(text.contains("problem: the fleet cache at http://cache:7171 refused kilnd's token"), "{text}");
+        assert!(!text.contains("ok: "), "{text}");
     }
 }

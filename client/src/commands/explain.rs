@@ -1,7 +1,7 @@
 //! `kiln explain`: asks the daemon why kernels missed (or would miss). Exit 0 when every kernel
 //! is cached, 1 when some would compile, 2 on an error.
 
-use super::load_graph;
+use super::{load_graph_named, name_files};
 use crate::cli::ExplainArgs;
 use crate::output::explain::explanation_text;
 use crate::report::print_line;
@@ -10,13 +10,19 @@ use kiln_client::pb;
 use std::process::ExitCode;
 
 pub async fn run(daemon: &str, args: ExplainArgs) -> anyhow::Result<ExitCode> {
-    let request = if args.keys.is_empty() {
-        pb::ExplainRequest { graph: Some(load_graph(&args.graph)?), keys: Vec::new() }
+    let (request, names) = if args.keys.is_empty() {
+        let (graph, names) = load_graph_named(&args.graph)?;
+        (pb::ExplainRequest { graph: Some(graph), keys: Vec::new() }, names)
     } else {
-        pb::ExplainRequest { graph: None, keys: args.keys.clone() }
+        (pb::ExplainRequest { graph: None, keys: args.keys.clone() }, Default::default())
     };
     let client = kiln_client::connect(daemon).await?;
-    let answer = client.grpc().explain(request).await.map_err(kiln_client::ClientError::from)?.into_inner();
+    let answer = client
+        .grpc()
+        .explain(request)
+        .await
+        .map_err(|e| name_files(&names, kiln_client::ClientError::from(e).into()))?
+        .into_inner();
     for kernel in &answer.kernels {
         if args.json {
             print_line(&serde_json::to_string(kernel).context("encoding an explanation as JSON")?)?;

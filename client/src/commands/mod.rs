@@ -43,12 +43,21 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 /// The graph the arguments describe: read from `--graph FILE.json`, or built from the files.
-fn load_graph(args: &GraphArgs) -> anyhow::Result<pb::CompileGraph> {
+/// With it, the names the compilers will see for the user's files (none for a `--graph` file,
+/// whose kernels have no files).
+fn load_graph_named(args: &GraphArgs) -> anyhow::Result<(pb::CompileGraph, graph::SourceNames)> {
     match &args.graph {
         Some(path) => {
             let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-            graph::parse_graph_json(&text, args.target.as_deref()).with_context(|| format!("{}", path.display()))
+            let graph = graph::parse_graph_json(&text, args.target.as_deref())
+                .with_context(|| format!("{}", path.display()))?;
+            Ok((graph, graph::SourceNames::default()))
         }
-        None => Ok(graph::build_graph(&args.files, &args.graph_options())?),
+        None => Ok(graph::build_graph_named(&args.files, &args.graph_options())?),
     }
+}
+
+/// An error from the daemon, with the user's file after each `graph.kernels[N]` it names.
+fn name_files(names: &graph::SourceNames, err: anyhow::Error) -> anyhow::Error {
+    anyhow::anyhow!(names.error_for(&format!("{err:#}")))
 }

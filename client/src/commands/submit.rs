@@ -1,13 +1,13 @@
 //! `kiln submit`: send a graph, print its job id, and leave the daemon to it.
 
-use super::load_graph;
+use super::{load_graph_named, name_files};
 use crate::cli::SubmitArgs;
 use crate::report::print_line;
 use kiln_client::pb;
 use std::process::ExitCode;
 
 pub async fn run(daemon: &str, args: SubmitArgs) -> anyhow::Result<ExitCode> {
-    let graph = load_graph(&args.graph)?;
+    let (graph, names) = load_graph_named(&args.graph)?;
     let request = pb::CompileRequest {
         graph: Some(graph),
         // Nobody waits on a submitted job, so it yields to interactive compiles.
@@ -16,7 +16,7 @@ pub async fn run(daemon: &str, args: SubmitArgs) -> anyhow::Result<ExitCode> {
         ..Default::default()
     };
     let client = kiln_client::connect(daemon).await?;
-    let job_id = client.submit(request).await?;
+    let job_id = client.submit(request).await.map_err(|e| name_files(&names, e.into()))?;
     let line = if args.json { serde_json::json!({ "job_id": job_id }).to_string() } else { job_id };
     print_line(&line)?;
     Ok(ExitCode::SUCCESS)

@@ -9,7 +9,13 @@
 //! - `#include <name>`: through the `-I` dirs only. Angle includes found nowhere (the CUDA
 //!   toolkit's own headers, usually) are left to the daemon, which has the toolkit;
 //! - quoted includes found nowhere are left too: the daemon's compile reports them in the log;
-//! - absolute names are skipped: the daemon refuses them, and they would leak host paths.
+//! - absolute names are skipped: the daemon refuses them, and they would leak host paths;
+//! - quoted names with `..` (`#include "../include/scale.cuh"`, everyday nvcc code) are
+//!   resolved here and sent under a name the daemon accepts, `kiln-up/<digest>/<file name>`,
+//!   where the digest is blake3 of the header as sent: the directive is rewritten to that name
+//!   in the text that is sent. The name is a function of content only, so two checkouts at
+//!   different paths send the same bytes and share cache keys. One that is found nowhere is an
+//!   error here, naming the file and the directive, rather than a refusal from the daemon.
 //!
 //! Headers are read afresh on every call, so an edited header changes the kernel's key.
 
@@ -18,7 +24,7 @@ mod scan;
 pub use scan::{Delimiter, Directive, directives};
 
 use kiln_proto::pb;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -32,6 +38,23 @@ pub enum IncludeError {
     /// Sources and headers travel as protobuf `string`s, which must be UTF-8.
     #[error("{} is not UTF-8 text", path.display())]
     NotUtf8 { path: PathBuf },
+
+    /// A `..` name must be resolved here: the daemon refuses it and has no file system to search.
+    #[error(
+        "{}: #include \"{name}\" was found neither beside it nor in an -I directory (names with `..` are resolved \
+         on this side and sent by content)",
+        from.display()
+    )]
+    NotFound { name: String, from: PathBuf },
+
+    /// A header's name as sent is the digest of its content as sent, which a cycle through `..`
+    /// names would make depend on itself.
+    #[error(
+        "{}: #include \"{name}\" closes an include cycle through `..` names, which kiln cannot name by content; \
+         include it through an -I directory instead",
+        from.display()
+    )]
+    UpCycle { name: String, from: PathBuf },
 
     /// NVRTC sees each header by its name only, so one name must mean one content in a kernel.
     #[error(
@@ -50,52 +73,149 @@ struct Found {
     included_from: PathBuf,
 }
 
+/// What a kernel's source becomes once its includes are resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    /// The source as sent: the text given, with `..` include names rewritten.
+    pub source: String,
+    /// The headers as sent, sorted by name.
+    pub headers: Vec<pb::Header>,
+    /// Each header's name as sent and the file it came from, for naming the user's files in
+    /// compile logs and errors.
+    pub paths: Vec<(String, PathBuf)>,
+}
+
+/// The prefix of the names under which `..` includes are sent.
+pub const UP_PREFIX: &str = "kiln-up/";
+
 /// Collects the headers that `source` (the text of the file at `source_path`) includes, directly
 /// or through other headers, sorted by name.
 ///
 /// `source` is passed in rather than read here so the caller hashes and sends exactly the text
-/// that was scanned.
+/// that was scanned. A source with `..` includes is sent rewritten: use [`resolve`] for it.
 pub fn resolve_headers(
     source_path: &Path,
     source: &str,
     include_dirs: &[PathBuf],
 ) -> Result<Vec<pb::Header>, IncludeError> {
-    let mut found: BTreeMap<String, Found> = BTreeMap::new();
-    // Files already scanned, by canonical path, so include cycles and diamonds end.
-    let mut scanned: HashSet<PathBuf> = HashSet::new();
-    scanned.insert(canonical(source_path));
-    let mut pending: Vec<(PathBuf, String)> = vec![(source_path.to_path_buf(), source.to_owned())];
+    Ok(resolve(source_path, source, include_dirs)?.headers)
+}
 
-    while let Some((file, text)) = pending.pop() {
+/// Resolves `source`'s includes: the headers to send, and the source and headers rewritten
+/// where they include a `..` name.
+pub fn resolve(source_path: &Path, source: &str, include_dirs: &[PathBuf]) -> Result<Resolved, IncludeError> {
+    let mut walk = Walk { include_dirs, found: BTreeMap::new(), done: HashMap::new(), active: HashSet::new() };
+    let source = walk.visit(source_path, source)?;
+    let mut headers = Vec::with_capacity(walk.found.len());
+    let mut paths = Vec::with_capacity(walk.found.len());
+    for (name, f) in walk.found {
+        let content = walk.done.get(&canonical(&f.path)).cloned().unwrap_or(f.content);
+        paths.push((name.clone(), f.path));
+        headers.push(pb::Header { name, content });
+    }
+    Ok(Resolved { source, headers, paths })
+}
+
+/// One walk of a kernel's include graph, depth first, so that a header's `..` includes are
+/// named (by the digest of what is sent) before the header itself is.
+struct Walk<'a> {
+    include_dirs: &'a [PathBuf],
+    /// Headers by the name they are sent under.
+    found: BTreeMap<String, Found>,
+    /// Each file visited, by canonical path, as it is sent (rewritten where it includes `..`).
+    done: HashMap<PathBuf, String>,
+    /// Files on the current path of the walk: a header reached again from inside itself is a
+    /// cycle, which include guards end for the compiler and this set ends here.
+    active: HashSet<PathBuf>,
+}
+
+impl Walk<'_> {
+    /// Visits `file`, whose text is `text`, and returns the text as sent.
+    fn visit(&mut self, file: &Path, text: &str) -> Result<String, IncludeError> {
+        let key = canonical(file);
+        if let Some(done) = self.done.get(&key) {
+            return Ok(done.clone());
+        }
+        self.active.insert(key.clone());
         let dir = file.parent().unwrap_or(Path::new("."));
-        for directive in directives(&text) {
+        let mut renames: Vec<(String, String)> = Vec::new();
+        for directive in directives(text) {
             if Path::new(&directive.name).is_absolute() {
                 continue;
             }
-            let Some(path) = locate(&directive, dir, include_dirs) else {
+            let up = directive.delimiter == Delimiter::Quoted && directive.name.split('/').any(|p| p == "..");
+            let Some(path) = locate(&directive, dir, self.include_dirs) else {
+                if up {
+                    return Err(IncludeError::NotFound { name: directive.name, from: file.to_path_buf() });
+                }
                 continue;
             };
             let content = read_text(&path)?;
-            if let Some(previous) = found.get(&directive.name) {
+            let header_key = canonical(&path);
+            let name = if self.active.contains(&header_key) {
+                if up {
+                    return Err(IncludeError::UpCycle { name: directive.name, from: file.to_path_buf() });
+                }
+                directive.name.clone()
+            } else {
+                let sent = self.visit(&path, &content)?;
+                if up { up_name(&sent, &path) } else { directive.name.clone() }
+            };
+            if up {
+                renames.push((directive.name.clone(), name.clone()));
+            }
+            if let Some(previous) = self.found.get(&name) {
                 if previous.content != content {
                     return Err(IncludeError::Conflict {
                         name: directive.name,
                         first: previous.path.clone(),
                         first_from: previous.included_from.clone(),
                         second: path,
-                        second_from: file.clone(),
+                        second_from: file.to_path_buf(),
                     });
                 }
             } else {
-                let entry = Found { content: content.clone(), path: path.clone(), included_from: file.clone() };
-                found.insert(directive.name.clone(), entry);
-            }
-            if scanned.insert(canonical(&path)) {
-                pending.push((path, content));
+                let entry = Found { content, path, included_from: file.to_path_buf() };
+                self.found.insert(name, entry);
             }
         }
+        let sent = rewrite(text, &renames);
+        self.active.remove(&key);
+        self.done.insert(key, sent.clone());
+        Ok(sent)
     }
-    Ok(found.into_iter().map(|(name, f)| pb::Header { name, content: f.content }).collect())
+}
+
+/// The name a `..` include is sent under: [`UP_PREFIX`], 16 hex digits of blake3 of the header
+/// as sent, and its file name, which keeps compile logs readable.
+fn up_name(sent: &str, path: &Path) -> String {
+    let digest = blake3::hash(sent.as_bytes()).to_hex();
+    let file = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+    format!("{UP_PREFIX}{}/{file}", &digest[..16])
+}
+
+/// `text` with the quoted name of each `#include` directive in `renames` replaced. Only lines
+/// that begin with `#` are touched; a directive split over lines with a backslash keeps its
+/// name, and the daemon then refuses it with the line.
+fn rewrite(text: &str, renames: &[(String, String)]) -> String {
+    if renames.is_empty() {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let directive =
+            line.trim_start().strip_prefix('#').is_some_and(|rest| rest.trim_start().starts_with("include"));
+        if !directive {
+            out.push_str(line);
+            continue;
+        }
+        let mut line = line.to_owned();
+        for (from, to) in renames {
+            line = line.replacen(&format!("\"{from}\""), &format!("\"{to}\""), 1);
+        }
+        out.push_str(&line);
+    }
+    out
 }
 
 /// The file a directive names, or `None` when it is not found (left to the daemon).

@@ -142,3 +142,55 @@ fn a_header_that_is_not_utf8_is_an_error() {
     fs::write(dir.path().join("bin.h"), [0xff, 0xfe, 0x00]).unwrap();
     assert!(matches!(resolve(dir.path(), "k.cu", &[]), Err(IncludeError::NotUtf8 { .. })));
 }
+
+#[test]
+fn parent_includes_are_sent_under_a_content_name_and_the_directive_is_rewritten() {
+    let dir = tree(&[
+        ("src/k.cu", "#include \"../include/scale.cuh\"\n__global__ void k() { scale(); }\n"),
+        ("include/scale.cuh", "#pragma once\n#include \"../include/detail/base.cuh\"\n#include \"near.cuh\"\n"),
+        ("include/detail/base.cuh", "// base\n"),
+        ("include/near.cuh", "// near\n"),
+    ]);
+    let path = dir.path().join("src/k.cu");
+    let source = fs::read_to_string(&path).unwrap();
+    let r = super::resolve(&path, &source, &[]).unwrap();
+    let names: Vec<&str> = r.headers.iter().map(|h| h.name.as_str()).collect();
+    assert_eq!(names.len(), 3, "{names:?}");
+    let scale = r.headers.iter().find(|h| h.name.ends_with("/scale.cuh")).unwrap();
+    let base = r.headers.iter().find(|h| h.name.ends_with("/base.cuh")).unwrap();
+    assert!(scale.name.starts_with(UP_PREFIX) && base.name.starts_with(UP_PREFIX), "{names:?}");
+    assert!(names.contains(&"near.cuh"), "{names:?}");
+    // Every name is one the daemon takes, and every directive was rewritten to it.
+    assert!(r.headers.iter().all(|h| !h.name.split('/').any(|p| p == "..")));
+    assert_eq!(r.source, format!("#include \"{}\"\n__global__ void k() {{ scale(); }}\n", scale.name));
+    assert_eq!(scale.content, format!("#pragma once\n#include \"{}\"\n#include \"near.cuh\"\n", base.name));
+    assert_eq!(base.content, "// base\n");
+    // The names lead back to the user's files.
+    let scale_path = r.paths.iter().find(|(n, _)| *n == scale.name).map(|(_, p)| p).unwrap();
+    assert!(scale_path.ends_with("src/../include/scale.cuh"), "{}", scale_path.display());
+}
+
+#[test]
+fn parent_includes_send_the_same_bytes_from_any_checkout() {
+    let files = [
+        ("a/src/k.cu", "#include \"../include/scale.cuh\"\n"),
+        ("a/include/scale.cuh", "// scale\n"),
+        ("elsewhere/deeper/b/src/k.cu", "#include \"../include/scale.cuh\"\n"),
+        ("elsewhere/deeper/b/include/scale.cuh", "// scale\n"),
+    ];
+    let dir = tree(&files);
+    let one = |p: &str| {
+        let path = dir.path().join(p);
+        super::resolve(&path, &fs::read_to_string(&path).unwrap(), &[]).unwrap()
+    };
+    let (a, b) = (one("a/src/k.cu"), one("elsewhere/deeper/b/src/k.cu"));
+    assert_eq!((a.source, a.headers), (b.source, b.headers));
+}
+
+#[test]
+fn a_parent_include_found_nowhere_names_the_file_and_the_directive() {
+    let dir = tree(&[("src/k.cu", "#include \"../missing.cuh\"\n")]);
+    let err = resolve(dir.path(), "src/k.cu", &[]).unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("src/k.cu") && text.contains("../missing.cuh") && text.contains("-I"), "{text}");
+}

@@ -22,6 +22,7 @@ pub fn save_json(r: &SaveReport) -> Value {
         "files_added": r.files_added,
         "changed": r.changed,
         "skipped": r.skipped,
+        "symlinks": r.symlinks,
         "manifest_files": r.manifest_files,
         "manifest_bytes": r.manifest_bytes,
         "seconds": r.seconds,
@@ -43,6 +44,14 @@ pub fn save_text(r: &SaveReport) -> String {
     );
     if r.skipped > 0 {
         let _ = write!(text, "; skipped {} that vanished or could not be read", r.skipped);
+    }
+    if r.symlinks > 0 {
+        let _ = write!(
+            text,
+            "; left out {} symbolic link{} (snapshots hold regular files only)",
+            r.symlinks,
+            plural(r.symlinks as usize)
+        );
     }
     let _ = write!(
         text,

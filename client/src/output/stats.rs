@@ -13,12 +13,7 @@ pub const FINGERPRINT_NOTE: &str =
 pub fn stats_text(stats: &pb::StatsResponse) -> String {
     let mut text = identity_text(stats);
     let _ = writeln!(text, "concurrency     {}", stats.concurrency);
-    let remote = match (stats.remote.as_str(), stats.remote_up) {
-        ("", _) => "none (local tiers only)".to_string(),
-        (uri, true) => format!("{uri} (up)"),
-        (uri, false) => format!("{uri} (DOWN: serving from local tiers)"),
-    };
-    let _ = writeln!(text, "fleet cache     {remote}");
+    let _ = writeln!(text, "fleet cache     {}", fleet_text(stats));
     let _ = writeln!(
         text,
         "jobs            {} total, {} queued, {} compiling now",
@@ -31,8 +26,73 @@ pub fn stats_text(stats: &pb::StatsResponse) -> String {
     );
     text.push_str(&snapshots_text(stats.snapshots.as_ref()));
     text.push_str(&torch_graphs_text(stats.torch_graphs.as_ref()));
+    text.push_str(&misses_text(&stats.recent_misses));
     text.push_str(&details_text(stats));
     text
+}
+
+/// How many recent misses `kiln stats` prints; `--json` has all that kilnd keeps.
+const MISSES_SHOWN: usize = 5;
+
+/// Why the latest compiles missed, newest first: the counts by reason, then the last few with
+/// their detail. Without it the reasons were only in `--json`.
+pub fn misses_text(misses: &[pb::RecentMiss]) -> String {
+    if misses.is_empty() {
+        return "recent misses   none since kilnd started\n".to_owned();
+    }
+    let mut by_reason: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    for m in misses {
+        *by_reason.entry(m.reason.as_str()).or_default() += 1;
+    }
+    let counts: Vec<String> = by_reason.iter().map(|(reason, n)| format!("{reason} {n}")).collect();
+    let mut text = format!("recent misses   {} ({}); newest first:\n", misses.len(), counts.join(", "));
+    for m in misses.iter().take(MISSES_SHOWN) {
+        let graph = if m.graph.is_empty() { String::new() } else { format!("{}/", m.graph) };
+        let _ = writeln!(text, "  {graph}{} ({}): {}: {}", m.kernel_id, m.toolchain, m.reason, m.detail);
+    }
+    if misses.len() > MISSES_SHOWN {
+        let _ = writeln!(text, "  ... {} more in `kiln stats --json`", misses.len() - MISSES_SHOWN);
+    }
+    text
+}
+
+/// The fleet cache in one line: its URI, its state and, when it is not usable, why.
+pub fn fleet_text(stats: &pb::StatsResponse) -> String {
+    let uri = stats.remote.as_str();
+    if uri.is_empty() {
+        return "none (local tiers only: kilnd has no --remote)".to_owned();
+    }
+    let reason = &stats.remote_reason;
+    match stats.remote_state.as_str() {
+        "up" if reason.is_empty() => format!("{uri} (up)"),
+        "up" => format!("{uri} (up; {reason})"),
+        "refused" => format!("{uri} (REFUSED TOKEN: serving from local tiers): {reason}"),
+        "starting" => format!("{uri} (not answered yet: serving from local tiers)"),
+        "down" => format!("{uri} (DOWN: serving from local tiers): {reason}"),
+        // A kilnd from before `remote_state` says only up or down.
+        _ if stats.remote_up => format!("{uri} (up)"),
+        _ => format!("{uri} (DOWN: serving from local tiers)"),
+    }
+}
+
+/// What is wrong with the fleet cache, with the fix, for `kiln doctor`; `None` when there is
+/// none configured, it is up, or it has not answered yet.
+pub fn fleet_problem(stats: &pb::StatsResponse) -> Option<String> {
+    let uri = &stats.remote;
+    match stats.remote_state.as_str() {
+        _ if uri.is_empty() => None,
+        "refused" => Some(format!(
+            "the fleet cache at {uri} refused kilnd's token: give kilnd (--remote-token or remote.token in its config) a \
+             token kiln-cache accepts, then restart kilnd"
+        )),
+        "down" => Some(format!(
+            "the fleet cache at {uri} is unreachable ({}): start kiln-cache (and its Redis) or fix kilnd's --remote; \
+             kilnd compiles from local tiers meanwhile",
+            stats.remote_reason
+        )),
+        "" if !stats.remote_up => Some(format!("the fleet cache at {uri} is down")),
+        _ => None,
+    }
 }
 
 /// Job snapshots: saves and restores, then the files of restores and the bytes they moved.
@@ -218,6 +278,51 @@ mod tests {
             }),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn recent_misses_are_shown_with_their_reasons() {
+        assert_eq!(misses_text(&[]), "recent misses   none since kilnd started\n");
+        let miss = |id: &str, reason: &str| pb::RecentMiss {
+            kernel_id: id.into(),
+            toolchain: "nvrtc".into(),
+            reason: reason.into(),
+            detail: format!("{reason} detail"),
+            ..Default::default()
+        };
+        let misses: Vec<pb::RecentMiss> =
+            (0..7).map(|i| miss(&format!("k{i}"), if i == 0 { "header" } else { "new" })).collect();
+        let text = misses_text(&misses);
+        assert!(text.starts_with("recent misses   7 (header 1, new 6); newest first:\n"), "{text}");
+        assert!(text.contains("  k0 (nvrtc): header: header detail\n"), "{text}");
+        assert!(!text.contains("k5") && text.contains("... 2 more in `kiln stats --json`"), "{text}");
+    }
+
+    #[test]
+    fn the_fleet_line_says_why_it_is_not_used() {
+        let with = |state: &str, reason: &str| pb::StatsResponse {
+            remote: "http://cache:7171".into(),
+            remote_state: state.into(),
+            remote_reason: reason.into(),
+            remote_up: state == "up",
+            ..Default::default()
+        };
+        assert_eq!(fleet_text(&pb::StatsResponse::default()), "none (local tiers only: kilnd has no --remote)");
+        assert_eq!(fleet_text(&with("up", "")), "http://cache:7171 (up)");
+        assert!(fleet_problem(&with("up", "")).is_none());
+        let refused = with("refused", "the fleet refused kilnd's token");
+        assert!(
+            fleet_text(&refused).contains("REFUSED TOKEN") && fleet_text(&refused).contains("refused kilnd's token")
+        );
+        assert!(
+            fleet_problem(&refused)
+                .is_some_and(|p| p.contains("refused kilnd's token") && p.contains("--remote-token"))
+        );
+        let down = with("down", "kiln-cache at http://cache:7171 is unreachable: connection refused");
+        assert!(fleet_text(&down).contains("DOWN") && fleet_text(&down).contains("connection refused"));
+        assert!(fleet_problem(&down).is_some_and(|p| p.contains("start kiln-cache")));
+        // A kilnd from before remote_state.
+        assert_eq!(fleet_text(&with("", "")), "http://cache:7171 (DOWN: serving from local tiers)");
     }
 
     #[test]

@@ -31,6 +31,8 @@ pub struct SaveReport {
     pub changed: bool,
     /// Entries that vanished or could not be read while saving.
     pub skipped: u64,
+    /// Symbolic links under the roots, which a snapshot does not hold.
+    pub symlinks: u64,
     /// The stored snapshot after the union.
     pub manifest_files: u64,
     pub manifest_bytes: u64,
@@ -58,7 +60,7 @@ pub async fn save(
     let wire_roots = wire_roots(roots)?;
     let scan_roots = roots.to_vec();
     let scan_observer = observer.clone();
-    let (mut entries, mut skipped) = blocking(move || scan(&scan_roots, scan_observer.as_ref())).await?;
+    let (mut entries, mut skipped, symlinks) = blocking(move || scan(&scan_roots, scan_observer.as_ref())).await?;
 
     let mut grpc = client.snapshots();
     let candidates = candidates(&entries);
@@ -97,6 +99,7 @@ pub async fn save(
         files_added: response.files_added,
         changed: response.changed,
         skipped,
+        symlinks,
         manifest_files: manifest.files.len() as u64,
         manifest_bytes: manifest.total_bytes,
         seconds: started.elapsed().as_secs_f64(),
@@ -124,13 +127,14 @@ fn wire_roots(roots: &[Root]) -> Result<Vec<pb::SnapshotRoot>, SnapshotError> {
         .collect()
 }
 
-/// Walks and hashes every root; returns the entries in (root, path) order and how many were
-/// skipped.
-fn scan(roots: &[Root], observer: &dyn Observer) -> Result<(Vec<Entry>, u64), SnapshotError> {
+/// Walks and hashes every root; returns the entries in (root, path) order, how many were
+/// skipped, and how many symbolic links were left out.
+fn scan(roots: &[Root], observer: &dyn Observer) -> Result<(Vec<Entry>, u64, u64), SnapshotError> {
     let listings = roots.iter().map(|r| walk(&r.path)).collect::<Result<Vec<_>, _>>()?;
     let files: usize = listings.iter().map(|l| l.files.len()).sum();
     observer.phase(Phase::Hash, files as u64, 0);
     let mut skipped: u64 = listings.iter().map(|l| l.skipped).sum();
+    let symlinks: u64 = listings.iter().map(|l| l.symlinks).sum();
     let mut entries = Vec::with_capacity(files);
     for (root, listing) in roots.iter().zip(listings) {
         for found in listing.files {
@@ -146,7 +150,7 @@ fn scan(roots: &[Root], observer: &dyn Observer) -> Result<(Vec<Entry>, u64), Sn
             }
         }
     }
-    Ok((entries, skipped))
+    Ok((entries, skipped, symlinks))
 }
 
 /// One candidate per distinct content, in first-seen order, with every path that holds it.

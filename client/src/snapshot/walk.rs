@@ -27,6 +27,9 @@ pub struct Found {
 pub struct Listing {
     pub files: Vec<Found>,
     pub skipped: u64,
+    /// Symbolic links, which a snapshot does not hold (a restore writes regular files only, and
+    /// a link's target may not exist on another host): counted so the save can say so.
+    pub symlinks: u64,
 }
 
 /// Walks `root`, which must be a directory (a symlink to one counts).
@@ -70,6 +73,7 @@ pub fn walk(root: &Path) -> Result<Listing, SnapshotError> {
                         listing.files.push(Found { rel: child, abs: entry.path() });
                     }
                 }
+                Ok(t) if t.is_symlink() => listing.symlinks += 1,
                 Ok(_) => {}
                 Err(_) => listing.skipped += 1,
             }
@@ -100,6 +104,7 @@ mod tests {
         assert_eq!(rels, ["b/.hidden", "b/c/x", "b/y", "z"]);
         assert_eq!(listing.files[1].abs, root.join("b/c/x"));
         assert_eq!(listing.skipped, 0);
+        assert_eq!(listing.symlinks, 1, "the link was not counted");
     }
 
     #[test]

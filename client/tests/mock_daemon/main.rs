@@ -136,9 +136,18 @@ async fn cli_exit_codes() {
     assert!(stdout.contains("\n    bad.cu(1): error: boom\n"), "{stdout}");
     assert!(stdout.contains("2 kernels: 1 ok, 1 failed"), "{stdout}");
 
+    // An empty file is named before anything is sent; a field the daemon refuses is followed by
+    // the file it stands for (this mock refuses a kernel with no CUDA source, a PTX one here).
     let output = kiln(&daemon.uri, &["compile", empty.to_str().unwrap()]).await;
     assert_eq!(output.status.code(), Some(2));
-    assert_eq!(text(&output.stderr).trim_end(), "error: invalid argument: graph.kernels[0].cuda.source: empty");
+    let expected = format!("error: {}: empty file, nothing to compile", empty.display());
+    assert_eq!(text(&output.stderr).trim_end(), expected);
+    let ptx = write(dir.path(), "v.ptx", ".version 8.0");
+    let output = kiln(&daemon.uri, &["compile", good.to_str().unwrap(), ptx.to_str().unwrap()]).await;
+    assert_eq!(output.status.code(), Some(2));
+    let expected =
+        format!("error: invalid argument: graph.kernels[1].source: missing (graph.kernels[1] is {})", ptx.display());
+    assert_eq!(text(&output.stderr).trim_end(), expected);
 
     let output = kiln(&daemon.uri, &["lookup", "--json", good.to_str().unwrap()]).await;
     assert_eq!(output.status.code(), Some(1));

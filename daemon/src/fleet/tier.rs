@@ -6,29 +6,98 @@
 //! timeout per lookup; a background probe with exponential backoff closes the breaker when the
 //! server is back and keeps `kiln_remote_up` true to what it sees. tonic's channel reconnects by
 //! itself.
+//!
+//! A refused token is not an outage: kiln-cache answered, and will keep answering the same until
+//! someone fixes the configuration. It opens the breaker too (every call would be refused), but
+//! is logged as an error naming the URI and the fix, and reported as `refused` in `Stats`, so
+//! `kiln stats` and `kiln doctor` say why the fleet is not used instead of a bare "down".
 
 use crate::metrics::Metrics;
 use kiln_cache_client::{Acquired, ClientError, Lookup, PublishStream, RemoteCache};
 use kiln_proto::CacheKey;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+/// What this daemon last learnt of the fleet cache, with the reason when it is not usable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FleetState {
+    /// No answer yet: the first probe runs at start-up.
+    Starting,
+    Up,
+    /// Unreachable, or kiln-cache cannot reach Redis: the reason as seen.
+    Down(String),
+    /// kiln-cache answered and refused kilnd's token: a configuration error, not an outage.
+    Refused(String),
+}
+
+impl FleetState {
+    /// The word `Stats` carries in `remote_state`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            FleetState::Starting => "starting",
+            FleetState::Up => "up",
+            FleetState::Down(_) => "down",
+            FleetState::Refused(_) => "refused",
+        }
+    }
+
+    /// Why the fleet is not usable, with the fix where there is one; empty when up.
+    pub fn reason(&self) -> String {
+        match self {
+            FleetState::Starting => "no answer from kiln-cache yet".to_owned(),
+            FleetState::Up => String::new(),
+            FleetState::Down(why) => why.clone(),
+            FleetState::Refused(why) => why.clone(),
+        }
+    }
+}
 
 #[derive(Debug)]
 pub struct RemoteTier {
     client: RemoteCache,
+    /// The kiln-cache URI, for the messages that say which fleet refused or is down.
+    uri: String,
     /// Open (true) while the server is believed down: calls skip it.
     down: AtomicBool,
+    /// What `Stats` reports; changed together with `down` (the breaker reads `down` alone).
+    state: Mutex<FleetState>,
+    /// Set once a write was refused for a read-only token, so that is logged once.
+    read_only: AtomicBool,
     metrics: Arc<Metrics>,
     /// Wakes the probe when a call fails, so the breaker opens and closes promptly.
     wake: tokio::sync::Notify,
 }
 
 impl RemoteTier {
-    pub fn new(client: RemoteCache, metrics: Arc<Metrics>) -> Arc<Self> {
+    pub fn new(client: RemoteCache, uri: &str, metrics: Arc<Metrics>) -> Arc<Self> {
         metrics.remote_up.set(0);
-        Arc::new(RemoteTier { client, down: AtomicBool::new(false), metrics, wake: tokio::sync::Notify::new() })
+        Arc::new(RemoteTier {
+            client,
+            uri: uri.to_owned(),
+            down: AtomicBool::new(false),
+            state: Mutex::new(FleetState::Starting),
+            read_only: AtomicBool::new(false),
+            metrics,
+            wake: tokio::sync::Notify::new(),
+        })
+    }
+
+    /// The fleet's state as last seen, with its reason.
+    pub fn state(&self) -> FleetState {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Whether a write was refused because kilnd's token is read-only.
+    pub fn read_only(&self) -> bool {
+        self.read_only.load(Ordering::Relaxed)
+    }
+
+    /// Records the new state; returns the previous one, so a change is logged once.
+    fn set_state(&self, state: FleetState) -> FleetState {
+        std::mem::replace(&mut *self.state.lock().unwrap_or_else(|e| e.into_inner()), state)
     }
 
     /// Whether the breaker lets calls through.
@@ -39,27 +108,55 @@ impl RemoteTier {
     /// Runs one call unless the breaker is open, and records what came of it.
     async fn call<T>(&self, call: impl Future<Output = Result<T, ClientError>>) -> Result<T, ClientError> {
         if !self.usable() {
-            return Err(ClientError::Rpc {
-                code: tonic::Code::Unavailable,
-                message: "the fleet cache is unreachable (breaker open)".into(),
-            });
+            let message = match self.state() {
+                FleetState::Refused(_) => "the fleet refused kilnd's token (breaker open)",
+                _ => "the fleet cache is unreachable (breaker open)",
+            };
+            return Err(ClientError::Rpc { code: tonic::Code::Unavailable, message: message.into() });
         }
         let result = call.await;
         self.observe(&result);
         result
     }
 
-    /// Records the result of a call: transport failures open the breaker.
+    /// Records the result of a call: transport failures and a refused token open the breaker.
     fn observe<T>(&self, result: &Result<T, ClientError>) {
         match result {
             Ok(_) => {
                 self.down.store(false, Ordering::Relaxed);
+                if self.set_state(FleetState::Up) != FleetState::Up {
+                    tracing::info!(uri = %self.uri, "fleet cache reachable");
+                }
                 self.metrics.remote_up.set(1);
             }
-            Err(e) if is_outage(e) => {
-                if !self.down.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(error = %e, "fleet cache unreachable; serving from local tiers until it returns");
+            Err(e) if e.code() == Some(tonic::Code::Unauthenticated) => {
+                let why = format!(
+                    "the fleet refused kilnd's token ({e}): kiln-cache at {} answers but does not accept the token \
+                     of --remote-token (remote.token); give kilnd one of kiln-cache's tokens and restart it",
+                    self.uri
+                );
+                self.down.store(true, Ordering::Relaxed);
+                if !matches!(self.set_state(FleetState::Refused(why.clone())), FleetState::Refused(_)) {
+                    tracing::error!(uri = %self.uri, "{why}; serving from local tiers only");
                 }
+                self.metrics.remote_up.set(0);
+                self.wake.notify_one();
+            }
+            Err(e) if e.code() == Some(tonic::Code::PermissionDenied) => {
+                // A read-only token reads the fleet but may not publish to it: said once, since
+                // it may be meant (a host that should only consume), and the breaker stays shut.
+                if !self.read_only.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(uri = %self.uri, error = %e,
+                        "the fleet refused a write with kilnd's token (a read-only token?): this host reads from the \
+                         fleet but publishes nothing to it");
+                }
+            }
+            Err(e) if is_outage(e) => {
+                let why = format!("kiln-cache at {} is unreachable: {e}", self.uri);
+                if !self.down.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(error = %e, uri = %self.uri, "fleet cache unreachable; serving from local tiers until it returns");
+                }
+                self.set_state(FleetState::Down(why));
                 self.metrics.remote_up.set(0);
                 self.wake.notify_one();
             }
@@ -160,8 +257,9 @@ impl RemoteTier {
 
     fn mark_down(&self, why: &str) {
         if !self.down.swap(true, Ordering::Relaxed) {
-            tracing::warn!(why, "fleet cache unusable; serving from local tiers until it returns");
+            tracing::warn!(why, uri = %self.uri, "fleet cache unusable; serving from local tiers until it returns");
         }
+        self.set_state(FleetState::Down(format!("kiln-cache at {}: {why}", self.uri)));
         self.metrics.remote_up.set(0);
     }
 }

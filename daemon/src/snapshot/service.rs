@@ -136,6 +136,13 @@ impl SnapshotState {
             self.store.list_saved(&manifest).await;
             tracing::info!(job = %id.job, key = %key, files = manifest.files.len(), bytes = manifest.total_bytes,
                 added = merged.files_added, "snapshot saved");
+        } else if self.store.fleet_lacks(&key).await {
+            // Nothing changed here, but the fleet lacks the manifest (saved while kilnd had no
+            // fleet, or evicted there): publish it, so other hosts' restores find it. Its files
+            // went back to the fleet when the client asked which were missing (`republish`).
+            self.store.put_manifest(&key, &manifest).await;
+            self.store.list_saved(&manifest).await;
+            tracing::info!(job = %id.job, key = %key, "snapshot unchanged here; published to the fleet cache, which lacked it");
         }
         Metrics::count(&self.metrics.snapshot_saves, if merged.changed { "changed" } else { "unchanged" }, 1);
         Ok(pb::SaveSnapshotResponse {

@@ -74,6 +74,13 @@ impl SnapshotStore {
         Some(held)
     }
 
+    /// Whether the fleet cache answers and lacks `key`: a manifest saved while kilnd had no
+    /// fleet (or the fleet lost it) is then this host's to publish.
+    pub async fn fleet_lacks(&self, key: &CacheKey) -> bool {
+        let Some(fleet) = self.engine.fleet_up() else { return false };
+        matches!(fleet.tier.contains(std::slice::from_ref(key)).await.as_deref(), Ok([false]))
+    }
+
     /// Stores again in the fleet cache files this host holds and the fleet lost (Redis evicted
     /// them, or kiln-cache deleted a damaged copy), so fresh hosts can restore them.
     pub async fn republish(&self, digests: &[[u8; 32]]) {

@@ -26,6 +26,8 @@ pub fn render(s: &StatsResponse, m: &Metrics) -> String {
         "not configured"
     } else if s.remote_up {
         "reachable"
+    } else if s.remote_state == "refused" {
+        "TOKEN REFUSED"
     } else {
         "UNREACHABLE"
     };
@@ -39,6 +41,9 @@ pub fn render(s: &StatsResponse, m: &Metrics) -> String {
     ]);
     if !s.remote.is_empty() {
         page.paragraph(&format!("fleet cache: {}", s.remote));
+        if !s.remote_reason.is_empty() {
+            page.paragraph(&format!("why: {}", s.remote_reason));
+        }
     }
 
     page.heading("Tiers");

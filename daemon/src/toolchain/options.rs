@@ -91,8 +91,53 @@ pub enum OptionError {
     Target(String),
     #[error("`{0}` is not allowed: headers must be sent by content, and the daemon reads no client path")]
     Path(String),
-    #[error("`{0}` is not on the NVRTC option allowlist")]
+    /// Says what is allowed, so a user need not read the source to find the option they meant.
+    #[error("`{0}` is not on the NVRTC option allowlist; allowed: {list}", list = nvrtc_allowed())]
     NotAllowed(String),
+    #[error("`{0}` is not on the ptxas option allowlist; allowed: {list}", list = ptxas_allowed())]
+    NotAllowedPtxas(String),
+}
+
+/// The NVRTC options a client may pass, in words: every exact option, then each prefix with
+/// the values it takes. The README's list is checked against this one.
+pub fn nvrtc_allowed() -> String {
+    let mut list: Vec<String> = EXACT.iter().map(|o| (*o).to_owned()).collect();
+    list.extend(PREFIXED.iter().map(|p| format!("{p}{}", value_words(p))));
+    list.join(" ")
+}
+
+/// The ptxas options a client may pass for a PTX kernel, in words.
+pub fn ptxas_allowed() -> String {
+    let mut list: Vec<String> = PTXAS_EXACT.iter().map(|o| (*o).to_owned()).collect();
+    list.extend(PTXAS_VALUE.iter().map(|p| {
+        let values = match *p {
+            p if p.contains("maxrregcount") => "N",
+            p if p.contains("opt-level") => "0..3",
+            _ => "{ca,cg,cs,lu,cv,wb,wt}",
+        };
+        format!("{p}{values}")
+    }));
+    list.join(" ")
+}
+
+/// What [`value_ok`] takes after `prefix`, in words.
+fn value_words(prefix: &str) -> &'static str {
+    match prefix {
+        "-O" => "{0,1,2,3}",
+        "-std=" | "--std=" => "{c++03,c++11,c++14,c++17,c++20}",
+        "-ftz=" | "--ftz=" | "-prec-div=" | "--prec-div=" | "-prec-sqrt=" | "--prec-sqrt=" | "-fmad=" | "--fmad=" => {
+            "{true,false}"
+        }
+        "--dlink-time-opt" => "",
+        "-maxrregcount=" | "--maxrregcount=" => "N",
+        "-Xptxas=" | "--ptxas-options=" => "OPT[,OPT] (ptxas -O0..-O3, -v, spill and local-memory warnings)",
+        "-diag-suppress=" | "--diag-suppress=" | "-diag-error=" | "--diag-error=" | "-diag-warn=" | "--diag-warn=" => {
+            "N[,N]"
+        }
+        "-D" | "--define-macro=" => "NAME[=VALUE]",
+        "-U" | "--undefine-macro=" => "NAME",
+        _ => "VALUE",
+    }
 }
 
 /// Checks one option.
@@ -165,53 +210,56 @@ pub fn check_ptxas(option: &str) -> Result<(), OptionError> {
     if path_like.iter().any(|p| option.starts_with(p)) {
         return Err(OptionError::Path(shown(option)));
     }
-    const EXACT: &[&str] = &[
-        "-O0",
-        "-O1",
-        "-O2",
-        "-O3",
-        "-v",
-        "--verbose",
-        "-lineinfo",
-        "--generate-line-info",
-        "-g",
-        "--device-debug",
-        "--warn-on-spills",
-        "-warn-spills",
-        "--warn-on-local-memory-usage",
-        "-warn-lmem-usage",
-        "--warn-on-double-precision-use",
-        "-warn-double-usage",
-        "--disable-optimizer-constants",
-        "--allow-expensive-optimizations=true",
-        "--allow-expensive-optimizations=false",
-        "--fmad=true",
-        "--fmad=false",
-        "-c",
-        "--compile-only",
-    ];
-    if EXACT.contains(&option) {
+    if PTXAS_EXACT.contains(&option) {
         return Ok(());
     }
-    let value = [
-        "--maxrregcount=",
-        "-maxrregcount=",
-        "-dlcm=",
-        "--def-load-cache=",
-        "-dscm=",
-        "--def-store-cache=",
-        "--opt-level=",
-    ]
-    .iter()
-    .find_map(|p| option.strip_prefix(p).map(|v| (*p, v)));
+    let value = PTXAS_VALUE.iter().find_map(|p| option.strip_prefix(p).map(|v| (*p, v)));
     let ok = match value {
         Some((p, v)) if p.contains("maxrregcount") => v.parse::<u32>().is_ok_and(|n| n <= 255),
         Some((p, v)) if p.contains("opt-level") => matches!(v, "0" | "1" | "2" | "3"),
         Some((_, v)) => matches!(v, "ca" | "cg" | "cs" | "lu" | "cv" | "wb" | "wt"),
         None => false,
     };
-    if ok { Ok(()) } else { Err(OptionError::NotAllowed(shown(option))) }
+    if ok { Ok(()) } else { Err(OptionError::NotAllowedPtxas(shown(option))) }
 }
+
+/// ptxas options allowed exactly as written.
+const PTXAS_EXACT: &[&str] = &[
+    "-O0",
+    "-O1",
+    "-O2",
+    "-O3",
+    "-v",
+    "--verbose",
+    "-lineinfo",
+    "--generate-line-info",
+    "-g",
+    "--device-debug",
+    "--warn-on-spills",
+    "-warn-spills",
+    "--warn-on-local-memory-usage",
+    "-warn-lmem-usage",
+    "--warn-on-double-precision-use",
+    "-warn-double-usage",
+    "--disable-optimizer-constants",
+    "--allow-expensive-optimizations=true",
+    "--allow-expensive-optimizations=false",
+    "--fmad=true",
+    "--fmad=false",
+    "-c",
+    "--compile-only",
+];
+
+/// ptxas options allowed with a value after this prefix.
+const PTXAS_VALUE: &[&str] = &[
+    "--maxrregcount=",
+    "-maxrregcount=",
+    "-dlcm=",
+    "--def-load-cache=",
+    "-dscm=",
+    "--def-store-cache=",
+    "--opt-level=",
+];
 
 /// An option as quoted back in an error: bounded, so a huge option cannot flood a log.
 fn shown(option: &str) -> String {
@@ -246,7 +294,9 @@ mod tests {
         }
         assert!(matches!(check_ptxas("-o/tmp/x"), Err(OptionError::Path(_))));
         assert!(matches!(check_ptxas("--gpu-name=sm_80"), Err(OptionError::Target(_))));
-        assert!(matches!(check_ptxas("--fancy"), Err(OptionError::NotAllowed(_))));
+        assert!(matches!(check_ptxas("--fancy"), Err(OptionError::NotAllowedPtxas(_))));
+        let said = check_ptxas("--fancy").unwrap_err().to_string();
+        assert!(said.contains("allowed: -O0") && said.contains("--opt-level=0..3"), "{said}");
     }
 
     #[test]
@@ -259,6 +309,20 @@ mod tests {
         assert!(matches!(check("--gpu-architecture=compute_90"), Err(OptionError::Target(_))));
         for bad in ["--fancy", "-O9", "--std=c++99", "-maxrregcount=x", "-Xptxas=-o/tmp/x", "-D", ""] {
             assert!(matches!(check(bad), Err(OptionError::NotAllowed(_))), "{bad}");
+        }
+        let said = check("-O9").unwrap_err().to_string();
+        assert!(
+            said.contains("allowed: -G ") && said.contains("-O{0,1,2,3}") && said.contains("-std={c++03"),
+            "{said}"
+        );
+    }
+
+    /// The README lists the allowlist for users; it must list every option the code takes.
+    #[test]
+    fn the_readme_lists_every_allowed_option() {
+        let readme = include_str!("../../../README.md");
+        for option in EXACT.iter().chain(PREFIXED).chain(PTXAS_EXACT).chain(PTXAS_VALUE) {
+            assert!(readme.contains(&format!("`{option}")), "README.md does not list `{option}`");
         }
     }
 }

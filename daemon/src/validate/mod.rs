@@ -114,7 +114,14 @@ fn target(text: &str, ctx: &Context<'_>) -> Result<Target, Error> {
     }
     let target: Target = text.parse().map_err(|e| invalid("graph.target", e))?;
     if !ctx.supported_targets.contains(&format!("sm_{}", target.sm())) {
-        return Err(invalid("graph.target", format!("{target} is not supported by NVRTC {}", ctx.nvrtc_version)));
+        return Err(invalid(
+            "graph.target",
+            format!(
+                "{target} is not supported by NVRTC {}; supported: {}",
+                ctx.nvrtc_version,
+                ctx.supported_targets.join(" ")
+            ),
+        ));
     }
     Ok(target)
 }

@@ -70,7 +70,10 @@ fn each_bad_field_is_named() {
     let cases: Vec<(CompileRequest, &str)> = vec![
         (CompileRequest::default(), "graph: required"),
         (req("sm_9x", vec![kernel("a", cuda("x"))]), "graph.target:"),
-        (req("sm_50", vec![kernel("a", cuda("x"))]), "graph.target: sm_50 is not supported"),
+        (
+            req("sm_50", vec![kernel("a", cuda("x"))]),
+            "graph.target: sm_50 is not supported by NVRTC 13.0; supported: sm_75 sm_80 sm_90 sm_100",
+        ),
         (req("sm_90", vec![]), "graph.kernels: empty"),
         (
             req("sm_90", (0..4).map(|i| kernel(&format!("k{i}"), cuda("x"))).collect()),

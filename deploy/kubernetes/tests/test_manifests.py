@@ -64,22 +64,34 @@ def render(directory: Path) -> list[dict]:
     return [d for d in yaml.safe_load_all(out.stdout) if d]
 
 
-def render_with_tls(tmp_path: Path, overlay: str) -> list[dict]:
+def render_with(tmp_path: Path, overlay: str, components: list[str]) -> list[dict]:
     # kustomize refuses absolute paths to other kustomizations, so the variant names them relatively.
     rel = os.path.relpath(KUBE, tmp_path)
-    (tmp_path / "kustomization.yaml").write_text(
-        f"resources: [{rel}/overlays/{overlay}]\ncomponents: [{rel}/components/tls]\n"
-    )
+    listed = ", ".join(f"{rel}/components/{c}" for c in components)
+    (tmp_path / "kustomization.yaml").write_text(f"resources: [{rel}/overlays/{overlay}]\ncomponents: [{listed}]\n")
     return render(tmp_path)
 
 
-VARIANTS = ["overlays/small", "overlays/redis-cluster", "small+tls", "job"]
+# "A+b+c": overlay A with components b and c.
+VARIANTS = ["overlays/small", "overlays/redis-cluster", "small+tls", "small+monitoring+tls", "job"]
 
 
 def render_variant(variant: str, tmp_path: Path) -> list[dict]:
-    if variant == "small+tls":
-        return render_with_tls(tmp_path, "small")
+    if "+" in variant:
+        overlay, *components = variant.split("+")
+        return render_with(tmp_path, overlay, components)
     return render(KUBE / variant)
+
+
+def test_servicemonitors_come_only_with_the_monitoring_component(tmp_path: Path):
+    """A cluster without the Prometheus Operator refuses ServiceMonitors, so the overlays apply
+    there as they are; the monitoring component adds one per daemon, in the kiln namespace."""
+    for overlay in ("overlays/small", "overlays/redis-cluster"):
+        kinds = {o["kind"] for o in render(KUBE / overlay)}
+        assert "ServiceMonitor" not in kinds, f"{overlay} renders a ServiceMonitor without the component"
+    monitors = [o for o in render_with(tmp_path, "small", ["monitoring"]) if o["kind"] == "ServiceMonitor"]
+    assert sorted(m["metadata"]["name"] for m in monitors) == ["kiln-cache", "kilnd"]
+    assert all(m["metadata"]["namespace"] == "kiln" for m in monitors), monitors
 
 
 def one(objects: list[dict], kind: str, name: str) -> dict:

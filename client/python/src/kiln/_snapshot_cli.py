@@ -150,6 +150,9 @@ def _run(args: argparse.Namespace) -> int:
                 _line({"event": "saved", **dataclasses.asdict(r)})
             else:
                 skipped = f"; skipped {r.skipped} that vanished or could not be read" if r.skipped else ""
+                if r.symlinks:
+                    skipped += f"; left out {r.symlinks} symbolic link{'s' if r.symlinks != 1 else ''} " \
+                        "(snapshots hold regular files only)"
                 print(f"saved job `{r.job}`: {r.files} files ({_size(r.bytes)}) from {len(r.roots)} roots; "
                       f"sent {r.files_uploaded} files ({_size(r.bytes_uploaded)}){skipped}")
                 print(f"snapshot {r.key}: {r.manifest_files} files ({_size(r.manifest_bytes)}), "

@@ -78,17 +78,18 @@ def lock_path(parent: str, base: str) -> str:
 
 
 def open_lock_file(path: str) -> int:
-    """Opens (creating it 0o666 whatever the umask, so ranks of other users can take it too)."""
+    """Opens the lock file, creating it ``0o644`` (less under a stricter umask) and never wider:
+    it may stay in a shared directory, where a world-writable file is anybody's to fill. Ranks of
+    other users open it read-only (``flock`` needs no write access). ``O_NOFOLLOW``: a symlink
+    another user put at the path is refused, not followed."""
+    flags = os.O_CLOEXEC | os.O_NOFOLLOW
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | flags, 0o644)
     except FileExistsError:
         try:
-            return os.open(path, os.O_RDWR | os.O_CLOEXEC)
+            return os.open(path, os.O_RDWR | flags)
         except PermissionError:
-            return os.open(path, os.O_RDONLY | os.O_CLOEXEC)  # flock needs no write access
-    with contextlib.suppress(OSError):
-        os.fchmod(fd, 0o666)
-    return fd
+            return os.open(path, os.O_RDONLY | flags)
 
 
 def try_flock(path: str) -> int | None:

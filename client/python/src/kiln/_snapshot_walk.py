@@ -37,15 +37,16 @@ class Found:
     ino: int
 
 
-def walk(root: str, exclude: Callable[[str], bool] | None = None) -> tuple[list[Found], int]:
-    """The regular files under ``root``, sorted by relative path, and how many entries were
-    skipped (vanished, unreadable, or a name the wire cannot carry). ``exclude(name)`` drops a
+def walk(root: str, exclude: Callable[[str], bool] | None = None) -> tuple[list[Found], int, int]:
+    """The regular files under ``root``, sorted by relative path, how many entries were skipped
+    (vanished, unreadable, or a name the wire cannot carry), and how many symbolic links were
+    left out (a snapshot holds regular files only; the save says so). ``exclude(name)`` drops a
     file or a whole directory by its name. Raises ``NotADirectoryError``/``FileNotFoundError``
     when ``root`` is not a directory."""
     if not os.path.isdir(root):
         raise (NotADirectoryError if os.path.exists(root) else FileNotFoundError)(f"{root}: not a directory")
     files: list[Found] = []
-    skipped = 0
+    skipped = symlinks = 0
     pending = [(root, "")]
     while pending:
         directory, rel_dir = pending.pop()
@@ -63,6 +64,9 @@ def walk(root: str, exclude: Callable[[str], bool] | None = None) -> tuple[list[
                 continue
             rel = f"{rel_dir}/{name}" if rel_dir else name
             try:
+                if entry.is_symlink():
+                    symlinks += 1
+                    continue
                 if entry.is_dir(follow_symlinks=False):
                     pending.append((entry.path, rel))
                     continue
@@ -77,7 +81,7 @@ def walk(root: str, exclude: Callable[[str], bool] | None = None) -> tuple[list[
                 continue
             files.append(Found(rel, entry.path, stat.S_IMODE(st.st_mode) & 0o777, st.st_size, st.st_mtime_ns, st.st_ino))
     files.sort(key=lambda f: f.rel)
-    return files, skipped
+    return files, skipped, symlinks
 
 
 def digest_bytes(data: bytes) -> bytes:

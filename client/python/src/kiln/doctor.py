@@ -74,6 +74,8 @@ def gather(timeout: float = 5.0) -> dict[str, Any]:
             tiers=[{"tier": t.tier, "entries": t.entries, "bytes": t.bytes} for t in stats.tiers],
             remote=stats.remote,
             remote_up=stats.remote_up,
+            remote_state=stats.remote_state,
+            remote_reason=stats.remote_reason,
         )
     except (errors.KilnError, ValueError) as e:
         report["daemon"].update(reachable=False, error=str(e))
@@ -97,6 +99,16 @@ def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
 
 
+def _fleet(d: dict[str, Any]) -> str:
+    """The fleet cache's line: a refused token is a configuration error, said with its reason."""
+    if not d["remote"]:
+        return "none (no --remote)"
+    state = d.get("remote_state") or ("up" if d["remote_up"] else "down")
+    reason = d.get("remote_reason") or ""
+    word = {"up": "up", "refused": "REFUSED TOKEN", "starting": "not answered yet"}.get(state, "DOWN")
+    return f"{d['remote']} ({word})" + (f": {reason}" if reason else "")
+
+
 def render(report: dict[str, Any]) -> str:
     lines = []
     d = report["daemon"]
@@ -111,8 +123,7 @@ def render(report: dict[str, Any]) -> str:
         lines.append(f"  target    {d['default_target'] or '(none: graphs must name one)'}")
         tiers = ", ".join(f"{t['tier']} {t['entries']} entries" for t in d["tiers"])
         lines.append(f"  tiers     {tiers}")
-        remote = f"{d['remote']} ({'up' if d['remote_up'] else 'DOWN'})" if d["remote"] else "none (no --remote)"
-        lines.append(f"  fleet     {remote}")
+        lines.append(f"  fleet     {_fleet(d)}")
     else:
         lines.append(f"  answers   NO: {d['error']}")
     lines.append(f"kiln        {report['kiln']['version']}  ({report['kiln']['location']})")

@@ -293,6 +293,11 @@ class Stats:
     #: The fleet cache (kilnd --remote); empty without one.
     remote: str
     remote_up: bool
+    #: The fleet cache's state, empty without one: "starting", "up", "down" or "refused" (it
+    #: answered and refused kilnd's token: a configuration error, not an outage).
+    remote_state: str = ""
+    #: Why the fleet cache is not usable, with the fix; empty when up.
+    remote_reason: str = ""
 
     @classmethod
     def from_proto(cls, m: pb.StatsResponse) -> Stats:
@@ -317,6 +322,8 @@ class Stats:
             concurrency=m.concurrency,
             remote=m.remote,
             remote_up=m.remote_up,
+            remote_state=m.remote_state,
+            remote_reason=m.remote_reason,
         )
 
 
@@ -487,6 +494,8 @@ class SaveResult:
     manifest_files: int
     manifest_bytes: int
     seconds: float
+    #: Symbolic links under the roots, left out: a snapshot holds regular files only.
+    symlinks: int = 0
 
 
 class Placement(enum.Enum):

@@ -168,16 +168,17 @@ class _Entry:
 
 def _hash_roots(
     roots: list[SnapshotRoot], exclude: Callable[[str], bool] | None, cache: DigestCache, on_progress: Progress | None
-) -> tuple[list[_Entry], int]:
+) -> tuple[list[_Entry], int, int]:
     listed: list[tuple[str, Found]] = []
-    skipped = 0
+    skipped = symlinks = 0
     for root in roots:
         try:
-            found, root_skipped = walk(root.path, exclude)
+            found, root_skipped, root_symlinks = walk(root.path, exclude)
         except OSError as e:
             raise _usage(f"root {root.name!r}: {root.path}: {e.strerror or e}") from e
         listed += [(root.name, f) for f in found]
         skipped += root_skipped
+        symlinks += root_symlinks
     total_bytes = sum(f.size for _, f in listed)
     entries: list[_Entry] = []
     done_bytes = 0
@@ -191,7 +192,7 @@ def _hash_roots(
         done_bytes += f.size
         if on_progress is not None:
             on_progress(SnapshotProgress("hash", name, i + 1, len(listed), done_bytes, total_bytes))
-    return entries, skipped
+    return entries, skipped, symlinks
 
 
 def _upload_contents(entries: list[_Entry], missing: set[bytes]) -> Iterator[tuple[bytes, bytes]]:
@@ -284,7 +285,7 @@ def save(
     if not roots:
         raise _usage("a snapshot save needs at least one directory")
     snapshot_id = _id(job, keys)
-    entries, skipped = _hash_roots(roots, exclude, digests or DigestCache(), on_progress)
+    entries, skipped, symlinks = _hash_roots(roots, exclude, digests or DigestCache(), on_progress)
     missing = _missing(client, sorted({e.digest for e in entries}), timeout) if entries else set()
     files_uploaded, bytes_uploaded = _upload(client, entries, missing, timeout, on_progress)
     kept = [e for e in entries if e.size >= 0]
@@ -308,6 +309,7 @@ def save(
         files_added=response.files_added,
         changed=response.changed,
         skipped=skipped,
+        symlinks=symlinks,
         manifest_files=len(manifest.files),
         manifest_bytes=manifest.total_bytes,
         seconds=time.perf_counter() - started,

@@ -223,7 +223,7 @@ def _fingerprint(roots: dict[str, str]) -> frozenset[tuple[str, str, int, int]]:
     seen: set[tuple[str, str, int, int]] = set()
     for name, path in roots.items():
         try:
-            found, _ = walk(path, _torch_job.exclude)
+            found, _, _ = walk(path, _torch_job.exclude)
         except OSError:
             continue
         seen.update((name, f.rel, f.size, f.mtime_ns) for f in found)

@@ -441,7 +441,7 @@ class TierStats(_message.Message):
     def __init__(self, tier: _Optional[str] = ..., entries: _Optional[int] = ..., bytes: _Optional[int] = ..., capacity_bytes: _Optional[int] = ..., hits: _Optional[int] = ..., misses: _Optional[int] = ..., integrity_failures: _Optional[int] = ...) -> None: ...
 
 class StatsResponse(_message.Message):
-    __slots__ = ("version", "toolchains", "gpus", "default_target", "tiers", "compiles_ok", "compiles_failed", "queue_depth", "inflight_compiles", "jobs_total", "compile_seconds_saved", "concurrency", "remote", "remote_up", "snapshots", "recent_misses", "torch_graphs")
+    __slots__ = ("version", "toolchains", "gpus", "default_target", "tiers", "compiles_ok", "compiles_failed", "queue_depth", "inflight_compiles", "jobs_total", "compile_seconds_saved", "concurrency", "remote", "remote_up", "snapshots", "recent_misses", "torch_graphs", "remote_state", "remote_reason")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     TOOLCHAINS_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
@@ -459,6 +459,8 @@ class StatsResponse(_message.Message):
     SNAPSHOTS_FIELD_NUMBER: _ClassVar[int]
     RECENT_MISSES_FIELD_NUMBER: _ClassVar[int]
     TORCH_GRAPHS_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_STATE_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_REASON_FIELD_NUMBER: _ClassVar[int]
     version: str
     toolchains: _containers.RepeatedCompositeFieldContainer[ToolchainInfo]
     gpus: _containers.RepeatedCompositeFieldContainer[Gpu]
@@ -476,7 +478,9 @@ class StatsResponse(_message.Message):
     snapshots: SnapshotStats
     recent_misses: _containers.RepeatedCompositeFieldContainer[RecentMiss]
     torch_graphs: TorchGraphStats
-    def __init__(self, version: _Optional[str] = ..., toolchains: _Optional[_Iterable[_Union[ToolchainInfo, _Mapping]]] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., default_target: _Optional[str] = ..., tiers: _Optional[_Iterable[_Union[TierStats, _Mapping]]] = ..., compiles_ok: _Optional[int] = ..., compiles_failed: _Optional[int] = ..., queue_depth: _Optional[int] = ..., inflight_compiles: _Optional[int] = ..., jobs_total: _Optional[int] = ..., compile_seconds_saved: _Optional[float] = ..., concurrency: _Optional[int] = ..., remote: _Optional[str] = ..., remote_up: _Optional[bool] = ..., snapshots: _Optional[_Union[SnapshotStats, _Mapping]] = ..., recent_misses: _Optional[_Iterable[_Union[RecentMiss, _Mapping]]] = ..., torch_graphs: _Optional[_Union[TorchGraphStats, _Mapping]] = ...) -> None: ...
+    remote_state: str
+    remote_reason: str
+    def __init__(self, version: _Optional[str] = ..., toolchains: _Optional[_Iterable[_Union[ToolchainInfo, _Mapping]]] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., default_target: _Optional[str] = ..., tiers: _Optional[_Iterable[_Union[TierStats, _Mapping]]] = ..., compiles_ok: _Optional[int] = ..., compiles_failed: _Optional[int] = ..., queue_depth: _Optional[int] = ..., inflight_compiles: _Optional[int] = ..., jobs_total: _Optional[int] = ..., compile_seconds_saved: _Optional[float] = ..., concurrency: _Optional[int] = ..., remote: _Optional[str] = ..., remote_up: _Optional[bool] = ..., snapshots: _Optional[_Union[SnapshotStats, _Mapping]] = ..., recent_misses: _Optional[_Iterable[_Union[RecentMiss, _Mapping]]] = ..., torch_graphs: _Optional[_Union[TorchGraphStats, _Mapping]] = ..., remote_state: _Optional[str] = ..., remote_reason: _Optional[str] = ...) -> None: ...
 
 class TorchGraphStats(_message.Message):
     __slots__ = ("compiled", "failed", "hits", "fallbacks", "jobs")
