@@ -55,5 +55,5 @@ class Explanation:
             kernel_id=m.identity.kernel_id,
             kernel_name=m.identity.kernel_name,
             nearest_from=m.nearest_from,
-            differences=[Difference(d.reason, d.text) for d in m.differences],
+            differences=[Difference(reason=d.reason, text=d.text) for d in m.differences],
         )

@@ -16,6 +16,7 @@ from ._proto import kiln_pb2 as pb
 
 if TYPE_CHECKING:
     from ._proto import snapshot_pb2 as spb
+    from .torch_results import TorchGraphStats
 
 
 class Outcome(enum.IntEnum):
@@ -130,7 +131,12 @@ class KernelResult:
             ptx=m.ptx,
             attributes=[
                 KernelAttributes(
-                    a.name, a.registers, a.static_shared_bytes, a.max_threads_per_block, a.local_bytes, a.const_bytes
+                    name=a.name,
+                    registers=a.registers,
+                    static_shared_bytes=a.static_shared_bytes,
+                    max_threads_per_block=a.max_threads_per_block,
+                    local_bytes=a.local_bytes,
+                    const_bytes=a.const_bytes,
                 )
                 for a in m.attributes
             ],
@@ -182,7 +188,7 @@ def events_from_proto(m: pb.JobEvent) -> list[Event]:
     one message) becomes one :class:`KernelDone` per kernel; an event kind this client does not
     know, none."""
     if m.WhichOneof("event") == "kernels":
-        return [KernelDone(m.job_id, KernelResult.from_proto(k)) for k in m.kernels.results]
+        return [KernelDone(job_id=m.job_id, result=KernelResult.from_proto(k)) for k in m.kernels.results]
     event = event_from_proto(m)
     return [] if event is None else [event]
 
@@ -192,16 +198,23 @@ def event_from_proto(m: pb.JobEvent) -> Event | None:
     see :func:`events_from_proto`)."""
     kind = m.WhichOneof("event")
     if kind == "queued":
-        return Queued(m.job_id, m.queued.kernels, m.queued.target)
+        return Queued(job_id=m.job_id, kernels=m.queued.kernels, target=m.queued.target)
     if kind == "started":
-        return Started(m.job_id)
+        return Started(job_id=m.job_id)
     if kind == "kernel":
-        return KernelDone(m.job_id, KernelResult.from_proto(m.kernel))
+        return KernelDone(job_id=m.job_id, result=KernelResult.from_proto(m.kernel))
     if kind == "done":
         d = m.done
-        return JobDone(m.job_id, d.graph_key, list(d.kernel_keys), d.ok, d.failed, d.missed)
+        return JobDone(
+            job_id=m.job_id,
+            graph_key=d.graph_key,
+            kernel_keys=list(d.kernel_keys),
+            ok=d.ok,
+            failed=d.failed,
+            missed=d.missed,
+        )
     if kind == "failed":
-        return JobFailedEvent(m.job_id, m.failed.reason)
+        return JobFailedEvent(job_id=m.job_id, reason=m.failed.reason)
     return None
 
 
@@ -276,6 +289,63 @@ class TierStats:
 
 
 @dataclass(frozen=True)
+class RecentMiss:
+    """One of the last kernels kilnd compiled because no tier held them, and why."""
+
+    unix_millis: int
+    graph: str
+    kernel_id: str
+    kernel_name: str
+    toolchain: str
+    #: A ``kiln_misses_total`` reason label: new, toolchain, target, options, source, header, ...
+    reason: str
+    detail: str
+    key: str
+
+    @classmethod
+    def from_proto(cls, m: pb.RecentMiss) -> RecentMiss:
+        return cls(
+            unix_millis=m.unix_millis,
+            graph=m.graph,
+            kernel_id=m.kernel_id,
+            kernel_name=m.kernel_name,
+            toolchain=m.toolchain,
+            reason=m.reason,
+            detail=m.detail,
+            key=m.key,
+        )
+
+
+@dataclass(frozen=True)
+class SnapshotStats:
+    """Job snapshots kilnd served since it started."""
+
+    saves_changed: int = 0
+    saves_unchanged: int = 0
+    restores_found: int = 0
+    restores_missing: int = 0
+    files_fetched: int = 0
+    files_present: int = 0
+    files_missing: int = 0
+    bytes_fetched: int = 0
+    bytes_stored: int = 0
+
+    @classmethod
+    def from_proto(cls, m: pb.SnapshotStats) -> SnapshotStats:
+        return cls(
+            saves_changed=m.saves_changed,
+            saves_unchanged=m.saves_unchanged,
+            restores_found=m.restores_found,
+            restores_missing=m.restores_missing,
+            files_fetched=m.files_fetched,
+            files_present=m.files_present,
+            files_missing=m.files_missing,
+            bytes_fetched=m.bytes_fetched,
+            bytes_stored=m.bytes_stored,
+        )
+
+
+@dataclass(frozen=True)
 class Stats:
     version: str
     toolchains: list[ToolchainInfo]
@@ -298,19 +368,39 @@ class Stats:
     remote_state: str = ""
     #: Why the fleet cache is not usable, with the fix; empty when up.
     remote_reason: str = ""
+    #: The last kernels compiled on a miss, newest last, with why each missed.
+    recent_misses: list[RecentMiss] = field(default_factory=list)
+    snapshots: SnapshotStats = field(default_factory=SnapshotStats)
+    #: torch.compile graphs (kiln.torch); ``None`` from a kilnd too old to count them.
+    torch_graphs: TorchGraphStats | None = None
 
     @classmethod
     def from_proto(cls, m: pb.StatsResponse) -> Stats:
         return cls(
             version=m.version,
             toolchains=[
-                ToolchainInfo(t.name, t.version, t.fingerprint, t.location, list(t.include_dirs), list(t.supported_targets))
+                ToolchainInfo(
+                    name=t.name,
+                    version=t.version,
+                    fingerprint=t.fingerprint,
+                    location=t.location,
+                    include_dirs=list(t.include_dirs),
+                    supported_targets=list(t.supported_targets),
+                )
                 for t in m.toolchains
             ],
-            gpus=[Gpu(g.index, g.name, g.target) for g in m.gpus],
+            gpus=[Gpu(index=g.index, name=g.name, target=g.target) for g in m.gpus],
             default_target=m.default_target,
             tiers=[
-                TierStats(t.tier, t.entries, t.bytes, t.capacity_bytes, t.hits, t.misses, t.integrity_failures)
+                TierStats(
+                    tier=t.tier,
+                    entries=t.entries,
+                    bytes=t.bytes,
+                    capacity_bytes=t.capacity_bytes,
+                    hits=t.hits,
+                    misses=t.misses,
+                    integrity_failures=t.integrity_failures,
+                )
                 for t in m.tiers
             ],
             compiles_ok=m.compiles_ok,
@@ -324,7 +414,18 @@ class Stats:
             remote_up=m.remote_up,
             remote_state=m.remote_state,
             remote_reason=m.remote_reason,
+            recent_misses=[RecentMiss.from_proto(r) for r in m.recent_misses],
+            snapshots=SnapshotStats.from_proto(m.snapshots),
+            torch_graphs=_torch_graph_stats(m),
         )
+
+
+def _torch_graph_stats(m: pb.StatsResponse) -> TorchGraphStats | None:
+    # torch_results builds on this module's types; imported here, not at the top, to keep one
+    # direction between the two.
+    from .torch_results import TorchGraphStats
+
+    return TorchGraphStats.from_proto(m.torch_graphs) if m.HasField("torch_graphs") else None
 
 
 @dataclass(frozen=True)
@@ -339,7 +440,15 @@ class WarmProgress:
 
     @classmethod
     def from_proto(cls, m: pb.WarmProgress) -> WarmProgress:
-        return cls(m.total, m.done, m.already_local, m.fetched, m.missing, list(m.unknown_graphs), m.finished)
+        return cls(
+            total=m.total,
+            done=m.done,
+            already_local=m.already_local,
+            fetched=m.fetched,
+            missing=m.missing,
+            unknown_graphs=list(m.unknown_graphs),
+            finished=m.finished,
+        )
 
 
 @dataclass(frozen=True)
@@ -355,7 +464,7 @@ class BlobEntry:
         """The entry, or ``None`` for a miss."""
         if not m.found:
             return None
-        return cls({f.name: bytes(f.data) for f in m.files}, _enum(Tier, m.tier))
+        return cls(files={f.name: bytes(f.data) for f in m.files}, tier=_enum(Tier, m.tier))
 
 
 class LeaseKind(enum.IntEnum):
@@ -388,7 +497,7 @@ class SnapshotRoot:
 
     @classmethod
     def from_proto(cls, m: spb.SnapshotRoot) -> SnapshotRoot:
-        return cls(m.name, m.path)
+        return cls(name=m.name, path=m.path)
 
 
 @dataclass(frozen=True)
@@ -404,7 +513,7 @@ class SnapshotFile:
 
     @classmethod
     def from_proto(cls, m: spb.SnapshotFile) -> SnapshotFile:
-        return cls(m.root, m.path, m.mode, bytes(m.digest).hex(), m.size)
+        return cls(root=m.root, path=m.path, mode=m.mode, digest=bytes(m.digest).hex(), size=m.size)
 
 
 @dataclass(frozen=True)
@@ -427,8 +536,14 @@ class SnapshotSummary:
     @classmethod
     def from_proto(cls, m: spb.SnapshotSummary) -> SnapshotSummary:
         return cls(
-            m.job, dict(m.environment), m.key, m.files, m.total_bytes, m.updated_unix_ms, m.saved_by,
-            [SnapshotRoot.from_proto(r) for r in m.roots],
+            job=m.job,
+            environment=dict(m.environment),
+            key=m.key,
+            files=m.files,
+            total_bytes=m.total_bytes,
+            updated_unix_ms=m.updated_unix_ms,
+            saved_by=m.saved_by,
+            roots=[SnapshotRoot.from_proto(r) for r in m.roots],
         )
 
 
@@ -448,14 +563,26 @@ class SnapshotManifest:
     @classmethod
     def from_proto(cls, m: spb.SnapshotManifest) -> SnapshotManifest:
         return cls(
-            m.job, dict(m.environment), m.key, [SnapshotRoot.from_proto(r) for r in m.roots],
-            [SnapshotFile.from_proto(f) for f in m.files], m.total_bytes, m.updated_unix_ms, m.saved_by,
+            job=m.job,
+            environment=dict(m.environment),
+            key=m.key,
+            roots=[SnapshotRoot.from_proto(r) for r in m.roots],
+            files=[SnapshotFile.from_proto(f) for f in m.files],
+            total_bytes=m.total_bytes,
+            updated_unix_ms=m.updated_unix_ms,
+            saved_by=m.saved_by,
         )
 
     def summary(self) -> SnapshotSummary:
         return SnapshotSummary(
-            self.job, self.environment, self.key, len(self.files), self.total_bytes, self.updated_unix_ms,
-            self.saved_by, self.roots,
+            job=self.job,
+            environment=self.environment,
+            key=self.key,
+            files=len(self.files),
+            total_bytes=self.total_bytes,
+            updated_unix_ms=self.updated_unix_ms,
+            saved_by=self.saved_by,
+            roots=self.roots,
         )
 
 

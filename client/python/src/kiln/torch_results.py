@@ -26,7 +26,14 @@ class TorchGraphAnswer:
 
     @classmethod
     def from_proto(cls, m: Any) -> TorchGraphAnswer:
-        return cls(m.ok, bytes(m.artifacts), Tier(m.tier), m.compile_micros / 1e6, m.log, m.key)
+        return cls(
+            ok=m.ok,
+            artifacts=bytes(m.artifacts),
+            tier=Tier(m.tier),
+            compile_seconds=m.compile_micros / 1e6,
+            log=m.log,
+            key=m.key,
+        )
 
 
 @dataclass(frozen=True)
@@ -53,7 +60,14 @@ class TorchGraphCost:
 
     @classmethod
     def from_proto(cls, m: pb.TorchGraphCost) -> TorchGraphCost:
-        return cls(m.name, m.eager_calls, m.compiled_calls, m.eager_median_s, m.compiled_median_s, m.compile_s)
+        return cls(
+            name=m.name,
+            eager_calls=m.eager_calls,
+            compiled_calls=m.compiled_calls,
+            eager_median_s=m.eager_median_s,
+            compiled_median_s=m.compiled_median_s,
+            compile_s=m.compile_s,
+        )
 
 
 @dataclass(frozen=True)
@@ -75,13 +89,36 @@ class TorchJobReturn:
     @classmethod
     def from_proto(cls, m: pb.TorchJobReturn) -> TorchJobReturn:
         return cls(
-            m.job,
-            m.eager_step_s,
-            m.compiled_step_s,
-            m.speedup,
-            m.compile_s,
-            m.break_even_steps,
-            m.steps,
-            m.verdict,
-            [TorchGraphCost.from_proto(g) for g in m.graphs],
+            job=m.job,
+            eager_step_s=m.eager_step_s,
+            compiled_step_s=m.compiled_step_s,
+            speedup=m.speedup,
+            compile_s=m.compile_s,
+            break_even_steps=m.break_even_steps,
+            steps=m.steps,
+            verdict=m.verdict,
+            graphs=[TorchGraphCost.from_proto(g) for g in m.graphs],
+        )
+
+
+@dataclass(frozen=True)
+class TorchGraphStats:
+    """kilnd's torch.compile graph counts since it started (``Stats.torch_graphs``): graphs it
+    compiled, failed and answered from its caches, fallbacks jobs reported by reason, and each
+    reporting job's return."""
+
+    compiled: int = 0
+    failed: int = 0
+    hits: int = 0
+    fallbacks: dict[str, int] = field(default_factory=dict)
+    jobs: list[TorchJobReturn] = field(default_factory=list)
+
+    @classmethod
+    def from_proto(cls, m: pb.TorchGraphStats) -> TorchGraphStats:
+        return cls(
+            compiled=m.compiled,
+            failed=m.failed,
+            hits=m.hits,
+            fallbacks=dict(m.fallbacks),
+            jobs=[TorchJobReturn.from_proto(j) for j in m.jobs],
         )

@@ -1,0 +1,84 @@
+"""kiln's result dataclasses against the protobuf messages they mirror.
+
+Every field of a message must be a field of its dataclass (by the same name) or be listed here as
+carried differently, with why; a field the dataclass has beyond the message must be listed too. A
+field added to a proto fails here until the Python side carries it or says why not, so the two
+cannot drift apart unnoticed. And each dataclass built from a fully set message keeps every value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from kiln import explain, results, torch_results
+from kiln._proto import blob_pb2 as bpb
+from kiln._proto import kiln_pb2 as pb
+from kiln._proto import snapshot_pb2 as spb
+
+#: (dataclass, message, message fields carried differently, dataclass fields beyond the message)
+PAIRS: list[tuple[type, Any, dict[str, str], dict[str, str]]] = [
+    (results.KernelAttributes, pb.KernelAttributes, {}, {}),
+    (results.KernelResult, pb.KernelResult, {}, {}),
+    (results.Queued, pb.Queued, {}, {"job_id": "from the event that carries it"}),
+    (results.Started, pb.Started, {}, {"job_id": "from the event that carries it"}),
+    (results.JobDone, pb.JobDone, {}, {"job_id": "from the event that carries it"}),
+    (results.ToolchainInfo, pb.ToolchainInfo, {}, {}),
+    (results.Gpu, pb.Gpu, {}, {}),
+    (results.TierStats, pb.TierStats, {}, {}),
+    (results.RecentMiss, pb.RecentMiss, {}, {}),
+    (results.SnapshotStats, pb.SnapshotStats, {}, {}),
+    (results.Stats, pb.StatsResponse, {}, {}),
+    (results.WarmProgress, pb.WarmProgress, {}, {}),
+    (results.BlobEntry, bpb.BlobEntry, {"found": "a miss is None, not an entry"}, {}),
+    (results.SnapshotRoot, spb.SnapshotRoot, {}, {}),
+    (results.SnapshotFile, spb.SnapshotFile, {}, {}),
+    (results.SnapshotSummary, spb.SnapshotSummary, {}, {}),
+    (results.SnapshotManifest, spb.SnapshotManifest, {}, {}),
+    (torch_results.TorchGraphCost, pb.TorchGraphCost, {}, {}),
+    (torch_results.TorchJobReturn, pb.TorchJobReturn, {}, {}),
+    (torch_results.TorchGraphStats, pb.TorchGraphStats, {}, {}),
+    (explain.Difference, pb.Difference, {}, {}),
+    (
+        explain.Explanation,
+        pb.KernelExplanation,
+        {
+            "identity": "flattened into graph, kernel_id and kernel_name",
+            "nearest": "the recipes are for kiln explain's own printing, not the typed answer",
+            "recipe": "the recipes are for kiln explain's own printing, not the typed answer",
+        },
+        {"graph": "identity.graph", "kernel_id": "identity.kernel_id", "kernel_name": "identity.kernel_name"},
+    ),
+]
+
+
+@pytest.mark.parametrize("dataclass, message, elsewhere, beyond", PAIRS, ids=[p[0].__name__ for p in PAIRS])
+def test_each_dataclass_carries_its_message(dataclass: type, message: Any, elsewhere: dict[str, str], beyond: dict[str, str]) -> None:
+    ours = {f.name for f in dataclasses.fields(dataclass)}
+    theirs = {f.name for f in message.DESCRIPTOR.fields}
+    assert theirs - ours == set(elsewhere), f"{message.DESCRIPTOR.full_name} fields {sorted(theirs - ours)} missing from {dataclass.__name__}"
+    assert ours - theirs == set(beyond), f"{dataclass.__name__} fields {sorted(ours - theirs)} not in {message.DESCRIPTOR.full_name}"
+
+
+def test_stats_from_a_full_message_keeps_every_value() -> None:
+    m = pb.StatsResponse(version="v", default_target="sm_90", compiles_ok=3, remote="http://c:7171", remote_up=True)
+    m.remote_state, m.remote_reason = "up", ""
+    m.toolchains.add(name="nvrtc", version="13.0", fingerprint="f" * 64, location="/x", include_dirs=["/i"], supported_targets=["sm_90"])
+    m.gpus.add(index=0, name="H100", target="sm_90")
+    m.tiers.add(tier="memory", entries=1, bytes=2, capacity_bytes=3, hits=4, misses=5, integrity_failures=6)
+    m.recent_misses.add(unix_millis=7, graph="g", kernel_id="k", kernel_name="n", toolchain="nvrtc", reason="new", detail="d", key="a" * 64)
+    m.snapshots.saves_changed, m.snapshots.bytes_stored = 8, 9
+    m.torch_graphs.compiled = 10
+    m.torch_graphs.fallbacks["kilnd_unreachable"] = 11
+    m.torch_graphs.jobs.add(job="j", steps=12).graphs.add(name="g0", eager_calls=13)
+    s = results.Stats.from_proto(m)
+    assert (s.version, s.default_target, s.compiles_ok, s.remote, s.remote_up, s.remote_state) == ("v", "sm_90", 3, "http://c:7171", True, "up")
+    assert s.toolchains[0].supported_targets == ["sm_90"] and s.gpus[0].name == "H100" and s.tiers[0].integrity_failures == 6
+    assert s.recent_misses == [results.RecentMiss(unix_millis=7, graph="g", kernel_id="k", kernel_name="n", toolchain="nvrtc", reason="new", detail="d", key="a" * 64)]
+    assert (s.snapshots.saves_changed, s.snapshots.bytes_stored) == (8, 9)
+    assert s.torch_graphs is not None and s.torch_graphs.compiled == 10
+    assert s.torch_graphs.fallbacks == {"kilnd_unreachable": 11}
+    assert s.torch_graphs.jobs[0].steps == 12 and s.torch_graphs.jobs[0].graphs[0].eager_calls == 13
+    assert results.Stats.from_proto(pb.StatsResponse()).torch_graphs is None
