@@ -3,7 +3,7 @@
 
 use super::FleetStatus;
 use super::redis_info::human_bytes;
-use kiln_serve::html::{Cell, Page, Row, percent};
+use kiln_serve::html::{Cell, Page, Row, ago, percent};
 
 /// The page reloads itself this often (a meta refresh, so it needs no script).
 const REFRESH_SECS: u32 = 10;
@@ -14,11 +14,6 @@ fn rate(r: Option<f64>) -> String {
 
 fn seconds(s: f64) -> String {
     format!("{s:.1}")
-}
-
-/// How long ago `then_ms` was, from `now_ms`.
-fn ago(now_ms: u64, then_ms: u64) -> String {
-    format!("{} s ago", now_ms.saturating_sub(then_ms) / 1000)
 }
 
 pub fn render(s: &FleetStatus) -> String {

@@ -3,7 +3,7 @@
 use crate::metrics::{LeaseLabels, Metrics};
 use crate::store::TierName;
 use kiln_proto::pb::{self, StatsResponse};
-use kiln_serve::html::{Cell, Page, Row, percent};
+use kiln_serve::html::{Cell, Page, Row, ago, now_ms, percent, size};
 
 /// The page reloads itself this often (a meta refresh, so it needs no script).
 const REFRESH_SECS: u32 = 5;
@@ -15,6 +15,11 @@ const PAGE_MISSES: usize = 50;
 const LEASE_RESULTS: [&str; 6] = ["acquired", "waited", "takeover", "present", "timeout", "error"];
 
 pub fn render(s: &StatsResponse, m: &Metrics) -> String {
+    render_at(s, m, now_ms())
+}
+
+/// [`render`] as of `now_ms` (Unix milliseconds), which the page's "ago" columns count from.
+fn render_at(s: &StatsResponse, m: &Metrics, now: u64) -> String {
     let mut page = Page::new(
         "kilnd",
         &format!("kilnd {} · reloads every {REFRESH_SECS} s · /status.json for scripts", s.version),
@@ -55,8 +60,8 @@ pub fn render(s: &StatsResponse, m: &Metrics) -> String {
             Row::new(vec![
                 t.tier.as_str().into(),
                 t.entries.into(),
-                t.bytes.into(),
-                t.capacity_bytes.into(),
+                size(t.bytes).into(),
+                size(t.capacity_bytes).into(),
                 Cell::from(t.hits).id(format!("tier-hits-{}", t.tier)),
                 Cell::from(t.misses).id(format!("tier-misses-{}", t.tier)),
                 percent(t.hits, t.hits + t.misses).into(),
@@ -132,7 +137,7 @@ pub fn render(s: &StatsResponse, m: &Metrics) -> String {
         .take(PAGE_MISSES)
         .map(|m| {
             Row::new(vec![
-                m.unix_millis.into(),
+                ago(now, m.unix_millis).into(),
                 super::report::identity(m).into(),
                 m.toolchain.as_str().into(),
                 m.reason.as_str().into(),
@@ -140,7 +145,7 @@ pub fn render(s: &StatsResponse, m: &Metrics) -> String {
             ])
         })
         .collect();
-    page.table("misses", &["unix ms", "kernel", "toolchain", "reason", "detail"], &rows);
+    page.table("misses", &["when", "kernel", "toolchain", "reason", "detail"], &rows);
     page.finish()
 }
 
@@ -237,13 +242,23 @@ mod tests {
         let stats = StatsResponse {
             version: "0.1.0".into(),
             gpus: vec![pb::Gpu { index: 0, name: "<b>H100</b>".into(), target: "sm_90".into() }],
-            tiers: vec![pb::TierStats { tier: "memory".into(), hits: 3, misses: 1, ..Default::default() }],
+            tiers: vec![pb::TierStats {
+                tier: "memory".into(),
+                hits: 3,
+                misses: 1,
+                bytes: 1536,
+                capacity_bytes: 1 << 30,
+                ..Default::default()
+            }],
+            recent_misses: vec![pb::RecentMiss { unix_millis: 1_000, reason: "new".into(), ..Default::default() }],
             remote: "http://cache:7171".into(),
             remote_up: true,
             ..Default::default()
         };
-        let html = render(&stats, &Metrics::new());
+        let html = render_at(&stats, &Metrics::new(), 91_000);
         assert!(html.contains("<td id=\"tier-hits-memory\" class=\"n\">3</td>"), "{html}");
+        assert!(html.contains(">1.5 KiB<") && html.contains(">1.0 GiB<"), "sizes for a person: {html}");
+        assert!(html.contains(">90 s ago<"), "a miss's time for a person: {html}");
         assert!(html.contains("&lt;b&gt;H100&lt;/b&gt;") && !html.contains("<b>H100"));
         assert!(html.contains(">reachable<"));
         assert!(html.contains("75.0%"));
