@@ -9,6 +9,7 @@
 //!   interceptor.
 //! - [`code`]: gRPC status codes by name, for metric labels and error messages.
 //! - [`paths`]: the default socket and cache locations, shared by kilnd and its clients.
+//! - [`units`]: sizes as kiln writes them for people, in the CLI and on the status pages.
 //!
 //! Every client links this crate, so what only a server needs (the status pages' HTML, the Unix
 //! socket filter) lives in kiln-serve.
@@ -29,6 +30,7 @@ pub mod envelope;
 pub mod key;
 pub mod paths;
 pub mod target;
+pub mod units;
 
 /// Generated `kiln.v1` code. Re-exported as `pb`, as tonic-health does, so that domain types stay
 /// apart from wire types.

@@ -33,21 +33,6 @@ pub fn percent(part: u64, whole: u64) -> String {
     if whole == 0 { "–".to_owned() } else { format!("{:.1}%", part as f64 * 100.0 / whole as f64) }
 }
 
-/// A byte count for a person: `512 B`, `1.5 KiB`, `20.7 MiB`, `3.2 GiB`.
-pub fn size(bytes: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if bytes < 1024 {
-        return format!("{bytes} B");
-    }
-    let mut value = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    format!("{value:.1} {}", UNITS[unit])
-}
-
 /// How long before `now_ms` the moment `then_ms` was (both Unix milliseconds), for a person.
 pub fn ago(now_ms: u64, then_ms: u64) -> String {
     let s = now_ms.saturating_sub(then_ms) / 1000;
@@ -231,12 +216,7 @@ mod tests {
     const HOSTILE: &str = "<script>alert(\"x\")</script><img src=x onerror='y'>&amp;";
 
     #[test]
-    fn sizes_and_ages_read_as_a_person_says_them() {
-        assert_eq!(size(0), "0 B");
-        assert_eq!(size(1023), "1023 B");
-        assert_eq!(size(1536), "1.5 KiB");
-        assert_eq!(size(21_728_693), "20.7 MiB");
-        assert_eq!(size(3 << 30), "3.0 GiB");
+    fn ages_read_as_a_person_says_them() {
         assert_eq!(ago(10_000, 4_000), "6 s ago");
         assert_eq!(ago(10_000, 20_000), "0 s ago", "a clock that stepped back is not the future");
         assert_eq!(ago(600_000, 0), "10 min ago");

@@ -156,20 +156,8 @@ pub fn format_millis(micros: u64) -> String {
     }
 }
 
-/// `812 B`, `12.3 KiB`, `4.0 MiB`.
-pub fn format_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if bytes < 1024 {
-        return format!("{bytes} B");
-    }
-    let mut value = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    format!("{value:.1} {}", UNITS[unit])
-}
+/// `812 B`, `12.3 KiB`, `4.0 MiB`: the daemons' status pages write sizes the same way.
+pub use kiln_proto::units::bytes as format_bytes;
 
 pub fn plural(n: usize) -> &'static str {
     if n == 1 { "" } else { "s" }

@@ -3,7 +3,8 @@
 use crate::metrics::{LeaseLabels, Metrics};
 use crate::store::TierName;
 use kiln_proto::pb::{self, StatsResponse};
-use kiln_serve::html::{Cell, Page, Row, ago, now_ms, percent, size};
+use kiln_proto::units::bytes as size;
+use kiln_serve::html::{Cell, Page, Row, ago, now_ms, percent};
 
 /// The page reloads itself this often (a meta refresh, so it needs no script).
 const REFRESH_SECS: u32 = 5;
