@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from kiln import explain, results, torch_results
+from kiln import explain, results, snapshot_results, torch_results
 from kiln._proto import blob_pb2 as bpb
 from kiln._proto import kiln_pb2 as pb
 from kiln._proto import snapshot_pb2 as spb
@@ -33,10 +33,10 @@ PAIRS: list[tuple[type, Any, dict[str, str], dict[str, str]]] = [
     (results.Stats, pb.StatsResponse, {}, {}),
     (results.WarmProgress, pb.WarmProgress, {}, {}),
     (results.BlobEntry, bpb.BlobEntry, {"found": "a miss is None, not an entry"}, {}),
-    (results.SnapshotRoot, spb.SnapshotRoot, {}, {}),
-    (results.SnapshotFile, spb.SnapshotFile, {}, {}),
-    (results.SnapshotSummary, spb.SnapshotSummary, {}, {}),
-    (results.SnapshotManifest, spb.SnapshotManifest, {}, {}),
+    (snapshot_results.SnapshotRoot, spb.SnapshotRoot, {}, {}),
+    (snapshot_results.SnapshotFile, spb.SnapshotFile, {}, {}),
+    (snapshot_results.SnapshotSummary, spb.SnapshotSummary, {}, {}),
+    (snapshot_results.SnapshotManifest, spb.SnapshotManifest, {}, {}),
     (torch_results.TorchGraphCost, pb.TorchGraphCost, {}, {}),
     (torch_results.TorchJobReturn, pb.TorchJobReturn, {}, {}),
     (torch_results.TorchGraphStats, pb.TorchGraphStats, {}, {}),

@@ -88,7 +88,7 @@ __all__ = [
 ]
 
 # Searched in this order, cheapest import first: a name from kiln.paths imports nothing else.
-_MODULES = ("paths", "graph", "results", "torch_results", "explain", "errors", "client")
+_MODULES = ("paths", "graph", "results", "snapshot_results", "torch_results", "explain", "errors", "client")
 
 
 def _version() -> str:
@@ -133,6 +133,7 @@ if TYPE_CHECKING:
     from .graph import *  # noqa: F403
     from .paths import *  # noqa: F403
     from .results import *  # noqa: F403
+    from .snapshot_results import *  # noqa: F403
     from .torch_results import *  # noqa: F403
 
     __version__: str

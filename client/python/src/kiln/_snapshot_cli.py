@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from . import errors, snapshot
-from .results import RestoreResult, SnapshotManifest, SnapshotProgress, SnapshotSummary
+from .snapshot_results import RestoreResult, SnapshotManifest, SnapshotProgress, SnapshotSummary
 
 EXIT_NOT_FOUND = 1
 EXIT_ERROR = 2

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 from ._snapshot_walk import digest_bytes
 from .errors import Cancelled
-from .results import Placement
+from .snapshot_results import Placement
 
 #: How often a lock wait that can be cancelled checks whether it should stop.
 LOCK_POLL_SECS = 0.05

@@ -28,14 +28,16 @@ from .results import (
     JobFailedEvent,
     LeaseKind,
     Priority,
+    Stats,
+    WarmProgress,
+    events_from_proto,
+)
+from .snapshot_results import (
     RestoreResult,
     SaveResult,
     SnapshotInfo,
     SnapshotProgress,
     SnapshotSummary,
-    Stats,
-    WarmProgress,
-    events_from_proto,
 )
 from .torch_results import TorchGraphAnswer, TorchGraphCost, TorchJobReturn
 

@@ -35,7 +35,7 @@ from . import errors
 from ._proto import snapshot_pb2 as spb
 from ._snapshot_place import Staging, check_path, host_lock, remove_stale
 from ._snapshot_walk import DigestCache, Found, digest_bytes, walk
-from .results import (
+from .snapshot_results import (
     Placement,
     RestoreResult,
     RootRestore,
