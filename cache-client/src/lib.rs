@@ -58,11 +58,23 @@ impl From<Status> for ClientError {
 /// What the cache holds for a key.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Lookup {
-    /// Envelope bytes, as stored. The caller verifies them (`kiln_proto::envelope::open`).
-    Hit(Vec<u8>),
+    /// Envelope bytes, as stored, and who published them (as kiln-cache recorded it; `None`
+    /// from a server or an entry older than provenance). The caller verifies the bytes
+    /// (`kiln_proto::envelope::open`).
+    Hit(Vec<u8>, Option<pb::Provenance>),
     /// A failed compile, remembered for a short while.
     Negative(NegativeEntry),
     Miss,
+}
+
+impl Lookup {
+    /// The envelope of a hit.
+    pub fn envelope(&self) -> Option<&[u8]> {
+        match self {
+            Lookup::Hit(bytes, _) => Some(bytes),
+            _ => None,
+        }
+    }
 }
 
 /// One event of [`RemoteCache::watch_publish`].
@@ -115,6 +127,8 @@ impl Default for ClientOptions {
 pub struct RemoteCache {
     inner: ArtifactCacheClient<InterceptedService<Channel, Bearer>>,
     timeout: Duration,
+    /// This host's name, sent with every publish for the artifact's provenance.
+    host: String,
 }
 
 /// A fresh random lease holder token: 32 characters of `[A-Za-z0-9]`, new for each acquisition.
@@ -161,7 +175,13 @@ impl RemoteCache {
         let inner = ArtifactCacheClient::with_interceptor(endpoint.connect_lazy(), bearer)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        Ok(RemoteCache { inner, timeout: options.request_timeout })
+        Ok(RemoteCache { inner, timeout: options.request_timeout, host: String::new() })
+    }
+
+    /// Names this host in what it publishes (`host` as kiln-cache takes it: 1 to 253 characters
+    /// of `[A-Za-z0-9._-]`), so an audit can say who published what.
+    pub fn with_host(self, host: &str) -> Self {
+        RemoteCache { host: host.to_owned(), ..self }
     }
 
     fn request<T>(&self, message: T) -> Request<T> {
@@ -236,9 +256,40 @@ impl RemoteCache {
         entry: cache_put_request::Entry,
         negative_ttl_ms: u64,
     ) -> Result<(), ClientError> {
-        let req = self.request(pb::CachePutRequest { key: key.to_hex(), entry: Some(entry), negative_ttl_ms });
+        let req = self.request(pb::CachePutRequest {
+            key: key.to_hex(),
+            entry: Some(entry),
+            negative_ttl_ms,
+            publisher_host: self.host.clone(),
+        });
         self.inner.clone().put(req).await?;
         Ok(())
+    }
+
+    /// Reports that the envelope `served` (blake3) under `key` differs from this host's own
+    /// compile (`audited`, blake3 of the raw artifact): kiln-cache takes it out of service if
+    /// the key still holds it.
+    pub async fn quarantine(
+        &self,
+        key: &CacheKey,
+        served: &blake3::Hash,
+        audited: &blake3::Hash,
+        detail: &str,
+    ) -> Result<pb::QuarantineResponse, ClientError> {
+        let req = self.request(pb::QuarantineRequest {
+            key: key.to_hex(),
+            served_digest: served.to_hex().to_string(),
+            audited_digest: audited.to_hex().to_string(),
+            reporter_host: self.host.clone(),
+            detail: detail.to_owned(),
+        });
+        Ok(self.inner.clone().quarantine(req).await?.into_inner())
+    }
+
+    /// Quarantine records from `since_ms` on, oldest first.
+    pub async fn list_quarantine(&self, since_ms: u64, limit: u32) -> Result<pb::QuarantineListResponse, ClientError> {
+        let req = self.request(pb::QuarantineListRequest { since_ms, limit });
+        Ok(self.inner.clone().list_quarantine(req).await?.into_inner())
     }
 
     /// The kernel keys of a graph, if its manifest is stored.
@@ -320,7 +371,7 @@ fn answer(asked: &CacheKey, resp: pb::CacheGetResponse) -> Result<Lookup, Client
         return Err(ClientError::Protocol(format!("asked for {asked}, answered for `{}`", resp.key)));
     }
     Ok(match resp.entry {
-        Some(cache_get_response::Entry::Envelope(bytes)) => Lookup::Hit(bytes),
+        Some(cache_get_response::Entry::Envelope(bytes)) => Lookup::Hit(bytes, resp.provenance),
         Some(cache_get_response::Entry::Negative(n)) => Lookup::Negative(n),
         None => Lookup::Miss,
     })
@@ -388,7 +439,7 @@ mod tests {
     #[test]
     fn answers_must_name_the_key_asked() {
         let k = CacheKey::from_bytes([7; 32]);
-        let miss = pb::CacheGetResponse { key: k.to_hex(), entry: None };
+        let miss = pb::CacheGetResponse { key: k.to_hex(), entry: None, provenance: None };
         assert_eq!(answer(&k, miss.clone()).unwrap(), Lookup::Miss);
         let other = CacheKey::from_bytes([8; 32]);
         assert!(matches!(answer(&other, miss), Err(ClientError::Protocol(_))));

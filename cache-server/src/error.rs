@@ -38,6 +38,11 @@ pub enum Error {
     /// Stored, but the announcement to waiters failed; a retry of the Put is harmless.
     #[error("stored, but announcing the publish failed: {0}")]
     Announce(redis::RedisError),
+    /// The envelope put is the very one an auditor quarantined under this key.
+    #[error(
+        "envelope: these bytes were quarantined under this key ({publisher}'s publish, reported by {reporter}); publish what the key's inputs compile to"
+    )]
+    Quarantined { publisher: String, reporter: String },
     /// The server's pub/sub subscription is not live, so a watch could not start.
     #[error("the pub/sub subscription to Redis is down; retry shortly")]
     PubSubDown,
@@ -56,6 +61,7 @@ impl Error {
             | Error::BadHolder
             | Error::BadField { .. } => Code::InvalidArgument,
             Error::Auth(e) => e.code(),
+            Error::Quarantined { .. } => Code::FailedPrecondition,
             Error::Redis(e) | Error::Announce(e) if is_out_of_memory(e) => Code::ResourceExhausted,
             Error::Redis(_) | Error::Announce(_) | Error::PubSubDown => Code::Unavailable,
         }

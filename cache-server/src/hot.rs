@@ -15,6 +15,7 @@
 //! A `Put` on this replica drops its copy at once; one on another replica is seen here within the
 //! lifetime. Negative entries are never kept: a failure must not outlive its own TTL here.
 
+use crate::store::Published;
 use kiln_proto::CacheKey;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,7 +23,7 @@ use std::time::Duration;
 /// Verified envelopes by key, bounded in bytes and in age.
 #[derive(Clone)]
 pub struct HotValues {
-    cache: Option<moka::sync::Cache<CacheKey, Arc<[u8]>>>,
+    cache: Option<moka::sync::Cache<CacheKey, Arc<Published>>>,
 }
 
 impl std::fmt::Debug for HotValues {
@@ -40,7 +41,7 @@ impl HotValues {
         let cache = (bytes > 0 && !ttl.is_zero()).then(|| {
             moka::sync::Cache::builder()
                 .max_capacity(bytes)
-                .weigher(|_: &CacheKey, v: &Arc<[u8]>| u32::try_from(v.len()).unwrap_or(u32::MAX))
+                .weigher(|_: &CacheKey, v: &Arc<Published>| u32::try_from(v.envelope.len()).unwrap_or(u32::MAX))
                 .time_to_live(ttl)
                 .build()
         });
@@ -51,14 +52,14 @@ impl HotValues {
         HotValues { cache: None }
     }
 
-    pub fn get(&self, key: &CacheKey) -> Option<Arc<[u8]>> {
+    pub fn get(&self, key: &CacheKey) -> Option<Arc<Published>> {
         self.cache.as_ref()?.get(key)
     }
 
-    /// Keeps a verified envelope.
-    pub fn insert(&self, key: CacheKey, envelope: &[u8]) {
+    /// Keeps a verified envelope and its provenance.
+    pub fn insert(&self, key: CacheKey, published: &Published) {
         if let Some(cache) = &self.cache {
-            cache.insert(key, Arc::from(envelope));
+            cache.insert(key, Arc::new(published.clone()));
         }
     }
 
@@ -79,14 +80,18 @@ mod tests {
         CacheKey::from_bytes([n; 32])
     }
 
+    fn value(bytes: &[u8]) -> Published {
+        Published { envelope: bytes.to_vec(), provenance: None }
+    }
+
     #[test]
     fn keeps_values_until_forgotten_or_expired() {
         let hot = HotValues::new(1 << 20, Duration::from_millis(200));
-        hot.insert(key(1), b"one");
-        assert_eq!(hot.get(&key(1)).as_deref(), Some(b"one".as_slice()));
+        hot.insert(key(1), &value(b"one"));
+        assert_eq!(hot.get(&key(1)).map(|v| v.envelope.clone()), Some(b"one".to_vec()));
         hot.forget(&key(1));
         assert!(hot.get(&key(1)).is_none(), "a forgotten value is gone at once");
-        hot.insert(key(2), b"two");
+        hot.insert(key(2), &value(b"two"));
         std::thread::sleep(Duration::from_millis(300));
         assert!(hot.get(&key(2)).is_none(), "a value outlived its lifetime");
     }
@@ -94,7 +99,7 @@ mod tests {
     #[test]
     fn off_keeps_nothing() {
         for hot in [HotValues::off(), HotValues::new(0, Duration::from_secs(1))] {
-            hot.insert(key(1), b"one");
+            hot.insert(key(1), &value(b"one"));
             assert!(hot.get(&key(1)).is_none());
         }
     }

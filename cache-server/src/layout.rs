@@ -6,11 +6,14 @@
 //!
 //! | key                         | value                                                        |
 //! |-----------------------------|--------------------------------------------------------------|
-//! | `kiln:v1:{<key>}:a`         | the head: [`Head`] plus the envelope's first piece (≤ 1 MiB) |
+//! | `kiln:v1:{<key>}:a`         | the head: [`Head`] (with the provenance) plus the envelope's first piece (≤ 1 MiB) |
 //! | `kiln:v1:{<key>}:a:<n>`     | piece `n` (1-based) of an envelope above 1 MiB               |
 //! | `kiln:v1:{<key>}:n`         | a negative entry (`NegativeEntry`, protobuf), short TTL      |
 //! | `kiln:v1:{<key>}:lease`     | the fleet lease: the holder's token                          |
 //! | `kiln:v1:{<graph>}:g`       | a graph manifest: [`encode_manifest`]                        |
+//! | `kiln:v1:{<key>}:q`         | a quarantine record (`QuarantineRecord`, protobuf)           |
+//! | `kiln:v1:{<key>}:qa[:<n>]`  | the quarantined head and pieces, kept as evidence            |
+//! | `kiln:v1:{audit}:quarantined` | quarantined keys: sorted set scored by quarantine time (ms)|
 //! | `kiln:v1:{status}:m:<min>`  | the status page's counts of one minute (a hash, see `status`)|
 //! | `kiln:v1:{status}:leases`   | leases held: sorted set of keys scored by their expiry (ms)  |
 //! | `kiln:v1:{status}:hosts`    | reporting hosts: sorted set of names scored by report time   |
@@ -37,10 +40,18 @@ pub const CHANNEL: &str = "kiln:v1:published";
 /// Largest piece stored under one Redis key.
 pub const PIECE_BYTES: usize = 1 << 20;
 
-/// Magic of a head value, versioned so a future layout is never misread.
-const HEAD_MAGIC: &[u8; 4] = b"KCH1";
-/// magic + pieces u32 + total length u64 + blake3.
+/// Magic of a head value, versioned so a future layout is never misread. A `KCH2` head carries
+/// the artifact's provenance; `KCH1` heads (written before provenance was recorded) still read.
+const HEAD_MAGIC: &[u8; 4] = b"KCH2";
+const HEAD_MAGIC_V1: &[u8; 4] = b"KCH1";
+/// magic + pieces u32 + total length u64 + blake3; a `KCH2` head adds the provenance's length
+/// (u16) and the provenance. The digest sits at the same offset in both, which the quarantine
+/// script relies on.
 const HEAD_FIXED: usize = 4 + 4 + 8 + 32;
+/// Where a head keeps the envelope's digest.
+pub const HEAD_DIGEST: std::ops::Range<usize> = 16..48;
+/// Largest provenance a head carries (an encoded `Provenance`: a host name, a token id, a time).
+pub const MAX_PROVENANCE_BYTES: usize = 1024;
 const MANIFEST_MAGIC: &[u8; 4] = b"KMF1";
 /// The envelope's own magic and where it keeps its key (see `kiln_proto::envelope`): read here so
 /// a read checks the key without decompressing the payload.
@@ -81,6 +92,20 @@ pub fn status_host_key(host: &str) -> String {
     format!("kiln:v1:{{status}}:h:{host}")
 }
 
+pub fn quarantine_key(key: &CacheKey) -> String {
+    format!("kiln:v1:{{{key}}}:q")
+}
+
+/// Where a quarantined head (`n == 0`) or piece `n` is kept as evidence.
+pub fn quarantined_piece_key(key: &CacheKey, n: u32) -> String {
+    match n {
+        0 => format!("kiln:v1:{{{key}}}:qa"),
+        n => format!("kiln:v1:{{{key}}}:qa:{n}"),
+    }
+}
+
+pub const QUARANTINED: &str = "kiln:v1:{audit}:quarantined";
+
 /// Why a stored value was refused on read. Each means: delete it, count it, answer a miss.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LayoutError {
@@ -108,38 +133,60 @@ pub struct Head {
     /// blake3 of the whole envelope, checked after reassembly, so pieces of two different writes
     /// are never served as one.
     pub digest: [u8; 32],
+    /// Who published it: an encoded `Provenance` as the server recorded it (empty in a `KCH1`
+    /// head). Not covered by the digest, which is the envelope's; Redis's own integrity and the
+    /// size bound are what protect it, and a reader decodes it as untrusted.
+    pub provenance: Vec<u8>,
 }
 
-/// Splits an envelope into the head value and the further pieces (`piece_key(key, 1..)`).
-pub fn split(envelope: &[u8]) -> (Vec<u8>, Vec<&[u8]>) {
+/// Splits an envelope into the head value (carrying `provenance`, at most
+/// [`MAX_PROVENANCE_BYTES`]; longer is cut off) and the further pieces (`piece_key(key, 1..)`).
+pub fn split<'a>(envelope: &'a [u8], provenance: &[u8]) -> (Vec<u8>, Vec<&'a [u8]>) {
+    let provenance = &provenance[..provenance.len().min(MAX_PROVENANCE_BYTES)];
     let mut pieces = envelope.chunks(PIECE_BYTES);
     let first = pieces.next().unwrap_or(&[]);
     let rest: Vec<&[u8]> = pieces.collect();
-    let mut head = Vec::with_capacity(HEAD_FIXED + first.len());
+    let mut head = Vec::with_capacity(HEAD_FIXED + 2 + provenance.len() + first.len());
     head.extend_from_slice(HEAD_MAGIC);
     head.extend_from_slice(&(1 + rest.len() as u32).to_le_bytes());
     head.extend_from_slice(&(envelope.len() as u64).to_le_bytes());
     head.extend_from_slice(blake3::hash(envelope).as_bytes());
+    head.extend_from_slice(&(provenance.len() as u16).to_le_bytes());
+    head.extend_from_slice(provenance);
     head.extend_from_slice(first);
     (head, rest)
 }
 
 /// Reads a head value: the record and the first piece.
 pub fn parse_head(value: &[u8]) -> Result<(Head, &[u8]), LayoutError> {
-    if value.len() < HEAD_FIXED || &value[..4] != HEAD_MAGIC {
+    if value.len() < HEAD_FIXED {
         return Err(LayoutError::BadHead);
     }
+    let (provenance, first) = match &value[..4] {
+        m if m == HEAD_MAGIC => {
+            let len = value.get(HEAD_FIXED..HEAD_FIXED + 2).ok_or(LayoutError::BadHead)?;
+            let len = usize::from(u16::from_le_bytes([len[0], len[1]]));
+            if len > MAX_PROVENANCE_BYTES {
+                return Err(LayoutError::BadHead);
+            }
+            let start = HEAD_FIXED + 2;
+            let provenance = value.get(start..start + len).ok_or(LayoutError::BadHead)?;
+            (provenance, &value[start + len..])
+        }
+        m if m == HEAD_MAGIC_V1 => (&[][..], &value[HEAD_FIXED..]),
+        _ => return Err(LayoutError::BadHead),
+    };
     let pieces = u32::from_le_bytes(value[4..8].try_into().map_err(|_| LayoutError::BadHead)?);
     let total_len = u64::from_le_bytes(value[8..16].try_into().map_err(|_| LayoutError::BadHead)?);
-    let digest: [u8; 32] = value[16..48].try_into().map_err(|_| LayoutError::BadHead)?;
+    let digest: [u8; 32] = value[HEAD_DIGEST].try_into().map_err(|_| LayoutError::BadHead)?;
     // The piece count follows from the length: a head that disagrees with itself is damaged,
     // and must not make a reader ask Redis for billions of pieces.
     let expected = total_len.div_ceil(PIECE_BYTES as u64).max(1);
     let first_len = total_len.min(PIECE_BYTES as u64);
-    if u64::from(pieces) != expected || (value.len() - HEAD_FIXED) as u64 != first_len {
+    if u64::from(pieces) != expected || first.len() as u64 != first_len {
         return Err(LayoutError::BadHead);
     }
-    Ok((Head { pieces, total_len, digest }, &value[HEAD_FIXED..]))
+    Ok((Head { pieces, total_len, digest, provenance: provenance.to_vec() }, first))
 }
 
 /// Joins the first piece and the rest (`None` where Redis had no value), then checks length,
@@ -222,7 +269,7 @@ mod tests {
     }
 
     fn round_trip(env: &[u8], k: &CacheKey) -> Result<Vec<u8>, LayoutError> {
-        let (head, rest) = split(env);
+        let (head, rest) = split(env, b"provenance");
         let (h, first) = parse_head(&head)?;
         assert_eq!(h.pieces as usize, 1 + rest.len());
         assemble(k, &h, first, rest.iter().map(|p| Some(p.to_vec())).collect())
@@ -249,14 +296,36 @@ mod tests {
             assert_eq!(round_trip(&env, &k).unwrap(), env);
         }
         let big = sealed(&k, 3 * PIECE_BYTES + 17);
-        assert_eq!(split(&big).1.len(), 3);
+        assert_eq!(split(&big, b"").1.len(), 3);
+    }
+
+    #[test]
+    fn heads_carry_provenance_and_older_heads_still_read() {
+        let k = key(6);
+        let env = sealed(&k, 500);
+        let (head, _) = split(&env, b"who and when");
+        let (record, first) = parse_head(&head).unwrap();
+        assert_eq!(record.provenance, b"who and when");
+        assert_eq!(&head[HEAD_DIGEST], blake3::hash(&env).as_bytes(), "the digest's offset is fixed");
+        assert_eq!(assemble(&k, &record, first, vec![]).unwrap(), env);
+        // A KCH1 head: no provenance field.
+        let mut old = Vec::new();
+        old.extend_from_slice(HEAD_MAGIC_V1);
+        old.extend_from_slice(&head[4..HEAD_FIXED]);
+        old.extend_from_slice(&env);
+        let (record, first) = parse_head(&old).unwrap();
+        assert!(record.provenance.is_empty());
+        assert_eq!(assemble(&k, &record, first, vec![]).unwrap(), env);
+        let long = vec![b'x'; MAX_PROVENANCE_BYTES + 10];
+        let (head, _) = split(&env, &long);
+        assert_eq!(parse_head(&head).unwrap().0.provenance.len(), MAX_PROVENANCE_BYTES);
     }
 
     #[test]
     fn a_missing_or_foreign_piece_is_refused() {
         let k = key(2);
         let env = sealed(&k, 2 * PIECE_BYTES + 5);
-        let (head, rest) = split(&env);
+        let (head, rest) = split(&env, b"");
         let (h, first) = parse_head(&head).unwrap();
         let missing = vec![Some(rest[0].to_vec()), None];
         assert_eq!(assemble(&k, &h, first, missing), Err(LayoutError::MissingPiece(2)));
@@ -270,7 +339,7 @@ mod tests {
     fn any_flipped_head_byte_is_refused() {
         let k = key(3);
         let env = sealed(&k, 300);
-        let (head, _) = split(&env);
+        let (head, _) = split(&env, b"");
         for i in 0..head.len() {
             let mut bad = head.clone();
             bad[i] ^= 0x20;

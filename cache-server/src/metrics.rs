@@ -36,6 +36,11 @@ pub struct LookupLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PublisherLabels {
+    pub publisher: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DirectionLabels {
     pub direction: &'static str,
 }
@@ -54,6 +59,10 @@ pub struct Metrics {
     pub artifact_bytes: Family<DirectionLabels, Counter>,
     pub watch_streams: Gauge,
     pub lookups: Family<LookupLabels, Counter>,
+    /// Keys quarantined through this replica, by who published the bad bytes (host name).
+    pub quarantines: Family<PublisherLabels, Counter>,
+    /// Puts refused because their bytes were quarantined under the key.
+    pub quarantined_puts: Counter,
     /// The status page's counts, not yet flushed to Redis.
     pub tally: crate::status::tally::Tally,
 }
@@ -77,6 +86,8 @@ impl Metrics {
             artifact_bytes: Family::default(),
             watch_streams: Gauge::default(),
             lookups: Family::default(),
+            quarantines: Family::default(),
+            quarantined_puts: Counter::default(),
             tally: Default::default(),
         };
         let mut registry = Registry::with_prefix("kiln_server");
@@ -92,6 +103,16 @@ impl Metrics {
         registry.register("artifact_bytes", "Envelope bytes put (in) and served (out)", m.artifact_bytes.clone());
         registry.register("watch_streams", "Open WatchPublish streams", m.watch_streams.clone());
         registry.register("lookups", "Keys read, by the RPC that read them and the result", m.lookups.clone());
+        registry.register(
+            "quarantines",
+            "Keys an auditor quarantined through this replica, by the host that published them",
+            m.quarantines.clone(),
+        );
+        registry.register(
+            "quarantined_puts",
+            "Puts refused because the same bytes were quarantined under the key",
+            m.quarantined_puts.clone(),
+        );
         Metrics { registry, ..m }
     }
 

@@ -9,19 +9,21 @@ use crate::auth::Access;
 use crate::config::Limits;
 use crate::error::Error;
 use crate::layout::LayoutError;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, PublisherLabels};
 use crate::status::tally::{LeaseEvent, now_ms};
 use crate::status::{FleetPage, hosts};
-use crate::store::{Acquired, Entry, Lookup, Store};
+use crate::store::{Acquired, Entry, Lookup, MAX_LIST, Quarantined, Refused, Store};
 use crate::validate;
 use futures_util::{Stream, StreamExt};
 use kiln_proto::CacheKey;
+use kiln_proto::auth::Caller;
 use kiln_proto::envelope;
 use kiln_proto::pb::artifact_cache_server::ArtifactCache;
 use kiln_proto::pb::{
     CacheBatchGetRequest, CacheContainsRequest, CacheContainsResponse, CacheGetRequest, CacheGetResponse,
     CachePutRequest, CachePutResponse, CacheStatsRequest, CacheStatsResponse, HostReport, HostReportResponse,
-    LeaseRequest, LeaseResponse, ManifestGetRequest, ManifestGetResponse, ManifestPutRequest, PublishEvent,
+    LeaseRequest, LeaseResponse, ManifestGetRequest, ManifestGetResponse, ManifestPutRequest, Provenance, PublishEvent,
+    QuarantineListRequest, QuarantineListResponse, QuarantineRecord, QuarantineRequest, QuarantineResponse,
     WatchPublishRequest, cache_get_response, cache_put_request, publish_event::Event,
 };
 use std::collections::HashSet;
@@ -77,10 +79,12 @@ enum Op {
     WatchPublish,
     CacheStats,
     ReportHost,
+    Quarantine,
+    ListQuarantine,
 }
 
 /// Every `kiln.v1.ArtifactCache` call, for mapping a gRPC path back to its [`Op`].
-const OPS: [Op; 12] = [
+const OPS: [Op; 14] = [
     Op::Get,
     Op::BatchGet,
     Op::Put,
@@ -93,6 +97,8 @@ const OPS: [Op; 12] = [
     Op::WatchPublish,
     Op::CacheStats,
     Op::ReportHost,
+    Op::Quarantine,
+    Op::ListQuarantine,
 ];
 
 /// The service's gRPC path prefix.
@@ -133,16 +139,22 @@ impl Op {
             Op::WatchPublish => "WatchPublish",
             Op::CacheStats => "CacheStats",
             Op::ReportHost => "ReportHost",
+            Op::Quarantine => "Quarantine",
+            Op::ListQuarantine => "ListQuarantine",
         }
     }
 
     /// Leases are writes: a read-only client holding one would stall every other host. A host
-    /// report writes to Redis too.
+    /// report writes to Redis too, and a quarantine takes an entry out of service.
     fn needs(self) -> Access {
         match self {
-            Op::Put | Op::PutManifest | Op::AcquireLease | Op::RenewLease | Op::ReleaseLease | Op::ReportHost => {
-                Access::Write
-            }
+            Op::Put
+            | Op::PutManifest
+            | Op::AcquireLease
+            | Op::RenewLease
+            | Op::ReleaseLease
+            | Op::ReportHost
+            | Op::Quarantine => Access::Write,
             _ => Access::Read,
         }
     }
@@ -175,8 +187,11 @@ impl CacheService {
         outcome.map(Response::new).map_err(Status::from)
     }
 
-    async fn put(&self, req: CachePutRequest) -> Result<CachePutResponse, Error> {
+    async fn put(&self, req: CachePutRequest, caller: Caller) -> Result<CachePutResponse, Error> {
         let key = validate::key("key", &req.key)?;
+        if !req.publisher_host.is_empty() {
+            validate::host("publisher_host", &req.publisher_host)?;
+        }
         match req.entry {
             Some(cache_put_request::Entry::Envelope(bytes)) => {
                 let limit = self.limits.max_artifact_bytes;
@@ -184,7 +199,13 @@ impl CacheService {
                     return Err(Error::TooLarge { field: "envelope", size: bytes.len() as u64, limit });
                 }
                 let bytes = verify(bytes, key, limit).await?;
-                self.store.put_envelope(&key, &bytes).await?;
+                let provenance = Provenance { host: req.publisher_host, token: caller.token_id, unix_ms: now_ms() };
+                if let Err(Refused::Quarantined(record)) = self.store.put_envelope(&key, &bytes, &provenance).await? {
+                    self.metrics.quarantined_puts.inc();
+                    tracing::warn!(%key, publisher = %provenance.host, token = %provenance.token, "refused a put of quarantined bytes");
+                    let publisher = record.publisher.map(|p| format!("{} ({})", p.host, p.token)).unwrap_or_default();
+                    return Err(Error::Quarantined { publisher, reporter: record.reporter_host });
+                }
                 self.metrics.bytes("in", bytes.len());
                 self.metrics.tally.published(&bytes);
             }
@@ -202,6 +223,45 @@ impl CacheService {
             None => return Err(Error::Missing { field: "entry" }),
         }
         Ok(CachePutResponse {})
+    }
+
+    async fn quarantine(&self, req: QuarantineRequest, caller: Caller) -> Result<QuarantineResponse, Error> {
+        let key = validate::key("key", &req.key)?;
+        let served = validate::digest("served_digest", &req.served_digest)?;
+        validate::digest("audited_digest", &req.audited_digest)?;
+        validate::host("reporter_host", &req.reporter_host)?;
+        validate::text("detail", &req.detail, 0, 1024)?;
+        let record = QuarantineRecord {
+            reporter_host: req.reporter_host,
+            reporter_token: caller.token_id,
+            audited_digest: req.audited_digest,
+            detail: req.detail,
+            ..Default::default()
+        };
+        match self.store.quarantine(&key, served, record).await? {
+            Quarantined::Now(record) => {
+                let publisher = record.publisher.as_ref().map(|p| p.host.clone()).unwrap_or_default();
+                self.metrics.quarantines.get_or_create(&PublisherLabels { publisher: publisher.clone() }).inc();
+                tracing::warn!(
+                    %key, %publisher, reporter = %record.reporter_host, detail = %record.detail,
+                    "quarantined: an audit found these bytes differ from what the key's inputs compile to"
+                );
+                Ok(QuarantineResponse { quarantined: true, record: Some(*record) })
+            }
+            Quarantined::NotHeld => {
+                Ok(QuarantineResponse { quarantined: false, record: self.store.quarantine_record(&key).await? })
+            }
+        }
+    }
+
+    async fn list_quarantine(&self, req: QuarantineListRequest) -> Result<QuarantineListResponse, Error> {
+        let limit = match req.limit as usize {
+            0 => MAX_LIST,
+            n if n <= MAX_LIST => n,
+            n => return Err(Error::OutOfRange { field: "limit", value: n as u64, min: 0, max: MAX_LIST as u64 }),
+        };
+        let (records, more) = self.store.list_quarantine(req.since_ms, limit).await?;
+        Ok(QuarantineListResponse { records, more })
     }
 
     async fn get_manifest(&self, req: ManifestGetRequest) -> Result<ManifestGetResponse, Error> {
@@ -265,6 +325,11 @@ async fn verify(bytes: Vec<u8>, key: CacheKey, limit: u64) -> Result<Vec<u8>, Er
     }
 }
 
+/// Who sent `request`, as the token layer found (anonymous on a server without tokens).
+fn caller<T>(request: &Request<T>) -> Caller {
+    request.extensions().get::<Caller>().cloned().unwrap_or_else(Caller::anonymous)
+}
+
 /// Accounts for a failed request in the Redis metrics.
 fn observe(metrics: &Metrics, e: &Error) {
     if e.is_redis() {
@@ -304,11 +369,13 @@ fn respond(
     found: Result<Lookup<Entry>, Error>,
     via: &'static str,
 ) -> Result<CacheGetResponse, Error> {
+    let mut provenance = None;
     let (entry, result) = match found? {
-        Lookup::Hit(Entry::Envelope(bytes)) => {
-            metrics.bytes("out", bytes.len());
-            metrics.tally.lookup("hit", Some(&bytes));
-            (Some(cache_get_response::Entry::Envelope(bytes)), "hit")
+        Lookup::Hit(Entry::Envelope(published)) => {
+            metrics.bytes("out", published.envelope.len());
+            metrics.tally.lookup("hit", Some(&published.envelope));
+            provenance = published.provenance;
+            (Some(cache_get_response::Entry::Envelope(published.envelope)), "hit")
         }
         Lookup::Hit(Entry::Negative(n)) => (Some(cache_get_response::Entry::Negative(n)), "negative"),
         Lookup::Miss => (None, "miss"),
@@ -321,7 +388,7 @@ fn respond(
     if result != "hit" {
         metrics.tally.lookup(result, None);
     }
-    Ok(CacheGetResponse { key: key.to_hex(), entry })
+    Ok(CacheGetResponse { key: key.to_hex(), entry, provenance })
 }
 
 /// A watch stream that carries entries (`WatchPublishRequest.values`): after each `subscribed`,
@@ -403,7 +470,20 @@ impl ArtifactCache for CacheService {
     }
 
     async fn put(&self, request: Request<CachePutRequest>) -> Result<Response<CachePutResponse>, Status> {
-        self.serve(Op::Put, request, |req| self.put(req)).await
+        let caller = caller(&request);
+        self.serve(Op::Put, request, |req| self.put(req, caller)).await
+    }
+
+    async fn quarantine(&self, request: Request<QuarantineRequest>) -> Result<Response<QuarantineResponse>, Status> {
+        let caller = caller(&request);
+        self.serve(Op::Quarantine, request, |req| self.quarantine(req, caller)).await
+    }
+
+    async fn list_quarantine(
+        &self,
+        request: Request<QuarantineListRequest>,
+    ) -> Result<Response<QuarantineListResponse>, Status> {
+        self.serve(Op::ListQuarantine, request, |req| self.list_quarantine(req)).await
     }
 
     async fn contains(

@@ -10,12 +10,16 @@
 //! that raced in is kept) and reported as [`Lookup::Corrupt`]; the service counts it and answers
 //! a miss.
 
+mod quarantine;
+
+pub use quarantine::{MAX_LIST, Quarantined};
+
 use crate::backend::Redis;
 use crate::error::Error;
 use crate::hot::HotValues;
 use crate::layout::{self, LayoutError};
 use kiln_proto::CacheKey;
-use kiln_proto::pb::NegativeEntry;
+use kiln_proto::pb::{NegativeEntry, Provenance, QuarantineRecord};
 use prost::Message;
 use redis::{Script, Value};
 use std::sync::LazyLock;
@@ -70,8 +74,23 @@ static DELETE_IF_SAME: LazyLock<Script> = LazyLock::new(|| {
 /// What a key holds in Redis.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Entry {
-    Envelope(Vec<u8>),
+    Envelope(Published),
     Negative(NegativeEntry),
+}
+
+/// A stored artifact: its envelope, verified on read, and who published it (`None` for an
+/// artifact stored before provenance was recorded, or whose record does not decode).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Published {
+    pub envelope: Vec<u8>,
+    pub provenance: Option<Provenance>,
+}
+
+/// Why a Put was refused without reaching the write.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Refused {
+    /// These very bytes were quarantined under this key.
+    Quarantined(Box<QuarantineRecord>),
 }
 
 /// The outcome of a read.
@@ -150,8 +169,10 @@ impl Store {
     /// [`Store::get`] for several keys, in their order, for `BatchGet`: envelopes read in the
     /// last moment come from memory ([`HotValues`]), the rest from Redis, and those are kept.
     pub async fn get_many(&self, keys: &[CacheKey]) -> Vec<Result<Lookup<Entry>, Error>> {
-        let mut answers: Vec<Option<Result<Lookup<Entry>, Error>>> =
-            keys.iter().map(|key| self.hot.get(key).map(|v| Ok(Lookup::Hit(Entry::Envelope(v.to_vec()))))).collect();
+        let mut answers: Vec<Option<Result<Lookup<Entry>, Error>>> = keys
+            .iter()
+            .map(|key| self.hot.get(key).map(|v| Ok(Lookup::Hit(Entry::Envelope(Published::clone(&v))))))
+            .collect();
         let cold: Vec<CacheKey> = keys.iter().zip(&answers).filter(|(_, a)| a.is_none()).map(|(k, _)| *k).collect();
         if cold.is_empty() {
             return answers.into_iter().flatten().collect();
@@ -160,8 +181,8 @@ impl Store {
         for (key, answer) in keys.iter().zip(answers.iter_mut()) {
             if answer.is_none() {
                 let found = read.next().unwrap_or_else(|| Err(Error::Redis(unexpected_reply())));
-                if let Ok(Lookup::Hit(Entry::Envelope(envelope))) = &found {
-                    self.hot.insert(*key, envelope);
+                if let Ok(Lookup::Hit(Entry::Envelope(published))) = &found {
+                    self.hot.insert(*key, published);
                 }
                 *answer = Some(found);
             }
@@ -208,7 +229,7 @@ impl Store {
     ) -> Result<Lookup<Entry>, Error> {
         if let Some(head) = head {
             return Ok(match self.read_artifact(key, head).await? {
-                Lookup::Hit(envelope) => Lookup::Hit(Entry::Envelope(envelope)),
+                Lookup::Hit(published) => Lookup::Hit(Entry::Envelope(published)),
                 Lookup::Miss => Lookup::Miss,
                 Lookup::Corrupt(e) => Lookup::Corrupt(e),
             });
@@ -227,15 +248,21 @@ impl Store {
     }
 
     /// Reassembles and verifies the artifact whose head value is `head`.
-    async fn read_artifact(&self, key: &CacheKey, mut head: Vec<u8>) -> Result<Lookup<Vec<u8>>, Error> {
+    async fn read_artifact(&self, key: &CacheKey, mut head: Vec<u8>) -> Result<Lookup<Published>, Error> {
         for _ in 0..READ_ATTEMPTS {
             let (record, first) = match layout::parse_head(&head) {
                 Ok(parsed) if parsed.0.total_len <= self.max_envelope => parsed,
                 Ok(_) | Err(_) => return self.discard(key, &head, 1, LayoutError::BadHead).await,
             };
+            let published = |envelope| {
+                let provenance = Some(&record.provenance)
+                    .filter(|p| !p.is_empty())
+                    .and_then(|p| Provenance::decode(p.as_slice()).ok());
+                Lookup::Hit(Published { envelope, provenance })
+            };
             if record.pieces == 1 {
                 return match layout::assemble(key, &record, first, Vec::new()) {
-                    Ok(envelope) => Ok(Lookup::Hit(envelope)),
+                    Ok(envelope) => Ok(published(envelope)),
                     Err(e) => self.discard(key, &head, 1, e).await,
                 };
             }
@@ -252,7 +279,7 @@ impl Store {
                 Some(again) if again != head => head = again,
                 Some(_) => {
                     return match layout::assemble(key, &record, first, rest) {
-                        Ok(envelope) => Ok(Lookup::Hit(envelope)),
+                        Ok(envelope) => Ok(published(envelope)),
                         Err(e) => self.discard(key, &head, record.pieces, e).await,
                     };
                 }
@@ -275,11 +302,22 @@ impl Store {
         Ok(Lookup::Corrupt(why))
     }
 
-    /// Stores a verified envelope and deletes any negative entry, in one transaction, then
-    /// announces it.
-    pub async fn put_envelope(&self, key: &CacheKey, envelope: &[u8]) -> Result<(), Error> {
+    /// Stores a verified envelope, recording `provenance` in its head, and deletes any negative
+    /// entry, in one transaction, then announces it. Refused when these very bytes were
+    /// quarantined under the key: a publisher gone bad cannot simply publish them again.
+    pub async fn put_envelope(
+        &self,
+        key: &CacheKey,
+        envelope: &[u8],
+        provenance: &Provenance,
+    ) -> Result<Result<(), Refused>, Error> {
+        if let Some(record) = self.quarantine_record(key).await?
+            && record.served_digest == blake3::hash(envelope).to_hex().as_str()
+        {
+            return Ok(Err(Refused::Quarantined(Box::new(record))));
+        }
         self.hot.forget(key);
-        let (head, rest) = layout::split(envelope);
+        let (head, rest) = layout::split(envelope, &provenance.encode_to_vec());
         let mut pipe = redis::pipe();
         pipe.atomic();
         for (i, piece) in rest.iter().enumerate() {
@@ -291,7 +329,7 @@ impl Store {
         pipe.query_async::<()>(&mut con).await?;
         // Again: a BatchGet that read the old value while this wrote may have kept it.
         self.hot.forget(key);
-        self.announce(key).await
+        self.announce(key).await.map(Ok)
     }
 
     /// Stores a negative entry for `ttl` (it does not slide), then announces it, so waiters learn

@@ -43,6 +43,35 @@ pub fn negative_ttl(ttl_ms: u64, limits: &Limits) -> Result<Duration, Error> {
     in_range("negative_ttl_ms", ttl_ms, Duration::from_millis(1), limits.max_negative_ttl)
 }
 
+/// A host's name: 1 to 253 characters of `[A-Za-z0-9._-]`, so it can name a Redis key and a
+/// metric label without escaping.
+pub fn host(field: &str, value: &str) -> Result<(), Error> {
+    let ok = (1..=253).contains(&value.len())
+        && value.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if ok { Ok(()) } else { Err(bad(field, "expected 1 to 253 characters of [A-Za-z0-9._-]")) }
+}
+
+/// A blake3 digest in hex: 64 lowercase hex characters (the same form as a key).
+pub fn digest(field: &str, value: &str) -> Result<[u8; 32], Error> {
+    key(field, value).map(|k| *k.as_bytes())
+}
+
+pub fn bad(field: &str, reason: &str) -> Error {
+    Error::BadField { field: field.to_owned(), reason: reason.to_owned() }
+}
+
+/// `min` to `max` characters with no control characters (markup is allowed: pages escape).
+pub fn text(field: &str, value: &str, min: usize, max: usize) -> Result<(), Error> {
+    let n = value.chars().count();
+    if n < min || n > max {
+        return Err(bad(field, &format!("expected {min} to {max} characters, got {n}")));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(bad(field, "control characters are not allowed"));
+    }
+    Ok(())
+}
+
 fn in_range(field: &'static str, ms: u64, min: Duration, max: Duration) -> Result<Duration, Error> {
     let (min, max) = (min.as_millis() as u64, max.as_millis() as u64);
     if (min..=max).contains(&ms) {

@@ -1,7 +1,8 @@
 //! Which calls a read-only token may make on kilnd's TCP listener: the policy kiln-serve's
 //! [`kiln_serve::auth::TokenLayer`] checks every request against before tonic routes it.
 //!
-//! A read-only token may ask the caches (Lookup, GetBlobs), read the counters (Stats) and use
+//! A read-only token may ask the caches (Lookup, GetBlobs), read the counters (Stats) and the
+//! fleet's quarantine records (ListQuarantine), and use
 //! gRPC health and reflection; everything else needs a read-write token, because it compiles
 //! (a Triton kernel is code that runs in kilnd's workers) or writes the caches. A call this list
 //! does not name, a new RPC included, needs write until it is added here. Every call needs a
@@ -11,7 +12,12 @@
 use kiln_proto::auth::Access;
 
 /// gRPC paths a read-only token may call.
-const READ_ONLY_CALLS: &[&str] = &["/kiln.v1.Compiler/Lookup", "/kiln.v1.Compiler/Stats", "/kiln.v1.Blobs/GetBlobs"];
+const READ_ONLY_CALLS: &[&str] = &[
+    "/kiln.v1.Compiler/Lookup",
+    "/kiln.v1.Compiler/Stats",
+    "/kiln.v1.Compiler/ListQuarantine",
+    "/kiln.v1.Blobs/GetBlobs",
+];
 
 /// Services a read-only token may call in full: they read nothing of the caches.
 const READ_ONLY_SERVICES: &[&str] =

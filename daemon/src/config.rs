@@ -47,6 +47,10 @@ pub struct Flags {
     /// Token for the fleet cache, or @FILE.
     #[arg(long, env = "KILN_REMOTE_TOKEN", hide_env_values = true)]
     pub remote_token: Option<String>,
+    /// The fraction of fleet artifacts this host recompiles to audit them (0 to 1; default
+    /// 0.02), besides every first artifact of a publisher it has not yet audited.
+    #[arg(long, env = "KILN_AUDIT_RATE")]
+    pub audit_rate: Option<f64>,
     /// Compiles running at once. Default: the number of cores.
     #[arg(long, env = "KILN_CONCURRENCY")]
     pub concurrency: Option<usize>,
@@ -102,6 +106,13 @@ pub struct FileConfig {
     pub hedge_secs: Option<u64>,
     /// Fleet single-flight on or off (off only to measure what it saves).
     pub fleet_leases: Option<bool>,
+    /// The fleet audit: the fraction of fleet artifacts recompiled and compared (0 to 1), the
+    /// share of one CPU audits may use (0 to 1), and whether to audit at all.
+    pub audit_rate: Option<f64>,
+    pub audit_cpu_share: Option<f64>,
+    pub audit: Option<bool>,
+    /// How often the fleet's quarantine list is read.
+    pub quarantine_poll_ms: Option<u64>,
     pub concurrency: Option<usize>,
     pub cuda_root: Option<PathBuf>,
     pub python: Option<PathBuf>,
@@ -205,6 +216,8 @@ pub struct Remote {
     pub lease_ttl: Duration,
     pub hedge: Duration,
     pub leases: bool,
+    pub audit: crate::audit::Policy,
+    pub quarantine_poll: Duration,
 }
 
 impl std::fmt::Debug for Remote {
@@ -215,6 +228,8 @@ impl std::fmt::Debug for Remote {
             .field("lease_ttl", &self.lease_ttl)
             .field("hedge", &self.hedge)
             .field("leases", &self.leases)
+            .field("audit", &self.audit)
+            .field("quarantine_poll", &self.quarantine_poll)
             .finish()
     }
 }
@@ -285,6 +300,8 @@ impl Config {
                 lease_ttl: Duration::from_millis(file.lease_ttl_ms.unwrap_or(10_000).max(300)),
                 hedge: Duration::from_secs(file.hedge_secs.unwrap_or(600)),
                 leases: file.fleet_leases.unwrap_or(true),
+                audit: audit_policy(flags, file),
+                quarantine_poll: Duration::from_millis(file.quarantine_poll_ms.unwrap_or(1000).clamp(100, 600_000)),
             }),
             concurrency: flags.concurrency.or(file.concurrency).unwrap_or(defaults.cores).max(1),
             cuda_root: flags.cuda_root.clone().or_else(|| file.cuda_root.clone()),
@@ -298,6 +315,18 @@ impl Config {
             triton_prestart: file.triton_prestart.unwrap_or(false),
             limits,
         }
+    }
+}
+
+/// The audit settings, each clamped to its range (a rate of 3 audits everything; a share of 0
+/// would never audit, so it is at least 0.001).
+fn audit_policy(flags: &Flags, file: &FileConfig) -> crate::audit::Policy {
+    let defaults = crate::audit::Policy::default();
+    let finite = |v: Option<f64>, default: f64| v.filter(|v| v.is_finite()).unwrap_or(default);
+    crate::audit::Policy {
+        rate: finite(flags.audit_rate.or(file.audit_rate), defaults.rate).clamp(0.0, 1.0),
+        cpu_share: finite(file.audit_cpu_share, defaults.cpu_share).clamp(0.001, 1.0),
+        enabled: file.audit.unwrap_or(defaults.enabled),
     }
 }
 

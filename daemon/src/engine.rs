@@ -571,6 +571,24 @@ impl Engine {
         }
     }
 
+    /// Compiles `source` for an audit: through a slot of the gate at `priority`, into no cache
+    /// and no fleet.
+    pub(crate) async fn compile_for_audit(
+        &self,
+        source: &KernelSource,
+        target: &Target,
+        priority: Priority,
+    ) -> Compiled {
+        let _permit = self.gate.acquire(priority).await;
+        self.compile(source, target).await
+    }
+
+    /// Drops `key` from this host's tiers and negative cache: the fleet quarantined it.
+    pub async fn forget(&self, key: &CacheKey) {
+        self.negative.invalidate(key).await;
+        self.store.remove(key).await;
+    }
+
     /// Loads a fresh cubin on a local GPU of its target (see [`crate::gpu::load_check`]). A cubin
     /// the driver refuses turns `compiled` into a failure; otherwise the answer is the entry
     /// points' attributes and a note saying how (or whether) the cubin was checked.

@@ -28,8 +28,8 @@ pub enum Error {
     QueueFull { queued: usize, limit: usize },
     #[error("job_id: no job {id} (finished jobs are kept 10 minutes)")]
     NoJob { id: String },
-    #[error("this kilnd has no fleet cache to warm from (start it with --remote)")]
-    NoFleet,
+    #[error("this kilnd has no fleet cache to {what} (start it with --remote)")]
+    NoFleet { what: &'static str },
     /// The fleet cache did not answer for a graph's manifest.
     #[error("reading the manifest of {graph}: {reason}")]
     ManifestUnreadable { graph: CacheKey, reason: String },
@@ -64,7 +64,7 @@ impl Error {
         match self {
             Error::Invalid { .. } => Code::InvalidArgument,
             Error::ToolchainUnavailable { .. }
-            | Error::NoFleet
+            | Error::NoFleet { .. }
             | Error::FileNotStored { .. }
             | Error::TorchMismatch { .. }
             | Error::TorchUnavailable { .. } => Code::FailedPrecondition,

@@ -5,6 +5,7 @@
 //! compile fill the cache after its client has gone. Finished jobs are kept for a while for late
 //! watchers, then pruned.
 
+use crate::audit::Sample;
 use crate::domain::{Job, KernelJob};
 use crate::engine::{Answer, Engine};
 use kiln_proto::CacheKey;
@@ -270,6 +271,7 @@ pub async fn from_caches(engine: &Engine, job: &Job, started: Instant) -> FromCa
     for (index, kernel) in job.kernels.iter().enumerate() {
         match cached.remove(&kernel.key) {
             Some(outcome) => {
+                offer_to_audit(engine, job, kernel, &outcome);
                 if outcome.is_ok() {
                     ok += 1
                 } else {
@@ -281,6 +283,18 @@ pub async fn from_caches(engine: &Engine, job: &Job, started: Instant) -> FromCa
         }
     }
     FromCaches { answered, ok, failed, rest, fleet_asked: prefetched.fleet_asked }
+}
+
+/// Offers a kernel the fleet answered to the audit, which decides whether to recompile it (see
+/// `crate::audit`). Kernels a job brings are what can be audited: the job holds their inputs.
+fn offer_to_audit(engine: &Engine, job: &Job, kernel: &KernelJob, answer: &Answer) {
+    if answer.tier() != pb::Tier::Remote || !answer.is_ok() {
+        return;
+    }
+    if let Some(fleet) = engine.fleet.as_ref() {
+        let sample = || Sample { key: kernel.key, source: kernel.source.clone(), target: job.target };
+        fleet.audit.consider(sample, &kernel.key);
+    }
 }
 
 /// Records the job's start and answers everything the caches hold, with one fleet round trip
@@ -343,6 +357,7 @@ pub async fn complete(engine: Arc<Engine>, record: Arc<JobRecord>, begun: Begun)
             failed += 1
         }
         let kernel = &job.kernels[index];
+        offer_to_audit(&engine, &job, kernel, &outcome);
         record.push(Event::Kernel(result(kernel, &job, outcome, started)));
     }
     let key = graph_of(&job);

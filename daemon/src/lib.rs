@@ -21,6 +21,7 @@
 //! - [`explain`]: key recipes, why a kernel missed (`kiln_misses_total`, recent misses), `Explain`.
 //! - [`engine`]: one kernel's path: negative cache, tiers, single-flight compile, publish.
 //! - [`fleet`]: fleet-wide single-flight through kiln-cache leases and publish notifications.
+//! - [`audit`]: the fleet audit: recompiling some fleet artifacts, quarantining what differs.
 //! - [`concurrency`]: the priority gate and single-flight.
 //! - [`work`]: background work that shutdown waits for, counted by kind.
 //! - [`store`]: the `Store` trait, the memory and disk tiers, and the tiered store.
@@ -34,6 +35,7 @@
 //! Modules and items are `pub(crate)` unless the binary (`main.rs`) or the property tests
 //! (`daemon/tests/`) use them, so that rustc reports whatever nothing calls.
 
+pub(crate) mod audit;
 pub(crate) mod auth;
 pub mod blob;
 pub mod check;

@@ -52,6 +52,11 @@ pub struct ResultLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PublisherLabels {
+    pub publisher: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DirectionLabels {
     pub direction: &'static str,
 }
@@ -146,6 +151,14 @@ pub struct Metrics {
     /// Misses that led to a compile, by reason (`explain::misses::MissReason`); counted by
     /// `MissLog::record` only, so the metric and the list of recent misses agree.
     pub misses: Family<crate::explain::misses::ReasonLabels, Counter>,
+    /// Audits of fleet artifacts by result: clean | mismatch | absent | failed | dropped.
+    pub audits: Family<ResultLabels, Counter>,
+    /// Audits that found a fleet artifact differing from this host's compile, by its publisher.
+    pub audit_mismatches: Family<PublisherLabels, Counter>,
+    /// Quarantined keys this host knows of.
+    pub quarantined_keys: Gauge,
+    /// Fleet answers refused because they are bytes the fleet quarantined.
+    pub quarantine_refusals: Counter,
     namespaces: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
@@ -190,6 +203,10 @@ impl Metrics {
             // 1 ms to about a minute.
             snapshot_restore_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 17)),
             misses: Family::default(),
+            audits: Family::default(),
+            audit_mismatches: Family::default(),
+            quarantined_keys: Gauge::default(),
+            quarantine_refusals: Counter::default(),
             namespaces: Default::default(),
             registry: Registry::default(),
         };
@@ -289,6 +306,18 @@ impl Metrics {
             "Misses that led to a compile, by the first input that differs from the nearest earlier recipe",
             m.misses.clone(),
         );
+        registry.register("audits", "Audits of fleet artifacts by result", m.audits.clone());
+        registry.register(
+            "audit_mismatches",
+            "Fleet artifacts that differed from this host's compile of their inputs, by publisher",
+            m.audit_mismatches.clone(),
+        );
+        registry.register("quarantined_keys", "Quarantined keys this host knows of", m.quarantined_keys.clone());
+        registry.register(
+            "quarantine_refusals",
+            "Fleet answers refused because the fleet quarantined those bytes",
+            m.quarantine_refusals.clone(),
+        );
         let m = Metrics { registry, ..m };
         m.zero(&TierName::LOCAL);
         for toolchain in crate::toolchain::Toolchain::ALL.map(|t| t.as_str()) {
@@ -348,6 +377,14 @@ impl Metrics {
         for result in ["acquired", "waited", "takeover", "timeout", "error"] {
             let _ = self.leases.get_or_create(&LeaseLabels { result });
         }
+    }
+
+    pub fn audit(&self, result: &'static str) {
+        self.audits.get_or_create(&ResultLabels { result }).inc();
+    }
+
+    pub fn audit_mismatch(&self, publisher: &str) {
+        self.audit_mismatches.get_or_create(&PublisherLabels { publisher: publisher.to_owned() }).inc();
     }
 
     pub fn lease(&self, result: &'static str) {

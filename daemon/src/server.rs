@@ -3,6 +3,7 @@
 //! takes bound listeners and a shutdown future, so a test can bind anything and stop the daemon
 //! whenever it likes.
 
+use crate::audit::{self, Auditor};
 use crate::blob::service::{BlobService, BlobState};
 use crate::config::{Config, read_token};
 use crate::engine::Engine;
@@ -134,7 +135,8 @@ pub async fn build(config: &Config) -> anyhow::Result<Built> {
         None => (None, None),
         Some(r) => {
             let token = read_token(&r.token).context("--remote-token")?;
-            let client = RemoteCache::connect(&r.uri, &token).context("--remote")?;
+            let host = crate::status::report::wire_name(&crate::host::name());
+            let client = RemoteCache::connect(&r.uri, &token).context("--remote")?.with_host(&host);
             let tier = RemoteTier::new(client, &r.uri, Arc::clone(&metrics));
             let fleet = Fleet {
                 tier: Arc::clone(&tier),
@@ -144,8 +146,9 @@ pub async fn build(config: &Config) -> anyhow::Result<Built> {
                 negative_ttl: config.limits.negative_ttl,
                 metrics: Arc::clone(&metrics),
                 max_artifact_bytes: config.limits.max_artifact_bytes,
+                audit: Arc::new(Auditor::new(r.audit, &host, Arc::clone(&metrics))),
             };
-            tracing::info!(uri = %r.uri, leases = r.leases, "fleet cache configured");
+            tracing::info!(uri = %r.uri, leases = r.leases, audit = ?r.audit, "fleet cache configured");
             (Some(tier), Some(fleet))
         }
     };
@@ -207,6 +210,24 @@ pub async fn serve(
             tier.probe(stopped).await;
             Ok(())
         });
+        if let (Some(fleet), Some(remote)) = (service.engine.fleet.clone(), config.remote.as_ref()) {
+            let (engine, auditor, stopped) = (Arc::clone(&service.engine), Arc::clone(&fleet.audit), stop.clone());
+            servers.spawn(async move {
+                audit::run(engine, auditor, stopped).await;
+                Ok(())
+            });
+            let engine = Arc::clone(&service.engine);
+            let (stopped, every) = (stop.clone(), remote.quarantine_poll);
+            servers.spawn(async move {
+                let forget = |key| {
+                    let engine = Arc::clone(&engine);
+                    async move { engine.forget(&key).await }
+                };
+                audit::quarantine::poll(Arc::clone(&fleet.tier), Arc::clone(&fleet.audit), every, stopped, forget)
+                    .await;
+                Ok(())
+            });
+        }
     }
     let limit = config.limits.max_message_bytes;
     let (health_reporter, health) = tonic_health::server::health_reporter();

@@ -84,6 +84,7 @@ impl Compiler for CompilerService {
     type WatchStream = EventStream;
     type WarmStream = ReceiverStream<Result<pb::WarmProgress, Status>>;
     type LookupStream = tokio_stream::Iter<std::vec::IntoIter<Result<pb::JobEvent, Status>>>;
+    type AuditStream = ReceiverStream<Result<pb::AuditResult, Status>>;
 
     /// The caches are asked here, in the handler; a request they answer wholly (a warm start)
     /// is finished here too and answered as one ready stream. Otherwise the compiles run in a
@@ -157,6 +158,26 @@ impl Compiler for CompilerService {
 
     async fn explain(&self, request: Request<pb::ExplainRequest>) -> Result<Response<pb::ExplainResponse>, Status> {
         Ok(Response::new(crate::explain::answer::explain(self, request.get_ref()).await?))
+    }
+
+    async fn audit(&self, request: Request<pb::AuditRequest>) -> Result<Response<Self::AuditStream>, Status> {
+        let pb::AuditRequest { graph, publisher, report_only } = request.into_inner();
+        let compile = pb::CompileRequest { graph, ..Default::default() };
+        let job = self.validate(&compile, Priority::Interactive).await?;
+        Ok(Response::new(crate::audit::on_demand(Arc::clone(&self.engine), job, publisher, report_only)?))
+    }
+
+    async fn list_quarantine(
+        &self,
+        request: Request<pb::QuarantineListRequest>,
+    ) -> Result<Response<pb::QuarantineListResponse>, Status> {
+        let fleet = self.engine.fleet.as_ref().ok_or(Error::NoFleet { what: "list quarantines of" })?;
+        let req = request.into_inner();
+        let answer =
+            fleet.tier.list_quarantine(req.since_ms, req.limit).await.map_err(|e| {
+                Status::new(e.code().unwrap_or(tonic::Code::Unavailable), format!("the fleet cache: {e}"))
+            })?;
+        Ok(Response::new(answer))
     }
 
     async fn stats(&self, _request: Request<pb::StatsRequest>) -> Result<Response<pb::StatsResponse>, Status> {

@@ -50,6 +50,7 @@ pub fn collect(s: &CompilerService) -> pb::StatsResponse {
         remote_up: s.engine.fleet_up().is_some() && m.remote_up.get() == 1,
         remote_state: s.engine.fleet.as_ref().map(|f| f.tier.state().as_str().to_owned()).unwrap_or_default(),
         remote_reason: s.engine.fleet.as_ref().map(|f| remote_reason(&f.tier)).unwrap_or_default(),
+        audit: s.engine.fleet.as_ref().map(|f| f.audit.stats()),
         snapshots: Some(snapshots(m)),
         recent_misses: s.engine.misses().recent().iter().map(|m| m.to_pb()).collect(),
         torch_graphs: Some(s.torch_graphs.stats()),

@@ -32,7 +32,7 @@ pub fn start(
         return Err(invalid("graph_keys", "give graph keys or kernel keys to warm"));
     }
     if engine.fleet.is_none() {
-        return Err(Error::NoFleet);
+        return Err(Error::NoFleet { what: "warm from" });
     }
     let (tx, rx) = mpsc::channel(16);
     // The task owns `engine`; the spawn needs a handle of its own.

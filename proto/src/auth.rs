@@ -145,16 +145,17 @@ impl Tokens {
         self.by_digest.len()
     }
 
-    /// Checks the `authorization` metadata against the access `op` needs.
-    pub fn check(&self, metadata: &MetadataMap, op: &str, needs: Access) -> Result<(), AuthError> {
+    /// Checks the `authorization` metadata against the access `op` needs; the caller's
+    /// [`Caller`] on success.
+    pub fn check(&self, metadata: &MetadataMap, op: &str, needs: Access) -> Result<Caller, AuthError> {
         self.check_header(metadata.get("authorization").and_then(|v| v.to_str().ok()), op, needs)
     }
 
     /// [`Tokens::check`] on the `authorization` header's value, for a layer that sees the HTTP
     /// request rather than gRPC metadata.
-    pub fn check_header(&self, authorization: Option<&str>, op: &str, needs: Access) -> Result<(), AuthError> {
+    pub fn check_header(&self, authorization: Option<&str>, op: &str, needs: Access) -> Result<Caller, AuthError> {
         if self.open {
-            return Ok(());
+            return Ok(Caller::anonymous());
         }
         let token = authorization
             .and_then(|v| v.strip_prefix("Bearer "))
@@ -165,7 +166,28 @@ impl Tokens {
         if *access < needs {
             return Err(AuthError::ReadOnly { op: op.to_owned() });
         }
-        Ok(())
+        Ok(Caller::of(token))
+    }
+}
+
+/// Who made a request, as far as its token says: what a server records as a write's author
+/// (an artifact's provenance) without ever storing or logging the token itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// `tok-` and the first 12 hex characters of blake3(token): stable for one token, distinct
+    /// between tokens in practice, and useless for authenticating. `anonymous` on a server
+    /// without tokens.
+    pub token_id: String,
+}
+
+impl Caller {
+    pub fn of(token: &str) -> Self {
+        let digest = blake3::hash(token.as_bytes()).to_hex();
+        Caller { token_id: format!("tok-{}", &digest[..12]) }
+    }
+
+    pub fn anonymous() -> Self {
+        Caller { token_id: "anonymous".into() }
     }
 }
 
@@ -230,7 +252,7 @@ mod tests {
         m
     }
 
-    fn code(r: Result<(), AuthError>) -> Option<Code> {
+    fn code(r: Result<Caller, AuthError>) -> Option<Code> {
         r.err().map(|e| e.code())
     }
 

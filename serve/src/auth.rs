@@ -72,7 +72,7 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
         let path = request.uri().path();
         let Some(needs) = (self.layer.policy)(path) else {
             return Either::Left(self.inner.call(request));
@@ -81,7 +81,12 @@ where
         // The RPC as the client named it, without the leading slash: "kiln.v1.Compiler/Compile".
         let op = path.strip_prefix('/').unwrap_or(path);
         match self.layer.tokens.check_header(authorization, op, needs) {
-            Ok(()) => Either::Left(self.inner.call(request)),
+            Ok(caller) => {
+                // Handlers that record who wrote (kiln-cache's provenance) read it from here:
+                // tonic hands the request's extensions on.
+                request.extensions_mut().insert(caller);
+                Either::Left(self.inner.call(request))
+            }
             Err(e) => {
                 let status = Status::from(e);
                 if let Some(observer) = &self.layer.refused {

@@ -49,6 +49,19 @@ async fn next(stream: &mut PublishStream, within: Duration) -> PublishEvent {
         .expect("watch stream ended")
 }
 
+/// Each answer's envelope, so answers compare without their provenance.
+fn envelopes(answers: Vec<(CacheKey, Lookup)>) -> Vec<(CacheKey, Option<Vec<u8>>)> {
+    answers.into_iter().map(|(k, l)| (k, l.envelope().map(<[u8]>::to_vec))).collect()
+}
+
+/// A watch event's key and envelope; panics on any other event.
+fn value_of(event: PublishEvent) -> (CacheKey, Option<Vec<u8>>) {
+    match event {
+        PublishEvent::Value(k, lookup) => (k, lookup.envelope().map(<[u8]>::to_vec)),
+        other => panic!("expected a value, got {other:?}"),
+    }
+}
+
 /// Flips one byte of a Redis string at `offset`, with redis-cli.
 fn corrupt(redis: &RedisServer, name: &str, offset: usize) {
     let offset = offset.to_string();
@@ -66,8 +79,8 @@ async fn put_and_get_small_and_chunked_envelopes() {
     assert_eq!(c.get(&small).await.unwrap(), Lookup::Miss);
     c.put(&small, small_env.clone()).await.unwrap();
     c.put(&big, big_env.clone()).await.unwrap();
-    assert_eq!(c.get(&small).await.unwrap(), Lookup::Hit(small_env.clone()));
-    assert_eq!(c.get(&big).await.unwrap(), Lookup::Hit(big_env.clone()));
+    assert_eq!(c.get(&small).await.unwrap().envelope(), Some(&small_env[..]));
+    assert_eq!(c.get(&big).await.unwrap().envelope(), Some(&big_env[..]));
     // The big one is a head plus three 1 MiB pieces, all with the sliding TTL.
     for n in 1..=3 {
         assert_eq!(redis.cli(&["EXISTS", &format!("{}:{n}", head(&big))]), b"1", "piece {n}");
@@ -85,7 +98,7 @@ async fn put_and_get_small_and_chunked_envelopes() {
     }
     // A read-only token reads.
     let reader = cache.client(READ_TOKEN);
-    assert_eq!(reader.get(&small).await.unwrap(), Lookup::Hit(small_env.clone()));
+    assert_eq!(reader.get(&small).await.unwrap().envelope(), Some(&small_env[..]));
     let m = cache.metrics_text();
     assert_eq!(sample(&m, "kiln_server_requests_total{op=\"Put\",code=\"ok\"}"), Some(2.0));
     let out = sample(&m, "kiln_server_artifact_bytes_total{direction=\"out\"}").unwrap();
@@ -130,7 +143,7 @@ async fn concurrent_writers_never_mix_pieces() {
             let mut hits = 0;
             for _ in 0..8 {
                 match c.get(&k).await.unwrap() {
-                    Lookup::Hit(env) => {
+                    Lookup::Hit(env, _) => {
                         assert!(versions.contains(&env), "a reader got a mixed envelope");
                         hits += 1;
                     }
@@ -147,7 +160,7 @@ async fn concurrent_writers_never_mix_pieces() {
     }
     assert!(hits > 0, "no reader ever saw the artifact");
     assert!(versions.contains(&match cache.client(READ_TOKEN).get(&k).await.unwrap() {
-        Lookup::Hit(env) => env,
+        Lookup::Hit(env, _) => env,
         other => panic!("{other:?}"),
     }));
     for server in [&cache, &other] {
@@ -181,7 +194,7 @@ async fn bad_requests_are_invalid_argument_naming_the_field() {
         assert!(status.message().starts_with("key:"), "{}", status.message());
     }
     let mut req =
-        tonic::Request::new(kiln_proto::pb::CachePutRequest { key: k.to_hex(), entry: None, negative_ttl_ms: 0 });
+        tonic::Request::new(kiln_proto::pb::CachePutRequest { key: k.to_hex(), entry: None, ..Default::default() });
     req.metadata_mut().insert("authorization", format!("Bearer {WRITE_TOKEN}").parse().unwrap());
     assert_eq!(raw.put(req).await.unwrap_err().message(), "entry: missing");
     let (c3, msg) = code(c.acquire_lease(&k, "short", Duration::from_secs(1)).await);
@@ -228,7 +241,7 @@ async fn batch_get_answers_in_order_with_misses_and_negatives() {
     assert_eq!(got.iter().map(|(k, _)| *k).collect::<Vec<_>>(), keys);
     for (i, (_, lookup)) in got.iter().enumerate() {
         match i {
-            _ if stored.contains(&i) => assert_eq!(lookup, &Lookup::Hit(envelopes[i].clone()), "key {i}"),
+            _ if stored.contains(&i) => assert_eq!(lookup.envelope(), Some(&envelopes[i][..]), "key {i}"),
             3 | 17 => match lookup {
                 Lookup::Negative(n) => assert!(n.log.contains("expected ';'") && n.compile_micros == 1234),
                 other => panic!("key {i}: {other:?}"),
@@ -238,7 +251,7 @@ async fn batch_get_answers_in_order_with_misses_and_negatives() {
     }
     // An artifact put later replaces the negative entry.
     c.put(&keys[3], envelopes[3].clone()).await.unwrap();
-    assert_eq!(c.get(&keys[3]).await.unwrap(), Lookup::Hit(envelopes[3].clone()));
+    assert_eq!(c.get(&keys[3]).await.unwrap().envelope(), Some(&envelopes[3][..]));
     assert!(c.batch_get(&[]).await.unwrap().is_empty());
     cache.stop();
 }
@@ -257,19 +270,19 @@ async fn batch_get_serves_recent_values_from_memory_and_puts_replace_them() {
     c.put(&k, first.clone()).await.unwrap();
     c.put(&big, chunked.clone()).await.unwrap();
     let both = [k, big];
-    let hits = |a: &[u8], b: &[u8]| vec![(k, Lookup::Hit(a.to_vec())), (big, Lookup::Hit(b.to_vec()))];
-    assert_eq!(c.batch_get(&both).await.unwrap(), hits(&first, &chunked));
+    let hits = |a: &[u8], b: &[u8]| vec![(k, Some(a.to_vec())), (big, Some(b.to_vec()))];
+    assert_eq!(envelopes(c.batch_get(&both).await.unwrap()), hits(&first, &chunked));
     // Gone from Redis, still served from memory, verified when it was read.
     redis.cli(&["DEL", &head(&k), &head(&big), &format!("{}:1", head(&big)), &format!("{}:2", head(&big))]);
-    assert_eq!(c.batch_get(&both).await.unwrap(), hits(&first, &chunked));
+    assert_eq!(envelopes(c.batch_get(&both).await.unwrap()), hits(&first, &chunked));
     // Get always reads Redis: entries that change (a job's snapshot manifest) go through it.
     assert_eq!(c.get(&k).await.unwrap(), Lookup::Miss);
     // A Put through this replica replaces the kept copy at once.
     c.put(&k, second.clone()).await.unwrap();
-    assert_eq!(c.batch_get(&[k]).await.unwrap(), vec![(k, Lookup::Hit(second))]);
+    assert_eq!(envelopes(c.batch_get(&[k]).await.unwrap()), vec![(k, Some(second))]);
     // Past its lifetime a value is read from Redis again.
     tokio::time::sleep(Duration::from_millis(1700)).await;
-    assert_eq!(c.batch_get(&[big]).await.unwrap(), vec![(big, Lookup::Miss)]);
+    assert_eq!(envelopes(c.batch_get(&[big]).await.unwrap()), vec![(big, None)]);
     cache.stop();
 }
 
@@ -338,10 +351,10 @@ async fn watches_with_values_carry_the_entries() {
     c.put(&there, env.clone()).await.unwrap();
     let mut watch = cache.client(READ_TOKEN).watch_publish(&[there, later, failed, released], true).await.unwrap();
     assert_eq!(next(&mut watch, Duration::from_secs(5)).await, PublishEvent::Subscribed);
-    assert_eq!(next(&mut watch, Duration::from_secs(5)).await, PublishEvent::Value(there, Lookup::Hit(env)));
+    assert_eq!(value_of(next(&mut watch, Duration::from_secs(5)).await), (there, Some(env)));
     let env = envelope_of(&later, 2 * MIB + 1);
     c.put(&later, env.clone()).await.unwrap();
-    assert_eq!(next(&mut watch, Duration::from_secs(5)).await, PublishEvent::Value(later, Lookup::Hit(env)));
+    assert_eq!(value_of(next(&mut watch, Duration::from_secs(5)).await), (later, Some(env)));
     c.put_negative(&failed, "boom", 7, Duration::from_secs(10)).await.unwrap();
     let negative = kiln_proto::pb::NegativeEntry { log: "boom".into(), compile_micros: 7 };
     assert_eq!(next(&mut watch, Duration::from_secs(5)).await, PublishEvent::Value(failed, Lookup::Negative(negative)));
@@ -405,6 +418,84 @@ async fn tokens_are_required_and_read_only_tokens_cannot_write() {
     assert!(stderr.contains("no tokens configured") && stderr.contains("--insecure-no-auth"), "{stderr}");
 }
 
+/// Every artifact carries who published it: the host the client named and its token's id,
+/// never the token; through Get, BatchGet and a watch's values alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn artifacts_carry_their_provenance() {
+    let (_redis, cache) = start();
+    let writer = cache.client(WRITE_TOKEN).with_host("gpu-7.example");
+    let (small, big) = (key("provenance small"), key("provenance big"));
+    let before = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    writer.put(&small, envelope_of(&small, 100)).await.unwrap();
+    writer.put(&big, envelope_of(&big, 2 * MIB + 3)).await.unwrap();
+    let token_id = kiln_proto::auth::Caller::of(WRITE_TOKEN).token_id;
+    let reader = cache.client(READ_TOKEN);
+    let mut seen = vec![reader.get(&small).await.unwrap()];
+    seen.extend(reader.batch_get(&[small, big]).await.unwrap().into_iter().map(|(_, l)| l));
+    for lookup in seen {
+        let Lookup::Hit(_, Some(p)) = lookup else { panic!("no provenance in {lookup:?}") };
+        assert_eq!((p.host.as_str(), p.token.as_str()), ("gpu-7.example", token_id.as_str()));
+        assert!(p.unix_ms >= before && !p.token.contains(WRITE_TOKEN), "{p:?}");
+    }
+    let (c, msg) = code(cache.client(WRITE_TOKEN).with_host("no spaces").put(&small, envelope_of(&small, 10)).await);
+    assert!(c == Code::InvalidArgument && msg.contains("publisher_host"), "{msg}");
+}
+
+/// An auditor's report takes the bytes out of service while the key still holds them, keeps
+/// them aside with the record, lists the record, names the publisher in a metric, and refuses
+/// the same bytes published again, while other bytes under the key are accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quarantine_takes_bad_bytes_out_of_service_and_keeps_them_out() {
+    let (redis, cache) = start();
+    let bad = cache.client(WRITE_TOKEN).with_host("bad-host");
+    let auditor = cache.client(WRITE_TOKEN).with_host("auditor");
+    let (k, big) = (key("quarantine"), key("quarantine big"));
+    let (wrong, right) = (envelope_of(&k, 500), envelope::seal(&k, ArtifactMeta::default(), b"the right bytes"));
+    bad.put(&k, wrong.clone()).await.unwrap();
+    let big_env = envelope_of(&big, 2 * MIB + 5);
+    bad.put(&big, big_env.clone()).await.unwrap();
+    let audited = blake3::hash(b"what the auditor compiled");
+    // A report about bytes the key does not hold changes nothing.
+    let stale = auditor.quarantine(&k, &blake3::hash(b"other"), &audited, "differs").await.unwrap();
+    assert!(!stale.quarantined);
+    assert!(auditor.get(&k).await.unwrap().envelope().is_some());
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let done = auditor.quarantine(&k, &blake3::hash(&wrong), &audited, "cubin differs at byte 9").await.unwrap();
+    assert!(done.quarantined, "{done:?}");
+    let record = done.record.unwrap();
+    assert_eq!(record.publisher.as_ref().map(|p| p.host.as_str()), Some("bad-host"));
+    assert_eq!((record.reporter_host.as_str(), record.detail.as_str()), ("auditor", "cubin differs at byte 9"));
+    assert_eq!(auditor.get(&k).await.unwrap(), Lookup::Miss, "quarantined bytes are not served");
+    assert_eq!(redis.cli(&["EXISTS", &format!("kiln:v1:{{{k}}}:qa")]), b"1", "kept as evidence");
+    // Twice: nothing more happens.
+    assert!(!auditor.quarantine(&k, &blake3::hash(&wrong), &audited, "again").await.unwrap().quarantined);
+    // A chunked artifact moves whole.
+    assert!(auditor.quarantine(&big, &blake3::hash(&big_env), &audited, "").await.unwrap().quarantined);
+    assert_eq!(auditor.get(&big).await.unwrap(), Lookup::Miss);
+    assert_eq!(redis.cli(&["EXISTS", &format!("kiln:v1:{{{big}}}:qa:2")]), b"1");
+    let listed = auditor.list_quarantine(since, 0).await.unwrap();
+    let keys: Vec<&str> = listed.records.iter().map(|r| r.key.as_str()).collect();
+    assert_eq!(keys, [k.to_hex(), big.to_hex()], "oldest first");
+    assert!(!listed.more);
+    assert!(auditor.list_quarantine(since, 1).await.unwrap().more);
+    assert!(auditor.list_quarantine(u64::MAX / 2, 0).await.unwrap().records.is_empty());
+    // The same bytes again: refused, naming the record. Other bytes: taken.
+    let (c, msg) = code(bad.put(&k, wrong.clone()).await);
+    assert!(c == Code::FailedPrecondition && msg.contains("quarantined") && msg.contains("bad-host"), "{msg}");
+    auditor.put(&k, right.clone()).await.unwrap();
+    assert_eq!(auditor.get(&k).await.unwrap().envelope(), Some(&right[..]));
+    let m = cache.metrics_text();
+    assert_eq!(sample(&m, "kiln_server_quarantines_total{publisher=\"bad-host\"}"), Some(2.0));
+    assert_eq!(sample(&m, "kiln_server_quarantined_puts_total"), Some(1.0));
+    // Read-only tokens cannot quarantine; bad fields are named.
+    let (c, _) = code(cache.client(READ_TOKEN).with_host("r").quarantine(&k, &audited, &audited, "").await);
+    assert_eq!(c, Code::PermissionDenied);
+    let (c, msg) = code(cache.client(WRITE_TOKEN).quarantine(&k, &audited, &audited, "").await);
+    assert!(c == Code::InvalidArgument && msg.contains("reporter_host"), "{msg}");
+    let (c, msg) = code(auditor.list_quarantine(0, 5000).await);
+    assert!(c == Code::InvalidArgument && msg.contains("limit"), "{msg}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn damaged_or_misplaced_values_are_deleted_counted_and_missed() {
     let (redis, cache) = start();
@@ -423,7 +514,7 @@ async fn damaged_or_misplaced_values_are_deleted_counted_and_missed() {
         assert_eq!(redis.cli(&["EXISTS", &head(&k)]), b"0", "{k} was not deleted");
     }
     assert_eq!(redis.cli(&["EXISTS", &format!("{}:1", head(&big))]), b"0");
-    assert!(matches!(c.get(&source).await.unwrap(), Lookup::Hit(_)));
+    assert!(matches!(c.get(&source).await.unwrap(), Lookup::Hit(..)));
     // A value that is not a kiln head at all.
     let junk = key("junk");
     redis.cli(&["SET", &head(&junk), "not an envelope"]);
@@ -434,7 +525,7 @@ async fn damaged_or_misplaced_values_are_deleted_counted_and_missed() {
     assert_eq!(c.contains(&[small, source, junk, copy]).await.unwrap(), [false, true, false, false]);
     // Repaired by the next put.
     c.put(&small, envelope_of(&small, 1000)).await.unwrap();
-    assert!(matches!(c.get(&small).await.unwrap(), Lookup::Hit(_)));
+    assert!(matches!(c.get(&small).await.unwrap(), Lookup::Hit(..)));
     cache.stop();
 }
 
@@ -517,7 +608,7 @@ async fn replicas_share_one_redis() {
     let env = envelope_of(&k, 1000);
     a.client(WRITE_TOKEN).put(&k, env.clone()).await.unwrap();
     assert_eq!(next(&mut watch, Duration::from_secs(5)).await, PublishEvent::Published(k));
-    assert_eq!(b.client(READ_TOKEN).get(&k).await.unwrap(), Lookup::Hit(env));
+    assert_eq!(b.client(READ_TOKEN).get(&k).await.unwrap().envelope(), Some(&env[..]));
     a.stop();
     b.stop();
 }
@@ -557,7 +648,7 @@ async fn tls_round_trip() {
     let c = cache.client_with(WRITE_TOKEN, ClientOptions { ca_pem: Some(tls.ca_pem.clone()), ..Default::default() });
     let k = key("tls");
     c.put(&k, envelope_of(&k, 5000)).await.unwrap();
-    assert!(matches!(c.get(&k).await.unwrap(), Lookup::Hit(_)));
+    assert!(matches!(c.get(&k).await.unwrap(), Lookup::Hit(..)));
     // Without the CA the server's certificate is not trusted.
     let untrusted = cache.client(WRITE_TOKEN).get(&k).await.unwrap_err();
     assert_eq!(untrusted.code(), Some(Code::Unavailable), "{untrusted}");
@@ -585,7 +676,7 @@ async fn redis_cluster_round_trip_publish_and_lease() {
     }
     let got = c.batch_get(&keys).await.unwrap();
     for (i, (_, lookup)) in got.into_iter().enumerate() {
-        assert_eq!(lookup, Lookup::Hit(envelopes[i].clone()), "key {i}");
+        assert_eq!(lookup.envelope(), Some(&envelopes[i][..]), "key {i}");
     }
     assert_eq!(cluster.cli(&["EXISTS", &format!("{}:2", head(&keys[3]))]), b"1");
     let mut asked = keys.clone();

@@ -36,8 +36,8 @@ async fn rps(clients: &[RemoteCache], key: CacheKey, size: usize, secs: f64) -> 
             let mut done = 0u64;
             while Instant::now() < deadline {
                 match client.get(&key).await? {
-                    Lookup::Hit(bytes) if bytes.len() == size => done += 1,
-                    Lookup::Hit(bytes) => bail!("a Get returned {} bytes, not {size}", bytes.len()),
+                    Lookup::Hit(bytes, _) if bytes.len() == size => done += 1,
+                    Lookup::Hit(bytes, _) => bail!("a Get returned {} bytes, not {size}", bytes.len()),
                     other => bail!("a Get of a stored key answered {other:?}"),
                 }
             }
@@ -72,7 +72,7 @@ pub async fn run(bench: &Bench, fleet: &Fleet) -> Result<Section> {
     let stored = fleet.redis.connect()?.get_all(&[artifact_key(hex)]).context("the kernel is not in Redis")?;
     let size = stored[0].len();
     let envelope = match fleet.client()?.get(&key).await? {
-        Lookup::Hit(bytes) => bytes,
+        Lookup::Hit(bytes, _) => bytes,
         other => bail!("kiln-cache does not have the kernel: {other:?}"),
     };
     let answered = envelope.len();
@@ -107,6 +107,8 @@ pub async fn run(bench: &Bench, fleet: &Fleet) -> Result<Section> {
     let canned = pb::CacheGetResponse {
         key: key.to_hex(),
         entry: Some(pb::cache_get_response::Entry::Envelope(envelope.clone())),
+        // What kiln-cache sends beside every envelope, so the floor carries the same bytes.
+        provenance: Some(pb::Provenance { host: "bench-host".into(), token: "tok-0123456789ab".into(), unix_ms: 1 }),
     };
     let (_floor, floor_uri) = super::floor::cache(canned)?;
     for &c in &o.clients {

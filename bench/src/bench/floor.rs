@@ -142,6 +142,7 @@ impl compiler::Compiler for CannedCompiler {
     type WatchStream = Events;
     type LookupStream = Events;
     type WarmStream = Pin<Box<dyn Stream<Item = Result<pb::WarmProgress, Status>> + Send>>;
+    type AuditStream = Pin<Box<dyn Stream<Item = Result<pb::AuditResult, Status>> + Send>>;
 
     async fn compile(&self, _: Request<pb::CompileRequest>) -> Result<Response<Events>, Status> {
         answer(&self.compile)
@@ -162,6 +163,15 @@ impl compiler::Compiler for CannedCompiler {
         absent()
     }
     async fn explain(&self, _: Request<pb::ExplainRequest>) -> Result<Response<pb::ExplainResponse>, Status> {
+        absent()
+    }
+    async fn audit(&self, _: Request<pb::AuditRequest>) -> Result<Response<Self::AuditStream>, Status> {
+        absent()
+    }
+    async fn list_quarantine(
+        &self,
+        _: Request<pb::QuarantineListRequest>,
+    ) -> Result<Response<pb::QuarantineListResponse>, Status> {
         absent()
     }
 }
@@ -221,6 +231,15 @@ impl cache::ArtifactCache for CannedCache {
         absent()
     }
     async fn report_host(&self, _: Request<pb::HostReport>) -> Result<Response<pb::HostReportResponse>, Status> {
+        absent()
+    }
+    async fn quarantine(&self, _: Request<pb::QuarantineRequest>) -> Result<Response<pb::QuarantineResponse>, Status> {
+        absent()
+    }
+    async fn list_quarantine(
+        &self,
+        _: Request<pb::QuarantineListRequest>,
+    ) -> Result<Response<pb::QuarantineListResponse>, Status> {
         absent()
     }
 }

@@ -127,7 +127,7 @@ pub async fn cache_load(fleet: &Fleet, keys: &[CacheKey]) -> Result<Load> {
                 while Instant::now() < deadline {
                     for chunk in keys.chunks(BATCH) {
                         for (key, lookup) in client.batch_get(chunk).await? {
-                            let Lookup::Hit(envelope) = lookup else {
+                            let Lookup::Hit(envelope, _) = lookup else {
                                 anyhow::bail!("kiln-cache lacks {key} of the snapshot");
                             };
                             bytes += envelope.len() as u64;

@@ -32,7 +32,7 @@ fn entry(i: usize) -> (CacheKey, Vec<u8>) {
 
 fn expect_hit(lookup: &Lookup, envelope: &[u8], key: &CacheKey) -> Result<()> {
     match lookup {
-        Lookup::Hit(got) => ensure!(got.as_slice() == envelope, "{key}: the envelope differs from the stored one"),
+        Lookup::Hit(got, _) => ensure!(got.as_slice() == envelope, "{key}: the envelope differs from the stored one"),
         other => anyhow::bail!("{key}: expected a hit, got {other:?}"),
     }
     Ok(())

@@ -186,7 +186,7 @@ async fn stored_matches(fleet: &ContainerFleet, req: &pb::CompileRequest, refere
     let key = fleet_key(fleet, req).await?;
     let cache = RemoteCache::connect(&format!("http://{ip}:7171"), super::containers::TOKEN)?;
     match cache.get(&key).await? {
-        Lookup::Hit(bytes) => {
+        Lookup::Hit(bytes, _) => {
             let artifact = envelope::open(&bytes, &key, u64::MAX).context("the stored envelope does not open")?;
             if artifact.bytes.as_ref() != expected.as_slice() {
                 bail!("the stored cubin differs from the reference");

@@ -92,7 +92,7 @@ pub async fn run(run: &Run, out: &mut Outcome) -> Result<()> {
         "host A cut off at",
         format!("{}; {} KB still queued on its connection to kiln-cache", ms(cut), queued / 1024),
     );
-    let stored_at_cut = matches!(at_cut, Ok(Lookup::Hit(_)));
+    let stored_at_cut = matches!(at_cut, Ok(Lookup::Hit(_, _)));
     out.figure("kiln-cache held the kernel at the cut", stored_at_cut);
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -131,7 +131,7 @@ pub async fn run(run: &Run, out: &mut Outcome) -> Result<()> {
     out.figure("compiles on B and C / lease takeovers", format!("{compiles_bc} / {takeovers}"));
     let final_read = cache.get(&key).await;
     let final_ok = match &final_read {
-        Ok(Lookup::Hit(bytes)) => envelope::open(bytes, &key, u64::MAX).is_ok_and(|a| a.bytes.as_ref() == expected),
+        Ok(Lookup::Hit(bytes, _)) => envelope::open(bytes, &key, u64::MAX).is_ok_and(|a| a.bytes.as_ref() == expected),
         _ => false,
     };
 
@@ -158,7 +158,7 @@ pub async fn run(run: &Run, out: &mut Outcome) -> Result<()> {
     out.check(
         "kiln-cache holds the whole, right kernel at the end (one of B and C published it)",
         match &final_read {
-            Ok(Lookup::Hit(_)) => format!("stored; equal to the reference: {final_ok}"),
+            Ok(Lookup::Hit(_, _)) => format!("stored; equal to the reference: {final_ok}"),
             other => format!("{other:?}"),
         },
         final_ok,
@@ -183,7 +183,7 @@ async fn read_all_along(cache: RemoteCache, key: CacheKey, expected: Vec<u8>, st
     while !stop.load(Ordering::Relaxed) {
         match cache.get(&key).await {
             Ok(Lookup::Miss) => reads.misses += 1,
-            Ok(Lookup::Hit(bytes)) => match envelope::open(&bytes, &key, u64::MAX) {
+            Ok(Lookup::Hit(bytes, _)) => match envelope::open(&bytes, &key, u64::MAX) {
                 Ok(a) if a.bytes.as_ref() == expected.as_slice() => reads.whole += 1,
                 Ok(_) => reads.bad.push("an envelope whose cubin is not the reference's".into()),
                 Err(e) => reads.bad.push(format!("{} bytes that do not open: {e}", bytes.len())),

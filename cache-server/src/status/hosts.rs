@@ -6,6 +6,7 @@
 //! page is drawn.
 
 use crate::error::Error;
+use crate::validate::{bad, text};
 use kiln_proto::pb::{HostMiss, HostReport};
 use prost::Message;
 use serde::Serialize;
@@ -25,11 +26,7 @@ pub const MAX_MISSES: usize = 32;
 
 /// Checks every field of a report, naming the first bad one.
 pub fn validate(r: &HostReport) -> Result<(), Error> {
-    let host_ok = (1..=253).contains(&r.host.len())
-        && r.host.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-    if !host_ok {
-        return Err(bad("host", "expected 1 to 253 characters of [A-Za-z0-9._-]"));
-    }
+    crate::validate::host("host", &r.host)?;
     text("version", &r.version, 1, 64)?;
     text("default_target", &r.default_target, 0, 16)?;
     if r.gpus.len() > MAX_GPUS {
@@ -66,22 +63,6 @@ pub fn validate(r: &HostReport) -> Result<(), Error> {
         text(&format!("recent_misses[{i}].toolchain"), &m.toolchain, 0, 32)?;
         text(&format!("recent_misses[{i}].reason"), &m.reason, 1, 64)?;
         text(&format!("recent_misses[{i}].detail"), &m.detail, 0, 512)?;
-    }
-    Ok(())
-}
-
-fn bad(field: &str, reason: &str) -> Error {
-    Error::BadField { field: field.to_owned(), reason: reason.to_owned() }
-}
-
-/// `min` to `max` characters with no control characters (markup is allowed: the page escapes).
-fn text(field: &str, value: &str, min: usize, max: usize) -> Result<(), Error> {
-    let n = value.chars().count();
-    if n < min || n > max {
-        return Err(bad(field, &format!("expected {min} to {max} characters, got {n}")));
-    }
-    if value.chars().any(char::is_control) {
-        return Err(bad(field, "control characters are not allowed"));
     }
     Ok(())
 }

@@ -31,6 +31,8 @@ PAIRS: list[tuple[type, Any, dict[str, str], dict[str, str]]] = [
     (results.RecentMiss, pb.RecentMiss, {}, {}),
     (results.SnapshotStats, pb.SnapshotStats, {}, {}),
     (results.Stats, pb.StatsResponse, {}, {}),
+    (results.AuditStats, pb.AuditStats, {}, {}),
+    (results.Provenance, pb.Provenance, {}, {}),
     (results.WarmProgress, pb.WarmProgress, {}, {}),
     (results.BlobEntry, bpb.BlobEntry, {"found": "a miss is None, not an entry"}, {}),
     (snapshot_results.SnapshotRoot, spb.SnapshotRoot, {}, {}),
@@ -73,6 +75,8 @@ def test_stats_from_a_full_message_keeps_every_value() -> None:
     m.torch_graphs.compiled = 10
     m.torch_graphs.fallbacks["kilnd_unreachable"] = 11
     m.torch_graphs.jobs.add(job="j", steps=12).graphs.add(name="g0", eager_calls=13)
+    m.audit.rate, m.audit.mismatched, m.audit.quarantined_keys = 0.5, 14, 15
+    m.audit.publishers_audited.append("gpu-1")
     s = results.Stats.from_proto(m)
     assert (s.version, s.default_target, s.compiles_ok, s.remote, s.remote_up, s.remote_state) == ("v", "sm_90", 3, "http://c:7171", True, "up")
     assert s.toolchains[0].supported_targets == ["sm_90"] and s.gpus[0].name == "H100" and s.tiers[0].integrity_failures == 6
@@ -81,4 +85,6 @@ def test_stats_from_a_full_message_keeps_every_value() -> None:
     assert s.torch_graphs is not None and s.torch_graphs.compiled == 10
     assert s.torch_graphs.fallbacks == {"kilnd_unreachable": 11}
     assert s.torch_graphs.jobs[0].steps == 12 and s.torch_graphs.jobs[0].graphs[0].eager_calls == 13
+    assert s.audit == results.AuditStats(rate=0.5, mismatched=14, quarantined_keys=15, publishers_audited=["gpu-1"])
     assert results.Stats.from_proto(pb.StatsResponse()).torch_graphs is None
+    assert results.Stats.from_proto(pb.StatsResponse()).audit is None

@@ -165,6 +165,7 @@ impl Compiler for Mock {
     type WatchStream = Events;
     type LookupStream = Events;
     type WarmStream = tokio_stream::Iter<std::vec::IntoIter<Result<pb::WarmProgress, Status>>>;
+    type AuditStream = tokio_stream::Iter<std::vec::IntoIter<Result<pb::AuditResult, Status>>>;
 
     async fn compile(&self, request: Request<pb::CompileRequest>) -> Result<Response<Events>, Status> {
         let request = request.into_inner();
@@ -202,6 +203,18 @@ impl Compiler for Mock {
 
     async fn explain(&self, _: Request<pb::ExplainRequest>) -> Result<Response<pb::ExplainResponse>, Status> {
         Err(Status::unimplemented("the mock daemon does not explain"))
+    }
+
+    /// The audit is exercised against the real daemons in tests/tests/audit.rs.
+    async fn audit(&self, _: Request<pb::AuditRequest>) -> Result<Response<Self::AuditStream>, Status> {
+        Err(Status::unimplemented("the mock daemon does not audit"))
+    }
+
+    async fn list_quarantine(
+        &self,
+        _: Request<pb::QuarantineListRequest>,
+    ) -> Result<Response<pb::QuarantineListResponse>, Status> {
+        Err(Status::unimplemented("the mock daemon has no fleet"))
     }
 
     async fn stats(&self, _: Request<pb::StatsRequest>) -> Result<Response<pb::StatsResponse>, Status> {

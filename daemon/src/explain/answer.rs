@@ -87,7 +87,7 @@ async fn kept_book(engine: &Engine, key: &CacheKey, expect: Expect<'_>) -> Vec<(
         out.push((found, LOCAL));
     }
     if let Some(fleet) = engine.fleet_up()
-        && let Ok(kiln_cache_client::Lookup::Hit(sealed)) = fleet.tier.get(key).await
+        && let Ok(kiln_cache_client::Lookup::Hit(sealed, _)) = fleet.tier.get(key).await
     {
         match book::open(key, &sealed, expect) {
             Ok(found) => out.push((found, FLEET)),
@@ -142,6 +142,7 @@ async fn explanation(
         key: key.to_hex(),
         cached: cached.is_some(),
         tier: cached.map_or(pb::Tier::Unspecified, |(t, _)| t) as i32,
+        publisher: engine.fleet.as_ref().and_then(|f| f.audit.publisher(key)).map(|p| (*p).clone()),
         ..Default::default()
     };
     let Some(recipe) = recipe else {

@@ -25,6 +25,7 @@
 pub mod lease;
 pub mod tier;
 
+use crate::audit::Auditor;
 use crate::metrics::Metrics;
 use crate::store::TierName;
 use kiln_cache_client::{Acquired, Lookup, PublishEvent, new_holder};
@@ -46,6 +47,8 @@ pub struct Fleet {
     pub negative_ttl: Duration,
     pub metrics: Arc<Metrics>,
     pub max_artifact_bytes: u64,
+    /// Who published what this host fetched, what to audit, and what the fleet quarantined.
+    pub audit: Arc<Auditor>,
 }
 
 /// What another host left for a key.
@@ -201,8 +204,15 @@ impl Fleet {
     /// hit in `kiln_artifact_bytes_total`), as the local tiers count theirs.
     pub fn verify(&self, key: &CacheKey, lookup: Lookup) -> Option<Found> {
         match lookup {
-            Lookup::Hit(bytes) => match envelope::open(&bytes, key, self.max_artifact_bytes) {
+            Lookup::Hit(bytes, _) if self.audit.quarantine.refuses(key, &bytes) => {
+                tracing::warn!(%key, "the fleet served bytes it quarantined (a replica's recent copy); compiling here");
+                self.metrics.quarantine_refusals.inc();
+                self.metrics.lookup(TierName::Remote, "miss");
+                None
+            }
+            Lookup::Hit(bytes, provenance) => match envelope::open(&bytes, key, self.max_artifact_bytes) {
                 Ok(artifact) => {
+                    self.audit.saw(key, provenance);
                     self.metrics.lookup(TierName::Remote, "hit");
                     self.metrics.bytes(TierName::Remote, "read", bytes.len());
                     Some(Found::Artifact(Box::new(artifact), bytes))

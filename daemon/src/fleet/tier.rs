@@ -210,6 +210,26 @@ impl RemoteTier {
         self.call(self.client.release_lease(key, holder)).await
     }
 
+    /// Reports that the envelope `served` under `key` differs from this host's compile.
+    pub async fn quarantine(
+        &self,
+        key: &CacheKey,
+        served: &blake3::Hash,
+        audited: &blake3::Hash,
+        detail: &str,
+    ) -> Result<kiln_proto::pb::QuarantineResponse, ClientError> {
+        self.call(self.client.quarantine(key, served, audited, detail)).await
+    }
+
+    /// The fleet's quarantine records from `since_ms` on, at most `limit` (0: the server's most).
+    pub async fn list_quarantine(
+        &self,
+        since_ms: u64,
+        limit: u32,
+    ) -> Result<kiln_proto::pb::QuarantineListResponse, ClientError> {
+        self.call(self.client.list_quarantine(since_ms, limit)).await
+    }
+
     /// This host's report for kiln-cache's status page.
     pub async fn report_host(&self, report: kiln_proto::pb::HostReport) -> Result<(), ClientError> {
         self.call(self.client.report_host(report)).await.map(|_| ())

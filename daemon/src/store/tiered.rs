@@ -137,6 +137,15 @@ impl TieredStore {
     }
 
     /// Settles lazy accounting in every tier (see [`Store::settle`]).
+    /// Drops `key` from every tier (the fleet quarantined it); a tier that fails to is logged.
+    pub async fn remove(&self, key: &CacheKey) {
+        for tier in &self.tiers {
+            if let Err(e) = tier.remove(key).await {
+                tracing::warn!(%key, error = %e, "could not drop a quarantined key from a tier");
+            }
+        }
+    }
+
     pub async fn settle(&self) {
         for tier in &self.tiers {
             tier.settle().await;

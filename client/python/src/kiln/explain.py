@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ._proto import kiln_pb2 as pb
-from .results import Tier, _enum
+from .results import Provenance, Tier, _enum
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,8 @@ class Explanation:
     #: Where the nearest recipe was found: ``"local"`` (this host), ``"fleet"``, or empty.
     nearest_from: str
     differences: list[Difference]
+    #: Who published the artifact, when kilnd took it from the fleet lately; else ``None``.
+    publisher: Provenance | None = None
 
     @classmethod
     def from_proto(cls, m: pb.KernelExplanation) -> Explanation:
@@ -56,4 +58,5 @@ class Explanation:
             kernel_name=m.identity.kernel_name,
             nearest_from=m.nearest_from,
             differences=[Difference(reason=d.reason, text=d.text) for d in m.differences],
+            publisher=Provenance.from_proto(m.publisher) if m.HasField("publisher") else None,
         )

@@ -345,6 +345,52 @@ class SnapshotStats:
 
 
 @dataclass(frozen=True)
+class Provenance:
+    """Who published a fleet artifact, as kiln-cache recorded it."""
+
+    #: The host name the publisher gave (self-declared).
+    host: str = ""
+    #: The identity of the token it wrote with (``tok-`` and a digest prefix; never the token).
+    token: str = ""
+    unix_ms: int = 0
+
+    @classmethod
+    def from_proto(cls, m: pb.Provenance) -> Provenance:
+        return cls(host=m.host, token=m.token, unix_ms=m.unix_ms)
+
+
+@dataclass(frozen=True)
+class AuditStats:
+    """The fleet audit on one host: its recompiles of what it took from the fleet."""
+
+    #: The fraction of fleet artifacts audited (besides new publishers' first), and the share
+    #: of one CPU audits may use.
+    rate: float = 0.0
+    cpu_share: float = 0.0
+    clean: int = 0
+    mismatched: int = 0
+    failed: int = 0
+    #: Audits not run because the queue was full.
+    dropped: int = 0
+    #: Quarantine records this host knows of.
+    quarantined_keys: int = 0
+    publishers_audited: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_proto(cls, m: pb.AuditStats) -> AuditStats:
+        return cls(
+            rate=m.rate,
+            cpu_share=m.cpu_share,
+            clean=m.clean,
+            mismatched=m.mismatched,
+            failed=m.failed,
+            dropped=m.dropped,
+            quarantined_keys=m.quarantined_keys,
+            publishers_audited=list(m.publishers_audited),
+        )
+
+
+@dataclass(frozen=True)
 class Stats:
     version: str
     toolchains: list[ToolchainInfo]
@@ -372,6 +418,8 @@ class Stats:
     snapshots: SnapshotStats = field(default_factory=SnapshotStats)
     #: torch.compile graphs (kiln.torch); ``None`` from a kilnd too old to count them.
     torch_graphs: TorchGraphStats | None = None
+    #: The fleet audit; ``None`` without a fleet cache (or from a kilnd without the audit).
+    audit: AuditStats | None = None
 
     @classmethod
     def from_proto(cls, m: pb.StatsResponse) -> Stats:
@@ -416,6 +464,7 @@ class Stats:
             recent_misses=[RecentMiss.from_proto(r) for r in m.recent_misses],
             snapshots=SnapshotStats.from_proto(m.snapshots),
             torch_graphs=_torch_graph_stats(m),
+            audit=AuditStats.from_proto(m.audit) if m.HasField("audit") else None,
         )
 
 

@@ -42,6 +42,78 @@ TIER_REMOTE: Tier
 TIER_COMPILED: Tier
 TIER_JOINED: Tier
 
+class AuditRequest(_message.Message):
+    __slots__ = ("graph", "publisher", "report_only")
+    GRAPH_FIELD_NUMBER: _ClassVar[int]
+    PUBLISHER_FIELD_NUMBER: _ClassVar[int]
+    REPORT_ONLY_FIELD_NUMBER: _ClassVar[int]
+    graph: CompileGraph
+    publisher: str
+    report_only: bool
+    def __init__(self, graph: _Optional[_Union[CompileGraph, _Mapping]] = ..., publisher: _Optional[str] = ..., report_only: _Optional[bool] = ...) -> None: ...
+
+class AuditResult(_message.Message):
+    __slots__ = ("id", "key", "verdict", "publisher", "detail", "quarantined")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    PUBLISHER_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    QUARANTINED_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    key: str
+    verdict: str
+    publisher: Provenance
+    detail: str
+    quarantined: bool
+    def __init__(self, id: _Optional[str] = ..., key: _Optional[str] = ..., verdict: _Optional[str] = ..., publisher: _Optional[_Union[Provenance, _Mapping]] = ..., detail: _Optional[str] = ..., quarantined: _Optional[bool] = ...) -> None: ...
+
+class Provenance(_message.Message):
+    __slots__ = ("host", "token", "unix_ms")
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    host: str
+    token: str
+    unix_ms: int
+    def __init__(self, host: _Optional[str] = ..., token: _Optional[str] = ..., unix_ms: _Optional[int] = ...) -> None: ...
+
+class QuarantineRecord(_message.Message):
+    __slots__ = ("key", "publisher", "reporter_host", "reporter_token", "unix_ms", "served_digest", "audited_digest", "detail")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    PUBLISHER_FIELD_NUMBER: _ClassVar[int]
+    REPORTER_HOST_FIELD_NUMBER: _ClassVar[int]
+    REPORTER_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    SERVED_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    AUDITED_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    publisher: Provenance
+    reporter_host: str
+    reporter_token: str
+    unix_ms: int
+    served_digest: str
+    audited_digest: str
+    detail: str
+    def __init__(self, key: _Optional[str] = ..., publisher: _Optional[_Union[Provenance, _Mapping]] = ..., reporter_host: _Optional[str] = ..., reporter_token: _Optional[str] = ..., unix_ms: _Optional[int] = ..., served_digest: _Optional[str] = ..., audited_digest: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class QuarantineListRequest(_message.Message):
+    __slots__ = ("since_ms", "limit")
+    SINCE_MS_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    since_ms: int
+    limit: int
+    def __init__(self, since_ms: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class QuarantineListResponse(_message.Message):
+    __slots__ = ("records", "more")
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
+    records: _containers.RepeatedCompositeFieldContainer[QuarantineRecord]
+    more: bool
+    def __init__(self, records: _Optional[_Iterable[_Union[QuarantineRecord, _Mapping]]] = ..., more: _Optional[bool] = ...) -> None: ...
+
 class ExplainRequest(_message.Message):
     __slots__ = ("graph", "keys")
     GRAPH_FIELD_NUMBER: _ClassVar[int]
@@ -57,7 +129,7 @@ class ExplainResponse(_message.Message):
     def __init__(self, kernels: _Optional[_Iterable[_Union[KernelExplanation, _Mapping]]] = ...) -> None: ...
 
 class KernelExplanation(_message.Message):
-    __slots__ = ("id", "identity", "key", "cached", "tier", "verdict", "reason", "recipe", "nearest", "nearest_from", "differences")
+    __slots__ = ("id", "identity", "key", "cached", "tier", "verdict", "reason", "recipe", "nearest", "nearest_from", "differences", "publisher")
     ID_FIELD_NUMBER: _ClassVar[int]
     IDENTITY_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
@@ -69,6 +141,7 @@ class KernelExplanation(_message.Message):
     NEAREST_FIELD_NUMBER: _ClassVar[int]
     NEAREST_FROM_FIELD_NUMBER: _ClassVar[int]
     DIFFERENCES_FIELD_NUMBER: _ClassVar[int]
+    PUBLISHER_FIELD_NUMBER: _ClassVar[int]
     id: str
     identity: KernelIdentity
     key: str
@@ -80,7 +153,8 @@ class KernelExplanation(_message.Message):
     nearest: KeyRecipe
     nearest_from: str
     differences: _containers.RepeatedCompositeFieldContainer[Difference]
-    def __init__(self, id: _Optional[str] = ..., identity: _Optional[_Union[KernelIdentity, _Mapping]] = ..., key: _Optional[str] = ..., cached: _Optional[bool] = ..., tier: _Optional[_Union[Tier, str]] = ..., verdict: _Optional[str] = ..., reason: _Optional[str] = ..., recipe: _Optional[_Union[KeyRecipe, _Mapping]] = ..., nearest: _Optional[_Union[KeyRecipe, _Mapping]] = ..., nearest_from: _Optional[str] = ..., differences: _Optional[_Iterable[_Union[Difference, _Mapping]]] = ...) -> None: ...
+    publisher: Provenance
+    def __init__(self, id: _Optional[str] = ..., identity: _Optional[_Union[KernelIdentity, _Mapping]] = ..., key: _Optional[str] = ..., cached: _Optional[bool] = ..., tier: _Optional[_Union[Tier, str]] = ..., verdict: _Optional[str] = ..., reason: _Optional[str] = ..., recipe: _Optional[_Union[KeyRecipe, _Mapping]] = ..., nearest: _Optional[_Union[KeyRecipe, _Mapping]] = ..., nearest_from: _Optional[str] = ..., differences: _Optional[_Iterable[_Union[Difference, _Mapping]]] = ..., publisher: _Optional[_Union[Provenance, _Mapping]] = ...) -> None: ...
 
 class Difference(_message.Message):
     __slots__ = ("reason", "text")
@@ -441,7 +515,7 @@ class TierStats(_message.Message):
     def __init__(self, tier: _Optional[str] = ..., entries: _Optional[int] = ..., bytes: _Optional[int] = ..., capacity_bytes: _Optional[int] = ..., hits: _Optional[int] = ..., misses: _Optional[int] = ..., integrity_failures: _Optional[int] = ...) -> None: ...
 
 class StatsResponse(_message.Message):
-    __slots__ = ("version", "toolchains", "gpus", "default_target", "tiers", "compiles_ok", "compiles_failed", "queue_depth", "inflight_compiles", "jobs_total", "compile_seconds_saved", "concurrency", "remote", "remote_up", "snapshots", "recent_misses", "torch_graphs", "remote_state", "remote_reason")
+    __slots__ = ("version", "toolchains", "gpus", "default_target", "tiers", "compiles_ok", "compiles_failed", "queue_depth", "inflight_compiles", "jobs_total", "compile_seconds_saved", "concurrency", "remote", "remote_up", "snapshots", "recent_misses", "torch_graphs", "remote_state", "remote_reason", "audit")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     TOOLCHAINS_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
@@ -461,6 +535,7 @@ class StatsResponse(_message.Message):
     TORCH_GRAPHS_FIELD_NUMBER: _ClassVar[int]
     REMOTE_STATE_FIELD_NUMBER: _ClassVar[int]
     REMOTE_REASON_FIELD_NUMBER: _ClassVar[int]
+    AUDIT_FIELD_NUMBER: _ClassVar[int]
     version: str
     toolchains: _containers.RepeatedCompositeFieldContainer[ToolchainInfo]
     gpus: _containers.RepeatedCompositeFieldContainer[Gpu]
@@ -480,7 +555,28 @@ class StatsResponse(_message.Message):
     torch_graphs: TorchGraphStats
     remote_state: str
     remote_reason: str
-    def __init__(self, version: _Optional[str] = ..., toolchains: _Optional[_Iterable[_Union[ToolchainInfo, _Mapping]]] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., default_target: _Optional[str] = ..., tiers: _Optional[_Iterable[_Union[TierStats, _Mapping]]] = ..., compiles_ok: _Optional[int] = ..., compiles_failed: _Optional[int] = ..., queue_depth: _Optional[int] = ..., inflight_compiles: _Optional[int] = ..., jobs_total: _Optional[int] = ..., compile_seconds_saved: _Optional[float] = ..., concurrency: _Optional[int] = ..., remote: _Optional[str] = ..., remote_up: _Optional[bool] = ..., snapshots: _Optional[_Union[SnapshotStats, _Mapping]] = ..., recent_misses: _Optional[_Iterable[_Union[RecentMiss, _Mapping]]] = ..., torch_graphs: _Optional[_Union[TorchGraphStats, _Mapping]] = ..., remote_state: _Optional[str] = ..., remote_reason: _Optional[str] = ...) -> None: ...
+    audit: AuditStats
+    def __init__(self, version: _Optional[str] = ..., toolchains: _Optional[_Iterable[_Union[ToolchainInfo, _Mapping]]] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., default_target: _Optional[str] = ..., tiers: _Optional[_Iterable[_Union[TierStats, _Mapping]]] = ..., compiles_ok: _Optional[int] = ..., compiles_failed: _Optional[int] = ..., queue_depth: _Optional[int] = ..., inflight_compiles: _Optional[int] = ..., jobs_total: _Optional[int] = ..., compile_seconds_saved: _Optional[float] = ..., concurrency: _Optional[int] = ..., remote: _Optional[str] = ..., remote_up: _Optional[bool] = ..., snapshots: _Optional[_Union[SnapshotStats, _Mapping]] = ..., recent_misses: _Optional[_Iterable[_Union[RecentMiss, _Mapping]]] = ..., torch_graphs: _Optional[_Union[TorchGraphStats, _Mapping]] = ..., remote_state: _Optional[str] = ..., remote_reason: _Optional[str] = ..., audit: _Optional[_Union[AuditStats, _Mapping]] = ...) -> None: ...
+
+class AuditStats(_message.Message):
+    __slots__ = ("rate", "cpu_share", "clean", "mismatched", "failed", "dropped", "quarantined_keys", "publishers_audited")
+    RATE_FIELD_NUMBER: _ClassVar[int]
+    CPU_SHARE_FIELD_NUMBER: _ClassVar[int]
+    CLEAN_FIELD_NUMBER: _ClassVar[int]
+    MISMATCHED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    QUARANTINED_KEYS_FIELD_NUMBER: _ClassVar[int]
+    PUBLISHERS_AUDITED_FIELD_NUMBER: _ClassVar[int]
+    rate: float
+    cpu_share: float
+    clean: int
+    mismatched: int
+    failed: int
+    dropped: int
+    quarantined_keys: int
+    publishers_audited: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, rate: _Optional[float] = ..., cpu_share: _Optional[float] = ..., clean: _Optional[int] = ..., mismatched: _Optional[int] = ..., failed: _Optional[int] = ..., dropped: _Optional[int] = ..., quarantined_keys: _Optional[int] = ..., publishers_audited: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class TorchGraphStats(_message.Message):
     __slots__ = ("compiled", "failed", "hits", "fallbacks", "jobs")

@@ -70,6 +70,16 @@ class CompilerStub:
                 request_serializer=kiln_dot_v1_dot_kiln__pb2.ExplainRequest.SerializeToString,
                 response_deserializer=kiln_dot_v1_dot_kiln__pb2.ExplainResponse.FromString,
                 _registered_method=True)
+        self.Audit = channel.unary_stream(
+                '/kiln.v1.Compiler/Audit',
+                request_serializer=kiln_dot_v1_dot_kiln__pb2.AuditRequest.SerializeToString,
+                response_deserializer=kiln_dot_v1_dot_kiln__pb2.AuditResult.FromString,
+                _registered_method=True)
+        self.ListQuarantine = channel.unary_unary(
+                '/kiln.v1.Compiler/ListQuarantine',
+                request_serializer=kiln_dot_v1_dot_kiln__pb2.QuarantineListRequest.SerializeToString,
+                response_deserializer=kiln_dot_v1_dot_kiln__pb2.QuarantineListResponse.FromString,
+                _registered_method=True)
 
 
 class CompilerServicer:
@@ -129,6 +139,22 @@ class CompilerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Audit(self, request, context):
+        """Recompiles a graph's kernels here and compares each with what the fleet cache holds under
+        its key; a difference is quarantined in the fleet (unless report_only). One result per
+        kernel, as each is done. Needs kilnd --remote.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListQuarantine(self, request, context):
+        """The fleet's quarantine records (kiln-cache's ListQuarantine, through this host).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CompilerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -166,6 +192,16 @@ def add_CompilerServicer_to_server(servicer, server):
                     servicer.Explain,
                     request_deserializer=kiln_dot_v1_dot_kiln__pb2.ExplainRequest.FromString,
                     response_serializer=kiln_dot_v1_dot_kiln__pb2.ExplainResponse.SerializeToString,
+            ),
+            'Audit': grpc.unary_stream_rpc_method_handler(
+                    servicer.Audit,
+                    request_deserializer=kiln_dot_v1_dot_kiln__pb2.AuditRequest.FromString,
+                    response_serializer=kiln_dot_v1_dot_kiln__pb2.AuditResult.SerializeToString,
+            ),
+            'ListQuarantine': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListQuarantine,
+                    request_deserializer=kiln_dot_v1_dot_kiln__pb2.QuarantineListRequest.FromString,
+                    response_serializer=kiln_dot_v1_dot_kiln__pb2.QuarantineListResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -358,6 +394,60 @@ class Compiler:
             '/kiln.v1.Compiler/Explain',
             kiln_dot_v1_dot_kiln__pb2.ExplainRequest.SerializeToString,
             kiln_dot_v1_dot_kiln__pb2.ExplainResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Audit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/kiln.v1.Compiler/Audit',
+            kiln_dot_v1_dot_kiln__pb2.AuditRequest.SerializeToString,
+            kiln_dot_v1_dot_kiln__pb2.AuditResult.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListQuarantine(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kiln.v1.Compiler/ListQuarantine',
+            kiln_dot_v1_dot_kiln__pb2.QuarantineListRequest.SerializeToString,
+            kiln_dot_v1_dot_kiln__pb2.QuarantineListResponse.FromString,
             options,
             channel_credentials,
             insecure,
