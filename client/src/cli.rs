@@ -28,9 +28,15 @@ impl Cli {
     /// command.
     pub fn parse_args() -> Self {
         use clap::{CommandFactory, FromArgMatches};
-        let command = Self::command().mut_subcommand("explain", |c| {
-            c.mut_args(|a| if a.get_id() == "files" { a.required_unless_present_any(["graph", "keys"]) } else { a })
-        });
+        let command = Self::command()
+            .mut_subcommand("explain", |c| {
+                c.mut_args(|a| if a.get_id() == "files" { a.required_unless_present_any(["graph", "keys"]) } else { a })
+            })
+            .mut_subcommand("audit", |c| {
+                c.mut_args(|a| {
+                    if a.get_id() == "files" { a.required_unless_present_any(["graph", "quarantined"]) } else { a }
+                })
+            });
         Self::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit())
     }
 }
@@ -50,6 +56,10 @@ pub enum Command {
     /// Why kernels missed: whether the caches hold each kernel, and which of its inputs differ
     /// from the nearest earlier compile of the same kernel (this host's or the fleet's).
     Explain(ExplainArgs),
+    /// Recompile kernels on this host and compare each with the fleet's artifact under its key,
+    /// quarantining what differs (the fleet audit, on demand); or list the fleet's quarantines.
+    /// Exit 0 all clean, 1 a difference or a kernel that could not be checked, 2 error.
+    Audit(AuditArgs),
     /// Show the daemon's counters, toolchains, GPUs and cache tiers.
     Stats(JsonArg),
     /// Check that the daemon is reachable and has a usable toolchain.
@@ -244,6 +254,29 @@ pub struct ExplainArgs {
     pub keys: Vec<String>,
 
     /// Print one JSON object per kernel (NDJSON), in the proto3 JSON mapping.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What to audit: the inputs `kiln compile` takes; or the fleet's quarantine records.
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    #[command(flatten)]
+    pub graph: GraphArgs,
+
+    /// Audit only the kernels this host published (its name as the fleet recorded it).
+    #[arg(long, value_name = "HOST")]
+    pub publisher: Option<String>,
+
+    /// Report differences without quarantining them.
+    #[arg(long)]
+    pub report_only: bool,
+
+    /// List the fleet's quarantine records instead, oldest first.
+    #[arg(long, conflicts_with_all = ["files", "graph", "publisher", "report_only"])]
+    pub quarantined: bool,
+
+    /// Print one JSON object per kernel or record (NDJSON), in the proto3 JSON mapping.
     #[arg(long)]
     pub json: bool,
 }

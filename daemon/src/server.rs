@@ -146,7 +146,7 @@ pub async fn build(config: &Config) -> anyhow::Result<Built> {
                 negative_ttl: config.limits.negative_ttl,
                 metrics: Arc::clone(&metrics),
                 max_artifact_bytes: config.limits.max_artifact_bytes,
-                audit: Arc::new(Auditor::new(r.audit, &host, Arc::clone(&metrics))),
+                audit: Arc::new(Auditor::new(r.audit, Arc::clone(&metrics))),
             };
             tracing::info!(uri = %r.uri, leases = r.leases, audit = ?r.audit, "fleet cache configured");
             (Some(tier), Some(fleet))

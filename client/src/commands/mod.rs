@@ -5,9 +5,11 @@
 //! - [`submit`] and [`watch`]: the same work split in two;
 //! - [`warm`]: fleet cache to local tiers, ahead of a job;
 //! - [`explain`]: why kernels missed;
+//! - [`audit`]: recompiles a graph to check the fleet's artifacts; the fleet's quarantine;
 //! - [`stats`] and [`doctor`]: what the daemon is and whether it can work;
 //! - [`snapshot`]: job snapshots of JIT cache directories.
 
+mod audit;
 mod compile;
 mod doctor;
 mod explain;
@@ -36,6 +38,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Watch(args) => watch::run(&daemon, args).await,
         Command::Warm(args) => warm::run(&daemon, args).await,
         Command::Explain(args) => explain::run(&daemon, args).await,
+        Command::Audit(args) => audit::run(&daemon, args).await,
         Command::Stats(args) => stats::run(&daemon, args.json).await,
         Command::Doctor(args) => doctor::run(&daemon, args.json).await,
         Command::Snapshot(command) => snapshot::run(&daemon, command).await,

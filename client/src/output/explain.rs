@@ -39,6 +39,9 @@ fn compared_with(e: &pb::KernelExplanation) -> Option<String> {
 pub fn explanation_text(e: &pb::KernelExplanation) -> String {
     let name = if e.id.is_empty() { e.key.get(..16).unwrap_or(&e.key).to_string() } else { e.id.clone() };
     let mut out = format!("{name}: {}\n", e.verdict);
+    if let Some(p) = &e.publisher {
+        let _ = writeln!(out, "  published by {} ({}) at {}", p.host, p.token, utc(p.unix_ms));
+    }
     if let Some(line) = compared_with(e) {
         out.push_str(&line);
         out.push('\n');

@@ -4,8 +4,10 @@
 //! - this module: one kernel result or one job summary, as a human line or an NDJSON object;
 //! - [`stats`]: the daemon's stats and the doctor's report, for humans;
 //! - [`snapshot`]: job snapshots' saves, restores, listings and manifests;
-//! - [`explain`]: why kernels missed.
+//! - [`explain`]: why kernels missed;
+//! - [`audit`]: audits of fleet artifacts and the fleet's quarantine records.
 
+pub mod audit;
 pub mod explain;
 pub mod snapshot;
 pub mod stats;

@@ -225,7 +225,7 @@ pub fn summary_text(s: &pb::SnapshotSummary, now_ms: i64) -> String {
 }
 
 /// `12 s ago`, `5 min ago`, `3 h ago`, `2 days ago`.
-fn ago(ms: i64) -> String {
+pub(crate) fn ago(ms: i64) -> String {
     let s = ms.max(0) / 1000;
     match s {
         0..60 => format!("{s} s ago"),

@@ -94,8 +94,6 @@ impl Verdict {
 #[derive(Debug)]
 pub struct Auditor {
     policy: Policy,
-    /// This host's name: its own publishes are not audited.
-    host: String,
     queue: mpsc::Sender<Sample>,
     /// Taken by [`run`]; `None` after.
     receiver: Mutex<Option<mpsc::Receiver<Sample>>>,
@@ -119,11 +117,10 @@ struct Counts {
 }
 
 impl Auditor {
-    pub fn new(policy: Policy, host: &str, metrics: Arc<Metrics>) -> Self {
+    pub fn new(policy: Policy, metrics: Arc<Metrics>) -> Self {
         let (queue, receiver) = mpsc::channel(QUEUE);
         Auditor {
             policy,
-            host: host.to_owned(),
             queue,
             receiver: Mutex::new(Some(receiver)),
             audited: Mutex::default(),
@@ -156,16 +153,16 @@ impl Auditor {
         if !self.policy.enabled {
             return;
         }
+        // Its own publishes too: a host's name is not proof of anything (two kilnds of one
+        // machine share it), and a host gone bad may be this one.
         let publisher = self.provenance.get(key).map(|p| p.host.clone()).unwrap_or_default();
-        if !publisher.is_empty() && publisher == self.host {
-            return;
-        }
         let new_publisher = !publisher.is_empty()
             && !lock(&self.audited).contains(&publisher)
             && lock(&self.pending).insert(publisher.clone());
         if !new_publisher && rand::random::<f64>() >= self.policy.rate {
             return;
         }
+        tracing::debug!(%key, %publisher, new_publisher, "queued for audit");
         if self.queue.try_send(sample()).is_err() {
             self.counts.dropped.fetch_add(1, Ordering::Relaxed);
             self.metrics.audit("dropped");
@@ -241,7 +238,7 @@ mod tests {
 
     #[test]
     fn new_publishers_are_audited_once_queued_and_the_rest_by_rate() {
-        let auditor = Auditor::new(Policy { rate: 0.0, cpu_share: 1.0, enabled: true }, "me", Arc::default());
+        let auditor = Auditor::new(Policy { rate: 0.0, cpu_share: 1.0, enabled: true }, Arc::default());
         let mut queued = auditor.take_receiver().unwrap_or_else(|| unreachable!());
         for n in 0..5 {
             auditor.saw(&sample(n).key, from("other"));
@@ -252,21 +249,18 @@ mod tests {
         auditor.record(&Verdict::Clean, "other");
         auditor.consider(|| sample(9), &sample(1).key);
         assert!(queued.try_recv().is_err(), "audited clean: only the rate picks now");
-        auditor.saw(&sample(7).key, from("me"));
-        auditor.consider(|| sample(7), &sample(7).key);
-        assert!(queued.try_recv().is_err(), "this host's own publishes are not audited");
         assert_eq!(auditor.stats().publishers_audited, vec!["other".to_string()]);
     }
 
     #[test]
     fn rate_one_audits_everything_until_the_queue_is_full() {
-        let auditor = Auditor::new(Policy { rate: 1.0, cpu_share: 1.0, enabled: true }, "me", Arc::default());
+        let auditor = Auditor::new(Policy { rate: 1.0, cpu_share: 1.0, enabled: true }, Arc::default());
         let _queued = auditor.take_receiver();
         for n in 0..(QUEUE as u8 + 3) {
             auditor.consider(|| sample(n), &sample(n).key);
         }
         assert_eq!(auditor.stats().dropped, 3);
-        let off = Auditor::new(Policy { enabled: false, ..Policy::default() }, "me", Arc::default());
+        let off = Auditor::new(Policy { enabled: false, ..Policy::default() }, Arc::default());
         let mut none = off.take_receiver().unwrap_or_else(|| unreachable!());
         off.consider(|| sample(1), &sample(1).key);
         assert!(none.try_recv().is_err());

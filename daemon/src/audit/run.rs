@@ -28,6 +28,7 @@ pub async fn run(engine: Arc<Engine>, auditor: Arc<Auditor>, stop: CancellationT
         let started = Instant::now();
         let (verdict, publisher) = audit_one(&engine, &auditor, &sample, Priority::Background, true).await;
         let publisher = publisher.map(|p| p.host).unwrap_or_default();
+        tracing::debug!(key = %sample.key, %publisher, verdict = ?verdict, took = ?started.elapsed(), "audited");
         auditor.record(&verdict, &publisher);
         let rest = started.elapsed().mul_f64(1.0 / share - 1.0);
         tokio::select! {

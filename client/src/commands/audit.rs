@@ -1,0 +1,60 @@
+//! `kiln audit`: has the daemon recompile a graph's kernels and compare each with what the
+//! fleet holds under its key (quarantining what differs), or lists the fleet's quarantine
+//! records. Exit 0 when every kernel audited clean (or the fleet holds none), 1 when one
+//! differs or could not be checked, 2 on an error.
+
+use super::{load_graph_named, name_files};
+use crate::cli::AuditArgs;
+use crate::output::audit::{record_text, result_text};
+use crate::report::print_line;
+use anyhow::Context;
+use kiln_client::pb;
+use std::process::ExitCode;
+
+pub async fn run(daemon: &str, args: AuditArgs) -> anyhow::Result<ExitCode> {
+    let client = kiln_client::connect(daemon).await?;
+    let now_ms = crate::output::snapshot::now_ms().max(0) as u64;
+    if args.quarantined {
+        let mut since_ms = 0;
+        loop {
+            let request = pb::QuarantineListRequest { since_ms, limit: 0 };
+            let answer = client.grpc().list_quarantine(request).await.map_err(kiln_client::ClientError::from)?;
+            let answer = answer.into_inner();
+            for record in &answer.records {
+                since_ms = since_ms.max(record.unix_ms + 1);
+                let line = if args.json {
+                    serde_json::to_string(record).context("encoding a quarantine record as JSON")?
+                } else {
+                    record_text(record, now_ms)
+                };
+                print_line(&line)?;
+            }
+            if !answer.more || answer.records.is_empty() {
+                return Ok(ExitCode::SUCCESS);
+            }
+        }
+    }
+    let (graph, names) = load_graph_named(&args.graph)?;
+    let request = pb::AuditRequest {
+        graph: Some(graph),
+        publisher: args.publisher.clone().unwrap_or_default(),
+        report_only: args.report_only,
+    };
+    let mut stream = client
+        .grpc()
+        .audit(request)
+        .await
+        .map_err(|e| name_files(&names, kiln_client::ClientError::from(e).into()))?
+        .into_inner();
+    let mut all_clean = true;
+    while let Some(result) = stream.message().await.map_err(kiln_client::ClientError::from)? {
+        all_clean &= matches!(result.verdict.as_str(), "clean" | "absent" | "skipped");
+        let line = if args.json {
+            serde_json::to_string(&result).context("encoding an audit result as JSON")?
+        } else {
+            result_text(&result, now_ms)
+        };
+        print_line(&line)?;
+    }
+    Ok(if all_clean { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
