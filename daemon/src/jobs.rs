@@ -5,8 +5,10 @@
 //! compile fill the cache after its client has gone. Finished jobs are kept for a while for late
 //! watchers, then pruned.
 
+use crate::cache::Cache;
+use crate::domain::Answer;
 use crate::domain::{Job, KernelJob};
-use crate::engine::{Answer, Engine};
+use crate::engine::Engine;
 use kiln_proto::CacheKey;
 use kiln_proto::key::graph_key;
 use kiln_proto::pb::{self, job_event::Event};
@@ -224,7 +226,7 @@ async fn forward(
 
 /// Runs a job to the end, recording its events.
 pub async fn run(engine: Arc<Engine>, record: Arc<JobRecord>, job: Job) {
-    let begun = begin(&engine, &record, job).await;
+    let begun = begin(engine.cache(), &record, job).await;
     complete(engine, record, begun).await;
 }
 
@@ -260,22 +262,22 @@ pub struct FromCaches {
 
 /// Asks this host's tiers, then the fleet for all their misses in one round trip, for every
 /// kernel of `job` that validation did not refuse.
-pub async fn from_caches(engine: &Engine, job: &Job, started: Instant) -> FromCaches {
+pub async fn from_caches(cache: &Cache, job: &Job, started: Instant) -> FromCaches {
     let keys: Vec<CacheKey> = job.kernels.iter().filter(|k| k.refusal.is_none()).map(|k| k.key).collect();
-    let prefetched = engine.prefetch(&keys).await;
+    let prefetched = cache.prefetch(&keys).await;
     let mut cached = prefetched.found;
     let (mut ok, mut failed) = (0, 0);
     let mut rest = Vec::new();
     let mut answered = Vec::with_capacity(cached.len());
     for (index, kernel) in job.kernels.iter().enumerate() {
         match cached.remove(&kernel.key) {
-            Some(outcome) => {
-                if outcome.is_ok() {
+            Some(answer) => {
+                if answer.is_ok() {
                     ok += 1
                 } else {
                     failed += 1
                 }
-                answered.push(result(kernel, job, outcome, started));
+                answered.push(result(kernel, job, answer, started));
             }
             None => rest.push(index),
         }
@@ -285,14 +287,13 @@ pub async fn from_caches(engine: &Engine, job: &Job, started: Instant) -> FromCa
 
 /// Records the job's start and answers everything the caches hold, with one fleet round trip
 /// for this host's misses.
-pub async fn begin(engine: &Engine, record: &JobRecord, job: Job) -> Begun {
-    engine.metrics.jobs.inc();
+pub async fn begin(cache: &Cache, record: &JobRecord, job: Job) -> Begun {
     let started = Instant::now();
     record.push_all([
         Event::Queued(pb::Queued { kernels: job.kernels.len() as u32, target: job.target.to_string() }),
         Event::Started(pb::Started {}),
     ]);
-    let FromCaches { answered, ok, failed, rest, fleet_asked } = from_caches(engine, &job, started).await;
+    let FromCaches { answered, ok, failed, rest, fleet_asked } = from_caches(cache, &job, started).await;
     // The cache hits in as few events as fit: for a warm graph, one message on the wire instead
     // of 64 (a message, a wake-up and an HTTP/2 frame each were a large part of a warm hit).
     record.push_all(batches(answered).map(|results| Event::Kernels(pb::KernelResults { results })));
@@ -327,34 +328,31 @@ pub async fn complete(engine: Arc<Engine>, record: Arc<JobRecord>, begun: Begun)
         let (engine, job) = (Arc::clone(&engine), Arc::clone(&job));
         tasks.spawn(async move {
             let kernel = &job.kernels[index];
-            let outcome = engine.resolve(&job.name, kernel, job.target, job.priority, fleet_asked).await;
-            (index, outcome)
+            let answer = engine.resolve(&job.name, kernel, job.target, job.priority, fleet_asked).await;
+            (index, answer)
         });
     }
     while let Some(joined) = tasks.join_next().await {
-        let Ok((index, outcome)) = joined else {
+        let Ok((index, answer)) = joined else {
             record.push(Event::Failed(pb::JobFailed { reason: "a kernel task ended abnormally".into() }));
             finish(&record);
             return;
         };
-        if outcome.is_ok() {
+        if answer.is_ok() {
             ok += 1
         } else {
             failed += 1
         }
         let kernel = &job.kernels[index];
-        record.push(Event::Kernel(result(kernel, &job, outcome, started)));
+        record.push(Event::Kernel(result(kernel, &job, answer, started)));
     }
     let key = graph_of(&job);
     record.push(Event::Done(done(&job, &key, ok, failed, 0)));
     finish(&record);
-    // After the answer, not before it, and in the background: the manifest is for the next
-    // host's warm start, and its round trip to the fleet cache was a fifth of a fresh host's warm
-    // start of a whole graph.
-    if failed == 0 && engine.manifest_due(&key, !answered_from_caches) {
-        let keys: Vec<CacheKey> = job.kernels.iter().filter(|k| k.refusal.is_none()).map(|k| k.key).collect();
-        let publisher = Arc::clone(&engine);
-        engine.work.spawn("publish-manifest", async move { publisher.publish_manifest(&key, &keys).await });
+    // After the answer, not before it, and in the background.
+    let cache = engine.cache();
+    if failed == 0 && cache.manifest_due(&key, !answered_from_caches) {
+        cache.publish_manifest(key, job.kernels.iter().filter(|k| k.refusal.is_none()).map(|k| k.key).collect());
     }
 }
 
@@ -362,18 +360,18 @@ fn finish(record: &JobRecord) {
     *record.finished.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
 }
 
-/// The wire form of one kernel's outcome.
-pub fn result(kernel: &KernelJob, job: &Job, outcome: Answer, started: Instant) -> pb::KernelResult {
+/// The wire form of one kernel's answer.
+pub fn result(kernel: &KernelJob, job: &Job, answer: Answer, started: Instant) -> pb::KernelResult {
     let common = pb::KernelResult {
         id: kernel.id.clone(),
         key: kernel.key.to_hex(),
-        tier: outcome.tier() as i32,
+        tier: answer.tier() as i32,
         elapsed_micros: started.elapsed().as_micros() as u64,
         toolchain: kernel.source.toolchain().as_str().into(),
         target: job.target.to_string(),
         ..Default::default()
     };
-    match outcome {
+    match answer {
         Answer::Ok { artifact, .. } => {
             let meta = &artifact.meta;
             pb::KernelResult {

@@ -19,7 +19,8 @@
 //! - [`graph`]: `kiln.v1.TorchGraphs`, torch.compile graphs compiled in kilnd's torch workers.
 //! - [`warm`]: `Warm`, which pulls graphs from the fleet cache into the local tiers.
 //! - [`explain`]: key recipes, why a kernel missed (`kiln_misses_total`, recent misses), `Explain`.
-//! - [`engine`]: one kernel's path: negative cache, tiers, single-flight compile, publish.
+//! - [`cache`]: the daemon's cache: the negative cache, this host's tiers and the fleet tier.
+//! - [`engine`]: one kernel's compile: single flight here and in the fleet, toolchain, publish.
 //! - [`fleet`]: fleet-wide single-flight through kiln-cache leases and publish notifications.
 //! - [`concurrency`]: the priority gate and single-flight.
 //! - [`work`]: background work that shutdown waits for, counted by kind.
@@ -36,6 +37,7 @@
 
 pub(crate) mod auth;
 pub mod blob;
+pub(crate) mod cache;
 pub mod check;
 pub mod concurrency;
 pub mod config;

@@ -4,8 +4,9 @@
 //! whenever it likes.
 
 use crate::blob::service::{BlobService, BlobState};
+use crate::cache::Cache;
 use crate::config::{Config, read_token};
-use crate::engine::Engine;
+use crate::engine::{self, Engine};
 use crate::explain::store::RecipeStore;
 use crate::fleet::Fleet;
 use crate::fleet::tier::RemoteTier;
@@ -21,6 +22,7 @@ use crate::snapshot::service::{SnapshotService, SnapshotState};
 use crate::snapshot::{host, store::SnapshotStore};
 use crate::store::{Store, disk::DiskTier, memory::MemoryTier, tiered::TieredStore};
 use crate::toolchain::{cuda, nvrtc::Nvrtc, ptxas::Ptxas, set::Toolchains, triton};
+use crate::work::Work;
 use anyhow::Context;
 use kiln_cache_client::RemoteCache;
 use kiln_proto::Target;
@@ -104,7 +106,7 @@ const RESPONSE_FLUSH: Duration = Duration::from_secs(1);
 /// (with one, the fleet's hedge bound applies).
 const BLOB_WAIT_WITHOUT_FLEET: Duration = Duration::from_secs(600);
 
-/// Builds the daemon's state: toolchains, GPUs, tiers, fleet, engine.
+/// Builds the daemon's state: toolchains, GPUs, tiers, fleet, cache, engine.
 pub async fn build(config: &Config) -> anyhow::Result<Built> {
     let toolchains = toolchains(config).await?;
     let gpus = tokio::task::spawn_blocking(gpu::probe).await.context("probing GPUs")?;
@@ -157,14 +159,25 @@ pub async fn build(config: &Config) -> anyhow::Result<Built> {
     } else {
         Ok(LoadCheck::start(gpus.gpus.clone()))
     };
-    let engine = Engine::new(toolchains, fleet, store, Arc::clone(&metrics), config.concurrency, config.limits.clone())
-        .with_load_check(load_check)
-        .with_recipes(
-            RecipeStore::open(&config.cache_dir)
-                .with_context(|| format!("opening the recipe store in {}", config.cache_dir.display()))?,
-        );
+    let work = Work::default();
+    let cache = Arc::new(Cache::new(store, fleet, Arc::clone(&metrics), work.clone(), config.limits.negative_ttl));
+    let toolchains = Arc::new(toolchains);
+    let recipes = RecipeStore::open(&config.cache_dir)
+        .with_context(|| format!("opening the recipe store in {}", config.cache_dir.display()))?;
+    let parts = engine::Parts {
+        recipes,
+        metrics: Arc::clone(&metrics),
+        concurrency: config.concurrency,
+        limits: config.limits.clone(),
+        work: work.clone(),
+    };
+    let engine = Engine::new(Arc::clone(&toolchains), Arc::clone(&cache), parts).with_load_check(load_check);
     let service = CompilerService {
         engine: Arc::new(engine),
+        cache,
+        toolchains,
+        metrics: Arc::clone(&metrics),
+        work,
         jobs: Arc::new(Jobs::default()),
         gpus,
         default_target,
@@ -218,7 +231,7 @@ pub async fn serve(
         .context("building gRPC reflection")?;
     health_reporter.set_serving::<BlobsServer<BlobService>>().await;
     let blobs = BlobState {
-        engine: Arc::clone(&service.engine),
+        cache: Arc::clone(&service.cache),
         holders: Arc::default(),
         metrics: Arc::clone(&metrics),
         max_artifact_bytes: config.limits.max_artifact_bytes,
@@ -239,13 +252,14 @@ pub async fn serve(
     }
     health_reporter.set_serving::<SnapshotsServer<SnapshotService>>().await;
     let snapshots = SnapshotState {
-        store: SnapshotStore { engine: Arc::clone(&service.engine) },
+        store: SnapshotStore { cache: Arc::clone(&service.cache) },
         metrics: Arc::clone(&metrics),
-        host: host::environment(&service.gpus, service.default_target, &service.engine.toolchains.nvrtc.version),
+        host: host::environment(&service.gpus, service.default_target, &service.toolchains.nvrtc.version),
         max_file_bytes: config.limits.max_artifact_bytes,
         max_snapshot_bytes: config.limits.max_snapshot_bytes,
         host_name: crate::host::name(),
         saving: tokio::sync::Mutex::new(()),
+        work: service.work.clone(),
     };
     tracing::info!(environment = ?snapshots.host, "snapshot keys include this host's facts");
     let routes = tonic::service::Routes::new(health)
@@ -309,9 +323,9 @@ pub async fn serve(
         // After the listeners are up, so requests are served meanwhile; the first Triton request
         // joins this start instead of beginning its own. Not a tracked task: shutdown need not
         // wait for a start nobody asked for yet.
-        let engine = Arc::clone(&service.engine);
+        let toolchains = Arc::clone(&service.toolchains);
         tokio::spawn(async move {
-            match engine.toolchains.triton().await {
+            match toolchains.triton().await {
                 Ok(t) => tracing::info!(version = %t.info().version, "Triton started ahead of its first request"),
                 Err(why) => tracing::warn!(%why, "Triton could not be started ahead of its first request"),
             }
@@ -331,7 +345,7 @@ pub async fn serve(
     // the servers get a moment to flush the last responses. They are not waited on beyond
     // that: a graceful HTTP/2 shutdown lasts until every peer hangs up, and an idle client that
     // keeps its channel open (every Triton job does) would hold kilnd up to the drain bound.
-    let drained = service.engine.drain(config.limits.drain).await;
+    let drained = service.work.drain(config.limits.drain).await;
     if let Err(unfinished) = &drained {
         tracing::warn!(bound = ?config.limits.drain, ?unfinished, "drain bound passed; exiting with this work unfinished");
     }

@@ -2,6 +2,7 @@
 //! errors are [`crate::error::Error`]s, made into a `Status` in one place; an engine result is
 //! never an RPC error, only a kernel's answer.
 
+use crate::cache::Cache;
 use crate::config::Config;
 use crate::domain::Job;
 use crate::domain::Priority;
@@ -9,7 +10,10 @@ use crate::engine::Engine;
 use crate::error::{Error, invalid};
 use crate::gpu::GpuProbe;
 use crate::jobs::{self, Jobs};
+use crate::metrics::Metrics;
+use crate::toolchain::set::Toolchains;
 use crate::validate::{self, Context};
+use crate::work::Work;
 use kiln_proto::Target;
 use kiln_proto::pb::{self, compiler_server::Compiler, job_event::Event};
 use std::sync::Arc;
@@ -21,6 +25,10 @@ use tonic::{Request, Response, Status};
 #[derive(Debug)]
 pub struct CompilerService {
     pub engine: Arc<Engine>,
+    pub cache: Arc<Cache>,
+    pub toolchains: Arc<Toolchains>,
+    pub metrics: Arc<Metrics>,
+    pub work: Work,
     pub jobs: Arc<Jobs>,
     pub gpus: GpuProbe,
     pub default_target: Option<Target>,
@@ -35,7 +43,7 @@ impl CompilerService {
     /// Validates a request, starting the Triton pool first when the graph has Triton kernels
     /// (their keys need its fingerprint).
     pub(crate) async fn validate(&self, req: &pb::CompileRequest, default_priority: Priority) -> Result<Job, Error> {
-        let toolchains = &self.engine.toolchains;
+        let toolchains = &self.toolchains;
         let triton_reason;
         let triton = if validate::needs_triton(req) {
             match toolchains.triton().await {
@@ -70,10 +78,11 @@ impl CompilerService {
         default_priority: Priority,
     ) -> Result<(Arc<jobs::JobRecord>, Job), Error> {
         let job = self.validate(req, default_priority).await?;
-        let queued = self.engine.gate.queued();
+        let queued = self.engine.queued();
         if queued >= self.config.limits.max_queue {
             return Err(Error::QueueFull { queued, limit: self.config.limits.max_queue });
         }
+        self.metrics.jobs.inc();
         Ok((self.jobs.create(default_priority == Priority::Background), job))
     }
 }
@@ -91,19 +100,19 @@ impl Compiler for CompilerService {
     async fn compile(&self, request: Request<pb::CompileRequest>) -> Result<Response<Self::CompileStream>, Status> {
         let batches = request.get_ref().batch_results;
         let (record, job) = self.admit(request.get_ref(), Priority::Interactive).await?;
-        let begun = jobs::begin(&self.engine, &record, job).await;
+        let begun = jobs::begin(&self.cache, &record, job).await;
         let engine = Arc::clone(&self.engine);
         if begun.answered_all() {
             jobs::complete(engine, Arc::clone(&record), begun).await;
             return Ok(Response::new(jobs::replay(&record, true, batches)));
         }
-        self.engine.work.spawn("job", jobs::complete(engine, Arc::clone(&record), begun));
+        self.work.spawn("job", jobs::complete(engine, Arc::clone(&record), begun));
         Ok(Response::new(jobs::watch(record, true, batches)))
     }
 
     async fn submit(&self, request: Request<pb::CompileRequest>) -> Result<Response<pb::SubmitResponse>, Status> {
         let (record, job) = self.admit(request.get_ref(), Priority::Background).await?;
-        self.engine.work.spawn("job", jobs::run(Arc::clone(&self.engine), Arc::clone(&record), job));
+        self.work.spawn("job", jobs::run(Arc::clone(&self.engine), Arc::clone(&record), job));
         Ok(Response::new(pb::SubmitResponse { job_id: record.id.clone() }))
     }
 
@@ -121,7 +130,7 @@ impl Compiler for CompilerService {
         let job = self.validate(request.get_ref(), Priority::Interactive).await?;
         let started = Instant::now();
         let wrap = |event| Ok(pb::JobEvent { job_id: String::new(), event: Some(event) });
-        let cached = jobs::from_caches(&self.engine, &job, started).await;
+        let cached = jobs::from_caches(&self.cache, &job, started).await;
         // The caches' answers in kernel order, with a `miss` result where they had none.
         let mut answered = cached.answered.into_iter();
         let mut missed = cached.rest.iter().peekable();
@@ -152,7 +161,7 @@ impl Compiler for CompilerService {
     }
 
     async fn warm(&self, request: Request<pb::WarmRequest>) -> Result<Response<Self::WarmStream>, Status> {
-        Ok(Response::new(crate::warm::start(Arc::clone(&self.engine), request.get_ref())?))
+        Ok(Response::new(crate::warm::start(Arc::clone(&self.cache), &self.work, request.get_ref())?))
     }
 
     async fn explain(&self, request: Request<pb::ExplainRequest>) -> Result<Response<pb::ExplainResponse>, Status> {
@@ -160,7 +169,7 @@ impl Compiler for CompilerService {
     }
 
     async fn stats(&self, _request: Request<pb::StatsRequest>) -> Result<Response<pb::StatsResponse>, Status> {
-        self.engine.store.settle().await;
+        self.cache.settle().await;
         Ok(Response::new(crate::stats::collect(self)))
     }
 }

@@ -17,10 +17,9 @@ fn counter_value(
 }
 
 pub fn collect(s: &CompilerService) -> pb::StatsResponse {
-    let m = &s.engine.metrics;
+    let m = &s.metrics;
     let tiers = s
-        .engine
-        .store
+        .cache
         .usage()
         .into_iter()
         .map(|(tier, usage)| pb::TierStats {
@@ -35,7 +34,7 @@ pub fn collect(s: &CompilerService) -> pb::StatsResponse {
         .collect();
     pb::StatsResponse {
         version: env!("CARGO_PKG_VERSION").into(),
-        toolchains: s.engine.toolchains.infos(),
+        toolchains: s.toolchains.infos(),
         gpus: s.gpus.gpus.clone(),
         default_target: s.default_target.map(|t| t.to_string()).unwrap_or_default(),
         tiers,
@@ -47,9 +46,9 @@ pub fn collect(s: &CompilerService) -> pb::StatsResponse {
         compile_seconds_saved: m.seconds_saved.get(),
         concurrency: s.config.concurrency as u32,
         remote: s.config.remote.as_ref().map(|r| r.uri.clone()).unwrap_or_default(),
-        remote_up: s.engine.fleet_up().is_some() && m.remote_up.get() == 1,
-        remote_state: s.engine.fleet.as_ref().map(|f| f.tier.state().as_str().to_owned()).unwrap_or_default(),
-        remote_reason: s.engine.fleet.as_ref().map(|f| remote_reason(&f.tier)).unwrap_or_default(),
+        remote_up: s.cache.fleet_up().is_some() && m.remote_up.get() == 1,
+        remote_state: s.cache.fleet().map(|f| f.tier.state().as_str().to_owned()).unwrap_or_default(),
+        remote_reason: s.cache.fleet().map(|f| remote_reason(&f.tier)).unwrap_or_default(),
         snapshots: Some(snapshots(m)),
         recent_misses: s.engine.misses().recent().iter().map(|m| m.to_pb()).collect(),
         torch_graphs: Some(s.torch_graphs.stats()),

@@ -19,6 +19,6 @@ pub fn routes(service: Arc<CompilerService>) -> axum::Router {
             let service = Arc::clone(&service);
             async move { crate::stats::collect(&service) }
         },
-        move |stats: &kiln_proto::pb::StatsResponse| page::render(stats, &html.engine.metrics),
+        move |stats: &kiln_proto::pb::StatsResponse| page::render(stats, &html.metrics),
     )
 }

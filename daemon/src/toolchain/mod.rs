@@ -21,41 +21,8 @@ pub(crate) mod set;
 pub(crate) mod triton;
 pub(crate) mod triton_box;
 
+pub use crate::domain::Toolchain;
 use kiln_proto::pb::LoweredName;
-
-/// The toolchains kilnd compiles with. Its name ([`Toolchain::as_str`]) is the metric label
-/// `toolchain`, the key's toolchain field, the artifact's `toolchain` and the wire's
-/// `ToolchainInfo.name`: one spelling, written here only.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Toolchain {
-    Nvrtc,
-    Ptxas,
-    Triton,
-}
-
-impl Toolchain {
-    /// Every toolchain, in the order `Stats` lists them.
-    pub const ALL: [Toolchain; 3] = [Toolchain::Nvrtc, Toolchain::Ptxas, Toolchain::Triton];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Toolchain::Nvrtc => "nvrtc",
-            Toolchain::Ptxas => "ptxas",
-            Toolchain::Triton => "triton",
-        }
-    }
-
-    /// The toolchain named `name`, as [`Toolchain::as_str`] spells it.
-    pub fn from_name(name: &str) -> Option<Toolchain> {
-        Toolchain::ALL.into_iter().find(|t| t.as_str() == name)
-    }
-}
-
-impl std::fmt::Display for Toolchain {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// What one compile produced, whatever the toolchain: a cubin, or a failure with its log. A
 /// failed compile is a result, not an error.
