@@ -9,7 +9,8 @@
 //!   entry point.
 //! - [`listen`]: what the TCP listener needs (tokens, TLS) for where it listens; [`auth`]: the
 //!   token check on it, and which calls a read-only token may make.
-//! - [`service`]: the `kiln.v1.Compiler` gRPC handlers; [`stats`] builds the Stats answer.
+//! - [`state`]: the daemon's state, which every handler, `Stats`, `Explain` and the status pages
+//!   take; [`service`]: the `kiln.v1.Compiler` gRPC handlers; [`stats`] builds the Stats answer.
 //! - [`domain`]: what kilnd works on: a validated job, its kernels and their sources.
 //! - [`error`]: kilnd's request errors, and their one mapping to a gRPC `Status`.
 //! - [`validate`]: request validation, which turns a wire request into a [`domain::Job`]; every
@@ -55,6 +56,7 @@ pub(crate) mod metrics;
 pub mod server;
 pub(crate) mod service;
 pub mod snapshot;
+pub(crate) mod state;
 pub(crate) mod stats;
 pub(crate) mod status;
 pub(crate) mod store;

@@ -20,6 +20,7 @@ use crate::metrics::Metrics;
 use crate::service::CompilerService;
 use crate::snapshot::service::{SnapshotService, SnapshotState};
 use crate::snapshot::{host, store::SnapshotStore};
+use crate::state::State;
 use crate::store::{Store, disk::DiskTier, memory::MemoryTier, tiered::TieredStore};
 use crate::toolchain::{cuda, nvrtc::Nvrtc, ptxas::Ptxas, set::Toolchains, triton};
 use crate::work::Work;
@@ -69,8 +70,7 @@ pub struct Listeners {
 /// The daemon's state, as [`build`] makes it.
 #[derive(Debug)]
 pub struct Built {
-    service: Arc<CompilerService>,
-    metrics: Arc<Metrics>,
+    state: Arc<State>,
     /// The fleet cache tier, whose health probe [`serve`] keeps going.
     remote: Option<Arc<RemoteTier>>,
 }
@@ -172,19 +172,19 @@ pub async fn build(config: &Config) -> anyhow::Result<Built> {
         work: work.clone(),
     };
     let engine = Engine::new(Arc::clone(&toolchains), Arc::clone(&cache), parts).with_load_check(load_check);
-    let service = CompilerService {
+    let state = State {
         engine: Arc::new(engine),
         cache,
         toolchains,
-        metrics: Arc::clone(&metrics),
-        work,
-        jobs: Arc::new(Jobs::default()),
+        jobs: Jobs::default(),
         gpus,
         default_target,
         config: config.clone(),
         torch_graphs: Arc::new(Ledger::new(Arc::clone(&metrics))),
+        metrics,
+        work,
     };
-    Ok(Built { service: Arc::new(service), metrics, remote })
+    Ok(Built { state: Arc::new(state), remote })
 }
 
 /// Serves what [`build`] made until `shutdown` resolves, then stops accepting, drains running
@@ -196,7 +196,8 @@ pub async fn serve(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let Built { service, metrics, remote } = built;
+    let Built { state, remote } = built;
+    let metrics = Arc::clone(&state.metrics);
     let stop = CancellationToken::new();
     let trigger = stop.clone();
     let stop_watch = tokio::spawn(async move {
@@ -208,7 +209,7 @@ pub async fn serve(
         let stopped = stop.clone();
         let reporter = crate::status::report::run(
             Arc::clone(&tier),
-            Arc::clone(&service),
+            Arc::clone(&state),
             crate::status::report::wire_name(&crate::host::name()),
             stop.clone(),
         );
@@ -231,7 +232,7 @@ pub async fn serve(
         .context("building gRPC reflection")?;
     health_reporter.set_serving::<BlobsServer<BlobService>>().await;
     let blobs = BlobState {
-        cache: Arc::clone(&service.cache),
+        cache: Arc::clone(&state.cache),
         holders: Arc::default(),
         metrics: Arc::clone(&metrics),
         max_artifact_bytes: config.limits.max_artifact_bytes,
@@ -242,9 +243,9 @@ pub async fn serve(
     health_reporter.set_serving::<TorchGraphsServer<GraphService>>().await;
     let graphs = Arc::new(GraphState::new(
         Arc::clone(&blobs),
-        Arc::clone(&service.torch_graphs),
+        Arc::clone(&state.torch_graphs),
         workers::Settings { python: config.python.clone(), max_workers: config.torch_workers },
-        service.gpus.gpus.iter().map(|g| format!("{} {};", g.name, g.target)).collect(),
+        state.gpus.gpus.iter().map(|g| format!("{} {};", g.name, g.target)).collect(),
         config.limits.compile_timeout,
     ));
     if config.torch_prestart {
@@ -252,20 +253,20 @@ pub async fn serve(
     }
     health_reporter.set_serving::<SnapshotsServer<SnapshotService>>().await;
     let snapshots = SnapshotState {
-        store: SnapshotStore { cache: Arc::clone(&service.cache) },
+        store: SnapshotStore { cache: Arc::clone(&state.cache) },
         metrics: Arc::clone(&metrics),
-        host: host::environment(&service.gpus, service.default_target, &service.toolchains.nvrtc.version),
+        host: host::environment(&state.gpus, state.default_target, &state.toolchains.nvrtc.version),
         max_file_bytes: config.limits.max_artifact_bytes,
         max_snapshot_bytes: config.limits.max_snapshot_bytes,
         host_name: crate::host::name(),
         saving: tokio::sync::Mutex::new(()),
-        work: service.work.clone(),
+        work: state.work.clone(),
     };
     tracing::info!(environment = ?snapshots.host, "snapshot keys include this host's facts");
     let routes = tonic::service::Routes::new(health)
         .add_service(reflection)
         .add_service(
-            CompilerServer::from_arc(Arc::clone(&service))
+            CompilerServer::new(CompilerService(Arc::clone(&state)))
                 .max_decoding_message_size(limit)
                 .max_encoding_message_size(limit),
         )
@@ -313,7 +314,7 @@ pub async fn serve(
             let metrics = Arc::clone(&metrics);
             move || metrics.render()
         };
-        let pages = crate::status::routes(Arc::clone(&service));
+        let pages = crate::status::routes(Arc::clone(&state));
         servers.spawn(async move {
             kiln_serve::serve_metrics(listener, render, pages, stopped).await.map_err(anyhow::Error::from)
         });
@@ -323,7 +324,7 @@ pub async fn serve(
         // After the listeners are up, so requests are served meanwhile; the first Triton request
         // joins this start instead of beginning its own. Not a tracked task: shutdown need not
         // wait for a start nobody asked for yet.
-        let toolchains = Arc::clone(&service.toolchains);
+        let toolchains = Arc::clone(&state.toolchains);
         tokio::spawn(async move {
             match toolchains.triton().await {
                 Ok(t) => tracing::info!(version = %t.info().version, "Triton started ahead of its first request"),
@@ -345,7 +346,7 @@ pub async fn serve(
     // the servers get a moment to flush the last responses. They are not waited on beyond
     // that: a graceful HTTP/2 shutdown lasts until every peer hangs up, and an idle client that
     // keeps its channel open (every Triton job does) would hold kilnd up to the drain bound.
-    let drained = service.work.drain(config.limits.drain).await;
+    let drained = state.work.drain(config.limits.drain).await;
     if let Err(unfinished) = &drained {
         tracing::warn!(bound = ?config.limits.drain, ?unfinished, "drain bound passed; exiting with this work unfinished");
     }

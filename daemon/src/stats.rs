@@ -1,7 +1,7 @@
 //! The `Stats` answer: read from the metrics and the tiers, so there is one source of truth.
 
 use crate::metrics::Metrics;
-use crate::service::CompilerService;
+use crate::state::State;
 use kiln_proto::pb;
 use prometheus_client::metrics::counter::Counter;
 
@@ -16,7 +16,7 @@ fn counter_value(
         .sum()
 }
 
-pub fn collect(s: &CompilerService) -> pb::StatsResponse {
+pub fn collect(s: &State) -> pb::StatsResponse {
     let m = &s.metrics;
     let tiers = s
         .cache

@@ -9,7 +9,7 @@ use crate::cache::Cache;
 use crate::domain::Priority;
 use crate::engine::Engine;
 use crate::error::{Error, invalid};
-use crate::service::CompilerService;
+use crate::state::State;
 use kiln_proto::CacheKey;
 use kiln_proto::pb::{self, KeyRecipe, RecipeBook};
 
@@ -17,19 +17,19 @@ use kiln_proto::pb::{self, KeyRecipe, RecipeBook};
 const LOCAL: &str = "local";
 const FLEET: &str = "fleet";
 
-pub async fn explain(service: &CompilerService, req: &pb::ExplainRequest) -> Result<pb::ExplainResponse, Error> {
+pub async fn explain(state: &State, req: &pb::ExplainRequest) -> Result<pb::ExplainResponse, Error> {
     match (&req.graph, req.keys.is_empty()) {
         (Some(_), false) => Err(invalid("keys", "give a graph or keys, not both")),
         (None, true) => Err(invalid("graph", "required: give a graph (what Compile takes) or keys")),
-        (Some(graph), true) => by_graph(service, graph).await,
-        (None, false) => by_keys(service, &req.keys).await,
+        (Some(graph), true) => by_graph(state, graph).await,
+        (None, false) => by_keys(state, &req.keys).await,
     }
 }
 
-async fn by_graph(service: &CompilerService, graph: &pb::CompileGraph) -> Result<pb::ExplainResponse, Error> {
+async fn by_graph(state: &State, graph: &pb::CompileGraph) -> Result<pb::ExplainResponse, Error> {
     let compile = pb::CompileRequest { graph: Some(graph.clone()), ..Default::default() };
-    let job = service.validate(&compile, Priority::Interactive).await?;
-    let engine = &service.engine;
+    let job = state.validate(&compile, Priority::Interactive).await?;
+    let engine = &state.engine;
     let mut kernels = Vec::with_capacity(job.kernels.len());
     for kernel in &job.kernels {
         let identity = Identity::new(&job.name, &kernel.id, kernel.source.kernel_name());
@@ -43,8 +43,8 @@ async fn by_graph(service: &CompilerService, graph: &pb::CompileGraph) -> Result
     Ok(pb::ExplainResponse { kernels })
 }
 
-async fn by_keys(service: &CompilerService, keys: &[String]) -> Result<pb::ExplainResponse, Error> {
-    let max = service.config.limits.max_kernels;
+async fn by_keys(state: &State, keys: &[String]) -> Result<pb::ExplainResponse, Error> {
+    let max = state.config.limits.max_kernels;
     if keys.len() > max {
         return Err(invalid("keys", format!("{} keys exceeds the limit of {max}", keys.len())));
     }
@@ -53,7 +53,7 @@ async fn by_keys(service: &CompilerService, keys: &[String]) -> Result<pb::Expla
         .enumerate()
         .map(|(i, k)| k.parse::<CacheKey>().map_err(|e| invalid(format!("keys[{i}]"), e)))
         .collect::<Result<Vec<_>, _>>()?;
-    let engine = &service.engine;
+    let engine = &state.engine;
     let mut kernels = Vec::with_capacity(keys.len());
     for key in keys {
         let expect = Expect::RecipeOf(&key);
