@@ -25,7 +25,7 @@
 pub mod lease;
 pub mod tier;
 
-use crate::metrics::Metrics;
+use crate::metrics::{LeaseResult, Metrics};
 use crate::store::TierName;
 use kiln_cache_client::{Acquired, Lookup, PublishEvent, new_holder};
 use kiln_proto::CacheKey;
@@ -83,7 +83,7 @@ impl Fleet {
             let holder = new_holder();
             match self.tier.acquire_lease(key, &holder, self.lease_ttl).await {
                 Ok(Acquired::Taken) => {
-                    self.metrics.lease(if waited { "takeover" } else { "acquired" });
+                    self.metrics.lease(if waited { LeaseResult::Takeover } else { LeaseResult::Acquired });
                     // The server checked in the same step that nothing is stored under the key.
                     let lease = HeldLease::start(*key, holder, Arc::clone(&self.tier), self.lease_ttl);
                     return Claim::Compile(Some(lease));
@@ -92,7 +92,7 @@ impl Fleet {
                 // entry that reads as a miss (damaged, so deleted; or a negative entry that just
                 // expired) gets one more try for the lease, then this host compiles.
                 Ok(Acquired::Present) => {
-                    self.metrics.lease("present");
+                    self.metrics.lease(LeaseResult::Present);
                     if let Some(found) = self.fetch(key).await {
                         return Claim::Found(found);
                     }
@@ -105,19 +105,19 @@ impl Fleet {
                 Ok(Acquired::Held) => {}
                 Err(e) => {
                     tracing::warn!(%key, error = %e, "fleet lease unavailable; compiling here");
-                    self.metrics.lease("error");
+                    self.metrics.lease(LeaseResult::Error);
                     return Claim::Compile(None);
                 }
             }
             if !waited {
-                self.metrics.lease("waited");
+                self.metrics.lease(LeaseResult::Waited);
                 waited = true;
             }
             match self.wait_for_publish(key, started).await {
                 Wait::Found(found) => return Claim::Found(*found),
                 Wait::RetryLease => continue,
                 Wait::Hedge => {
-                    self.metrics.lease("timeout");
+                    self.metrics.lease(LeaseResult::Timeout);
                     tracing::warn!(%key, bound = ?self.hedge, "waited past the hedge bound; compiling here too");
                     return Claim::Compile(None);
                 }
