@@ -18,8 +18,7 @@ use crate::gpu::load_check::{LoadCheck, LoadVerdict};
 use crate::metrics::ResultLabels;
 use crate::metrics::{CompileLabels, Metrics, ToolchainLabels};
 use crate::store::Stored;
-use crate::toolchain::set::Toolchains;
-use crate::toolchain::{Compiled, Toolchain};
+use crate::toolchain::{Compiled, Compiler, Toolchain};
 use crate::work::Work;
 use bytes::Bytes;
 use kiln_proto::envelope::{self, Artifact};
@@ -37,7 +36,8 @@ struct LoadReport {
 
 #[derive(Debug)]
 pub struct Engine {
-    toolchains: Arc<Toolchains>,
+    /// The toolchains (`Toolchains`; a fake in the tests).
+    compiler: Arc<dyn Compiler>,
     /// Where answers are looked up before a compile and stored after it.
     cache: Arc<Cache>,
     /// Why recent compiles happened, and the recipes of this host's compiled keys.
@@ -70,11 +70,11 @@ pub struct Parts {
 }
 
 impl Engine {
-    pub fn new(toolchains: Arc<Toolchains>, cache: Arc<Cache>, parts: Parts) -> Self {
+    pub fn new(compiler: Arc<dyn Compiler>, cache: Arc<Cache>, parts: Parts) -> Self {
         let Parts { recipes, metrics, concurrency, limits, work } = parts;
         Engine {
             recorder: Recorder::new(recipes, &metrics, Arc::clone(&cache)),
-            toolchains,
+            compiler,
             cache,
             metrics,
             gate: Gate::new(concurrency),
@@ -117,7 +117,7 @@ impl Engine {
     /// The recipe of `source` for `target` as this host would compile it now; `None` for a
     /// toolchain that is not running.
     pub fn recipe(&self, source: &KernelSource, target: &Target) -> Option<KeyRecipe> {
-        Some(self.recorder.recipe(self.toolchains.build_of(source)?, source, target))
+        Some(self.recorder.recipe(self.compiler.build_of(source)?, source, target))
     }
 
     /// Looks a kernel up and compiles it on a miss, once per key however many ask at once.
@@ -203,7 +203,7 @@ impl Engine {
             let permit = self.gate.acquire(priority).await;
             self.metrics.queue_depth.dec();
             self.metrics.inflight.inc();
-            let compiled = self.toolchains.compile(&kernel.source, &target, self.limits.compile_timeout).await;
+            let compiled = self.compiler.compile(&kernel.source, &target, self.limits.compile_timeout).await;
             self.metrics.inflight.dec();
             drop(permit);
             compiled

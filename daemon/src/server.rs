@@ -22,7 +22,7 @@ use crate::snapshot::service::{SnapshotService, SnapshotState};
 use crate::snapshot::{host, store::SnapshotStore};
 use crate::state::State;
 use crate::store::{Store, disk::DiskTier, memory::MemoryTier, tiered::TieredStore};
-use crate::toolchain::{cuda, nvrtc::Nvrtc, ptxas::Ptxas, set::Toolchains, triton};
+use crate::toolchain::{Compiler, cuda, nvrtc::Nvrtc, ptxas::Ptxas, set::Toolchains, triton};
 use crate::work::Work;
 use anyhow::Context;
 use kiln_cache_client::RemoteCache;
@@ -171,7 +171,8 @@ pub async fn build(config: &Config) -> anyhow::Result<Built> {
         limits: config.limits.clone(),
         work: work.clone(),
     };
-    let engine = Engine::new(Arc::clone(&toolchains), Arc::clone(&cache), parts).with_load_check(load_check);
+    let compiler: Arc<dyn Compiler> = toolchains.clone();
+    let engine = Engine::new(compiler, Arc::clone(&cache), parts).with_load_check(load_check);
     let state = State {
         engine: Arc::new(engine),
         cache,

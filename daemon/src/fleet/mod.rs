@@ -1,6 +1,7 @@
 //! The fleet: the cache every host shares (kiln-cache) and single-flight over it, so that in a
 //! whole cluster one host pays a given cold compile.
 //!
+//! - [`client`]: the calls the tier makes of kiln-cache, as a trait (`RemoteCache` runs them).
 //! - [`tier`]: the fleet cache behind a breaker; every call goes through it and is observed.
 //! - [`lease`]: a lease held while compiling, renewed in the background.
 //! - here: who compiles a key ([`Fleet::claim`]), waiting for another host's result, and turning
@@ -22,6 +23,7 @@
 //! bound compiles by itself. Whatever goes wrong with the fleet cache, the answer is "compile
 //! here": the fleet can save work, never cost a compile.
 
+pub mod client;
 pub mod lease;
 pub mod tier;
 
@@ -32,8 +34,11 @@ use kiln_proto::CacheKey;
 use kiln_proto::envelope::{self, Artifact};
 use lease::HeldLease;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tier::RemoteTier;
+// tokio's clock, so that tests with paused time pass the hedge bound and lease TTLs.
+use tokio::time::Instant;
+use tokio_stream::StreamExt;
 
 /// Cheap to clone (shared handles and settings): a publish that outlives its request takes one.
 #[derive(Debug, Clone)]
@@ -136,7 +141,7 @@ impl Fleet {
                 return Wait::Hedge;
             }
             let wait = retry_at.saturating_duration_since(Instant::now()).min(hedge_left);
-            match tokio::time::timeout(wait, stream.next_event()).await {
+            match tokio::time::timeout(wait, stream.next()).await.map(Option::transpose) {
                 // Subscribed (first, or again after the server resubscribed): the server has
                 // looked for the entry and sends it next if there is one.
                 Ok(Ok(Some(PublishEvent::Subscribed))) => {}
@@ -168,7 +173,7 @@ impl Fleet {
     pub async fn published_elsewhere(&self, key: &CacheKey) -> Found {
         loop {
             if let Ok(mut stream) = self.tier.watch(key).await {
-                while let Ok(Some(event)) = stream.next_event().await {
+                while let Some(Ok(event)) = stream.next().await {
                     let found = match event {
                         PublishEvent::Subscribed => continue,
                         PublishEvent::Value(_, lookup) => self.verify(key, lookup),

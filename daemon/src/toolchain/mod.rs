@@ -21,8 +21,28 @@ pub(crate) mod set;
 pub(crate) mod triton;
 pub(crate) mod triton_box;
 
+use crate::domain::KernelSource;
 pub use crate::domain::Toolchain;
 use kiln_proto::pb::LoweredName;
+use kiln_proto::{Fingerprint, Target};
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+/// A compile in progress, boxed so that a compiler can sit behind `dyn`.
+pub(crate) type CompileFuture<'a> = Pin<Box<dyn Future<Output = Compiled> + Send + 'a>>;
+
+/// What the engine asks of its toolchains: compile a source with the toolchain of its kind, and
+/// name the build that would (the fingerprint and version a recipe records). The daemon's is
+/// [`set::Toolchains`]; the engine's unit tests use a fake.
+pub(crate) trait Compiler: Send + Sync + std::fmt::Debug {
+    /// Compiles `source` for `target` within `timeout`; a failure is a result, not an error.
+    fn compile<'a>(&'a self, source: &'a KernelSource, target: &'a Target, timeout: Duration) -> CompileFuture<'a>;
+
+    /// The fingerprint and version of `source`'s toolchain, as a recipe records them; `None`
+    /// for a toolchain that is not running (validation refuses its kernels).
+    fn build_of(&self, source: &KernelSource) -> Option<(Fingerprint, String)>;
+}
 
 /// What one compile produced, whatever the toolchain: a cubin, or a failure with its log. A
 /// failed compile is a result, not an error.

@@ -5,7 +5,7 @@
 use super::nvrtc::Nvrtc;
 use super::ptxas::Ptxas;
 use super::triton::{self, Triton};
-use super::{Compiled, Toolchain};
+use super::{CompileFuture, Compiled, Compiler, Toolchain};
 use crate::domain::KernelSource;
 use kiln_proto::pb::ToolchainInfo;
 use kiln_proto::{Fingerprint, Target};
@@ -40,33 +40,6 @@ impl Toolchains {
         self.triton.get()
     }
 
-    /// Compiles `source` with its toolchain. Validation only passes kernels whose toolchain is
-    /// available; the fallbacks here cover a Triton pool that failed to start after validation.
-    pub async fn compile(&self, source: &KernelSource, target: &Target, timeout: Duration) -> Compiled {
-        let started = std::time::Instant::now();
-        match source {
-            KernelSource::Cuda(c) => self.nvrtc.compile(c, target, timeout).await,
-            KernelSource::Ptx(p) => match &self.ptxas {
-                Ok(ptxas) => ptxas.compile(&p.ptx, &p.options, target, timeout).await,
-                Err(why) => Compiled::failed(format!("ptxas is not available: {why}"), started),
-            },
-            KernelSource::Triton(t) => match self.triton().await {
-                Ok(triton) => triton.compile(t, target, timeout).await,
-                Err(why) => Compiled::failed(format!("Triton is not available: {why}"), started),
-            },
-        }
-    }
-
-    /// The fingerprint and version of `source`'s toolchain on this daemon, as a recipe records
-    /// them; `None` for a toolchain that is not running (validation refuses its kernels).
-    pub fn build_of(&self, source: &KernelSource) -> Option<(Fingerprint, String)> {
-        match source {
-            KernelSource::Cuda(_) => Some((self.nvrtc.fingerprint, self.nvrtc.version.clone())),
-            KernelSource::Ptx(_) => self.ptxas.as_ref().ok().map(|p| (p.fingerprint, p.version.clone())),
-            KernelSource::Triton(_) => self.triton_started().map(|p| (p.fingerprint, p.version.clone())),
-        }
-    }
-
     pub fn infos(&self) -> Vec<ToolchainInfo> {
         let mut out = vec![self.nvrtc.info()];
         match &self.ptxas {
@@ -89,5 +62,35 @@ impl Toolchains {
             }),
         }
         out
+    }
+}
+
+/// Which toolchain compiles a source: the one of its kind.
+impl Compiler for Toolchains {
+    /// Compiles `source` with its toolchain. Validation only passes kernels whose toolchain is
+    /// available; the fallbacks here cover a Triton pool that failed to start after validation.
+    fn compile<'a>(&'a self, source: &'a KernelSource, target: &'a Target, timeout: Duration) -> CompileFuture<'a> {
+        Box::pin(async move {
+            let started = std::time::Instant::now();
+            match source {
+                KernelSource::Cuda(c) => self.nvrtc.compile(c, target, timeout).await,
+                KernelSource::Ptx(p) => match &self.ptxas {
+                    Ok(ptxas) => ptxas.compile(&p.ptx, &p.options, target, timeout).await,
+                    Err(why) => Compiled::failed(format!("ptxas is not available: {why}"), started),
+                },
+                KernelSource::Triton(t) => match self.triton().await {
+                    Ok(triton) => triton.compile(t, target, timeout).await,
+                    Err(why) => Compiled::failed(format!("Triton is not available: {why}"), started),
+                },
+            }
+        })
+    }
+
+    fn build_of(&self, source: &KernelSource) -> Option<(Fingerprint, String)> {
+        match source {
+            KernelSource::Cuda(_) => Some((self.nvrtc.fingerprint, self.nvrtc.version.clone())),
+            KernelSource::Ptx(_) => self.ptxas.as_ref().ok().map(|p| (p.fingerprint, p.version.clone())),
+            KernelSource::Triton(_) => self.triton_started().map(|p| (p.fingerprint, p.version.clone())),
+        }
     }
 }
