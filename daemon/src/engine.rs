@@ -309,3 +309,6 @@ impl Engine {
         (Answer::failed(pb::Tier::Compiled, log.clone(), compile_micros), ForFleet::Failure { log, compile_micros })
     }
 }
+
+#[cfg(test)]
+mod tests;

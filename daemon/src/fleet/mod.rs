@@ -24,7 +24,11 @@
 //! here": the fleet can save work, never cost a compile.
 
 pub mod client;
+#[cfg(test)]
+pub(crate) mod fake;
 pub mod lease;
+#[cfg(test)]
+mod tests;
 pub mod tier;
 
 use crate::metrics::{LeaseResult, Metrics};
