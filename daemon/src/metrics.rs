@@ -122,6 +122,12 @@ pub struct ReasonLabels {
     pub reason: String,
 }
 
+/// The label of `kiln_misses_total`: a miss reason's label (`explain::misses::MissReason`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MissLabels {
+    pub reason: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct JobLabels {
     pub job: String,
@@ -185,8 +191,9 @@ pub struct Metrics {
     /// How long kilnd took to send one restore's files.
     pub snapshot_restore_seconds: Histogram,
     /// Misses that led to a compile, by reason (`explain::misses::MissReason`); counted by
-    /// `MissLog::record` only, so the metric and the list of recent misses agree.
-    pub misses: Family<crate::explain::misses::ReasonLabels, Counter>,
+    /// `MissLog::record` only, so the metric and the list of recent misses agree, and each
+    /// reason's series started at zero by `MissLog::new`.
+    pub misses: Family<MissLabels, Counter>,
     namespaces: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
@@ -356,9 +363,6 @@ impl Metrics {
         }
         for direction in ["in", "out"] {
             let _ = m.snapshot_bytes.get_or_create(&DirectionLabels { direction });
-        }
-        for reason in crate::explain::misses::MissReason::ALL {
-            let _ = m.misses.get_or_create(&crate::explain::misses::ReasonLabels { reason: reason.label() });
         }
         m
     }

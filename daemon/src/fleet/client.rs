@@ -1,4 +1,4 @@
-//! The seam between the fleet tier and kiln-cache: every call [`super::tier::RemoteTier`] makes,
+//! The seam between the fleet tier and kiln-cache: every call the tier (`RemoteTier`) makes,
 //! as a trait. [`RemoteCache`] (kiln-cache-client's gRPC client) is the one kilnd runs with; the
 //! fleet's unit tests run the same tier, breaker, leases and claims over an in-memory fake.
 
