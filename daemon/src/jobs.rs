@@ -6,8 +6,10 @@
 //! watchers, then pruned.
 
 use crate::audit::Sample;
+use crate::cache::Cache;
+use crate::domain::Answer;
 use crate::domain::{Job, KernelJob};
-use crate::engine::{Answer, Engine};
+use crate::engine::Engine;
 use kiln_proto::CacheKey;
 use kiln_proto::key::graph_key;
 use kiln_proto::pb::{self, job_event::Event};
@@ -225,7 +227,7 @@ async fn forward(
 
 /// Runs a job to the end, recording its events.
 pub async fn run(engine: Arc<Engine>, record: Arc<JobRecord>, job: Job) {
-    let begun = begin(&engine, &record, job).await;
+    let begun = begin(engine.cache(), &record, job).await;
     complete(engine, record, begun).await;
 }
 
@@ -261,23 +263,23 @@ pub struct FromCaches {
 
 /// Asks this host's tiers, then the fleet for all their misses in one round trip, for every
 /// kernel of `job` that validation did not refuse.
-pub async fn from_caches(engine: &Engine, job: &Job, started: Instant) -> FromCaches {
+pub async fn from_caches(cache: &Cache, job: &Job, started: Instant) -> FromCaches {
     let keys: Vec<CacheKey> = job.kernels.iter().filter(|k| k.refusal.is_none()).map(|k| k.key).collect();
-    let prefetched = engine.prefetch(&keys).await;
+    let prefetched = cache.prefetch(&keys).await;
     let mut cached = prefetched.found;
     let (mut ok, mut failed) = (0, 0);
     let mut rest = Vec::new();
     let mut answered = Vec::with_capacity(cached.len());
     for (index, kernel) in job.kernels.iter().enumerate() {
         match cached.remove(&kernel.key) {
-            Some(outcome) => {
-                offer_to_audit(engine, job, kernel, &outcome);
-                if outcome.is_ok() {
+            Some(answer) => {
+                offer_to_audit(cache, job, kernel, &answer);
+                if answer.is_ok() {
                     ok += 1
                 } else {
                     failed += 1
                 }
-                answered.push(result(kernel, job, outcome, started));
+                answered.push(result(kernel, job, answer, started));
             }
             None => rest.push(index),
         }
@@ -287,11 +289,11 @@ pub async fn from_caches(engine: &Engine, job: &Job, started: Instant) -> FromCa
 
 /// Offers a kernel the fleet answered to the audit, which decides whether to recompile it (see
 /// `crate::audit`). Kernels a job brings are what can be audited: the job holds their inputs.
-fn offer_to_audit(engine: &Engine, job: &Job, kernel: &KernelJob, answer: &Answer) {
+fn offer_to_audit(cache: &Cache, job: &Job, kernel: &KernelJob, answer: &Answer) {
     if answer.tier() != pb::Tier::Remote || !answer.is_ok() {
         return;
     }
-    if let Some(fleet) = engine.fleet.as_ref() {
+    if let Some(fleet) = cache.fleet() {
         let sample = || Sample { key: kernel.key, source: kernel.source.clone(), target: job.target };
         fleet.audit.consider(sample, &kernel.key);
     }
@@ -299,14 +301,13 @@ fn offer_to_audit(engine: &Engine, job: &Job, kernel: &KernelJob, answer: &Answe
 
 /// Records the job's start and answers everything the caches hold, with one fleet round trip
 /// for this host's misses.
-pub async fn begin(engine: &Engine, record: &JobRecord, job: Job) -> Begun {
-    engine.metrics.jobs.inc();
+pub async fn begin(cache: &Cache, record: &JobRecord, job: Job) -> Begun {
     let started = Instant::now();
     record.push_all([
         Event::Queued(pb::Queued { kernels: job.kernels.len() as u32, target: job.target.to_string() }),
         Event::Started(pb::Started {}),
     ]);
-    let FromCaches { answered, ok, failed, rest, fleet_asked } = from_caches(engine, &job, started).await;
+    let FromCaches { answered, ok, failed, rest, fleet_asked } = from_caches(cache, &job, started).await;
     // The cache hits in as few events as fit: for a warm graph, one message on the wire instead
     // of 64 (a message, a wake-up and an HTTP/2 frame each were a large part of a warm hit).
     record.push_all(batches(answered).map(|results| Event::Kernels(pb::KernelResults { results })));
@@ -341,35 +342,32 @@ pub async fn complete(engine: Arc<Engine>, record: Arc<JobRecord>, begun: Begun)
         let (engine, job) = (Arc::clone(&engine), Arc::clone(&job));
         tasks.spawn(async move {
             let kernel = &job.kernels[index];
-            let outcome = engine.resolve(&job.name, kernel, job.target, job.priority, fleet_asked).await;
-            (index, outcome)
+            let answer = engine.resolve(&job.name, kernel, job.target, job.priority, fleet_asked).await;
+            (index, answer)
         });
     }
     while let Some(joined) = tasks.join_next().await {
-        let Ok((index, outcome)) = joined else {
+        let Ok((index, answer)) = joined else {
             record.push(Event::Failed(pb::JobFailed { reason: "a kernel task ended abnormally".into() }));
             finish(&record);
             return;
         };
-        if outcome.is_ok() {
+        if answer.is_ok() {
             ok += 1
         } else {
             failed += 1
         }
         let kernel = &job.kernels[index];
-        offer_to_audit(&engine, &job, kernel, &outcome);
-        record.push(Event::Kernel(result(kernel, &job, outcome, started)));
+        offer_to_audit(engine.cache(), &job, kernel, &answer);
+        record.push(Event::Kernel(result(kernel, &job, answer, started)));
     }
     let key = graph_of(&job);
     record.push(Event::Done(done(&job, &key, ok, failed, 0)));
     finish(&record);
-    // After the answer, not before it, and in the background: the manifest is for the next
-    // host's warm start, and its round trip to the fleet cache was a fifth of a fresh host's warm
-    // start of a whole graph.
-    if failed == 0 && engine.manifest_due(&key, !answered_from_caches) {
-        let keys: Vec<CacheKey> = job.kernels.iter().filter(|k| k.refusal.is_none()).map(|k| k.key).collect();
-        let publisher = Arc::clone(&engine);
-        engine.work.spawn("publish-manifest", async move { publisher.publish_manifest(&key, &keys).await });
+    // After the answer, not before it, and in the background.
+    let cache = engine.cache();
+    if failed == 0 && cache.manifest_due(&key, !answered_from_caches) {
+        cache.publish_manifest(key, job.kernels.iter().filter(|k| k.refusal.is_none()).map(|k| k.key).collect());
     }
 }
 
@@ -377,18 +375,18 @@ fn finish(record: &JobRecord) {
     *record.finished.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
 }
 
-/// The wire form of one kernel's outcome.
-pub fn result(kernel: &KernelJob, job: &Job, outcome: Answer, started: Instant) -> pb::KernelResult {
+/// The wire form of one kernel's answer.
+pub fn result(kernel: &KernelJob, job: &Job, answer: Answer, started: Instant) -> pb::KernelResult {
     let common = pb::KernelResult {
         id: kernel.id.clone(),
         key: kernel.key.to_hex(),
-        tier: outcome.tier() as i32,
+        tier: answer.tier() as i32,
         elapsed_micros: started.elapsed().as_micros() as u64,
         toolchain: kernel.source.toolchain().as_str().into(),
         target: job.target.to_string(),
         ..Default::default()
     };
-    match outcome {
+    match answer {
         Answer::Ok { artifact, .. } => {
             let meta = &artifact.meta;
             pb::KernelResult {

@@ -9,7 +9,8 @@
 //!   entry point.
 //! - [`listen`]: what the TCP listener needs (tokens, TLS) for where it listens; [`auth`]: the
 //!   token check on it, and which calls a read-only token may make.
-//! - [`service`]: the `kiln.v1.Compiler` gRPC handlers; [`stats`] builds the Stats answer.
+//! - [`state`]: the daemon's state, which every handler, `Stats`, `Explain` and the status pages
+//!   take; [`service`]: the `kiln.v1.Compiler` gRPC handlers; [`stats`] builds the Stats answer.
 //! - [`domain`]: what kilnd works on: a validated job, its kernels and their sources.
 //! - [`error`]: kilnd's request errors, and their one mapping to a gRPC `Status`.
 //! - [`validate`]: request validation, which turns a wire request into a [`domain::Job`]; every
@@ -19,7 +20,8 @@
 //! - [`graph`]: `kiln.v1.TorchGraphs`, torch.compile graphs compiled in kilnd's torch workers.
 //! - [`warm`]: `Warm`, which pulls graphs from the fleet cache into the local tiers.
 //! - [`explain`]: key recipes, why a kernel missed (`kiln_misses_total`, recent misses), `Explain`.
-//! - [`engine`]: one kernel's path: negative cache, tiers, single-flight compile, publish.
+//! - [`cache`]: the daemon's cache: the negative cache, this host's tiers and the fleet tier.
+//! - [`engine`]: one kernel's compile: single flight here and in the fleet, toolchain, publish.
 //! - [`fleet`]: fleet-wide single-flight through kiln-cache leases and publish notifications.
 //! - [`audit`]: the fleet audit: recompiling some fleet artifacts, quarantining what differs.
 //! - [`concurrency`]: the priority gate and single-flight.
@@ -38,6 +40,7 @@
 pub(crate) mod audit;
 pub(crate) mod auth;
 pub mod blob;
+pub(crate) mod cache;
 pub mod check;
 pub mod concurrency;
 pub mod config;
@@ -55,6 +58,7 @@ pub(crate) mod metrics;
 pub mod server;
 pub(crate) mod service;
 pub mod snapshot;
+pub(crate) mod state;
 pub(crate) mod stats;
 pub(crate) mod status;
 pub(crate) mod store;

@@ -35,9 +35,50 @@ pub struct TierLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LeaseLabels {
-    /// acquired | waited | takeover | present (the key held an entry already, so it was read
-    /// instead) | timeout | error
+    /// A [`LeaseResult`]'s name.
     pub result: &'static str,
+}
+
+/// What came of asking kiln-cache for a key's lease: the `result` label of `kiln_lease_total`,
+/// spelt here only. The fleet counts them, `/metrics` starts each at zero, the host page lists
+/// them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LeaseResult {
+    /// This host took the lease, and compiles.
+    Acquired,
+    /// Another host held it, so this one waited for its publish.
+    Waited,
+    /// A waiter took the lease over from a holder that released it without a result or died.
+    Takeover,
+    /// The key held an entry already, so it was read instead.
+    Present,
+    /// A waiter passed the hedge bound and compiled by itself.
+    Timeout,
+    /// kiln-cache did not answer the acquire, so this host compiled without a lease.
+    Error,
+}
+
+impl LeaseResult {
+    /// Every result, in the order the host page lists them.
+    pub const ALL: [LeaseResult; 6] = [
+        LeaseResult::Acquired,
+        LeaseResult::Waited,
+        LeaseResult::Takeover,
+        LeaseResult::Present,
+        LeaseResult::Timeout,
+        LeaseResult::Error,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeaseResult::Acquired => "acquired",
+            LeaseResult::Waited => "waited",
+            LeaseResult::Takeover => "takeover",
+            LeaseResult::Present => "present",
+            LeaseResult::Timeout => "timeout",
+            LeaseResult::Error => "error",
+        }
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -84,6 +125,12 @@ pub struct BlobLeaseLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
     pub reason: String,
+}
+
+/// The label of `kiln_misses_total`: a miss reason's label (`explain::misses::MissReason`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MissLabels {
+    pub reason: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -149,8 +196,9 @@ pub struct Metrics {
     /// How long kilnd took to send one restore's files.
     pub snapshot_restore_seconds: Histogram,
     /// Misses that led to a compile, by reason (`explain::misses::MissReason`); counted by
-    /// `MissLog::record` only, so the metric and the list of recent misses agree.
-    pub misses: Family<crate::explain::misses::ReasonLabels, Counter>,
+    /// `MissLog::record` only, so the metric and the list of recent misses agree, and each
+    /// reason's series started at zero by `MissLog::new`.
+    pub misses: Family<MissLabels, Counter>,
     /// Audits of fleet artifacts by result: clean | mismatch | absent | failed | dropped.
     pub audits: Family<ResultLabels, Counter>,
     /// Audits that found a fleet artifact differing from this host's compile, by its publisher.
@@ -262,7 +310,11 @@ impl Metrics {
             "Compile seconds a job's graphs cost",
             m.torch_job_compile_seconds.clone(),
         );
-        registry.register("lease", "Fleet leases: acquired, waited, takeover, timeout", m.leases.clone());
+        registry.register(
+            "lease",
+            "Fleet leases: acquired, waited, takeover, present, timeout, error",
+            m.leases.clone(),
+        );
         registry.register(
             "gpu_validations",
             "Fresh cubins checked on a local GPU: loaded, skipped, refused",
@@ -341,9 +393,6 @@ impl Metrics {
         for direction in ["in", "out"] {
             let _ = m.snapshot_bytes.get_or_create(&DirectionLabels { direction });
         }
-        for reason in crate::explain::misses::MissReason::ALL {
-            let _ = m.misses.get_or_create(&crate::explain::misses::ReasonLabels { reason: reason.label() });
-        }
         m
     }
 
@@ -374,8 +423,8 @@ impl Metrics {
             self.fleet_writes_backgrounded.clone(),
         );
         self.zero(&[TierName::Remote]);
-        for result in ["acquired", "waited", "takeover", "timeout", "error"] {
-            let _ = self.leases.get_or_create(&LeaseLabels { result });
+        for result in LeaseResult::ALL {
+            let _ = self.leases.get_or_create(&LeaseLabels { result: result.as_str() });
         }
     }
 
@@ -387,8 +436,13 @@ impl Metrics {
         self.audit_mismatches.get_or_create(&PublisherLabels { publisher: publisher.to_owned() }).inc();
     }
 
-    pub fn lease(&self, result: &'static str) {
-        self.leases.get_or_create(&LeaseLabels { result }).inc();
+    pub fn lease(&self, result: LeaseResult) {
+        self.leases.get_or_create(&LeaseLabels { result: result.as_str() }).inc();
+    }
+
+    /// The leases that came to `result` so far, for the host page.
+    pub fn leases_of(&self, result: LeaseResult) -> u64 {
+        self.leases.get_or_create(&LeaseLabels { result: result.as_str() }).get()
     }
 
     /// The `namespace` label for `namespace`: itself among the first few seen, else `other`.
@@ -487,5 +541,20 @@ mod tests {
         ] {
             assert!(text.contains(name), "missing {name} in\n{text}");
         }
+    }
+
+    #[test]
+    fn every_lease_result_has_its_series_from_the_start_with_a_fleet() {
+        let mut m = Metrics::new();
+        m.enable_remote_up();
+        m.lease(LeaseResult::Present);
+        let text = m.render();
+        for result in LeaseResult::ALL {
+            let n = if result == LeaseResult::Present { 1 } else { 0 };
+            let series = format!("kiln_lease_total{{result=\"{}\"}} {n}", result.as_str());
+            assert!(text.contains(&series), "missing {series} in\n{text}");
+        }
+        let names: std::collections::HashSet<_> = LeaseResult::ALL.map(LeaseResult::as_str).into();
+        assert_eq!(names.len(), LeaseResult::ALL.len());
     }
 }

@@ -5,8 +5,9 @@
 
 use crate::audit::{self, Auditor};
 use crate::blob::service::{BlobService, BlobState};
+use crate::cache::Cache;
 use crate::config::{Config, read_token};
-use crate::engine::Engine;
+use crate::engine::{self, Engine};
 use crate::explain::store::RecipeStore;
 use crate::fleet::Fleet;
 use crate::fleet::tier::RemoteTier;
@@ -20,8 +21,10 @@ use crate::metrics::Metrics;
 use crate::service::CompilerService;
 use crate::snapshot::service::{SnapshotService, SnapshotState};
 use crate::snapshot::{host, store::SnapshotStore};
+use crate::state::State;
 use crate::store::{Store, disk::DiskTier, memory::MemoryTier, tiered::TieredStore};
-use crate::toolchain::{cuda, nvrtc::Nvrtc, ptxas::Ptxas, set::Toolchains, triton};
+use crate::toolchain::{Compiler, cuda, nvrtc::Nvrtc, ptxas::Ptxas, set::Toolchains, triton};
+use crate::work::Work;
 use anyhow::Context;
 use kiln_cache_client::RemoteCache;
 use kiln_proto::Target;
@@ -68,8 +71,7 @@ pub struct Listeners {
 /// The daemon's state, as [`build`] makes it.
 #[derive(Debug)]
 pub struct Built {
-    service: Arc<CompilerService>,
-    metrics: Arc<Metrics>,
+    state: Arc<State>,
     /// The fleet cache tier, whose health probe [`serve`] keeps going.
     remote: Option<Arc<RemoteTier>>,
 }
@@ -105,7 +107,7 @@ const RESPONSE_FLUSH: Duration = Duration::from_secs(1);
 /// (with one, the fleet's hedge bound applies).
 const BLOB_WAIT_WITHOUT_FLEET: Duration = Duration::from_secs(600);
 
-/// Builds the daemon's state: toolchains, GPUs, tiers, fleet, engine.
+/// Builds the daemon's state: toolchains, GPUs, tiers, fleet, cache, engine.
 pub async fn build(config: &Config) -> anyhow::Result<Built> {
     let toolchains = toolchains(config).await?;
     let gpus = tokio::task::spawn_blocking(gpu::probe).await.context("probing GPUs")?;
@@ -160,21 +162,33 @@ pub async fn build(config: &Config) -> anyhow::Result<Built> {
     } else {
         Ok(LoadCheck::start(gpus.gpus.clone()))
     };
-    let engine = Engine::new(toolchains, fleet, store, Arc::clone(&metrics), config.concurrency, config.limits.clone())
-        .with_load_check(load_check)
-        .with_recipes(
-            RecipeStore::open(&config.cache_dir)
-                .with_context(|| format!("opening the recipe store in {}", config.cache_dir.display()))?,
-        );
-    let service = CompilerService {
+    let work = Work::default();
+    let cache = Arc::new(Cache::new(store, fleet, Arc::clone(&metrics), work.clone(), config.limits.negative_ttl));
+    let toolchains = Arc::new(toolchains);
+    let recipes = RecipeStore::open(&config.cache_dir)
+        .with_context(|| format!("opening the recipe store in {}", config.cache_dir.display()))?;
+    let parts = engine::Parts {
+        recipes,
+        metrics: Arc::clone(&metrics),
+        concurrency: config.concurrency,
+        limits: config.limits.clone(),
+        work: work.clone(),
+    };
+    let compiler: Arc<dyn Compiler> = toolchains.clone();
+    let engine = Engine::new(compiler, Arc::clone(&cache), parts).with_load_check(load_check);
+    let state = State {
         engine: Arc::new(engine),
-        jobs: Arc::new(Jobs::default()),
+        cache,
+        toolchains,
+        jobs: Jobs::default(),
         gpus,
         default_target,
         config: config.clone(),
         torch_graphs: Arc::new(Ledger::new(Arc::clone(&metrics))),
+        metrics,
+        work,
     };
-    Ok(Built { service: Arc::new(service), metrics, remote })
+    Ok(Built { state: Arc::new(state), remote })
 }
 
 /// Serves what [`build`] made until `shutdown` resolves, then stops accepting, drains running
@@ -186,7 +200,8 @@ pub async fn serve(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let Built { service, metrics, remote } = built;
+    let Built { state, remote } = built;
+    let metrics = Arc::clone(&state.metrics);
     let stop = CancellationToken::new();
     let trigger = stop.clone();
     let stop_watch = tokio::spawn(async move {
@@ -198,7 +213,7 @@ pub async fn serve(
         let stopped = stop.clone();
         let reporter = crate::status::report::run(
             Arc::clone(&tier),
-            Arc::clone(&service),
+            Arc::clone(&state),
             crate::status::report::wire_name(&crate::host::name()),
             stop.clone(),
         );
@@ -210,18 +225,18 @@ pub async fn serve(
             tier.probe(stopped).await;
             Ok(())
         });
-        if let (Some(fleet), Some(remote)) = (service.engine.fleet.clone(), config.remote.as_ref()) {
-            let (engine, auditor, stopped) = (Arc::clone(&service.engine), Arc::clone(&fleet.audit), stop.clone());
+        if let (Some(fleet), Some(remote)) = (state.cache.fleet().cloned(), config.remote.as_ref()) {
+            let (audited, auditor, stopped) = (Arc::clone(&state), Arc::clone(&fleet.audit), stop.clone());
             servers.spawn(async move {
-                audit::run(engine, auditor, stopped).await;
+                audit::run(audited, auditor, stopped).await;
                 Ok(())
             });
-            let engine = Arc::clone(&service.engine);
+            let cache = Arc::clone(&state.cache);
             let (stopped, every) = (stop.clone(), remote.quarantine_poll);
             servers.spawn(async move {
                 let forget = |key| {
-                    let engine = Arc::clone(&engine);
-                    async move { engine.forget(&key).await }
+                    let cache = Arc::clone(&cache);
+                    async move { cache.forget(&key).await }
                 };
                 audit::quarantine::poll(Arc::clone(&fleet.tier), Arc::clone(&fleet.audit), every, stopped, forget)
                     .await;
@@ -239,7 +254,7 @@ pub async fn serve(
         .context("building gRPC reflection")?;
     health_reporter.set_serving::<BlobsServer<BlobService>>().await;
     let blobs = BlobState {
-        engine: Arc::clone(&service.engine),
+        cache: Arc::clone(&state.cache),
         holders: Arc::default(),
         metrics: Arc::clone(&metrics),
         max_artifact_bytes: config.limits.max_artifact_bytes,
@@ -250,9 +265,9 @@ pub async fn serve(
     health_reporter.set_serving::<TorchGraphsServer<GraphService>>().await;
     let graphs = Arc::new(GraphState::new(
         Arc::clone(&blobs),
-        Arc::clone(&service.torch_graphs),
+        Arc::clone(&state.torch_graphs),
         workers::Settings { python: config.python.clone(), max_workers: config.torch_workers },
-        service.gpus.gpus.iter().map(|g| format!("{} {};", g.name, g.target)).collect(),
+        state.gpus.gpus.iter().map(|g| format!("{} {};", g.name, g.target)).collect(),
         config.limits.compile_timeout,
     ));
     if config.torch_prestart {
@@ -260,19 +275,20 @@ pub async fn serve(
     }
     health_reporter.set_serving::<SnapshotsServer<SnapshotService>>().await;
     let snapshots = SnapshotState {
-        store: SnapshotStore { engine: Arc::clone(&service.engine) },
+        store: SnapshotStore { cache: Arc::clone(&state.cache) },
         metrics: Arc::clone(&metrics),
-        host: host::environment(&service.gpus, service.default_target, &service.engine.toolchains.nvrtc.version),
+        host: host::environment(&state.gpus, state.default_target, &state.toolchains.nvrtc.version),
         max_file_bytes: config.limits.max_artifact_bytes,
         max_snapshot_bytes: config.limits.max_snapshot_bytes,
         host_name: crate::host::name(),
         saving: tokio::sync::Mutex::new(()),
+        work: state.work.clone(),
     };
     tracing::info!(environment = ?snapshots.host, "snapshot keys include this host's facts");
     let routes = tonic::service::Routes::new(health)
         .add_service(reflection)
         .add_service(
-            CompilerServer::from_arc(Arc::clone(&service))
+            CompilerServer::new(CompilerService(Arc::clone(&state)))
                 .max_decoding_message_size(limit)
                 .max_encoding_message_size(limit),
         )
@@ -320,7 +336,7 @@ pub async fn serve(
             let metrics = Arc::clone(&metrics);
             move || metrics.render()
         };
-        let pages = crate::status::routes(Arc::clone(&service));
+        let pages = crate::status::routes(Arc::clone(&state));
         servers.spawn(async move {
             kiln_serve::serve_metrics(listener, render, pages, stopped).await.map_err(anyhow::Error::from)
         });
@@ -330,9 +346,9 @@ pub async fn serve(
         // After the listeners are up, so requests are served meanwhile; the first Triton request
         // joins this start instead of beginning its own. Not a tracked task: shutdown need not
         // wait for a start nobody asked for yet.
-        let engine = Arc::clone(&service.engine);
+        let toolchains = Arc::clone(&state.toolchains);
         tokio::spawn(async move {
-            match engine.toolchains.triton().await {
+            match toolchains.triton().await {
                 Ok(t) => tracing::info!(version = %t.info().version, "Triton started ahead of its first request"),
                 Err(why) => tracing::warn!(%why, "Triton could not be started ahead of its first request"),
             }
@@ -352,7 +368,7 @@ pub async fn serve(
     // the servers get a moment to flush the last responses. They are not waited on beyond
     // that: a graceful HTTP/2 shutdown lasts until every peer hangs up, and an idle client that
     // keeps its channel open (every Triton job does) would hold kilnd up to the drain bound.
-    let drained = service.engine.drain(config.limits.drain).await;
+    let drained = state.work.drain(config.limits.drain).await;
     if let Err(unfinished) = &drained {
         tracing::warn!(bound = ?config.limits.drain, ?unfinished, "drain bound passed; exiting with this work unfinished");
     }

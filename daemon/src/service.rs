@@ -2,79 +2,37 @@
 //! errors are [`crate::error::Error`]s, made into a `Status` in one place; an engine result is
 //! never an RPC error, only a kernel's answer.
 
-use crate::config::Config;
-use crate::domain::Job;
-use crate::domain::Priority;
-use crate::engine::Engine;
+use crate::domain::{Job, Priority};
 use crate::error::{Error, invalid};
-use crate::gpu::GpuProbe;
-use crate::jobs::{self, Jobs};
-use crate::validate::{self, Context};
-use kiln_proto::Target;
+use crate::jobs;
+use crate::state::State;
 use kiln_proto::pb::{self, compiler_server::Compiler, job_event::Event};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-/// The daemon's shared state, as the RPC handlers see it.
+/// The `Compiler` handlers, over the daemon's [`State`].
 #[derive(Debug)]
-pub struct CompilerService {
-    pub engine: Arc<Engine>,
-    pub jobs: Arc<Jobs>,
-    pub gpus: GpuProbe,
-    pub default_target: Option<Target>,
-    pub config: Config,
-    /// torch.compile graphs answered and the jobs' reports (`kiln.v1.TorchGraphs`).
-    pub torch_graphs: Arc<crate::graph::ledger::Ledger>,
-}
+pub struct CompilerService(pub Arc<State>);
 
 pub use crate::jobs::EventStream;
 
 impl CompilerService {
-    /// Validates a request, starting the Triton pool first when the graph has Triton kernels
-    /// (their keys need its fingerprint).
-    pub(crate) async fn validate(&self, req: &pb::CompileRequest, default_priority: Priority) -> Result<Job, Error> {
-        let toolchains = &self.engine.toolchains;
-        let triton_reason;
-        let triton = if validate::needs_triton(req) {
-            match toolchains.triton().await {
-                Ok(t) => Ok(&t.fingerprint),
-                Err(why) => {
-                    triton_reason = why;
-                    Err(triton_reason.as_str())
-                }
-            }
-        } else {
-            Err("not needed")
-        };
-        let nvrtc = &toolchains.nvrtc;
-        let no_target_reason = if self.gpus.note.is_empty() { "no GPU was found" } else { self.gpus.note.as_str() };
-        let ctx = Context {
-            limits: &self.config.limits,
-            default_target: self.default_target,
-            no_target_reason,
-            nvrtc_fingerprint: &nvrtc.fingerprint,
-            nvrtc_version: &nvrtc.version,
-            ptxas: toolchains.ptxas.as_ref().map(|p| &p.fingerprint).map_err(String::as_str),
-            triton,
-            supported_targets: &nvrtc.supported,
-        };
-        validate::request(req, &ctx, default_priority)
-    }
-
     /// Validates, checks the queue bound, and registers the job.
     async fn admit(
         &self,
         req: &pb::CompileRequest,
         default_priority: Priority,
     ) -> Result<(Arc<jobs::JobRecord>, Job), Error> {
-        let job = self.validate(req, default_priority).await?;
-        let queued = self.engine.gate.queued();
-        if queued >= self.config.limits.max_queue {
-            return Err(Error::QueueFull { queued, limit: self.config.limits.max_queue });
+        let state = &self.0;
+        let job = state.validate(req, default_priority).await?;
+        let queued = state.engine.queued();
+        if queued >= state.config.limits.max_queue {
+            return Err(Error::QueueFull { queued, limit: state.config.limits.max_queue });
         }
-        Ok((self.jobs.create(default_priority == Priority::Background), job))
+        state.metrics.jobs.inc();
+        Ok((state.jobs.create(default_priority == Priority::Background), job))
     }
 }
 
@@ -92,19 +50,19 @@ impl Compiler for CompilerService {
     async fn compile(&self, request: Request<pb::CompileRequest>) -> Result<Response<Self::CompileStream>, Status> {
         let batches = request.get_ref().batch_results;
         let (record, job) = self.admit(request.get_ref(), Priority::Interactive).await?;
-        let begun = jobs::begin(&self.engine, &record, job).await;
-        let engine = Arc::clone(&self.engine);
+        let begun = jobs::begin(&self.0.cache, &record, job).await;
+        let engine = Arc::clone(&self.0.engine);
         if begun.answered_all() {
             jobs::complete(engine, Arc::clone(&record), begun).await;
             return Ok(Response::new(jobs::replay(&record, true, batches)));
         }
-        self.engine.work.spawn("job", jobs::complete(engine, Arc::clone(&record), begun));
+        self.0.work.spawn("job", jobs::complete(engine, Arc::clone(&record), begun));
         Ok(Response::new(jobs::watch(record, true, batches)))
     }
 
     async fn submit(&self, request: Request<pb::CompileRequest>) -> Result<Response<pb::SubmitResponse>, Status> {
         let (record, job) = self.admit(request.get_ref(), Priority::Background).await?;
-        self.engine.work.spawn("job", jobs::run(Arc::clone(&self.engine), Arc::clone(&record), job));
+        self.0.work.spawn("job", jobs::run(Arc::clone(&self.0.engine), Arc::clone(&record), job));
         Ok(Response::new(pb::SubmitResponse { job_id: record.id.clone() }))
     }
 
@@ -113,16 +71,16 @@ impl Compiler for CompilerService {
         if id.is_empty() {
             return Err(invalid("job_id", "empty").into());
         }
-        let record = self.jobs.get(id).ok_or_else(|| Error::NoJob { id: id.clone() })?;
+        let record = self.0.jobs.get(id).ok_or_else(|| Error::NoJob { id: id.clone() })?;
         Ok(Response::new(jobs::watch(record, false, request.get_ref().batch_results)))
     }
 
     async fn lookup(&self, request: Request<pb::CompileRequest>) -> Result<Response<Self::LookupStream>, Status> {
         let batches = request.get_ref().batch_results;
-        let job = self.validate(request.get_ref(), Priority::Interactive).await?;
+        let job = self.0.validate(request.get_ref(), Priority::Interactive).await?;
         let started = Instant::now();
         let wrap = |event| Ok(pb::JobEvent { job_id: String::new(), event: Some(event) });
-        let cached = jobs::from_caches(&self.engine, &job, started).await;
+        let cached = jobs::from_caches(&self.0.cache, &job, started).await;
         // The caches' answers in kernel order, with a `miss` result where they had none.
         let mut answered = cached.answered.into_iter();
         let mut missed = cached.rest.iter().peekable();
@@ -153,25 +111,25 @@ impl Compiler for CompilerService {
     }
 
     async fn warm(&self, request: Request<pb::WarmRequest>) -> Result<Response<Self::WarmStream>, Status> {
-        Ok(Response::new(crate::warm::start(Arc::clone(&self.engine), request.get_ref())?))
+        Ok(Response::new(crate::warm::start(Arc::clone(&self.0.cache), &self.0.work, request.get_ref())?))
     }
 
     async fn explain(&self, request: Request<pb::ExplainRequest>) -> Result<Response<pb::ExplainResponse>, Status> {
-        Ok(Response::new(crate::explain::answer::explain(self, request.get_ref()).await?))
+        Ok(Response::new(crate::explain::answer::explain(&self.0, request.get_ref()).await?))
     }
 
     async fn audit(&self, request: Request<pb::AuditRequest>) -> Result<Response<Self::AuditStream>, Status> {
         let pb::AuditRequest { graph, publisher, report_only } = request.into_inner();
         let compile = pb::CompileRequest { graph, ..Default::default() };
-        let job = self.validate(&compile, Priority::Interactive).await?;
-        Ok(Response::new(crate::audit::on_demand(Arc::clone(&self.engine), job, publisher, report_only)?))
+        let job = self.0.validate(&compile, Priority::Interactive).await?;
+        Ok(Response::new(crate::audit::on_demand(Arc::clone(&self.0), job, publisher, report_only)?))
     }
 
     async fn list_quarantine(
         &self,
         request: Request<pb::QuarantineListRequest>,
     ) -> Result<Response<pb::QuarantineListResponse>, Status> {
-        let fleet = self.engine.fleet.as_ref().ok_or(Error::NoFleet { what: "list quarantines of" })?;
+        let fleet = self.0.cache.fleet().ok_or(Error::NoFleet { what: "list quarantines of" })?;
         let req = request.into_inner();
         let answer =
             fleet.tier.list_quarantine(req.since_ms, req.limit).await.map_err(|e| {
@@ -181,7 +139,7 @@ impl Compiler for CompilerService {
     }
 
     async fn stats(&self, _request: Request<pb::StatsRequest>) -> Result<Response<pb::StatsResponse>, Status> {
-        self.engine.store.settle().await;
-        Ok(Response::new(crate::stats::collect(self)))
+        self.0.cache.settle().await;
+        Ok(Response::new(crate::stats::collect(&self.0)))
     }
 }

@@ -1,7 +1,7 @@
 //! The `Stats` answer: read from the metrics and the tiers, so there is one source of truth.
 
 use crate::metrics::Metrics;
-use crate::service::CompilerService;
+use crate::state::State;
 use kiln_proto::pb;
 use prometheus_client::metrics::counter::Counter;
 
@@ -16,11 +16,10 @@ fn counter_value(
         .sum()
 }
 
-pub fn collect(s: &CompilerService) -> pb::StatsResponse {
-    let m = &s.engine.metrics;
+pub fn collect(s: &State) -> pb::StatsResponse {
+    let m = &s.metrics;
     let tiers = s
-        .engine
-        .store
+        .cache
         .usage()
         .into_iter()
         .map(|(tier, usage)| pb::TierStats {
@@ -35,7 +34,7 @@ pub fn collect(s: &CompilerService) -> pb::StatsResponse {
         .collect();
     pb::StatsResponse {
         version: env!("CARGO_PKG_VERSION").into(),
-        toolchains: s.engine.toolchains.infos(),
+        toolchains: s.toolchains.infos(),
         gpus: s.gpus.gpus.clone(),
         default_target: s.default_target.map(|t| t.to_string()).unwrap_or_default(),
         tiers,
@@ -47,10 +46,10 @@ pub fn collect(s: &CompilerService) -> pb::StatsResponse {
         compile_seconds_saved: m.seconds_saved.get(),
         concurrency: s.config.concurrency as u32,
         remote: s.config.remote.as_ref().map(|r| r.uri.clone()).unwrap_or_default(),
-        remote_up: s.engine.fleet_up().is_some() && m.remote_up.get() == 1,
-        remote_state: s.engine.fleet.as_ref().map(|f| f.tier.state().as_str().to_owned()).unwrap_or_default(),
-        remote_reason: s.engine.fleet.as_ref().map(|f| remote_reason(&f.tier)).unwrap_or_default(),
-        audit: s.engine.fleet.as_ref().map(|f| f.audit.stats()),
+        remote_up: s.cache.fleet_up().is_some() && m.remote_up.get() == 1,
+        remote_state: s.cache.fleet().map(|f| f.tier.state().as_str().to_owned()).unwrap_or_default(),
+        remote_reason: s.cache.fleet().map(|f| remote_reason(&f.tier)).unwrap_or_default(),
+        audit: s.cache.fleet().map(|f| f.audit.stats()),
         snapshots: Some(snapshots(m)),
         recent_misses: s.engine.misses().recent().iter().map(|m| m.to_pb()).collect(),
         torch_graphs: Some(s.torch_graphs.stats()),

@@ -1,8 +1,9 @@
 //! `Warm`: pulls graphs and kernels from the fleet cache into the local tiers before a job needs
 //! them, in batches of one BatchGet each, streaming progress.
 
-use crate::engine::Engine;
+use crate::cache::Cache;
 use crate::error::{Error, invalid};
+use crate::work::Work;
 use kiln_proto::CacheKey;
 use kiln_proto::pb::{WarmProgress, WarmRequest};
 use std::sync::Arc;
@@ -23,7 +24,8 @@ fn parse(field: &str, values: &[String]) -> Result<Vec<CacheKey>, Error> {
 
 /// Validates the request and starts the warm-up; the stream ends with `finished`.
 pub fn start(
-    engine: Arc<Engine>,
+    cache: Arc<Cache>,
+    work: &Work,
     request: &WarmRequest,
 ) -> Result<ReceiverStream<Result<WarmProgress, Status>>, Error> {
     let graphs = parse("graph_keys", &request.graph_keys)?;
@@ -31,14 +33,12 @@ pub fn start(
     if graphs.is_empty() && kernels.is_empty() {
         return Err(invalid("graph_keys", "give graph keys or kernel keys to warm"));
     }
-    if engine.fleet.is_none() {
+    if cache.fleet().is_none() {
         return Err(Error::NoFleet { what: "warm from" });
     }
     let (tx, rx) = mpsc::channel(16);
-    // The task owns `engine`; the spawn needs a handle of its own.
-    let spawner = Arc::clone(&engine);
-    spawner.work.spawn("warm", async move {
-        let Some(fleet) = engine.fleet.as_ref() else { return };
+    work.spawn("warm", async move {
+        let Some(fleet) = cache.fleet() else { return };
         let mut progress = WarmProgress::default();
         for graph in graphs {
             match fleet.tier.get_manifest(&graph).await {
@@ -55,7 +55,7 @@ pub fn start(
         kernels.dedup();
         progress.total = kernels.len() as u32;
         for batch in kernels.chunks(BATCH) {
-            let found = engine.prefetch(batch).await.found;
+            let found = cache.prefetch(batch).await.found;
             for key in batch {
                 match found.get(key) {
                     Some(o) if o.is_ok() && o.tier() == kiln_proto::pb::Tier::Remote => progress.fetched += 1,

@@ -13,7 +13,9 @@ use tokio_util::task::TaskTracker;
 /// Running tasks per kind.
 type Running = Arc<Mutex<BTreeMap<&'static str, usize>>>;
 
-#[derive(Debug, Default)]
+/// Cheap to clone: clones share the tasks, so the engine and the cache spawn into the one that
+/// shutdown drains.
+#[derive(Debug, Default, Clone)]
 pub struct Work {
     tracker: TaskTracker,
     running: Running,

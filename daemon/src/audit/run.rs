@@ -3,7 +3,7 @@
 
 use super::{Auditor, Sample, Verdict, compare};
 use crate::domain::Priority;
-use crate::engine::Engine;
+use crate::state::State;
 use crate::toolchain::Compiled;
 use kiln_cache_client::Lookup;
 use kiln_proto::envelope;
@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 /// Audits what [`Auditor::consider`] queued, one at a time at background priority, resting
 /// after each so that audits use at most the policy's CPU share, until `stop`.
-pub async fn run(engine: Arc<Engine>, auditor: Arc<Auditor>, stop: CancellationToken) {
+pub async fn run(state: Arc<State>, auditor: Arc<Auditor>, stop: CancellationToken) {
     let Some(mut queue) = auditor.take_receiver() else { return };
     let share = auditor.policy().cpu_share.clamp(0.001, 1.0);
     loop {
@@ -26,7 +26,7 @@ pub async fn run(engine: Arc<Engine>, auditor: Arc<Auditor>, stop: CancellationT
             },
         };
         let started = Instant::now();
-        let (verdict, publisher) = audit_one(&engine, &auditor, &sample, Priority::Background, true).await;
+        let (verdict, publisher) = audit_one(&state, &auditor, &sample, Priority::Background, true).await;
         let publisher = publisher.map(|p| p.host).unwrap_or_default();
         tracing::debug!(key = %sample.key, %publisher, verdict = ?verdict, took = ?started.elapsed(), "audited");
         auditor.record(&verdict, &publisher);
@@ -42,13 +42,13 @@ pub async fn run(engine: Arc<Engine>, auditor: Arc<Auditor>, stop: CancellationT
 /// A difference is quarantined in the fleet when `quarantine` is set, and dropped from this
 /// host's tiers either way. The verdict, and who published what the fleet served.
 pub async fn audit_one(
-    engine: &Engine,
+    state: &State,
     auditor: &Auditor,
     sample: &Sample,
     priority: Priority,
     quarantine: bool,
 ) -> (Verdict, Option<Provenance>) {
-    let Some(fleet) = engine.fleet.as_ref() else {
+    let Some(fleet) = state.cache.fleet() else {
         return (Verdict::Failed("kilnd has no fleet cache (--remote)".into()), None);
     };
     let key = &sample.key;
@@ -61,7 +61,7 @@ pub async fn audit_one(
         Ok(artifact) => artifact,
         Err(e) => return (Verdict::Failed(format!("the fleet's envelope does not verify: {e}")), provenance),
     };
-    let output = match engine.compile_for_audit(&sample.source, &sample.target, priority).await {
+    let output = match state.engine.compile_for_audit(&sample.source, &sample.target, priority).await {
         Compiled::Ok(output) => output,
         Compiled::Failed { log, .. } => {
             let first = log.lines().find(|l| !l.trim().is_empty()).unwrap_or("no log");
@@ -81,7 +81,7 @@ pub async fn audit_one(
             Err(e) => tracing::warn!(%key, error = %e, "could not quarantine the key in the fleet"),
         }
     }
-    engine.forget(key).await;
+    state.cache.forget(key).await;
     (Verdict::Mismatch { detail, quarantined }, provenance)
 }
 
@@ -89,7 +89,7 @@ pub async fn audit_one(
 /// per kernel as it is done; kernels published by others than `publisher` (when given) are
 /// skipped. Differences are quarantined unless `report_only`.
 pub fn on_demand(
-    engine: Arc<Engine>,
+    state: Arc<State>,
     job: crate::domain::Job,
     publisher: String,
     report_only: bool,
@@ -97,17 +97,17 @@ pub fn on_demand(
     tokio_stream::wrappers::ReceiverStream<Result<kiln_proto::pb::AuditResult, tonic::Status>>,
     crate::error::Error,
 > {
-    let Some(auditor) = engine.fleet.as_ref().map(|f| Arc::clone(&f.audit)) else {
+    let Some(auditor) = state.cache.fleet().map(|f| Arc::clone(&f.audit)) else {
         return Err(crate::error::Error::NoFleet { what: "audit" });
     };
     let (tx, rx) = tokio::sync::mpsc::channel(16);
-    let spawner = Arc::clone(&engine);
+    let spawner = Arc::clone(&state);
     spawner.work.spawn("audit", async move {
         for kernel in &job.kernels {
             let sample = Sample { key: kernel.key, source: kernel.source.clone(), target: job.target };
             let (verdict, provenance) = if kernel.refusal.is_some() {
                 (Verdict::Failed(kernel.refusal.clone().unwrap_or_default()), None)
-            } else if !publisher.is_empty() && !published_by(&engine, &sample, &publisher).await {
+            } else if !publisher.is_empty() && !published_by(&state, &sample, &publisher).await {
                 let result = kiln_proto::pb::AuditResult {
                     id: kernel.id.clone(),
                     key: kernel.key.to_hex(),
@@ -120,7 +120,7 @@ pub fn on_demand(
                 }
                 continue;
             } else {
-                audit_one(&engine, &auditor, &sample, Priority::Interactive, !report_only).await
+                audit_one(&state, &auditor, &sample, Priority::Interactive, !report_only).await
             };
             auditor.record(&verdict, provenance.as_ref().map_or("", |p| p.host.as_str()));
             let (detail, quarantined) = match &verdict {
@@ -146,7 +146,7 @@ pub fn on_demand(
 }
 
 /// Whether the fleet's artifact under `sample`'s key was published by `publisher`.
-async fn published_by(engine: &Engine, sample: &Sample, publisher: &str) -> bool {
-    let Some(fleet) = engine.fleet.as_ref() else { return false };
+async fn published_by(state: &State, sample: &Sample, publisher: &str) -> bool {
+    let Some(fleet) = state.cache.fleet() else { return false };
     matches!(fleet.tier.get(&sample.key).await, Ok(Lookup::Hit(_, Some(p))) if p.host == publisher)
 }

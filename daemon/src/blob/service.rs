@@ -1,10 +1,10 @@
-//! The `kiln.v1.Blobs` handlers: validation, the tiers through the engine, and leases that live
+//! The `kiln.v1.Blobs` handlers: validation, the tiers through the cache, and leases that live
 //! exactly as long as the client's stream.
 
 use super::entry;
 use super::holders::{self, Holders, Holding, Try, Waited};
 use super::validate::{self, Scope};
-use crate::engine::Engine;
+use crate::cache::Cache;
 use crate::fleet::lease::HeldLease;
 use crate::fleet::{Claim, Found};
 use crate::metrics::Metrics;
@@ -29,7 +29,7 @@ pub struct BlobService(pub Arc<BlobState>);
 
 #[derive(Debug)]
 pub struct BlobState {
-    pub engine: Arc<Engine>,
+    pub cache: Arc<Cache>,
     pub holders: Arc<Holders>,
     pub metrics: Arc<Metrics>,
     pub max_artifact_bytes: u64,
@@ -52,8 +52,8 @@ fn event(kind: Kind, entry: Option<BlobEntry>, reason: String) -> Result<pb::Lea
 impl BlobState {
     /// Looks one entry up in every tier.
     async fn lookup(&self, scope: &Scope, key: &CacheKey) -> Option<BlobEntry> {
-        let outcome = self.engine.cached(key).await?;
-        entry::open(outcome.artifact()?, &scope.namespace, outcome.tier())
+        let answer = self.cache.cached(key).await?;
+        entry::open(answer.artifact()?, &scope.namespace, answer.tier())
     }
 
     /// Decides who produces `key`: an entry already there, another process on this host, another
@@ -74,15 +74,14 @@ impl BlobState {
                     Waited::Published | Waited::Released => continue,
                 },
             };
-            let Some(fleet) = &self.engine.fleet else { return Decision::Granted(holding, None) };
+            let Some(fleet) = self.cache.fleet() else { return Decision::Granted(holding, None) };
             match tokio::time::timeout(left, fleet.claim(key)).await {
                 Err(_) => return Decision::Proceed(format!("waited {wait:?} for another host")),
                 Ok(Claim::Compile(lease)) => return Decision::Granted(holding, lease),
                 Ok(Claim::Found(found @ Found::Artifact(..))) => {
-                    let outcome = self.engine.adopt(key, found).await;
+                    let answer = self.cache.adopt(key, found).await;
                     self.holders.published(key);
-                    if let Some(found) =
-                        outcome.artifact().and_then(|a| entry::open(a, &scope.namespace, outcome.tier()))
+                    if let Some(found) = answer.artifact().and_then(|a| entry::open(a, &scope.namespace, answer.tier()))
                     {
                         return Decision::Found(found);
                     }
@@ -122,7 +121,7 @@ impl BlobState {
             Decision::Granted(holding, lease) => (holding, lease),
         };
         self.metrics.blob_lease(&scope.namespace, "granted");
-        let reason = if lease.is_some() || self.engine.fleet.is_none() {
+        let reason = if lease.is_some() || self.cache.fleet().is_none() {
             String::new()
         } else {
             "the fleet cache is not answering; single-flight covers this host only".to_string()
@@ -131,7 +130,7 @@ impl BlobState {
             // A put through another host's kilnd ends this lease too: it arrives as a fleet
             // publish, which is adopted here like any other host's result.
             let elsewhere = async {
-                match &self.engine.fleet {
+                match self.cache.fleet() {
                     Some(fleet) => fleet.published_elsewhere(&key).await,
                     None => std::future::pending().await,
                 }
@@ -139,7 +138,7 @@ impl BlobState {
             let ending = tokio::select! {
                 _ = holding.published() => Some(event(Kind::Published, None, String::new())),
                 found = elsewhere => {
-                    self.engine.adopt(&key, found).await;
+                    self.cache.adopt(&key, found).await;
                     Some(event(Kind::Published, None, "stored through another host".into()))
                 }
                 _ = tokio::time::sleep(hold) => {
@@ -170,13 +169,13 @@ impl pb::blobs_server::Blobs for BlobService {
         let scope = validate::scope(req.scope.as_ref())?;
         validate::keys(&req.keys)?;
         let stored: Vec<CacheKey> = req.keys.iter().map(|k| scope.key(k)).collect();
-        let found = this.engine.prefetch(&stored).await.found;
+        let found = this.cache.prefetch(&stored).await.found;
         let budget = this.max_message_bytes.saturating_sub(ANSWER_HEADROOM);
         let mut size = 0u64;
         let mut entries = Vec::with_capacity(stored.len());
         for key in &stored {
             let hit =
-                found.get(key).and_then(|o| o.artifact().and_then(|a| entry::open(a, &scope.namespace, o.tier())));
+                found.get(key).and_then(|a| a.artifact().and_then(|art| entry::open(art, &scope.namespace, a.tier())));
             let hit = hit.filter(|e| {
                 size += e.files.iter().map(|f| f.data.len() as u64).sum::<u64>();
                 // Past the message limit the rest read as misses: the caller produces them, and
@@ -200,7 +199,7 @@ impl pb::blobs_server::Blobs for BlobService {
         let (sealed, artifact) = entry::seal(&key, &scope.namespace, req.files);
         this.metrics.blob_put(&scope.namespace, artifact.bytes.len());
         let stored = Stored { envelope: Bytes::from(sealed), unpacked: Some(Arc::new(artifact)) };
-        this.engine.store_everywhere(&key, stored).await;
+        this.cache.store_everywhere(&key, stored).await;
         this.holders.published(&key);
         Ok(Response::new(pb::PutBlobResponse { stored_key: key.to_hex() }))
     }

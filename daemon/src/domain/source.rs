@@ -1,8 +1,43 @@
 //! A kernel's source by toolchain, and the one place a source becomes key inputs.
 
-use crate::toolchain::Toolchain;
 use kiln_proto::pb::{self, triton_constexpr::Value};
 use kiln_proto::{Fingerprint, KeyInputs, Target};
+
+/// The toolchains kilnd compiles with, one per kind of source. Its name ([`Toolchain::as_str`])
+/// is the metric label `toolchain`, the key's toolchain field, the artifact's `toolchain` and the
+/// wire's `ToolchainInfo.name`: one spelling, written here only. It lives beside the sources (and
+/// `crate::toolchain` re-exports it) so that the toolchains can take a [`KernelSource`] without an
+/// import circle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Toolchain {
+    Nvrtc,
+    Ptxas,
+    Triton,
+}
+
+impl Toolchain {
+    /// Every toolchain, in the order `Stats` lists them.
+    pub const ALL: [Toolchain; 3] = [Toolchain::Nvrtc, Toolchain::Ptxas, Toolchain::Triton];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Toolchain::Nvrtc => "nvrtc",
+            Toolchain::Ptxas => "ptxas",
+            Toolchain::Triton => "triton",
+        }
+    }
+
+    /// The toolchain named `name`, as [`Toolchain::as_str`] spells it.
+    pub fn from_name(name: &str) -> Option<Toolchain> {
+        Toolchain::ALL.into_iter().find(|t| t.as_str() == name)
+    }
+}
+
+impl std::fmt::Display for Toolchain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// A kernel's source, by toolchain.
 ///

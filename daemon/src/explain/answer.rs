@@ -5,11 +5,11 @@
 use super::book::{self, Expect};
 use super::diff::{self, Difference};
 use super::identity::Identity;
-use super::record;
+use crate::cache::Cache;
 use crate::domain::Priority;
 use crate::engine::Engine;
 use crate::error::{Error, invalid};
-use crate::service::CompilerService;
+use crate::state::State;
 use kiln_proto::CacheKey;
 use kiln_proto::pb::{self, KeyRecipe, RecipeBook};
 
@@ -17,25 +17,25 @@ use kiln_proto::pb::{self, KeyRecipe, RecipeBook};
 const LOCAL: &str = "local";
 const FLEET: &str = "fleet";
 
-pub async fn explain(service: &CompilerService, req: &pb::ExplainRequest) -> Result<pb::ExplainResponse, Error> {
+pub async fn explain(state: &State, req: &pb::ExplainRequest) -> Result<pb::ExplainResponse, Error> {
     match (&req.graph, req.keys.is_empty()) {
         (Some(_), false) => Err(invalid("keys", "give a graph or keys, not both")),
         (None, true) => Err(invalid("graph", "required: give a graph (what Compile takes) or keys")),
-        (Some(graph), true) => by_graph(service, graph).await,
-        (None, false) => by_keys(service, &req.keys).await,
+        (Some(graph), true) => by_graph(state, graph).await,
+        (None, false) => by_keys(state, &req.keys).await,
     }
 }
 
-async fn by_graph(service: &CompilerService, graph: &pb::CompileGraph) -> Result<pb::ExplainResponse, Error> {
+async fn by_graph(state: &State, graph: &pb::CompileGraph) -> Result<pb::ExplainResponse, Error> {
     let compile = pb::CompileRequest { graph: Some(graph.clone()), ..Default::default() };
-    let job = service.validate(&compile, Priority::Interactive).await?;
-    let engine = &service.engine;
+    let job = state.validate(&compile, Priority::Interactive).await?;
+    let engine = &state.engine;
     let mut kernels = Vec::with_capacity(job.kernels.len());
     for kernel in &job.kernels {
         let identity = Identity::new(&job.name, &kernel.id, kernel.source.kernel_name());
-        let recipe = record::recipe(engine, &kernel.source, &job.target);
+        let recipe = engine.recipe(&kernel.source, &job.target);
         let kept = kept_recipes(engine, &identity).await;
-        let mut answer = explanation(engine, &kernel.key, recipe, &kept).await;
+        let mut answer = explanation(engine.cache(), &kernel.key, recipe, &kept).await;
         answer.id = kernel.id.clone();
         answer.identity = Some(book::to_pb(&identity));
         kernels.push(answer);
@@ -43,8 +43,8 @@ async fn by_graph(service: &CompilerService, graph: &pb::CompileGraph) -> Result
     Ok(pb::ExplainResponse { kernels })
 }
 
-async fn by_keys(service: &CompilerService, keys: &[String]) -> Result<pb::ExplainResponse, Error> {
-    let max = service.config.limits.max_kernels;
+async fn by_keys(state: &State, keys: &[String]) -> Result<pb::ExplainResponse, Error> {
+    let max = state.config.limits.max_kernels;
     if keys.len() > max {
         return Err(invalid("keys", format!("{} keys exceeds the limit of {max}", keys.len())));
     }
@@ -53,14 +53,14 @@ async fn by_keys(service: &CompilerService, keys: &[String]) -> Result<pb::Expla
         .enumerate()
         .map(|(i, k)| k.parse::<CacheKey>().map_err(|e| invalid(format!("keys[{i}]"), e)))
         .collect::<Result<Vec<_>, _>>()?;
-    let engine = &service.engine;
+    let engine = &state.engine;
     let mut kernels = Vec::with_capacity(keys.len());
     for key in keys {
         let expect = Expect::RecipeOf(&key);
         let own = match kept_book(engine, &book::pointer_key(&key), expect).await.into_iter().next() {
             Some((found, _)) => found,
             None => {
-                let mut answer = explanation(engine, &key, None, &[]).await;
+                let mut answer = explanation(engine.cache(), &key, None, &[]).await;
                 if !answer.cached {
                     answer.verdict = "miss: no recipe of this key is kept on this host or in the fleet".into();
                 }
@@ -73,7 +73,7 @@ async fn by_keys(service: &CompilerService, keys: &[String]) -> Result<pb::Expla
             Some(identity) => kept_recipes(engine, identity).await,
             None => Vec::new(),
         };
-        let mut answer = explanation(engine, &key, own.recipes.into_iter().next(), &kept).await;
+        let mut answer = explanation(engine.cache(), &key, own.recipes.into_iter().next(), &kept).await;
         answer.identity = identity.as_ref().map(book::to_pb);
         kernels.push(answer);
     }
@@ -83,10 +83,10 @@ async fn by_keys(service: &CompilerService, keys: &[String]) -> Result<pb::Expla
 /// The books under `key` on this host and in the fleet (each at most once).
 async fn kept_book(engine: &Engine, key: &CacheKey, expect: Expect<'_>) -> Vec<(RecipeBook, &'static str)> {
     let mut out = Vec::new();
-    if let Some(found) = engine.recipes().get(key, expect).await {
+    if let Some(found) = engine.recorder().recipes().get(key, expect).await {
         out.push((found, LOCAL));
     }
-    if let Some(fleet) = engine.fleet_up()
+    if let Some(fleet) = engine.cache().fleet_up()
         && let Ok(kiln_cache_client::Lookup::Hit(sealed, _)) = fleet.tier.get(key).await
     {
         match book::open(key, &sealed, expect) {
@@ -111,14 +111,14 @@ async fn kept_recipes(engine: &Engine, identity: &Identity) -> Vec<(KeyRecipe, &
 }
 
 /// Whether a cache holds `key`: a remembered failure, this host's tiers, or the fleet's.
-async fn cached(engine: &Engine, key: &CacheKey) -> Option<(pb::Tier, &'static str)> {
-    if engine.failed_recently(key) {
+async fn cached(cache: &Cache, key: &CacheKey) -> Option<(pb::Tier, &'static str)> {
+    if cache.failed_recently(key) {
         return Some((pb::Tier::Memory, "a failed compile, remembered"));
     }
-    if let Some(hit) = engine.store.get(key).await {
+    if let Some(hit) = cache.local(key).await {
         return Some((hit.tier.to_pb(), hit.tier.as_str()));
     }
-    let fleet = engine.fleet_up()?;
+    let fleet = cache.fleet_up()?;
     match fleet.tier.contains(std::slice::from_ref(key)).await {
         Ok(found) if found.first() == Some(&true) => Some((pb::Tier::Remote, "the fleet cache")),
         _ => None,
@@ -132,17 +132,17 @@ fn differences_pb(d: &[Difference]) -> Vec<pb::Difference> {
 /// The answer for one key with its `recipe` (when known) against the `kept` recipes of its
 /// identity.
 async fn explanation(
-    engine: &Engine,
+    cache: &Cache,
     key: &CacheKey,
     recipe: Option<KeyRecipe>,
     kept: &[(KeyRecipe, &'static str)],
 ) -> pb::KernelExplanation {
-    let cached = cached(engine, key).await;
+    let cached = cached(cache, key).await;
     let mut answer = pb::KernelExplanation {
         key: key.to_hex(),
         cached: cached.is_some(),
         tier: cached.map_or(pb::Tier::Unspecified, |(t, _)| t) as i32,
-        publisher: engine.fleet.as_ref().and_then(|f| f.audit.publisher(key)).map(|p| (*p).clone()),
+        publisher: cache.fleet().and_then(|f| f.audit.publisher(key)).map(|p| (*p).clone()),
         ..Default::default()
     };
     let Some(recipe) = recipe else {

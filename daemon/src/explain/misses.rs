@@ -3,11 +3,10 @@
 //! (a leader that is about to compile), never on a hit.
 
 use super::identity::Identity;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, MissLabels};
 use crate::toolchain::Toolchain;
 use kiln_proto::CacheKey;
 use kiln_proto::pb;
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use std::collections::VecDeque;
@@ -80,11 +79,6 @@ impl MissReason {
     }
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReasonLabels {
-    pub reason: &'static str,
-}
-
 /// One miss that led to a compile.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MissRecord {
@@ -117,18 +111,23 @@ impl MissRecord {
 pub struct MissLog {
     /// A std Mutex: a push or a copy, never held across an await.
     recent: Mutex<VecDeque<MissRecord>>,
-    counter: Family<ReasonLabels, Counter>,
+    counter: Family<MissLabels, Counter>,
 }
 
 impl MissLog {
-    /// A log counting into `metrics`' `kiln_misses_total`.
+    /// A log counting into `metrics`' `kiln_misses_total`, whose every reason starts at zero
+    /// (a dashboard's `rate()` then has a series from the start).
     pub fn new(metrics: &Metrics) -> Self {
-        MissLog { recent: Mutex::new(VecDeque::with_capacity(RECENT_MISSES)), counter: metrics.misses.clone() }
+        let counter = metrics.misses.clone();
+        for reason in MissReason::ALL {
+            let _ = counter.get_or_create(&MissLabels { reason: reason.label() });
+        }
+        MissLog { recent: Mutex::new(VecDeque::with_capacity(RECENT_MISSES)), counter }
     }
 
     /// Counts a miss under its reason and keeps it, dropping the oldest past [`RECENT_MISSES`].
     pub fn record(&self, identity: Identity, key: CacheKey, toolchain: Toolchain, reason: MissReason, detail: String) {
-        self.counter.get_or_create(&ReasonLabels { reason: reason.label() }).inc();
+        self.counter.get_or_create(&MissLabels { reason: reason.label() }).inc();
         let record = MissRecord { at: SystemTime::now(), identity, key, toolchain, reason, detail };
         let mut recent = self.recent.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if recent.len() == RECENT_MISSES {

@@ -1,6 +1,7 @@
 //! The fleet: the cache every host shares (kiln-cache) and single-flight over it, so that in a
 //! whole cluster one host pays a given cold compile.
 //!
+//! - [`client`]: the calls the tier makes of kiln-cache, as a trait (`RemoteCache` runs them).
 //! - [`tier`]: the fleet cache behind a breaker; every call goes through it and is observed.
 //! - [`lease`]: a lease held while compiling, renewed in the background.
 //! - here: who compiles a key ([`Fleet::claim`]), waiting for another host's result, and turning
@@ -22,19 +23,27 @@
 //! bound compiles by itself. Whatever goes wrong with the fleet cache, the answer is "compile
 //! here": the fleet can save work, never cost a compile.
 
+pub mod client;
+#[cfg(test)]
+pub(crate) mod fake;
 pub mod lease;
+#[cfg(test)]
+mod tests;
 pub mod tier;
 
 use crate::audit::Auditor;
-use crate::metrics::Metrics;
+use crate::metrics::{LeaseResult, Metrics};
 use crate::store::TierName;
 use kiln_cache_client::{Acquired, Lookup, PublishEvent, new_holder};
 use kiln_proto::CacheKey;
 use kiln_proto::envelope::{self, Artifact};
 use lease::HeldLease;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tier::RemoteTier;
+// tokio's clock, so that tests with paused time pass the hedge bound and lease TTLs.
+use tokio::time::Instant;
+use tokio_stream::StreamExt;
 
 /// Cheap to clone (shared handles and settings): a publish that outlives its request takes one.
 #[derive(Debug, Clone)]
@@ -86,7 +95,7 @@ impl Fleet {
             let holder = new_holder();
             match self.tier.acquire_lease(key, &holder, self.lease_ttl).await {
                 Ok(Acquired::Taken) => {
-                    self.metrics.lease(if waited { "takeover" } else { "acquired" });
+                    self.metrics.lease(if waited { LeaseResult::Takeover } else { LeaseResult::Acquired });
                     // The server checked in the same step that nothing is stored under the key.
                     let lease = HeldLease::start(*key, holder, Arc::clone(&self.tier), self.lease_ttl);
                     return Claim::Compile(Some(lease));
@@ -95,7 +104,7 @@ impl Fleet {
                 // entry that reads as a miss (damaged, so deleted; or a negative entry that just
                 // expired) gets one more try for the lease, then this host compiles.
                 Ok(Acquired::Present) => {
-                    self.metrics.lease("present");
+                    self.metrics.lease(LeaseResult::Present);
                     if let Some(found) = self.fetch(key).await {
                         return Claim::Found(found);
                     }
@@ -108,19 +117,19 @@ impl Fleet {
                 Ok(Acquired::Held) => {}
                 Err(e) => {
                     tracing::warn!(%key, error = %e, "fleet lease unavailable; compiling here");
-                    self.metrics.lease("error");
+                    self.metrics.lease(LeaseResult::Error);
                     return Claim::Compile(None);
                 }
             }
             if !waited {
-                self.metrics.lease("waited");
+                self.metrics.lease(LeaseResult::Waited);
                 waited = true;
             }
             match self.wait_for_publish(key, started).await {
                 Wait::Found(found) => return Claim::Found(*found),
                 Wait::RetryLease => continue,
                 Wait::Hedge => {
-                    self.metrics.lease("timeout");
+                    self.metrics.lease(LeaseResult::Timeout);
                     tracing::warn!(%key, bound = ?self.hedge, "waited past the hedge bound; compiling here too");
                     return Claim::Compile(None);
                 }
@@ -139,7 +148,7 @@ impl Fleet {
                 return Wait::Hedge;
             }
             let wait = retry_at.saturating_duration_since(Instant::now()).min(hedge_left);
-            match tokio::time::timeout(wait, stream.next_event()).await {
+            match tokio::time::timeout(wait, stream.next()).await.map(Option::transpose) {
                 // Subscribed (first, or again after the server resubscribed): the server has
                 // looked for the entry and sends it next if there is one.
                 Ok(Ok(Some(PublishEvent::Subscribed))) => {}
@@ -171,7 +180,7 @@ impl Fleet {
     pub async fn published_elsewhere(&self, key: &CacheKey) -> Found {
         loop {
             if let Ok(mut stream) = self.tier.watch(key).await {
-                while let Ok(Some(event)) = stream.next_event().await {
+                while let Some(Ok(event)) = stream.next().await {
                     let found = match event {
                         PublishEvent::Subscribed => continue,
                         PublishEvent::Value(_, lookup) => self.verify(key, lookup),

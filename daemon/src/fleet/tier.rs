@@ -12,8 +12,9 @@
 //! is logged as an error naming the URI and the fix, and reported as `refused` in `Stats`, so
 //! `kiln stats` and `kiln doctor` say why the fleet is not used instead of a bare "down".
 
+use super::client::{CacheClient, Events};
 use crate::metrics::Metrics;
-use kiln_cache_client::{Acquired, ClientError, Lookup, PublishStream, RemoteCache};
+use kiln_cache_client::{Acquired, ClientError, Lookup};
 use kiln_proto::CacheKey;
 use std::future::Future;
 use std::sync::Arc;
@@ -57,7 +58,8 @@ impl FleetState {
 
 #[derive(Debug)]
 pub struct RemoteTier {
-    client: RemoteCache,
+    /// kiln-cache-client's `RemoteCache` (a fake in unit tests).
+    client: Box<dyn CacheClient>,
     /// The kiln-cache URI, for the messages that say which fleet refused or is down.
     uri: String,
     /// Open (true) while the server is believed down: calls skip it.
@@ -72,10 +74,10 @@ pub struct RemoteTier {
 }
 
 impl RemoteTier {
-    pub fn new(client: RemoteCache, uri: &str, metrics: Arc<Metrics>) -> Arc<Self> {
+    pub fn new(client: impl CacheClient + 'static, uri: &str, metrics: Arc<Metrics>) -> Arc<Self> {
         metrics.remote_up.set(0);
         Arc::new(RemoteTier {
-            client,
+            client: Box::new(client),
             uri: uri.to_owned(),
             down: AtomicBool::new(false),
             state: Mutex::new(FleetState::Starting),
@@ -232,12 +234,13 @@ impl RemoteTier {
 
     /// This host's report for kiln-cache's status page.
     pub async fn report_host(&self, report: kiln_proto::pb::HostReport) -> Result<(), ClientError> {
-        self.call(self.client.report_host(report)).await.map(|_| ())
+        self.call(self.client.report_host(report)).await
     }
 
-    /// Publish events for `key`, with the entries themselves (see [`RemoteCache::watch_publish`]).
-    pub async fn watch(&self, key: &CacheKey) -> Result<PublishStream, ClientError> {
-        self.call(self.client.watch_publish(std::slice::from_ref(key), true)).await
+    /// Publish events for `key`, with the entries themselves (see
+    /// `RemoteCache::watch_publish`).
+    pub async fn watch(&self, key: &CacheKey) -> Result<Events, ClientError> {
+        self.call(self.client.watch(key)).await
     }
 
     /// Probes the server until `stop`: every 5 s while up, with backoff from 100 ms to 5 s while
@@ -246,12 +249,12 @@ impl RemoteTier {
         let mut backoff = Duration::from_millis(100);
         loop {
             // kiln-cache answers Stats while Redis is down, so health is its `redis_up`.
-            let healthy = match self.client.stats().await {
-                Ok(stats) if stats.redis_up => {
+            let healthy = match self.client.redis_up().await {
+                Ok(true) => {
                     self.observe(&Ok::<(), ClientError>(()));
                     true
                 }
-                Ok(_) => {
+                Ok(false) => {
                     self.mark_down("kiln-cache reports Redis down");
                     false
                 }

@@ -186,7 +186,7 @@ impl GraphState {
         ];
         let (sealed, artifact) = entry::seal(key, NAMESPACE, files);
         let stored = Stored { envelope: Bytes::from(sealed), unpacked: Some(Arc::new(artifact)) };
-        self.blobs.engine.store_everywhere(key, stored).await;
+        self.blobs.cache.store_everywhere(key, stored).await;
         self.blobs.holders.published(key);
         pb::TorchGraphReply {
             ok: true,

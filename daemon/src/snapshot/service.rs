@@ -45,6 +45,8 @@ pub struct SnapshotState {
     /// Saves on this host one at a time, so two local savers of one job (two models of one
     /// script, say) never merge against the same stored manifest and lose each other's files.
     pub saving: tokio::sync::Mutex<()>,
+    /// The daemon's tracked work, for the republish a `MissingFiles` starts after its answer.
+    pub work: crate::work::Work,
 }
 
 impl SnapshotState {
@@ -240,7 +242,7 @@ impl pb::snapshots_server::Snapshots for SnapshotService {
         // What this host holds and the fleet lost is kilnd's to mend, after the answer.
         if !lost.is_empty() {
             let this = Arc::clone(&self.0);
-            self.0.store.engine.work.spawn("republish", async move { this.store.republish(&lost).await });
+            self.0.work.spawn("republish", async move { this.store.republish(&lost).await });
         }
         Ok(Response::new(pb::MissingFilesResponse { missing }))
     }

@@ -7,7 +7,7 @@
 //! (their key is their content), so they are read fastest tier first.
 
 use crate::blob::entry;
-use crate::engine::{Adopt, Engine};
+use crate::cache::{Adopt, Cache};
 use crate::fleet::Found;
 use crate::store::Stored;
 use bytes::Bytes;
@@ -39,7 +39,7 @@ pub struct FileHit {
 
 #[derive(Debug)]
 pub struct SnapshotStore {
-    pub engine: Arc<Engine>,
+    pub cache: Arc<Cache>,
 }
 
 /// The one file of an entry of `namespace`.
@@ -57,7 +57,7 @@ impl SnapshotStore {
     /// asked: a save then sends what this host lacks, at worst once more than needed).
     pub async fn local_size(&self, digest: &[u8; 32]) -> Option<u64> {
         let key = snapshot_file_key(digest);
-        let hit = self.engine.store.get(&key).await?;
+        let hit = self.cache.local(&key).await?;
         let data = single(&hit.artifact, FILE_NAMESPACE, pb::Tier::Unspecified)?;
         (blake3::hash(&data).as_bytes() == digest).then_some(data.len() as u64)
     }
@@ -65,7 +65,7 @@ impl SnapshotStore {
     /// Which of `digests` the fleet cache holds, asked without downloading anything; `None`
     /// when there is no fleet cache or it does not answer.
     pub async fn fleet_holds(&self, digests: &[[u8; 32]]) -> Option<Vec<bool>> {
-        let fleet = self.engine.fleet_up()?;
+        let fleet = self.cache.fleet_up()?;
         let mut held = Vec::with_capacity(digests.len());
         for chunk in digests.chunks(CONTAINS_CHUNK) {
             let keys: Vec<CacheKey> = chunk.iter().map(snapshot_file_key).collect();
@@ -77,7 +77,7 @@ impl SnapshotStore {
     /// Whether the fleet cache answers and lacks `key`: a manifest saved while kilnd had no
     /// fleet (or the fleet lost it) is then this host's to publish.
     pub async fn fleet_lacks(&self, key: &CacheKey) -> bool {
-        let Some(fleet) = self.engine.fleet_up() else { return false };
+        let Some(fleet) = self.cache.fleet_up() else { return false };
         matches!(fleet.tier.contains(std::slice::from_ref(key)).await.as_deref(), Ok([false]))
     }
 
@@ -86,10 +86,10 @@ impl SnapshotStore {
     pub async fn republish(&self, digests: &[[u8; 32]]) {
         for digest in digests {
             let key = snapshot_file_key(digest);
-            let Some(hit) = self.engine.store.get(&key).await else { continue };
+            let Some(hit) = self.cache.local(&key).await else { continue };
             let Some(data) = single(&hit.artifact, FILE_NAMESPACE, pb::Tier::Unspecified) else { continue };
             tracing::info!(%key, "snapshot file lost from the fleet cache; stored again");
-            if let Some(fleet) = &self.engine.fleet {
+            if let Some(fleet) = self.cache.fleet() {
                 fleet.publish(&key, &seal(&key, FILE_NAMESPACE, data).envelope).await;
             }
         }
@@ -98,7 +98,7 @@ impl SnapshotStore {
     /// Stores a file whose digest the caller has checked, in every tier.
     pub async fn put_file(&self, digest: &[u8; 32], data: Vec<u8>) {
         let key = snapshot_file_key(digest);
-        self.engine.store_everywhere(&key, seal(&key, FILE_NAMESPACE, data)).await;
+        self.cache.store_everywhere(&key, seal(&key, FILE_NAMESPACE, data)).await;
     }
 
     /// Reads files by digest: the local tiers, then the fleet cache for all their misses in one
@@ -111,25 +111,25 @@ impl SnapshotStore {
             let data = single(artifact, FILE_NAMESPACE, pb::Tier::Unspecified);
             data.is_some_and(|d| by_key.get(key).is_some_and(|want| blake3::hash(&d).as_bytes() == want))
         };
-        let found = self.engine.prefetch_where(&keys, content_matches, Adopt::No).await.found;
+        let found = self.cache.prefetch_where(&keys, content_matches, Adopt::No).await.found;
         found
             .into_iter()
-            .filter_map(|(key, outcome)| {
-                let data = single(outcome.artifact()?, FILE_NAMESPACE, outcome.tier())?;
-                Some((by_key[&key], FileHit { data, tier: outcome.tier() }))
+            .filter_map(|(key, answer)| {
+                let data = single(answer.artifact()?, FILE_NAMESPACE, answer.tier())?;
+                Some((by_key[&key], FileHit { data, tier: answer.tier() }))
             })
             .collect()
     }
 
     /// The newest copy of a changing entry: the fleet cache's, else this host's.
     async fn read_fresh(&self, key: &CacheKey, namespace: &str) -> Option<Vec<u8>> {
-        if let Some(fleet) = self.engine.fleet_up()
+        if let Some(fleet) = self.cache.fleet_up()
             && let Some(found @ Found::Artifact(..)) = fleet.fetch(key).await
         {
-            let outcome = self.engine.adopt(key, found).await;
-            return single(outcome.artifact()?, namespace, pb::Tier::Remote);
+            let answer = self.cache.adopt(key, found).await;
+            return single(answer.artifact()?, namespace, pb::Tier::Remote);
         }
-        let hit = self.engine.store.get(key).await?;
+        let hit = self.cache.local(key).await?;
         single(&hit.artifact, namespace, pb::Tier::Unspecified)
     }
 
@@ -143,7 +143,7 @@ impl SnapshotStore {
     }
 
     pub async fn put_manifest(&self, key: &CacheKey, manifest: &SnapshotManifest) {
-        self.engine.store_everywhere(key, seal(key, MANIFEST_NAMESPACE, manifest.encode_to_vec())).await;
+        self.cache.store_everywhere(key, seal(key, MANIFEST_NAMESPACE, manifest.encode_to_vec())).await;
     }
 
     /// The listing of `job`'s snapshots, or with `None` of every job (one summary each, with
@@ -158,7 +158,7 @@ impl SnapshotStore {
         snapshots.truncate(bound);
         let key = snapshot_index_key(job);
         let bytes = ListSnapshotsResponse { snapshots }.encode_to_vec();
-        self.engine.store_everywhere(&key, seal(&key, INDEX_NAMESPACE, bytes)).await;
+        self.cache.store_everywhere(&key, seal(&key, INDEX_NAMESPACE, bytes)).await;
     }
 
     /// Records a saved manifest in the listings. Two hosts saving at the same moment may drop

@@ -8,17 +8,17 @@
 pub mod page;
 pub mod report;
 
-use crate::service::CompilerService;
+use crate::state::State;
 use std::sync::Arc;
 
 /// The host page's routes: `/` (HTML) and `/status.json` (the `Stats` answer in proto3 JSON).
-pub fn routes(service: Arc<CompilerService>) -> axum::Router {
-    let html = Arc::clone(&service);
+pub fn routes(state: Arc<State>) -> axum::Router {
+    let html = Arc::clone(&state);
     kiln_serve::status_routes(
         move || {
-            let service = Arc::clone(&service);
-            async move { crate::stats::collect(&service) }
+            let state = Arc::clone(&state);
+            async move { crate::stats::collect(&state) }
         },
-        move |stats: &kiln_proto::pb::StatsResponse| page::render(stats, &html.engine.metrics),
+        move |stats: &kiln_proto::pb::StatsResponse| page::render(stats, &html.metrics),
     )
 }

@@ -1,6 +1,6 @@
 //! The host page's HTML, from this host's `Stats` answer and its metrics.
 
-use crate::metrics::{LeaseLabels, Metrics};
+use crate::metrics::{LeaseResult, Metrics};
 use crate::store::TierName;
 use kiln_proto::pb::{self, StatsResponse};
 use kiln_proto::units::bytes as size;
@@ -11,9 +11,6 @@ const REFRESH_SECS: u32 = 5;
 
 /// Misses listed (kilnd keeps more; `kiln explain` and `/status.json` have them all).
 const PAGE_MISSES: usize = 50;
-
-/// Fleet lease outcomes, as `kiln_lease_total` labels them.
-const LEASE_RESULTS: [&str; 6] = ["acquired", "waited", "takeover", "present", "timeout", "error"];
 
 pub fn render(s: &StatsResponse, m: &Metrics) -> String {
     render_at(s, m, now_ms())
@@ -119,13 +116,12 @@ fn render_at(s: &StatsResponse, m: &Metrics, now: u64) -> String {
     }
 
     page.heading("Fleet leases");
-    let rows: Vec<Row> = LEASE_RESULTS
-        .iter()
-        .map(|&result| {
-            let n = m.leases.get_or_create(&LeaseLabels { result }).get();
-            Row::new(vec![result.into(), Cell::from(n).id(format!("lease-{result}"))])
+    let rows: Vec<Row> = LeaseResult::ALL
+        .map(|result| {
+            let (name, n) = (result.as_str(), m.leases_of(result));
+            Row::new(vec![name.into(), Cell::from(n).id(format!("lease-{name}"))])
         })
-        .collect();
+        .into();
     page.table("leases", &["outcome", "count"], &rows);
 
     torch_graphs(&mut page, s.torch_graphs.as_ref());

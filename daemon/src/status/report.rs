@@ -7,7 +7,7 @@
 //! at debug level: the page is a convenience, compiles never depend on it.
 
 use crate::fleet::tier::RemoteTier;
-use crate::service::CompilerService;
+use crate::state::State;
 use kiln_proto::pb::{self, HostGpu, HostMiss, HostReport, HostToolchain};
 use std::sync::Arc;
 use std::time::Duration;
@@ -109,7 +109,7 @@ pub fn wire_name(raw: &str) -> String {
 }
 
 /// Reports every [`REPORT_EVERY`] until `stop`, the first at once.
-pub async fn run(tier: Arc<RemoteTier>, service: Arc<CompilerService>, host: String, stop: CancellationToken) {
+pub async fn run(tier: Arc<RemoteTier>, state: Arc<State>, host: String, stop: CancellationToken) {
     let mut tick = tokio::time::interval(REPORT_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;
@@ -118,7 +118,7 @@ pub async fn run(tier: Arc<RemoteTier>, service: Arc<CompilerService>, host: Str
             _ = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let report = build(&host, &crate::stats::collect(&service));
+        let report = build(&host, &crate::stats::collect(&state));
         match tier.report_host(report).await {
             Ok(_) => failing = false,
             Err(e) if !failing => {

@@ -21,40 +21,27 @@ pub(crate) mod set;
 pub(crate) mod triton;
 pub(crate) mod triton_box;
 
+use crate::domain::KernelSource;
+pub use crate::domain::Toolchain;
 use kiln_proto::pb::LoweredName;
+use kiln_proto::{Fingerprint, Target};
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
 
-/// The toolchains kilnd compiles with. Its name ([`Toolchain::as_str`]) is the metric label
-/// `toolchain`, the key's toolchain field, the artifact's `toolchain` and the wire's
-/// `ToolchainInfo.name`: one spelling, written here only.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Toolchain {
-    Nvrtc,
-    Ptxas,
-    Triton,
-}
+/// A compile in progress, boxed so that a compiler can sit behind `dyn`.
+pub(crate) type CompileFuture<'a> = Pin<Box<dyn Future<Output = Compiled> + Send + 'a>>;
 
-impl Toolchain {
-    /// Every toolchain, in the order `Stats` lists them.
-    pub const ALL: [Toolchain; 3] = [Toolchain::Nvrtc, Toolchain::Ptxas, Toolchain::Triton];
+/// What the engine asks of its toolchains: compile a source with the toolchain of its kind, and
+/// name the build that would (the fingerprint and version a recipe records). The daemon's is
+/// [`set::Toolchains`]; the engine's unit tests use a fake.
+pub(crate) trait Compiler: Send + Sync + std::fmt::Debug {
+    /// Compiles `source` for `target` within `timeout`; a failure is a result, not an error.
+    fn compile<'a>(&'a self, source: &'a KernelSource, target: &'a Target, timeout: Duration) -> CompileFuture<'a>;
 
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Toolchain::Nvrtc => "nvrtc",
-            Toolchain::Ptxas => "ptxas",
-            Toolchain::Triton => "triton",
-        }
-    }
-
-    /// The toolchain named `name`, as [`Toolchain::as_str`] spells it.
-    pub fn from_name(name: &str) -> Option<Toolchain> {
-        Toolchain::ALL.into_iter().find(|t| t.as_str() == name)
-    }
-}
-
-impl std::fmt::Display for Toolchain {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
+    /// The fingerprint and version of `source`'s toolchain, as a recipe records them; `None`
+    /// for a toolchain that is not running (validation refuses its kernels).
+    fn build_of(&self, source: &KernelSource) -> Option<(Fingerprint, String)>;
 }
 
 /// What one compile produced, whatever the toolchain: a cubin, or a failure with its log. A

@@ -2,11 +2,14 @@
 //! used when the CUDA installation has it; Triton starts lazily, on the first Triton request,
 //! and a failed start is retried on the next one (an operator may install Triton meanwhile).
 
-use super::Toolchain;
 use super::nvrtc::Nvrtc;
 use super::ptxas::Ptxas;
 use super::triton::{self, Triton};
+use super::{CompileFuture, Compiled, Compiler, Toolchain};
+use crate::domain::KernelSource;
 use kiln_proto::pb::ToolchainInfo;
+use kiln_proto::{Fingerprint, Target};
+use std::time::Duration;
 use tokio::sync::OnceCell;
 
 #[derive(Debug)]
@@ -59,5 +62,35 @@ impl Toolchains {
             }),
         }
         out
+    }
+}
+
+/// Which toolchain compiles a source: the one of its kind.
+impl Compiler for Toolchains {
+    /// Compiles `source` with its toolchain. Validation only passes kernels whose toolchain is
+    /// available; the fallbacks here cover a Triton pool that failed to start after validation.
+    fn compile<'a>(&'a self, source: &'a KernelSource, target: &'a Target, timeout: Duration) -> CompileFuture<'a> {
+        Box::pin(async move {
+            let started = std::time::Instant::now();
+            match source {
+                KernelSource::Cuda(c) => self.nvrtc.compile(c, target, timeout).await,
+                KernelSource::Ptx(p) => match &self.ptxas {
+                    Ok(ptxas) => ptxas.compile(&p.ptx, &p.options, target, timeout).await,
+                    Err(why) => Compiled::failed(format!("ptxas is not available: {why}"), started),
+                },
+                KernelSource::Triton(t) => match self.triton().await {
+                    Ok(triton) => triton.compile(t, target, timeout).await,
+                    Err(why) => Compiled::failed(format!("Triton is not available: {why}"), started),
+                },
+            }
+        })
+    }
+
+    fn build_of(&self, source: &KernelSource) -> Option<(Fingerprint, String)> {
+        match source {
+            KernelSource::Cuda(_) => Some((self.nvrtc.fingerprint, self.nvrtc.version.clone())),
+            KernelSource::Ptx(_) => self.ptxas.as_ref().ok().map(|p| (p.fingerprint, p.version.clone())),
+            KernelSource::Triton(_) => self.triton_started().map(|p| (p.fingerprint, p.version.clone())),
+        }
     }
 }

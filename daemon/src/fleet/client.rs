@@ -1,0 +1,118 @@
+//! The seam between the fleet tier and kiln-cache: every call the tier (`RemoteTier`) makes,
+//! as a trait. [`RemoteCache`] (kiln-cache-client's gRPC client) is the one kilnd runs with; the
+//! fleet's unit tests run the same tier, breaker, leases and claims over an in-memory fake.
+
+use kiln_cache_client::{Acquired, ClientError, Lookup, PublishEvent, RemoteCache};
+use kiln_proto::CacheKey;
+use kiln_proto::pb::{HostReport, QuarantineListResponse, QuarantineResponse};
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+use tokio_stream::Stream;
+
+/// One call's answer, boxed so that clients can sit behind `dyn`.
+pub type Call<'a, T> = Pin<Box<dyn Future<Output = Result<T, ClientError>> + Send + 'a>>;
+
+/// A key's publish events (see [`RemoteCache::watch_publish`] with `values`).
+pub type Events = Pin<Box<dyn Stream<Item = Result<PublishEvent, ClientError>> + Send>>;
+
+/// What the fleet tier asks of kiln-cache.
+pub trait CacheClient: Send + Sync + std::fmt::Debug {
+    fn get<'a>(&'a self, key: &'a CacheKey) -> Call<'a, Lookup>;
+    fn batch_get<'a>(&'a self, keys: &'a [CacheKey]) -> Call<'a, Vec<(CacheKey, Lookup)>>;
+    fn contains<'a>(&'a self, keys: &'a [CacheKey]) -> Call<'a, Vec<bool>>;
+    fn put<'a>(&'a self, key: &'a CacheKey, envelope: Vec<u8>) -> Call<'a, ()>;
+    fn put_negative<'a>(&'a self, key: &'a CacheKey, log: &'a str, compile_micros: u64, ttl: Duration) -> Call<'a, ()>;
+    fn get_manifest<'a>(&'a self, graph_key: &'a CacheKey) -> Call<'a, Option<Vec<CacheKey>>>;
+    fn put_manifest<'a>(&'a self, graph_key: &'a CacheKey, kernel_keys: &'a [CacheKey]) -> Call<'a, ()>;
+    fn acquire_lease<'a>(&'a self, key: &'a CacheKey, holder: &'a str, ttl: Duration) -> Call<'a, Acquired>;
+    fn renew_lease<'a>(&'a self, key: &'a CacheKey, holder: &'a str, ttl: Duration) -> Call<'a, bool>;
+    fn release_lease<'a>(&'a self, key: &'a CacheKey, holder: &'a str) -> Call<'a, bool>;
+    /// `key`'s publish events, with the entries themselves.
+    fn watch<'a>(&'a self, key: &'a CacheKey) -> Call<'a, Events>;
+    fn report_host(&self, report: HostReport) -> Call<'_, ()>;
+    /// Reports that the envelope `served` under `key` differs from this host's compile.
+    fn quarantine<'a>(
+        &'a self,
+        key: &'a CacheKey,
+        served: &'a blake3::Hash,
+        audited: &'a blake3::Hash,
+        detail: &'a str,
+    ) -> Call<'a, QuarantineResponse>;
+    /// The fleet's quarantine records from `since_ms` on, at most `limit` (0: the server's most).
+    fn list_quarantine(&self, since_ms: u64, limit: u32) -> Call<'_, QuarantineListResponse>;
+    /// Whether Redis answers kiln-cache (kiln-cache answers while Redis is down): the probe's
+    /// question.
+    fn redis_up(&self) -> Call<'_, bool>;
+}
+
+impl CacheClient for RemoteCache {
+    fn get<'a>(&'a self, key: &'a CacheKey) -> Call<'a, Lookup> {
+        Box::pin(RemoteCache::get(self, key))
+    }
+
+    fn batch_get<'a>(&'a self, keys: &'a [CacheKey]) -> Call<'a, Vec<(CacheKey, Lookup)>> {
+        Box::pin(RemoteCache::batch_get(self, keys))
+    }
+
+    fn contains<'a>(&'a self, keys: &'a [CacheKey]) -> Call<'a, Vec<bool>> {
+        Box::pin(RemoteCache::contains(self, keys))
+    }
+
+    fn put<'a>(&'a self, key: &'a CacheKey, envelope: Vec<u8>) -> Call<'a, ()> {
+        Box::pin(RemoteCache::put(self, key, envelope))
+    }
+
+    fn put_negative<'a>(&'a self, key: &'a CacheKey, log: &'a str, compile_micros: u64, ttl: Duration) -> Call<'a, ()> {
+        Box::pin(RemoteCache::put_negative(self, key, log, compile_micros, ttl))
+    }
+
+    fn get_manifest<'a>(&'a self, graph_key: &'a CacheKey) -> Call<'a, Option<Vec<CacheKey>>> {
+        Box::pin(RemoteCache::get_manifest(self, graph_key))
+    }
+
+    fn put_manifest<'a>(&'a self, graph_key: &'a CacheKey, kernel_keys: &'a [CacheKey]) -> Call<'a, ()> {
+        Box::pin(RemoteCache::put_manifest(self, graph_key, kernel_keys))
+    }
+
+    fn acquire_lease<'a>(&'a self, key: &'a CacheKey, holder: &'a str, ttl: Duration) -> Call<'a, Acquired> {
+        Box::pin(RemoteCache::acquire_lease(self, key, holder, ttl))
+    }
+
+    fn renew_lease<'a>(&'a self, key: &'a CacheKey, holder: &'a str, ttl: Duration) -> Call<'a, bool> {
+        Box::pin(RemoteCache::renew_lease(self, key, holder, ttl))
+    }
+
+    fn release_lease<'a>(&'a self, key: &'a CacheKey, holder: &'a str) -> Call<'a, bool> {
+        Box::pin(RemoteCache::release_lease(self, key, holder))
+    }
+
+    fn watch<'a>(&'a self, key: &'a CacheKey) -> Call<'a, Events> {
+        Box::pin(async move {
+            let stream = self.watch_publish(std::slice::from_ref(key), true).await?;
+            Ok(Box::pin(stream) as Events)
+        })
+    }
+
+    fn report_host(&self, report: HostReport) -> Call<'_, ()> {
+        Box::pin(async move { RemoteCache::report_host(self, report).await.map(|_| ()) })
+    }
+
+    fn quarantine<'a>(
+        &'a self,
+        key: &'a CacheKey,
+        served: &'a blake3::Hash,
+        audited: &'a blake3::Hash,
+        detail: &'a str,
+    ) -> Call<'a, QuarantineResponse> {
+        Box::pin(RemoteCache::quarantine(self, key, served, audited, detail))
+    }
+
+    fn list_quarantine(&self, since_ms: u64, limit: u32) -> Call<'_, QuarantineListResponse> {
+        Box::pin(RemoteCache::list_quarantine(self, since_ms, limit))
+    }
+
+    fn redis_up(&self) -> Call<'_, bool> {
+        Box::pin(async move { self.stats().await.map(|s| s.redis_up) })
+    }
+}
