@@ -16,10 +16,15 @@ use std::time::{Duration, Instant};
 /// Starts `n` kilnd hosts (own empty caches under `name`, `/metrics` on) whose fleet tier is the
 /// kiln-cache at `cache_uri`.
 pub async fn hosts(run: &Run, name: &str, n: usize, cache_uri: &str) -> Result<Vec<Kilnd>> {
+    hosts_with(run, name, n, cache_uri, "").await
+}
+
+/// [`hosts`] with `config` lines in each host's configuration file.
+pub async fn hosts_with(run: &Run, name: &str, n: usize, cache_uri: &str, config: &str) -> Result<Vec<Kilnd>> {
     let bench = &run.bench;
     let mut daemons = Vec::with_capacity(n);
     for d in 0..n {
-        let mut options = host_options(cache_uri, bench.cores, "");
+        let mut options = host_options(cache_uri, bench.cores, config);
         options.metrics = true;
         let dir = bench.dir(&format!("{name}-{d}"))?;
         daemons.push(Kilnd::start(&bench.kilnd(), &bench.cuda_root, &dir, &options).await?);

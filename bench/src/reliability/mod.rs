@@ -22,6 +22,7 @@
 //! 10. [`rolling_restart`]: the kiln-cache replicas restarted one at a time under a herd.
 //! 11. [`redis_partition`]: kiln-cache cut off from Redis, then healed.
 //! 12. [`publisher_lost`]: a kilnd host lost from the network mid-publish.
+//! 13. [`writer_gone_bad`]: a host publishes wrong cubins under right keys; the audit catches it.
 //!
 //! Shared pieces: [`graphs`] (the kernels and their reference bytes), [`herd`] (fleet hosts and
 //! a herd on one graph), [`load`] (many clients, latencies and errors), [`rss`] (memory from
@@ -46,6 +47,7 @@ pub mod report;
 pub mod rolling_restart;
 pub mod rss;
 pub mod soak;
+pub mod writer_gone_bad;
 
 use crate::bench::Bench;
 use anyhow::{Result, anyhow};
@@ -108,7 +110,7 @@ impl Run {
 }
 
 /// The scenarios, numbered as in the report.
-pub const SCENARIOS: [&str; 12] = [
+pub const SCENARIOS: [&str; 13] = [
     kilnd_clients::TITLE,
     cache_clients::TITLE,
     soak::TITLE,
@@ -121,6 +123,7 @@ pub const SCENARIOS: [&str; 12] = [
     rolling_restart::TITLE,
     redis_partition::TITLE,
     publisher_lost::TITLE,
+    writer_gone_bad::TITLE,
 ];
 
 /// How long scenario `n` (1-based) may run before it is stopped and counted as failed: every
@@ -151,6 +154,7 @@ pub async fn scenario(n: usize, run: &Run, out: &mut Outcome) -> Result<()> {
         10 => rolling_restart::run(run, out).await,
         11 => redis_partition::run(run, out).await,
         12 => publisher_lost::run(run, out).await,
+        13 => writer_gone_bad::run(run, out).await,
         _ => Err(anyhow!("there is no scenario {n}")),
     }
 }
@@ -196,7 +200,7 @@ mod tests {
     use super::parse_only;
 
     fn only(spec: &str) -> Vec<usize> {
-        parse_only(spec, 12).map(|s| s.into_iter().collect()).unwrap_or_default()
+        parse_only(spec, 13).map(|s| s.into_iter().collect()).unwrap_or_default()
     }
 
     #[test]
@@ -206,9 +210,9 @@ mod tests {
         assert_eq!(only("1,10,12"), vec![1, 10, 12]);
         assert_eq!(only("8-12"), vec![8, 9, 10, 11, 12]);
         assert_eq!(only("9"), vec![9]);
-        assert_eq!(only("13"), vec![1, 3]);
-        assert!(parse_only("1-13", 12).is_err());
-        assert!(parse_only("0", 12).is_err());
-        assert!(parse_only("x", 12).is_err());
+        assert_eq!(only("13"), vec![13]);
+        assert!(parse_only("1-14", 13).is_err());
+        assert!(parse_only("0", 13).is_err());
+        assert!(parse_only("x", 13).is_err());
     }
 }

@@ -12,6 +12,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// How far back each poll asks again: a record is stamped when its quarantine starts and listed
+/// when it ends, and replicas' clocks differ, so a record can land behind one already seen.
+/// Records asked again are known, and skipped.
+const OVERLAP_MS: u64 = 60_000;
+
 /// Records kept at most: the oldest go first. A fleet with more than this many quarantines in a
 /// week has a bigger problem than memory, and kiln-cache refuses the bytes anyway.
 const KEPT: usize = 100_000;
@@ -72,14 +77,15 @@ impl Quarantine {
         new
     }
 
+    /// Where the next poll asks from: the newest record's time, less the overlap.
     fn since_ms(&self) -> u64 {
-        lock(&self.known).since_ms
+        lock(&self.known).since_ms.saturating_sub(OVERLAP_MS)
     }
 }
 
 /// Polls the fleet's quarantine list until `stop`, calling `drop_key` for each key new to this
-/// host. Records at the last one's millisecond are asked for again (two may share it), and
-/// known ones are skipped, so none is missed.
+/// host. Each poll asks again from a minute before the newest record it knows (see
+/// [`OVERLAP_MS`]), and known records are skipped, so none is missed.
 pub async fn poll<F, Fut>(
     tier: Arc<RemoteTier>,
     auditor: Arc<super::Auditor>,
@@ -127,14 +133,15 @@ mod tests {
     fn learns_each_record_once_and_refuses_only_the_named_bytes() {
         let q = Quarantine::new(Arc::default());
         assert_eq!(q.learn(&[record(1, 10, b"bad"), record(2, 12, b"worse")]).len(), 2);
-        assert_eq!(q.since_ms(), 12);
-        assert!(q.learn(&[record(2, 12, b"worse")]).is_empty(), "asked again from its millisecond");
+        assert_eq!(q.since_ms(), 0, "a minute back from 12 ms");
+        assert!(q.learn(&[record(2, 12, b"worse")]).is_empty(), "asked again, known");
+        assert_eq!(q.learn(&[record(3, 11, b"late")]).len(), 1, "a record that landed behind a newer one");
         let k = CacheKey::from_bytes([1; 32]);
         assert!(q.refuses(&k, b"bad"));
         assert!(!q.refuses(&k, b"good"), "a fresh publish under the key is served");
         assert!(!q.refuses(&CacheKey::from_bytes([3; 32]), b"bad"));
-        let junk = QuarantineRecord { key: "not a key".into(), unix_ms: 20, ..Default::default() };
+        let junk = QuarantineRecord { key: "not a key".into(), unix_ms: OVERLAP_MS + 20, ..Default::default() };
         assert!(q.learn(&[junk]).is_empty());
-        assert_eq!((q.len(), q.since_ms()), (2, 20));
+        assert_eq!((q.len(), q.since_ms()), (3, 20));
     }
 }
