@@ -7,7 +7,7 @@
 //! `kiln_integrity_failures_total`, and treated as a miss, so it is refetched from a slower tier
 //! or recompiled, and never served. A hit backfills the faster tiers.
 //!
-//! `put_where` writes the tiers it is given slowest first. The engine calls it twice for a new
+//! `put_where` writes the tiers it is given slowest first. The cache calls it twice for a new
 //! artifact: memory at once, since this process answers from it, and disk in a tracked task just
 //! after, so an fsync never holds up an answer (a crash in between loses only the disk copy,
 //! which the fleet or a recompile restores). Write-error policy: a tier that fails to store

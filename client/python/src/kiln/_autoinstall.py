@@ -22,13 +22,13 @@ is left alone; nothing here raises into the job.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from types import ModuleType
+
+from ._import_hooks import watch
 
 log = logging.getLogger("kiln")
 
@@ -70,63 +70,6 @@ def _on_dynamo(module: ModuleType) -> None:
         torch_snapshot.attach(module)
 
 
-class _Loader(importlib.abc.Loader):
-    """Runs the real loader, then the hook."""
-
-    def __init__(self, inner: importlib.abc.Loader, hook: Callable[[ModuleType], None]) -> None:
-        self._inner = inner
-        self._hook = hook
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self._inner.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        self._inner.exec_module(module)
-        try:
-            self._hook(module)
-        except Exception:  # noqa: BLE001 - the job goes on without kiln
-            log.warning("kiln: KILN_TORCH: setting up %s failed; kiln stays off there", module.__name__, exc_info=True)
-
-
-class _Finder(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: for the watched names it asks the rest of ``sys.meta_path`` and
-    wraps the loader of the spec it gets."""
-
-    def __init__(self, hooks: dict[str, Callable[[ModuleType], None]]) -> None:
-        self._hooks = hooks
-
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        hook = self._hooks.get(fullname)
-        if hook is None:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _Loader(spec.loader, hook)
-                return spec
-        return None
-
-
-def watch(hooks: dict[str, Callable[[ModuleType], None]]) -> None:
-    """Runs each hook on its module right after the module is first imported (at once for one
-    imported already)."""
-    pending = dict(hooks)
-    for name in [n for n in pending if n in sys.modules]:
-        pending.pop(name)(sys.modules[name])
-    if not pending:
-        return
-    finder = next((f for f in sys.meta_path if isinstance(f, _Finder)), None)
-    if finder is None:
-        sys.meta_path.insert(0, _Finder(pending))
-    else:
-        finder._hooks.update(pending)
-
-
 def install_hooks() -> None:
     from . import torch as kt
     from . import torch_snapshot
@@ -139,7 +82,7 @@ def install_hooks() -> None:
     kt.switch_on_triton()
 
 
-# kiln-torch.pth imports this module under KILN_TORCH; kiln.torch.install() imports it for watch().
+# kiln-torch.pth imports this module under KILN_TORCH.
 if os.environ.get("KILN_TORCH", "0") not in ("", "0"):
     try:
         install_hooks()

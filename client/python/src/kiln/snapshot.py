@@ -26,8 +26,9 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import grpc
 
@@ -47,8 +48,19 @@ from .snapshot_results import (
     SnapshotSummary,
 )
 
-if TYPE_CHECKING:
-    from .client import Client
+
+class SnapshotClient(Protocol):
+    """What the snapshot calls need of a client: its ``Snapshots`` stub, its mapping of RPC errors
+    and its default timeout. :class:`kiln.Client` is one; this module does not import it, since it
+    imports this module for its ``snapshot_*`` methods."""
+
+    @property
+    def _snapshots(self) -> Any: ...
+
+    def _rpc(self) -> AbstractContextManager[None]: ...
+
+    def _timeout(self, timeout: float | None) -> float | None: ...
+
 
 log = logging.getLogger("kiln")
 
@@ -219,7 +231,7 @@ def _upload_contents(entries: list[_Entry], missing: set[bytes]) -> Iterator[tup
 
 
 def _upload(
-    client: Client, entries: list[_Entry], missing: set[bytes], timeout: float | None, on_progress: Progress | None
+    client: SnapshotClient, entries: list[_Entry], missing: set[bytes], timeout: float | None, on_progress: Progress | None
 ) -> tuple[int, int]:
     """Sends the missing contents in batches; returns (files, bytes) sent."""
     total_files = len(missing)
@@ -252,7 +264,7 @@ def _upload(
     return files, size
 
 
-def _missing(client: Client, digests: list[bytes], timeout: float | None) -> set[bytes]:
+def _missing(client: SnapshotClient, digests: list[bytes], timeout: float | None) -> set[bytes]:
     missing: set[bytes] = set()
     for chunk in _chunks(digests, DIGESTS_PER_CALL):
         with client._rpc():
@@ -262,7 +274,7 @@ def _missing(client: Client, digests: list[bytes], timeout: float | None) -> set
 
 
 def save(
-    client: Client,
+    client: SnapshotClient,
     job: str,
     dirs: Roots,
     keys: Keys = None,
@@ -319,7 +331,7 @@ def save(
 # -- show, list --
 
 
-def show(client: Client, job: str, keys: Keys = None, *, timeout: float | None = None) -> SnapshotInfo:
+def show(client: SnapshotClient, job: str, keys: Keys = None, *, timeout: float | None = None) -> SnapshotInfo:
     """The manifest of ``job``'s snapshot for this host's environment (``manifest`` is ``None``
     when there is none)."""
     with client._rpc():
@@ -328,7 +340,7 @@ def show(client: Client, job: str, keys: Keys = None, *, timeout: float | None =
     return SnapshotInfo(manifest, dict(response.host_environment))
 
 
-def list_snapshots(client: Client, job: str | None = None, *, timeout: float | None = None) -> list[SnapshotSummary]:
+def list_snapshots(client: SnapshotClient, job: str | None = None, *, timeout: float | None = None) -> list[SnapshotSummary]:
     """Every snapshot saved through the fleet, or ``job``'s, one per environment."""
     with client._rpc():
         response = client._snapshots.ListSnapshots(spb.ListSnapshotsRequest(job=job or ""), timeout=client._timeout(timeout))
@@ -399,7 +411,7 @@ def _targets(manifest: spb.SnapshotManifest, dirs: Roots | None) -> tuple[list[t
 
 
 def _get_files(
-    client: Client, staging: Staging | None, present: int, root: str, timeout: float | None, on_progress: Progress | None
+    client: SnapshotClient, staging: Staging | None, present: int, root: str, timeout: float | None, on_progress: Progress | None
 ) -> None:
     """Streams the contents ``staging`` wants into it. With nothing to fetch (``None``) it still
     calls once, with no digests: that call carries ``present`` for kilnd's restore metrics."""
@@ -424,7 +436,7 @@ def _get_files(
 
 
 def _restore_root(
-    client: Client,
+    client: SnapshotClient,
     root: SnapshotRoot,
     target: str,
     files: list[spb.SnapshotFile],
@@ -467,7 +479,7 @@ def _restore_root(
 
 
 def restore(
-    client: Client,
+    client: SnapshotClient,
     job: str,
     dirs: Roots | None = None,
     keys: Keys = None,

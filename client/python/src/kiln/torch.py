@@ -253,11 +253,11 @@ def install(
 
         _torch_graph.install(_torch_job.job_now() or "")
     if snapshots:
-        from . import _autoinstall, _torch_job, torch_snapshot
+        from . import _import_hooks, _torch_job, torch_snapshot
 
         if torch_snapshot.enabled():
             _torch_job.set_default_dirs()
-            _autoinstall.watch({"torch._dynamo": torch_snapshot.attach})
+            _import_hooks.watch({"torch._dynamo": torch_snapshot.attach})
     return replaced
 
 
