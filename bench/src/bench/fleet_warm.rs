@@ -72,9 +72,9 @@ pub async fn run(bench: &Bench, fleet: &Fleet) -> Result<Section> {
     let shm = std::path::Path::new("/dev/shm");
     let tmpfs = shm.is_dir().then(|| shm.join(format!("kiln-bench-fleet-warm-{}", std::process::id())));
     let (mut kiln, mut base, mut starts, mut on_tmpfs) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let (mut seconds, mut primed) = (Vec::new(), Vec::new());
+    let (mut seconds, mut primed, mut unaudited) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..samples {
-        let one = sample(bench, fleet, &bench.dir(&format!("fleet-warm-{i}"))?, i, false).await?;
+        let one = sample(bench, fleet, &bench.dir(&format!("fleet-warm-{i}"))?, i, false, "").await?;
         kiln.push(one.first);
         seconds.push(one.second);
         starts.push(one.start_up);
@@ -83,11 +83,13 @@ pub async fn run(bench: &Bench, fleet: &Fleet) -> Result<Section> {
         base.push(start.elapsed());
         if let Some(root) = &tmpfs {
             let dir = root.join(i.to_string());
-            let sampled = sample(bench, fleet, &dir, i, false).await;
+            let sampled = sample(bench, fleet, &dir, i, false, "").await;
             std::fs::remove_dir_all(root).ok();
             on_tmpfs.push(sampled.context("on tmpfs")?.first);
         }
-        primed.push(sample(bench, fleet, &bench.dir(&format!("fleet-warm-primed-{i}"))?, i, true).await?.first);
+        primed.push(sample(bench, fleet, &bench.dir(&format!("fleet-warm-primed-{i}"))?, i, true, "").await?.first);
+        let dir = bench.dir(&format!("fleet-warm-unaudited-{i}"))?;
+        unaudited.push(sample(bench, fleet, &dir, i, false, "audit = false\n").await?.first);
     }
     let (kiln, base) = (Samples::new(kiln), Samples::new(base));
     for (pct, name) in [(50.0, "p50"), (99.0, "p99")] {
@@ -142,6 +144,20 @@ pub async fn run(bench: &Bench, fleet: &Fleet) -> Result<Section> {
             .into(),
     );
     s.notes.push(format!("second `Compile`: {}; primed first `Compile`: {}", seconds.summary(), primed.summary()));
+    let unaudited = Samples::new(unaudited);
+    s.rows.push(Row::new(
+        "fresh daemon, first `Compile`, fleet audit at its default, p50",
+        p(&kiln, 50.0),
+        "the same with the audit off (`audit = false`), p50",
+        p(&unaudited, 50.0),
+    ));
+    s.method.push(
+        "The fleet audit's cost on this path, side by side: every kiln sample above runs kilnd's default audit \
+         (each fetched kernel is offered to it: 2% of them, and the publisher's first, are recompiled at \
+         background priority within 5% of a CPU); after each, one more fresh daemon with `audit = false`."
+            .into(),
+    );
+    s.notes.push(format!("audit off: {}", unaudited.summary()));
     let starts = Samples::new(starts);
     s.notes.push(format!(
         "Not timed, for context: starting each fresh kilnd until it answered took {}.",
@@ -175,9 +191,10 @@ fn primer() -> pb::CompileRequest {
 
 /// One fresh daemon on the empty `dir`: its first `Compile` of the graph (all from the remote
 /// tier), then its second; with `primed`, a `Lookup` of [`primer`] goes first, untimed.
-async fn sample(bench: &Bench, fleet: &Fleet, dir: &Path, i: usize, primed: bool) -> Result<Sample> {
+/// `config`: lines for its configuration file.
+async fn sample(bench: &Bench, fleet: &Fleet, dir: &Path, i: usize, primed: bool, config: &str) -> Result<Sample> {
     let started = Instant::now();
-    let daemon = Kilnd::start(&bench.kilnd(), &bench.cuda_root, dir, &fleet.kilnd_options(bench.cores, "")).await?;
+    let daemon = Kilnd::start(&bench.kilnd(), &bench.cuda_root, dir, &fleet.kilnd_options(bench.cores, config)).await?;
     let client = daemon.connect().await?;
     let start_up = started.elapsed();
     if primed {
