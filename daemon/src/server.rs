@@ -214,7 +214,7 @@ pub async fn serve(
         let reporter = crate::status::report::run(
             Arc::clone(&tier),
             Arc::clone(&state),
-            crate::status::report::wire_name(&crate::host::name()),
+            crate::status::report::Reporter::new(&crate::host::name(), &config.socket),
             stop.clone(),
         );
         servers.spawn(async move {
