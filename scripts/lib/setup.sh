@@ -6,17 +6,9 @@ VENV="$KILN_ROOT/.venv"
 # Where cargo puts what it builds: CARGO_TARGET_DIR when set, as cargo itself reads it.
 KILN_BUILD_DIR="${CARGO_TARGET_DIR:-$KILN_ROOT/target}"
 
-# The toolchain our GPU hosts run: Triton 3.6.0 and CUDA 13.0. nvvm and crt are pinned with nvcc,
-# or pip pulls a newer nvvm whose PTX the 13.0 ptxas rejects.
-PY_PACKAGES=(
-  triton==3.6.0
-  nvidia-cuda-nvrtc==13.0.88
-  nvidia-cuda-runtime==13.0.96
-  nvidia-cuda-cccl==13.0.85
-  nvidia-cuda-nvcc==13.0.88
-  nvidia-nvvm==13.0.88
-  nvidia-cuda-crt==13.0.88
-)
+# The toolchain our GPU hosts run, from deploy/toolchain-requirements.txt (Triton 3.6.0 and CUDA
+# 13.0, with nvvm and crt pinned to nvcc's release), one NAME==VERSION per element.
+mapfile -t PY_PACKAGES < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' -e '/^$/d' "$KILN_ROOT/deploy/toolchain-requirements.txt")
 
 # The Python client's own dependencies and test tools, pinned: grpcio and protobuf at the oldest
 # versions client/python supports (its stubs come from grpcio-tools 1.84.0, whose gencode needs
