@@ -68,7 +68,8 @@ pub struct Flags {
 pub enum Command {
     /// Run the daemon (the default).
     Serve,
-    /// Find the toolchains, probe them in a worker, print a report and exit.
+    /// Compile a tiny kernel with each toolchain (NVRTC, ptxas, Triton), print what each took or
+    /// why it failed and the fix, and exit: non-zero when any toolchain cannot compile.
     Check {
         #[arg(long)]
         json: bool,

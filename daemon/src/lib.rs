@@ -32,7 +32,8 @@
 //! - [`gpu`]: the local GPUs, through the CUDA driver, and the load check of fresh cubins on them.
 //! - [`metrics`]: Prometheus metrics, served at `/metrics` through kiln-serve.
 //! - [`status`]: the host page (`/` on the metrics port) and the report to kiln-cache's fleet page.
-//! - [`check`]: `kilnd check`, the toolchain report `kiln doctor` falls back on.
+//! - [`check`]: `kilnd check`, which compiles a tiny kernel in each toolchain and says how to fix
+//!   one that fails; `kiln doctor` falls back on it.
 //!
 //! Modules and items are `pub(crate)` unless the binary (`main.rs`) or the property tests
 //! (`daemon/tests/`) use them, so that rustc reports whatever nothing calls.

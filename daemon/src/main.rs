@@ -32,7 +32,7 @@ fn main() -> anyhow::Result<()> {
     let config = Config::merge(&flags, &file, &Defaults::from_host());
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     if let Some(Command::Check { json }) = flags.command {
-        std::process::exit(runtime.block_on(kiln_daemon::check::run(&config, json)));
+        std::process::exit(runtime.block_on(kiln_daemon::check::run(&config, flags.config.as_deref(), json)));
     }
     let stop_bound = config.limits.drain + kiln_serve::STOP_GRACE;
     let stopped = async move {
