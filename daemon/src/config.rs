@@ -14,7 +14,11 @@ use std::time::Duration;
 #[derive(Debug, Clone, Default, Parser)]
 #[command(name = "kilnd", version, about = "kiln compile daemon: compiles GPU kernels once, serves them from cache")]
 pub struct Flags {
-    /// TOML configuration file.
+    /// TOML configuration file (deploy/kilnd.toml lists every key).
+    ///
+    /// Without it, kilnd reads the first of these that exists: <kilnd's directory>/../etc/kiln/kilnd.toml,
+    /// the config of the install kilnd belongs to (scripts/install writes one naming the toolchains
+    /// it installed), then /etc/kiln/kilnd.toml. Flags and KILN_* variables override the file.
     #[arg(long, env = "KILN_CONFIG")]
     pub config: Option<PathBuf>,
     /// Unix socket to listen on (created 0660).

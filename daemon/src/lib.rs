@@ -4,7 +4,8 @@
 //! memory and disk tiers, and on a miss is compiled once (single-flight) in a worker process,
 //! published to every tier and answered.
 //!
-//! - [`config`]: flags, `KILN_*` variables, the TOML file, and the pure merge of the three.
+//! - [`config`]: flags, `KILN_*` variables, the TOML file, and the pure merge of the three;
+//!   [`config_file`]: which file is read when no `--config` names one.
 //! - [`server`]: `build(config)` then `serve(built, listeners, config, shutdown)`, the library
 //!   entry point.
 //! - [`listen`]: what the TCP listener needs (tokens, TLS) for where it listens; [`auth`]: the
@@ -45,6 +46,7 @@ pub(crate) mod cache;
 pub mod check;
 pub mod concurrency;
 pub mod config;
+pub mod config_file;
 pub mod domain;
 pub(crate) mod engine;
 pub mod error;
