@@ -253,20 +253,10 @@ build_kilnd_image() {
 # The wheels of PY_PACKAGES (setup.sh's pins) and their requirements file, into $1. They are
 # downloaded once into $IMAGES_WORK/wheels and copied (hard-linked) from there.
 stage_wheels() {
-  local dest="$1" cache="$IMAGES_WORK/wheels" want
-  want="$(printf '%s\n' "${PY_PACKAGES[@]}")"
-  if [ "$(cat "$cache/requirements.txt" 2>/dev/null)" != "$want" ]; then
-    ensure_venv
-    say "pip download ${PY_PACKAGES[*]} (CPython 3.11, manylinux x86_64)"
-    rm -rf "$cache"
-    mkdir -p "$cache"
-    "$VENV/bin/python" -m pip download -q --disable-pip-version-check --only-binary=:all: \
-      --python-version 3.11 --implementation cp --abi cp311 \
-      --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
-      --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-      --dest "$cache" "${PY_PACKAGES[@]}" || die "pip download of the pinned wheels failed"
-    printf '%s\n' "$want" >"$cache/requirements.txt"
-  fi
+  local dest="$1" cache="$IMAGES_WORK/wheels"
+  download_wheels "$cache" --python-version 3.11 --implementation cp --abi cp311 \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
   cp -al "$cache"/. "$dest"/
 }
 

@@ -164,6 +164,34 @@ ensure_venv() {
   export KILN_CUDA_ROOT KILN_PYTHON
 }
 
+# `-u NAME` for each KILN_* variable and CUDA_HOME this shell exports (ensure_venv exports some),
+# for `env $(kiln_env_unset) COMMAND`: what runs finds its settings as a user's shell would, from
+# its config file and defaults. env then executes COMMAND, so `$!` of one started with `&` is it.
+kiln_env_unset() {
+  local name
+  for name in $(compgen -e); do
+    case "$name" in KILN_* | CUDA_HOME) printf -- '-u\n%s\n' "$name" ;; esac
+  done
+}
+
+# Downloads the wheels of PY_PACKAGES into $1 unless it holds them already (its requirements.txt
+# lists the pins it was filled for). The other arguments go to pip download (a platform, say);
+# without them the wheels are for .venv's Python on this machine.
+download_wheels() {
+  local dir="$1" want
+  shift
+  want="$(printf '%s\n' "${PY_PACKAGES[@]}")"
+  if [ "$(cat "$dir/requirements.txt" 2>/dev/null)" != "$want" ]; then
+    ensure_venv
+    say "pip download ${PY_PACKAGES[*]} into $dir"
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    "$VENV/bin/python" -m pip download -q --disable-pip-version-check --only-binary=:all: "$@" \
+      --dest "$dir" "${PY_PACKAGES[@]}" || die "pip download of the pinned wheels failed"
+    printf '%s\n' "$want" >"$dir/requirements.txt"
+  fi
+}
+
 # The Python package kiln (client/python) and what its tests need, in .venv/. The package is
 # installed with pip from the source tree, as a user would (a wheel build, not an editable
 # install, so its kiln-torch.pth lands in site-packages), again whenever its files change.
