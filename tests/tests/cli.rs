@@ -114,9 +114,12 @@ fn doctor_reports_the_toolchain_with_and_without_a_daemon() {
     assert!(up.status.success(), "{text}");
     assert!(text.contains("fingerprint") && text.contains("13.0"), "{text}");
     // Each toolchain compiled its tiny kernel through the daemon; the next doctor finds them cached.
-    for toolchain in ["nvrtc", "ptxas", "triton"] {
-        assert!(text.contains(&format!("{toolchain:<15} ok: compiled a tiny kernel in ")), "{toolchain}: {text}");
+    for (toolchain, what) in
+        [("nvrtc", "compiled a tiny kernel"), ("ptxas", "assembled a tiny PTX"), ("triton", "compiled a tiny kernel")]
+    {
+        assert!(text.contains(&format!("{toolchain:<15} ok: {what} in ")), "{toolchain}: {text}");
     }
+    assert!(text.contains("  triton 3.6.0"), "Stats asked after the probes shows Triton started: {text}");
     let again = d.kiln(&["doctor"], &here);
     let text = String::from_utf8_lossy(&again.stdout).to_string();
     assert!(again.status.success(), "{text}");

@@ -85,7 +85,8 @@ async fn diagnose(daemon: &str) -> Diagnosis {
                         t => t.to_owned(),
                     };
                     diagnosis.probes = probe::run(&client, &target).await;
-                    diagnosis.stats = Some(stats);
+                    // Asked again: the probes started what starts on first use (Triton's pool).
+                    diagnosis.stats = Some(client.stats().await.unwrap_or(stats));
                 }
                 Err(err) => diagnosis.error = Some(format!("kilnd answered, but not to Stats: {err}")),
             }

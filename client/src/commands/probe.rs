@@ -67,8 +67,9 @@ pub fn text(results: &[ProbeResult]) -> String {
         .map(|r| match &r.outcome {
             Ok(s) if s.tier == "compiled" => {
                 format!(
-                    "{:<15} ok: compiled a tiny kernel in {} ({} in all)\n",
+                    "{:<15} ok: {} in {} ({} in all)\n",
                     r.toolchain,
+                    if r.toolchain == "ptxas" { "assembled a tiny PTX" } else { "compiled a tiny kernel" },
                     ms(s.compile),
                     ms(s.elapsed)
                 )
