@@ -16,8 +16,8 @@
 //! | `kiln:v1:{audit}:quarantined` | quarantined keys: sorted set scored by quarantine time (ms)|
 //! | `kiln:v1:{status}:m:<min>`  | the status page's counts of one minute (a hash, see `status`)|
 //! | `kiln:v1:{status}:leases`   | leases held: sorted set of keys scored by their expiry (ms)  |
-//! | `kiln:v1:{status}:hosts`    | reporting hosts: sorted set of names scored by report time   |
-//! | `kiln:v1:{status}:h:<host>` | a host's last report, expiring when it stops reporting       |
+//! | `kiln:v1:{status}:hosts`    | reporting kilnds: sorted set of `host[ instance]` by time    |
+//! | `kiln:v1:{status}:h:<id>`   | a kilnd's last report, expiring when it stops reporting      |
 //!
 //! The status keys share one hash tag, so a page view's reads are one pipeline to one node of a
 //! cluster, and a host's report is one transaction.
@@ -87,9 +87,11 @@ pub fn status_minute_key(minute: u64) -> String {
 pub const STATUS_LEASES: &str = "kiln:v1:{status}:leases";
 pub const STATUS_HOSTS: &str = "kiln:v1:{status}:hosts";
 
-/// A host's last report; `host` is validated (`[A-Za-z0-9._-]`), so it cannot shape the key.
-pub fn status_host_key(host: &str) -> String {
-    format!("kiln:v1:{{status}}:h:{host}")
+/// A kilnd's last report. `daemon` is a validated host name (`[A-Za-z0-9._-]`) and maybe, after
+/// a space, its instance (printable text, its socket path): the `{status}` hash tag comes first,
+/// so neither can move the key to another cluster slot.
+pub fn status_host_key(daemon: &str) -> String {
+    format!("kiln:v1:{{status}}:h:{daemon}")
 }
 
 pub fn quarantine_key(key: &CacheKey) -> String {

@@ -14,7 +14,11 @@ use std::time::Duration;
 #[derive(Debug, Clone, Default, Parser)]
 #[command(name = "kilnd", version, about = "kiln compile daemon: compiles GPU kernels once, serves them from cache")]
 pub struct Flags {
-    /// TOML configuration file.
+    /// TOML configuration file (deploy/kilnd.toml lists every key).
+    ///
+    /// Without it, kilnd reads the first of these that exists: <kilnd's directory>/../etc/kiln/kilnd.toml,
+    /// the config of the install kilnd belongs to (scripts/install writes one naming the toolchains
+    /// it installed), then /etc/kiln/kilnd.toml. Flags and KILN_* variables override the file.
     #[arg(long, env = "KILN_CONFIG")]
     pub config: Option<PathBuf>,
     /// Unix socket to listen on (created 0660).
@@ -68,7 +72,8 @@ pub struct Flags {
 pub enum Command {
     /// Run the daemon (the default).
     Serve,
-    /// Find the toolchains, probe them in a worker, print a report and exit.
+    /// Compile a tiny kernel with each toolchain (NVRTC, ptxas, Triton), print what each took or
+    /// why it failed and the fix, and exit: non-zero when any toolchain cannot compile.
     Check {
         #[arg(long)]
         json: bool,

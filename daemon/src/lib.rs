@@ -4,7 +4,8 @@
 //! memory and disk tiers, and on a miss is compiled once (single-flight) in a worker process,
 //! published to every tier and answered.
 //!
-//! - [`config`]: flags, `KILN_*` variables, the TOML file, and the pure merge of the three.
+//! - [`config`]: flags, `KILN_*` variables, the TOML file, and the pure merge of the three;
+//!   [`config_file`]: which file is read when no `--config` names one.
 //! - [`server`]: `build(config)` then `serve(built, listeners, config, shutdown)`, the library
 //!   entry point.
 //! - [`listen`]: what the TCP listener needs (tokens, TLS) for where it listens; [`auth`]: the
@@ -32,7 +33,8 @@
 //! - [`gpu`]: the local GPUs, through the CUDA driver, and the load check of fresh cubins on them.
 //! - [`metrics`]: Prometheus metrics, served at `/metrics` through kiln-serve.
 //! - [`status`]: the host page (`/` on the metrics port) and the report to kiln-cache's fleet page.
-//! - [`check`]: `kilnd check`, the toolchain report `kiln doctor` falls back on.
+//! - [`check`]: `kilnd check`, which compiles a tiny kernel in each toolchain and says how to fix
+//!   one that fails; `kiln doctor` falls back on it.
 //!
 //! Modules and items are `pub(crate)` unless the binary (`main.rs`) or the property tests
 //! (`daemon/tests/`) use them, so that rustc reports whatever nothing calls.
@@ -44,6 +46,7 @@ pub(crate) mod cache;
 pub mod check;
 pub mod concurrency;
 pub mod config;
+pub mod config_file;
 pub mod domain;
 pub(crate) mod engine;
 pub mod error;

@@ -3,6 +3,7 @@
 use anyhow::Context;
 use clap::Parser;
 use kiln_daemon::config::{Command, Config, Defaults, FileConfig, Flags};
+use kiln_daemon::config_file;
 use kiln_daemon::listen::TcpSecurity;
 use kiln_daemon::server::{self, Listeners};
 use std::path::Path;
@@ -25,14 +26,20 @@ fn main() -> anyhow::Result<()> {
         std::process::exit(kiln_daemon::worker::process::run(nvrtc, builtins, *memory_mb));
     }
     kiln_serve::init_tracing();
-    let file = match &flags.config {
+    let exe = std::env::current_exe().ok();
+    let config_file = config_file::locate(flags.config.as_deref(), exe.as_deref());
+    let file = match &config_file {
         Some(path) => FileConfig::load(path)?,
         None => FileConfig::default(),
     };
     let config = Config::merge(&flags, &file, &Defaults::from_host());
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     if let Some(Command::Check { json }) = flags.command {
-        std::process::exit(runtime.block_on(kiln_daemon::check::run(&config, json)));
+        std::process::exit(runtime.block_on(kiln_daemon::check::run(&config, config_file.as_deref(), json)));
+    }
+    match &config_file {
+        Some(path) => tracing::info!(config = %path.display(), "configuration file read"),
+        None => tracing::info!("no configuration file: defaults, flags and KILN_* variables"),
     }
     let stop_bound = config.limits.drain + kiln_serve::STOP_GRACE;
     let stopped = async move {

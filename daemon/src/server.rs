@@ -23,7 +23,7 @@ use crate::snapshot::service::{SnapshotService, SnapshotState};
 use crate::snapshot::{host, store::SnapshotStore};
 use crate::state::State;
 use crate::store::{Store, disk::DiskTier, memory::MemoryTier, tiered::TieredStore};
-use crate::toolchain::{Compiler, cuda, nvrtc::Nvrtc, ptxas::Ptxas, set::Toolchains, triton};
+use crate::toolchain::{Compiler, cuda, fix, nvrtc::Nvrtc, ptxas::Ptxas, set::Toolchains, triton};
 use crate::work::Work;
 use anyhow::Context;
 use kiln_cache_client::RemoteCache;
@@ -81,12 +81,12 @@ async fn toolchains(config: &Config) -> anyhow::Result<Toolchains> {
     let cuda_home = std::env::var_os("CUDA_HOME").map(std::path::PathBuf::from);
     let install = cuda::discover(config.cuda_root.as_deref(), cuda_home.as_deref())?;
     let exe = std::env::current_exe().context("finding kilnd's own executable for its workers")?;
-    let ptxas_path = install.ptxas.clone();
+    let (root, ptxas_path) = (install.root.clone(), install.ptxas.clone());
     let nvrtc = Nvrtc::start(install, &exe, config.limits.worker_memory_mb, config.concurrency).await?;
     tracing::info!(version = %nvrtc.version, fingerprint = %nvrtc.fingerprint, "NVRTC ready");
     let ptxas = match ptxas_path {
         Some(path) => Ptxas::probe(&path, config.limits.worker_memory_mb).await.map_err(|e| e.to_string()),
-        None => Err("no bin/ptxas in the CUDA installation (install nvidia-cuda-nvcc, or use a full toolkit)".into()),
+        None => Err(format!("no bin/ptxas under {}; fix: {}", root.display(), fix::ptxas(&root))),
     };
     match &ptxas {
         Ok(p) => tracing::info!(version = %p.version, fingerprint = %p.fingerprint, "ptxas ready"),
@@ -214,7 +214,7 @@ pub async fn serve(
         let reporter = crate::status::report::run(
             Arc::clone(&tier),
             Arc::clone(&state),
-            crate::status::report::wire_name(&crate::host::name()),
+            crate::status::report::Reporter::new(&crate::host::name(), &config.socket),
             stop.clone(),
         );
         servers.spawn(async move {

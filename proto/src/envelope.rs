@@ -104,6 +104,11 @@ fn decompress(payload: &[u8], capacity: usize) -> Option<Vec<u8>> {
     })
 }
 
+/// The start of the toolchain an envelope names when it holds kiln's own records (a recipe
+/// book, `kiln/recipe-book`) rather than a kernel or a named blob (`blob/<namespace>`): status
+/// pages show these apart from the classes users compile.
+pub const INTERNAL_TOOLCHAIN_PREFIX: &str = "kiln/";
+
 /// What the status page needs of an envelope: its toolchain (`blob/<namespace>` for a blob) and
 /// what it cost to compile. Read from the metadata in place, without the digest or the payload
 /// (kiln-cache counts every hit it serves, and the artifact was verified when it was stored).

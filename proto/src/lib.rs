@@ -9,6 +9,7 @@
 //!   interceptor.
 //! - [`code`]: gRPC status codes by name, for metric labels and error messages.
 //! - [`paths`]: the default socket and cache locations, shared by kilnd and its clients.
+//! - [`probe`]: the tiny kernels `kilnd check` and `kiln doctor` compile to prove a toolchain.
 //! - [`units`]: sizes as kiln writes them for people, in the CLI and on the status pages.
 //!
 //! Every client links this crate, so what only a server needs (the status pages' HTML, the Unix
@@ -29,6 +30,7 @@ pub mod code;
 pub mod envelope;
 pub mod key;
 pub mod paths;
+pub mod probe;
 pub mod target;
 pub mod units;
 

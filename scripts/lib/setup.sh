@@ -6,17 +6,9 @@ VENV="$KILN_ROOT/.venv"
 # Where cargo puts what it builds: CARGO_TARGET_DIR when set, as cargo itself reads it.
 KILN_BUILD_DIR="${CARGO_TARGET_DIR:-$KILN_ROOT/target}"
 
-# The toolchain our GPU hosts run: Triton 3.6.0 and CUDA 13.0. nvvm and crt are pinned with nvcc,
-# or pip pulls a newer nvvm whose PTX the 13.0 ptxas rejects.
-PY_PACKAGES=(
-  triton==3.6.0
-  nvidia-cuda-nvrtc==13.0.88
-  nvidia-cuda-runtime==13.0.96
-  nvidia-cuda-cccl==13.0.85
-  nvidia-cuda-nvcc==13.0.88
-  nvidia-nvvm==13.0.88
-  nvidia-cuda-crt==13.0.88
-)
+# The toolchain our GPU hosts run, from deploy/toolchain-requirements.txt (Triton 3.6.0 and CUDA
+# 13.0, with nvvm and crt pinned to nvcc's release), one NAME==VERSION per element.
+mapfile -t PY_PACKAGES < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' -e '/^$/d' "$KILN_ROOT/deploy/toolchain-requirements.txt")
 
 # The Python client's own dependencies and test tools, pinned: grpcio and protobuf at the oldest
 # versions client/python supports (its stubs come from grpcio-tools 1.84.0, whose gencode needs
@@ -170,6 +162,34 @@ ensure_venv() {
   "$VENV/bin/python" -c 'import triton' 2>/dev/null || die "triton does not import in $VENV"
   KILN_PYTHON="$VENV/bin/python"
   export KILN_CUDA_ROOT KILN_PYTHON
+}
+
+# `-u NAME` for each KILN_* variable and CUDA_HOME this shell exports (ensure_venv exports some),
+# for `env $(kiln_env_unset) COMMAND`: what runs finds its settings as a user's shell would, from
+# its config file and defaults. env then executes COMMAND, so `$!` of one started with `&` is it.
+kiln_env_unset() {
+  local name
+  for name in $(compgen -e); do
+    case "$name" in KILN_* | CUDA_HOME) printf -- '-u\n%s\n' "$name" ;; esac
+  done
+}
+
+# Downloads the wheels of PY_PACKAGES into $1 unless it holds them already (its requirements.txt
+# lists the pins it was filled for). The other arguments go to pip download (a platform, say);
+# without them the wheels are for .venv's Python on this machine.
+download_wheels() {
+  local dir="$1" want
+  shift
+  want="$(printf '%s\n' "${PY_PACKAGES[@]}")"
+  if [ "$(cat "$dir/requirements.txt" 2>/dev/null)" != "$want" ]; then
+    ensure_venv
+    say "pip download ${PY_PACKAGES[*]} into $dir"
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    "$VENV/bin/python" -m pip download -q --disable-pip-version-check --only-binary=:all: "$@" \
+      --dest "$dir" "${PY_PACKAGES[@]}" || die "pip download of the pinned wheels failed"
+    printf '%s\n' "$want" >"$dir/requirements.txt"
+  fi
 }
 
 # The Python package kiln (client/python) and what its tests need, in .venv/. The package is

@@ -66,3 +66,27 @@ pub fn appended_ptxas_root(dir: &Path) -> PathBuf {
     std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).expect("chmod ptxas");
     root
 }
+
+/// A CUDA root with NVRTC and its headers but no bin/ptxas: NVRTC works, PTX kernels cannot.
+pub fn without_ptxas_root(dir: &Path) -> PathBuf {
+    let real = env::cuda_root();
+    let root = dir.join("no-ptxas-cu13");
+    link_tree(&real, &root);
+    std::os::unix::fs::symlink(real.join("lib/libnvrtc.so.13"), root.join("lib/libnvrtc.so.13")).expect("link nvrtc");
+    root
+}
+
+/// An interpreter that cannot import triton: the pinned one with its site-packages off (`-S`).
+/// Written where `nobody` can run it, as Triton workers do under a root kilnd.
+pub fn python_without_triton(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = dir.join("no-triton-bin");
+    std::fs::create_dir_all(&bin).expect("mkdir no-triton-bin");
+    let python = bin.join("python");
+    std::fs::write(&python, format!("#!/bin/sh\nexec {} -S \"$@\"\n", env::python().display())).expect("write python");
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).expect("chmod python");
+    for d in [dir, bin.as_path()] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).expect("chmod dir");
+    }
+    python
+}

@@ -113,6 +113,17 @@ fn doctor_reports_the_toolchain_with_and_without_a_daemon() {
     let text = String::from_utf8_lossy(&up.stdout).to_string();
     assert!(up.status.success(), "{text}");
     assert!(text.contains("fingerprint") && text.contains("13.0"), "{text}");
+    // Each toolchain compiled its tiny kernel through the daemon; the next doctor finds them cached.
+    for (toolchain, what) in
+        [("nvrtc", "compiled a tiny kernel"), ("ptxas", "assembled a tiny PTX"), ("triton", "compiled a tiny kernel")]
+    {
+        assert!(text.contains(&format!("{toolchain:<15} ok: {what} in ")), "{toolchain}: {text}");
+    }
+    assert!(text.contains("  triton 3.6.0"), "Stats asked after the probes shows Triton started: {text}");
+    let again = d.kiln(&["doctor"], &here);
+    let text = String::from_utf8_lossy(&again.stdout).to_string();
+    assert!(again.status.success(), "{text}");
+    assert!(text.contains("triton          ok: its tiny kernel was a hit (memory)"), "{text}");
     let uri = d.uri();
     d.stop();
     let down = Command::new(env::binary("kiln"))
@@ -125,6 +136,30 @@ fn doctor_reports_the_toolchain_with_and_without_a_daemon() {
     assert!(!down.status.success(), "doctor must fail when the daemon is down");
     assert!(text.contains("cannot reach kilnd"), "{text}");
     assert!(text.contains("nvrtc") && text.contains("13.0"), "the local check ran: {text}");
+}
+
+/// A kilnd whose cuda_root has no ptxas and whose python has no triton starts (NVRTC works), and
+/// `kiln doctor` fails on its two broken toolchains, each with the fix kilnd names.
+#[test]
+fn doctor_fails_on_a_daemon_with_a_broken_toolchain_and_says_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = kiln_tests::toolkits::without_ptxas_root(dir.path());
+    let python = kiln_tests::toolkits::python_without_triton(dir.path());
+    let d = Daemon::start(Options {
+        cuda_root: root.clone(),
+        extra_env: vec![("KILN_PYTHON".into(), python.display().to_string())],
+        ..Options::default()
+    });
+    let out = d.kiln(&["doctor"], &env::repo_root());
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("nvrtc           ok: compiled a tiny kernel"), "{text}");
+    assert!(text.contains("problem: kilnd cannot compile with ptxas: "), "{text}");
+    assert!(text.contains(&format!("no bin/ptxas under {}", root.display())), "{text}");
+    assert!(text.contains("nvidia-cuda-nvcc==13.0.88"), "the fix names the pinned wheel: {text}");
+    assert!(text.contains("problem: kilnd cannot compile with triton: "), "{text}");
+    assert!(text.contains(&format!("`{} -m pip install triton==3.6.0`", python.display())), "{text}");
+    d.stop();
 }
 
 /// nvcc-style code: a `../` include compiles (sent under a name of its content), two checkouts at

@@ -125,6 +125,39 @@ fn explain_names_the_header_the_option_and_the_target_that_changed() {
     d.stop();
 }
 
+/// A hit is described by where it came from, not compared with an earlier failed attempt at the
+/// same kernel; a remembered failure is compared with the attempt that worked.
+#[test]
+fn a_hit_says_where_it_came_from_not_how_it_differs_from_a_failed_compile() {
+    let d = Daemon::start(Options::default());
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let broken = "extern \"C\" __global__ void scale(float* x) { x[0] *= ; }\n";
+    std::fs::write(dir.join("scale.cu"), broken).unwrap();
+    let failed = d.kiln(&["compile", "--target", "sm_90", "scale.cu"], dir);
+    assert!(!failed.status.success(), "the broken kernel compiled");
+    std::fs::write(dir.join("scale.cu"), "extern \"C\" __global__ void scale(float* x) { x[0] *= 2.0f; }\n").unwrap();
+    compile(&d, dir, &[]);
+
+    let (hit, code) = explain_json(&d, &["--target", "sm_90", "scale.cu"], dir);
+    assert_eq!((hit["verdict"].as_str(), code), (Some("hit (memory)"), 0), "{hit}");
+    assert!(hit["nearest"].is_null() && differences(&hit).is_empty(), "a hit compared: {hit}");
+    assert_eq!(hit["reason"].as_str().unwrap_or_default(), "", "{hit}");
+    let host = hit["recipe"]["host"].as_str().unwrap_or_default().to_string();
+    assert!(!host.is_empty(), "the kept recipe names the host that compiled it: {hit}");
+    let human = d.kiln(&["explain", "--target", "sm_90", "scale.cu"], dir);
+    let text = String::from_utf8_lossy(&human.stdout);
+    assert!(text.starts_with(&format!("scale: hit (memory)\n  compiled on {host} at ")), "{text}");
+    assert!(!text.contains("compared with"), "{text}");
+
+    std::fs::write(dir.join("scale.cu"), broken).unwrap();
+    let (failure, _) = explain_json(&d, &["--target", "sm_90", "scale.cu"], dir);
+    assert_eq!(failure["verdict"], "hit (a failed compile, remembered)", "{failure}");
+    assert_eq!(differences(&failure), vec!["source: content differs"], "{failure}");
+    assert_eq!(failure["nearest"]["key"], hit["key"]);
+    d.stop();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_invalid_argument_naming_the_field() {
     let d = Daemon::start(Options::default());

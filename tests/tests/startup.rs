@@ -59,25 +59,57 @@ fn missing_or_broken_nvrtc_is_a_clear_error() {
 }
 
 #[test]
-fn kilnd_check_reports_without_panicking() {
+fn kilnd_check_compiles_with_every_toolchain() {
     let ok = Command::new(env::binary("kilnd"))
         .arg("--cuda-root")
         .arg(env::cuda_root())
+        .arg("--python")
+        .arg(env::python())
         .arg("check")
         .arg("--json")
         .output()
         .unwrap();
-    assert!(ok.status.success());
     let report: serde_json::Value = serde_json::from_slice(&ok.stdout).unwrap();
+    assert!(ok.status.success(), "{report}\n{}", String::from_utf8_lossy(&ok.stderr));
     assert_eq!(report["toolchains"][0]["version"], "13.0");
     assert!(report["toolchains"][0]["supported_targets"].as_array().unwrap().iter().any(|t| t == "sm_90"));
-    // Every toolchain is listed, usable or with why not; the CUDA root under test has ptxas.
     let names: Vec<_> = report["toolchains"].as_array().unwrap().iter().map(|t| t["name"].clone()).collect();
     assert_eq!(names, ["nvrtc", "ptxas", "triton"]);
-    assert!(report["toolchains"][1]["version"].is_string(), "ptxas: {}", report["toolchains"][1]);
+    for t in report["toolchains"].as_array().unwrap() {
+        assert_eq!(t["ok"], true, "{t}");
+        assert!(t["cubin_bytes"].as_u64().unwrap() > 0, "{t}");
+        assert!(t["compile_ms"].is_u64() && t["start_ms"].is_u64(), "{t}");
+    }
+    assert_eq!(report["ok"], true);
     let bad = Command::new(env::binary("kilnd")).args(["--cuda-root", "/nonexistent", "check"]).output().unwrap();
     assert_eq!(bad.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&bad.stdout).contains("NOT USABLE"));
+    let text = String::from_utf8_lossy(&bad.stdout);
+    assert!(text.contains("nvrtc      FAILED: no CUDA toolkit found"), "{text}");
+    assert!(text.contains("fix: set cuda_root in kilnd's config"), "{text}");
+}
+
+/// A cuda_root without ptxas and a python without triton: check fails, naming each fix.
+#[test]
+fn kilnd_check_fails_on_a_broken_toolchain_and_says_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = kiln_tests::toolkits::without_ptxas_root(dir.path());
+    let python = kiln_tests::toolkits::python_without_triton(dir.path());
+    let out = Command::new(env::binary("kilnd"))
+        .arg("--cuda-root")
+        .arg(&root)
+        .arg("--python")
+        .arg(&python)
+        .arg("check")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("nvrtc      ok: 13.0"), "NVRTC still works: {text}");
+    assert!(text.contains(&format!("ptxas      FAILED: no bin/ptxas under {}", root.display())), "{text}");
+    assert!(text.contains("nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88"), "{text}");
+    assert!(text.contains("No module named 'triton'"), "{text}");
+    assert!(text.contains(&format!("fix: `{} -m pip install triton==3.6.0`", python.display())), "{text}");
+    assert!(text.contains("problem: ptxas, triton cannot compile"), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

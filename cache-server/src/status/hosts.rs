@@ -23,10 +23,19 @@ pub const MAX_HOSTS: usize = 1000;
 const MAX_GPUS: usize = 64;
 const MAX_TOOLCHAINS: usize = 16;
 pub const MAX_MISSES: usize = 32;
+const MAX_INSTANCE: usize = 256;
+
+/// Which kilnd a report is from, as the page lists and Redis keeps it: the host's name, then the
+/// instance (its socket) when it names one. A host name has no space, so the two stay apart;
+/// two kilnds on one machine are two entries, one kilnd restarted stays one.
+pub fn daemon_id(r: &HostReport) -> String {
+    if r.instance.is_empty() { r.host.clone() } else { format!("{} {}", r.host, r.instance) }
+}
 
 /// Checks every field of a report, naming the first bad one.
 pub fn validate(r: &HostReport) -> Result<(), Error> {
     crate::validate::host("host", &r.host)?;
+    text("instance", &r.instance, 0, MAX_INSTANCE)?;
     text("version", &r.version, 1, 64)?;
     text("default_target", &r.default_target, 0, 16)?;
     if r.gpus.len() > MAX_GPUS {
@@ -86,7 +95,7 @@ pub fn decode(value: &[u8]) -> Option<(u64, HostReport)> {
 pub struct Split {
     /// The fingerprint more hosts report than any other; `None` on a tie at the top.
     pub majority: Option<String>,
-    /// Hosts by fingerprint.
+    /// kilnds ([`daemon_id`]) by fingerprint.
     pub hosts: BTreeMap<String, Vec<String>>,
 }
 
@@ -109,7 +118,7 @@ pub fn splits<'a>(reports: impl IntoIterator<Item = &'a HostReport>) -> BTreeMap
                 .or_default()
                 .entry(t.fingerprint.clone())
                 .or_default()
-                .push(r.host.clone());
+                .push(daemon_id(r));
         }
     }
     by_toolchain
@@ -126,10 +135,10 @@ pub fn splits<'a>(reports: impl IntoIterator<Item = &'a HostReport>) -> BTreeMap
         .collect()
 }
 
-/// Every host's recent misses, newest first, at most `limit`.
+/// Every kilnd's recent misses ([`daemon_id`], miss), newest first, at most `limit`.
 pub fn recent_misses<'a>(reports: impl IntoIterator<Item = &'a HostReport>, limit: usize) -> Vec<(String, HostMiss)> {
     let mut all: Vec<(String, HostMiss)> =
-        reports.into_iter().flat_map(|r| r.recent_misses.iter().map(|m| (r.host.clone(), m.clone()))).collect();
+        reports.into_iter().flat_map(|r| r.recent_misses.iter().map(|m| (daemon_id(r), m.clone()))).collect();
     all.sort_by_key(|m| std::cmp::Reverse(m.1.unix_ms));
     all.truncate(limit);
     all
@@ -200,6 +209,8 @@ mod tests {
         assert!(field(HostReport { host: "<b>".into(), ..good.clone() }).starts_with("host:"));
         assert!(field(HostReport { host: String::new(), ..good.clone() }).starts_with("host:"));
         assert!(field(HostReport { version: String::new(), ..good.clone() }).starts_with("version:"));
+        assert!(field(HostReport { instance: "/run/\u{1b}[2J".into(), ..good.clone() }).starts_with("instance:"));
+        assert!(field(HostReport { instance: "/".repeat(257), ..good.clone() }).starts_with("instance:"));
         assert!(field(HostReport { version: "a\u{1b}[2J".into(), ..good.clone() }).starts_with("version:"));
         let mut r = good.clone();
         r.gpus[0].name = "x".repeat(129);
@@ -218,6 +229,17 @@ mod tests {
         assert!(
             field(HostReport { compile_seconds_saved: f64::NAN, ..good.clone() }).starts_with("compile_seconds_saved:")
         );
+    }
+
+    #[test]
+    fn two_kilnds_of_one_machine_are_two_daemons() {
+        let one = HostReport { instance: "/run/kiln/a.sock".into(), ..report("gpu-1", &[("nvrtc", 'a')]) };
+        let two = HostReport { instance: "/run/kiln/b.sock".into(), ..report("gpu-1", &[("nvrtc", 'b')]) };
+        assert_eq!(daemon_id(&one), "gpu-1 /run/kiln/a.sock");
+        assert_eq!(daemon_id(&report("gpu-2", &[])), "gpu-2", "a report without an instance is its host");
+        let s = splits([&one, &two]);
+        assert_eq!(s["nvrtc"].hosts[&fp('a')], vec!["gpu-1 /run/kiln/a.sock".to_owned()]);
+        assert_eq!(s["nvrtc"].hosts[&fp('b')], vec!["gpu-1 /run/kiln/b.sock".to_owned()]);
     }
 
     #[test]

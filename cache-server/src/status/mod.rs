@@ -26,10 +26,11 @@ pub mod tally;
 
 use crate::backend::Redis;
 use crate::metrics::Metrics;
+use kiln_proto::envelope;
 use kiln_proto::pb::{HostMiss, HostReport};
 use redis_info::RedisInfo;
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -53,11 +54,16 @@ pub struct FleetStatus {
     pub redis_error: Option<String>,
     pub lookups: buckets::Window,
     pub hit_rate: Option<f64>,
+    /// What users compile and store: toolchains and blob namespaces.
     pub classes: Vec<ClassRow>,
+    /// kiln's own records (envelopes under `kiln/`, such as recipe books), shown apart.
+    pub internal_classes: Vec<ClassRow>,
     pub leases_held: u64,
     /// The reporting hosts' compiles in flight and queued, added up.
     pub compiles_running: u64,
     pub compiles_queued: u64,
+    /// Machines reporting: distinct host names (`hosts` has one row per kilnd).
+    pub host_count: usize,
     pub hosts: Vec<HostRow>,
     /// By toolchain: the fingerprints hosts report and the majority among them.
     pub toolchains: BTreeMap<String, hosts::Split>,
@@ -74,8 +80,11 @@ pub struct ClassRow {
     pub seconds_saved: f64,
 }
 
+/// One kilnd's report.
 #[derive(Debug, Clone, Serialize)]
 pub struct HostRow {
+    /// Which kilnd: [`hosts::daemon_id`].
+    pub daemon: String,
     pub received_unix_ms: u64,
     pub report: HostReport,
     /// Toolchains whose fingerprint on this host differs from the fleet's majority.
@@ -84,7 +93,8 @@ pub struct HostRow {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct MissRow {
-    pub host: String,
+    /// Which kilnd missed: [`hosts::daemon_id`].
+    pub daemon: String,
     pub miss: HostMiss,
 }
 
@@ -97,6 +107,7 @@ impl FleetStatus {
             .hosts
             .iter()
             .map(|(received, r)| HostRow {
+                daemon: hosts::daemon_id(r),
                 received_unix_ms: *received,
                 split: r
                     .toolchains
@@ -107,19 +118,8 @@ impl FleetStatus {
                 report: r.clone(),
             })
             .collect();
-        let mut classes: Vec<ClassRow> = read
-            .window
-            .classes
-            .iter()
-            .map(|(name, c)| ClassRow {
-                name: name.clone(),
-                hits: c.hits,
-                published: c.published,
-                hit_rate: c.hit_rate(),
-                seconds_saved: c.seconds_saved,
-            })
-            .collect();
-        classes.sort_by(|a, b| (b.hits + b.published).cmp(&(a.hits + a.published)).then(a.name.cmp(&b.name)));
+        let (internal_classes, classes) = class_rows(&read.window);
+        let host_count = read.hosts.iter().map(|(_, r)| r.host.as_str()).collect::<BTreeSet<_>>().len();
         FleetStatus {
             generated_unix_ms: now_ms,
             window_minutes: buckets::WINDOW_MINUTES,
@@ -127,18 +127,38 @@ impl FleetStatus {
             hit_rate: read.window.hit_rate(),
             lookups: read.window,
             classes,
+            internal_classes,
             leases_held: read.leases_held,
             compiles_running: reports.iter().map(|r| r.inflight_compiles).sum(),
             compiles_queued: reports.iter().map(|r| r.queue_depth).sum(),
             recent_misses: hosts::recent_misses(reports.iter().copied(), PAGE_MISSES)
                 .into_iter()
-                .map(|(host, miss)| MissRow { host, miss })
+                .map(|(daemon, miss)| MissRow { daemon, miss })
                 .collect(),
+            host_count,
             toolchains,
             hosts,
             redis,
         }
     }
+}
+
+/// The window's classes as rows, busiest first: kiln's own records (toolchain under
+/// [`envelope::INTERNAL_TOOLCHAIN_PREFIX`]), then what users compile and store.
+fn class_rows(window: &buckets::Window) -> (Vec<ClassRow>, Vec<ClassRow>) {
+    let mut rows: Vec<ClassRow> = window
+        .classes
+        .iter()
+        .map(|(name, c)| ClassRow {
+            name: name.clone(),
+            hits: c.hits,
+            published: c.published,
+            hit_rate: c.hit_rate(),
+            seconds_saved: c.seconds_saved,
+        })
+        .collect();
+    rows.sort_by(|a, b| (b.hits + b.published).cmp(&(a.hits + a.published)).then(a.name.cmp(&b.name)));
+    rows.into_iter().partition(|c| c.name.starts_with(envelope::INTERNAL_TOOLCHAIN_PREFIX))
 }
 
 /// A value computed at most once per `ttl`.

@@ -1,8 +1,8 @@
 //! The fleet page's HTML, drawn from a [`FleetStatus`] with kiln-proto's escaping builder: every
 //! host name, version, GPU name and miss detail arrives as text and is escaped there.
 
-use super::FleetStatus;
 use super::redis_info::human_bytes;
+use super::{ClassRow, FleetStatus};
 use kiln_serve::html::{Cell, Page, Row, ago, percent};
 
 /// The page reloads itself this often (a meta refresh, so it needs no script).
@@ -14,6 +14,22 @@ fn rate(r: Option<f64>) -> String {
 
 fn seconds(s: f64) -> String {
     format!("{s:.1}")
+}
+
+fn class_rows(classes: &[ClassRow]) -> Vec<Row> {
+    classes
+        .iter()
+        .map(|c| {
+            Row::new(vec![
+                c.name.as_str().into(),
+                Cell::from(c.hits).id(format!("class-hits-{}", c.name)),
+                c.published.into(),
+                rate(c.hit_rate).into(),
+                seconds(c.seconds_saved).into(),
+            ])
+            .key(c.name.as_str())
+        })
+        .collect()
 }
 
 pub fn render(s: &FleetStatus) -> String {
@@ -38,7 +54,8 @@ pub fn render(s: &FleetStatus) -> String {
         ("compile seconds saved", seconds(w.seconds_saved), "seconds-saved"),
         ("compiles running", s.compiles_running.to_string(), "compiles-running"),
         ("leases held", s.leases_held.to_string(), "leases-held"),
-        ("hosts", s.hosts.len().to_string(), "host-count"),
+        ("hosts", s.host_count.to_string(), "host-count"),
+        ("kilnds", s.hosts.len().to_string(), "kilnd-count"),
     ]);
 
     page.heading("Hit rate by toolchain and blob namespace");
@@ -46,23 +63,25 @@ pub fn render(s: &FleetStatus) -> String {
         "A key is a digest and names no toolchain, so a class's rate is its hits against its hits \
          plus the compiles of it the fleet stored; the fleet's rate above counts misses.",
     );
-    let rows: Vec<Row> = s
-        .classes
-        .iter()
-        .map(|c| {
-            Row::new(vec![
-                c.name.as_str().into(),
-                Cell::from(c.hits).id(format!("class-hits-{}", c.name)),
-                c.published.into(),
-                rate(c.hit_rate).into(),
-                seconds(c.seconds_saved).into(),
-            ])
-            .key(c.name.as_str())
-        })
-        .collect();
-    page.table("classes", &["class", "hits", "compiled and stored", "hit rate", "seconds saved"], &rows);
+    page.table(
+        "classes",
+        &["class", "hits", "compiled and stored", "hit rate", "seconds saved"],
+        &class_rows(&s.classes),
+    );
+    if !s.internal_classes.is_empty() {
+        page.paragraph(
+            "kiln's own records, stored beside the artifacts (recipe books, which kiln explain \
+             reads): not kernels, so not in the table above.",
+        );
+        page.table(
+            "internal-classes",
+            &["record", "read back", "stored", "read-back rate", "seconds saved"],
+            &class_rows(&s.internal_classes),
+        );
+    }
 
     page.heading("Hosts");
+    page.paragraph("One row per kilnd: a machine that runs several has a row for each, told apart by socket.");
     let rows: Vec<Row> = s
         .hosts
         .iter()
@@ -86,6 +105,7 @@ pub fn render(s: &FleetStatus) -> String {
             };
             Row::new(vec![
                 r.host.as_str().into(),
+                r.instance.as_str().into(),
                 r.version.as_str().into(),
                 gpus.into(),
                 toolchains.into(),
@@ -95,7 +115,7 @@ pub fn render(s: &FleetStatus) -> String {
                 seconds(r.compile_seconds_saved).into(),
                 ago(s.generated_unix_ms, h.received_unix_ms).into(),
             ])
-            .key(r.host.as_str())
+            .key(h.daemon.as_str())
             .flagged(!h.split.is_empty())
         })
         .collect();
@@ -103,6 +123,7 @@ pub fn render(s: &FleetStatus) -> String {
         "hosts",
         &[
             "host",
+            "kilnd socket",
             "kiln",
             "GPUs",
             "toolchains (fingerprint prefix)",
@@ -138,7 +159,7 @@ pub fn render(s: &FleetStatus) -> String {
             })
         })
         .collect();
-    page.table("fingerprints", &["toolchain", "fingerprint", "hosts", "which", ""], &rows);
+    page.table("fingerprints", &["toolchain", "fingerprint", "kilnds", "which", ""], &rows);
 
     page.heading("Latest misses");
     let rows: Vec<Row> = s
@@ -147,7 +168,7 @@ pub fn render(s: &FleetStatus) -> String {
         .map(|m| {
             Row::new(vec![
                 ago(s.generated_unix_ms, m.miss.unix_ms).into(),
-                m.host.as_str().into(),
+                m.daemon.as_str().into(),
                 m.miss.identity.as_str().into(),
                 m.miss.toolchain.as_str().into(),
                 m.miss.reason.as_str().into(),
@@ -155,7 +176,7 @@ pub fn render(s: &FleetStatus) -> String {
             ])
         })
         .collect();
-    page.table("misses", &["when", "host", "what", "toolchain", "reason", "detail"], &rows);
+    page.table("misses", &["when", "kilnd", "what", "toolchain", "reason", "detail"], &rows);
 
     page.heading("Redis");
     match &s.redis {
@@ -219,6 +240,36 @@ mod tests {
         assert!(!html.contains("<img"));
         assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
         assert!(html.contains("data-key=\"gpu-1\""));
+    }
+
+    #[test]
+    fn two_kilnds_of_one_machine_are_two_rows_of_one_host_and_recipe_books_stand_apart() {
+        use super::super::buckets::{ClassCounts, Window};
+        let kilnd = |socket: &str| HostReport {
+            host: "gpu-1".into(),
+            instance: socket.into(),
+            version: "0.1.0".into(),
+            ..Default::default()
+        };
+        let mut window = Window::default();
+        for (class, hits) in [("nvrtc", 5), ("kiln/recipe-book", 9), ("blob/inductor", 1)] {
+            window.classes.insert(class.into(), ClassCounts { hits, ..Default::default() });
+        }
+        let read = Read {
+            hosts: vec![(1, kilnd("/run/kiln/a.sock")), (1, kilnd("/run/kiln/b.sock"))],
+            window,
+            ..Default::default()
+        };
+        let status = FleetStatus::new(read, None, 5_000);
+        assert_eq!((status.host_count, status.hosts.len()), (1, 2));
+        let names = |rows: &[ClassRow]| rows.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&status.classes), ["nvrtc", "blob/inductor"]);
+        assert_eq!(names(&status.internal_classes), ["kiln/recipe-book"]);
+        let html = render(&status);
+        assert!(html.contains("data-key=\"gpu-1 /run/kiln/a.sock\""), "{html}");
+        assert!(html.contains("data-key=\"gpu-1 /run/kiln/b.sock\""), "{html}");
+        let classes = &html[html.find("id=\"classes\"").unwrap()..html.find("id=\"internal-classes\"").unwrap()];
+        assert!(!classes.contains("recipe-book"), "an internal class among users' classes: {classes}");
     }
 
     #[test]

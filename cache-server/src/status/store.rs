@@ -17,7 +17,7 @@ use std::collections::{BTreeSet, HashMap};
 pub struct Read {
     pub window: Window,
     pub leases_held: u64,
-    /// (received ms, report), most recent first.
+    /// (received ms, report), most recent first: one per kilnd.
     pub hosts: Vec<(u64, HostReport)>,
 }
 
@@ -52,15 +52,17 @@ pub async fn flush(redis: &Redis, pending: &Pending, now_ms: u64) -> Result<(), 
     Ok(())
 }
 
-/// Stores a validated report for [`hosts::HOST_TTL`] and indexes it, in one transaction; hosts
-/// whose reports expired leave the index on the way.
+/// Stores a validated report for [`hosts::HOST_TTL`] and indexes it under its kilnd
+/// ([`hosts::daemon_id`]), in one transaction; kilnds whose reports expired leave the index on
+/// the way.
 pub async fn put_host(redis: &Redis, report: &HostReport, now_ms: u64) -> Result<(), Error> {
     let ttl = hosts::HOST_TTL.as_millis() as u64;
+    let daemon = hosts::daemon_id(report);
     let mut con = redis.clone();
     redis::pipe()
         .atomic()
         .cmd("SET")
-        .arg(layout::status_host_key(&report.host))
+        .arg(layout::status_host_key(&daemon))
         .arg(hosts::encode(now_ms, report))
         .arg("PX")
         .arg(ttl)
@@ -68,7 +70,7 @@ pub async fn put_host(redis: &Redis, report: &HostReport, now_ms: u64) -> Result
         .cmd("ZADD")
         .arg(layout::STATUS_HOSTS)
         .arg(now_ms)
-        .arg(&report.host)
+        .arg(&daemon)
         .ignore()
         .cmd("ZREMRANGEBYSCORE")
         .arg(layout::STATUS_HOSTS)

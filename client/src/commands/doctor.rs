@@ -3,10 +3,13 @@
 //! It reports the daemon URI and whether the daemon answers; from the daemon's stats, its
 //! version, toolchains (with the fingerprints that decide sharing), GPUs, default target and
 //! tiers, and the fleet cache (reachable, refused kilnd's token, or unreachable, with the fix).
-//! When the daemon cannot be reached it runs `kilnd check` here instead. Exit code 1 when the
-//! daemon is unreachable, has no toolchain, or cannot use the fleet cache it was given.
+//! It then proves that each toolchain compiles: a tiny kernel per toolchain through the daemon
+//! ([`super::probe`]). When the daemon cannot be reached it runs `kilnd check` here instead,
+//! which compiles the same kernels itself. Exit code 1 when the daemon is unreachable, has no
+//! toolchain, cannot compile with one of them, or cannot use the fleet cache it was given.
 
 use super::local_check::{LocalCheck, run_kilnd_check};
+use super::probe::{self, ProbeResult};
 use crate::output::stats::{FINGERPRINT_NOTE, details_text, fleet_problem, fleet_text, identity_text};
 use crate::report::print_line;
 use anyhow::Context;
@@ -23,6 +26,8 @@ struct Diagnosis {
     error: Option<String>,
     reachable: bool,
     stats: Option<pb::StatsResponse>,
+    /// Each toolchain's tiny kernel through the daemon; empty when it could not be asked.
+    probes: Vec<ProbeResult>,
     /// Only when the daemon could not be reached.
     local_check: Option<LocalCheck>,
 }
@@ -36,6 +41,13 @@ impl Diagnosis {
         }
         if self.stats.as_ref().is_some_and(|s| s.toolchains.is_empty()) {
             problems.push("kilnd has no usable toolchain: run `kilnd check` on the daemon's host".to_owned());
+        }
+        problems.extend(probe::problems(&self.probes));
+        if let Some(LocalCheck::Ran { program, exit_code: Some(code), .. }) = &self.local_check
+            && *code != 0
+        {
+            problems
+                .push(format!("{} check found a toolchain that cannot compile (its fix is above)", program.display()));
         }
         problems.extend(self.stats.as_ref().and_then(fleet_problem));
         problems
@@ -54,13 +66,28 @@ pub async fn run(daemon: &str, json: bool) -> anyhow::Result<ExitCode> {
 }
 
 async fn diagnose(daemon: &str) -> Diagnosis {
-    let mut diagnosis =
-        Diagnosis { daemon: daemon.to_owned(), error: None, reachable: false, stats: None, local_check: None };
+    let mut diagnosis = Diagnosis {
+        daemon: daemon.to_owned(),
+        error: None,
+        reachable: false,
+        stats: None,
+        probes: Vec::new(),
+        local_check: None,
+    };
     match kiln_client::connect(daemon).await {
         Ok(client) => {
             diagnosis.reachable = true;
             match client.stats().await {
-                Ok(stats) => diagnosis.stats = Some(stats),
+                Ok(stats) => {
+                    // The daemon's default target, else one every pinned toolchain supports.
+                    let target = match stats.default_target.as_str() {
+                        "" => kiln_proto::probe::fallback_target().to_string(),
+                        t => t.to_owned(),
+                    };
+                    diagnosis.probes = probe::run(&client, &target).await;
+                    // Asked again: the probes started what starts on first use (Triton's pool).
+                    diagnosis.stats = Some(client.stats().await.unwrap_or(stats));
+                }
                 Err(err) => diagnosis.error = Some(format!("kilnd answered, but not to Stats: {err}")),
             }
         }
@@ -80,6 +107,10 @@ fn diagnosis_text(d: &Diagnosis) -> String {
         let _ = writeln!(text, "fleet cache     {}", fleet_text(stats));
         text.push_str(&details_text(stats));
     }
+    if !d.probes.is_empty() {
+        text.push_str("\ncompiles through kilnd (a tiny kernel per toolchain):\n");
+        text.push_str(&probe::text(&d.probes));
+    }
     if let Some(check) = &d.local_check {
         text.push('\n');
         text.push_str(&local_check_text(check));
@@ -93,7 +124,9 @@ fn diagnosis_text(d: &Diagnosis) -> String {
             Some(s) if !s.remote.is_empty() => ", and the fleet cache has not answered yet",
             _ => "",
         };
-        let _ = writeln!(text, "ok: kilnd is reachable with {n} toolchain{}{fleet}", crate::output::plural(n));
+        let compiled = if d.probes.is_empty() { "" } else { ", each of which compiled" };
+        let _ =
+            writeln!(text, "ok: kilnd is reachable with {n} toolchain{}{compiled}{fleet}", crate::output::plural(n));
     }
     for problem in problems {
         let _ = writeln!(text, "problem: {problem}");
@@ -138,9 +171,20 @@ fn diagnosis_json(d: &Diagnosis) -> Value {
         // The proto3 JSON mapping of StatsResponse, as `kiln stats --json` prints it.
         "stats": d.stats.as_ref().and_then(|s| serde_json::to_value(s).ok()),
         "kilnd_check": local_check,
+        "probes": d.probes.iter().map(probe_json).collect::<Vec<_>>(),
         "problems": d.problems(),
         "note": FINGERPRINT_NOTE,
     })
+}
+
+fn probe_json(r: &ProbeResult) -> Value {
+    match &r.outcome {
+        Ok(s) => json!({
+            "toolchain": r.toolchain, "ok": true, "tier": s.tier,
+            "compile_ms": s.compile.as_secs_f64() * 1000.0, "elapsed_ms": s.elapsed.as_secs_f64() * 1000.0,
+        }),
+        Err(why) => json!({ "toolchain": r.toolchain, "ok": false, "error": why }),
+    }
 }
 
 #[cfg(test)]
@@ -153,6 +197,7 @@ mod tests {
             error: Some("cannot reach kilnd at unix:///tmp/none.sock: is kilnd running?".into()),
             reachable: false,
             stats: None,
+            probes: Vec::new(),
             local_check: Some(check),
         }
     }
@@ -181,6 +226,7 @@ mod tests {
             error: None,
             reachable: true,
             stats: Some(stats),
+            probes: Vec::new(),
             local_check: None,
         }
     }

@@ -6,7 +6,8 @@
 //! - [`warm`]: fleet cache to local tiers, ahead of a job;
 //! - [`explain`]: why kernels missed;
 //! - [`audit`]: recompiles a graph to check the fleet's artifacts; the fleet's quarantine;
-//! - [`stats`] and [`doctor`]: what the daemon is and whether it can work;
+//! - [`stats`] and [`doctor`]: what the daemon is and whether it can work ([`probe`]: a tiny
+//!   kernel per toolchain through the daemon);
 //! - [`snapshot`]: job snapshots of JIT cache directories.
 
 mod audit;
@@ -14,6 +15,7 @@ mod compile;
 mod doctor;
 mod explain;
 mod local_check;
+mod probe;
 mod snapshot;
 mod stats;
 mod submit;

@@ -35,10 +35,27 @@ fn compared_with(e: &pb::KernelExplanation) -> Option<String> {
     Some(line)
 }
 
+/// Where a hit came from: the host and time of the compile whose recipe was kept for its key.
+fn origin(e: &pb::KernelExplanation) -> Option<String> {
+    let r = e.recipe.as_ref().filter(|_| e.cached)?;
+    let mut line = "  compiled".to_string();
+    if !r.host.is_empty() {
+        let _ = write!(line, " on {}", r.host);
+    }
+    if r.unix_millis > 0 {
+        let _ = write!(line, " at {}", utc(r.unix_millis));
+    }
+    (line.len() > "  compiled".len()).then_some(line)
+}
+
 /// One kernel's explanation, several lines.
 pub fn explanation_text(e: &pb::KernelExplanation) -> String {
     let name = if e.id.is_empty() { e.key.get(..16).unwrap_or(&e.key).to_string() } else { e.id.clone() };
     let mut out = format!("{name}: {}\n", e.verdict);
+    if let Some(line) = origin(e) {
+        out.push_str(&line);
+        out.push('\n');
+    }
     if let Some(p) = &e.publisher {
         let _ = writeln!(out, "  published by {} ({}) at {}", p.host, p.token, utc(p.unix_ms));
     }
@@ -83,6 +100,21 @@ mod tests {
             explanation_text(&e),
             "saxpy: miss: header `common.cuh`: content differs\n  compared with cdcdcdcdcdcd… (fleet, compiled on gpu-7 at 2026-11-18 11:06 UTC)\n  - header `common.cuh`: content differs [header]\n"
         );
+    }
+
+    #[test]
+    fn a_hit_says_where_it_was_compiled_and_compares_nothing() {
+        let e = pb::KernelExplanation {
+            id: "saxpy".into(),
+            key: "ab".repeat(32),
+            cached: true,
+            verdict: "hit (disk)".into(),
+            recipe: Some(pb::KeyRecipe { host: "gpu-7".into(), unix_millis: 1_795_000_000_000, ..Default::default() }),
+            ..Default::default()
+        };
+        assert_eq!(explanation_text(&e), "saxpy: hit (disk)\n  compiled on gpu-7 at 2026-11-18 11:06 UTC\n");
+        let unknown = pb::KernelExplanation { recipe: Some(pb::KeyRecipe::default()), ..e };
+        assert_eq!(explanation_text(&unknown), "saxpy: hit (disk)\n", "no origin kept, no line");
     }
 
     #[test]

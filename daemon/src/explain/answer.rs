@@ -35,7 +35,7 @@ async fn by_graph(state: &State, graph: &pb::CompileGraph) -> Result<pb::Explain
         let identity = Identity::new(&job.name, &kernel.id, kernel.source.kernel_name());
         let recipe = engine.recipe(&kernel.source, &job.target);
         let kept = kept_recipes(engine, &identity).await;
-        let mut answer = explanation(engine.cache(), &kernel.key, recipe, &kept).await;
+        let mut answer = explanation(engine, &kernel.key, recipe, &kept).await;
         answer.id = kernel.id.clone();
         answer.identity = Some(book::to_pb(&identity));
         kernels.push(answer);
@@ -60,7 +60,7 @@ async fn by_keys(state: &State, keys: &[String]) -> Result<pb::ExplainResponse, 
         let own = match kept_book(engine, &book::pointer_key(&key), expect).await.into_iter().next() {
             Some((found, _)) => found,
             None => {
-                let mut answer = explanation(engine.cache(), &key, None, &[]).await;
+                let mut answer = explanation(engine, &key, None, &[]).await;
                 if !answer.cached {
                     answer.verdict = "miss: no recipe of this key is kept on this host or in the fleet".into();
                 }
@@ -73,7 +73,7 @@ async fn by_keys(state: &State, keys: &[String]) -> Result<pb::ExplainResponse, 
             Some(identity) => kept_recipes(engine, identity).await,
             None => Vec::new(),
         };
-        let mut answer = explanation(engine.cache(), &key, own.recipes.into_iter().next(), &kept).await;
+        let mut answer = explanation(engine, &key, own.recipes.into_iter().next(), &kept).await;
         answer.identity = identity.as_ref().map(book::to_pb);
         kernels.push(answer);
     }
@@ -110,19 +110,38 @@ async fn kept_recipes(engine: &Engine, identity: &Identity) -> Vec<(KeyRecipe, &
     out
 }
 
+/// What a cache holds for a key, and which cache.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    tier: pb::Tier,
+    /// The cache, in words: `memory`, `disk`, `the fleet cache`, `a failed compile, remembered`.
+    what: &'static str,
+    /// A remembered failure rather than an artifact.
+    failure: bool,
+}
+
 /// Whether a cache holds `key`: a remembered failure, this host's tiers, or the fleet's.
-async fn cached(cache: &Cache, key: &CacheKey) -> Option<(pb::Tier, &'static str)> {
+async fn cached(cache: &Cache, key: &CacheKey) -> Option<Held> {
     if cache.failed_recently(key) {
-        return Some((pb::Tier::Memory, "a failed compile, remembered"));
+        return Some(Held { tier: pb::Tier::Memory, what: "a failed compile, remembered", failure: true });
     }
     if let Some(hit) = cache.local(key).await {
-        return Some((hit.tier.to_pb(), hit.tier.as_str()));
+        return Some(Held { tier: hit.tier.to_pb(), what: hit.tier.as_str(), failure: false });
     }
     let fleet = cache.fleet_up()?;
     match fleet.tier.contains(std::slice::from_ref(key)).await {
-        Ok(found) if found.first() == Some(&true) => Some((pb::Tier::Remote, "the fleet cache")),
+        Ok(found) if found.first() == Some(&true) => {
+            Some(Held { tier: pb::Tier::Remote, what: "the fleet cache", failure: false })
+        }
         _ => None,
     }
+}
+
+/// The recipe `key` was compiled from, as kept when it was compiled (its host and time say
+/// where a hit came from), on this host or in the fleet.
+async fn origin(engine: &Engine, key: &CacheKey) -> Option<KeyRecipe> {
+    let books = kept_book(engine, &book::pointer_key(key), Expect::RecipeOf(key)).await;
+    books.into_iter().next().and_then(|(found, _)| found.recipes.into_iter().next())
 }
 
 fn differences_pb(d: &[Difference]) -> Vec<pb::Difference> {
@@ -130,26 +149,41 @@ fn differences_pb(d: &[Difference]) -> Vec<pb::Difference> {
 }
 
 /// The answer for one key with its `recipe` (when known) against the `kept` recipes of its
-/// identity.
+/// identity. A hit of an artifact is described by where it came from (the cache, and the recipe
+/// kept when it was compiled), not compared: the inputs that differ from an earlier attempt at
+/// the same kernel (a failed compile, say) say nothing about a hit. A remembered failure is
+/// compared, since what changed since the nearest other attempt is what may have broken it.
 async fn explanation(
-    cache: &Cache,
+    engine: &Engine,
     key: &CacheKey,
     recipe: Option<KeyRecipe>,
     kept: &[(KeyRecipe, &'static str)],
 ) -> pb::KernelExplanation {
-    let cached = cached(cache, key).await;
+    let cache = engine.cache();
+    let held = cached(cache, key).await;
     let mut answer = pb::KernelExplanation {
         key: key.to_hex(),
-        cached: cached.is_some(),
-        tier: cached.map_or(pb::Tier::Unspecified, |(t, _)| t) as i32,
+        cached: held.is_some(),
+        tier: held.map_or(pb::Tier::Unspecified, |h| h.tier) as i32,
         publisher: cache.fleet().and_then(|f| f.audit.publisher(key)).map(|p| (*p).clone()),
         ..Default::default()
     };
+    if let Some(held) = held {
+        answer.verdict = format!("hit ({})", held.what);
+        answer.recipe = origin(engine, key).await.or(recipe);
+        if held.failure
+            && let Some(own) = &answer.recipe
+            && let Some((i, d)) = diff::nearest(own, kept.iter().map(|(r, _)| r))
+        {
+            answer.nearest = Some(kept[i].0.clone());
+            answer.nearest_from = kept[i].1.into();
+            answer.reason = d.first().map(|d| d.reason.label().to_string()).unwrap_or_default();
+            answer.differences = differences_pb(&d);
+        }
+        return answer;
+    }
     let Some(recipe) = recipe else {
-        answer.verdict = match cached {
-            Some((_, what)) => format!("hit ({what})"),
-            None => "miss".into(),
-        };
+        answer.verdict = "miss".into();
         return answer;
     };
     let recipes: Vec<KeyRecipe> = kept.iter().map(|(r, _)| r.clone()).collect();
@@ -158,17 +192,9 @@ async fn explanation(
         answer.nearest_from = kept[i].1.into();
         answer.differences = differences_pb(&d);
     }
-    match cached {
-        Some((_, what)) => {
-            answer.reason = answer.differences.first().map(|d| d.reason.clone()).unwrap_or_default();
-            answer.verdict = format!("hit ({what})");
-        }
-        None => {
-            let (reason, detail) = diff::miss_reason(&recipe, &recipes);
-            answer.reason = reason.label().into();
-            answer.verdict = format!("miss: {detail}");
-        }
-    }
+    let (reason, detail) = diff::miss_reason(&recipe, &recipes);
+    answer.reason = reason.label().into();
+    answer.verdict = format!("miss: {detail}");
     answer.recipe = Some(recipe);
     answer
 }

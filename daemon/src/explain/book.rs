@@ -22,7 +22,8 @@ pub const MAX_BOOK_BYTES: usize = 256 << 10;
 const MAX_ITEMS: usize = 4096;
 /// Longest graph name, kernel id, host or version kept.
 const MAX_NAME_BYTES: usize = 1024;
-/// The envelope's `toolchain` field for a book, so a book is never read as a cubin or a blob.
+/// The envelope's `toolchain` field for a book, so a book is never read as a cubin or a blob;
+/// under [`envelope::INTERNAL_TOOLCHAIN_PREFIX`], so the fleet page shows books apart from kernels.
 const LABEL: &str = "kiln/recipe-book";
 /// Length of a digest value (`blake3:` and 64 hex), which a long value is recorded as.
 const DIGEST_BYTES: usize = 71;
@@ -156,4 +157,13 @@ fn check_recipe(r: &KeyRecipe) -> Result<(), String> {
     bounded("toolchain_version", &r.toolchain_version, MAX_NAME_BYTES)?;
     bounded("host", &r.host, MAX_NAME_BYTES)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    /// kiln-cache's fleet page tells kiln's own records from users' kernels by this prefix.
+    #[test]
+    fn a_book_is_labelled_as_kilns_own_record() {
+        assert!(super::LABEL.starts_with(kiln_proto::envelope::INTERNAL_TOOLCHAIN_PREFIX));
+    }
 }

@@ -1,5 +1,6 @@
-//! kilnd's report of itself to kiln-cache (`ReportHost`), for the fleet status page: host name,
-//! version, GPUs, toolchain fingerprints, compiles running, seconds saved and recent misses.
+//! kilnd's report of itself to kiln-cache (`ReportHost`), for the fleet status page: host name
+//! and instance (its socket, so two kilnds on one machine are two entries), version, GPUs,
+//! toolchain fingerprints, compiles running, seconds saved and recent misses.
 //!
 //! Sent every [`REPORT_EVERY`] through the fleet tier (so it passes the breaker: a report never
 //! waits on a kiln-cache that is down). kiln-cache keeps a report for 45 s, so a host that stops
@@ -23,19 +24,36 @@ const MAX_TOOLCHAIN_VERSION: usize = 128;
 const MAX_GPU_NAME: usize = 128;
 const MAX_GPUS: usize = 64;
 const MAX_MISSES: usize = 32;
+const MAX_INSTANCE: usize = 256;
 
 /// The first `n` characters of `s`, with control characters (which kiln-cache refuses) dropped.
 fn cut(s: &str, n: usize) -> String {
     s.chars().filter(|c| !c.is_control()).take(n).collect()
 }
 
-/// The report for `stats`, this host's `Stats` answer, under the name `host`.
-pub fn build(host: &str, stats: &pb::StatsResponse) -> HostReport {
+/// Who reports: the host's name (see [`wire_name`]) and which kilnd of it this is.
+#[derive(Debug, Clone)]
+pub struct Reporter {
+    pub host: String,
+    /// This kilnd's Unix socket: stable across restarts, and two live kilnds never share one.
+    pub instance: String,
+}
+
+impl Reporter {
+    /// This host, and the kilnd listening on `socket`.
+    pub fn new(host: &str, socket: &std::path::Path) -> Self {
+        Reporter { host: wire_name(host), instance: cut(&socket.display().to_string(), MAX_INSTANCE) }
+    }
+}
+
+/// The report for `stats`, this host's `Stats` answer, from `who`.
+pub fn build(who: &Reporter, stats: &pb::StatsResponse) -> HostReport {
     let local = |f: fn(&pb::TierStats) -> u64| stats.tiers.iter().map(f).collect::<Vec<_>>();
     // A key no local tier held is a miss of the last local tier (the disk).
     let local_misses = local(|t| t.misses).last().copied().unwrap_or(0);
     HostReport {
-        host: host.to_owned(),
+        host: who.host.clone(),
+        instance: who.instance.clone(),
         version: cut(&stats.version, MAX_VERSION),
         gpus: stats
             .gpus
@@ -109,7 +127,7 @@ pub fn wire_name(raw: &str) -> String {
 }
 
 /// Reports every [`REPORT_EVERY`] until `stop`, the first at once.
-pub async fn run(tier: Arc<RemoteTier>, state: Arc<State>, host: String, stop: CancellationToken) {
+pub async fn run(tier: Arc<RemoteTier>, state: Arc<State>, who: Reporter, stop: CancellationToken) {
     let mut tick = tokio::time::interval(REPORT_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;
@@ -118,7 +136,7 @@ pub async fn run(tier: Arc<RemoteTier>, state: Arc<State>, host: String, stop: C
             _ = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let report = build(&host, &crate::stats::collect(&state));
+        let report = build(&who, &crate::stats::collect(&state));
         match tier.report_host(report).await {
             Ok(_) => failing = false,
             Err(e) if !failing => {
@@ -165,7 +183,9 @@ mod tests {
                 .collect(),
             ..Default::default()
         };
-        let r = build("gpu-1", &stats);
+        let who = Reporter::new("gpu 1", std::path::Path::new("/run/kiln/kilnd.sock"));
+        let r = build(&who, &stats);
+        assert_eq!((r.host.as_str(), r.instance.as_str()), ("gpu-1", "/run/kiln/kilnd.sock"));
         assert_eq!(r.toolchains.len(), 1, "a toolchain with no fingerprint is left out");
         assert_eq!(r.gpus[0].name.chars().count(), MAX_GPU_NAME);
         assert!(!r.gpus[0].name.contains('\u{7}'));

@@ -3,6 +3,7 @@
 //!
 //! - [`cuda`]: finds a CUDA toolkit or a wheel's `nvidia/cu13` tree, and its NVRTC libraries.
 //! - [`fingerprint`]: blake3 over the libraries actually loaded and the default headers.
+//! - [`fix`]: what to do about a toolchain that is not usable, with the pinned versions.
 //! - [`options`]: the NVRTC option allowlist.
 //! - [`includes`]: refuses `#include` directives that could name a path outside the given headers.
 //! - [`nvrtc`]: the NVRTC toolchain as the daemon sees it: a fingerprint plus a worker pool.
@@ -13,6 +14,7 @@
 
 pub(crate) mod cuda;
 pub(crate) mod fingerprint;
+pub(crate) mod fix;
 pub mod includes;
 pub(crate) mod nvrtc;
 pub(crate) mod options;

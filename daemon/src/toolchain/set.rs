@@ -32,7 +32,10 @@ impl Toolchains {
     /// one start.
     pub async fn triton(&self) -> Result<&Triton, String> {
         let started = self.triton.get_or_try_init(|| Triton::start(&self.triton_settings)).await;
-        started.map_err(|e| format!("{e} (set KILN_PYTHON to an interpreter with triton installed)"))
+        started.map_err(|e| {
+            let e = e.to_string();
+            format!("{e}; fix: {}", super::fix::triton(&self.triton_settings.python, &e))
+        })
     }
 
     /// The Triton toolchain if it has started.

@@ -12,6 +12,9 @@ use std::sync::OnceLock;
 /// What this host gives Triton compiles.
 #[derive(Debug)]
 pub struct Protections {
+    /// Whether kilnd is root: only then do Triton workers drop to `nobody` and get a network
+    /// namespace of their own.
+    pub root: bool,
     /// Landlock's ABI version (0: none), checked by the worker in each compile child.
     pub landlock_abi: i64,
     /// A new network namespace per worker, or why not.
@@ -40,7 +43,7 @@ impl Protections {
         } else {
             Err("kilnd is not root".into())
         };
-        Protections { landlock_abi: landlock_abi(), network_namespace, seccomp: seccomp() }
+        Protections { root, landlock_abi: landlock_abi(), network_namespace, seccomp: seccomp() }
     }
 
     fn log_missing(&self) {
@@ -61,7 +64,13 @@ impl Protections {
                 "Triton box: Landlock older than ABI 6 (kernel 6.12): a compile can signal other processes of its user"
             );
         }
-        if let Err(why) = &self.network_namespace {
+        if !self.root {
+            tracing::warn!(
+                "Triton box: kilnd is not root, so Triton compiles run as kilnd's own user (not `nobody`) and in \
+                 kilnd's network namespace; Landlock and seccomp (where present) still confine them. Run kilnd \
+                 as root for the full box"
+            );
+        } else if let Err(why) = &self.network_namespace {
             tracing::warn!(%why, "Triton box: no network namespace for Triton workers; seccomp still refuses sockets");
         }
         if let Err(why) = &self.seccomp {
@@ -93,7 +102,8 @@ impl Protections {
 
     /// One line for `kiln toolchains`: what a Triton compile runs in here.
     pub fn summary(&self) -> String {
-        let mut parts = vec!["a process per compile".to_string()];
+        let user = if self.root { "as nobody" } else { "as kilnd's own user (kilnd is not root)" };
+        let mut parts = vec![format!("a process per compile, {user}")];
         if self.landlock_abi > 0 {
             parts.push(format!("Landlock ABI {}", self.landlock_abi));
         }

@@ -1,0 +1,114 @@
+//! Each toolchain proven the way kilnd uses it: started as kilnd starts it (an NVRTC worker, a
+//! ptxas subprocess, a Triton worker in its box, as `nobody` under a root kilnd), then made to
+//! compile its probe kernel (`kiln_proto::probe`). A failure comes with its cause and its fix.
+
+use crate::config::Config;
+use crate::toolchain::ptxas::Ptxas;
+use crate::toolchain::triton::{self, Triton};
+use crate::toolchain::{Compiled, Toolchain, cuda, fix, nvrtc::Nvrtc};
+use kiln_proto::Target;
+use kiln_proto::pb::ToolchainInfo;
+use kiln_proto::probe as kernels;
+use std::time::{Duration, Instant};
+
+/// How long one probe compile may take: a tiny kernel compiles in well under a second; Triton's
+/// first compile (its JIT of the backend) takes a few.
+const COMPILE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// What proving one toolchain found.
+#[derive(Debug)]
+pub struct Outcome {
+    pub toolchain: Toolchain,
+    pub result: Result<Passed, Failure>,
+}
+
+/// A toolchain that started and compiled its probe.
+#[derive(Debug)]
+pub struct Passed {
+    pub info: ToolchainInfo,
+    /// Starting it: loading NVRTC in a worker, `ptxas --version`, a Triton worker importing Triton.
+    pub start: Duration,
+    /// The probe's compile, as the caller waited for it.
+    pub compile: Duration,
+    pub cubin_bytes: usize,
+}
+
+/// Why a toolchain is not usable, and what to do about it.
+#[derive(Debug)]
+pub struct Failure {
+    pub cause: String,
+    pub fix: String,
+}
+
+fn failed(cause: impl ToString, fix: String) -> Failure {
+    Failure { cause: cause.to_string(), fix }
+}
+
+/// Proves NVRTC, ptxas and Triton in turn, each compiling for `target`.
+pub async fn all(config: &Config, target: &Target) -> Vec<Outcome> {
+    let cuda_home = std::env::var_os("CUDA_HOME").map(std::path::PathBuf::from);
+    let install = cuda::discover(config.cuda_root.as_deref(), cuda_home.as_deref());
+    let nvrtc = match &install {
+        Ok(install) => nvrtc(install.clone(), config, target).await,
+        Err(e) => Err(failed(e, fix::cuda_root())),
+    };
+    let ptxas = match &install {
+        Err(_) => Err(failed("no CUDA installation (see nvrtc)", fix::cuda_root())),
+        Ok(install) => match &install.ptxas {
+            None => Err(failed(format!("no bin/ptxas under {}", install.root.display()), fix::ptxas(&install.root))),
+            Some(path) => ptxas(path, config, target).await.map_err(|cause| failed(cause, fix::ptxas(&install.root))),
+        },
+    };
+    let triton = triton(config, target).await;
+    vec![
+        Outcome { toolchain: Toolchain::Nvrtc, result: nvrtc },
+        Outcome { toolchain: Toolchain::Ptxas, result: ptxas },
+        Outcome { toolchain: Toolchain::Triton, result: triton },
+    ]
+}
+
+async fn nvrtc(install: cuda::CudaInstall, config: &Config, target: &Target) -> Result<Passed, Failure> {
+    let exe = std::env::current_exe()
+        .map_err(|e| failed(format!("finding kilnd's own executable: {e}"), fix::cuda_root()))?;
+    let started = Instant::now();
+    let nvrtc = Nvrtc::start(install, &exe, config.limits.worker_memory_mb, 1)
+        .await
+        .map_err(|e| failed(e, fix::cuda_root()))?;
+    let start = started.elapsed();
+    let compiled = nvrtc.compile(&kernels::cuda(), target, COMPILE_TIMEOUT).await;
+    passed(nvrtc.info(), start, started, compiled).map_err(|cause| failed(cause, fix::cuda_root()))
+}
+
+async fn ptxas(path: &std::path::Path, config: &Config, target: &Target) -> Result<Passed, String> {
+    let source = kernels::ptx();
+    let started = Instant::now();
+    let ptxas = Ptxas::probe(path, config.limits.worker_memory_mb).await.map_err(|e| e.to_string())?;
+    let start = started.elapsed();
+    let compiled = ptxas.compile(&source.ptx, &source.options, target, COMPILE_TIMEOUT).await;
+    passed(ptxas.info(), start, started, compiled)
+}
+
+async fn triton(config: &Config, target: &Target) -> Result<Passed, Failure> {
+    let python = &config.python;
+    // One worker is enough; it is stopped when `triton` is dropped.
+    let settings =
+        triton::Settings { python: python.clone(), max_workers: 1, memory_mb: config.limits.worker_memory_mb };
+    let started = Instant::now();
+    let triton = Triton::start(&settings).await.map_err(|e| {
+        let cause = e.to_string();
+        failed(&cause, fix::triton(python, &cause))
+    })?;
+    let start = started.elapsed();
+    let compiled = triton.compile(&kernels::triton(), target, COMPILE_TIMEOUT).await;
+    passed(triton.info(), start, started, compiled).map_err(|cause| failed(&cause, fix::triton(python, &cause)))
+}
+
+/// The probe's result: passed with its cubin, or the compiler's log as the cause.
+fn passed(info: ToolchainInfo, start: Duration, started: Instant, compiled: Compiled) -> Result<Passed, String> {
+    let compile = started.elapsed().saturating_sub(start);
+    match compiled {
+        Compiled::Ok(out) if !out.cubin.is_empty() => Ok(Passed { info, start, compile, cubin_bytes: out.cubin.len() }),
+        Compiled::Ok(_) => Err("the probe kernel compiled to an empty cubin".into()),
+        Compiled::Failed { log, .. } => Err(format!("the probe kernel did not compile: {}", log.trim())),
+    }
+}
