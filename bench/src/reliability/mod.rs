@@ -24,9 +24,10 @@
 //! 12. [`publisher_lost`]: a kilnd host lost from the network mid-publish.
 //!
 //! Shared pieces: [`graphs`] (the kernels and their reference bytes), [`herd`] (fleet hosts and
-//! a herd on one graph), [`load`] (many clients, latencies and errors), [`rss`] (memory from
-//! /proc), [`report`] (the section and its place in BENCHMARKS.md). Processes are started with
-//! the benchmark harness's helpers ([`crate::bench`], [`kiln_tests::redis`]).
+//! a herd on one graph), [`redis_cluster`] (a Redis Cluster as containers), [`load`] (many
+//! clients, latencies and errors), [`rss`] (memory from /proc), [`report`] (the section and its
+//! place in BENCHMARKS.md). Processes are started with the benchmark harness's helpers
+//! ([`crate::bench`], [`kiln_tests::redis`]).
 
 pub mod cache_clients;
 pub mod cache_kill;
@@ -40,6 +41,7 @@ pub mod kill_disk;
 pub mod kilnd_clients;
 pub mod load;
 pub mod publisher_lost;
+pub mod redis_cluster;
 pub mod redis_flush;
 pub mod redis_partition;
 pub mod report;
