@@ -11,6 +11,7 @@
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, Value};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -185,6 +186,29 @@ impl Redis {
                 // A connection still connecting (to an unreachable seed, say) is given its connect
                 // timeout: rebuilt every second, it would never be done connecting.
                 Err(_) => handle.rebuild(handle.settle, &"a primary did not answer PING within 1 s"),
+            }
+        }
+    }
+
+    /// `PUBLISH channel message`, in a cluster through the master of `key`'s slot. Every node
+    /// of a cluster passes a `PUBLISH` on to all the others, so any node would do; routed by the
+    /// channel's own slot (the client's default) every announcement of the fleet would depend on
+    /// the one master that serves it, and that master cut off would fail every publish for as
+    /// long as the partition lasts (measured by the partition scenario: waiters on every host
+    /// waited out their leases). The master of the key just written was reachable a moment ago.
+    pub async fn publish_via(&self, key: &str, channel: &str, message: &str) -> RedisResult<()> {
+        let mut publish = redis::cmd("PUBLISH");
+        publish.arg(channel).arg(message);
+        match self {
+            Redis::Standalone(c) => publish.query_async::<Value>(&mut c.clone()).await.map(drop),
+            Redis::Cluster(handle) => {
+                let route = Route::with_key(key, SlotAddr::Master);
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                let result = handle.connection().route_command(publish, routing).await;
+                if let Err(e) = &result {
+                    handle.failed(e);
+                }
+                result.map(drop)
             }
         }
     }
