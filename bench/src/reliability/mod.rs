@@ -22,6 +22,8 @@
 //! 10. [`rolling_restart`]: the kiln-cache replicas restarted one at a time under a herd.
 //! 11. [`redis_partition`]: kiln-cache cut off from Redis, then healed.
 //! 12. [`publisher_lost`]: a kilnd host lost from the network mid-publish.
+//! 13. [`cluster_partition`]: a Redis Cluster (each node a container) loses a master to a
+//!     partition, not a kill, under a herd; a replica takes over, the old master rejoins.
 //!
 //! Shared pieces: [`graphs`] (the kernels and their reference bytes), [`herd`] (fleet hosts and
 //! a herd on one graph), [`redis_cluster`] (a Redis Cluster as containers), [`load`] (many
@@ -32,6 +34,7 @@
 pub mod cache_clients;
 pub mod cache_kill;
 pub mod cluster_failover;
+pub mod cluster_partition;
 pub mod containers;
 pub mod cross_host;
 pub mod graphs;
@@ -110,7 +113,7 @@ impl Run {
 }
 
 /// The scenarios, numbered as in the report.
-pub const SCENARIOS: [&str; 12] = [
+pub const SCENARIOS: [&str; 13] = [
     kilnd_clients::TITLE,
     cache_clients::TITLE,
     soak::TITLE,
@@ -123,6 +126,7 @@ pub const SCENARIOS: [&str; 12] = [
     rolling_restart::TITLE,
     redis_partition::TITLE,
     publisher_lost::TITLE,
+    cluster_partition::TITLE,
 ];
 
 /// How long scenario `n` (1-based) may run before it is stopped and counted as failed: every
@@ -133,6 +137,8 @@ pub fn bound(n: usize, options: &Options) -> Duration {
         2 => 180,
         3 => options.soak.as_secs() + 120,
         4 => 60 + 4 * options.kills as u64,
+        // Six Redis nodes to start and form a cluster, a failover, a rejoin and two fresh hosts.
+        13 => 300,
         _ => 180,
     };
     Duration::from_secs(secs)
@@ -153,11 +159,12 @@ pub async fn scenario(n: usize, run: &Run, out: &mut Outcome) -> Result<()> {
         10 => rolling_restart::run(run, out).await,
         11 => redis_partition::run(run, out).await,
         12 => publisher_lost::run(run, out).await,
+        13 => cluster_partition::run(run, out).await,
         _ => Err(anyhow!("there is no scenario {n}")),
     }
 }
 
-/// The scenarios `--only` names: numbers separated by commas, with ranges (`4,5,7`, `8-12`). A
+/// The scenarios `--only` names: numbers separated by commas, with ranges (`4,5,7`, `8-13`). A
 /// bare run of digits that is not itself a scenario's number is one scenario per digit (`457`,
 /// the older form, from when there were fewer than ten).
 pub fn parse_only(spec: &str, count: usize) -> Result<std::collections::BTreeSet<usize>> {
@@ -198,7 +205,7 @@ mod tests {
     use super::parse_only;
 
     fn only(spec: &str) -> Vec<usize> {
-        parse_only(spec, 12).map(|s| s.into_iter().collect()).unwrap_or_default()
+        parse_only(spec, 13).map(|s| s.into_iter().collect()).unwrap_or_default()
     }
 
     #[test]
@@ -208,8 +215,9 @@ mod tests {
         assert_eq!(only("1,10,12"), vec![1, 10, 12]);
         assert_eq!(only("8-12"), vec![8, 9, 10, 11, 12]);
         assert_eq!(only("9"), vec![9]);
-        assert_eq!(only("13"), vec![1, 3]);
-        assert!(parse_only("1-13", 12).is_err());
+        assert_eq!(only("13"), vec![13]);
+        assert_eq!(only("8-13"), vec![8, 9, 10, 11, 12, 13]);
+        assert!(parse_only("1-14", 13).is_err());
         assert!(parse_only("0", 12).is_err());
         assert!(parse_only("x", 12).is_err());
     }
