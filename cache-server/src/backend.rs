@@ -11,6 +11,7 @@
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, Value};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -19,6 +20,10 @@ use std::time::{Duration, Instant};
 /// request fails for a few seconds, and one rebuild a second is enough to pick up the new
 /// topology as soon as the cluster has it.
 const REBUILD_EVERY: Duration = Duration::from_secs(1);
+
+/// How often [`Redis::watch_topology`] pings a cluster's primaries, and how long they get to
+/// answer before the topology is read again.
+const TOPOLOGY_EVERY: Duration = Duration::from_secs(1);
 
 /// How long Redis may take. A hung Redis must turn into UNAVAILABLE, not a hung RPC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,10 +48,21 @@ pub enum Redis {
 /// `kiln-reliability`'s failover scenario: kiln-cache never answered again). A fresh connection
 /// asks the seed nodes for the topology, so after a transport failure the next command runs on
 /// a new one, at most once per [`REBUILD_EVERY`].
+///
+/// A master cut off by a partition, not killed, refuses nothing: the first failure is a command
+/// timing out, 10 s (`redis_timeout_ms`) after it was sent, and until then every command for the
+/// master's slots goes to it and waits out its own timeout, even once the cluster has failed
+/// over (measured by the partition scenario: commands kept going to the cut-off master for 5 s
+/// after its replica was promoted, and hosts waited two timeouts in a row). So
+/// [`Redis::watch_topology`] also pings the primaries every [`TOPOLOGY_EVERY`] and rebuilds when
+/// one does not answer within it.
 pub struct ClusterHandle {
     client: ClusterClient,
     config: ClusterConfig,
     current: Mutex<(ClusterConnection, Instant)>,
+    /// How long a new connection may take to connect to the seed nodes (one unreachable seed
+    /// costs the connect timeout) before [`Redis::watch_topology`] judges it.
+    settle: Duration,
 }
 
 impl std::fmt::Debug for ClusterHandle {
@@ -56,9 +72,10 @@ impl std::fmt::Debug for ClusterHandle {
 }
 
 impl ClusterHandle {
-    fn new(client: ClusterClient, config: ClusterConfig) -> Self {
+    fn new(client: ClusterClient, config: ClusterConfig, connect: Duration) -> Self {
         let connection = client.get_pending_async_connection_with_config(config.clone());
-        ClusterHandle { client, config, current: Mutex::new((connection, Instant::now())) }
+        let settle = connect + TOPOLOGY_EVERY;
+        ClusterHandle { client, config, current: Mutex::new((connection, Instant::now())), settle }
     }
 
     /// The connection to run a command on (a clone shares it).
@@ -67,14 +84,19 @@ impl ClusterHandle {
     }
 
     /// Called with every failed command: a transport failure (not a Redis error reply)
-    /// replaces the connection unless it was replaced within the last [`REBUILD_EVERY`].
+    /// replaces the connection.
     fn failed(&self, error: &RedisError) {
-        if !transport_failure(error) {
-            return;
+        if transport_failure(error) {
+            self.rebuild(REBUILD_EVERY, error);
         }
+    }
+
+    /// Replaces the connection, so that the next command reads the topology from the seed
+    /// nodes, unless it is younger than `age`.
+    fn rebuild(&self, age: Duration, why: &dyn std::fmt::Display) {
         let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
-        if current.1.elapsed() >= REBUILD_EVERY {
-            tracing::warn!(%error, "a Redis Cluster node failed: reconnecting to read the topology again");
+        if current.1.elapsed() >= age {
+            tracing::warn!(error = %why, "a Redis Cluster node failed: reconnecting to read the topology again");
             *current = (self.client.get_pending_async_connection_with_config(self.config.clone()), Instant::now());
         }
     }
@@ -120,7 +142,7 @@ impl Redis {
                 .build()?;
             let config =
                 ClusterConfig::new().set_connection_timeout(timeouts.connect).set_response_timeout(timeouts.response);
-            Redis::Cluster(Arc::new(ClusterHandle::new(client, config)))
+            Redis::Cluster(Arc::new(ClusterHandle::new(client, config, timeouts.connect)))
         } else {
             let [url] = urls else {
                 return Err(redis::RedisError::from((
@@ -141,6 +163,54 @@ impl Redis {
             Redis::Standalone(ConnectionManager::new_lazy_with_config(client, config)?)
         };
         Ok(Connected { commands, subscribe_via })
+    }
+
+    /// For a cluster, until `stop`: pings every primary each [`TOPOLOGY_EVERY`] and reads the
+    /// topology again when one does not answer within it (see [`ClusterHandle`]), so commands
+    /// follow a failover within a second or two of it instead of after a command timeout. The
+    /// health probe's verdict is not changed: that stays the command timeout's. Returns at once
+    /// for a standalone Redis.
+    pub async fn watch_topology(self, stop: tokio_util::sync::CancellationToken) {
+        let Redis::Cluster(handle) = self else { return };
+        let mut tick = tokio::time::interval(TOPOLOGY_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let (mut connection, ping) = (handle.connection(), redis::cmd("PING"));
+            match tokio::time::timeout(TOPOLOGY_EVERY, ping.query_async::<Value>(&mut connection)).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => handle.failed(&e),
+                // A connection still connecting (to an unreachable seed, say) is given its connect
+                // timeout: rebuilt every second, it would never be done connecting.
+                Err(_) => handle.rebuild(handle.settle, &"a primary did not answer PING within 1 s"),
+            }
+        }
+    }
+
+    /// `PUBLISH channel message`, in a cluster through the master of `key`'s slot. Every node
+    /// of a cluster passes a `PUBLISH` on to all the others, so any node would do; routed by the
+    /// channel's own slot (the client's default) every announcement of the fleet would depend on
+    /// the one master that serves it, and that master cut off would fail every publish for as
+    /// long as the partition lasts (measured by the partition scenario: waiters on every host
+    /// waited out their leases). The master of the key just written was reachable a moment ago.
+    pub async fn publish_via(&self, key: &str, channel: &str, message: &str) -> RedisResult<()> {
+        let mut publish = redis::cmd("PUBLISH");
+        publish.arg(channel).arg(message);
+        match self {
+            Redis::Standalone(c) => publish.query_async::<Value>(&mut c.clone()).await.map(drop),
+            Redis::Cluster(handle) => {
+                let route = Route::with_key(key, SlotAddr::Master);
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                let result = handle.connection().route_command(publish, routing).await;
+                if let Err(e) = &result {
+                    handle.failed(e);
+                }
+                result.map(drop)
+            }
+        }
     }
 
     /// `standalone` or `cluster`, for `CacheStats`.

@@ -91,6 +91,7 @@ pub async fn run(
     let (health_reporter, health) = tonic_health::server::health_reporter();
     health_reporter.set_not_serving::<ArtifactCacheServer<CacheService>>().await;
     background.spawn(probe(store.clone(), Arc::clone(&metrics), health_reporter, stop.clone()));
+    background.spawn(redis.clone().watch_topology(stop.clone()));
     background.spawn(crate::status::run_flusher(redis.clone(), Arc::clone(&metrics), stop.clone()));
     let status = Arc::new(crate::status::FleetPage::new(redis));
     let mode = store.mode();

@@ -348,16 +348,11 @@ impl Store {
 
     /// `PUBLISH` on the one channel. A separate command rather than part of the transaction: in
     /// a cluster the channel name hashes to another slot than the key, and a transaction may
-    /// touch one slot only.
+    /// touch one slot only. In a cluster it goes through the master that holds the key (see
+    /// [`Redis::publish_via`]).
     async fn announce(&self, key: &CacheKey) -> Result<(), Error> {
-        let mut con = self.redis.clone();
-        redis::cmd("PUBLISH")
-            .arg(layout::CHANNEL)
-            .arg(key.to_hex())
-            .query_async::<i64>(&mut con)
-            .await
-            .map_err(Error::Announce)?;
-        Ok(())
+        let via = layout::head_key(key);
+        self.redis.publish_via(&via, layout::CHANNEL, &key.to_hex()).await.map_err(Error::Announce)
     }
 
     pub async fn get_manifest(&self, graph_key: &CacheKey) -> Result<Lookup<Vec<CacheKey>>, Error> {

@@ -19,6 +19,7 @@ image_names() {
   IMAGE_KILN_CACHE="kiln/kiln-cache:$KILN_VERSION${1:-}"
   IMAGE_KILND="kiln/kilnd:$KILN_VERSION${1:-}"
   IMAGE_REDIS="kiln/redis:$REDIS_SERIES${1:-}"
+  IMAGE_TRAIN_EXAMPLE="kiln/train-example:$KILN_VERSION${1:-}"
   export KILN_IMAGE_KILN_CACHE="$IMAGE_KILN_CACHE" KILN_IMAGE_KILND="$IMAGE_KILND" KILN_IMAGE_REDIS="$IMAGE_REDIS"
 }
 image_names ""
@@ -182,12 +183,14 @@ replace_if_changed() {
   fi
 }
 
-# Builds image $1 from container file $2 and context $3, quietly unless it fails.
+# Builds image $1 from container file $2 and context $3 (more `docker build` arguments after),
+# quietly unless it fails.
 docker_build() {
   local tag="$1" file="$2" ctx="$3" log
+  shift 3
   log="$(mktemp)"
   say "docker build $tag ($(realpath --relative-to="$KILN_ROOT" "$file"))"
-  if ! docker build --force-rm -t "$tag" -f "$file" "$ctx" >"$log" 2>&1; then
+  if ! docker build --force-rm -t "$tag" -f "$file" "$@" "$ctx" >"$log" 2>&1; then
     cat "$log" >&2
     rm -f "$log"
     die "docker build of $tag failed (its output is above)"
@@ -228,7 +231,7 @@ build_redis_image() {
 # Debian 12's CPython 3.11 on x86_64, and Debian's pip wheel), kiln/ (kilnd and kiln, and any
 # library they link that debian/ lacks).
 build_kilnd_image() {
-  local bin_dir="$1" ctx="$IMAGES_WORK/kilnd" staged pip_whl
+  local bin_dir="$1" ctx="$IMAGES_WORK/kilnd" staged
   staged="$(mktemp -d "$IMAGES_WORK/.stage.XXXXXX")"
   add_base_files "$staged/debian"
   fetch_debs "${KILND_DEBS[@]}" | unpack_debs "$staged/debian"
@@ -238,10 +241,8 @@ build_kilnd_image() {
   ln -s "venv/lib/$IMAGE_PYTHON/site-packages/nvidia/cu13" "$staged/debian/opt/kiln/cuda"
 
   mkdir -p "$staged/wheels"
-  stage_wheels "$staged/wheels"
-  pip_whl="$(fetch_debs "$KILND_PIP_DEB")"
-  dpkg-deb --fsys-tarfile "$pip_whl" | tar -x -O --wildcards './usr/share/python-wheels/pip-*.whl' >"$staged/wheels/pip.whl" ||
-    die "no pip wheel in $pip_whl"
+  stage_wheels "$staged/wheels" "$IMAGES_WORK/wheels" "${PY_PACKAGES[@]}"
+  stage_pip_wheel "$staged/wheels/pip.whl"
 
   add_elf "$staged/kiln" "$bin_dir/kilnd" /usr/local/bin/kilnd "$staged/debian"
   add_elf "$staged/kiln" "$bin_dir/kiln" /usr/local/bin/kiln "$staged/debian"
@@ -250,11 +251,47 @@ build_kilnd_image() {
   docker_build "$IMAGE_KILND" "$KILN_ROOT/deploy/images/kilnd.scratch.Dockerfile" "$ctx"
 }
 
-# The wheels of PY_PACKAGES (setup.sh's pins) and their requirements file, into $1. They are
-# downloaded once into $IMAGES_WORK/wheels and copied (hard-linked) from there.
+# kiln/train-example, the example Job of deploy/kubernetes/job: its train.py, and the kiln Python
+# package with what it requires (grpcio, protobuf, blake3 at setup.sh's pins), installed by the
+# kilnd image's Python on top of the kilnd image, whose layers (Python, Triton, the CUDA wheels)
+# it shares. Context: wheels/ (those wheels, kiln's built here, Debian's pip) and train.py.
+build_train_example_image() {
+  local ctx="$IMAGES_WORK/train-example" staged src pkg deps=()
+  for pkg in "${PY_CLIENT_PACKAGES[@]}"; do
+    case "${pkg%%==*}" in grpcio | protobuf | blake3) deps+=("$pkg") ;; esac
+  done
+  staged="$(mktemp -d "$IMAGES_WORK/.stage.XXXXXX")"
+  mkdir -p "$staged/wheels"
+  stage_wheels "$staged/wheels" "$IMAGES_WORK/client-wheels" "${deps[@]}"
+  stage_pip_wheel "$staged/wheels/pip.whl"
+  # Built from a copy, so the source tree gets no build/ or egg-info; dated, so an unchanged
+  # package makes the same wheel and Docker's cache holds.
+  src="$(mktemp -d)"
+  cp -r "$KILN_ROOT/client/python/." "$src/"
+  rm -rf "$src/tests" "$src/bench"
+  SOURCE_DATE_EPOCH=315532800 "$VENV/bin/python" -m pip wheel -q --disable-pip-version-check --no-deps \
+    --wheel-dir "$staged/wheels" "$src" >/dev/null || die "building the kiln wheel failed"
+  rm -rf "$src"
+  cp "$KILN_ROOT/deploy/kubernetes/job/train.py" "$staged/train.py"
+  replace_if_changed "$staged" "$ctx"
+  docker_build "$IMAGE_TRAIN_EXAMPLE" "$KILN_ROOT/deploy/images/train-example.Dockerfile" "$ctx" \
+    --build-arg "KILND_IMAGE=$IMAGE_KILND"
+}
+
+# Debian's pip wheel, to $1: the images run pip from the wheel file and keep no pip.
+stage_pip_wheel() {
+  local pip_whl
+  pip_whl="$(fetch_debs "$KILND_PIP_DEB")"
+  dpkg-deb --fsys-tarfile "$pip_whl" | tar -x -O --wildcards './usr/share/python-wheels/pip-*.whl' >"$1" ||
+    die "no pip wheel in $pip_whl"
+}
+
+# The wheels of the pinned packages $3... (and what they require) and their requirements file,
+# into $1. They are downloaded once into cache directory $2 and copied (hard-linked) from there.
 stage_wheels() {
-  local dest="$1" cache="$IMAGES_WORK/wheels"
-  download_wheels "$cache" --python-version 3.11 --implementation cp --abi cp311 \
+  local dest="$1" cache="$2"
+  shift 2
+  download_wheels "$cache" "$@" -- --python-version 3.11 --implementation cp --abi cp311 \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
   cp -al "$cache"/. "$dest"/
@@ -282,17 +319,48 @@ smoke_test_images() {
   for t in nvrtc ptxas triton; do
     grep -qE "^$t +ok: " <<<"$out" || die "$IMAGE_KILND: kilnd check did not compile with $t"
   done
+  run_train_example
+}
+
+# Runs the example Job's script in its image against a kilnd container, as on a node: kilnd's
+# socket directory shared through a bind mount (the node's /run/kiln), kilnd as root in group
+# 2000, the job as uid 1000 in group 2000 (the Job's securityContext). There is no GPU here: the
+# script must compile both kernels through kilnd and say that launching them needs a GPU.
+run_train_example() {
+  local run kilnd out
+  run="$(mktemp -d)"
+  chmod 0755 "$run"
+  kilnd="kiln-train-example-kilnd-$$"
+  docker run -d --rm --name "$kilnd" --network none --user 0:2000 -v "$run:/run/kiln" "$IMAGE_KILND" \
+    --socket /run/kiln/kilnd.sock --cache-dir /var/cache/kiln --target sm_90 >/dev/null ||
+    die "$IMAGE_KILND: kilnd did not start for the example job"
+  for _ in $(seq 100); do
+    [ -S "$run/kilnd.sock" ] && break
+    sleep 0.1
+  done
+  out="$(docker run --rm --network none --user 1000:1000 --group-add 2000 -v "$run:/run/kiln:ro" \
+    "$IMAGE_TRAIN_EXAMPLE" 2>&1)" || {
+    docker logs "$kilnd" 2>&1 | tail -20 >&2
+    docker rm -f "$kilnd" >/dev/null 2>&1
+    rm -rf "$run"
+    die "$IMAGE_TRAIN_EXAMPLE: the example job failed against a kilnd container:"$'\n'"$out"
+  }
+  docker rm -f "$kilnd" >/dev/null 2>&1
+  rm -rf "$run"
+  printf '%s\n' "$out" | sed 's/^/    example job: /' >&2
+  grep -q '^kilnd: 2 kernels in' <<<"$out" && grep -q '^gpu: not run' <<<"$out" ||
+    die "$IMAGE_TRAIN_EXAMPLE: the example job did not compile its two kernels and say the GPU part needs a GPU"
 }
 
 # One line per image: name, size in MB.
 image_sizes() {
   local image
-  for image in "$IMAGE_KILN_CACHE" "$IMAGE_KILND" "$IMAGE_REDIS"; do
+  for image in "$IMAGE_KILN_CACHE" "$IMAGE_KILND" "$IMAGE_REDIS" "$IMAGE_TRAIN_EXAMPLE"; do
     printf '%-24s %6.1f MB\n' "$image" "$(docker image inspect -f '{{.Size}}' "$image" | awk '{ print $1 / 1000000 }')"
   done
 }
 
-# Builds the three images from the binaries in $1 (a cargo profile's directory), checks them,
+# Builds the four images from the binaries in $1 (a cargo profile's directory), checks them,
 # and removes the untagged kiln images that earlier builds left (by their label, nothing else).
 build_images() {
   local bin_dir="$1"
@@ -302,6 +370,7 @@ build_images() {
   build_redis_image
   build_kiln_cache_image "$bin_dir"
   build_kilnd_image "$bin_dir"
+  build_train_example_image
   smoke_test_images
   docker image prune -f --filter dangling=true --filter label=org.kiln.image >/dev/null 2>&1 || true
 }

@@ -174,20 +174,28 @@ kiln_env_unset() {
   done
 }
 
-# Downloads the wheels of PY_PACKAGES into $1 unless it holds them already (its requirements.txt
-# lists the pins it was filled for). The other arguments go to pip download (a platform, say);
-# without them the wheels are for .venv's Python on this machine.
+# Downloads wheels into $1 unless it holds them already (its requirements.txt lists the pins it
+# was filled for): `download_wheels DIR [PACKAGE...] [-- PIP_ARGS...]`, PY_PACKAGES when no
+# package is named; PIP_ARGS go to pip download (a platform, say), and without them the wheels
+# are for .venv's Python on this machine.
 download_wheels() {
-  local dir="$1" want
+  local dir="$1" want packages=() pip_args=()
   shift
-  want="$(printf '%s\n' "${PY_PACKAGES[@]}")"
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+    packages+=("$1")
+    shift
+  done
+  [ $# -gt 0 ] && shift
+  pip_args=("$@")
+  [ ${#packages[@]} -gt 0 ] || packages=("${PY_PACKAGES[@]}")
+  want="$(printf '%s\n' "${packages[@]}")"
   if [ "$(cat "$dir/requirements.txt" 2>/dev/null)" != "$want" ]; then
     ensure_venv
-    say "pip download ${PY_PACKAGES[*]} into $dir"
+    say "pip download ${packages[*]} into $dir"
     rm -rf "$dir"
     mkdir -p "$dir"
-    "$VENV/bin/python" -m pip download -q --disable-pip-version-check --only-binary=:all: "$@" \
-      --dest "$dir" "${PY_PACKAGES[@]}" || die "pip download of the pinned wheels failed"
+    "$VENV/bin/python" -m pip download -q --disable-pip-version-check --only-binary=:all: "${pip_args[@]}" \
+      --dest "$dir" "${packages[@]}" || die "pip download of the pinned wheels failed"
     printf '%s\n' "$want" >"$dir/requirements.txt"
   fi
 }

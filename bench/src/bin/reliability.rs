@@ -24,7 +24,7 @@ struct Args {
     /// Fewer clients and kills, a one-minute soak: a development run, not figures to publish.
     #[arg(long)]
     quick: bool,
-    /// Run only these scenarios, by number: `--only 4,5,7`, `--only 8-12` (or `457`).
+    /// Run only these scenarios, by number: `--only 4,5,7`, `--only 8-13` (or `457`).
     #[arg(long)]
     only: Option<String>,
     /// Seconds of the soak (scenario 3).

@@ -16,6 +16,7 @@
 //! Every container and network carries the label `org.kiln.fleet=<name>` and is removed when
 //! the [`ContainerFleet`] is dropped, and by [`remove_leftovers`] before a run.
 
+use super::redis_cluster;
 use anyhow::{Context, Result, bail};
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -108,14 +109,7 @@ impl Container {
 
     /// Runs a command in its network namespace from this machine's tools (the images have none).
     pub fn in_netns(&self, argv: &[&str]) -> Result<String> {
-        let pid = self.pid()?.to_string();
-        let mut args = vec!["-t", pid.as_str(), "-n"];
-        args.extend_from_slice(argv);
-        let out = Command::new("nsenter").args(&args).output().context("running nsenter")?;
-        if !out.status.success() {
-            bail!("nsenter {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        in_netns(self.pid()?, argv)
     }
 
     /// Its log, stdout and stderr, for a failure's notes.
@@ -158,25 +152,67 @@ pub struct Layout {
     pub spread: bool,
 }
 
+impl Layout {
+    /// `caches` replicas and `hosts` hosts (`--concurrency 1`) with the shipped configuration, every
+    /// host on the shared name.
+    pub fn new(caches: usize, hosts: usize) -> Layout {
+        Layout {
+            caches,
+            hosts,
+            kilnd_config: String::new(),
+            cache_config: String::new(),
+            concurrency: 1,
+            spread: false,
+        }
+    }
+}
+
 /// A running fleet; dropping it removes its containers and networks.
 #[derive(Debug)]
 pub struct ContainerFleet {
     pub name: String,
     pub images: Images,
-    pub redis: Container,
+    /// The Redis servers on the store network: the one, or a Redis Cluster's nodes ([`Store`]).
+    pub redis: Vec<Container>,
     pub caches: Vec<Container>,
     pub hosts: Vec<Host>,
     /// `<name>-store`: Redis and the replicas.
     pub store_net: String,
     /// `<name>-fleet`: the replicas and the hosts.
     pub fleet_net: String,
+    layout: Layout,
+    /// `org.kiln.fleet=<name>`, on everything this fleet starts.
+    label: String,
+    /// The configuration directory's bind mount, read-only at /etc/kiln.
+    etc_mount: String,
     dir: PathBuf,
+}
+
+/// What the kiln-cache replicas keep the fleet in.
+#[derive(Debug, Clone)]
+pub enum Store {
+    /// One Redis (container `<name>-redis`, alias `redis`).
+    Redis,
+    /// A Redis Cluster: containers `<name>-redis-<i>`, aliases `redis-<i>`, every one a seed
+    /// node of kiln-cache's `--redis-cluster`.
+    Cluster(redis_cluster::ClusterSpec),
 }
 
 impl ContainerFleet {
     /// Starts Redis, the replicas and the hosts, and waits until each is ready: kiln-cache
     /// reports Redis up on `/metrics`, kilnd answers `Stats` on its socket. Blocking.
     pub fn start(name: &str, work: &Path, images: &Images, layout: &Layout) -> Result<ContainerFleet> {
+        ContainerFleet::start_on(name, work, images, layout, &Store::Redis)
+    }
+
+    /// [`ContainerFleet::start`] with the replicas over `store`: one Redis, or a Redis Cluster.
+    pub fn start_on(
+        name: &str,
+        work: &Path,
+        images: &Images,
+        layout: &Layout,
+        store: &Store,
+    ) -> Result<ContainerFleet> {
         check_docker(images)?;
         let name = format!("kiln-{name}-{}", std::process::id());
         let dir = work.join(&name);
@@ -184,96 +220,46 @@ impl ContainerFleet {
         let mut fleet = ContainerFleet {
             store_net: format!("{name}-store"),
             fleet_net: format!("{name}-fleet"),
-            redis: Container { name: format!("{name}-redis") },
+            label: format!("{LABEL}={name}"),
+            etc_mount: format!("{}:/etc/kiln:ro", dir.join("etc").display()),
+            redis: Vec::new(),
             caches: Vec::new(),
             hosts: Vec::new(),
             images: images.clone(),
+            layout: layout.clone(),
             name,
             dir,
         };
-        let label = format!("{LABEL}={}", fleet.name);
         for net in [&fleet.store_net, &fleet.fleet_net] {
-            docker(&["network", "create", "--internal", "--label", &label, net])?;
+            docker(&["network", "create", "--internal", "--label", &fleet.label, net])?;
         }
-        let etc = fleet.dir.join("etc");
-        std::fs::write(etc.join("tokens"), format!("write:{TOKEN}\n"))?;
-        std::fs::write(etc.join("token"), TOKEN)?;
-        std::fs::write(
-            etc.join("kiln-cache.toml"),
-            format!("listen = \"0.0.0.0:7171\"\nmetrics = \"0.0.0.0:9465\"\n{}", layout.cache_config),
-        )?;
-        std::fs::write(
-            etc.join("kilnd.toml"),
-            format!("metrics = \"0.0.0.0:9464\"\ntarget = \"sm_90\"\n{}", layout.kilnd_config),
-        )?;
-        // kiln-cache runs as 65532 and reads these through a read-only mount.
-        for f in ["tokens", "token", "kiln-cache.toml", "kilnd.toml"] {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(etc.join(f), std::fs::Permissions::from_mode(0o644))?;
+        fleet.write_configs()?;
+        let mut redis_args = Vec::new();
+        match store {
+            Store::Redis => {
+                let args = ["--bind", "0.0.0.0", "--protected-mode", "no", "--save", "", "--appendonly", "no"];
+                fleet.run_redis("redis", "redis", &args.map(String::from))?;
+                redis_args.extend(["--redis".to_string(), format!("redis://redis:{}", redis_cluster::PORT)]);
+            }
+            Store::Cluster(spec) => {
+                for i in 0..spec.nodes() {
+                    let alias = format!("redis-{i}");
+                    fleet.run_redis(&alias, &alias, &spec.server_args())?;
+                    redis_args.extend(["--redis".to_string(), format!("redis://{alias}:{}", redis_cluster::PORT)]);
+                }
+                redis_cluster::create(&fleet.redis, &fleet.store_net, spec)?;
+                redis_args.push("--redis-cluster".into());
+            }
         }
-        let etc_mount = format!("{}:/etc/kiln:ro", etc.display());
-
-        docker(&[
-            "run",
-            "-d",
-            "--name",
-            &fleet.redis.name,
-            "--hostname",
-            "redis",
-            "--label",
-            &label,
-            "--network",
-            &fleet.store_net,
-            "--network-alias",
-            "redis",
-            &images.redis,
-            "redis-server",
-            "--bind",
-            "0.0.0.0",
-            "--protected-mode",
-            "no",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])?;
         for i in 0..layout.caches {
-            let cache = Container { name: format!("{}-cache-{i}", fleet.name) };
-            let hostname = format!("kiln-cache-{i}");
-            docker(&[
-                "run",
-                "-d",
-                "--name",
-                &cache.name,
-                "--hostname",
-                &hostname,
-                "--label",
-                &label,
-                "--network",
-                &fleet.store_net,
-                "-v",
-                &etc_mount,
-                &images.cache,
-                "--config",
-                "/etc/kiln/kiln-cache.toml",
-                "--redis",
-                "redis://redis:6379",
-                "--tokens",
-                "/etc/kiln/tokens",
-            ])?;
-            let own = format!("kiln-cache-{i}");
-            docker(&["network", "connect", "--alias", "kiln-cache", "--alias", &own, &fleet.fleet_net, &cache.name])?;
+            let cache = fleet.run_cache(i, &redis_args)?;
             fleet.caches.push(cache);
         }
         for i in 0..layout.caches {
             fleet.wait_cache_ready(i, READY)?;
         }
         for i in 0..layout.hosts {
-            let remote = match layout.spread {
-                true => format!("http://kiln-cache-{}:7171", i % layout.caches.max(1)),
-                false => "http://kiln-cache:7171".to_string(),
-            };
-            let host = fleet.run_host(i, layout.concurrency, &remote, &etc_mount, &label)?;
+            let host = fleet.run_host(i, &fleet.remote(i))?;
             fleet.hosts.push(host);
         }
         for h in &fleet.hosts {
@@ -282,7 +268,71 @@ impl ContainerFleet {
         Ok(fleet)
     }
 
-    fn run_host(&self, i: usize, concurrency: usize, remote: &str, etc_mount: &str, label: &str) -> Result<Host> {
+    /// The configuration files every container mounts read-only at /etc/kiln.
+    fn write_configs(&self) -> Result<()> {
+        let etc = self.dir.join("etc");
+        std::fs::write(etc.join("tokens"), format!("write:{TOKEN}\n"))?;
+        std::fs::write(etc.join("token"), TOKEN)?;
+        std::fs::write(
+            etc.join("kiln-cache.toml"),
+            format!("listen = \"0.0.0.0:7171\"\nmetrics = \"0.0.0.0:9465\"\n{}", self.layout.cache_config),
+        )?;
+        std::fs::write(
+            etc.join("kilnd.toml"),
+            format!("metrics = \"0.0.0.0:9464\"\ntarget = \"sm_90\"\n{}", self.layout.kilnd_config),
+        )?;
+        // kiln-cache runs as 65532 and reads these through a read-only mount.
+        for f in ["tokens", "token", "kiln-cache.toml", "kilnd.toml"] {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(etc.join(f), std::fs::Permissions::from_mode(0o644))?;
+        }
+        Ok(())
+    }
+
+    /// Starts a Redis server on the store network, reached there by `alias`.
+    fn run_redis(&mut self, suffix: &str, alias: &str, args: &[String]) -> Result<()> {
+        let redis = Container { name: format!("{}-{suffix}", self.name) };
+        let mut run = vec!["run", "-d", "--name", redis.name.as_str(), "--hostname", alias, "--label", &self.label];
+        run.extend(["--network", self.store_net.as_str(), "--network-alias", alias, &self.images.redis]);
+        run.push("redis-server");
+        run.extend(args.iter().map(String::as_str));
+        docker(&run)?;
+        self.redis.push(redis);
+        Ok(())
+    }
+
+    /// Starts kiln-cache replica `i` over the Redis `redis_args` name, on the store network and,
+    /// as `kiln-cache` and `kiln-cache-<i>`, on the fleet network.
+    fn run_cache(&self, i: usize, redis_args: &[String]) -> Result<Container> {
+        let cache = Container { name: format!("{}-cache-{i}", self.name) };
+        let hostname = format!("kiln-cache-{i}");
+        let mut run = vec!["run", "-d", "--name", cache.name.as_str(), "--hostname", &hostname, "--label", &self.label];
+        run.extend(["--network", self.store_net.as_str(), "-v", &self.etc_mount, &self.images.cache]);
+        run.extend(["--config", "/etc/kiln/kiln-cache.toml", "--tokens", "/etc/kiln/tokens"]);
+        run.extend(redis_args.iter().map(String::as_str));
+        docker(&run)?;
+        docker(&["network", "connect", "--alias", "kiln-cache", "--alias", &hostname, &self.fleet_net, &cache.name])?;
+        Ok(cache)
+    }
+
+    /// The `--remote` of host `i`: the shared name, or with [`Layout::spread`] its replica's own.
+    fn remote(&self, i: usize) -> String {
+        match self.layout.spread {
+            true => format!("http://kiln-cache-{}:7171", i % self.layout.caches.max(1)),
+            false => "http://kiln-cache:7171".to_string(),
+        }
+    }
+
+    /// Starts one more host, `i` (past the layout's, so a letter no other host has), configured
+    /// as the others, and waits until it answers: a fresh host with an empty cache. It is removed
+    /// with the fleet. Blocking.
+    pub fn fresh_host(&self, i: usize) -> Result<Host> {
+        let host = self.run_host(i, &self.remote(i))?;
+        wait_host_ready(&host, READY)?;
+        Ok(host)
+    }
+
+    fn run_host(&self, i: usize, remote: &str) -> Result<Host> {
         let letter = char::from(b'a' + u8::try_from(i % 26).unwrap_or(0));
         let container = Container { name: format!("{}-host-{letter}", self.name) };
         let run = self.dir.join(format!("host-{letter}/run"));
@@ -292,7 +342,7 @@ impl ContainerFleet {
         let (run_mount, cache_mount) =
             (format!("{}:/run/kiln", run.display()), format!("{}:/var/cache/kiln", cache.display()));
         let hostname = format!("host-{letter}");
-        let concurrency = concurrency.to_string();
+        let concurrency = self.layout.concurrency.to_string();
         docker(&[
             "run",
             "-d",
@@ -301,7 +351,7 @@ impl ContainerFleet {
             "--hostname",
             &hostname,
             "--label",
-            label,
+            &self.label,
             "--network",
             &self.fleet_net,
             "-v",
@@ -309,7 +359,7 @@ impl ContainerFleet {
             "-v",
             &cache_mount,
             "-v",
-            etc_mount,
+            &self.etc_mount,
             &self.images.kilnd,
             "--config",
             "/etc/kiln/kilnd.toml",
@@ -432,6 +482,19 @@ fn wait_host_ready(host: &Host, bound: Duration) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Runs `argv`, this machine's, in the network namespace of process `pid` (a container's main
+/// process, [`Container::pid`]); returns its stdout.
+pub fn in_netns(pid: u32, argv: &[&str]) -> Result<String> {
+    let pid = pid.to_string();
+    let mut args = vec!["-t", pid.as_str(), "-n"];
+    args.extend_from_slice(argv);
+    let out = Command::new("nsenter").args(&args).output().context("running nsenter")?;
+    if !out.status.success() {
+        bail!("nsenter {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// The sum of every sample whose line starts with `series`.

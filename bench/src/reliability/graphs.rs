@@ -50,13 +50,27 @@ pub fn tiers(job: &kiln_client::CompletedJob) -> String {
 /// Compiles `req` on a kilnd of its own (fresh cache under `name`, no fleet) and returns what it
 /// compiled: the bytes every other answer for these kernels must equal.
 pub async fn reference(run: &super::Run, name: &str, req: &pb::CompileRequest) -> Result<Artifacts> {
+    Ok(reference_keyed(run, name, req).await?.0)
+}
+
+/// [`reference`], with each kernel's cache key (hex) by id: where the fleet keeps it.
+pub async fn reference_keyed(
+    run: &super::Run,
+    name: &str,
+    req: &pb::CompileRequest,
+) -> Result<(Artifacts, BTreeMap<String, String>)> {
     let bench = &run.bench;
     let dir = bench.dir(&format!("reference-{name}"))?;
     let daemon = Kilnd::start(&bench.kilnd(), &bench.cuda_root, &dir, &KilndOptions::new(bench.cores)).await?;
     let job = daemon.connect().await?.compile(req.clone()).await?.collect().await?;
     let out = artifacts(req, &job).context("the reference compile")?;
     daemon.stop().await?;
-    Ok(out)
+    Ok((out, keys(&job)))
+}
+
+/// A finished job's cache keys (hex) by kernel id.
+pub fn keys(job: &kiln_client::CompletedJob) -> BTreeMap<String, String> {
+    job.kernels.iter().map(|k| (k.id.clone(), k.key.clone())).collect()
 }
 
 /// How many of `got`'s artifacts differ from `reference` (a kernel the reference lacks counts).

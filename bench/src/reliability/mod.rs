@@ -22,16 +22,20 @@
 //! 10. [`rolling_restart`]: the kiln-cache replicas restarted one at a time under a herd.
 //! 11. [`redis_partition`]: kiln-cache cut off from Redis, then healed.
 //! 12. [`publisher_lost`]: a kilnd host lost from the network mid-publish.
-//! 13. [`writer_gone_bad`]: a host publishes wrong cubins under right keys; the audit catches it.
+//! 13. [`cluster_partition`]: a Redis Cluster (each node a container) loses a master to a
+//!     partition, not a kill, under a herd; a replica takes over, the old master rejoins.
+//! 14. [`writer_gone_bad`]: a host publishes wrong cubins under right keys; the audit catches it.
 //!
 //! Shared pieces: [`graphs`] (the kernels and their reference bytes), [`herd`] (fleet hosts and
-//! a herd on one graph), [`load`] (many clients, latencies and errors), [`rss`] (memory from
-//! /proc), [`report`] (the section and its place in BENCHMARKS.md). Processes are started with
-//! the benchmark harness's helpers ([`crate::bench`], [`kiln_tests::redis`]).
+//! a herd on one graph), [`redis_cluster`] (a Redis Cluster as containers), [`load`] (many
+//! clients, latencies and errors), [`rss`] (memory from /proc), [`report`] (the section and its
+//! place in BENCHMARKS.md). Processes are started with the benchmark harness's helpers
+//! ([`crate::bench`], [`kiln_tests::redis`]).
 
 pub mod cache_clients;
 pub mod cache_kill;
 pub mod cluster_failover;
+pub mod cluster_partition;
 pub mod containers;
 pub mod cross_host;
 pub mod graphs;
@@ -41,6 +45,7 @@ pub mod kill_disk;
 pub mod kilnd_clients;
 pub mod load;
 pub mod publisher_lost;
+pub mod redis_cluster;
 pub mod redis_flush;
 pub mod redis_partition;
 pub mod report;
@@ -110,7 +115,7 @@ impl Run {
 }
 
 /// The scenarios, numbered as in the report.
-pub const SCENARIOS: [&str; 13] = [
+pub const SCENARIOS: [&str; 14] = [
     kilnd_clients::TITLE,
     cache_clients::TITLE,
     soak::TITLE,
@@ -123,6 +128,7 @@ pub const SCENARIOS: [&str; 13] = [
     rolling_restart::TITLE,
     redis_partition::TITLE,
     publisher_lost::TITLE,
+    cluster_partition::TITLE,
     writer_gone_bad::TITLE,
 ];
 
@@ -134,6 +140,8 @@ pub fn bound(n: usize, options: &Options) -> Duration {
         2 => 180,
         3 => options.soak.as_secs() + 120,
         4 => 60 + 4 * options.kills as u64,
+        // Six Redis nodes to start and form a cluster, a failover, a rejoin and two fresh hosts.
+        13 => 300,
         _ => 180,
     };
     Duration::from_secs(secs)
@@ -154,12 +162,13 @@ pub async fn scenario(n: usize, run: &Run, out: &mut Outcome) -> Result<()> {
         10 => rolling_restart::run(run, out).await,
         11 => redis_partition::run(run, out).await,
         12 => publisher_lost::run(run, out).await,
-        13 => writer_gone_bad::run(run, out).await,
+        13 => cluster_partition::run(run, out).await,
+        14 => writer_gone_bad::run(run, out).await,
         _ => Err(anyhow!("there is no scenario {n}")),
     }
 }
 
-/// The scenarios `--only` names: numbers separated by commas, with ranges (`4,5,7`, `8-12`). A
+/// The scenarios `--only` names: numbers separated by commas, with ranges (`4,5,7`, `8-13`). A
 /// bare run of digits that is not itself a scenario's number is one scenario per digit (`457`,
 /// the older form, from when there were fewer than ten).
 pub fn parse_only(spec: &str, count: usize) -> Result<std::collections::BTreeSet<usize>> {
@@ -200,7 +209,7 @@ mod tests {
     use super::parse_only;
 
     fn only(spec: &str) -> Vec<usize> {
-        parse_only(spec, 13).map(|s| s.into_iter().collect()).unwrap_or_default()
+        parse_only(spec, 14).map(|s| s.into_iter().collect()).unwrap_or_default()
     }
 
     #[test]
@@ -211,8 +220,10 @@ mod tests {
         assert_eq!(only("8-12"), vec![8, 9, 10, 11, 12]);
         assert_eq!(only("9"), vec![9]);
         assert_eq!(only("13"), vec![13]);
-        assert!(parse_only("1-14", 13).is_err());
-        assert!(parse_only("0", 13).is_err());
-        assert!(parse_only("x", 13).is_err());
+        assert_eq!(only("8-13"), vec![8, 9, 10, 11, 12, 13]);
+        assert_eq!(only("14"), vec![14]);
+        assert!(parse_only("1-15", 14).is_err());
+        assert!(parse_only("0", 14).is_err());
+        assert!(parse_only("x", 14).is_err());
     }
 }

@@ -76,7 +76,7 @@ pub async fn run(run: &Run, out: &mut Outcome) -> Result<()> {
     out.figure("before: A compiles G", format!("{} ({})", ms(first.took), first.tiers));
     calls.push(("A: G before the cut", first));
 
-    fleet.disconnect(&fleet.store_net, &fleet.redis)?;
+    fleet.disconnect(&fleet.store_net, &fleet.redis[0])?;
     // The hosts are asked at once, before kiln-cache has noticed (what a client meets first),
     // while the harness watches kiln-cache's and the hosts' metrics.
     let (f1, f2) = (std::sync::Arc::clone(&fleet), std::sync::Arc::clone(&fleet));
@@ -103,7 +103,7 @@ pub async fn run(run: &Run, out: &mut Outcome) -> Result<()> {
         calls.push((label, result));
     }
 
-    fleet.connect(&fleet.store_net, &fleet.redis, Some("redis"))?;
+    fleet.connect(&fleet.store_net, &fleet.redis[0], Some("redis"))?;
     let healed = Instant::now();
     let f = std::sync::Arc::clone(&fleet);
     let cache_back = blocking(move || wait_for(|| Ok(f.cache_metric(0, "kiln_server_redis_up")? >= 1.0))).await?;
