@@ -12,7 +12,7 @@
 
 mod quarantine;
 
-pub use quarantine::{MAX_LIST, Quarantined};
+pub use quarantine::{MAX_LIST, Quarantined, newest as newest_quarantines};
 
 use crate::backend::Redis;
 use crate::error::Error;

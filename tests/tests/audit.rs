@@ -17,6 +17,9 @@ use kiln_tests::redis::{CacheOptions, CacheServer, RedisServer, WRITE_TOKEN};
 use std::time::{Duration, Instant};
 use tonic::Code;
 
+/// The bad writer's name for itself.
+const WRITER_HOST: &str = "gone-bad";
+
 /// Every artifact audited, with all of a CPU, and the quarantine list read often.
 const AUDIT_ALL: &str = "audit_rate = 1.0\naudit_cpu_share = 1.0\nquarantine_poll_ms = 200\n";
 
@@ -92,7 +95,7 @@ async fn a_writer_gone_bad_is_caught_quarantined_named_and_kept_out() {
     assert_eq!(right.outcome(), Outcome::Ok, "{}", right.log);
     let key: CacheKey = right.key.parse().unwrap();
     // The bad writer: the honest envelope's metadata, other cubin bytes.
-    let bad = cache.client(WRITE_TOKEN).with_host("gone-bad");
+    let bad = cache.client(WRITE_TOKEN).with_host(WRITER_HOST);
     let Lookup::Hit(sealed, _) = bad.get(&key).await.unwrap() else { panic!("the honest host did not publish") };
     let honest_artifact = envelope::open(&sealed, &key, u64::MAX).unwrap();
     let mut wrong = honest_artifact.bytes.to_vec();
@@ -125,6 +128,21 @@ async fn a_writer_gone_bad_is_caught_quarantined_named_and_kept_out() {
         assert_eq!(k.artifact, right.artifact, "a host still serves the wrong bytes");
         assert_ne!(tier(k), Tier::Memory, "the quarantined key was not dropped from memory");
     }
+    // The fleet page lists it, naming the writer, once its cached view (2 s) renews.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        let status: serde_json::Value =
+            serde_json::from_str(&kiln_tests::http::get(cache.metrics, "/status.json").unwrap()).unwrap();
+        if status["quarantines"][0].is_object() || Instant::now() > deadline {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let listed = &status["quarantines"][0];
+    assert_eq!(listed["key"], key.to_hex(), "{status}");
+    assert_eq!(listed["publisher"]["host"], WRITER_HOST, "{status}");
+    let html = kiln_tests::http::get(cache.metrics, "/").unwrap();
+    assert!(html.contains("Quarantined by the fleet audit") && html.contains(WRITER_HOST), "{html}");
     let out = auditor.kiln(&["audit", "--quarantined"], &env::repo_root());
     let listing = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && listing.contains("published by gone-bad"), "{listing}");

@@ -21,7 +21,9 @@
 //! - [`source_tree`]: the kernels as `.cu` files, built one process per file like `make -j`.
 //! - [`samples`], [`report`], [`machine`]: percentiles, tables, and what the run ran on.
 
+pub mod audit_cost;
 pub mod cold_compile;
+pub mod cpu;
 pub mod fleet;
 pub mod fleet_cold;
 pub mod fleet_lookups;

@@ -13,7 +13,6 @@ use super::fleet::Fleet;
 use anyhow::{Context, Result, ensure};
 use kiln_cache_client::Lookup;
 use kiln_proto::key::CacheKey;
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -53,24 +52,10 @@ impl Load {
     }
 }
 
-/// utime + stime of `pid` in seconds.
-fn cpu_seconds(pid: u32) -> Result<f64> {
-    let stat = std::fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("stat"))
-        .with_context(|| format!("reading /proc/{pid}/stat"))?;
-    // Fields after the command name, which is in parentheses and may hold spaces.
-    let rest = stat.rsplit_once(')').context("malformed /proc stat")?.1;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = fields.get(11).context("short /proc stat")?.parse::<f64>()?
-        + fields.get(12).context("short /proc stat")?.parse::<f64>()?;
-    // SAFETY: sysconf with a valid name has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    Ok(ticks / hz)
-}
-
 /// CPU seconds of the fleet's two servers.
 fn servers_cpu(fleet: &Fleet) -> Result<(f64, f64)> {
     let cache = fleet.cache.pid().context("kiln-cache is not running")?;
-    Ok((cpu_seconds(fleet.redis.pid())?, cpu_seconds(cache)?))
+    Ok((super::cpu::seconds(fleet.redis.pid())?, super::cpu::seconds(cache)?))
 }
 
 /// Runs `load` and measures it.

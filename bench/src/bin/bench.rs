@@ -9,8 +9,8 @@ use kiln_bench::bench::machine::Machine;
 use kiln_bench::bench::redis::RedisServer;
 use kiln_bench::bench::report::Section;
 use kiln_bench::bench::{
-    Bench, Options, Shared, cold_compile, fleet_cold, fleet_lookups, fleet_warm, hit_throughput, ptxas_compile,
-    sccache_nvcc, snapshot_fleet, snapshot_job, triton_compile, triton_herd, triton_pool, warm_hit,
+    Bench, Options, Shared, audit_cost, cold_compile, fleet_cold, fleet_lookups, fleet_warm, hit_throughput,
+    ptxas_compile, sccache_nvcc, snapshot_fleet, snapshot_job, triton_compile, triton_herd, triton_pool, warm_hit,
 };
 use kiln_bench::reliability::report::{existing_section, replace_section};
 use std::path::{Path, PathBuf};
@@ -188,7 +188,7 @@ async fn main() -> Result<()> {
         }
     }
     // The fleet, over its own Redis and a real kiln-cache.
-    let fleet_titles = ["(e) Fleet warm start", "(f) Fleet cold start", "(g) Fleet lookups"];
+    let fleet_titles = ["(e) Fleet warm start", "(f) Fleet cold start", "(g) Fleet lookups", "(o) Fleet audit"];
     if fleet_titles.iter().any(|t| wanted(t)) {
         match Fleet::start(&bench).await {
             Ok(fleet) => {
@@ -200,6 +200,9 @@ async fn main() -> Result<()> {
                 }
                 if wanted("(g)") {
                     sections.push(figure(fleet_titles[2], fleet_lookups::run(&bench, &fleet)).await);
+                }
+                if wanted("(o)") {
+                    sections.push(figure(fleet_titles[3], audit_cost::run(&bench, &fleet)).await);
                 }
             }
             Err(e) => {

@@ -27,7 +27,7 @@ pub mod tally;
 use crate::backend::Redis;
 use crate::metrics::Metrics;
 use kiln_proto::envelope;
-use kiln_proto::pb::{HostMiss, HostReport};
+use kiln_proto::pb::{HostMiss, HostReport, QuarantineRecord};
 use redis_info::RedisInfo;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -44,6 +44,8 @@ pub const PAGE_CACHE: Duration = Duration::from_secs(2);
 pub const INFO_CACHE: Duration = Duration::from_secs(5);
 /// Misses listed on the page.
 const PAGE_MISSES: usize = 50;
+/// Quarantines listed on the page.
+const PAGE_QUARANTINES: usize = 20;
 
 /// What the page and `/status.json` show.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -68,6 +70,8 @@ pub struct FleetStatus {
     /// By toolchain: the fingerprints hosts report and the majority among them.
     pub toolchains: BTreeMap<String, hosts::Split>,
     pub recent_misses: Vec<MissRow>,
+    /// The newest quarantines: keys an audit found publishing wrong bytes, and who published them.
+    pub quarantines: Vec<QuarantineRecord>,
     pub redis: Option<RedisInfo>,
 }
 
@@ -138,6 +142,7 @@ impl FleetStatus {
             host_count,
             toolchains,
             hosts,
+            quarantines: Vec::new(),
             redis,
         }
     }
@@ -209,8 +214,13 @@ impl FleetPage {
                     .info
                     .get(|| async { store::info(&self.redis).await.ok().map(|t| redis_info::parse(&t)) })
                     .await;
-                let status = match store::read(&self.redis, now).await {
-                    Ok(read) => FleetStatus::new(read, info, now),
+                let read = async {
+                    let read = store::read(&self.redis, now).await?;
+                    let quarantines = crate::store::newest_quarantines(&self.redis, PAGE_QUARANTINES).await?;
+                    Ok::<_, crate::error::Error>((read, quarantines))
+                };
+                let status = match read.await {
+                    Ok((read, quarantines)) => FleetStatus { quarantines, ..FleetStatus::new(read, info, now) },
                     Err(e) => FleetStatus {
                         generated_unix_ms: now,
                         window_minutes: buckets::WINDOW_MINUTES,

@@ -178,6 +178,30 @@ pub fn render(s: &FleetStatus) -> String {
         .collect();
     page.table("misses", &["when", "kilnd", "what", "toolchain", "reason", "detail"], &rows);
 
+    page.heading("Quarantined by the fleet audit");
+    page.paragraph(
+        "Keys whose artifact a host recompiled and found different: kiln-cache serves those bytes no more \
+         and refuses them if published again. The publisher is the host name it gave and its token's id \
+         (revoke that token); `kiln audit --quarantined` lists them all.",
+    );
+    let rows: Vec<Row> = s
+        .quarantines
+        .iter()
+        .map(|q| {
+            let (host, token) = q.publisher.as_ref().map_or(("unknown", ""), |p| (p.host.as_str(), p.token.as_str()));
+            Row::new(vec![
+                ago(s.generated_unix_ms, q.unix_ms).into(),
+                q.key.get(..16).unwrap_or(&q.key).into(),
+                Cell::from(host).flagged(true),
+                token.into(),
+                q.reporter_host.as_str().into(),
+                q.detail.as_str().into(),
+            ])
+            .flagged(true)
+        })
+        .collect();
+    page.table("quarantines", &["when", "key", "published by", "token", "reported by", "what differed"], &rows);
+
     page.heading("Redis");
     match &s.redis {
         Some(r) => {

@@ -9,6 +9,7 @@
 //! tag, hence one slot of a cluster; the time index is another slot, written after.
 
 use super::Store;
+use crate::backend::Redis;
 use crate::error::Error;
 use crate::layout;
 use crate::status::tally::now_ms;
@@ -115,16 +116,36 @@ impl Store {
             .query_async(&mut con)
             .await?;
         let more = keys.len() > limit;
-        // Each record lives in its key's slot: one read each, together.
-        let reads = keys
-            .iter()
-            .take(limit)
-            .filter_map(|k| k.parse::<CacheKey>().ok())
-            .map(|key| async move { self.quarantine_record(&key).await });
-        let mut records = Vec::new();
-        for record in futures_util::future::join_all(reads).await {
-            records.extend(record?);
-        }
-        Ok((records, more))
+        Ok((records(&self.redis, &keys[..keys.len().min(limit)]).await?, more))
     }
+}
+
+/// The `n` newest quarantine records, newest first: the fleet page's list.
+pub async fn newest(redis: &Redis, n: usize) -> Result<Vec<QuarantineRecord>, Error> {
+    let mut con = redis.clone();
+    let keys: Vec<String> = redis::cmd("ZREVRANGEBYSCORE")
+        .arg(layout::QUARANTINED)
+        .arg("+inf")
+        .arg("-inf")
+        .arg("LIMIT")
+        .arg(0)
+        .arg(n)
+        .query_async(&mut con)
+        .await?;
+    records(redis, &keys).await
+}
+
+/// The records of `keys` (hex), in their order; a key whose record expired is left out. Each
+/// record lives in its key's slot: one read each, together.
+async fn records(redis: &Redis, keys: &[String]) -> Result<Vec<QuarantineRecord>, Error> {
+    let reads = keys.iter().filter_map(|k| k.parse::<CacheKey>().ok()).map(|key| async move {
+        let mut con = redis.clone();
+        let value: Option<Vec<u8>> = redis::cmd("GET").arg(layout::quarantine_key(&key)).query_async(&mut con).await?;
+        Ok::<_, Error>(value.and_then(|v| QuarantineRecord::decode(v.as_slice()).ok()))
+    });
+    let mut out = Vec::new();
+    for record in futures_util::future::join_all(reads).await {
+        out.extend(record?);
+    }
+    Ok(out)
 }

@@ -208,8 +208,14 @@ impl RemoteTier {
         self.call(self.client.renew_lease(key, holder, ttl)).await
     }
 
+    /// Releases a lease even while the breaker is open. One failed call (a put that met a Redis
+    /// master being failed over) opens the breaker; skipping the release then would leave every
+    /// host waiting on the key to wait out the lease's TTL. A release is one small call, made
+    /// after the answer went out, so trying it costs no request anything.
     pub async fn release_lease(&self, key: &CacheKey, holder: &str) -> Result<bool, ClientError> {
-        self.call(self.client.release_lease(key, holder)).await
+        let result = self.client.release_lease(key, holder).await;
+        self.observe(&result);
+        result
     }
 
     /// Reports that the envelope `served` under `key` differs from this host's compile.
