@@ -146,7 +146,8 @@ async fn a_writer_gone_bad_is_caught_quarantined_named_and_kept_out() {
     let out = auditor.kiln(&["audit", "--quarantined"], &env::repo_root());
     let listing = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && listing.contains("published by gone-bad"), "{listing}");
-    // The honest host's kernels audited clean: no false alarm beside the true one.
+    // The honest host's kernel audited clean: no false alarm beside the true one.
+    wait_for_audits(&auditor, 2.0);
     assert!(metric(&auditor, "kiln_audits_total{result=\"clean\"}") >= 1.0);
     assert_eq!(metric(&auditor, "kiln_audits_total{result=\"mismatch\"}"), 1.0);
 }

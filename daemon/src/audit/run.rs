@@ -12,6 +12,11 @@ use std::sync::Arc;
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+/// How long an audit waits after it is taken from the queue: long enough for the answer of the
+/// request that fetched the artifact (a warm start of a whole graph takes milliseconds) to go out
+/// first.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// Audits what [`Auditor::consider`] queued, one at a time at background priority, resting
 /// after each so that audits use at most the policy's CPU share, until `stop`.
 pub async fn run(state: Arc<State>, auditor: Arc<Auditor>, stop: CancellationToken) {
@@ -25,6 +30,12 @@ pub async fn run(state: Arc<State>, auditor: Arc<Auditor>, stop: CancellationTok
                 None => return,
             },
         };
+        // The request that fetched the artifact is still sending its answer: an audit waits for
+        // it rather than take a core beside it.
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(SETTLE) => {}
+        }
         let started = Instant::now();
         let (verdict, publisher) = audit_one(&state, &auditor, &sample, Priority::Background, true).await;
         let publisher = publisher.map(|p| p.host).unwrap_or_default();
