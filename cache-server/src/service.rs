@@ -4,15 +4,18 @@
 //! by operation and code, tracks Redis health and maps the error to a `Status`, so none of that
 //! can be forgotten by one handler.
 
+mod quarantine;
+mod watch;
+
 use crate::announce::{Announcements, PublishStream};
 use crate::auth::Access;
 use crate::config::Limits;
 use crate::error::Error;
 use crate::layout::LayoutError;
-use crate::metrics::{Metrics, PublisherLabels};
+use crate::metrics::Metrics;
 use crate::status::tally::{LeaseEvent, now_ms};
 use crate::status::{FleetPage, hosts};
-use crate::store::{Acquired, Entry, Lookup, MAX_LIST, Quarantined, Refused, Store};
+use crate::store::{Acquired, Entry, Lookup, Refused, Store};
 use crate::validate;
 use futures_util::{Stream, StreamExt};
 use kiln_proto::CacheKey;
@@ -22,9 +25,9 @@ use kiln_proto::pb::artifact_cache_server::ArtifactCache;
 use kiln_proto::pb::{
     CacheBatchGetRequest, CacheContainsRequest, CacheContainsResponse, CacheGetRequest, CacheGetResponse,
     CachePutRequest, CachePutResponse, CacheStatsRequest, CacheStatsResponse, HostReport, HostReportResponse,
-    LeaseRequest, LeaseResponse, ManifestGetRequest, ManifestGetResponse, ManifestPutRequest, Provenance, PublishEvent,
-    QuarantineListRequest, QuarantineListResponse, QuarantineRecord, QuarantineRequest, QuarantineResponse,
-    WatchPublishRequest, cache_get_response, cache_put_request, publish_event::Event,
+    LeaseRequest, LeaseResponse, ManifestGetRequest, ManifestGetResponse, ManifestPutRequest, Provenance,
+    QuarantineListRequest, QuarantineListResponse, QuarantineRequest, QuarantineResponse, WatchPublishRequest,
+    cache_get_response, cache_put_request,
 };
 use std::collections::HashSet;
 use std::future::Future;
@@ -225,45 +228,6 @@ impl CacheService {
         Ok(CachePutResponse {})
     }
 
-    async fn quarantine(&self, req: QuarantineRequest, caller: Caller) -> Result<QuarantineResponse, Error> {
-        let key = validate::key("key", &req.key)?;
-        let served = validate::digest("served_digest", &req.served_digest)?;
-        validate::digest("audited_digest", &req.audited_digest)?;
-        validate::host("reporter_host", &req.reporter_host)?;
-        validate::text("detail", &req.detail, 0, 1024)?;
-        let record = QuarantineRecord {
-            reporter_host: req.reporter_host,
-            reporter_token: caller.token_id,
-            audited_digest: req.audited_digest,
-            detail: req.detail,
-            ..Default::default()
-        };
-        match self.store.quarantine(&key, served, record).await? {
-            Quarantined::Now(record) => {
-                let publisher = record.publisher.as_ref().map(|p| p.host.clone()).unwrap_or_default();
-                self.metrics.quarantines.get_or_create(&PublisherLabels { publisher: publisher.clone() }).inc();
-                tracing::warn!(
-                    %key, %publisher, reporter = %record.reporter_host, detail = %record.detail,
-                    "quarantined: an audit found these bytes differ from what the key's inputs compile to"
-                );
-                Ok(QuarantineResponse { quarantined: true, record: Some(*record) })
-            }
-            Quarantined::NotHeld => {
-                Ok(QuarantineResponse { quarantined: false, record: self.store.quarantine_record(&key).await? })
-            }
-        }
-    }
-
-    async fn list_quarantine(&self, req: QuarantineListRequest) -> Result<QuarantineListResponse, Error> {
-        let limit = match req.limit as usize {
-            0 => MAX_LIST,
-            n if n <= MAX_LIST => n,
-            n => return Err(Error::OutOfRange { field: "limit", value: n as u64, min: 0, max: MAX_LIST as u64 }),
-        };
-        let (records, more) = self.store.list_quarantine(req.since_ms, limit).await?;
-        Ok(QuarantineListResponse { records, more })
-    }
-
     async fn get_manifest(&self, req: ManifestGetRequest) -> Result<ManifestGetResponse, Error> {
         let graph_key = validate::key("graph_key", &req.graph_key)?;
         let keys = match self.store.get_manifest(&graph_key).await? {
@@ -391,42 +355,6 @@ fn respond(
     Ok(CacheGetResponse { key: key.to_hex(), entry, provenance })
 }
 
-/// A watch stream that carries entries (`WatchPublishRequest.values`): after each `subscribed`,
-/// a `value` for every watched key that holds an entry; a publish of a key that holds one becomes
-/// its `value`. A read that fails passes the bare event on, so the waiter falls back to a Get.
-fn with_values(stream: PublishStream, watched: Vec<CacheKey>, store: Store, metrics: Arc<Metrics>) -> PublishStream {
-    let expanded = stream.then(move |event| {
-        let (watched, store, metrics) = (watched.clone(), store.clone(), Arc::clone(&metrics));
-        async move {
-            let Ok(event) = event else { return vec![event] };
-            let value = |key: CacheKey| {
-                let (store, metrics) = (store.clone(), Arc::clone(&metrics));
-                async move {
-                    match lookup(store, metrics, key, "watch").await {
-                        Ok(found) if found.entry.is_some() => Some(PublishEvent { event: Some(Event::Value(found)) }),
-                        _ => None,
-                    }
-                }
-            };
-            match &event.event {
-                Some(Event::Subscribed(_)) => {
-                    let mut out = vec![Ok(event.clone())];
-                    for key in watched {
-                        out.extend(value(key).await.map(Ok));
-                    }
-                    out
-                }
-                Some(Event::Published(hex)) => match hex.parse::<CacheKey>() {
-                    Ok(key) => vec![Ok(value(key).await.unwrap_or(event))],
-                    Err(_) => vec![Ok(event)],
-                },
-                _ => vec![Ok(event)],
-            }
-        }
-    });
-    Box::pin(expanded.flat_map(futures_util::stream::iter))
-}
-
 #[tonic::async_trait]
 impl ArtifactCache for CacheService {
     async fn get(&self, request: Request<CacheGetRequest>) -> Result<Response<CacheGetResponse>, Status> {
@@ -544,7 +472,7 @@ impl ArtifactCache for CacheService {
             if !req.values {
                 return Ok(stream);
             }
-            Ok(with_values(stream, watched, self.store.clone(), Arc::clone(&self.metrics)))
+            Ok(watch::with_values(stream, watched, self.store.clone(), Arc::clone(&self.metrics)))
         })
         .await
     }
