@@ -4,8 +4,8 @@ kilnd starts a pool of these, lazily, on the first graph request, and talks to e
 stdin/stdout in frames: a u32 little-endian length, then the payload. The first frame is the
 worker's hello (one JSON object: versions, or an error). A request is a u32 length, a JSON header
 ({"timeout_seconds"}) and then the graph's payload as kiln.torch serializes it; an answer is a u32
-length, a JSON header ({"ok", "log", "compile_micros"}) and then the artifacts'
-bytes (torch.compiler.save_cache_artifacts).
+length, a JSON header ({"ok", "log", "compile_micros"}) and then the answer's body: torch's
+artifacts (torch.compiler.save_cache_artifacts) and the C++ the compile built (see ``bundle``).
 
 The worker imports torch, Dynamo and Inductor once (seconds on a GPU host) and never touches the
 GPU or a request itself: each request is compiled in a child forked for it alone, which reads the
@@ -171,6 +171,31 @@ def compile_backward_now():
     aot_autograd.prepare_aot_module_simplified = prepare_backward_now
 
 
+def remote_caches_off():
+    """Makes torch's remote caches (Redis, in open-source torch) answer nothing in this child.
+
+    The client's settings travel with its graph, and some of them switch remote caches on: kiln's
+    own, in the client. Here torch would look up its own Redis classes, fail and log it for every
+    graph. The switches stay as the client set them, since some are part of AOTAutograd's cache key;
+    the classes they name are replaced by one that misses and stores nothing."""
+    from torch._inductor import remote_cache
+
+    class Off(remote_cache.RemoteCache):
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def get(self, key):
+            return None
+
+        def put(self, key, value):
+            pass
+
+    for name in ("RemoteFxGraphCache", "RemoteAutotuneCache", "RemoteBundledAutotuneCache", "RemoteAOTAutogradCache",
+                 "RemoteDynamoPGOCache"):
+        if hasattr(remote_cache, name):
+            setattr(remote_cache, name, Off)
+
+
 def typed_like(module, settings):
     """The client's settings with JSON's lists turned back into tuples where this config module
     holds a tuple (``cpp.cxx``, say): the value, not only its items, is in torch's cache keys."""
@@ -235,6 +260,7 @@ def compile_graph(payload):
     inputs = [example_input(torch, s) for s in header["inputs"]]
     # Settings that change what a compile makes are the client's, sent in the payload.
     compile_backward_now()
+    remote_caches_off()
     # Dynamo fakifies each input with a static context unless a dimension was marked dynamic (the
     # client sends no graph with a symbolic input). Without one here, AOTAutograd would fakify
     # the inputs with fresh symbols: a different cache key from the client's, and a dynamic compile.
@@ -265,12 +291,41 @@ def compile_graph(payload):
     return artifacts[0]
 
 
+#: The start of an answer that carries Inductor's compiled C++ beside torch's cache artifacts.
+BUNDLE_MAGIC = b"KILNGB1\n"
+#: Inductor's compiled C++ a process would otherwise build again after loading the artifacts:
+#: the kernels' and the wrapper's shared objects, and precompiled headers.
+NATIVE_SUFFIXES = (".so", ".gch")
+
+
+def native_files(cache_dir):
+    """(path under the cache, bytes) of each compiled C++ file the compile left in its cache.
+
+    torch's cache artifacts hold the C++ source, not what it compiled to: without these, a process
+    that loads the artifacts on a CPU runs the C++ compiler again for every kernel. Each sits at a
+    path made of a hash of its source and compile command, where the process looks first."""
+    found = []
+    for root, _, files in os.walk(cache_dir):
+        for name in files:
+            if name.endswith(NATIVE_SUFFIXES):
+                path = os.path.join(root, name)
+                with open(path, "rb") as f:
+                    found.append((os.path.relpath(path, cache_dir), f.read()))
+    return sorted(found)
+
+
+def bundle(artifacts, files):
+    """An answer's body: the magic, a u32 length, a JSON index, torch's artifacts, then each file."""
+    index = json.dumps({"artifacts": len(artifacts), "files": [[path, len(data)] for path, data in files]}).encode()
+    return BUNDLE_MAGIC + struct.pack("<I", len(index)) + index + artifacts + b"".join(data for _, data in files)
+
+
 def child(payload, out_fd, timeout_seconds):
     """The per-request child: compile, answer through out_fd, exit."""
     resource.setrlimit(resource.RLIMIT_CPU, (timeout_seconds * 4 + 10, timeout_seconds * 4 + 10))
     started = time.monotonic()
     try:
-        body = compile_graph(payload)
+        body = bundle(compile_graph(payload), native_files(os.environ["TORCHINDUCTOR_CACHE_DIR"]))
         answer = encode_answer({"ok": True, "compile_micros": int((time.monotonic() - started) * 1e6)}, body)
     except BaseException:
         answer = encode_answer(

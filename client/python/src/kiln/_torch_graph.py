@@ -39,6 +39,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._torch_answer import BadBundle, Bundle, place
+from ._torch_answer import parse as parse_bundle
 from ._torch_payload import Unserializable, serialize
 
 log = logging.getLogger("kiln")
@@ -83,6 +85,8 @@ class GraphRecord:
     intervals: dict[str, list[float]] = field(default_factory=lambda: {"eager": [], "compiled": []})
     calls: dict[str, int] = field(default_factory=lambda: {"eager": 0, "compiled": 0})
     ready_after_s: float | None = None
+    #: Compiled C++ kilnd's answer carried, by path under Inductor's cache (none on a GPU, mostly).
+    native_files: list[str] = field(default_factory=list)
     _last: tuple[str, float] | None = None
 
     def called(self, mode: str) -> None:
@@ -130,6 +134,8 @@ def _fallback(reason: str, detail: object) -> None:
     with _ledger.lock:
         _ledger.fallbacks[reason] = _ledger.fallbacks.get(reason, 0) + 1
         _ledger.unreported[reason] = _ledger.unreported.get(reason, 0) + 1
+    # Reported like every graph's cost, even by a process none of whose graphs reached kilnd.
+    _report_soon()
     _fleet.warn_once(
         f"torch-graph:{reason}",
         "kiln: a torch.compile graph is compiled in this process instead of by kilnd (%s): %s",
@@ -151,6 +157,7 @@ def stats() -> dict[str, Any]:
                     "compile_s": g.compile_s,
                     "calls": dict(g.calls),
                     "ready_after_s": g.ready_after_s,
+                    "native_files": list(g.native_files),
                 }
                 for g in _ledger.graphs
             ],
@@ -195,7 +202,7 @@ def blocking() -> Iterator[None]:
 
 @dataclass
 class _Answer:
-    artifacts: bytes
+    bundle: Bundle
     tier: str
     compile_s: float
 
@@ -237,7 +244,12 @@ def _ask(payload: bytes, name: str) -> _Answer | str:
         _fallback("worker_failed", last[0])
         log.debug("kiln: the torch worker's log for graph %s:\n%s", name, answer.log)
         return "worker_failed"
-    return _Answer(answer.artifacts, answer.tier.name.lower(), answer.compile_seconds)
+    try:
+        bundle = parse_bundle(answer.artifacts)
+    except BadBundle as e:
+        _fallback("worker_failed", f"kilnd's answer does not read: {e}")
+        return "worker_failed"
+    return _Answer(bundle, answer.tier.name.lower(), answer.compile_seconds)
 
 
 @functools.cache
@@ -256,19 +268,40 @@ def _environment() -> tuple[str, str, str]:
     return triton_version, sys.version.split()[0], torch.version.cuda or ""
 
 
-def _load(torch: Any, answer: _Answer, compile_in_process: Callable[[], Any]) -> tuple[Any, bool]:
-    """Loads kilnd's artifacts and lets Inductor find them: (compiled, whether torch hit)."""
-    from torch._dynamo.utils import counters
+def _load(torch: Any, answer: _Answer, record: GraphRecord, compile_in_process: Callable[[], Any]) -> tuple[Any, bool]:
+    """Loads kilnd's artifacts and lets Inductor find them: (compiled, whether torch used them).
 
-    torch.compiler.load_cache_artifacts(answer.artifacts)
-    hits = counters["aot_autograd"]["autograd_cache_hit"]
+    torch hits at one of two levels. A whole graph hits AOTAutograd's cache: nothing is traced
+    again. A piece of Dynamo's DDP optimizer never does (torch 2.11 bypasses AOTAutograd's cache
+    for a graph whose first call must return fake tensors), so AOTAutograd traces it again here and
+    its forward graph hits Inductor's FX graph cache: no code generation and no kernel compile.
+    The backward graph's lookup comes at the first backward, after this returns."""
+    import torch._dynamo.utils
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    place(answer.bundle.files, cache_dir())
+    record.native_files = [path for path, _ in answer.bundle.files]
+    torch.compiler.load_cache_artifacts(answer.bundle.artifacts)
+
+    def misses() -> tuple[int, int]:
+        counters = torch._dynamo.utils.counters
+        inductor = counters["inductor"]
+        return counters["aot_autograd"]["autograd_cache_miss"], inductor["fxgraph_cache_miss"] + inductor["fxgraph_cache_bypass"]
+
+    before = misses()
     compiled = compile_in_process()
-    return compiled, counters["aot_autograd"]["autograd_cache_hit"] > hits
+    # A miss, not a hit, is what tells: a DDP piece's forward lookup can come after this returns.
+    return compiled, misses() == before
 
 
 def _graph_name(gm: Any) -> str:
+    """The graph's class and Dynamo compile id, and which piece of it this is where Dynamo's DDP
+    optimizer split one frame's graph into several (each piece keeps the frame's compile id)."""
     cid = gm.meta.get("dynamo_compile_id") if hasattr(gm, "meta") else None
-    return f"{gm.__class__.__name__}:{cid}" if cid is not None else gm.__class__.__name__
+    name = f"{gm.__class__.__name__}:{cid}" if cid is not None else gm.__class__.__name__
+    with _ledger.lock:
+        pieces = sum(1 for g in _ledger.graphs if g.name == name or g.name.startswith(f"{name} piece "))
+    return f"{name} piece {pieces + 1}" if pieces else name
 
 
 def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, list[Any]], Any], config: dict[str, Any]) -> Any:
@@ -292,9 +325,9 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
         record.how = "in-process"
         return inductor(gm, example_inputs)
     answered = time.perf_counter()
-    compiled, hit = _load(torch, answer, lambda: inductor(gm, example_inputs))
+    compiled, hit = _load(torch, answer, record, lambda: inductor(gm, example_inputs))
     if not hit:
-        _fallback("not_reused", "torch's AOTAutograd cache missed kilnd's artifacts; compiled here")
+        _fallback("not_reused", "torch's caches missed kilnd's artifacts; compiled here")
     record.how, record.tier = ("kilnd", answer.tier) if hit else ("in-process", "")
     # The worker's compile, and this process's load of it (the wait for it is the compile).
     record.compile_s = answer.compile_s + (time.perf_counter() - answered)
@@ -358,9 +391,9 @@ class _AsyncGraph:
         try:
             with context:
                 if isinstance(answer, _Answer):
-                    compiled, hit = _load(torch, answer, lambda: self.inductor(self.gm, inputs))
+                    compiled, hit = _load(torch, answer, self.record, lambda: self.inductor(self.gm, inputs))
                     if not hit:
-                        _fallback("not_reused", "torch's AOTAutograd cache missed kilnd's artifacts; compiled here")
+                        _fallback("not_reused", "torch's caches missed kilnd's artifacts; compiled here")
                     self.record.how, self.record.tier = ("kilnd", answer.tier) if hit else ("in-process", "")
                     self.record.compile_s = answer.compile_s
                 else:

@@ -31,8 +31,13 @@ class Unserializable(Exception):
 
 def _input_spec(torch: Any, value: Any) -> dict[str, Any]:
     if isinstance(value, torch.Tensor):
-        if type(value) not in (torch.Tensor, torch.nn.Parameter) or value.is_sparse or value.is_quantized:
-            raise Unserializable(f"an input of type {type(value).__name__} (only plain dense tensors travel)")
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        # A fake tensor travels as its metadata, as every tensor does: Dynamo's DDP optimizer
+        # hands the backend each bucket's piece with fake example inputs, and the worker makes
+        # inputs of the metadata either way. A fake parameter answers isinstance(Parameter).
+        if type(value) not in (torch.Tensor, torch.nn.Parameter, FakeTensor) or value.is_sparse or value.is_quantized:
+            raise Unserializable(f"an input of type {type(value).__name__} (only dense tensors, real or fake, travel)")
         if any(isinstance(s, torch.SymInt) for s in (*value.shape, *value.stride())):
             raise Unserializable("an input with symbolic (dynamic) shape")
         if value.storage_offset() != 0:

@@ -1,0 +1,81 @@
+"""torch.compile through kilnd on the layouts training runs, with a real torch 2.11 on the CPU
+(gloo, Inductor's C++ backend): DDP, whose optimizer splits the graph into pieces with fake
+example inputs, and FSDP2. Every piece goes through kilnd with no fallback, each distinct piece
+is compiled once across the ranks, kilnd's answer is all a process needs (it builds no C++
+itself), and the losses are plain torch's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness import Kilnd, free_port, metric
+
+torch = pytest.importorskip("torch", reason="torch is not installed in this interpreter")
+
+JOB = Path(__file__).with_name("layout_job.py")
+
+
+def run_ranks(layout: str, tmp: Path, world: int, uri: str | None, **extra: str) -> list[dict[str, Any]]:
+    """Runs the layout's job as ``world`` ranks at once; each rank's JSON line and its stderr.
+    ``uri`` None runs plain torch (no kiln)."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHINDUCTOR_", "TRITON_", "KILN_TORCH", "KILN_DAEMON"))}
+    base.update(LAYOUT=layout, WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    if uri is not None:
+        base.update(KILN_TORCH="1", KILN_TORCH_GRAPHS="1", KILN_TORCH_SNAPSHOT="0", KILN_DAEMON=uri)
+        base.update(TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE="0", TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE="0")
+    else:
+        base.update(KILN_TORCH="0")
+    base.update(extra)
+    procs = []
+    for rank in range(world):
+        env = dict(base, RANK=str(rank), TORCHINDUCTOR_CACHE_DIR=str(tmp / f"inductor-{rank}"))
+        procs.append(
+            subprocess.Popen([sys.executable, str(JOB)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        )
+    results = []
+    for rank, p in enumerate(procs):
+        out, err = p.communicate(timeout=900)
+        assert p.returncode == 0, f"rank {rank}:\n{err[-4000:]}"
+        r: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+        r["stderr"] = err
+        r["cache"] = tmp / f"inductor-{rank}"
+        results.append(r)
+    return results
+
+
+def built_here(cache: Path, placed: set[str]) -> list[str]:
+    """Shared objects in a process's Inductor cache that kilnd's answer did not place there: C++
+    the process compiled itself."""
+    return sorted(str(p.relative_to(cache)) for p in cache.rglob("*.so") if str(p.relative_to(cache)) not in placed)
+
+
+@pytest.fixture(scope="module")
+def layout_kilnd(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    k = Kilnd(tmp_path_factory.mktemp("layout-kilnd"))
+    yield k
+    k.stop()
+
+
+@pytest.mark.parametrize("layout", ["ddp", "fsdp2"])
+def test_every_piece_of_a_distributed_layout_goes_through_kilnd_once(layout_kilnd: Kilnd, tmp_path: Path, layout: str) -> None:
+    before = metric(layout_kilnd.metrics(), 'kiln_torch_graphs_total{result="compiled"}')
+    ranks = run_ranks(layout, tmp_path / "kiln", 2, layout_kilnd.uri)
+    compiled = metric(layout_kilnd.metrics(), 'kiln_torch_graphs_total{result="compiled"}') - before
+    for rank, r in enumerate(ranks):
+        stats = r["graphs"]
+        assert stats["fallbacks"] == {}, (rank, stats, r["stderr"][-3000:])
+        assert stats["graphs"] and all(g["how"] == "kilnd" for g in stats["graphs"]), (rank, stats)
+        placed = {f for g in stats["graphs"] for f in g["native_files"]}
+        assert built_here(r["cache"], placed) == [], f"rank {rank} compiled C++ after kilnd's answer"
+    # One compile per distinct piece across the ranks (identical pieces share one key).
+    assert 1 <= compiled <= len(ranks[0]["graphs"]["graphs"]), (compiled, ranks[0]["graphs"])
+    plain = run_ranks(layout, tmp_path / "plain", 2, None)
+    for r, p in zip(ranks, plain, strict=True):
+        assert r["losses"] == p["losses"], (r["losses"], p["losses"])
