@@ -6,8 +6,9 @@
 //! compiled them from the key's inputs. kiln's toolchains are deterministic (the same inputs give
 //! the same bytes), so any host holding the inputs can check. Which artifacts are checked: the
 //! first artifact of each publisher this host has not yet audited clean, every anonymous
-//! artifact (see [`publisher`]: a publisher is what kiln-cache vouches for, the writer's token id,
-//! with the host it declared), and a fraction (`audit_rate`) of the rest. The checks run behind every interactive compile (background
+//! artifact and every one kiln-cache marks disputed by a conflicting write (see [`publisher`]: a
+//! publisher is what kiln-cache vouches for, the writer's token id, with the host it declared),
+//! and a fraction (`audit_rate`) of the rest. The checks run behind every interactive compile (background
 //! slots of the compile gate) and within a CPU share (`audit_cpu_share`): after an audit that
 //! took `t`, the next waits `t × (1 / share − 1)`, and what does not fit in the queue is
 //! dropped and counted. The hit path pays only the choice: a set lookup and a random number.
@@ -266,7 +267,7 @@ mod tests {
     }
 
     fn by(host: &str, token: &str) -> Option<Provenance> {
-        Some(Provenance { host: host.into(), token: token.into(), unix_ms: 1 })
+        Some(Provenance { host: host.into(), token: token.into(), unix_ms: 1, disputed: false })
     }
 
     fn from(host: &str) -> Option<Provenance> {
@@ -328,8 +329,20 @@ mod tests {
         let claim = fetch(&auditor, &mut queued, 7, None).unwrap_or(Claim::Sampled);
         auditor.record(&Verdict::Failed("no toolkit".into()), &claim, None);
         assert!(fetch(&auditor, &mut queued, 7, None).is_some());
-        let republished = Some(Provenance { host: String::new(), token: "anonymous".into(), unix_ms: 99 });
+        let republished = Some(Provenance { token: "anonymous".into(), unix_ms: 99, ..Default::default() });
         assert!(fetch(&auditor, &mut queued, 7, republished).is_some());
+    }
+
+    #[test]
+    fn a_disputed_artifact_is_audited_on_its_next_fetch_whoever_published_it() {
+        let (auditor, mut queued) = strict();
+        let claim = fetch(&auditor, &mut queued, 0, by("gpu-1", "tok-honest")).unwrap_or(Claim::Sampled);
+        auditor.record(&Verdict::Clean, &claim, by("gpu-1", "tok-honest").as_ref());
+        assert_eq!(fetch(&auditor, &mut queued, 1, by("gpu-1", "tok-honest")), None, "vouched for");
+        let disputed = by("gpu-1", "tok-honest").map(|p| Provenance { disputed: true, ..p });
+        let claim = fetch(&auditor, &mut queued, 1, disputed.clone());
+        assert!(matches!(claim, Some(Claim::Artifact((_, _, true)))), "{claim:?}");
+        assert_eq!(fetch(&auditor, &mut queued, 1, disputed), None, "once");
     }
 
     #[test]

@@ -6,7 +6,9 @@
 //! together with the declared host: the same name behind another token is another publisher,
 //! and must earn its own clean audit. Without a token behind it (kiln-cache without tokens, or
 //! an artifact stored before kiln-cache recorded provenance) a publish says nothing about its
-//! writer at all: such an artifact is anonymous, and each one is audited on its own account.
+//! writer at all: such an artifact is anonymous, and each one is audited on its own account. So
+//! is one kiln-cache marks disputed (another writer offered different bytes under its key, and
+//! was refused), whoever published it: one of the two writers is wrong.
 
 use kiln_proto::CacheKey;
 use kiln_proto::auth::Caller;
@@ -40,9 +42,11 @@ impl std::fmt::Display for Publisher {
     }
 }
 
-/// One publish of one key: the key and the time kiln-cache stamped on the publish. A new publish
-/// under the key (after a quarantine, or an expiry) is another artifact.
-pub type Publish = (CacheKey, u64);
+/// One publish of one key: the key, the time kiln-cache stamped on the publish, and whether it
+/// was disputed when fetched. A new publish under the key (after a quarantine, or an expiry) is
+/// another artifact, and so is the same one once disputed: an audit of it before the dispute
+/// does not settle it.
+pub type Publish = (CacheKey, u64, bool);
 
 /// Why the audit took an artifact, beside the random sample.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -66,10 +70,10 @@ pub enum Standing {
 
 /// How `key`'s artifact, published as `provenance` says, stands with the audit.
 pub fn standing(key: &CacheKey, provenance: Option<&Provenance>) -> Standing {
-    let when = provenance.map_or(0, |p| p.unix_ms);
+    let (when, disputed) = provenance.map_or((0, false), |p| (p.unix_ms, p.disputed));
     match Publisher::of(provenance) {
-        Some(publisher) => Standing::Of(publisher),
-        None => Standing::OnItsOwn((*key, when)),
+        Some(publisher) if !disputed => Standing::Of(publisher),
+        _ => Standing::OnItsOwn((*key, when, disputed)),
     }
 }
 
@@ -78,15 +82,17 @@ mod tests {
     use super::*;
 
     fn provenance(host: &str, token: &str) -> Provenance {
-        Provenance { host: host.into(), token: token.into(), unix_ms: 7 }
+        Provenance { host: host.into(), token: token.into(), unix_ms: 7, disputed: false }
     }
 
     #[test]
     fn a_publisher_is_its_token_and_its_host_and_no_token_is_nobody() {
         let key = CacheKey::from_bytes([1; 32]);
-        assert_eq!(standing(&key, None), Standing::OnItsOwn((key, 0)));
-        assert_eq!(standing(&key, Some(&provenance("gpu-1", "anonymous"))), Standing::OnItsOwn((key, 7)));
-        assert_eq!(standing(&key, Some(&provenance("gpu-1", ""))), Standing::OnItsOwn((key, 7)));
+        assert_eq!(standing(&key, None), Standing::OnItsOwn((key, 0, false)));
+        assert_eq!(standing(&key, Some(&provenance("gpu-1", "anonymous"))), Standing::OnItsOwn((key, 7, false)));
+        assert_eq!(standing(&key, Some(&provenance("gpu-1", ""))), Standing::OnItsOwn((key, 7, false)));
+        let disputed = Provenance { disputed: true, ..provenance("gpu-1", "tok-a") };
+        assert_eq!(standing(&key, Some(&disputed)), Standing::OnItsOwn((key, 7, true)), "whoever published it");
         let honest = Publisher::of(Some(&provenance("gpu-1", "tok-a"))).unwrap_or_else(|| unreachable!());
         let spoofed = Publisher::of(Some(&provenance("gpu-1", "tok-b"))).unwrap_or_else(|| unreachable!());
         assert_ne!(honest, spoofed, "the same name behind another token");
