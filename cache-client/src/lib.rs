@@ -288,8 +288,20 @@ impl RemoteCache {
 
     /// Quarantine records from `since_ms` on, oldest first.
     pub async fn list_quarantine(&self, since_ms: u64, limit: u32) -> Result<pb::QuarantineListResponse, ClientError> {
-        let req = self.request(pb::QuarantineListRequest { since_ms, limit });
-        Ok(self.inner.clone().list_quarantine(req).await?.into_inner())
+        self.list_records(pb::QuarantineListRequest { since_ms, limit, conflicts: false }).await
+    }
+
+    /// Conflicting writes from `since_ms` on, oldest first (in the answer's `conflicts`).
+    pub async fn list_conflicts(&self, since_ms: u64, limit: u32) -> Result<pb::QuarantineListResponse, ClientError> {
+        self.list_records(pb::QuarantineListRequest { since_ms, limit, conflicts: true }).await
+    }
+
+    /// Quarantine records or conflicting writes, as `request` asks.
+    pub async fn list_records(
+        &self,
+        request: pb::QuarantineListRequest,
+    ) -> Result<pb::QuarantineListResponse, ClientError> {
+        Ok(self.inner.clone().list_quarantine(self.request(request)).await?.into_inner())
     }
 
     /// The kernel keys of a graph, if its manifest is stored.

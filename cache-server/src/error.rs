@@ -43,6 +43,15 @@ pub enum Error {
         "envelope: these bytes were quarantined under this key ({publisher}'s publish, reported by {reporter}); publish what the key's inputs compile to"
     )]
     Quarantined { publisher: String, reporter: String },
+    /// The key holds a different kernel: kiln's toolchains are deterministic, so one of the two
+    /// writers did not compile the key's inputs. Recorded, and the held kernel is audited.
+    #[error(
+        "key {key}: holds a different artifact ({held_by}'s publish; {detail}); a key has one right answer, so this Put was refused and recorded as a conflict for the fleet audit"
+    )]
+    Conflict { key: String, held_by: String, detail: String },
+    /// Writers kept replacing the key while this Put judged what it held.
+    #[error("key {key}: other writers kept replacing it; retry the Put")]
+    Contended { key: String },
     /// The server's pub/sub subscription is not live, so a watch could not start.
     #[error("the pub/sub subscription to Redis is down; retry shortly")]
     PubSubDown,
@@ -61,7 +70,8 @@ impl Error {
             | Error::BadHolder
             | Error::BadField { .. } => Code::InvalidArgument,
             Error::Auth(e) => e.code(),
-            Error::Quarantined { .. } => Code::FailedPrecondition,
+            Error::Quarantined { .. } | Error::Conflict { .. } => Code::FailedPrecondition,
+            Error::Contended { .. } => Code::Aborted,
             Error::Redis(e) | Error::Announce(e) if is_out_of_memory(e) => Code::ResourceExhausted,
             Error::Redis(_) | Error::Announce(_) | Error::PubSubDown => Code::Unavailable,
         }

@@ -13,7 +13,9 @@
 //! | `kiln:v1:{<graph>}:g`       | a graph manifest: [`encode_manifest`]                        |
 //! | `kiln:v1:{<key>}:q`         | a quarantine record (`QuarantineRecord`, protobuf)           |
 //! | `kiln:v1:{<key>}:qa[:<n>]`  | the quarantined head and pieces, kept as evidence            |
+//! | `kiln:v1:{<key>}:c`         | the key's latest conflicting write (`ConflictRecord`)        |
 //! | `kiln:v1:{audit}:quarantined` | quarantined keys: sorted set scored by quarantine time (ms)|
+//! | `kiln:v1:{audit}:conflicts` | keys with a conflicting write: sorted set scored by its time |
 //! | `kiln:v1:{status}:m:<min>`  | the status page's counts of one minute (a hash, see `status`)|
 //! | `kiln:v1:{status}:leases`   | leases held: sorted set of keys scored by their expiry (ms)  |
 //! | `kiln:v1:{status}:hosts`    | reporting kilnds: sorted set of `host[ instance]` by time    |
@@ -108,6 +110,12 @@ pub fn quarantined_piece_key(key: &CacheKey, n: u32) -> String {
 
 pub const QUARANTINED: &str = "kiln:v1:{audit}:quarantined";
 
+pub fn conflict_key(key: &CacheKey) -> String {
+    format!("kiln:v1:{{{key}}}:c")
+}
+
+pub const CONFLICTS: &str = "kiln:v1:{audit}:conflicts";
+
 /// Why a stored value was refused on read. Each means: delete it, count it, answer a miss.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LayoutError {
@@ -144,19 +152,38 @@ pub struct Head {
 /// Splits an envelope into the head value (carrying `provenance`, at most
 /// [`MAX_PROVENANCE_BYTES`]; longer is cut off) and the further pieces (`piece_key(key, 1..)`).
 pub fn split<'a>(envelope: &'a [u8], provenance: &[u8]) -> (Vec<u8>, Vec<&'a [u8]>) {
-    let provenance = &provenance[..provenance.len().min(MAX_PROVENANCE_BYTES)];
     let mut pieces = envelope.chunks(PIECE_BYTES);
     let first = pieces.next().unwrap_or(&[]);
     let rest: Vec<&[u8]> = pieces.collect();
-    let mut head = Vec::with_capacity(HEAD_FIXED + 2 + provenance.len() + first.len());
-    head.extend_from_slice(HEAD_MAGIC);
-    head.extend_from_slice(&(1 + rest.len() as u32).to_le_bytes());
-    head.extend_from_slice(&(envelope.len() as u64).to_le_bytes());
-    head.extend_from_slice(blake3::hash(envelope).as_bytes());
-    head.extend_from_slice(&(provenance.len() as u16).to_le_bytes());
-    head.extend_from_slice(provenance);
-    head.extend_from_slice(first);
-    (head, rest)
+    let head = Head {
+        pieces: 1 + rest.len() as u32,
+        total_len: envelope.len() as u64,
+        digest: *blake3::hash(envelope).as_bytes(),
+        provenance: provenance.to_vec(),
+    };
+    (frame_head(&head, first), rest)
+}
+
+/// The head value `head` with another provenance: the same envelope, re-stamped (a conflicting
+/// write marks the held artifact disputed). `None` when `head` is not a head.
+pub fn restamp(head: &[u8], provenance: &[u8]) -> Option<Vec<u8>> {
+    let (parsed, first) = parse_head(head).ok()?;
+    Some(frame_head(&Head { provenance: provenance.to_vec(), ..parsed }, first))
+}
+
+/// A `KCH2` head value: `head`'s record (its provenance cut to [`MAX_PROVENANCE_BYTES`]) and the
+/// envelope's first piece.
+fn frame_head(head: &Head, first: &[u8]) -> Vec<u8> {
+    let provenance = &head.provenance[..head.provenance.len().min(MAX_PROVENANCE_BYTES)];
+    let mut out = Vec::with_capacity(HEAD_FIXED + 2 + provenance.len() + first.len());
+    out.extend_from_slice(HEAD_MAGIC);
+    out.extend_from_slice(&head.pieces.to_le_bytes());
+    out.extend_from_slice(&head.total_len.to_le_bytes());
+    out.extend_from_slice(&head.digest);
+    out.extend_from_slice(&(provenance.len() as u16).to_le_bytes());
+    out.extend_from_slice(provenance);
+    out.extend_from_slice(first);
+    out
 }
 
 /// Reads a head value: the record and the first piece.
@@ -321,6 +348,14 @@ mod tests {
         let long = vec![b'x'; MAX_PROVENANCE_BYTES + 10];
         let (head, _) = split(&env, &long);
         assert_eq!(parse_head(&head).unwrap().0.provenance.len(), MAX_PROVENANCE_BYTES);
+        // Re-stamped: the same envelope, another provenance; an old head gains one.
+        for head in [head, old] {
+            let again = restamp(&head, b"disputed").unwrap();
+            let (record, first) = parse_head(&again).unwrap();
+            assert_eq!(record.provenance, b"disputed");
+            assert_eq!(assemble(&k, &record, first, vec![]).unwrap(), env);
+        }
+        assert_eq!(restamp(b"not a head", b""), None);
     }
 
     #[test]

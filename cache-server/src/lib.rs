@@ -33,6 +33,7 @@ pub(crate) mod announce;
 pub(crate) mod auth;
 pub(crate) mod backend;
 pub mod config;
+pub mod conflict;
 pub(crate) mod error;
 pub(crate) mod hot;
 pub mod layout;

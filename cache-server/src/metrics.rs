@@ -40,6 +40,14 @@ pub struct PublisherLabels {
     pub publisher: String,
 }
 
+/// A conflicting write's writer (its token id) and what became of it: `refused` (a kernel's) or
+/// `replaced` (a blob's, which may legitimately differ between uploaders).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConflictLabels {
+    pub publisher: String,
+    pub outcome: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DirectionLabels {
     pub direction: &'static str,
@@ -63,6 +71,9 @@ pub struct Metrics {
     pub quarantines: Family<PublisherLabels, Counter>,
     /// Puts refused because their bytes were quarantined under the key.
     pub quarantined_puts: Counter,
+    /// Puts that offered other bytes than the key held, by the offering writer's token id (a
+    /// configured token's, or `anonymous`: bounded, unlike host names, which writers choose).
+    pub conflicting_puts: Family<ConflictLabels, Counter>,
     /// The status page's counts, not yet flushed to Redis.
     pub tally: crate::status::tally::Tally,
 }
@@ -88,6 +99,7 @@ impl Metrics {
             lookups: Family::default(),
             quarantines: Family::default(),
             quarantined_puts: Counter::default(),
+            conflicting_puts: Family::default(),
             tally: Default::default(),
         };
         let mut registry = Registry::with_prefix("kiln_server");
@@ -112,6 +124,11 @@ impl Metrics {
             "quarantined_puts",
             "Puts refused because the same bytes were quarantined under the key",
             m.quarantined_puts.clone(),
+        );
+        registry.register(
+            "conflicting_puts",
+            "Puts that offered other bytes than the key held (refused for kernels), by the offering token id",
+            m.conflicting_puts.clone(),
         );
         Metrics { registry, ..m }
     }

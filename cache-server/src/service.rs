@@ -10,24 +10,26 @@ mod watch;
 use crate::announce::{Announcements, PublishStream};
 use crate::auth::Access;
 use crate::config::Limits;
+use crate::conflict::{self, Judgement};
 use crate::error::Error;
 use crate::layout::LayoutError;
+use crate::metrics::ConflictLabels;
 use crate::metrics::Metrics;
 use crate::status::tally::{LeaseEvent, now_ms};
 use crate::status::{FleetPage, hosts};
-use crate::store::{Acquired, Entry, Lookup, Refused, Store};
+use crate::store::{Acquired, Entry, Lookup, Refused, Store, Stored};
 use crate::validate;
 use futures_util::{Stream, StreamExt};
 use kiln_proto::CacheKey;
 use kiln_proto::auth::Caller;
-use kiln_proto::envelope;
+use kiln_proto::envelope::{self, Artifact};
 use kiln_proto::pb::artifact_cache_server::ArtifactCache;
 use kiln_proto::pb::{
     CacheBatchGetRequest, CacheContainsRequest, CacheContainsResponse, CacheGetRequest, CacheGetResponse,
-    CachePutRequest, CachePutResponse, CacheStatsRequest, CacheStatsResponse, HostReport, HostReportResponse,
-    LeaseRequest, LeaseResponse, ManifestGetRequest, ManifestGetResponse, ManifestPutRequest, Provenance,
-    QuarantineListRequest, QuarantineListResponse, QuarantineRequest, QuarantineResponse, WatchPublishRequest,
-    cache_get_response, cache_put_request,
+    CachePutRequest, CachePutResponse, CacheStatsRequest, CacheStatsResponse, ConflictRecord, HostReport,
+    HostReportResponse, LeaseRequest, LeaseResponse, ManifestGetRequest, ManifestGetResponse, ManifestPutRequest,
+    Provenance, QuarantineListRequest, QuarantineListResponse, QuarantineRequest, QuarantineResponse,
+    WatchPublishRequest, cache_get_response, cache_put_request,
 };
 use std::collections::HashSet;
 use std::future::Future;
@@ -201,16 +203,37 @@ impl CacheService {
                 if bytes.len() as u64 > limit {
                     return Err(Error::TooLarge { field: "envelope", size: bytes.len() as u64, limit });
                 }
-                let bytes = verify(bytes, key, limit).await?;
-                let provenance = Provenance { host: req.publisher_host, token: caller.token_id, unix_ms: now_ms() };
-                if let Err(Refused::Quarantined(record)) = self.store.put_envelope(&key, &bytes, &provenance).await? {
-                    self.metrics.quarantined_puts.inc();
-                    tracing::warn!(%key, publisher = %provenance.host, token = %provenance.token, "refused a put of quarantined bytes");
-                    let publisher = record.publisher.map(|p| format!("{} ({})", p.host, p.token)).unwrap_or_default();
-                    return Err(Error::Quarantined { publisher, reporter: record.reporter_host });
+                let (bytes, offered) = verify(bytes, key, limit).await?;
+                let provenance =
+                    Provenance { host: req.publisher_host, token: caller.token_id, unix_ms: now_ms(), disputed: false };
+                let judge = |held: &[u8]| match envelope::open(held, &key, limit) {
+                    Ok(held) => conflict::judge(&held, &offered),
+                    // Verified when it was stored: damaged since, it is no evidence of anything.
+                    Err(_) => Judgement::Same,
+                };
+                match self.store.put_envelope(&key, &bytes, &provenance, judge).await? {
+                    Ok(stored) => {
+                        if let Stored::Replaced(record) = &stored {
+                            self.conflicting(record);
+                        }
+                        if stored != Stored::Refreshed {
+                            self.metrics.bytes("in", bytes.len());
+                            self.metrics.tally.published(&bytes);
+                        }
+                    }
+                    Err(Refused::Quarantined(record)) => {
+                        self.metrics.quarantined_puts.inc();
+                        tracing::warn!(%key, publisher = %provenance.host, token = %provenance.token, "refused a put of quarantined bytes");
+                        let publisher =
+                            record.publisher.map(|p| format!("{} ({})", p.host, p.token)).unwrap_or_default();
+                        return Err(Error::Quarantined { publisher, reporter: record.reporter_host });
+                    }
+                    Err(Refused::Conflict(record)) => {
+                        self.conflicting(&record);
+                        let held_by = record.held.as_ref().map_or_else(|| "an unrecorded writer".into(), writer);
+                        return Err(Error::Conflict { key: key.to_hex(), held_by, detail: record.detail });
+                    }
                 }
-                self.metrics.bytes("in", bytes.len());
-                self.metrics.tally.published(&bytes);
             }
             Some(cache_put_request::Entry::Negative(entry)) => {
                 if entry.log.len() > validate::MAX_NEGATIVE_LOG {
@@ -226,6 +249,24 @@ impl CacheService {
             None => return Err(Error::Missing { field: "entry" }),
         }
         Ok(CachePutResponse {})
+    }
+
+    /// Counts and logs a conflicting write (see `crate::conflict`).
+    fn conflicting(&self, record: &ConflictRecord) {
+        let offered = record.offered.clone().unwrap_or_default();
+        let outcome = if record.refused { "refused" } else { "replaced" };
+        self.metrics
+            .conflicting_puts
+            .get_or_create(&ConflictLabels { publisher: offered.token.clone(), outcome })
+            .inc();
+        tracing::warn!(
+            key = %record.key,
+            held_by = %record.held.as_ref().map_or_else(|| "an unrecorded writer".into(), writer),
+            offered_by = %writer(&offered),
+            detail = %record.detail,
+            refused = record.refused,
+            "a put offered other bytes than the key held"
+        );
     }
 
     async fn get_manifest(&self, req: ManifestGetRequest) -> Result<ManifestGetResponse, Error> {
@@ -275,18 +316,24 @@ impl CacheService {
     }
 }
 
-/// Verifies an envelope against the key it is put under, off the runtime when it is large.
-async fn verify(bytes: Vec<u8>, key: CacheKey, limit: u64) -> Result<Vec<u8>, Error> {
+/// Verifies an envelope against the key it is put under, off the runtime when it is large; the
+/// envelope and what it holds.
+async fn verify(bytes: Vec<u8>, key: CacheKey, limit: u64) -> Result<(Vec<u8>, Artifact), Error> {
     if bytes.len() <= VERIFY_INLINE_BYTES {
-        envelope::open(&bytes, &key, limit)?;
-        return Ok(bytes);
+        let artifact = envelope::open(&bytes, &key, limit)?;
+        return Ok((bytes, artifact));
     }
-    let checked = tokio::task::spawn_blocking(move || envelope::open(&bytes, &key, limit).map(|_| bytes));
+    let checked = tokio::task::spawn_blocking(move || envelope::open(&bytes, &key, limit).map(|a| (bytes, a)));
     match checked.await {
         Ok(result) => Ok(result?),
         // `open` does not panic on any input; if it ever does, that is a bug to surface as one.
         Err(e) => std::panic::resume_unwind(e.into_panic()),
     }
+}
+
+/// A writer as a person reads it: `gpu-7 (tok-0123456789ab)`, or the token id alone.
+fn writer(p: &Provenance) -> String {
+    if p.host.is_empty() { p.token.clone() } else { format!("{} ({})", p.host, p.token) }
 }
 
 /// Who sent `request`, as the token layer found (anonymous on a server without tokens).

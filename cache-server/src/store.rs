@@ -10,16 +10,21 @@
 //! that raced in is kept) and reported as [`Lookup::Corrupt`]; the service counts it and answers
 //! a miss.
 
+mod conflict;
 mod quarantine;
+mod timeline;
 
+pub use conflict::newest as newest_conflicts;
 pub use quarantine::{MAX_LIST, Quarantined, newest as newest_quarantines};
 
 use crate::backend::Redis;
+use crate::conflict::Judgement;
 use crate::error::Error;
 use crate::hot::HotValues;
 use crate::layout::{self, LayoutError};
+use crate::status::tally::now_ms;
 use kiln_proto::CacheKey;
-use kiln_proto::pb::{NegativeEntry, Provenance, QuarantineRecord};
+use kiln_proto::pb::{ConflictRecord, NegativeEntry, Provenance, QuarantineRecord};
 use prost::Message;
 use redis::{Script, Value};
 use std::sync::LazyLock;
@@ -61,6 +66,20 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     )
 });
 
+/// Writes an artifact: KEYS[1] its head, KEYS[2] its negative entry (deleted), KEYS[3..] its
+/// further pieces; ARGV[1] `new` (only where the key holds no head) or `any`, ARGV[2] the TTL in
+/// ms, ARGV[3] the head, ARGV[4..] the pieces, head last. 1 when written, 0 when a head appeared
+/// meanwhile. One atomic step, so two writers racing to a new key cannot both pass the check.
+static WRITE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "if ARGV[1] == 'new' and redis.call('EXISTS', KEYS[1]) == 1 then return 0 end \
+         for i = 3, #KEYS do redis.call('SET', KEYS[i], ARGV[i + 1], 'PX', ARGV[2]) end \
+         redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[2]) \
+         redis.call('DEL', KEYS[2]) \
+         return 1",
+    )
+});
+
 /// Deletes KEYS only while KEYS[1] still holds ARGV[1], the damaged value a reader saw.
 static DELETE_IF_SAME: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -91,6 +110,19 @@ pub struct Published {
 pub enum Refused {
     /// These very bytes were quarantined under this key.
     Quarantined(Box<QuarantineRecord>),
+    /// The key holds a different kernel (see `crate::conflict`); recorded.
+    Conflict(Box<ConflictRecord>),
+}
+
+/// What a Put of an envelope did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Stored {
+    /// The key held no artifact: these bytes are stored.
+    New,
+    /// The key held the same artifact: its lifetime is renewed, its publisher kept.
+    Refreshed,
+    /// The key held different bytes of a blob: replaced, and the conflict recorded.
+    Replaced(Box<ConflictRecord>),
 }
 
 /// The outcome of a read.
@@ -303,33 +335,102 @@ impl Store {
     }
 
     /// Stores a verified envelope, recording `provenance` in its head, and deletes any negative
-    /// entry, in one transaction, then announces it. Refused when these very bytes were
-    /// quarantined under the key: a publisher gone bad cannot simply publish them again.
+    /// entry, then announces it. Refused when these very bytes were quarantined under the key (a
+    /// publisher gone bad cannot simply publish them again), and when the key holds an artifact
+    /// that `judge` (given the held envelope) finds to be a different kernel: a conflict, recorded
+    /// with both writers, the held artifact marked disputed. The same artifact again renews the
+    /// held one's lifetime and keeps its publisher; a different blob replaces it, recorded.
     pub async fn put_envelope(
         &self,
         key: &CacheKey,
         envelope: &[u8],
         provenance: &Provenance,
-    ) -> Result<Result<(), Refused>, Error> {
+        judge: impl Fn(&[u8]) -> Judgement,
+    ) -> Result<Result<Stored, Refused>, Error> {
         if let Some(record) = self.quarantine_record(key).await?
             && record.served_digest == blake3::hash(envelope).to_hex().as_str()
         {
             return Ok(Err(Refused::Quarantined(Box::new(record))));
         }
+        for _ in 0..READ_ATTEMPTS {
+            let Some((head, held)) = self.held(key).await? else {
+                if self.write(key, envelope, provenance, "new").await? {
+                    return self.announce(key).await.map(|()| Ok(Stored::New));
+                }
+                continue; // another writer got there first: judge against its bytes
+            };
+            let judgement = if held.envelope == envelope { Judgement::Same } else { judge(&held.envelope) };
+            let Judgement::Conflict { detail, kernel } = judgement else {
+                self.refresh(key, &head).await?;
+                return self.announce(key).await.map(|()| Ok(Stored::Refreshed));
+            };
+            let record = ConflictRecord {
+                key: key.to_hex(),
+                held: held.provenance,
+                held_digest: blake3::hash(&held.envelope).to_hex().to_string(),
+                offered: Some(provenance.clone()),
+                offered_digest: blake3::hash(envelope).to_hex().to_string(),
+                unix_ms: now_ms(),
+                detail,
+                refused: kernel,
+            };
+            if kernel {
+                self.dispute(key, &head, &record).await?;
+                return Ok(Err(Refused::Conflict(Box::new(record))));
+            }
+            self.write(key, envelope, provenance, "any").await?;
+            self.record_conflict(key, &record).await?;
+            return self.announce(key).await.map(|()| Ok(Stored::Replaced(Box::new(record))));
+        }
+        Err(Error::Contended { key: key.to_hex() })
+    }
+
+    /// The artifact `key` holds, with its head value as read (for a later compare-and-set),
+    /// without sliding its lifetime. `None` when it holds none (or held a damaged one, deleted).
+    async fn held(&self, key: &CacheKey) -> Result<Option<(Vec<u8>, Published)>, Error> {
+        let mut con = self.redis.clone();
+        let head: Option<Vec<u8>> = redis::cmd("GET").arg(layout::head_key(key)).query_async(&mut con).await?;
+        let Some(head) = head else { return Ok(None) };
+        Ok(match self.read_artifact(key, head.clone()).await? {
+            Lookup::Hit(published) => Some((head, published)),
+            Lookup::Miss | Lookup::Corrupt(_) => None,
+        })
+    }
+
+    /// Writes an envelope's head and pieces (see [`WRITE`]; `mode` is its ARGV[1]).
+    async fn write(&self, key: &CacheKey, envelope: &[u8], provenance: &Provenance, mode: &str) -> Result<bool, Error> {
         self.hot.forget(key);
         let (head, rest) = layout::split(envelope, &provenance.encode_to_vec());
+        let mut invocation = WRITE.key(layout::head_key(key));
+        invocation.key(layout::negative_key(key));
+        for i in 0..rest.len() {
+            invocation.key(layout::piece_key(key, i as u32 + 1));
+        }
+        invocation.arg(mode).arg(self.ttl_ms).arg(head);
+        for piece in &rest {
+            invocation.arg(*piece);
+        }
+        let mut con = self.redis.clone();
+        let written: i64 = invocation.invoke_async(&mut con).await?;
+        // Again: a BatchGet that read the old value while this wrote may have kept it.
+        self.hot.forget(key);
+        Ok(written == 1)
+    }
+
+    /// Renews the lifetime of the artifact whose head is `head`, and deletes any negative entry:
+    /// a re-publish of what the key holds.
+    async fn refresh(&self, key: &CacheKey, head: &[u8]) -> Result<(), Error> {
+        let pieces = layout::parse_head(head).map_or(1, |(h, _)| h.pieces);
         let mut pipe = redis::pipe();
         pipe.atomic();
-        for (i, piece) in rest.iter().enumerate() {
-            pipe.cmd("SET").arg(layout::piece_key(key, i as u32 + 1)).arg(*piece).arg("PX").arg(self.ttl_ms).ignore();
+        pipe.cmd("PEXPIRE").arg(layout::head_key(key)).arg(self.ttl_ms).ignore();
+        for n in 1..pieces {
+            pipe.cmd("PEXPIRE").arg(layout::piece_key(key, n)).arg(self.ttl_ms).ignore();
         }
-        pipe.cmd("SET").arg(layout::head_key(key)).arg(head).arg("PX").arg(self.ttl_ms).ignore();
         pipe.cmd("DEL").arg(layout::negative_key(key)).ignore();
         let mut con = self.redis.clone();
         pipe.query_async::<()>(&mut con).await?;
-        // Again: a BatchGet that read the old value while this wrote may have kept it.
-        self.hot.forget(key);
-        self.announce(key).await.map(Ok)
+        Ok(())
     }
 
     /// Stores a negative entry for `ttl` (it does not slide), then announces it, so waiters learn

@@ -34,7 +34,11 @@ impl Cli {
             })
             .mut_subcommand("audit", |c| {
                 c.mut_args(|a| {
-                    if a.get_id() == "files" { a.required_unless_present_any(["graph", "quarantined"]) } else { a }
+                    if a.get_id() == "files" {
+                        a.required_unless_present_any(["graph", "quarantined", "conflicts"])
+                    } else {
+                        a
+                    }
                 })
             });
         Self::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit())
@@ -273,8 +277,13 @@ pub struct AuditArgs {
     pub report_only: bool,
 
     /// List the fleet's quarantine records instead, oldest first.
-    #[arg(long, conflicts_with_all = ["files", "graph", "publisher", "report_only"])]
+    #[arg(long, conflicts_with_all = ["files", "graph", "publisher", "report_only", "conflicts"])]
     pub quarantined: bool,
+
+    /// List the fleet's conflicting writes instead, oldest first: Puts that offered other bytes
+    /// under a key than it held (refused for kernels).
+    #[arg(long, conflicts_with_all = ["files", "graph", "publisher", "report_only"])]
+    pub conflicts: bool,
 
     /// Print one JSON object per kernel or record (NDJSON), in the proto3 JSON mapping.
     #[arg(long)]

@@ -132,7 +132,7 @@ impl Compiler for CompilerService {
         let fleet = self.0.cache.fleet().ok_or(Error::NoFleet { what: "list quarantines of" })?;
         let req = request.into_inner();
         let answer =
-            fleet.tier.list_quarantine(req.since_ms, req.limit).await.map_err(|e| {
+            fleet.tier.list_quarantine(req).await.map_err(|e| {
                 Status::new(e.code().unwrap_or(tonic::Code::Unavailable), format!("the fleet cache: {e}"))
             })?;
         Ok(Response::new(answer))

@@ -5,6 +5,8 @@
 //!   the protocol, so it lives here and clients may compute keys too.
 //! - [`target`]: parsing and printing GPU targets such as `sm_90a`.
 //! - [`envelope`]: the self-verifying frame every cached artifact is stored in, in every tier.
+//! - [`launch`]: what makes two kernel artifacts of one key the same, for kilnd's audit and
+//!   kiln-cache's refusal of conflicting writes alike.
 //! - [`auth`]: bearer tokens, read-only or read-write: the servers' check and the clients'
 //!   interceptor.
 //! - [`code`]: gRPC status codes by name, for metric labels and error messages.
@@ -29,6 +31,7 @@ pub mod auth;
 pub mod code;
 pub mod envelope;
 pub mod key;
+pub mod launch;
 pub mod paths;
 pub mod probe;
 pub mod target;

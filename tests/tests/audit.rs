@@ -102,6 +102,11 @@ async fn a_writer_gone_bad_is_caught_quarantined_named_and_kept_out() {
     let last = wrong.len() - 1;
     wrong[last] ^= 0xff;
     let wrong_envelope = envelope::seal(&key, honest_artifact.meta.clone(), &wrong);
+    // Over the honest bytes: refused, a conflict on record. Once the fleet has lost them
+    // (evicted), the wrong bytes are the key's first publish, and only the audit can tell.
+    let refused = bad.put(&key, wrong_envelope.clone()).await.unwrap_err();
+    assert_eq!(refused.code(), Some(Code::FailedPrecondition), "{refused}");
+    redis.cli(&["DEL", &format!("kiln:v1:{{{key}}}:a")]);
     bad.put(&key, wrong_envelope.clone()).await.unwrap();
 
     let auditor = host(&cache, AUDIT_ALL);

@@ -121,7 +121,10 @@ async fn concurrent_writers_never_mix_pieces() {
         .map(|v| {
             let mut bytes = vec![0u8; 4 * MIB + 1000];
             blake3::Hasher::new().update(&[v]).finalize_xof().fill(&mut bytes);
-            envelope::seal(&k, ArtifactMeta { log: format!("version {v}"), ..Default::default() }, &bytes)
+            // Blobs: a kernel's key has one right answer, and a different kernel is refused.
+            let meta =
+                ArtifactMeta { toolchain: "blob/race".into(), log: format!("version {v}"), ..Default::default() };
+            envelope::seal(&k, meta, &bytes)
         })
         .collect();
     // One version is in place before the race, so readers have something to see however the
@@ -494,6 +497,72 @@ async fn quarantine_takes_bad_bytes_out_of_service_and_keeps_them_out() {
     assert!(c == Code::InvalidArgument && msg.contains("reporter_host"), "{msg}");
     let (c, msg) = code(auditor.list_quarantine(0, 5000).await);
     assert!(c == Code::InvalidArgument && msg.contains("limit"), "{msg}");
+}
+
+/// A kernel's key has one right answer. A Put of a different kernel under a held key is refused
+/// (FAILED_PRECONDITION naming the key) and recorded with both writers and digests, counted by
+/// the offering token, and the held artifact is served on, marked disputed. The same artifact
+/// again, with another compile time, is no conflict: it renews the held one's lifetime and keeps
+/// its publisher. A blob's other bytes replace it as before, and are recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conflicting_kernel_puts_are_refused_and_recorded() {
+    let (redis, cache) = start();
+    let honest = cache.client(WRITE_TOKEN).with_host("gpu-1");
+    let rogue = cache.client(WRITE_TOKEN).with_host("rogue");
+    for (k, size) in [(key("conflict"), 3000), (key("conflict chunked"), 2 * MIB + 5)] {
+        let held = envelope_of(&k, size);
+        honest.put(&k, held.clone()).await.unwrap();
+        let artifact = envelope::open(&held, &k, u64::MAX).unwrap();
+        // An honest recompile: other compile time and log, the same launch.
+        let meta = ArtifactMeta { compile_micros: 12_345, log: "another host's log".into(), ..artifact.meta.clone() };
+        redis.cli(&["PEXPIRE", &head(&k), "5000"]);
+        rogue.put(&k, envelope::seal(&k, meta, &artifact.bytes)).await.unwrap();
+        let ttl: u64 = String::from_utf8_lossy(&redis.cli(&["PTTL", &head(&k)])).trim().parse().unwrap();
+        assert!(ttl > 5000, "a re-publish renews the lifetime: {ttl} ms left");
+        let Lookup::Hit(served, Some(p)) = honest.get(&k).await.unwrap() else { panic!("held artifact gone") };
+        assert_eq!((served == held, p.host.as_str(), p.disputed), (true, "gpu-1", false), "the first publish kept");
+        // Other bytes: refused, naming the key; the held bytes are served on, disputed.
+        let mut wrong = artifact.bytes.to_vec();
+        wrong[size / 2] ^= 1;
+        let (c, msg) = code(rogue.put(&k, envelope::seal(&k, artifact.meta.clone(), &wrong)).await);
+        assert!(c == Code::FailedPrecondition && msg.contains(&k.to_hex()) && msg.contains("gpu-1"), "{msg}");
+        let Lookup::Hit(served, Some(p)) = honest.get(&k).await.unwrap() else { panic!("held artifact gone") };
+        assert_eq!((served == held, p.host.as_str(), p.disputed), (true, "gpu-1", true));
+        let batch = honest.batch_get(&[k]).await.unwrap();
+        assert!(matches!(&batch[0].1, Lookup::Hit(env, Some(p)) if *env == held && p.disputed));
+    }
+    // A blob: other bytes replace the held ones, recorded but not refused.
+    let b = key("conflict blob");
+    let blob =
+        |bytes: &[u8]| envelope::seal(&b, ArtifactMeta { toolchain: "blob/test".into(), ..Default::default() }, bytes);
+    honest.put(&b, blob(b"first upload")).await.unwrap();
+    rogue.put(&b, blob(b"second upload")).await.unwrap();
+    assert_eq!(honest.get(&b).await.unwrap().envelope(), Some(&blob(b"second upload")[..]));
+    honest.put(&b, blob(b"second upload")).await.unwrap();
+
+    let conflicts = honest.list_conflicts(0, 0).await.unwrap();
+    assert!(conflicts.records.is_empty() && !conflicts.more);
+    let listed: Vec<(&str, bool)> = conflicts.conflicts.iter().map(|c| (c.key.as_str(), c.refused)).collect();
+    let (k, chunked) = (key("conflict").to_hex(), key("conflict chunked").to_hex());
+    assert_eq!(listed, [(k.as_str(), true), (chunked.as_str(), true), (b.to_hex().as_str(), false)], "oldest first");
+    let first = &conflicts.conflicts[0];
+    let hosts = |c: &kiln_proto::pb::ConflictRecord| {
+        (c.held.clone().unwrap_or_default().host, c.offered.clone().unwrap_or_default().host)
+    };
+    assert_eq!(hosts(first), ("gpu-1".to_owned(), "rogue".to_owned()));
+    assert!(first.detail.starts_with("cubin: 3000 bytes held, 3000 offered"), "{}", first.detail);
+    assert_ne!(first.held_digest, first.offered_digest);
+    let token_id = kiln_proto::auth::Caller::of(WRITE_TOKEN).token_id;
+    assert_eq!(first.offered.as_ref().map(|p| p.token.as_str()), Some(token_id.as_str()));
+    assert!(honest.list_quarantine(0, 0).await.unwrap().records.is_empty(), "a conflict is no quarantine");
+    let m = cache.metrics_text();
+    let counted = |outcome| {
+        sample(&m, &format!("kiln_server_conflicting_puts_total{{publisher=\"{token_id}\",outcome=\"{outcome}\"}}"))
+    };
+    assert_eq!((counted("refused"), counted("replaced")), (Some(2.0), Some(1.0)));
+    let status = kiln_tests::http::get(cache.metrics, "/status.json").unwrap();
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(status["conflicts"].as_array().map(Vec::len), Some(3), "{status}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

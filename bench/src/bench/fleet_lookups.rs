@@ -108,7 +108,12 @@ pub async fn run(bench: &Bench, fleet: &Fleet) -> Result<Section> {
         key: key.to_hex(),
         entry: Some(pb::cache_get_response::Entry::Envelope(envelope.clone())),
         // What kiln-cache sends beside every envelope, so the floor carries the same bytes.
-        provenance: Some(pb::Provenance { host: "bench-host".into(), token: "tok-0123456789ab".into(), unix_ms: 1 }),
+        provenance: Some(pb::Provenance {
+            host: "bench-host".into(),
+            token: "tok-0123456789ab".into(),
+            unix_ms: 1,
+            disputed: false,
+        }),
     };
     let (_floor, floor_uri) = super::floor::cache(canned)?;
     for &c in &o.clients {

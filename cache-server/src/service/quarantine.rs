@@ -1,5 +1,6 @@
 //! The quarantine handlers: an auditor's report taken in, checked field by field and recorded
-//! (see `crate::store` for the move itself), and the records listed for every kilnd's poll.
+//! (see `crate::store` for the move itself), and the records listed for every kilnd's poll; and
+//! the conflicting writes (see `crate::conflict`), listed on request beside them.
 
 use super::CacheService;
 use crate::error::Error;
@@ -47,7 +48,11 @@ impl CacheService {
             n if n <= MAX_LIST => n,
             n => return Err(Error::OutOfRange { field: "limit", value: n as u64, min: 0, max: MAX_LIST as u64 }),
         };
+        if req.conflicts {
+            let (conflicts, more) = self.store.list_conflicts(req.since_ms, limit).await?;
+            return Ok(QuarantineListResponse { conflicts, more, ..Default::default() });
+        }
         let (records, more) = self.store.list_quarantine(req.since_ms, limit).await?;
-        Ok(QuarantineListResponse { records, more })
+        Ok(QuarantineListResponse { records, more, ..Default::default() })
     }
 }

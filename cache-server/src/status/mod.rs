@@ -27,7 +27,7 @@ pub mod tally;
 use crate::backend::Redis;
 use crate::metrics::Metrics;
 use kiln_proto::envelope;
-use kiln_proto::pb::{HostMiss, HostReport, QuarantineRecord};
+use kiln_proto::pb::{ConflictRecord, HostMiss, HostReport, QuarantineRecord};
 use redis_info::RedisInfo;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -72,6 +72,8 @@ pub struct FleetStatus {
     pub recent_misses: Vec<MissRow>,
     /// The newest quarantines: keys an audit found publishing wrong bytes, and who published them.
     pub quarantines: Vec<QuarantineRecord>,
+    /// The newest conflicting writes: Puts that offered other bytes than a key held.
+    pub conflicts: Vec<ConflictRecord>,
     pub redis: Option<RedisInfo>,
 }
 
@@ -143,6 +145,7 @@ impl FleetStatus {
             toolchains,
             hosts,
             quarantines: Vec::new(),
+            conflicts: Vec::new(),
             redis,
         }
     }
@@ -217,10 +220,13 @@ impl FleetPage {
                 let read = async {
                     let read = store::read(&self.redis, now).await?;
                     let quarantines = crate::store::newest_quarantines(&self.redis, PAGE_QUARANTINES).await?;
-                    Ok::<_, crate::error::Error>((read, quarantines))
+                    let conflicts = crate::store::newest_conflicts(&self.redis, PAGE_QUARANTINES).await?;
+                    Ok::<_, crate::error::Error>((read, quarantines, conflicts))
                 };
                 let status = match read.await {
-                    Ok((read, quarantines)) => FleetStatus { quarantines, ..FleetStatus::new(read, info, now) },
+                    Ok((read, quarantines, conflicts)) => {
+                        FleetStatus { quarantines, conflicts, ..FleetStatus::new(read, info, now) }
+                    }
                     Err(e) => FleetStatus {
                         generated_unix_ms: now,
                         window_minutes: buckets::WINDOW_MINUTES,

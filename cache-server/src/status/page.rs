@@ -202,6 +202,32 @@ pub fn render(s: &FleetStatus) -> String {
         .collect();
     page.table("quarantines", &["when", "key", "published by", "token", "reported by", "what differed"], &rows);
 
+    page.heading("Conflicting writes");
+    page.paragraph(
+        "Puts that offered other bytes under a key than it held. A kernel's key has one right answer: \
+         such a Put is refused, and the held kernel is audited by the next host that fetches it. Blobs \
+         and snapshot files are replaced as before. `kiln audit --conflicts` lists them all.",
+    );
+    let rows: Vec<Row> = s
+        .conflicts
+        .iter()
+        .map(|c| {
+            let who = |p: Option<&kiln_proto::pb::Provenance>| {
+                p.map_or_else(|| "unknown".to_owned(), |p| format!("{} ({})", p.host, p.token))
+            };
+            Row::new(vec![
+                ago(s.generated_unix_ms, c.unix_ms).into(),
+                c.key.get(..16).unwrap_or(&c.key).into(),
+                who(c.held.as_ref()).into(),
+                Cell::from(who(c.offered.as_ref())).flagged(true),
+                if c.refused { "refused" } else { "replaced" }.into(),
+                c.detail.as_str().into(),
+            ])
+            .flagged(c.refused)
+        })
+        .collect();
+    page.table("conflicts", &["when", "key", "held, published by", "offered by", "outcome", "what differed"], &rows);
+
     page.heading("Redis");
     match &s.redis {
         Some(r) => {

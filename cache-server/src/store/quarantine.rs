@@ -9,6 +9,7 @@
 //! tag, hence one slot of a cluster; the time index is another slot, written after.
 
 use super::Store;
+use super::timeline::Timeline;
 use crate::backend::Redis;
 use crate::error::Error;
 use crate::layout;
@@ -85,11 +86,7 @@ impl Store {
         if moved != 1 {
             return Ok(Quarantined::NotHeld);
         }
-        let oldest_kept = now.saturating_sub(KEPT.as_millis() as u64);
-        let mut pipe = redis::pipe();
-        pipe.cmd("ZADD").arg(layout::QUARANTINED).arg(now).arg(key.to_hex()).ignore();
-        pipe.cmd("ZREMRANGEBYSCORE").arg(layout::QUARANTINED).arg("-inf").arg(format!("({oldest_kept}")).ignore();
-        pipe.query_async::<()>(&mut con).await?;
+        TIMELINE.add(&self.redis, key, now).await?;
         // Waiters of the key look again and find it gone: they compile it themselves.
         self.announce(key).await?;
         Ok(Quarantined::Now(Box::new(record)))
@@ -105,47 +102,14 @@ impl Store {
     /// Records quarantined at or after `since_ms`, oldest first, at most `limit`; and whether
     /// more follow.
     pub async fn list_quarantine(&self, since_ms: u64, limit: usize) -> Result<(Vec<QuarantineRecord>, bool), Error> {
-        let mut con = self.redis.clone();
-        let keys: Vec<String> = redis::cmd("ZRANGEBYSCORE")
-            .arg(layout::QUARANTINED)
-            .arg(since_ms)
-            .arg("+inf")
-            .arg("LIMIT")
-            .arg(0)
-            .arg(limit + 1)
-            .query_async(&mut con)
-            .await?;
-        let more = keys.len() > limit;
-        Ok((records(&self.redis, &keys[..keys.len().min(limit)]).await?, more))
+        TIMELINE.since(&self.redis, since_ms, limit).await
     }
 }
+
+/// Where quarantine records are indexed.
+const TIMELINE: Timeline = Timeline { index: layout::QUARANTINED, record_key: layout::quarantine_key, kept: KEPT };
 
 /// The `n` newest quarantine records, newest first: the fleet page's list.
 pub async fn newest(redis: &Redis, n: usize) -> Result<Vec<QuarantineRecord>, Error> {
-    let mut con = redis.clone();
-    let keys: Vec<String> = redis::cmd("ZREVRANGEBYSCORE")
-        .arg(layout::QUARANTINED)
-        .arg("+inf")
-        .arg("-inf")
-        .arg("LIMIT")
-        .arg(0)
-        .arg(n)
-        .query_async(&mut con)
-        .await?;
-    records(redis, &keys).await
-}
-
-/// The records of `keys` (hex), in their order; a key whose record expired is left out. Each
-/// record lives in its key's slot: one read each, together.
-async fn records(redis: &Redis, keys: &[String]) -> Result<Vec<QuarantineRecord>, Error> {
-    let reads = keys.iter().filter_map(|k| k.parse::<CacheKey>().ok()).map(|key| async move {
-        let mut con = redis.clone();
-        let value: Option<Vec<u8>> = redis::cmd("GET").arg(layout::quarantine_key(&key)).query_async(&mut con).await?;
-        Ok::<_, Error>(value.and_then(|v| QuarantineRecord::decode(v.as_slice()).ok()))
-    });
-    let mut out = Vec::new();
-    for record in futures_util::future::join_all(reads).await {
-        out.extend(record?);
-    }
-    Ok(out)
+    TIMELINE.newest(redis, n).await
 }

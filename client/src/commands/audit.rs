@@ -1,11 +1,11 @@
 //! `kiln audit`: has the daemon recompile a graph's kernels and compare each with what the
 //! fleet holds under its key (quarantining what differs), or lists the fleet's quarantine
-//! records. Exit 0 when every kernel audited clean (or the fleet holds none), 1 when one
+//! records or conflicting writes. Exit 0 when every kernel audited clean (or the fleet holds none), 1 when one
 //! differs or could not be checked, 2 on an error.
 
 use super::{load_graph_named, name_files};
 use crate::cli::AuditArgs;
-use crate::output::audit::{record_text, result_text};
+use crate::output::audit::{conflict_text, record_text, result_text};
 use crate::report::print_line;
 use anyhow::Context;
 use kiln_client::pb;
@@ -14,22 +14,33 @@ use std::process::ExitCode;
 pub async fn run(daemon: &str, args: AuditArgs) -> anyhow::Result<ExitCode> {
     let client = kiln_client::connect(daemon).await?;
     let now_ms = crate::output::snapshot::now_ms().max(0) as u64;
-    if args.quarantined {
+    if args.quarantined || args.conflicts {
         let mut since_ms = 0;
         loop {
-            let request = pb::QuarantineListRequest { since_ms, limit: 0 };
+            let request = pb::QuarantineListRequest { since_ms, limit: 0, conflicts: args.conflicts };
             let answer = client.grpc().list_quarantine(request).await.map_err(kiln_client::ClientError::from)?;
             let answer = answer.into_inner();
+            let mut lines = Vec::new();
             for record in &answer.records {
                 since_ms = since_ms.max(record.unix_ms + 1);
-                let line = if args.json {
+                lines.push(if args.json {
                     serde_json::to_string(record).context("encoding a quarantine record as JSON")?
                 } else {
                     record_text(record, now_ms)
-                };
-                print_line(&line)?;
+                });
             }
-            if !answer.more || answer.records.is_empty() {
+            for conflict in &answer.conflicts {
+                since_ms = since_ms.max(conflict.unix_ms + 1);
+                lines.push(if args.json {
+                    serde_json::to_string(conflict).context("encoding a conflict record as JSON")?
+                } else {
+                    conflict_text(conflict, now_ms)
+                });
+            }
+            for line in &lines {
+                print_line(line)?;
+            }
+            if !answer.more || lines.is_empty() {
                 return Ok(ExitCode::SUCCESS);
             }
         }

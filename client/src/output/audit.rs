@@ -1,4 +1,5 @@
-//! `kiln audit`'s lines: one per audited kernel, and one per quarantine record.
+//! `kiln audit`'s lines: one per audited kernel, one per quarantine record, and one per
+//! conflicting write.
 
 use super::snapshot::ago;
 use kiln_proto::pb;
@@ -32,6 +33,25 @@ pub fn record_text(r: &pb::QuarantineRecord, now_ms: u64) -> String {
     )
 }
 
+/// One conflicting write: when, which key, whose bytes it held, who offered others, what
+/// became of them and what differed.
+pub fn conflict_text(c: &pb::ConflictRecord, now_ms: u64) -> String {
+    let who = |p: Option<&pb::Provenance>| {
+        p.map_or("an unknown host".to_string(), |p| format!("{} ({})", or_unknown(&p.host), or_unknown(&p.token)))
+    };
+    format!(
+        "{}  {}  held {} published by {}; {} offered by {} {}: {}",
+        short(&c.key),
+        ago(now_ms as i64 - c.unix_ms as i64),
+        short(&c.held_digest),
+        who(c.held.as_ref()),
+        short(&c.offered_digest),
+        who(c.offered.as_ref()),
+        if c.refused { "[refused]" } else { "[replaced it]" },
+        c.detail,
+    )
+}
+
 /// `published by gpu-7 (tok-0123456789ab) 3 min ago`.
 pub fn publisher_text(p: &pb::Provenance, now_ms: u64) -> String {
     format!("published by {} ({}) {}", or_unknown(&p.host), or_unknown(&p.token), ago(now_ms as i64 - p.unix_ms as i64))
@@ -51,7 +71,7 @@ mod tests {
     use super::*;
 
     fn provenance() -> pb::Provenance {
-        pb::Provenance { host: "gpu-7".into(), token: "tok-0123456789ab".into(), unix_ms: 1_000 }
+        pb::Provenance { host: "gpu-7".into(), token: "tok-0123456789ab".into(), unix_ms: 1_000, disputed: false }
     }
 
     #[test]

@@ -1,32 +1,21 @@
-//! What "the same artifact" means for an audit: every field a launch depends on, and nothing
-//! that legitimately differs between two honest compiles (the compile's duration, its log, the
-//! load check's note, which depends on the host's GPU).
+//! What "the same artifact" means for an audit: the fleet's artifact against this host's compile
+//! of the key's inputs, by [`kiln_proto::launch`]'s rule (every field a launch depends on, and
+//! nothing that legitimately differs between two honest compiles), which kiln-cache also applies
+//! to conflicting writes.
 
 use crate::toolchain::Output;
 use kiln_proto::envelope::Artifact;
+use kiln_proto::launch::{self, Launch};
 
 /// Where the fleet's artifact differs from this host's compile, or `None` when it does not.
 pub fn difference(served: &Artifact, compiled: &Output) -> Option<String> {
-    if served.bytes.as_ref() != compiled.cubin.as_slice() {
-        return Some(bytes_differ("cubin", &served.bytes, &compiled.cubin));
-    }
-    let meta = &served.meta;
-    if meta.lowered_names != compiled.lowered_names {
-        return Some("lowered names differ".into());
-    }
-    if meta.metadata_json != compiled.metadata_json {
-        return Some(bytes_differ("launch metadata", meta.metadata_json.as_bytes(), compiled.metadata_json.as_bytes()));
-    }
-    if meta.ptx != compiled.ptx {
-        return Some(bytes_differ("PTX", meta.ptx.as_bytes(), compiled.ptx.as_bytes()));
-    }
-    None
-}
-
-/// "cubin: 4096 bytes served, 4100 compiled here; first difference at byte 812".
-fn bytes_differ(what: &str, served: &[u8], here: &[u8]) -> String {
-    let at = served.iter().zip(here).position(|(a, b)| a != b).unwrap_or(served.len().min(here.len()));
-    format!("{what}: {} bytes served, {} compiled here; first difference at byte {at}", served.len(), here.len())
+    let here = Launch {
+        cubin: &compiled.cubin,
+        lowered_names: &compiled.lowered_names,
+        metadata_json: &compiled.metadata_json,
+        ptx: &compiled.ptx,
+    };
+    launch::difference(Launch::of(served), here, ("served", "compiled here"))
 }
 
 #[cfg(test)]

@@ -4,9 +4,11 @@
 //!
 //! Digests prove bytes were not damaged on the way; they say nothing of whether the publisher
 //! compiled them from the key's inputs. kiln's toolchains are deterministic (the same inputs give
-//! the same bytes), so any host holding the inputs can check. Which artifacts are checked:
-//! every artifact of a publisher this host has not yet audited clean, and a fraction
-//! (`audit_rate`) of the rest. The checks run behind every interactive compile (background
+//! the same bytes), so any host holding the inputs can check. Which artifacts are checked: the
+//! first artifact of each publisher this host has not yet audited clean, every anonymous
+//! artifact and every one kiln-cache marks disputed by a conflicting write (see [`publisher`]: a
+//! publisher is what kiln-cache vouches for, the writer's token id, with the host it declared),
+//! and a fraction (`audit_rate`) of the rest. The checks run behind every interactive compile (background
 //! slots of the compile gate) and within a CPU share (`audit_cpu_share`): after an audit that
 //! took `t`, the next waits `t × (1 / share − 1)`, and what does not fit in the queue is
 //! dropped and counted. The hit path pays only the choice: a set lookup and a random number.
@@ -20,6 +22,7 @@
 //! no inputs here to recompile from.
 
 pub mod compare;
+pub mod publisher;
 pub mod quarantine;
 mod run;
 
@@ -29,6 +32,7 @@ use crate::domain::KernelSource;
 use crate::metrics::Metrics;
 use kiln_proto::pb::{AuditStats, Provenance};
 use kiln_proto::{CacheKey, Target};
+use publisher::{Claim, Publish, Publisher, Standing};
 use quarantine::Quarantine;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,14 +41,15 @@ use tokio::sync::mpsc;
 
 /// Audits waiting at most; past this the CPU share is spent and samples are dropped.
 const QUEUE: usize = 64;
-/// Publishers remembered per fetched key, for the choice and for `kiln explain`.
+/// Publishers remembered per fetched key, for the choice and for `kiln explain`; and anonymous
+/// publishes remembered as audited (or queued), so each is audited once.
 const PROVENANCE_KEPT: u64 = 100_000;
 
 /// How much auditing a host does.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Policy {
-    /// The fraction of fleet artifacts audited besides every artifact of a publisher not yet
-    /// audited clean: 0 audits only new publishers' first artifacts, 1 audits everything.
+    /// The fraction of fleet artifacts audited besides the first artifact of a publisher not yet
+    /// audited clean and every anonymous artifact: 0 audits only those, 1 audits everything.
     pub rate: f64,
     /// The share of one CPU audits may use, in (0, 1].
     pub cpu_share: f64,
@@ -94,13 +99,16 @@ impl Verdict {
 #[derive(Debug)]
 pub struct Auditor {
     policy: Policy,
-    queue: mpsc::Sender<Sample>,
+    queue: mpsc::Sender<(Sample, Claim)>,
     /// Taken by [`run`]; `None` after.
-    receiver: Mutex<Option<mpsc::Receiver<Sample>>>,
+    receiver: Mutex<Option<mpsc::Receiver<(Sample, Claim)>>>,
     /// Publishers audited clean at least once, and those with an audit queued (so a burst from
     /// one new publisher queues one audit, not one per artifact).
-    audited: Mutex<HashSet<String>>,
-    pending: Mutex<HashSet<String>>,
+    audited: Mutex<HashSet<Publisher>>,
+    pending: Mutex<HashSet<Publisher>>,
+    /// Publishes audited on their own account (anonymous ones), queued or done: each once.
+    /// Bounded: one forgotten is audited again, which costs CPU, not safety.
+    own_account: moka::sync::Cache<Publish, ()>,
     /// Who published what this host fetched lately.
     provenance: moka::sync::Cache<CacheKey, Arc<Provenance>>,
     pub quarantine: Quarantine,
@@ -125,6 +133,7 @@ impl Auditor {
             receiver: Mutex::new(Some(receiver)),
             audited: Mutex::default(),
             pending: Mutex::default(),
+            own_account: moka::sync::Cache::new(PROVENANCE_KEPT),
             provenance: moka::sync::Cache::new(PROVENANCE_KEPT),
             quarantine: Quarantine::new(Arc::clone(&metrics)),
             counts: Counts::default(),
@@ -155,44 +164,69 @@ impl Auditor {
         }
         // Its own publishes too: a host's name is not proof of anything (two kilnds of one
         // machine share it), and a host gone bad may be this one.
-        let publisher = self.provenance.get(key).map(|p| p.host.clone()).unwrap_or_default();
-        let new_publisher = !publisher.is_empty()
-            && !lock(&self.audited).contains(&publisher)
-            && lock(&self.pending).insert(publisher.clone());
-        if !new_publisher && rand::random::<f64>() >= self.policy.rate {
-            return;
-        }
-        tracing::debug!(%key, %publisher, new_publisher, "queued for audit");
-        if self.queue.try_send(sample()).is_err() {
+        let provenance = self.provenance.get(key);
+        let claim = match publisher::standing(key, provenance.as_deref()) {
+            Standing::OnItsOwn(publish) => {
+                let entry = self.own_account.entry(publish).or_insert(());
+                entry.is_fresh().then_some(Claim::Artifact(publish))
+            }
+            Standing::Of(publisher) => (!lock(&self.audited).contains(&publisher)
+                && lock(&self.pending).insert(publisher.clone()))
+            .then_some(Claim::NewPublisher(publisher)),
+        };
+        let claim = match claim {
+            Some(claim) => claim,
+            None if rand::random::<f64>() < self.policy.rate => Claim::Sampled,
+            None => return,
+        };
+        tracing::debug!(%key, ?claim, "queued for audit");
+        if let Err(e) = self.queue.try_send((sample(), claim)) {
             self.counts.dropped.fetch_add(1, Ordering::Relaxed);
             self.metrics.audit("dropped");
-            if new_publisher {
-                lock(&self.pending).remove(&publisher);
-            }
+            let (_, claim) = e.into_inner();
+            self.release(&claim);
         }
     }
 
     /// Takes the queue's receiving end, once.
-    fn take_receiver(&self) -> Option<mpsc::Receiver<Sample>> {
+    fn take_receiver(&self) -> Option<mpsc::Receiver<(Sample, Claim)>> {
         lock(&self.receiver).take()
     }
 
-    /// Counts a verdict about `publisher`'s artifact.
-    pub fn record(&self, verdict: &Verdict, publisher: &str) {
-        lock(&self.pending).remove(publisher);
+    /// Forgets that `claim` is being audited, so the next artifact it covers is audited again.
+    fn release(&self, claim: &Claim) {
+        match claim {
+            Claim::NewPublisher(publisher) => {
+                lock(&self.pending).remove(publisher);
+            }
+            Claim::Artifact(publish) => self.own_account.invalidate(publish),
+            Claim::Sampled => {}
+        }
+    }
+
+    /// Counts a verdict about an artifact taken for `claim`, whose bytes `served_by` published.
+    /// A clean verdict vouches for the publisher of the bytes compared; a failed one concludes
+    /// nothing, so what it was taken for is audited again on the next fetch.
+    pub fn record(&self, verdict: &Verdict, claim: &Claim, served_by: Option<&Provenance>) {
+        if let Claim::NewPublisher(publisher) = claim {
+            lock(&self.pending).remove(publisher);
+        }
         let count = match verdict {
             Verdict::Clean => {
-                if !publisher.is_empty() {
-                    lock(&self.audited).insert(publisher.to_owned());
+                if let Some(publisher) = Publisher::of(served_by) {
+                    lock(&self.audited).insert(publisher);
                 }
                 &self.counts.clean
             }
             Verdict::Mismatch { .. } => {
-                self.metrics.audit_mismatch(publisher);
+                self.metrics.audit_mismatch(served_by.map_or("", |p| p.host.as_str()));
                 &self.counts.mismatched
             }
             Verdict::Absent => return self.metrics.audit(verdict.label()),
-            Verdict::Failed(_) => &self.counts.failed,
+            Verdict::Failed(_) => {
+                self.release(claim);
+                &self.counts.failed
+            }
         };
         count.fetch_add(1, Ordering::Relaxed);
         self.metrics.audit(verdict.label());
@@ -200,7 +234,7 @@ impl Auditor {
 
     /// For `Stats`.
     pub fn stats(&self) -> AuditStats {
-        let mut publishers: Vec<String> = lock(&self.audited).iter().cloned().collect();
+        let mut publishers: Vec<String> = lock(&self.audited).iter().map(Publisher::to_string).collect();
         publishers.sort();
         AuditStats {
             rate: if self.policy.enabled { self.policy.rate } else { 0.0 },
@@ -232,24 +266,111 @@ mod tests {
         }
     }
 
+    fn by(host: &str, token: &str) -> Option<Provenance> {
+        Some(Provenance { host: host.into(), token: token.into(), unix_ms: 1, disputed: false })
+    }
+
     fn from(host: &str) -> Option<Provenance> {
-        Some(Provenance { host: host.into(), token: "tok-x".into(), unix_ms: 1 })
+        by(host, "tok-x")
+    }
+
+    /// An auditor that audits only what it must (rate 0), and its queue.
+    fn strict() -> (Auditor, mpsc::Receiver<(Sample, Claim)>) {
+        let auditor = Auditor::new(Policy { rate: 0.0, cpu_share: 1.0, enabled: true }, Arc::default());
+        let queued = auditor.take_receiver().unwrap_or_else(|| unreachable!());
+        (auditor, queued)
+    }
+
+    /// Fetches key `n`, published as `provenance` says; the claim it was queued for, if any.
+    fn fetch(
+        auditor: &Auditor,
+        queued: &mut mpsc::Receiver<(Sample, Claim)>,
+        n: u8,
+        provenance: Option<Provenance>,
+    ) -> Option<Claim> {
+        auditor.saw(&sample(n).key, provenance);
+        auditor.consider(|| sample(n), &sample(n).key);
+        queued.try_recv().ok().map(|(s, claim)| {
+            assert_eq!(s.key, sample(n).key);
+            claim
+        })
     }
 
     #[test]
     fn new_publishers_are_audited_once_queued_and_the_rest_by_rate() {
+        let (auditor, mut queued) = strict();
+        let claim = fetch(&auditor, &mut queued, 0, from("other"));
+        assert!(matches!(claim, Some(Claim::NewPublisher(_))), "one audit for the new publisher");
+        for n in 1..5 {
+            assert_eq!(fetch(&auditor, &mut queued, n, from("other")), None, "the rest waits for its verdict");
+        }
+        auditor.record(&Verdict::Clean, &claim.unwrap_or(Claim::Sampled), from("other").as_ref());
+        assert_eq!(fetch(&auditor, &mut queued, 9, from("other")), None, "audited clean: only the rate picks now");
+        assert_eq!(auditor.stats().publishers_audited, vec!["other (tok-x)".to_string()]);
+    }
+
+    #[test]
+    fn anonymous_artifacts_are_each_audited_on_their_first_fetch() {
+        let (auditor, mut queued) = strict();
+        for provenance in [None, by("gpu-1", "anonymous"), by("", "")] {
+            auditor.provenance.invalidate_all();
+            auditor.own_account.invalidate_all();
+            for n in 0..3 {
+                let claim = fetch(&auditor, &mut queued, n, provenance.clone());
+                assert!(matches!(claim, Some(Claim::Artifact(_))), "{provenance:?} key {n}: {claim:?}");
+                auditor.record(&Verdict::Clean, &claim.unwrap_or(Claim::Sampled), provenance.as_ref());
+                assert_eq!(fetch(&auditor, &mut queued, n, provenance.clone()), None, "each publish once");
+            }
+        }
+        assert!(auditor.stats().publishers_audited.is_empty(), "a clean anonymous artifact vouches for nobody");
+        // A failed audit concludes nothing: the next fetch audits again. A new publish under
+        // the key is another artifact.
+        auditor.own_account.invalidate_all();
+        let claim = fetch(&auditor, &mut queued, 7, None).unwrap_or(Claim::Sampled);
+        auditor.record(&Verdict::Failed("no toolkit".into()), &claim, None);
+        assert!(fetch(&auditor, &mut queued, 7, None).is_some());
+        let republished = Some(Provenance { token: "anonymous".into(), unix_ms: 99, ..Default::default() });
+        assert!(fetch(&auditor, &mut queued, 7, republished).is_some());
+    }
+
+    #[test]
+    fn a_disputed_artifact_is_audited_on_its_next_fetch_whoever_published_it() {
+        let (auditor, mut queued) = strict();
+        let claim = fetch(&auditor, &mut queued, 0, by("gpu-1", "tok-honest")).unwrap_or(Claim::Sampled);
+        auditor.record(&Verdict::Clean, &claim, by("gpu-1", "tok-honest").as_ref());
+        assert_eq!(fetch(&auditor, &mut queued, 1, by("gpu-1", "tok-honest")), None, "vouched for");
+        let disputed = by("gpu-1", "tok-honest").map(|p| Provenance { disputed: true, ..p });
+        let claim = fetch(&auditor, &mut queued, 1, disputed.clone());
+        assert!(matches!(claim, Some(Claim::Artifact((_, _, true)))), "{claim:?}");
+        assert_eq!(fetch(&auditor, &mut queued, 1, disputed), None, "once");
+    }
+
+    #[test]
+    fn an_honest_name_behind_another_token_is_a_new_publisher() {
+        let (auditor, mut queued) = strict();
+        let claim = fetch(&auditor, &mut queued, 0, by("gpu-1", "tok-honest")).unwrap_or(Claim::Sampled);
+        auditor.record(&Verdict::Clean, &claim, by("gpu-1", "tok-honest").as_ref());
+        assert_eq!(fetch(&auditor, &mut queued, 1, by("gpu-1", "tok-honest")), None, "vouched for");
+        let spoofed = fetch(&auditor, &mut queued, 2, by("gpu-1", "tok-rogue"));
+        let expected = Publisher { token: "tok-rogue".into(), host: "gpu-1".into() };
+        assert_eq!(spoofed, Some(Claim::NewPublisher(expected)), "the honest name does not vouch for another token");
+        let unnamed = fetch(&auditor, &mut queued, 3, by("", "tok-honest"));
+        assert!(matches!(unnamed, Some(Claim::NewPublisher(_))), "the honest token under another name: {unnamed:?}");
+    }
+
+    #[test]
+    fn a_dropped_audit_is_tried_again() {
         let auditor = Auditor::new(Policy { rate: 0.0, cpu_share: 1.0, enabled: true }, Arc::default());
-        let mut queued = auditor.take_receiver().unwrap_or_else(|| unreachable!());
-        for n in 0..5 {
-            auditor.saw(&sample(n).key, from("other"));
+        let _queued = auditor.take_receiver();
+        for n in 0..QUEUE as u8 {
+            auditor.saw(&sample(n).key, None);
             auditor.consider(|| sample(n), &sample(n).key);
         }
-        assert_eq!(queued.try_recv().map(|s| s.key).ok(), Some(sample(0).key), "one audit for the new publisher");
-        assert!(queued.try_recv().is_err(), "the rest waits for its verdict (rate 0)");
-        auditor.record(&Verdict::Clean, "other");
-        auditor.consider(|| sample(9), &sample(1).key);
-        assert!(queued.try_recv().is_err(), "audited clean: only the rate picks now");
-        assert_eq!(auditor.stats().publishers_audited, vec!["other".to_string()]);
+        let full = sample(200);
+        auditor.saw(&full.key, from("new"));
+        auditor.consider(|| sample(200), &full.key);
+        assert_eq!(auditor.stats().dropped, 1);
+        assert!(lock(&auditor.pending).is_empty(), "the new publisher waits for no audit");
     }
 
     #[test]

@@ -7,7 +7,7 @@ use super::lock;
 use crate::fleet::tier::RemoteTier;
 use crate::metrics::Metrics;
 use kiln_proto::CacheKey;
-use kiln_proto::pb::QuarantineRecord;
+use kiln_proto::pb::{QuarantineListRequest, QuarantineRecord};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -99,7 +99,8 @@ pub async fn poll<F, Fut>(
     loop {
         if tier.usable() {
             loop {
-                let Ok(answer) = tier.list_quarantine(auditor.quarantine.since_ms(), 0).await else { break };
+                let request = QuarantineListRequest { since_ms: auditor.quarantine.since_ms(), ..Default::default() };
+                let Ok(answer) = tier.list_quarantine(request).await else { break };
                 for key in auditor.quarantine.learn(&answer.records) {
                     tracing::warn!(%key, "the fleet quarantined this key: dropping this host's copy");
                     drop_key(key).await;

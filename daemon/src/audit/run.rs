@@ -1,6 +1,7 @@
 //! Running audits: the background loop that works through the queue within the CPU share, and
 //! one audit, which `kiln audit` also runs on demand.
 
+use super::publisher::Claim;
 use super::{Auditor, Sample, Verdict, compare};
 use crate::domain::Priority;
 use crate::state::State;
@@ -23,7 +24,7 @@ pub async fn run(state: Arc<State>, auditor: Arc<Auditor>, stop: CancellationTok
     let Some(mut queue) = auditor.take_receiver() else { return };
     let share = auditor.policy().cpu_share.clamp(0.001, 1.0);
     loop {
-        let sample = tokio::select! {
+        let (sample, claim) = tokio::select! {
             _ = stop.cancelled() => return,
             sample = queue.recv() => match sample {
                 Some(sample) => sample,
@@ -38,9 +39,8 @@ pub async fn run(state: Arc<State>, auditor: Arc<Auditor>, stop: CancellationTok
         }
         let started = Instant::now();
         let (verdict, publisher) = audit_one(&state, &auditor, &sample, Priority::Background, true).await;
-        let publisher = publisher.map(|p| p.host).unwrap_or_default();
-        tracing::debug!(key = %sample.key, %publisher, verdict = ?verdict, took = ?started.elapsed(), "audited");
-        auditor.record(&verdict, &publisher);
+        tracing::debug!(key = %sample.key, ?publisher, ?claim, verdict = ?verdict, took = ?started.elapsed(), "audited");
+        auditor.record(&verdict, &claim, publisher.as_ref());
         let rest = started.elapsed().mul_f64(1.0 / share - 1.0);
         tokio::select! {
             _ = stop.cancelled() => return,
@@ -80,7 +80,8 @@ pub async fn audit_one(
         }
     };
     let Some(detail) = compare::difference(&served, &output) else { return (Verdict::Clean, provenance) };
-    let publisher = provenance.as_ref().map_or("an unknown host", |p| p.host.as_str());
+    let publisher =
+        super::Publisher::of(provenance.as_ref()).map_or_else(|| "an anonymous writer".into(), |p| p.to_string());
     tracing::error!(%key, %publisher, %detail, "audit: the fleet's artifact is not what its inputs compile to");
     let mut quarantined = false;
     if quarantine {
@@ -133,7 +134,7 @@ pub fn on_demand(
             } else {
                 audit_one(&state, &auditor, &sample, Priority::Interactive, !report_only).await
             };
-            auditor.record(&verdict, provenance.as_ref().map_or("", |p| p.host.as_str()));
+            auditor.record(&verdict, &Claim::Sampled, provenance.as_ref());
             let (detail, quarantined) = match &verdict {
                 Verdict::Mismatch { detail, quarantined } => (detail.clone(), *quarantined),
                 Verdict::Failed(why) => (why.clone(), false),

@@ -4,7 +4,7 @@
 
 use kiln_cache_client::{Acquired, ClientError, Lookup, PublishEvent, RemoteCache};
 use kiln_proto::CacheKey;
-use kiln_proto::pb::{HostReport, QuarantineListResponse, QuarantineResponse};
+use kiln_proto::pb::{HostReport, QuarantineListRequest, QuarantineListResponse, QuarantineResponse};
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
@@ -39,8 +39,8 @@ pub trait CacheClient: Send + Sync + std::fmt::Debug {
         audited: &'a blake3::Hash,
         detail: &'a str,
     ) -> Call<'a, QuarantineResponse>;
-    /// The fleet's quarantine records from `since_ms` on, at most `limit` (0: the server's most).
-    fn list_quarantine(&self, since_ms: u64, limit: u32) -> Call<'_, QuarantineListResponse>;
+    /// The fleet's quarantine records (or conflicting writes) as `request` asks.
+    fn list_quarantine(&self, request: QuarantineListRequest) -> Call<'_, QuarantineListResponse>;
     /// Whether Redis answers kiln-cache (kiln-cache answers while Redis is down): the probe's
     /// question.
     fn redis_up(&self) -> Call<'_, bool>;
@@ -108,8 +108,8 @@ impl CacheClient for RemoteCache {
         Box::pin(RemoteCache::quarantine(self, key, served, audited, detail))
     }
 
-    fn list_quarantine(&self, since_ms: u64, limit: u32) -> Call<'_, QuarantineListResponse> {
-        Box::pin(RemoteCache::list_quarantine(self, since_ms, limit))
+    fn list_quarantine(&self, request: QuarantineListRequest) -> Call<'_, QuarantineListResponse> {
+        Box::pin(RemoteCache::list_records(self, request))
     }
 
     fn redis_up(&self) -> Call<'_, bool> {

@@ -6,7 +6,7 @@
 use super::client::{CacheClient, Call, Events};
 use kiln_cache_client::{Acquired, ClientError, Lookup, PublishEvent};
 use kiln_proto::CacheKey;
-use kiln_proto::pb::{HostReport, NegativeEntry, QuarantineListResponse, QuarantineResponse};
+use kiln_proto::pb::{HostReport, NegativeEntry, QuarantineListRequest, QuarantineListResponse, QuarantineResponse};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -225,7 +225,7 @@ impl CacheClient for FakeCache {
         })
     }
 
-    fn list_quarantine(&self, _: u64, _: u32) -> Call<'_, QuarantineListResponse> {
+    fn list_quarantine(&self, _: QuarantineListRequest) -> Call<'_, QuarantineListResponse> {
         self.answer(|_| QuarantineListResponse::default())
     }
 

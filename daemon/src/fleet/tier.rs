@@ -229,13 +229,13 @@ impl RemoteTier {
         self.call(self.client.quarantine(key, served, audited, detail)).await
     }
 
-    /// The fleet's quarantine records from `since_ms` on, at most `limit` (0: the server's most).
+    /// The fleet's quarantine records from `since_ms` on, at most `limit` (0: the server's most),
+    /// or its conflicting writes (`request.conflicts`).
     pub async fn list_quarantine(
         &self,
-        since_ms: u64,
-        limit: u32,
+        request: kiln_proto::pb::QuarantineListRequest,
     ) -> Result<kiln_proto::pb::QuarantineListResponse, ClientError> {
-        self.call(self.client.list_quarantine(since_ms, limit)).await
+        self.call(self.client.list_quarantine(request)).await
     }
 
     /// This host's report for kiln-cache's status page.

@@ -69,14 +69,16 @@ class AuditResult(_message.Message):
     def __init__(self, id: _Optional[str] = ..., key: _Optional[str] = ..., verdict: _Optional[str] = ..., publisher: _Optional[_Union[Provenance, _Mapping]] = ..., detail: _Optional[str] = ..., quarantined: _Optional[bool] = ...) -> None: ...
 
 class Provenance(_message.Message):
-    __slots__ = ("host", "token", "unix_ms")
+    __slots__ = ("host", "token", "unix_ms", "disputed")
     HOST_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    DISPUTED_FIELD_NUMBER: _ClassVar[int]
     host: str
     token: str
     unix_ms: int
-    def __init__(self, host: _Optional[str] = ..., token: _Optional[str] = ..., unix_ms: _Optional[int] = ...) -> None: ...
+    disputed: bool
+    def __init__(self, host: _Optional[str] = ..., token: _Optional[str] = ..., unix_ms: _Optional[int] = ..., disputed: _Optional[bool] = ...) -> None: ...
 
 class QuarantineRecord(_message.Message):
     __slots__ = ("key", "publisher", "reporter_host", "reporter_token", "unix_ms", "served_digest", "audited_digest", "detail")
@@ -99,20 +101,44 @@ class QuarantineRecord(_message.Message):
     def __init__(self, key: _Optional[str] = ..., publisher: _Optional[_Union[Provenance, _Mapping]] = ..., reporter_host: _Optional[str] = ..., reporter_token: _Optional[str] = ..., unix_ms: _Optional[int] = ..., served_digest: _Optional[str] = ..., audited_digest: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class QuarantineListRequest(_message.Message):
-    __slots__ = ("since_ms", "limit")
+    __slots__ = ("since_ms", "limit", "conflicts")
     SINCE_MS_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
+    CONFLICTS_FIELD_NUMBER: _ClassVar[int]
     since_ms: int
     limit: int
-    def __init__(self, since_ms: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+    conflicts: bool
+    def __init__(self, since_ms: _Optional[int] = ..., limit: _Optional[int] = ..., conflicts: _Optional[bool] = ...) -> None: ...
 
 class QuarantineListResponse(_message.Message):
-    __slots__ = ("records", "more")
+    __slots__ = ("records", "more", "conflicts")
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     MORE_FIELD_NUMBER: _ClassVar[int]
+    CONFLICTS_FIELD_NUMBER: _ClassVar[int]
     records: _containers.RepeatedCompositeFieldContainer[QuarantineRecord]
     more: bool
-    def __init__(self, records: _Optional[_Iterable[_Union[QuarantineRecord, _Mapping]]] = ..., more: _Optional[bool] = ...) -> None: ...
+    conflicts: _containers.RepeatedCompositeFieldContainer[ConflictRecord]
+    def __init__(self, records: _Optional[_Iterable[_Union[QuarantineRecord, _Mapping]]] = ..., more: _Optional[bool] = ..., conflicts: _Optional[_Iterable[_Union[ConflictRecord, _Mapping]]] = ...) -> None: ...
+
+class ConflictRecord(_message.Message):
+    __slots__ = ("key", "held", "held_digest", "offered", "offered_digest", "unix_ms", "detail", "refused")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    HELD_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    OFFERED_FIELD_NUMBER: _ClassVar[int]
+    OFFERED_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    held: Provenance
+    held_digest: str
+    offered: Provenance
+    offered_digest: str
+    unix_ms: int
+    detail: str
+    refused: bool
+    def __init__(self, key: _Optional[str] = ..., held: _Optional[_Union[Provenance, _Mapping]] = ..., held_digest: _Optional[str] = ..., offered: _Optional[_Union[Provenance, _Mapping]] = ..., offered_digest: _Optional[str] = ..., unix_ms: _Optional[int] = ..., detail: _Optional[str] = ..., refused: _Optional[bool] = ...) -> None: ...
 
 class ExplainRequest(_message.Message):
     __slots__ = ("graph", "keys")
