@@ -108,7 +108,7 @@ class Runner:
         env["KILN_GPU_COUNT_DIR"] = str(home / "counts")
         env["KILN_GPU_SITEDIRS"] = os.pathsep.join(p for p in sys.path if p and os.path.isfile(os.path.join(p, "kiln-torch.pth")))
         if kilnd is not None:
-            env.update(KILN_TORCH="1", KILN_TORCH_SNAPSHOT="0", KILN_DAEMON=kilnd.uri, KILN_TORCH_JOB=f"graphs-{tag}")
+            env.update(KILN_TORCH="1", KILN_TORCH_GRAPHS="1", KILN_TORCH_SNAPSHOT="0", KILN_DAEMON=kilnd.uri, KILN_TORCH_JOB=f"graphs-{tag}")
             if asynchronous:
                 env["KILN_TORCH_ASYNC"] = "1"
         return env

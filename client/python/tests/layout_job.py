@@ -1,9 +1,13 @@
-"""A small training job in the layouts users run, for the graph path's tests: LAYOUT=single
-(one process), ddp (``DDP(torch.compile(model))`` with buckets small enough that Dynamo's DDP
-optimizer splits the graph) or fsdp2 (``fully_shard`` on each block and the whole, each block
-``.compile()``d). Distributed layouts run over gloo on the CPU with RANK, WORLD_SIZE and
-MASTER_PORT from the environment. Prints one JSON line: the losses, the first step's seconds and
-what kiln's graph path did (``kiln.torch.graph_stats()``; empty without kiln)."""
+"""A small training job in the layouts users run, for the graph path's tests and the GPU run's
+layout table: LAYOUT=single (one process), ddp (``DDP(torch.compile(model))`` with buckets small
+enough that Dynamo's DDP optimizer splits the graph) or fsdp2 (``fully_shard`` on each block and
+the whole, each block ``.compile()``d). Distributed layouts take RANK, WORLD_SIZE and MASTER_PORT
+from the environment: gloo on the CPU, NCCL with one GPU a rank under DEVICE=cuda.
+
+MODEL=mlp (default: residual MLP blocks, SGD, float32) or llama (RMSNorm, causal attention and a
+SwiGLU MLP per block, AdamW, bf16 autocast); COMPILE=0 runs eagerly. Prints one JSON line: the
+losses, the first step's seconds (from the start of main, after the imports), the steady step,
+and what kiln's graph path did (``kiln.torch.graph_stats()``; empty without kiln)."""
 
 from __future__ import annotations
 
@@ -16,7 +20,8 @@ import torch.distributed as dist
 
 STEPS = int(os.environ.get("STEPS", "3"))
 LAYOUT = os.environ.get("LAYOUT", "single")
-WIDTH = 512  # 1 MiB a layer: torch refuses a DDP bucket below 1 MiB, and each layer fills one
+MODEL = os.environ.get("MODEL", "mlp")
+WIDTH = int(os.environ.get("WIDTH", "512"))  # 512: 1 MiB a layer, the smallest DDP bucket torch takes
 
 
 class Block(torch.nn.Module):
@@ -29,41 +34,79 @@ class Block(torch.nn.Module):
         return x + self.down(torch.nn.functional.gelu(self.up(x)))
 
 
+class LlamaBlock(torch.nn.Module):
+    def __init__(self, heads: int = 8) -> None:
+        super().__init__()
+        self.heads = heads
+        self.norm1 = torch.nn.RMSNorm(WIDTH)
+        self.qkv = torch.nn.Linear(WIDTH, 3 * WIDTH, bias=False)
+        self.out = torch.nn.Linear(WIDTH, WIDTH, bias=False)
+        self.norm2 = torch.nn.RMSNorm(WIDTH)
+        self.gate = torch.nn.Linear(WIDTH, 4 * WIDTH, bias=False)
+        self.up = torch.nn.Linear(WIDTH, 4 * WIDTH, bias=False)
+        self.down = torch.nn.Linear(4 * WIDTH, WIDTH, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, d // self.heads).unbind(2)
+        a = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+        x = x + self.out(a.transpose(1, 2).reshape(b, t, d))
+        h = self.norm2(x)
+        return x + self.down(torch.nn.functional.silu(self.gate(h)) * self.up(h))
+
+
 def model() -> torch.nn.Module:
     torch.manual_seed(0)
-    return torch.nn.Sequential(*[Block() for _ in range(int(os.environ.get("BLOCKS", "2")))])
+    block = LlamaBlock if MODEL == "llama" else Block
+    return torch.nn.Sequential(*[block() for _ in range(int(os.environ.get("BLOCKS", "2")))])
 
 
 def main() -> None:
     started = time.perf_counter()
-    net = model()
+    cuda = os.environ.get("DEVICE") == "cuda"
+    rank = int(os.environ.get("RANK", "0"))
+    device = torch.device("cuda", rank % torch.cuda.device_count()) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    net = model().to(device)
+    compile_on = os.environ.get("COMPILE", "1") != "0"
     if LAYOUT == "single":
-        step = torch.compile(net)
+        step = torch.compile(net) if compile_on else net
     else:
-        dist.init_process_group("gloo", rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+        dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=int(os.environ["WORLD_SIZE"]), device_id=device if cuda else None)
         if LAYOUT == "ddp":
             from torch.nn.parallel import DistributedDataParallel
 
-            step = DistributedDataParallel(torch.compile(net), bucket_cap_mb=1)
+            step = DistributedDataParallel(torch.compile(net) if compile_on else net, bucket_cap_mb=1)
         elif LAYOUT == "fsdp2":
             from torch.distributed.fsdp import fully_shard
 
             for block in net:
                 fully_shard(block)
-                block.compile()
+                if compile_on:
+                    block.compile()
             step = fully_shard(net)
         else:
             raise SystemExit(f"LAYOUT={LAYOUT!r}: single, ddp or fsdp2")
-    opt = torch.optim.SGD(step.parameters(), lr=0.01)
-    torch.manual_seed(1)
-    x = torch.randn(8, WIDTH)
-    losses, first = [], None
+    if MODEL == "llama":
+        opt: torch.optim.Optimizer = torch.optim.AdamW(step.parameters(), lr=1e-3)
+        torch.manual_seed(1)
+        x = torch.randn(int(os.environ.get("BATCH", "8")), int(os.environ.get("SEQ", "256")), WIDTH, device=device)
+    else:
+        opt = torch.optim.SGD(step.parameters(), lr=0.01)
+        torch.manual_seed(1)
+        x = torch.randn(8, WIDTH, device=device)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=MODEL == "llama")
+    losses, first, times = [], None, []
     for _ in range(STEPS):
-        loss = step(x).pow(2).mean()
+        t0 = time.perf_counter()
+        with autocast:
+            loss = step(x).float().pow(2).mean()
         loss.backward()
         opt.step()
         opt.zero_grad()
         losses.append(loss.item())
+        times.append(time.perf_counter() - t0)
         if first is None:
             first = time.perf_counter() - started
     stats: dict[str, object] = {}
@@ -76,7 +119,8 @@ def main() -> None:
     from torch._dynamo.utils import counters
 
     caches = {k: v for k, v in {**counters["aot_autograd"], **counters["inductor"]}.items() if "cache" in k}
-    print(json.dumps({"losses": losses, "first": first, "graphs": stats, "caches": caches}))
+    steady = sorted(times[-10:])[len(times[-10:]) // 2]
+    print(json.dumps({"losses": losses, "first": first, "steady": steady, "graphs": stats, "caches": caches}))
 
 
 if __name__ == "__main__":

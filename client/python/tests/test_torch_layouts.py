@@ -79,3 +79,47 @@ def test_every_piece_of_a_distributed_layout_goes_through_kilnd_once(layout_kiln
     plain = run_ranks(layout, tmp_path / "plain", 2, None)
     for r, p in zip(ranks, plain, strict=True):
         assert r["losses"] == p["losses"], (r["losses"], p["losses"])
+
+
+def test_the_layouts_sent_to_kilnd_follow_the_setting_and_default_to_the_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kiln import _torch_layout as layout
+
+    monkeypatch.delenv(layout.GRAPHS_ENV, raising=False)
+    assert layout.chosen() == layout.DEFAULT_LAYOUTS
+    for value, want in [("0", set()), ("1", set(layout.LAYOUTS)), (" ddp, single ", {"ddp", "single"}), ("", layout.DEFAULT_LAYOUTS)]:
+        monkeypatch.setenv(layout.GRAPHS_ENV, value)
+        assert layout.chosen() == want, value
+    monkeypatch.setenv(layout.GRAPHS_ENV, "ddp,fsdp")
+    with pytest.raises(layout.BadSetting, match="fsdp"):
+        layout.chosen()
+    # Outside any compile, in a process that is no rank: one process's layout.
+    assert layout.of_graph(torch) == "single"
+
+
+def test_an_answer_bundle_reads_back_and_refuses_paths_outside_the_cache(tmp_path: Path) -> None:
+    import struct
+
+    from kiln import _torch_answer as answer
+
+    def bundle(files: list[tuple[str, bytes]], artifacts: bytes = b"ART") -> bytes:
+        index = json.dumps({"artifacts": len(artifacts), "files": [[p, len(d)] for p, d in files]}).encode()
+        return answer.MAGIC + struct.pack("<I", len(index)) + index + artifacts + b"".join(d for _, d in files)
+
+    assert answer.parse(b"plain torch artifacts") == answer.Bundle(b"plain torch artifacts")
+    files = [("ab/cabc123.so", b"\x7fELF one"), ("cd/ccd.main.so", b"\x7fELF two")]
+    got = answer.parse(bundle(files))
+    assert got.artifacts == b"ART" and got.files == files
+    for bad in ["../evil.so", "/etc/x.so", "ab/../../x.so", "ab/cd/ef/x.so", "ab/x.py", "ab/.hidden.so"]:
+        with pytest.raises(answer.BadBundle):
+            answer.parse(bundle([(bad, b"x")]))
+    with pytest.raises(answer.BadBundle):
+        answer.parse(bundle(files)[:-1])
+    with pytest.raises(answer.BadBundle):
+        answer.parse(answer.MAGIC + b"\x05\x00\x00\x00{oops")
+    # Placed once, atomically, never over a file the process already has.
+    (tmp_path / "cd").mkdir()
+    (tmp_path / "cd" / "ccd.main.so").write_bytes(b"mine")
+    assert answer.place(files, str(tmp_path)) == ["ab/cabc123.so"]
+    assert (tmp_path / "ab" / "cabc123.so").read_bytes() == b"\x7fELF one"
+    assert (tmp_path / "cd" / "ccd.main.so").read_bytes() == b"mine"
+    assert not [p for p in tmp_path.rglob(".kiln-*")]

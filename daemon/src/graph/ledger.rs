@@ -12,8 +12,16 @@ use std::sync::{Arc, Mutex};
 const MAX_JOBS: usize = 64;
 /// Fallback reasons a report may name; any other is counted as `other`, so a client cannot grow
 /// the metrics without bound.
-pub const FALLBACK_REASONS: [&str; 6] =
-    ["kilnd_unreachable", "unserializable", "worker_failed", "torch_mismatch", "not_reused", "no_torch_worker"];
+pub const FALLBACK_REASONS: [&str; 7] = [
+    "kilnd_unreachable",
+    "unserializable",
+    "worker_failed",
+    "torch_mismatch",
+    "not_reused",
+    "no_torch_worker",
+    // Not a failure: the graph's layout is not sent to kilnd by the client's setting or default.
+    "layout_off",
+];
 
 #[derive(Debug)]
 pub struct Ledger {

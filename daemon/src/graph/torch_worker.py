@@ -8,7 +8,8 @@ length, a JSON header ({"ok", "log", "compile_micros"}) and then the answer's bo
 artifacts (torch.compiler.save_cache_artifacts) and the C++ the compile built (see ``bundle``).
 
 The worker imports torch, Dynamo and Inductor once (seconds on a GPU host) and never touches the
-GPU or a request itself: each request is compiled in a child forked for it alone, which reads the
+GPU or a request itself: each request is compiled in a child forked for it alone, ahead of it, so
+that its Inductor compile pool is up when the request comes (see ``Spare``); the child reads the
 payload through a restricted unpickler, runs AOTAutograd and Inductor on the graph with inputs
 of the graph's metadata, writes its answer to a pipe and exits. A child that crashes or runs past
 its timeout is that graph's failed answer, and the worker lives on. CUDA is initialised only in
@@ -22,6 +23,7 @@ import json
 import os
 import pickle
 import resource
+import shutil
 import signal
 import struct
 import sys
@@ -336,49 +338,106 @@ def child(payload, out_fd, timeout_seconds):
     os._exit(0)
 
 
-def run_one(payload, timeout_seconds):
-    """Forks a child for one payload and returns its answer frame."""
-    started = time.monotonic()
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read_fd)
-        os.setsid()
-        child(payload, write_fd, timeout_seconds)
-    os.close(write_fd)
-    chunks = []
-    deadline = started + timeout_seconds
-    import select
+def warm_compile_pool():
+    """Starts Inductor's pool of compile processes and waits until it takes work, as torch's own
+    backend starts it at a process's first graph. A compile whose pool is not ready yet compiles
+    each Triton kernel in its own process, one at a time; a child that started its pool only at its
+    first kernel compiled most of a graph that way. Best effort: a pool that does not start leaves
+    the compile to do without it."""
+    try:
+        from torch._inductor.async_compile import AsyncCompile, maybe_warm_pool
 
-    timed_out = False
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            timed_out = True
-            break
-        ready, _, _ = select.select([read_fd], [], [], left)
-        if not ready:
-            continue
-        data = os.read(read_fd, 1 << 20)
-        if not data:
-            break
-        chunks.append(data)
-    os.close(read_fd)
-    # The child's whole session: Inductor's compile workers too.
-    for target in (-pid, pid):
-        try:
-            os.kill(target, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    _, status = os.waitpid(pid, 0)
-    micros = int((time.monotonic() - started) * 1e6)
-    if timed_out:
-        return encode_answer({"ok": False, "log": f"the compile ran past its {timeout_seconds} s timeout", "compile_micros": micros})
-    answer = b"".join(chunks)
-    if len(answer) < 4:
-        how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit status {os.WEXITSTATUS(status)}"
-        return encode_answer({"ok": False, "log": f"the compile's process died ({how}) before it answered", "compile_micros": micros})
-    return answer
+        maybe_warm_pool()
+        AsyncCompile.wait_pool_ready(timeout=120)
+    except Exception:  # noqa: BLE001 - the compile runs without a pool, as torch would
+        traceback.print_exc(file=sys.stderr)
+
+
+class Spare:
+    """A child forked before its request arrives, with a fresh Inductor cache directory and its
+    compile pool started while the worker waits: the next graph's compile starts warm. The child
+    waits for one byte on a pipe, then reads its request from a file in its directory (a pipe
+    could block the worker on a child still warming up), compiles and answers through a second
+    pipe. Its own session: killing it kills its compile pool too."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="graph-")
+        self.cache = os.path.join(self.dir, "inductor")
+        os.mkdir(self.cache)
+        # Inherited by the child and its compile pool: where the compile writes, and its artifacts.
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = self.cache
+        go_r, self.go_w = os.pipe()
+        self.answer_r, answer_w = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            os.close(self.go_w)
+            os.close(self.answer_r)
+            os.setsid()
+            warm_compile_pool()
+            if os.read(go_r, 1) != b"1":  # the worker ended, or dropped this spare
+                os._exit(0)
+            with open(os.path.join(self.dir, "request"), "rb") as f:
+                timeout_seconds, payload = int(f.readline()), f.read()
+            child(payload, answer_w, timeout_seconds)
+        os.close(go_r)
+        os.close(answer_w)
+
+    def run(self, payload, timeout_seconds):
+        """Hands the child its payload and returns its answer frame; the child is gone after."""
+        started = time.monotonic()
+        path = os.path.join(self.dir, "request")
+        with open(path + ".tmp", "wb") as f:
+            f.write(b"%d\n" % timeout_seconds)
+            f.write(payload)
+        os.rename(path + ".tmp", path)
+        os.write(self.go_w, b"1")
+        os.close(self.go_w)
+        chunks = []
+        deadline = started + timeout_seconds
+        import select
+
+        timed_out = False
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            ready, _, _ = select.select([self.answer_r], [], [], left)
+            if not ready:
+                continue
+            data = os.read(self.answer_r, 1 << 20)
+            if not data:
+                break
+            chunks.append(data)
+        status = self.end()
+        micros = int((time.monotonic() - started) * 1e6)
+        if timed_out:
+            return encode_answer({"ok": False, "log": f"the compile ran past its {timeout_seconds} s timeout", "compile_micros": micros})
+        answer = b"".join(chunks)
+        if len(answer) < 4:
+            how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit status {os.WEXITSTATUS(status)}"
+            return encode_answer({"ok": False, "log": f"the compile's process died ({how}) before it answered", "compile_micros": micros})
+        return answer
+
+    def end(self):
+        """Kills the child's whole session (its compile pool too), reaps it and removes its
+        directory; the child's wait status (0 when it was already ended)."""
+        if self.pid is None:
+            return 0
+        for fd in (self.go_w, self.answer_r):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        for target in (-self.pid, self.pid):
+            try:
+                os.kill(target, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        _, status = os.waitpid(self.pid, 0)
+        self.pid = None
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return status
 
 
 def fork_is_clean(torch):
@@ -438,25 +497,27 @@ def hello():
 
 def main():
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
-    # The children's Inductor and Triton caches live in this worker's private home, which kilnd
-    # made; each child starts from an empty Inductor cache so that its artifacts are whole.
+    # The children's Triton caches live in this worker's private home, which kilnd made; each
+    # child starts from an empty Inductor cache of its own so that its artifacts are whole.
     try:
         greeting = hello()
     except BaseException:
         write_frame(stdout, json.dumps({"error": traceback.format_exc()[-4000:]}).encode())
         return
     write_frame(stdout, json.dumps(greeting).encode())
-    while True:
-        request = read_request(stdin)
-        if request is None:
-            return
-        header, payload = request
-        timeout_seconds = max(1, int(header.get("timeout_seconds", 600)))
-        with tempfile.TemporaryDirectory(prefix="graph-") as cache:
-            os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
-            answer = run_one(payload, timeout_seconds)
-        write_frame(stdout, answer)
-
+    spare = Spare()
+    try:
+        while True:
+            request = read_request(stdin)
+            if request is None:
+                return
+            header, payload = request
+            timeout_seconds = max(1, int(header.get("timeout_seconds", 600)))
+            answer = spare.run(payload, timeout_seconds)
+            spare = Spare()
+            write_frame(stdout, answer)
+    finally:
+        spare.end()
 
 if __name__ == "__main__":
     main()

@@ -1,10 +1,12 @@
 """torch.compile graphs compiled by kilnd, once per fleet, and optionally never waited for.
 
-With ``KILN_TORCH=1`` (and ``KILN_TORCH_GRAPHS`` not ``0``), :func:`install` routes torch.compile's
-Inductor backend through kiln: the graph Dynamo captured is serialized (torch's graph pickler,
-every op admitted, with its inputs' metadata and the process's Inductor and functorch config)
-and sent to kilnd, whose warm torch workers run AOTAutograd and Inductor on
-it and answer with torch's own cache artifacts (``torch.compiler.save_cache_artifacts``).
+With ``KILN_TORCH=1``, :func:`install` routes torch.compile's Inductor backend through kiln, and
+the graphs of the layouts chosen (:mod:`kiln._torch_layout`; by default only those where kilnd's
+cold compile is on the record as no slower than the process's own) leave the process: the graph
+Dynamo captured is serialized (torch's graph pickler, every op admitted, with its inputs'
+metadata and the process's Inductor and functorch config) and sent to kilnd, whose warm torch
+workers run AOTAutograd and Inductor on it and answer with torch's own cache artifacts
+(``torch.compiler.save_cache_artifacts``) and the C++ the compile built (:mod:`kiln._torch_answer`).
 The process loads them and calls Inductor as it would have, which now finds its AOTAutograd and
 FX graph caches filled: no tracing of the joint graph, no code generation, no kernel compile.
 kilnd keys the payload with the process's torch, Triton, Python and CUDA and the host's GPUs
@@ -39,13 +41,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import _torch_layout
 from ._torch_answer import BadBundle, Bundle, place
 from ._torch_answer import parse as parse_bundle
 from ._torch_payload import Unserializable, serialize
 
 log = logging.getLogger("kiln")
 
-GRAPHS_ENV = "KILN_TORCH_GRAPHS"
 ASYNC_ENV = "KILN_TORCH_ASYNC"
 #: How long a blocking graph waits for kilnd (a cold GPT-2 graph takes tens of seconds).
 COMPILE_WAIT_SECS = float(os.environ.get("KILN_TORCH_GRAPH_WAIT_SECS", "1800"))
@@ -58,12 +60,9 @@ FALLBACK_REASONS = (
     "torch_mismatch",  # kilnd's torch workers run another torch
     "not_reused",  # kilnd's artifacts did not give torch a cache hit here
     "no_torch_worker",  # kilnd has no interpreter with torch for its workers
+    "layout_off",  # the graph's layout is not sent to kilnd (see kiln._torch_layout): no warning
 )
 
-
-
-def enabled() -> bool:
-    return os.environ.get(GRAPHS_ENV, "1") not in ("", "0")
 
 
 def async_enabled() -> bool:
@@ -136,6 +135,9 @@ def _fallback(reason: str, detail: object) -> None:
         _ledger.unreported[reason] = _ledger.unreported.get(reason, 0) + 1
     # Reported like every graph's cost, even by a process none of whose graphs reached kilnd.
     _report_soon()
+    if reason == "layout_off":
+        log.info("kiln: a torch.compile graph is compiled in this process: %s", detail)
+        return
     _fleet.warn_once(
         f"torch-graph:{reason}",
         "kiln: a torch.compile graph is compiled in this process instead of by kilnd (%s): %s",
@@ -312,6 +314,11 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
     with _ledger.lock:
         _ledger.graphs.append(record)
     started = time.perf_counter()
+    layout = _torch_layout.of_graph(torch)
+    if layout not in _layouts:
+        _fallback("layout_off", f"{layout} graphs stay in the process ({_torch_layout.GRAPHS_ENV}=1 sends them to kilnd)")
+        record.how = "in-process"
+        return inductor(gm, example_inputs)
     try:
         payload = serialize(gm, example_inputs, config)
     except Unserializable as e:
@@ -459,13 +466,23 @@ def _report_loop() -> None:
 # -- installation -----------------------------------------------------------------------------
 
 _installed = False
+#: The layouts whose graphs go to kilnd (see kiln._torch_layout), read once at install.
+_layouts: frozenset[str] = frozenset()
 
 
 def install(job: str) -> bool:
-    """Routes torch.compile's Inductor backend through kilnd in this process; idempotent.
-    Returns whether it is installed (``KILN_TORCH_GRAPHS=0`` leaves it out)."""
-    global _installed
-    if not enabled():
+    """Routes torch.compile's Inductor backend through kiln in this process; idempotent. Returns
+    whether it is installed (``KILN_TORCH_GRAPHS=0``, or a value that names no layout, leaves it
+    out). Graphs of layouts that stay in the process still pass through, to be counted."""
+    global _installed, _layouts
+    from . import _fleet
+
+    try:
+        _layouts = _torch_layout.chosen()
+    except _torch_layout.BadSetting as e:
+        _fleet.warn_once("torch-graph-setting", "kiln: %s; every graph compiles in this process", e)
+        return False
+    if os.environ.get(_torch_layout.GRAPHS_ENV, "").strip() == "0":
         return False
     import torch
 
@@ -482,7 +499,8 @@ def install(job: str) -> bool:
 
     wrapper.__call__ = __call__
     _installed = True
-    threading.Thread(target=_warm_workers, name="kiln-graph-warm", daemon=True).start()
+    if _layouts:
+        threading.Thread(target=_warm_workers, name="kiln-graph-warm", daemon=True).start()
     return True
 
 

@@ -1,0 +1,260 @@
+"""The training layouts on GPUs: plain torch.compile against kiln, side by side, per layout.
+
+The job is ``client/python/tests/layout_job.py`` (``MODEL=llama``: RMSNorm, causal attention and a
+SwiGLU MLP per block, AdamW, bf16 autocast), one process a rank, one GPU a rank:
+
+| layout | what runs |
+|---|---|
+| single | one process, ``torch.compile(model)`` |
+| ddp | ``DDP(torch.compile(model), bucket_cap_mb=1)`` over NCCL: Dynamo's DDP optimizer splits the graph |
+| fsdp2 | ``fully_shard`` on each block and the whole, each block ``.compile()``d |
+| herd | 4 single processes at once on GPU 0, each a fresh host of its own |
+
+Per layout, in this order, every variant in fresh processes, each rank with its own cache paths
+(``TORCHINDUCTOR_CACHE_DIR``, ``TRITON_HOME``), fixed per layout and rank and emptied before each
+variant unless said:
+
+| variant | what runs |
+|---|---|
+| eager | no torch.compile (the async target's baseline) |
+| plain | plain torch.compile, cold |
+| warm | plain torch.compile again on the caches ``plain`` left: the warm host |
+| default | ``KILN_TORCH=1`` as a new user sets it (no other kiln variable), a new kilnd: what kiln costs by default |
+| cold | ``KILN_TORCH=1 KILN_TORCH_GRAPHS=1``, a new kilnd (torch workers up, nothing stored): every graph through kilnd |
+| fresh | the same on a fresh host: caches emptied, on the kilnd ``cold`` filled (its graphs and the job's snapshot stored) |
+| async | ``cold`` with ``KILN_TORCH_ASYNC=1`` on a new kilnd |
+
+A run's first step is the slowest rank's (seconds from the job's start, after its imports, to the
+end of its first step); the herd's is the slowest process's. ``compiles / distinct graphs``: the
+kilnd's compiles during ``cold`` over the graphs one rank compiled. Losses: the first ``--steps``
+of ``cold`` against ``plain``, rank 0.
+
+Writes layouts.json and layouts.md to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from common import Kilnd, metric_sum, wait_for, write_json  # noqa: E402
+
+JOB = HERE.parent.parent / "client" / "python" / "tests" / "layout_job.py"
+VARIANTS = ("eager", "plain", "warm", "default", "cold", "fresh", "async")
+HERD = 4
+
+
+class Runner:
+    def __init__(self, a: argparse.Namespace) -> None:
+        self.a = a
+        self.work: Path = a.work
+        self.deadline = time.monotonic() + a.deadline_s
+        self.port = 29_400
+
+    def kilnd(self, tag: str) -> Kilnd:
+        d = self.work / f"kilnd-{tag}"
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+        (d / "kilnd.toml").write_text("torch_prestart = true\n")
+        k = Kilnd(tag, self.a.kilnd, d, self.a.cuda_root, self.a.kilnd_python, target=self.a.target,
+                  extra_args=["--config", str(d / "kilnd.toml")])
+        k.start()
+        import kiln
+
+        with kiln.Client(k.uri) as c:
+            wait_for(f"kilnd {tag}'s torch workers", lambda: c.warm_torch_workers() is not None, 300, k.proc, k.log)
+        return k
+
+    def caches(self, layout: str, rank: int) -> Path:
+        return self.work / "caches" / layout / f"rank{rank}"
+
+    def env(self, layout: str, rank: int, variant: str, kilnd: Kilnd | None, empty: bool) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHINDUCTOR_", "TRITON_", "KILN_", "TORCH_"))}
+        home = self.caches(layout, rank)
+        if empty:
+            shutil.rmtree(home, ignore_errors=True)
+        home.mkdir(parents=True, exist_ok=True)
+        world = 1 if layout in ("single", "herd") else self.a.gpus
+        env.update(
+            TORCHINDUCTOR_CACHE_DIR=str(home / "inductor"), TRITON_HOME=str(home / "triton-home"), PYTHONUNBUFFERED="1",
+            LAYOUT="single" if layout == "herd" else layout, MODEL=self.a.model, STEPS=str(self.a.steps),
+            WIDTH=str(self.a.width), BLOCKS=str(self.a.blocks), SEQ=str(self.a.seq), DEVICE=self.a.device,
+            RANK=str(0 if layout == "herd" else rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(self.port),
+        )
+        # The kiln wheel installed with --target: its .pth hook runs through site/sitecustomize.py.
+        env["PYTHONPATH"] = os.pathsep.join([str(HERE / "site")] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        env["KILN_GPU_SITEDIRS"] = os.pathsep.join(p for p in sys.path if p and os.path.isfile(os.path.join(p, "kiln-torch.pth")))
+        env["KILN_GPU_COUNT_DIR"] = str(home)
+        if variant == "eager":
+            env["COMPILE"] = "0"
+        if kilnd is not None:
+            env.update(KILN_TORCH="1", KILN_DAEMON=kilnd.uri, KILN_TORCH_JOB=f"layout-{layout}")
+            if variant != "default":
+                env["KILN_TORCH_GRAPHS"] = "1"
+            if variant == "async":
+                env["KILN_TORCH_ASYNC"] = "1"
+        return env
+
+    def run(self, layout: str, variant: str, kilnd: Kilnd | None) -> dict:
+        if time.monotonic() > self.deadline:
+            raise TimeoutError(f"{layout} {variant}: past the deadline")
+        self.port += 1
+        n = HERD if layout == "herd" else (1 if layout == "single" else self.a.gpus)
+        procs = []
+        started = time.monotonic()
+        for rank in range(n):
+            log = self.work / f"{layout}-{variant}-{rank}.log"
+            env = self.env(layout, rank, variant, kilnd, empty=variant != "warm")
+            out = open(log, "wb")
+            procs.append((subprocess.Popen([self.a.python, str(JOB)], env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT), log))
+        ranks = []
+        for p, log in procs:
+            try:
+                p.wait(timeout=max(30.0, self.deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                for q, _ in procs:
+                    q.kill()
+                raise
+            text = log.read_text(errors="replace")
+            lines = [ln for ln in text.splitlines() if ln.startswith("{")]
+            if p.returncode != 0 or not lines:
+                raise RuntimeError(f"{log.name}: exit {p.returncode}\n{text[-3000:]}")
+            ranks.append(json.loads(lines[-1]))
+        r = {
+            "layout": layout, "variant": variant, "wall_s": time.monotonic() - started,
+            "first_s": max(x["first"] for x in ranks), "steady_s": statistics.median(x["steady"] for x in ranks),
+            "losses": ranks[0]["losses"], "fallbacks": {}, "graphs": len(ranks[0]["graphs"].get("graphs", [])),
+            "how": {},
+        }
+        for x in ranks:
+            for reason, count in x["graphs"].get("fallbacks", {}).items():
+                r["fallbacks"][reason] = r["fallbacks"].get(reason, 0) + count
+            for g in x["graphs"].get("graphs", []):
+                r["how"][g["how"]] = r["how"].get(g["how"], 0) + 1
+        if kilnd is not None:
+            r["kilnd_compiled"] = metric_sum(kilnd.metrics(), "kiln_torch_graphs_total", result="compiled")
+        print(f"    {layout} {variant}: first step {r['first_s']:.2f} s, steady {r['steady_s'] * 1e3:.1f} ms, "
+              f"fallbacks {r['fallbacks']}, how {r['how']}", flush=True)
+        return r
+
+    def layout(self, layout: str) -> dict[str, dict]:
+        out: dict[str, dict] = {}
+        variants = [v for v in VARIANTS if v in self.a.variants]
+        for variant in variants:
+            if layout == "herd" and variant in ("eager", "warm", "fresh", "async"):
+                continue
+            try:
+                if variant in ("eager", "plain", "warm"):
+                    out[variant] = self.run(layout, variant, None)
+                elif variant == "fresh":
+                    if "cold" in out and self.cold_kilnd is not None:
+                        out[variant] = self.run(layout, variant, self.cold_kilnd)
+                else:
+                    k = self.kilnd(f"{layout}-{variant}")
+                    try:
+                        out[variant] = self.run(layout, variant, k)
+                    finally:
+                        if variant == "cold":
+                            self.cold_kilnd = k
+                        else:
+                            k.stop()
+            except Exception as e:  # noqa: BLE001 - one variant's failure is recorded; the rest still run
+                out[variant] = {"error": f"{type(e).__name__}: {e}"[:2000]}
+                print(f"    {layout} {variant}: FAILED {out[variant]['error'][:500]}", flush=True)
+            if variant == "fresh" and self.cold_kilnd is not None:
+                self.cold_kilnd.stop()
+                self.cold_kilnd = None
+        if self.cold_kilnd is not None:
+            self.cold_kilnd.stop()
+            self.cold_kilnd = None
+        return out
+
+    cold_kilnd: Kilnd | None = None
+
+
+def cell(r: dict | None, base: dict | None = None) -> str:
+    if r is None:
+        return "not run"
+    if "error" in r:
+        return "failed"
+    text = f"{r['first_s']:.2f} s"
+    if base is not None and "first_s" in base and base["first_s"] > 0:
+        text += f" ({r['first_s'] / base['first_s']:.2f}×)"
+    return text
+
+
+def loss_gap(a: dict | None, b: dict | None) -> str:
+    if not a or not b or "losses" not in a or "losses" not in b:
+        return "n/a"
+    gap = max(abs(x - y) / max(abs(y), 1e-6) for x, y in zip(a["losses"], b["losses"], strict=False))
+    return f"{gap:.1e}"
+
+
+def table(results: dict[str, dict[str, dict]]) -> str:
+    rows = [
+        "| layout | plain cold | kiln default (`KILN_TORCH=1`) | kiln cold (graphs through kilnd) | kiln fresh host | warm host "
+        "| eager first step | async first step | compiles / distinct graphs | fallbacks | losses, max relative gap |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for layout, v in results.items():
+        plain, cold = v.get("plain"), v.get("cold")
+        ratio = "n/a"
+        if cold and "kilnd_compiled" in cold and cold.get("graphs"):
+            ratio = f"{cold['kilnd_compiled']:.0f} / {cold['graphs']} = {cold['kilnd_compiled'] / cold['graphs']:.2f}"
+        fallbacks = {k: n for r in v.values() for k, n in r.get("fallbacks", {}).items() if k != "layout_off"}
+        rows.append(
+            f"| {layout} | {cell(plain)} | {cell(v.get('default'), plain)} | {cell(cold, plain)} "
+            f"| {cell(v.get('fresh'), v.get('warm'))} | {cell(v.get('warm'))} | {cell(v.get('eager'))} "
+            f"| {cell(v.get('async'), v.get('eager'))} | {ratio} | {sum(fallbacks.values())} {fallbacks or ''} "
+            f"| {loss_gap(cold, plain)} |"
+        )
+    return "\n".join(rows)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--kilnd", required=True)
+    p.add_argument("--cuda-root", required=True)
+    p.add_argument("--kilnd-python", required=True)
+    p.add_argument("--python", default=sys.executable)
+    p.add_argument("--work", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--gpus", type=int, default=2)
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--target", default="", help="kilnd's GPU target where it sees no GPU (a CPU dry run)")
+    p.add_argument("--layouts", default="single,ddp,fsdp2,herd")
+    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--model", default="llama")
+    p.add_argument("--width", type=int, default=1024)
+    p.add_argument("--blocks", type=int, default=4)
+    p.add_argument("--seq", type=int, default=256)
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--deadline-s", type=float, default=540)
+    a = p.parse_args()
+    a.variants = set(a.variants.split(","))
+    a.work.mkdir(parents=True, exist_ok=True)
+    a.out.mkdir(parents=True, exist_ok=True)
+    runner = Runner(a)
+    results: dict[str, dict[str, dict]] = {}
+    for layout in a.layouts.split(","):
+        print(f"==> layout {layout}", flush=True)
+        results[layout] = runner.layout(layout)
+        write_json(a.out / "layouts.json", results)
+    md = table(results)
+    (a.out / "layouts.md").write_text(md + "\n")
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
