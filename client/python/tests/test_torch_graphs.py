@@ -130,10 +130,33 @@ def test_kilnd_unreachable_compiles_in_process_with_one_warning(tmp_path: Path) 
     assert r["stderr"].count("instead of by kilnd") == 1, r["stderr"][-3000:]
 
 
+def graph_requests(kilnd: Kilnd) -> float:
+    return sum(graphs_count(kilnd, result) for result in ("compiled", "hit", "failed", "refused"))
+
+
 def test_dynamic_shapes_do_not_travel_and_compile_in_process(graph_kilnd: Kilnd, tmp_path: Path) -> None:
+    before = graph_requests(graph_kilnd)
     r = run_job(graph_kilnd.uri, tmp_path / "dynamic", DYNAMIC="1")
     assert r["graphs"]["fallbacks"] == {"unserializable": 1}, r["graphs"]
     assert len(r["losses"]) == 3
+    # Decided before any round trip: kilnd never saw the graph.
+    assert graph_requests(graph_kilnd) == before
+
+
+def test_by_default_a_layout_off_the_record_stays_in_the_process_counted_and_quiet(graph_kilnd: Kilnd, tmp_path: Path) -> None:
+    before = graph_requests(graph_kilnd)
+    # KILN_TORCH=1 as a new user sets it, with no KILN_TORCH_GRAPHS.
+    r = run_job(graph_kilnd.uri, tmp_path / "default", KILN_TORCH_GRAPHS="")
+    assert r["graphs"]["fallbacks"] == {"layout_off": 1}, r["graphs"]
+    (graph,) = r["graphs"]["graphs"]
+    assert graph["how"] == "in-process" and len(r["losses"]) == 3, graph
+    assert graph_requests(graph_kilnd) == before
+    assert "instead of by kilnd" not in r["stderr"], r["stderr"][-2000:]
+    # The process reported its fallbacks at exit, though none of its graphs reached kilnd.
+    assert metric(graph_kilnd.metrics(), 'kiln_torch_graph_fallbacks_total{reason="layout_off"}') >= 1
+    # A named layout sends it.
+    sent = run_job(graph_kilnd.uri, tmp_path / "named", KILN_TORCH_GRAPHS="single", WIDTH="40")
+    assert sent["graphs"]["fallbacks"] == {} and sent["graphs"]["graphs"][0]["how"] == "kilnd", sent["graphs"]
 
 
 def payload(graph: bytes, header: dict[str, Any] | None = None) -> bytes:

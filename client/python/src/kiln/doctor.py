@@ -27,6 +27,11 @@ SWITCHES: dict[str, str | None] = {
     "KILN_TORCH_JOB": None,
     "KILN_TORCH_SNAPSHOT": None,
     "KILN_TORCH_RESTORE_WAIT_SECS": None,
+    "KILN_TORCH_GRAPHS": None,
+    "KILN_TORCH_ASYNC": None,
+    "KILN_TORCH_GRAPH_WAIT_SECS": None,
+    "KILN_TORCH_SOURCE_KEYS": None,
+    "KILN_TORCH_UNTESTED": None,
     "TORCHINDUCTOR_CACHE_DIR": None,
     "TRITON_CACHE_DIR": None,
     "KILN_TRITON_WAIT_SECS": None,
@@ -142,6 +147,14 @@ def render(report: dict[str, Any]) -> str:
     lines.append(f"triton via kiln  {_yes(triton_on)}" + ("" if triton_on else "  (set TRITON_CACHE_MANAGER and TRITON_REMOTE_CACHE_BACKEND; see the README)"))
     torch_on = env["KILN_TORCH"] not in (None, "", "0")
     lines.append(f"torch via kiln   {_yes(torch_on)}" + ("" if torch_on else "  (KILN_TORCH=1, or kiln.torch.install())"))
+    if torch_on:
+        from ._torch_layout import BadSetting, chosen
+
+        try:
+            layouts = ", ".join(sorted(chosen())) or "none (each stays in the process; KILN_TORCH_GRAPHS=1 sends all)"
+        except BadSetting as e:
+            layouts = f"NONE: {e}"
+        lines.append(f"  graphs through kilnd for layouts: {layouts}")
     for name, value in env.items():
         if value is not None:
             lines.append(f"  {name}={value}")
