@@ -94,7 +94,10 @@ class Runner:
         # The kiln wheel installed with --target: its .pth hook runs through site/sitecustomize.py.
         env["PYTHONPATH"] = os.pathsep.join([str(HERE / "site")] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         env["KILN_GPU_SITEDIRS"] = os.pathsep.join(p for p in sys.path if p and os.path.isfile(os.path.join(p, "kiln-torch.pth")))
-        env["KILN_GPU_COUNT_DIR"] = str(home)
+        counts = home / f"counts-{variant}"
+        shutil.rmtree(counts, ignore_errors=True)
+        counts.mkdir()
+        env["KILN_GPU_COUNT_DIR"] = str(counts)
         if variant == "eager":
             env["COMPILE"] = "0"
         if kilnd is not None:
@@ -141,10 +144,18 @@ class Runner:
                 r["fallbacks"][reason] = r["fallbacks"].get(reason, 0) + count
             for g in x["graphs"].get("graphs", []):
                 r["how"][g["how"]] = r["how"].get(g["how"], 0) + 1
+        # Triton compiles in the job's processes (site/sitecustomize.py counts them): none where
+        # kilnd's answer was all a process needed.
+        r["triton_compiles"] = sum(
+            line.startswith("compile ")
+            for rank in range(n)
+            for f in (self.caches(layout, rank) / f"counts-{variant}").glob("*.txt")
+            for line in f.read_text().splitlines()
+        )
         if kilnd is not None:
             r["kilnd_compiled"] = metric_sum(kilnd.metrics(), "kiln_torch_graphs_total", result="compiled")
         print(f"    {layout} {variant}: first step {r['first_s']:.2f} s, steady {r['steady_s'] * 1e3:.1f} ms, "
-              f"fallbacks {r['fallbacks']}, how {r['how']}", flush=True)
+              f"fallbacks {r['fallbacks']}, how {r['how']}, Triton compiles {r['triton_compiles']}", flush=True)
         return r
 
     def layout(self, layout: str) -> dict[str, dict]:
