@@ -151,6 +151,17 @@ async fn a_writer_gone_bad_is_caught_quarantined_named_and_kept_out() {
     let out = auditor.kiln(&["audit", "--quarantined"], &env::repo_root());
     let listing = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && listing.contains("published by gone-bad"), "{listing}");
+    // The refused Put over the honest bytes is on record too, naming both writers.
+    let out = auditor.kiln(&["audit", "--conflicts"], &env::repo_root());
+    let conflicts = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{conflicts}{}", String::from_utf8_lossy(&out.stderr));
+    let refused: Vec<&str> = conflicts.lines().filter(|l| l.contains("[refused]")).collect();
+    assert_eq!(refused.len(), 1, "{conflicts}");
+    assert!(refused[0].starts_with(&key.to_hex()[..12]) && refused[0].contains("offered by gone-bad"), "{conflicts}");
+    let out = auditor.kiln(&["audit", "--conflicts", "--json"], &env::repo_root());
+    let json = String::from_utf8_lossy(&out.stdout);
+    let records: Vec<serde_json::Value> = json.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(records.iter().any(|r| r["key"] == key.to_hex() && r["refused"] == true), "{json}");
     // The honest host's kernel audited clean: no false alarm beside the true one.
     wait_for_audits(&auditor, 2.0);
     assert!(metric(&auditor, "kiln_audits_total{result=\"clean\"}") >= 1.0);

@@ -24,7 +24,8 @@
 //! 12. [`publisher_lost`]: a kilnd host lost from the network mid-publish.
 //! 13. [`cluster_partition`]: a Redis Cluster (each node a container) loses a master to a
 //!     partition, not a kill, under a herd; a replica takes over, the old master rejoins.
-//! 14. [`writer_gone_bad`]: a host publishes wrong cubins under right keys; the audit catches it.
+//! 14. [`writer_gone_bad`]: writers publish wrong cubins under right keys, naming their own host,
+//!     none, or an honest host's; refused over honest bytes, caught by the audit where first.
 //!
 //! Shared pieces: [`graphs`] (the kernels and their reference bytes), [`herd`] (fleet hosts and
 //! a herd on one graph), [`redis_cluster`] (a Redis Cluster as containers), [`load`] (many
@@ -142,6 +143,8 @@ pub fn bound(n: usize, options: &Options) -> Duration {
         4 => 60 + 4 * options.kills as u64,
         // Six Redis nodes to start and form a cluster, a failover, a rejoin and two fresh hosts.
         13 => 300,
+        // Six cases of a cache, nine kilnds and three herds each.
+        14 => 600,
         _ => 180,
     };
     Duration::from_secs(secs)

@@ -21,22 +21,10 @@ pub async fn run(daemon: &str, args: AuditArgs) -> anyhow::Result<ExitCode> {
             let answer = client.grpc().list_quarantine(request).await.map_err(kiln_client::ClientError::from)?;
             let answer = answer.into_inner();
             let mut lines = Vec::new();
-            for record in &answer.records {
-                since_ms = since_ms.max(record.unix_ms + 1);
-                lines.push(if args.json {
-                    serde_json::to_string(record).context("encoding a quarantine record as JSON")?
-                } else {
-                    record_text(record, now_ms)
-                });
-            }
-            for conflict in &answer.conflicts {
-                since_ms = since_ms.max(conflict.unix_ms + 1);
-                lines.push(if args.json {
-                    serde_json::to_string(conflict).context("encoding a conflict record as JSON")?
-                } else {
-                    conflict_text(conflict, now_ms)
-                });
-            }
+            let text = |r: &pb::QuarantineRecord| record_text(r, now_ms);
+            listed(&mut lines, &mut since_ms, &answer.records, |r| r.unix_ms, text, args.json)?;
+            let text = |c: &pb::ConflictRecord| conflict_text(c, now_ms);
+            listed(&mut lines, &mut since_ms, &answer.conflicts, |c| c.unix_ms, text, args.json)?;
             for line in &lines {
                 print_line(line)?;
             }
@@ -68,4 +56,25 @@ pub async fn run(daemon: &str, args: AuditArgs) -> anyhow::Result<ExitCode> {
         print_line(&line)?;
     }
     Ok(if all_clean { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// Adds a line per record of a listing (JSON, or `text`) to `lines`, and moves `since_ms` past
+/// each record's time, so the next page starts after them.
+fn listed<T: serde::Serialize>(
+    lines: &mut Vec<String>,
+    since_ms: &mut u64,
+    records: &[T],
+    unix_ms: impl Fn(&T) -> u64,
+    text: impl Fn(&T) -> String,
+    json: bool,
+) -> anyhow::Result<()> {
+    for record in records {
+        *since_ms = (*since_ms).max(unix_ms(record) + 1);
+        lines.push(if json {
+            serde_json::to_string(record).context("encoding a listed record as JSON")?
+        } else {
+            text(record)
+        });
+    }
+    Ok(())
 }

@@ -8,7 +8,9 @@
 //! first artifact of each publisher this host has not yet audited clean, every anonymous
 //! artifact and every one kiln-cache marks disputed by a conflicting write (see [`publisher`]: a
 //! publisher is what kiln-cache vouches for, the writer's token id, with the host it declared),
-//! and a fraction (`audit_rate`) of the rest. The checks run behind every interactive compile (background
+//! and a fraction (`audit_rate`) of the rest. A publisher's other artifacts taken while its first
+//! is audited are held back: forgotten once it is vouched for, audited each if it is found wrong,
+//! and so is every artifact of it taken after that. The checks run behind every interactive compile (background
 //! slots of the compile gate) and within a CPU share (`audit_cpu_share`): after an audit that
 //! took `t`, the next waits `t × (1 / share − 1)`, and what does not fit in the queue is
 //! dropped and counted. The hit path pays only the choice: a set lookup and a random number.
@@ -34,7 +36,7 @@ use kiln_proto::pb::{AuditStats, Provenance};
 use kiln_proto::{CacheKey, Target};
 use publisher::{Claim, Publish, Publisher, Standing};
 use quarantine::Quarantine;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
@@ -44,6 +46,9 @@ const QUEUE: usize = 64;
 /// Publishers remembered per fetched key, for the choice and for `kiln explain`; and anonymous
 /// publishes remembered as audited (or queued), so each is audited once.
 const PROVENANCE_KEPT: u64 = 100_000;
+/// Artifacts held back per publisher while its first audit runs; one queue's worth, as all of
+/// them are queued at once if it is found wrong.
+const HELD_BACK: usize = QUEUE;
 
 /// How much auditing a host does.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -106,6 +111,11 @@ pub struct Auditor {
     /// one new publisher queues one audit, not one per artifact).
     audited: Mutex<HashSet<Publisher>>,
     pending: Mutex<HashSet<Publisher>>,
+    /// Artifacts taken from a publisher in `pending`, not queued: audited if its audit finds it
+    /// wrong, forgotten once it is vouched for. Locked before the three sets beside it.
+    held_back: Mutex<HashMap<Publisher, Vec<(Sample, Publish)>>>,
+    /// Publishers an audit found wrong: every artifact of theirs is audited on its own account.
+    distrusted: Mutex<HashSet<Publisher>>,
     /// Publishes audited on their own account (anonymous ones), queued or done: each once.
     /// Bounded: one forgotten is audited again, which costs CPU, not safety.
     own_account: moka::sync::Cache<Publish, ()>,
@@ -133,6 +143,8 @@ impl Auditor {
             receiver: Mutex::new(Some(receiver)),
             audited: Mutex::default(),
             pending: Mutex::default(),
+            held_back: Mutex::default(),
+            distrusted: Mutex::default(),
             own_account: moka::sync::Cache::new(PROVENANCE_KEPT),
             provenance: moka::sync::Cache::new(PROVENANCE_KEPT),
             quarantine: Quarantine::new(Arc::clone(&metrics)),
@@ -165,26 +177,73 @@ impl Auditor {
         // Its own publishes too: a host's name is not proof of anything (two kilnds of one
         // machine share it), and a host gone bad may be this one.
         let provenance = self.provenance.get(key);
+        let mut held = None;
         let claim = match publisher::standing(key, provenance.as_deref()) {
-            Standing::OnItsOwn(publish) => {
-                let entry = self.own_account.entry(publish).or_insert(());
-                entry.is_fresh().then_some(Claim::Artifact(publish))
+            Standing::OnItsOwn(publish) => self.on_its_own(publish),
+            Standing::Of(publisher) => {
+                let publish = (*key, provenance.as_ref().map_or(0, |p| p.unix_ms), false);
+                if lock(&self.distrusted).contains(&publisher) {
+                    self.on_its_own(publish)
+                } else if lock(&self.audited).contains(&publisher) {
+                    None
+                } else if lock(&self.pending).insert(publisher.clone()) {
+                    Some(Claim::NewPublisher(publisher))
+                } else {
+                    held = Some((publisher, publish));
+                    None
+                }
             }
-            Standing::Of(publisher) => (!lock(&self.audited).contains(&publisher)
-                && lock(&self.pending).insert(publisher.clone()))
-            .then_some(Claim::NewPublisher(publisher)),
         };
         let claim = match claim {
             Some(claim) => claim,
             None if rand::random::<f64>() < self.policy.rate => Claim::Sampled,
-            None => return,
+            None => {
+                if let Some((publisher, publish)) = held {
+                    self.hold_back(publisher, sample(), publish);
+                }
+                return;
+            }
         };
-        tracing::debug!(%key, ?claim, "queued for audit");
-        if let Err(e) = self.queue.try_send((sample(), claim)) {
+        self.enqueue(sample(), claim);
+    }
+
+    /// The claim to audit `publish` on its own account, unless it already was (or is queued).
+    fn on_its_own(&self, publish: Publish) -> Option<Claim> {
+        self.own_account.entry(publish).or_insert(()).is_fresh().then_some(Claim::Artifact(publish))
+    }
+
+    fn enqueue(&self, sample: Sample, claim: Claim) {
+        tracing::debug!(key = %sample.key, ?claim, "queued for audit");
+        if let Err(e) = self.queue.try_send((sample, claim)) {
             self.counts.dropped.fetch_add(1, Ordering::Relaxed);
             self.metrics.audit("dropped");
             let (_, claim) = e.into_inner();
             self.release(&claim);
+        }
+    }
+
+    /// Keeps an artifact of `publisher`, whose first audit is pending, for that audit's verdict;
+    /// or, where the verdict came meanwhile, acts on it now.
+    fn hold_back(&self, publisher: Publisher, sample: Sample, publish: Publish) {
+        let mut held = lock(&self.held_back);
+        if lock(&self.distrusted).contains(&publisher) {
+            drop(held);
+            if let Some(claim) = self.on_its_own(publish) {
+                self.enqueue(sample, claim);
+            }
+        } else if lock(&self.audited).contains(&publisher) {
+            // Vouched for meanwhile: nothing to audit.
+        } else if lock(&self.pending).insert(publisher.clone()) {
+            drop(held);
+            self.enqueue(sample, Claim::NewPublisher(publisher));
+        } else {
+            let list = held.entry(publisher).or_default();
+            if list.len() < HELD_BACK {
+                list.push((sample, publish));
+            } else {
+                self.counts.dropped.fetch_add(1, Ordering::Relaxed);
+                self.metrics.audit("dropped");
+            }
         }
     }
 
@@ -207,24 +266,50 @@ impl Auditor {
     /// Counts a verdict about an artifact taken for `claim`, whose bytes `served_by` published.
     /// A clean verdict vouches for the publisher of the bytes compared; a failed one concludes
     /// nothing, so what it was taken for is audited again on the next fetch.
+    /// A wrong verdict distrusts the publisher of those bytes: what was held back of it is
+    /// queued, each on its own account.
     pub fn record(&self, verdict: &Verdict, claim: &Claim, served_by: Option<&Provenance>) {
+        let mut held = lock(&self.held_back);
         if let Claim::NewPublisher(publisher) = claim {
             lock(&self.pending).remove(publisher);
         }
+        let publisher = Publisher::of(served_by);
         let count = match verdict {
             Verdict::Clean => {
-                if let Some(publisher) = Publisher::of(served_by) {
+                if let Some(publisher) = publisher {
+                    held.remove(&publisher);
                     lock(&self.audited).insert(publisher);
                 }
                 &self.counts.clean
             }
             Verdict::Mismatch { .. } => {
                 self.metrics.audit_mismatch(served_by.map_or("", |p| p.host.as_str()));
+                if let Some(publisher) = publisher {
+                    let wrong = held.remove(&publisher).unwrap_or_default();
+                    lock(&self.audited).remove(&publisher);
+                    lock(&self.distrusted).insert(publisher);
+                    drop(held);
+                    for (sample, publish) in wrong {
+                        if let Some(claim) = self.on_its_own(publish) {
+                            self.enqueue(sample, claim);
+                        }
+                    }
+                }
                 &self.counts.mismatched
             }
             Verdict::Absent => return self.metrics.audit(verdict.label()),
             Verdict::Failed(_) => {
-                self.release(claim);
+                // Nothing concluded: the next artifact held back of the publisher takes its turn.
+                if let Claim::NewPublisher(publisher) = claim
+                    && let Some((sample, _)) = held.get_mut(publisher).and_then(Vec::pop)
+                    && lock(&self.pending).insert(publisher.clone())
+                {
+                    drop(held);
+                    self.enqueue(sample, claim.clone());
+                } else {
+                    drop(held);
+                    self.release(claim);
+                }
                 &self.counts.failed
             }
         };
@@ -307,6 +392,35 @@ mod tests {
         auditor.record(&Verdict::Clean, &claim.unwrap_or(Claim::Sampled), from("other").as_ref());
         assert_eq!(fetch(&auditor, &mut queued, 9, from("other")), None, "audited clean: only the rate picks now");
         assert_eq!(auditor.stats().publishers_audited, vec!["other (tok-x)".to_string()]);
+    }
+
+    #[test]
+    fn a_publisher_found_wrong_has_what_was_held_back_audited_and_all_after() {
+        let (auditor, mut queued) = strict();
+        let first = fetch(&auditor, &mut queued, 0, from("rogue")).unwrap_or(Claim::Sampled);
+        for n in 1..4 {
+            assert_eq!(fetch(&auditor, &mut queued, n, from("rogue")), None, "held back");
+        }
+        let wrong = Verdict::Mismatch { detail: "cubin".into(), quarantined: true };
+        auditor.record(&wrong, &first, from("rogue").as_ref());
+        let mut audited: Vec<(u8, Claim)> =
+            std::iter::from_fn(|| queued.try_recv().ok()).map(|(s, claim)| (s.key.as_bytes()[0], claim)).collect();
+        audited.sort_by_key(|(n, _)| *n);
+        assert_eq!(audited.iter().map(|(n, _)| *n).collect::<Vec<_>>(), [1, 2, 3], "{audited:?}");
+        assert!(audited.iter().all(|(_, c)| matches!(c, Claim::Artifact(_))), "{audited:?}");
+        let later = fetch(&auditor, &mut queued, 9, from("rogue"));
+        assert!(matches!(later, Some(Claim::Artifact(_))), "every artifact after: {later:?}");
+        assert_eq!(fetch(&auditor, &mut queued, 9, from("rogue")), None, "each once");
+        assert!(auditor.stats().publishers_audited.is_empty());
+        // A failed first audit hands its turn to an artifact held back; a clean one forgets them.
+        let first = fetch(&auditor, &mut queued, 20, from("flaky")).unwrap_or(Claim::Sampled);
+        assert_eq!(fetch(&auditor, &mut queued, 21, from("flaky")), None);
+        auditor.record(&Verdict::Failed("no toolkit".into()), &first, from("flaky").as_ref());
+        let (next, claim) = queued.try_recv().unwrap_or_else(|_| unreachable!("the held-back artifact is queued"));
+        assert_eq!((next.key, &claim), (sample(21).key, &first));
+        assert_eq!(fetch(&auditor, &mut queued, 22, from("flaky")), None, "held back again");
+        auditor.record(&Verdict::Clean, &claim, from("flaky").as_ref());
+        assert!(lock(&auditor.held_back).is_empty());
     }
 
     #[test]
