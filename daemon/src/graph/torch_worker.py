@@ -23,6 +23,7 @@ import json
 import os
 import pickle
 import resource
+import select
 import shutil
 import signal
 import struct
@@ -338,24 +339,30 @@ def child(payload, out_fd, timeout_seconds):
     os._exit(0)
 
 
-def warm_compile_pool():
-    """Starts Inductor's pool of compile processes and waits until it takes work, as torch's own
-    backend starts it at a process's first graph. A compile whose pool is not ready yet compiles
-    each Triton kernel in its own process, one at a time; a child that started its pool only at its
-    first kernel compiled most of a graph that way. Best effort: a pool that does not start leaves
-    the compile to do without it."""
+#: How long a spare child waits for its request before it starts its compile pool. A request that
+#: comes sooner (the next piece of a DDP graph, right after the last) would wait for a pool that
+#: takes seconds to start, for a piece that compiles in a second without one; a graph that comes
+#: after a pause finds the pool up.
+IDLE_BEFORE_WARM_SECONDS = 2.0
+
+
+def start_compile_pool():
+    """Starts Inductor's pool of compile processes, as torch's own backend starts it at a
+    process's first graph, without waiting for it: until it takes work, Inductor compiles each
+    Triton kernel in this process. A child that started its pool only at its first kernel
+    compiled most of a large graph that way. Best effort: a pool that does not start leaves the
+    compile to do without it, as torch would."""
     try:
-        from torch._inductor.async_compile import AsyncCompile, maybe_warm_pool
+        from torch._inductor.async_compile import maybe_warm_pool
 
         maybe_warm_pool()
-        AsyncCompile.wait_pool_ready(timeout=120)
-    except Exception:  # noqa: BLE001 - the compile runs without a pool, as torch would
+    except Exception:  # noqa: BLE001 - the compile runs without a pool
         traceback.print_exc(file=sys.stderr)
 
 
 class Spare:
-    """A child forked before its request arrives, with a fresh Inductor cache directory and its
-    compile pool started while the worker waits: the next graph's compile starts warm. The child
+    """A child forked before its request arrives, with a fresh Inductor cache directory and, once
+    it has waited a moment, its compile pool started: the next graph's compile starts warm. The child
     waits for one byte on a pipe, then reads its request from a file in its directory (a pipe
     could block the worker on a child still warming up), compiles and answers through a second
     pipe. Its own session: killing it kills its compile pool too."""
@@ -373,7 +380,8 @@ class Spare:
             os.close(self.go_w)
             os.close(self.answer_r)
             os.setsid()
-            warm_compile_pool()
+            if not select.select([go_r], [], [], IDLE_BEFORE_WARM_SECONDS)[0]:
+                start_compile_pool()
             if os.read(go_r, 1) != b"1":  # the worker ended, or dropped this spare
                 os._exit(0)
             with open(os.path.join(self.dir, "request"), "rb") as f:
@@ -394,8 +402,6 @@ class Spare:
         os.close(self.go_w)
         chunks = []
         deadline = started + timeout_seconds
-        import select
-
         timed_out = False
         while True:
             left = deadline - time.monotonic()

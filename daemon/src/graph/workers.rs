@@ -139,7 +139,15 @@ impl Protocol for TorchProtocol {
 
 /// The worker's environment: what torch, Inductor, Triton and CUDA read, and nothing of
 /// kilnd's own (tokens, the fleet's address).
-fn worker_env(home: &Path) -> Vec<(OsString, OsString)> {
+/// Inductor's compile processes for each compile's child: the host's cores shared among the
+/// workers, since each of them has a child with a pool of its own. Inductor's default, a pool as
+/// large as the host, would start `workers` times the cores in processes that each import torch.
+fn compile_threads(max_workers: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    (cores / max_workers.max(1)).max(1)
+}
+
+fn worker_env(home: &Path, max_workers: usize) -> Vec<(OsString, OsString)> {
     let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
         .filter(|(k, _)| {
             let k = k.to_string_lossy();
@@ -161,6 +169,9 @@ fn worker_env(home: &Path) -> Vec<(OsString, OsString)> {
         // forbids it in every forked child; asked through NVML instead, it leaves fork usable.
         ("PYTORCH_NVML_BASED_CUDA_CHECK".into(), "1".into()),
     ]);
+    if !env.iter().any(|(k, _)| k == "TORCHINDUCTOR_COMPILE_THREADS") {
+        env.push(("TORCHINDUCTOR_COMPILE_THREADS".into(), compile_threads(max_workers).to_string().into()));
+    }
     env
 }
 
@@ -191,7 +202,7 @@ impl TorchWorkers {
         let spec = WorkerSpec {
             exe: settings.python.clone(),
             args: vec!["-u".into(), script.into_os_string()],
-            env: Some(worker_env(&home)),
+            env: Some(worker_env(&home, settings.max_workers)),
             user,
             confine: Some(Confinement { new_network: network, seccomp: None }),
             start_timeout: Duration::from_secs(300),
@@ -242,10 +253,12 @@ mod tests {
 
     #[test]
     fn the_environment_keeps_no_cache_or_remote_setting_of_kilnd() {
-        let env = worker_env(Path::new("/h"));
+        let env = worker_env(Path::new("/h"), 4);
         let names: Vec<String> = env.iter().map(|(k, _)| k.to_string_lossy().into_owned()).collect();
         assert!(names.contains(&"HOME".to_string()));
         assert!(!names.iter().any(|n| n.starts_with("KILN_")), "{names:?}");
         assert!(!names.iter().any(|n| n == "TORCHINDUCTOR_CACHE_DIR"), "{names:?}");
+        assert!(names.iter().any(|n| n == "TORCHINDUCTOR_COMPILE_THREADS"), "{names:?}");
+        assert!(compile_threads(usize::MAX) == 1 && compile_threads(0) >= 1);
     }
 }
