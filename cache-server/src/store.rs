@@ -121,6 +121,9 @@ pub enum Stored {
     New,
     /// The key held the same artifact: its lifetime is renewed, its publisher kept.
     Refreshed,
+    /// The key held an older version of one of kiln's own changing records (a recipe book, a
+    /// snapshot manifest or listing): replaced, nothing recorded.
+    Updated,
     /// The key held different bytes of a blob: replaced, and the conflict recorded.
     Replaced(Box<ConflictRecord>),
 }
@@ -339,7 +342,8 @@ impl Store {
     /// publisher gone bad cannot simply publish them again), and when the key holds an artifact
     /// that `judge` (given the held envelope) finds to be a different kernel: a conflict, recorded
     /// with both writers, the held artifact marked disputed. The same artifact again renews the
-    /// held one's lifetime and keeps its publisher; a different blob replaces it, recorded.
+    /// held one's lifetime and keeps its publisher; a newer version of one of kiln's own changing
+    /// records replaces it, unrecorded; a different blob replaces it, recorded.
     pub async fn put_envelope(
         &self,
         key: &CacheKey,
@@ -360,9 +364,16 @@ impl Store {
                 continue; // another writer got there first: judge against its bytes
             };
             let judgement = if held.envelope == envelope { Judgement::Same } else { judge(&held.envelope) };
-            let Judgement::Conflict { detail, kernel } = judgement else {
-                self.refresh(key, &head).await?;
-                return self.announce(key).await.map(|()| Ok(Stored::Refreshed));
+            let (detail, kernel) = match judgement {
+                Judgement::Same => {
+                    self.refresh(key, &head).await?;
+                    return self.announce(key).await.map(|()| Ok(Stored::Refreshed));
+                }
+                Judgement::Update => {
+                    self.write(key, envelope, provenance, "any").await?;
+                    return self.announce(key).await.map(|()| Ok(Stored::Updated));
+                }
+                Judgement::Conflict { detail, kernel } => (detail, kernel),
             };
             let record = ConflictRecord {
                 key: key.to_hex(),

@@ -109,6 +109,14 @@ fn decompress(payload: &[u8], capacity: usize) -> Option<Vec<u8>> {
 /// pages show these apart from the classes users compile.
 pub const INTERNAL_TOOLCHAIN_PREFIX: &str = "kiln/";
 
+/// The blob namespace (`blob/snapshot`) of a job's snapshot manifests, which kilnd rewrites
+/// under their key with every save. Snapshot files are not among kilnd's changing records: their
+/// key is their content.
+pub const SNAPSHOT_MANIFEST_NAMESPACE: &str = "snapshot";
+/// The blob namespace (`blob/snapshot-index`) of the listings of snapshots, which kilnd
+/// rewrites under their key with every save.
+pub const SNAPSHOT_INDEX_NAMESPACE: &str = "snapshot-index";
+
 /// What the status page needs of an envelope: its toolchain (`blob/<namespace>` for a blob) and
 /// what it cost to compile. Read from the metadata in place, without the digest or the payload
 /// (kiln-cache counts every hit it serves, and the artifact was verified when it was stored).

@@ -79,6 +79,18 @@ async fn honest_publishes_audit_clean_with_every_toolchain() {
     let audit = stats.audit.unwrap();
     assert_eq!((audit.mismatched, audit.rate), (0, 1.0));
     assert_eq!(audit.publishers_audited.len(), 1, "{audit:?}");
+    // An honest fleet: no conflicting write on record nor counted.
+    assert_no_conflicts(&auditor, &cache);
+}
+
+/// `kiln audit --conflicts` lists nothing, and kiln-cache counted no conflicting write.
+fn assert_no_conflicts(d: &Daemon, cache: &CacheServer) {
+    let out = d.kiln(&["audit", "--conflicts"], &env::repo_root());
+    let listing = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{listing}{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(listing.trim(), "", "a false alarm");
+    let text = cache.metrics_text();
+    assert!(!text.contains("kiln_server_conflicting_puts_total{"), "a false alarm:\n{text}");
 }
 
 /// A writer with a read-write token publishes a wrong cubin (a valid envelope, digest and all)
@@ -155,9 +167,14 @@ async fn a_writer_gone_bad_is_caught_quarantined_named_and_kept_out() {
     let out = auditor.kiln(&["audit", "--conflicts"], &env::repo_root());
     let conflicts = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{conflicts}{}", String::from_utf8_lossy(&out.stderr));
-    let refused: Vec<&str> = conflicts.lines().filter(|l| l.contains("[refused]")).collect();
-    assert_eq!(refused.len(), 1, "{conflicts}");
-    assert!(refused[0].starts_with(&key.to_hex()[..12]) && refused[0].contains("offered by gone-bad"), "{conflicts}");
+    // Only it: the hosts' recompiles of the dropped key rewrote the graph's recipe books (the
+    // honest host's over its own), kiln's own records, updated, which are no conflict.
+    let listed: Vec<&str> = conflicts.lines().collect();
+    assert_eq!(listed.len(), 1, "the refused Put, and no recipe book: {conflicts}");
+    assert!(listed[0].contains("[refused]"), "{conflicts}");
+    assert!(listed[0].starts_with(&key.to_hex()[..12]) && listed[0].contains("offered by gone-bad"), "{conflicts}");
+    let text = cache.metrics_text();
+    assert!(!text.contains("outcome=\"replaced\""), "a recipe book counted as a conflict:\n{text}");
     let out = auditor.kiln(&["audit", "--conflicts", "--json"], &env::repo_root());
     let json = String::from_utf8_lossy(&out.stdout);
     let records: Vec<serde_json::Value> = json.lines().map(|l| serde_json::from_str(l).unwrap()).collect();

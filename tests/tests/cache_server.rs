@@ -503,7 +503,9 @@ async fn quarantine_takes_bad_bytes_out_of_service_and_keeps_them_out() {
 /// (FAILED_PRECONDITION naming the key) and recorded with both writers and digests, counted by
 /// the offering token, and the held artifact is served on, marked disputed. The same artifact
 /// again, with another compile time, is no conflict: it renews the held one's lifetime and keeps
-/// its publisher. A blob's other bytes replace it as before, and are recorded.
+/// its publisher. A blob's other bytes replace it as before, and are recorded. A newer version
+/// of one of kiln's own changing records (a recipe book) is an update, recorded nowhere; one
+/// labelled so cannot replace a kernel, nor a blob unrecorded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conflicting_kernel_puts_are_refused_and_recorded() {
     let (redis, cache) = start();
@@ -539,12 +541,34 @@ async fn conflicting_kernel_puts_are_refused_and_recorded() {
     rogue.put(&b, blob(b"second upload")).await.unwrap();
     assert_eq!(honest.get(&b).await.unwrap().envelope(), Some(&blob(b"second upload")[..]));
     honest.put(&b, blob(b"second upload")).await.unwrap();
+    // kiln's own changing records (a recipe book): a newer one from the same honest host is an
+    // update, unrecorded; labelled as one over a kernel, still refused, over a blob still recorded.
+    let r = key("conflict recipe book");
+    let book = |toolchain: &str, bytes: &[u8]| {
+        envelope::seal(&r, ArtifactMeta { toolchain: toolchain.into(), ..Default::default() }, bytes)
+    };
+    honest.put(&r, book("kiln/recipe-book", b"one recipe")).await.unwrap();
+    honest.put(&r, book("kiln/recipe-book", b"two recipes")).await.unwrap();
+    let Lookup::Hit(served, Some(p)) = honest.get(&r).await.unwrap() else { panic!("the book is gone") };
+    assert_eq!((served, p.host.as_str(), p.disputed), (book("kiln/recipe-book", b"two recipes"), "gpu-1", false));
+    let relabelled = |k: &CacheKey, toolchain: &str| {
+        envelope::seal(k, ArtifactMeta { toolchain: toolchain.into(), ..Default::default() }, b"not a book")
+    };
+    let (kernel, over_blob) = (key("conflict relabelled kernel"), key("conflict relabelled blob"));
+    honest.put(&kernel, envelope_of(&kernel, 3000)).await.unwrap();
+    let (c, msg) = code(rogue.put(&kernel, relabelled(&kernel, "kiln/recipe-book")).await);
+    assert!(c == Code::FailedPrecondition && msg.contains("toolchain"), "{msg}");
+    honest.put(&over_blob, relabelled(&over_blob, "blob/test")).await.unwrap();
+    rogue.put(&over_blob, relabelled(&over_blob, "kiln/recipe-book")).await.unwrap();
 
     let conflicts = honest.list_conflicts(0, 0).await.unwrap();
     assert!(conflicts.records.is_empty() && !conflicts.more);
     let listed: Vec<(&str, bool)> = conflicts.conflicts.iter().map(|c| (c.key.as_str(), c.refused)).collect();
     let (k, chunked) = (key("conflict").to_hex(), key("conflict chunked").to_hex());
-    assert_eq!(listed, [(k.as_str(), true), (chunked.as_str(), true), (b.to_hex().as_str(), false)], "oldest first");
+    let (b, kernel, over_blob) = (b.to_hex(), kernel.to_hex(), over_blob.to_hex());
+    let expected = [(&k, true), (&chunked, true), (&b, false), (&kernel, true), (&over_blob, false)];
+    let expected: Vec<(&str, bool)> = expected.iter().map(|(k, refused)| (k.as_str(), *refused)).collect();
+    assert_eq!(listed, expected, "oldest first, and no recipe book");
     let first = &conflicts.conflicts[0];
     let hosts = |c: &kiln_proto::pb::ConflictRecord| {
         (c.held.clone().unwrap_or_default().host, c.offered.clone().unwrap_or_default().host)
@@ -559,10 +583,10 @@ async fn conflicting_kernel_puts_are_refused_and_recorded() {
     let counted = |outcome| {
         sample(&m, &format!("kiln_server_conflicting_puts_total{{publisher=\"{token_id}\",outcome=\"{outcome}\"}}"))
     };
-    assert_eq!((counted("refused"), counted("replaced")), (Some(2.0), Some(1.0)));
+    assert_eq!((counted("refused"), counted("replaced")), (Some(3.0), Some(2.0)));
     let status = kiln_tests::http::get(cache.metrics, "/status.json").unwrap();
     let status: serde_json::Value = serde_json::from_str(&status).unwrap();
-    assert_eq!(status["conflicts"].as_array().map(Vec::len), Some(3), "{status}");
+    assert_eq!(status["conflicts"].as_array().map(Vec::len), Some(5), "{status}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

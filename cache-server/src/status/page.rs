@@ -206,7 +206,9 @@ pub fn render(s: &FleetStatus) -> String {
     page.paragraph(
         "Puts that offered other bytes under a key than it held. A kernel's key has one right answer: \
          such a Put is refused, and the held kernel is audited by the next host that fetches it. Blobs \
-         and snapshot files are replaced as before. `kiln audit --conflicts` lists them all.",
+         and snapshot files are replaced as before. kiln's own records that kilnd rewrites as they \
+         change (recipe books, snapshot manifests and listings) are updates, not conflicts. \
+         `kiln audit --conflicts` lists every conflict.",
     );
     let rows: Vec<Row> = s
         .conflicts

@@ -12,7 +12,7 @@ use crate::fleet::Found;
 use crate::store::Stored;
 use bytes::Bytes;
 use kiln_proto::CacheKey;
-use kiln_proto::envelope::Artifact;
+use kiln_proto::envelope::{self, Artifact};
 use kiln_proto::key::{snapshot_file_key, snapshot_index_key};
 use kiln_proto::pb::{self, BlobFile, ListSnapshotsResponse, SnapshotManifest, SnapshotSummary};
 use prost::Message;
@@ -20,8 +20,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 const FILE_NAMESPACE: &str = "snapshot-file";
-const MANIFEST_NAMESPACE: &str = "snapshot";
-const INDEX_NAMESPACE: &str = "snapshot-index";
+/// kiln-cache knows these two as records kilnd rewrites, so a newer save replacing an older one
+/// is no conflict there (see kiln-cache's `conflict` module).
+const MANIFEST_NAMESPACE: &str = envelope::SNAPSHOT_MANIFEST_NAMESPACE;
+const INDEX_NAMESPACE: &str = envelope::SNAPSHOT_INDEX_NAMESPACE;
 /// Environments listed per job; past it the least recently saved drop out of the listing (their
 /// snapshots stay restorable).
 const MAX_LISTED_ENVIRONMENTS: usize = 256;
