@@ -353,10 +353,13 @@ class Provenance:
     #: The identity of the token it wrote with (``tok-`` and a digest prefix; never the token).
     token: str = ""
     unix_ms: int = 0
+    #: Another writer offered different bytes under this key and was refused: the held artifact is
+    #: audited at its next fetch.
+    disputed: bool = False
 
     @classmethod
     def from_proto(cls, m: pb.Provenance) -> Provenance:
-        return cls(host=m.host, token=m.token, unix_ms=m.unix_ms)
+        return cls(host=m.host, token=m.token, unix_ms=m.unix_ms, disputed=m.disputed)
 
 
 @dataclass(frozen=True)
