@@ -261,6 +261,26 @@ class Kilnd:
         return self.proc.returncode
 
 
+def cold_graph_kilnd(work: Path, name: str, a) -> Kilnd:
+    """A new kilnd with an empty cache under ``work/kilnd-<name>``, its torch workers started with it
+    and waited for (a long-running kilnd on a GPU host has them up: the figures are the compile's,
+    not torch's import). ``a`` holds the harness's ``kilnd``, ``cuda_root``, ``kilnd_python`` and
+    ``target`` arguments."""
+    import shutil
+
+    d = work / f"kilnd-{name}"
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(parents=True)
+    (d / "kilnd.toml").write_text("torch_prestart = true\n")
+    k = Kilnd(name, a.kilnd, d, a.cuda_root, a.kilnd_python, target=a.target, extra_args=["--config", str(d / "kilnd.toml")])
+    k.start()
+    import kiln
+
+    with kiln.Client(k.uri) as c:
+        wait_for(f"kilnd {name}'s torch workers", lambda: c.warm_torch_workers() is not None, 300, k.proc, k.log)
+    return k
+
+
 # -- checks --
 
 

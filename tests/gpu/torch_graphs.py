@@ -40,7 +40,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from common import Kilnd, metric_sum, wait_for, write_json  # noqa: E402
+from common import Kilnd, cold_graph_kilnd, metric_sum, wait_for, write_json  # noqa: E402
 
 #: Run 18's herd of 4 cold GPT-2 processes with kiln (blocking, before kilnd compiled graphs):
 #: the wall until all four ran a step. The herd target is 0.7 of it.
@@ -81,18 +81,7 @@ class Runner:
         self.n = 0
 
     def kilnd(self, name: str) -> Kilnd:
-        d = self.work / f"kilnd-{name}"
-        shutil.rmtree(d, ignore_errors=True)
-        d.mkdir(parents=True)
-        (d / "kilnd.toml").write_text("torch_prestart = true\n")
-        k = Kilnd(name, self.a.kilnd, d, self.a.cuda_root, self.a.kilnd_python, target=self.a.target,
-                  extra_args=["--config", str(d / "kilnd.toml")])
-        k.start()
-        import kiln
-
-        with kiln.Client(k.uri) as c:
-            wait_for(f"kilnd {name}'s torch workers", lambda: c.warm_torch_workers() is not None, 300, k.proc, k.log)
-        return k
+        return cold_graph_kilnd(self.work, name, self.a)
 
     def env(self, kilnd: Kilnd | None, asynchronous: bool, tag: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHINDUCTOR_", "TRITON_", "KILN_"))}

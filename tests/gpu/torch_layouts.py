@@ -47,7 +47,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from common import Kilnd, metric_sum, wait_for, write_json  # noqa: E402
+from common import Kilnd, cold_graph_kilnd, metric_sum, write_json  # noqa: E402
 
 JOB = HERE.parent.parent / "client" / "python" / "tests" / "layout_job.py"
 VARIANTS = ("eager", "plain", "warm", "default", "cold", "fresh", "async")
@@ -62,18 +62,7 @@ class Runner:
         self.port = 29_400
 
     def kilnd(self, tag: str) -> Kilnd:
-        d = self.work / f"kilnd-{tag}"
-        shutil.rmtree(d, ignore_errors=True)
-        d.mkdir(parents=True)
-        (d / "kilnd.toml").write_text("torch_prestart = true\n")
-        k = Kilnd(tag, self.a.kilnd, d, self.a.cuda_root, self.a.kilnd_python, target=self.a.target,
-                  extra_args=["--config", str(d / "kilnd.toml")])
-        k.start()
-        import kiln
-
-        with kiln.Client(k.uri) as c:
-            wait_for(f"kilnd {tag}'s torch workers", lambda: c.warm_torch_workers() is not None, 300, k.proc, k.log)
-        return k
+        return cold_graph_kilnd(self.work, tag, self.a)
 
     def caches(self, layout: str, rank: int) -> Path:
         return self.work / "caches" / layout / f"rank{rank}"
