@@ -17,6 +17,8 @@
 //!   host restored from a snapshot against a warm host, and restore time against Redis GETs.
 //! - [`snapshot_fleet`]: figure (n), one job snapshot restored by 1 and 16 fresh hosts at once
 //!   against as many Redis clients.
+//! - [`torch_layouts`]: figure (p), torch.compile on the CPU by training layout, kiln against
+//!   plain torch.compile.
 //! - [`kilnd`], [`redis`], [`sccache`]: the processes the figures need, started privately.
 //! - [`source_tree`]: the kernels as `.cu` files, built one process per file like `make -j`.
 //! - [`samples`], [`report`], [`machine`]: percentiles, tables, and what the run ran on.
@@ -43,6 +45,7 @@ pub mod sccache_nvcc;
 pub mod snapshot_fleet;
 pub mod snapshot_job;
 pub mod source_tree;
+pub mod torch_layouts;
 pub mod triton_compile;
 pub mod triton_herd;
 pub mod triton_kernels;

@@ -10,7 +10,8 @@ use kiln_bench::bench::redis::RedisServer;
 use kiln_bench::bench::report::Section;
 use kiln_bench::bench::{
     Bench, Options, Shared, audit_cost, cold_compile, fleet_cold, fleet_lookups, fleet_warm, hit_throughput,
-    ptxas_compile, sccache_nvcc, snapshot_fleet, snapshot_job, triton_compile, triton_herd, triton_pool, warm_hit,
+    ptxas_compile, sccache_nvcc, snapshot_fleet, snapshot_job, torch_layouts, triton_compile, triton_herd, triton_pool,
+    warm_hit,
 };
 use kiln_bench::reliability::report::{existing_section, replace_section};
 use std::path::{Path, PathBuf};
@@ -236,6 +237,13 @@ async fn main() -> Result<()> {
     }
     if wanted("(n)") {
         sections.push(figure("(n) Snapshot restore at fleet scale", snapshot_fleet::run(&bench)).await);
+    }
+    // torch.compile through kiln on the training layouts, on the CPU.
+    if wanted("(p)") {
+        sections.push(
+            figure("(p) torch.compile by layout", async { tokio::task::block_in_place(|| torch_layouts::run(&bench)) })
+                .await,
+        );
     }
     // Report in the order; (b) ran first so that nothing else had warmed the machine.
     sections.sort_by(|a, b| a.title.cmp(&b.title));
