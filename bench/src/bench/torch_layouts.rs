@@ -84,7 +84,7 @@ pub fn run(bench: &Bench) -> Result<Section> {
         for variant in ["default", "cold", "fresh", "async"] {
             let v = &layouts[layout][variant];
             s.notes.push(format!(
-                "{layout} {variant}: fallbacks {}, graphs by how {}, kilnd compiles {}.",
+                "{layout} {variant}: fallbacks {}, graphs by how {}, kilnd's compiles so far {}.",
                 v.get("fallbacks").map_or("n/a".into(), Json::to_string),
                 v.get("how").map_or("n/a".into(), Json::to_string),
                 v.get("kilnd_compiled").map_or("n/a".into(), Json::to_string),
