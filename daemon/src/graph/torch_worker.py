@@ -400,6 +400,7 @@ class Spare:
         os.rename(path + ".tmp", path)
         os.write(self.go_w, b"1")
         os.close(self.go_w)
+        self.go_w = None
         chunks = []
         deadline = started + timeout_seconds
         timed_out = False
@@ -430,11 +431,11 @@ class Spare:
         directory; the child's wait status (0 when it was already ended)."""
         if self.pid is None:
             return 0
+        # Each descriptor closed once: a number closed twice may by then name another file.
         for fd in (self.go_w, self.answer_r):
-            try:
+            if fd is not None:
                 os.close(fd)
-            except OSError:
-                pass
+        self.go_w = self.answer_r = None
         for target in (-self.pid, self.pid):
             try:
                 os.kill(target, signal.SIGKILL)
