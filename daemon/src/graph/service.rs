@@ -180,6 +180,14 @@ impl GraphState {
             return failed_reply(&answer, key, Tier::Compiled);
         }
         self.ledger.count(Outcome::Compiled);
+        let phases: Vec<String> = answer.phases.iter().map(|(step, s)| format!("{step} {s:.2} s")).collect();
+        tracing::info!(
+            %key,
+            seconds = answer.compile_micros as f64 / 1e6,
+            phases = %phases.join(", "),
+            bytes = answer.artifacts.len(),
+            "torch graph compiled"
+        );
         let files = vec![
             BlobFile { name: ARTIFACTS_FILE.into(), data: answer.artifacts.to_vec() },
             BlobFile { name: MICROS_FILE.into(), data: answer.compile_micros.to_le_bytes().to_vec() },

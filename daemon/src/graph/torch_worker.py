@@ -241,8 +241,9 @@ def apply_ambient(torch, ambient):
     return autocast
 
 
-def compile_graph(payload):
-    """Compiles one payload; returns the artifacts' bytes. Runs in the child only."""
+def compile_graph(payload, phases):
+    """Compiles one payload; returns the artifacts' bytes. Runs in the child only. Adds the
+    seconds each step took to ``phases``, for kilnd's log."""
     import torch
     import torch._inductor.config as inductor_config
     from torch._inductor.compile_fx import compile_fx
@@ -250,6 +251,7 @@ def compile_graph(payload):
     from torch.compiler._cache import CacheArtifactManager
     from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatefulSymbolicContext
 
+    started = time.monotonic()
     header, graph = decode_payload(payload)
     fake_mode = FakeTensorMode(shape_env=ShapeEnv())
     gm, sources = restricted_loads(graph, fake_mode)
@@ -278,6 +280,8 @@ def compile_graph(payload):
             )
     CacheArtifactManager.clear()
     autocast = apply_ambient(torch, header.get("ambient", {}))
+    phases["read"] = time.monotonic() - started
+    started = time.monotonic()
     with (
         contextlib.ExitStack() as stack,
         inductor_config.patch(typed_like(inductor_config, header.get("inductor_config", {}))),
@@ -288,7 +292,10 @@ def compile_graph(payload):
         for device, dtype in autocast:
             stack.enter_context(torch.autocast(device, dtype=dtype))
         compile_fx(gm, inputs, config_patches=header.get("config_patches") or None)
+    phases["compile"] = time.monotonic() - started
+    started = time.monotonic()
     artifacts = torch.compiler.save_cache_artifacts()
+    phases["save"] = time.monotonic() - started
     if artifacts is None:
         raise RuntimeError("the compile left no cache artifacts (is Inductor's FX graph cache off?)")
     return artifacts[0]
@@ -327,9 +334,14 @@ def child(payload, out_fd, timeout_seconds):
     """The per-request child: compile, answer through out_fd, exit."""
     resource.setrlimit(resource.RLIMIT_CPU, (timeout_seconds * 4 + 10, timeout_seconds * 4 + 10))
     started = time.monotonic()
+    phases = {}
     try:
-        body = bundle(compile_graph(payload), native_files(os.environ["TORCHINDUCTOR_CACHE_DIR"]))
-        answer = encode_answer({"ok": True, "compile_micros": int((time.monotonic() - started) * 1e6)}, body)
+        artifacts = compile_graph(payload, phases)
+        bundled = time.monotonic()
+        body = bundle(artifacts, native_files(os.environ["TORCHINDUCTOR_CACHE_DIR"]))
+        phases["bundle"] = time.monotonic() - bundled
+        header = {"ok": True, "compile_micros": int((time.monotonic() - started) * 1e6), "phases": phases}
+        answer = encode_answer(header, body)
     except BaseException:
         answer = encode_answer(
             {"ok": False, "log": traceback.format_exc()[-16000:], "compile_micros": int((time.monotonic() - started) * 1e6)}
@@ -370,7 +382,10 @@ class Spare:
     def __init__(self):
         self.dir = tempfile.mkdtemp(prefix="graph-")
         self.cache = os.path.join(self.dir, "inductor")
-        os.mkdir(self.cache)
+        if ISA_PROBES is not None:
+            shutil.copytree(ISA_PROBES, self.cache, ignore=shutil.ignore_patterns("*.lock", "locks"))
+        else:
+            os.mkdir(self.cache)
         # Inherited by the child and its compile pool: where the compile writes, and its artifacts.
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = self.cache
         go_r, self.go_w = os.pipe()
@@ -463,6 +478,33 @@ def fork_is_clean(torch):
     return clean
 
 
+#: Where the worker built the test programs of its vector-instruction pick (see
+#: pick_cpu_vector_isa); None until it has.
+ISA_PROBES = None
+
+
+def pick_cpu_vector_isa():
+    """Has Inductor's C++ backend pick the CPU's vector instructions now, in the worker, before
+    its first fork. It picks by building a test program for each candidate and loading it in a
+    fresh interpreter, once per process: about 11 s on a 2-core host, which a child forked for
+    each compile would otherwise pay again for every graph (a piece of a DDP graph, say). Each
+    child's cache starts with the test programs (Spare), so that its answer carries them as
+    before and the process that loads it builds none. Best effort: a child that finds no pick
+    makes its own."""
+    global ISA_PROBES
+    probes = tempfile.mkdtemp(prefix="isa-")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = probes
+    try:
+        from torch._inductor import cpu_vec_isa
+
+        cpu_vec_isa.pick_vec_isa()
+        ISA_PROBES = probes
+    except Exception:  # noqa: BLE001 - each compile picks for itself
+        traceback.print_exc(file=sys.stderr)
+    finally:
+        del os.environ["TORCHINDUCTOR_CACHE_DIR"]
+
+
 def hello():
     import torch
     import torch._dynamo  # noqa: F401  (imported here once, before any request)
@@ -478,6 +520,8 @@ def hello():
             "CUDA was initialised in the torch worker before its first fork, so no compile could use the GPU "
             "(is PYTORCH_NVML_BASED_CUDA_CHECK=1 honoured, and NVML available?)"
         )
+    if torch.cuda.device_count() == 0:
+        pick_cpu_vector_isa()
     # compile_backward_now's hook: a torch without it cannot answer a training graph whole.
     if "force_non_lazy_backward_lowering" not in inspect.signature(aot_autograd.prepare_aot_module_simplified).parameters:
         raise RuntimeError(f"torch {torch.__version__}: AOTAutograd takes no force_non_lazy_backward_lowering")

@@ -9,6 +9,7 @@ use crate::worker::pool::{Protocol, WorkerPool, WorkerSpec};
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{Value as Json, json};
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -83,13 +84,17 @@ pub struct Answer {
     pub log: String,
     #[serde(default)]
     pub compile_micros: u64,
+    /// Seconds by step of the child's compile (read, compile, save, bundle), for the log.
+    #[serde(default)]
+    pub phases: BTreeMap<String, f64>,
     #[serde(skip)]
     pub artifacts: Bytes,
 }
 
 impl Answer {
     fn failed(log: String, started: Instant) -> Self {
-        Answer { ok: false, log, compile_micros: started.elapsed().as_micros() as u64, artifacts: Bytes::new() }
+        let compile_micros = started.elapsed().as_micros() as u64;
+        Answer { ok: false, log, compile_micros, phases: BTreeMap::new(), artifacts: Bytes::new() }
     }
 }
 
