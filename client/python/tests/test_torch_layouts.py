@@ -84,6 +84,21 @@ def test_every_piece_of_a_distributed_layout_goes_through_kilnd_once(layout_kiln
         assert r["losses"] == p["losses"], (r["losses"], p["losses"])
 
 
+def test_an_async_ddp_job_swaps_each_piece_in_and_trains_on(layout_kilnd: Kilnd, tmp_path: Path) -> None:
+    # Each piece's backward is compiled at its first backward, from forward metadata that Dynamo's
+    # DDP optimizer stacks only for the pieces it compiled itself: a piece swapped in later must
+    # bring its own, or the first backward after the swap fails.
+    if metric(layout_kilnd.metrics(), 'kiln_torch_graphs_total{result="compiled"}') == 0:
+        run_ranks("ddp", tmp_path / "first", 2, layout_kilnd.uri)  # kilnd holds every piece now
+    ranks = run_ranks("ddp", tmp_path / "async", 2, layout_kilnd.uri, KILN_TORCH_ASYNC="1", STEPS="6")
+    for rank, r in enumerate(ranks):
+        stats = r["graphs"]
+        assert stats["fallbacks"] == {}, (rank, stats, r["stderr"][-3000:])
+        assert all(g["how"] == "kilnd" and g["calls"]["compiled"] > 0 for g in stats["graphs"]), (rank, stats)
+        assert "could not replace its eager run" not in r["stderr"], r["stderr"][-3000:]
+        assert r["losses"][-1] < r["losses"][0], r["losses"]
+
+
 def test_the_layouts_sent_to_kilnd_follow_the_setting_and_default_to_the_record(monkeypatch: pytest.MonkeyPatch) -> None:
     from kiln import _torch_layout as layout
 

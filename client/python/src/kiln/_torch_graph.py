@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import copy
 import functools
 import logging
 import os
@@ -274,10 +275,10 @@ def _load(torch: Any, answer: _Answer, record: GraphRecord, compile_in_process: 
     """Loads kilnd's artifacts and lets Inductor find them: (compiled, whether torch used them).
 
     torch hits at one of two levels. A whole graph hits AOTAutograd's cache: nothing is traced
-    again. A piece of Dynamo's DDP optimizer never does (torch 2.11 bypasses AOTAutograd's cache
-    for a graph whose first call must return fake tensors), so AOTAutograd traces it again here and
-    its forward graph hits Inductor's FX graph cache: no code generation and no kernel compile.
-    The backward graph's lookup comes at the first backward, after this returns."""
+    again. A piece of Dynamo's DDP optimizer misses it (its key is not the worker's), so
+    AOTAutograd traces the piece again here and its forward graph hits Inductor's FX graph cache:
+    no code generation and no kernel compile. The backward graph's lookup comes at the first
+    backward, after this returns."""
     import torch._dynamo.utils
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
@@ -285,15 +286,18 @@ def _load(torch: Any, answer: _Answer, record: GraphRecord, compile_in_process: 
     record.native_files = [path for path, _ in answer.bundle.files]
     torch.compiler.load_cache_artifacts(answer.bundle.artifacts)
 
-    def misses() -> tuple[int, int]:
+    def lookups() -> tuple[int, int, int]:
         counters = torch._dynamo.utils.counters
         inductor = counters["inductor"]
-        return counters["aot_autograd"]["autograd_cache_miss"], inductor["fxgraph_cache_miss"] + inductor["fxgraph_cache_bypass"]
+        fx_misses = inductor["fxgraph_cache_miss"] + inductor["fxgraph_cache_bypass"]
+        return counters["aot_autograd"]["autograd_cache_miss"], fx_misses, inductor["fxgraph_cache_hit"]
 
-    before = misses()
+    before = lookups()
     compiled = compile_in_process()
-    # A miss, not a hit, is what tells: a DDP piece's forward lookup can come after this returns.
-    return compiled, misses() == before
+    aot_misses, fx_misses, fx_hits = (after - was for after, was in zip(lookups(), before, strict=True))
+    # Code generation is what a miss would cost: Inductor found the graph's code (an AOTAutograd
+    # miss that hits the FX graph cache only traced the joint graph again).
+    return compiled, fx_misses == 0 and (aot_misses == 0 or fx_hits > 0)
 
 
 def _graph_name(gm: Any) -> str:
@@ -326,7 +330,12 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
         record.how = "in-process"
         return inductor(gm, example_inputs)
     if async_enabled() and not getattr(_blocking, "on", False):
-        return _AsyncGraph(gm, example_inputs, payload, inductor, record, started)
+        return _AsyncGraph(gm, example_inputs, payload, inductor, record, started, waits=False)
+    if layout == "ddp":
+        # Dynamo's DDP optimizer compiles its pieces one after another, tracing the next only when
+        # the last is compiled. Asking for each piece as it comes and waiting at its first call
+        # has every piece's request out before the first runs, and kilnd compiles them side by side.
+        return _AsyncGraph(gm, example_inputs, payload, inductor, record, started, waits=True)
     answer = _ask(payload, record.name)
     if isinstance(answer, str):
         record.how = "in-process"
@@ -349,7 +358,8 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
 
 
 class _AsyncGraph:
-    """A graph that runs eagerly until kilnd's compile of it arrives, then compiled."""
+    """A graph that runs eagerly until kilnd's compile of it arrives, then compiled; or, when it
+    ``waits``, whose first call waits for that compile instead of running eagerly."""
 
     def __init__(
         self,
@@ -359,10 +369,12 @@ class _AsyncGraph:
         inductor: Callable[[Any, list[Any]], Any],
         record: GraphRecord,
         started: float,
+        waits: bool,
     ) -> None:
         import torch
 
         self.gm = gm
+        self.waits = waits
         # Dynamo's own inputs, kept until the swap: its tracing context knows them (and that their
         # shapes are static), where the next call's tensors would be traced as dynamic.
         self.example_inputs: list[Any] | None = example_inputs
@@ -378,7 +390,7 @@ class _AsyncGraph:
         # compile returns; without it the swap's AOTAutograd would make every dimension dynamic.
         known = self.context.tensor_to_context if self.context is not None else {}
         self.input_contexts = [(t, known[t]) for t in example_inputs if isinstance(t, torch.Tensor) and t in known]
-        record.how = "eager"
+        record.how = "pending" if waits else "eager"
         self.thread = threading.Thread(target=self._fetch, args=(payload,), name="kiln-graph", daemon=True)
         self.thread.start()
 
@@ -398,13 +410,13 @@ class _AsyncGraph:
         try:
             with context:
                 if isinstance(answer, _Answer):
-                    compiled, hit = _load(torch, answer, self.record, lambda: self.inductor(self.gm, inputs))
+                    compiled, hit = _load(torch, answer, self.record, self._compile(inputs))
                     if not hit:
                         _fallback("not_reused", "torch's caches missed kilnd's artifacts; compiled here")
                     self.record.how, self.record.tier = ("kilnd", answer.tier) if hit else ("in-process", "")
                     self.record.compile_s = answer.compile_s
                 else:
-                    compiled = self.inductor(self.gm, inputs)
+                    compiled = self._compile(inputs)()
                     self.record.how = "in-process"
         except Exception as e:  # noqa: BLE001 - the graph keeps running eagerly: never a wrong result
             from . import _fleet
@@ -424,7 +436,35 @@ class _AsyncGraph:
         self.compiled = compiled
         _report_soon()
 
+    def _compile(self, inputs: list[Any]) -> Callable[[], Any]:
+        """Inductor's compile of the graph, as Dynamo would have run it. A piece of Dynamo's DDP
+        optimizer compiles under a tracing context of its own: AOTAutograd compiles a piece's
+        backward at its first backward, from the forward's metadata the DDP optimizer stacks in
+        the context as it compiles each piece (and it compiled none here). One stack entry a piece
+        keeps pieces swapped at different steps from taking each other's."""
+        import torch
+
+        context = self.context
+        ddp = getattr(context, "ddp_optimizer_ctx", None)
+        if context is None or ddp is None:
+            return lambda: self.inductor(self.gm, inputs)
+
+        def compile_piece() -> Any:
+            own = copy.copy(context)
+            own.fakify_first_call = False
+            own.ddp_optimizer_ctx = type(ddp)()
+            with torch._guards.tracing(own):
+                compiled = self.inductor(self.gm, inputs)
+            if own.fw_metadata is not None:
+                own.ddp_optimizer_ctx.curr_bucket = 0
+                own.ddp_optimizer_ctx.metadata_per_bucket = [own.fw_metadata]
+            return compiled
+
+        return compile_piece
+
     def __call__(self, *args: Any) -> Any:
+        if self.compiled is None and self.waits and self.answer is None:
+            self.thread.join()
         if self.compiled is None and self.answer is not None:
             self._swap()
             # The swap is compile time, not the previous call's.
