@@ -312,7 +312,7 @@ impl Config {
             cuda_root: flags.cuda_root.clone().or_else(|| file.cuda_root.clone()),
             python: flags.python.clone().or_else(|| file.python.clone()).unwrap_or_else(|| "python3".into()),
             triton_workers: file.triton_workers.unwrap_or(defaults.cores.min(8)).max(1),
-            torch_workers: file.torch_workers.unwrap_or((defaults.cores / 8).clamp(1, 4)).max(1),
+            torch_workers: file.torch_workers.unwrap_or((defaults.cores / 4).clamp(1, 8)).max(1),
             torch_prestart: file.torch_prestart.unwrap_or(false),
             memory_cache_bytes: file.memory_cache_mb.unwrap_or(1024) * MIB,
             disk_cache_bytes: file.disk_cache_mb.unwrap_or(20 * 1024) * MIB,
