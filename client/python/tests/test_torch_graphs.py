@@ -269,3 +269,49 @@ def test_the_payload_leaves_out_what_torchs_keys_leave_out() -> None:
     assert "compile_threads" not in sent and "fx_graph_remote_cache" not in sent
     assert not any(name.startswith(("trace.", "cuda.cutlass_dir")) for name in sent)
     assert "max_autotune" in sent and "cpp.cxx" in sent  # what torch keys on does travel
+
+
+def test_the_payload_kiln_writes_is_what_the_worker_reads() -> None:
+    # The two sides of the payload ship apart (the worker inside kilnd): a key or a version that
+    # one side changes alone fails here, not as a setting silently dropped from every compile.
+    import importlib.util
+
+    import torch
+
+    from kiln import _torch_payload
+
+    path = Path(__file__).parents[3] / "daemon" / "src" / "graph" / "torch_worker.py"
+    spec = importlib.util.spec_from_file_location("kiln_torch_worker", path)
+    assert spec is not None and spec.loader is not None
+    worker = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(worker)
+    assert worker.PAYLOAD_VERSION == _torch_payload.PAYLOAD_VERSION
+
+    captured: list[bytes] = []
+
+    def backend(gm: Any, inputs: list[Any]) -> Any:
+        captured.append(_torch_payload.serialize(gm, inputs, {"max_autotune": False}))
+        return gm
+
+    net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU())
+    x = torch.randn(2, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        torch.compile(net, backend=backend)(x)
+    torch._dynamo.reset()
+    header, graph = worker.decode_payload(captured[0])
+    assert set(header) == worker.HEADER_KEYS
+    assert set(header["ambient"]) == worker.AMBIENT_KEYS
+    assert worker.apply_ambient(torch, header["ambient"]) == [("cpu", torch.bfloat16)]
+    torch.set_autocast_cache_enabled(True)
+    made = [worker.example_input(torch, s) for s in header["inputs"]]
+    sent = [*net.parameters(), x]
+    assert sorted((tuple(t.shape), t.dtype) for t in made) == sorted((tuple(t.shape), t.dtype) for t in sent)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    gm, sources = worker.restricted_loads(graph, FakeTensorMode())
+    assert isinstance(gm, torch.fx.GraphModule) and len(sources) == len(made)
+    # A key one side adds alone is refused by name, as a client newer than its kilnd would be.
+    n = struct.unpack("<I", captured[0][:4])[0]
+    extra = json.dumps(dict(header, ambient=dict(header["ambient"], new_state=1))).encode()
+    with pytest.raises(ValueError, match=r"ambient\.new_state"):
+        worker.decode_payload(struct.pack("<I", len(extra)) + extra + captured[0][4 + n :])

@@ -34,6 +34,23 @@ import traceback
 
 #: The payload's format; kiln.torch writes the same number.
 PAYLOAD_VERSION = 1
+#: What a payload's header holds, and its "ambient" state: exactly what kiln._torch_payload
+#: writes (a test runs its payloads through decode_payload). A key this worker does not read
+#: would be a setting silently dropped from the compile, so it is refused.
+HEADER_KEYS = frozenset(
+    ("version", "inputs", "config_patches", "inductor_config", "functorch_config", "grad_enabled", "ambient")
+)
+AMBIENT_KEYS = frozenset(
+    (
+        "autocast",
+        "autocast_cache",
+        "deterministic",
+        "fill_uninitialized_memory",
+        "float32_matmul_precision",
+        "matmul",
+        "cuda_device",
+    )
+)
 
 #: Globals a payload may name. A graph's pickle names torch's classes and the graph pickler's
 #: own functions; nothing else. This narrows what a hostile payload can reach, and is not the
@@ -127,6 +144,9 @@ def decode_payload(payload):
     header = json.loads(payload[4 : 4 + n])
     if header.get("version") != PAYLOAD_VERSION:
         raise ValueError(f"payload version {header.get('version')!r}, this worker reads {PAYLOAD_VERSION}")
+    unknown = sorted(set(header) - HEADER_KEYS) + [f"ambient.{k}" for k in sorted(set(header.get("ambient", {})) - AMBIENT_KEYS)]
+    if unknown:
+        raise ValueError(f"the payload's header names what this worker does not read: {', '.join(unknown)}")
     return header, payload[4 + n :]
 
 
