@@ -21,6 +21,7 @@ variant unless said:
 | warm | plain torch.compile again on the caches ``plain`` left: the warm host |
 | default | ``KILN_TORCH=1`` as a new user sets it (no other kiln variable), a new kilnd: what kiln costs by default |
 | cold | ``KILN_TORCH=1 KILN_TORCH_GRAPHS=1``, a new kilnd (torch workers up, nothing stored): every graph through kilnd |
+| twin | (single, 2 GPUs) ``cold``'s job on cuda:1, on the kilnd ``cold`` filled: the second device's compile |
 | fresh | the same on a fresh host: caches emptied, on the kilnd ``cold`` filled (its graphs and the job's snapshot stored) |
 | async | ``cold`` with ``KILN_TORCH_ASYNC=1`` on a new kilnd |
 
@@ -50,7 +51,7 @@ sys.path.insert(0, str(HERE))
 from common import Kilnd, cold_graph_kilnd, metric_sum, write_json  # noqa: E402
 
 JOB = HERE.parent.parent / "client" / "python" / "tests" / "layout_job.py"
-VARIANTS = ("eager", "plain", "warm", "default", "cold", "fresh", "async")
+VARIANTS = ("eager", "plain", "warm", "default", "cold", "twin", "fresh", "async")
 HERD = 4
 
 
@@ -78,7 +79,7 @@ class Runner:
             TORCHINDUCTOR_CACHE_DIR=str(home / "inductor"), TRITON_HOME=str(home / "triton-home"), PYTHONUNBUFFERED="1",
             LAYOUT="single" if layout == "herd" else layout, MODEL=self.a.model, STEPS=str(self.a.steps),
             WIDTH=str(self.a.width), BLOCKS=str(self.a.blocks), SEQ=str(self.a.seq), DEVICE=self.a.device,
-            RANK=str(0 if layout == "herd" else rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(self.port),
+            RANK=str(1 if variant == "twin" else 0 if layout == "herd" else rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(self.port),
         )
         # The kiln wheel installed with --target: its .pth hook runs through site/sitecustomize.py.
         env["PYTHONPATH"] = os.pathsep.join([str(HERE / "site")] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
@@ -90,7 +91,9 @@ class Runner:
         if variant == "eager":
             env["COMPILE"] = "0"
         if kilnd is not None:
-            env.update(KILN_TORCH="1", KILN_DAEMON=kilnd.uri, KILN_TORCH_JOB=f"layout-{layout}")
+            # The twin's snapshot (its device's caches) must not replace the one "fresh" restores.
+            job = f"layout-{layout}-twin" if variant == "twin" else f"layout-{layout}"
+            env.update(KILN_TORCH="1", KILN_DAEMON=kilnd.uri, KILN_TORCH_JOB=job)
             if variant != "default":
                 env["KILN_TORCH_GRAPHS"] = "1"
             if variant == "async":
@@ -127,6 +130,8 @@ class Runner:
             "first_s": max(x["first"] for x in ranks), "steady_s": statistics.median(x["steady"] for x in ranks),
             "losses": ranks[0]["losses"], "fallbacks": {}, "graphs": len(ranks[0]["graphs"].get("graphs", [])),
             "how": {},
+            # What each graph cost the first rank (kilnd's compile, or the wait, and the load).
+            "compile_s": sum(g.get("compile_s", 0.0) for g in ranks[0]["graphs"].get("graphs", [])),
         }
         for x in ranks:
             for reason, count in x["graphs"].get("fallbacks", {}).items():
@@ -167,10 +172,12 @@ class Runner:
         for variant in variants:
             if layout == "herd" and variant in ("eager", "warm", "fresh", "async"):
                 continue
+            if variant == "twin" and (layout != "single" or self.a.gpus < 2):
+                continue
             try:
                 if variant in ("eager", "plain", "warm"):
                     out[variant] = self.run(layout, variant, None)
-                elif variant == "fresh":
+                elif variant in ("fresh", "twin"):
                     if "cold" in out and self.cold_kilnd is not None:
                         out[variant] = self.run(layout, variant, self.cold_kilnd)
                 else:
@@ -238,6 +245,20 @@ def table(results: dict[str, dict[str, dict]]) -> str:
     return "\n".join(rows)
 
 
+def twins(results: dict[str, dict[str, dict]]) -> str:
+    """The second device's compile of one process's graph (cuda:1 after cuda:0 on one kilnd): a
+    graph bakes in its device index, so it is compiled again, with the first's Triton kernels."""
+    v = results.get("single", {})
+    cold, twin = v.get("cold"), v.get("twin")
+    if not cold or not twin or "first_s" not in cold or "first_s" not in twin:
+        return ""
+    return (
+        f"\n\nSecond device: one process on cuda:1 after one on cuda:0, on the same kilnd: first step "
+        f"{twin['first_s']:.2f} s against {cold['first_s']:.2f} s; the graph cost it {twin['compile_s']:.2f} s "
+        f"(kilnd's compile and the load) against {cold['compile_s']:.2f} s.\n"
+    )
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--kilnd", required=True)
@@ -268,7 +289,7 @@ def main() -> int:
         print(f"==> layout {layout}", flush=True)
         results[layout] = runner.layout(layout)
         write_json(a.out / "layouts.json", results)
-    md = table(results)
+    md = table(results) + twins(results)
     (a.out / "layouts.md").write_text(md + "\n")
     print(md)
     return 0
