@@ -103,10 +103,16 @@ def test_the_layouts_sent_to_kilnd_follow_the_setting_and_default_to_the_record(
     from kiln import _torch_layout as layout
 
     monkeypatch.delenv(layout.GRAPHS_ENV, raising=False)
-    assert layout.chosen() == layout.DEFAULT_LAYOUTS
-    for value, want in [("0", set()), ("1", set(layout.LAYOUTS)), (" ddp, single ", {"ddp", "single"}), ("", layout.DEFAULT_LAYOUTS)]:
+    default = layout.chosen()
+    assert default == layout.Choice(layout.DEFAULT_LAYOUTS, layout.DEFAULT_DEVICES)
+    # The record is the GPU's: by default one process's graphs go on a GPU, never on the CPU.
+    assert default.sends("single", "cuda") and not default.sends("single", "cpu") and not default.sends("ddp", "cuda")
+    for value, want in [("0", set()), ("1", set(layout.LAYOUTS)), (" ddp, single ", {"ddp", "single"})]:
         monkeypatch.setenv(layout.GRAPHS_ENV, value)
-        assert layout.chosen() == want, value
+        assert layout.chosen() == layout.Choice(frozenset(want)), value
+        assert all(layout.chosen().sends(name, "cpu") == (name in want) for name in layout.LAYOUTS), value
+    monkeypatch.setenv(layout.GRAPHS_ENV, "")
+    assert layout.chosen() == default
     monkeypatch.setenv(layout.GRAPHS_ENV, "ddp,fsdp")
     with pytest.raises(layout.BadSetting, match="fsdp"):
         layout.chosen()

@@ -319,8 +319,9 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
         _ledger.graphs.append(record)
     started = time.perf_counter()
     layout = _torch_layout.of_graph(torch)
-    if layout not in _layouts:
-        _fallback("layout_off", f"{layout} graphs stay in the process ({_torch_layout.GRAPHS_ENV}=1 sends them to kilnd)")
+    device = _torch_layout.device_of(example_inputs)
+    if not _choice.sends(layout, device):
+        _fallback("layout_off", f"{layout} graphs on {device} stay in the process ({_torch_layout.GRAPHS_ENV}=1 sends them to kilnd)")
         record.how = "in-process"
         return inductor(gm, example_inputs)
     try:
@@ -506,19 +507,19 @@ def _report_loop() -> None:
 # -- installation -----------------------------------------------------------------------------
 
 _installed = False
-#: The layouts whose graphs go to kilnd (see kiln._torch_layout), read once at install.
-_layouts: frozenset[str] = frozenset()
+#: The graphs that go to kilnd (see kiln._torch_layout), read once at install.
+_choice = _torch_layout.Choice(frozenset())
 
 
 def install(job: str) -> bool:
     """Routes torch.compile's Inductor backend through kiln in this process; idempotent. Returns
     whether it is installed (``KILN_TORCH_GRAPHS=0``, or a value that names no layout, leaves it
     out). Graphs of layouts that stay in the process still pass through, to be counted."""
-    global _installed, _layouts
+    global _installed, _choice
     from . import _fleet
 
     try:
-        _layouts = _torch_layout.chosen()
+        _choice = _torch_layout.chosen()
     except _torch_layout.BadSetting as e:
         _fleet.warn_once("torch-graph-setting", "kiln: %s; every graph compiles in this process", e)
         return False
@@ -539,7 +540,7 @@ def install(job: str) -> bool:
 
     wrapper.__call__ = __call__
     _installed = True
-    if _layouts:
+    if _choice.layouts:
         threading.Thread(target=_warm_workers, name="kiln-graph-warm", daemon=True).start()
     return True
 

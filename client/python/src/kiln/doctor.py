@@ -151,7 +151,7 @@ def render(report: dict[str, Any]) -> str:
         from ._torch_layout import BadSetting, chosen
 
         try:
-            layouts = ", ".join(sorted(chosen())) or "none (each stays in the process; KILN_TORCH_GRAPHS=1 sends all)"
+            layouts = chosen().describe()
         except BadSetting as e:
             layouts = f"NONE: {e}"
         lines.append(f"  graphs through kilnd for layouts: {layouts}")
