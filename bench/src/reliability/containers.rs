@@ -16,11 +16,11 @@
 //! Every container and network carries the label `org.kiln.fleet=<name>` and is removed when
 //! the [`ContainerFleet`] is dropped, and by [`remove_leftovers`] before a run.
 
+pub use super::docker::{Container, docker, in_netns};
 use super::redis_cluster;
 use anyhow::{Context, Result, bail};
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// The label that marks what a fleet made, for clean-up.
@@ -52,15 +52,6 @@ impl Images {
     }
 }
 
-/// Runs `docker ARGS`, returning its trimmed stdout; an error carries its stderr.
-pub fn docker(args: &[&str]) -> Result<String> {
-    let out = Command::new("docker").args(args).output().context("running docker (is it installed?)")?;
-    if !out.status.success() {
-        bail!("docker {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
-
 /// Fails with what to do when Docker or an image is missing.
 pub fn check_docker(images: &Images) -> Result<()> {
     docker(&["info", "--format", "{{.ServerVersion}}"])
@@ -84,39 +75,6 @@ pub fn remove_leftovers() {
         for id in ids.lines() {
             let _ = docker(&["network", "rm", id]);
         }
-    }
-}
-
-/// One container of a fleet.
-#[derive(Debug, Clone)]
-pub struct Container {
-    pub name: String,
-}
-
-impl Container {
-    /// Its address on `network`.
-    pub fn ip(&self, network: &str) -> Result<IpAddr> {
-        let format = format!("{{{{(index .NetworkSettings.Networks \"{network}\").IPAddress}}}}");
-        let ip = docker(&["inspect", "--format", &format, &self.name])?;
-        ip.parse().with_context(|| format!("{} has no address on {network} ({ip:?})", self.name))
-    }
-
-    /// Its main process's pid on this machine, for `nsenter`.
-    pub fn pid(&self) -> Result<u32> {
-        let pid = docker(&["inspect", "--format", "{{.State.Pid}}", &self.name])?;
-        pid.parse().with_context(|| format!("{}: pid {pid:?}", self.name))
-    }
-
-    /// Runs a command in its network namespace from this machine's tools (the images have none).
-    pub fn in_netns(&self, argv: &[&str]) -> Result<String> {
-        in_netns(self.pid()?, argv)
-    }
-
-    /// Its log, stdout and stderr, for a failure's notes.
-    pub fn logs_tail(&self, lines: usize) -> String {
-        let out = Command::new("docker").args(["logs", "--tail", &lines.to_string(), &self.name]).output();
-        out.map(|o| format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
-            .unwrap_or_default()
     }
 }
 
@@ -482,19 +440,6 @@ fn wait_host_ready(host: &Host, bound: Duration) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-/// Runs `argv`, this machine's, in the network namespace of process `pid` (a container's main
-/// process, [`Container::pid`]); returns its stdout.
-pub fn in_netns(pid: u32, argv: &[&str]) -> Result<String> {
-    let pid = pid.to_string();
-    let mut args = vec!["-t", pid.as_str(), "-n"];
-    args.extend_from_slice(argv);
-    let out = Command::new("nsenter").args(&args).output().context("running nsenter")?;
-    if !out.status.success() {
-        bail!("nsenter {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// The sum of every sample whose line starts with `series`.

@@ -39,6 +39,7 @@ pub mod cluster_failover;
 pub mod cluster_partition;
 pub mod containers;
 pub mod cross_host;
+pub mod docker;
 pub mod graphs;
 pub mod herd;
 pub mod holder_partition;

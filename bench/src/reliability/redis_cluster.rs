@@ -7,7 +7,7 @@
 //! images have redis-cli and nothing else), and read back with `CLUSTER NODES`, parsed here into
 //! [`Node`]s: who is master of which slots, who is failed, who replicates whom.
 
-use super::containers::{Container, docker, in_netns};
+use super::docker::{Container, docker, in_netns};
 use anyhow::{Context, Result, bail};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
