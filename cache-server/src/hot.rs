@@ -15,7 +15,7 @@
 //! A `Put` on this replica drops its copy at once; one on another replica is seen here within the
 //! lifetime. Negative entries are never kept: a failure must not outlive its own TTL here.
 
-use crate::store::Published;
+use crate::published::Published;
 use kiln_proto::CacheKey;
 use std::sync::Arc;
 use std::time::Duration;

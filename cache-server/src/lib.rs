@@ -38,6 +38,7 @@ pub(crate) mod error;
 pub(crate) mod hot;
 pub mod layout;
 pub(crate) mod metrics;
+pub(crate) mod published;
 pub mod server;
 pub(crate) mod service;
 pub(crate) mod status;

@@ -22,6 +22,7 @@ use crate::conflict::Judgement;
 use crate::error::Error;
 use crate::hot::HotValues;
 use crate::layout::{self, LayoutError};
+pub use crate::published::Published;
 use crate::status::tally::now_ms;
 use kiln_proto::CacheKey;
 use kiln_proto::pb::{ConflictRecord, NegativeEntry, Provenance, QuarantineRecord};
@@ -95,14 +96,6 @@ static DELETE_IF_SAME: LazyLock<Script> = LazyLock::new(|| {
 pub enum Entry {
     Envelope(Published),
     Negative(NegativeEntry),
-}
-
-/// A stored artifact: its envelope, verified on read, and who published it (`None` for an
-/// artifact stored before provenance was recorded, or whose record does not decode).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Published {
-    pub envelope: Vec<u8>,
-    pub provenance: Option<Provenance>,
 }
 
 /// Why a Put was refused without reaching the write.
