@@ -9,13 +9,12 @@ from __future__ import annotations
 import enum
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ._proto import blob_pb2 as bpb
 from ._proto import kiln_pb2 as pb
-
-if TYPE_CHECKING:
-    from .torch_results import TorchGraphStats
+from .tier import Tier as Tier
+from .torch_results import TorchGraphStats
 
 
 class Outcome(enum.IntEnum):
@@ -24,20 +23,6 @@ class Outcome(enum.IntEnum):
     FAILED = pb.OUTCOME_FAILED
     #: Lookup only: the kernel is in no tier.
     MISS = pb.OUTCOME_MISS
-
-    def __str__(self) -> str:
-        return self.name.lower()
-
-
-class Tier(enum.IntEnum):
-    UNSPECIFIED = pb.TIER_UNSPECIFIED
-    MEMORY = pb.TIER_MEMORY
-    DISK = pb.TIER_DISK
-    REMOTE = pb.TIER_REMOTE
-    #: This request paid the compile.
-    COMPILED = pb.TIER_COMPILED
-    #: This request waited on a compile another request had started.
-    JOINED = pb.TIER_JOINED
 
     def __str__(self) -> str:
         return self.name.lower()
@@ -472,10 +457,6 @@ class Stats:
 
 
 def _torch_graph_stats(m: pb.StatsResponse) -> TorchGraphStats | None:
-    # torch_results builds on this module's types; imported here, not at the top, to keep one
-    # direction between the two.
-    from .torch_results import TorchGraphStats
-
     return TorchGraphStats.from_proto(m.torch_graphs) if m.HasField("torch_graphs") else None
 
 

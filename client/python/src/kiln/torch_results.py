@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._proto import kiln_pb2 as pb
-from .results import Tier
+from .tier import Tier
 
 
 @dataclass(frozen=True)
