@@ -35,7 +35,13 @@ pub struct Ledger {
     jobs: Mutex<VecDeque<Job>>,
     /// This host's name as kiln-cache takes it: recorded in each process's costs.
     host: String,
+    /// The latest graph compiles, failures and reported fallbacks, newest last: kilnd's recent
+    /// misses show them beside kernels'.
+    events: Mutex<VecDeque<pb::RecentMiss>>,
 }
+
+/// Graph events kept for the recent misses.
+pub const RECENT_EVENTS: usize = 64;
 
 /// One job's ledger and its return as last reckoned.
 #[derive(Debug)]
@@ -69,7 +75,42 @@ type JobGauge = Family<JobLabels, Gauge<f64, AtomicU64>>;
 
 impl Ledger {
     pub fn new(metrics: Arc<Metrics>, host: &str) -> Self {
-        Ledger { metrics, jobs: Mutex::default(), host: crate::status::report::wire_name(host) }
+        Ledger {
+            metrics,
+            jobs: Mutex::default(),
+            host: crate::status::report::wire_name(host),
+            events: Mutex::default(),
+        }
+    }
+
+    /// Logs one line for a graph's compile, failure or fallback and keeps it for the recent
+    /// misses (the job as the miss's graph, the graph's name as its kernel, toolchain `torch`).
+    pub fn event(&self, job: &str, graph: &str, key: &str, reason: &str, detail: String) {
+        if matches!(reason, "failed" | "refused") {
+            tracing::warn!(job = %job, graph = %graph, key = %key, reason = %reason, "torch graph: {detail}");
+        } else {
+            tracing::info!(job = %job, graph = %graph, key = %key, reason = %reason, "torch graph: {detail}");
+        }
+        let mut events = self.events.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if events.len() == RECENT_EVENTS {
+            events.pop_front();
+        }
+        events.push_back(pb::RecentMiss {
+            unix_millis: kiln_serve::html::now_ms(),
+            graph: job.to_owned(),
+            kernel_id: graph.to_owned(),
+            kernel_name: String::new(),
+            toolchain: "torch".into(),
+            reason: reason.to_owned(),
+            detail,
+            key: key.to_owned(),
+        });
+    }
+
+    /// The kept graph events, newest first.
+    pub fn events(&self) -> Vec<pb::RecentMiss> {
+        let events = self.events.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        events.iter().rev().cloned().collect()
     }
 
     pub fn count(&self, outcome: Outcome) {
@@ -82,7 +123,11 @@ impl Ledger {
     pub fn report(&self, report: &pb::TorchGraphReport) -> (pb::TorchJobReturn, pb::TorchProcessCosts) {
         for (reason, n) in &report.fallbacks {
             let reason = if FALLBACK_REASONS.contains(&reason.as_str()) { reason.clone() } else { "other".into() };
-            self.metrics.torch_graph_fallbacks.get_or_create(&ReasonLabels { reason }).inc_by(*n);
+            self.metrics.torch_graph_fallbacks.get_or_create(&ReasonLabels { reason: reason.clone() }).inc_by(*n);
+            if *n > 0 && reason != "layout_off" {
+                let detail = format!("a process of the job compiled {n} graph(s) in-process instead ({reason})");
+                self.event(&report.job, "", "", &format!("fallback:{reason}"), detail);
+            }
         }
         let costs = self.costs(report);
         let mut jobs = self.jobs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -241,6 +286,21 @@ mod tests {
         assert!(!text.contains("kiln_torch_job_break_even_steps{job=\"unmeasured\"}"), "{text}");
         assert!(text.contains("kiln_torch_job_speedup{job=\"measured\"} 2.0"), "{text}");
         assert!(text.contains("kiln_torch_job_compile_seconds{job=\"unmeasured\"} 0"), "{text}");
+    }
+
+    #[test]
+    fn graph_events_are_kept_newest_first_and_bounded() {
+        let ledger = Ledger::new(Arc::new(Metrics::new()), "h");
+        for n in 0..RECENT_EVENTS + 3 {
+            ledger.event("j", &format!("g{n}"), "", "compiled", "cold".into());
+        }
+        let mut fallbacks = std::collections::HashMap::new();
+        fallbacks.insert("not_reused".to_string(), 2);
+        ledger.report(&pb::TorchGraphReport { fallbacks, ..report("proc-0001", 4, 0.02) });
+        let events = ledger.events();
+        assert_eq!(events.len(), RECENT_EVENTS);
+        assert_eq!((events[0].reason.as_str(), events[0].toolchain.as_str()), ("fallback:not_reused", "torch"));
+        assert_eq!(events[1].kernel_id, format!("g{}", RECENT_EVENTS + 2));
     }
 
     #[test]

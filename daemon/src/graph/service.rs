@@ -114,7 +114,19 @@ impl GraphState {
         Ok(workers)
     }
 
-    async fn compile(self: &Arc<Self>, request: pb::TorchGraphRequest) -> Result<pb::TorchGraphReply, Error> {
+    /// The workers for a request that must compile: a refusal is a graph event too.
+    async fn workers_to_compile(
+        &self,
+        environment: &Environment,
+        request: &pb::TorchGraphRequest,
+        key: &CacheKey,
+    ) -> Result<&TorchWorkers, Error> {
+        self.workers_for(environment).await.inspect_err(|e| {
+            self.ledger.event(&request.job, &request.name, &key.to_hex(), "refused", e.to_string());
+        })
+    }
+
+    async fn compile(self: &Arc<Self>, mut request: pb::TorchGraphRequest) -> Result<pb::TorchGraphReply, Error> {
         check(&request, self.max_payload_bytes)?;
         let timeout = match request.timeout_ms {
             0 => self.compile_timeout,
@@ -130,7 +142,7 @@ impl GraphState {
                 Environment { torch: request.torch_version.clone(), ..workers.environment.clone() }
             }
         };
-        let payload = Bytes::from(request.payload);
+        let payload = Bytes::from(std::mem::take(&mut request.payload));
         let (scope, key) = self.key(&environment, &payload);
         if let Some(failed) = self.failures.get(&key).await {
             self.ledger.count(Outcome::Failed);
@@ -148,12 +160,12 @@ impl GraphState {
             }
             Decision::Proceed(reason) => {
                 tracing::info!(%key, %reason, job = %request.job, "compiling a torch graph without a lease");
-                let workers = self.workers_for(&environment).await?;
-                Ok(self.produce(workers, &key, payload, timeout).await)
+                let workers = self.workers_to_compile(&environment, &request, &key).await?;
+                Ok(self.produce(workers, &key, payload, timeout, &request).await)
             }
             Decision::Granted(holding, lease) => {
-                let reply = match self.workers_for(&environment).await {
-                    Ok(workers) => Ok(self.produce(workers, &key, payload, timeout).await),
+                let reply = match self.workers_to_compile(&environment, &request, &key).await {
+                    Ok(workers) => Ok(self.produce(workers, &key, payload, timeout, &request).await),
                     Err(e) => {
                         // Nothing will be published: the waiters must not wait for it.
                         self.blobs.holders.published(&key);
@@ -176,10 +188,14 @@ impl GraphState {
         key: &CacheKey,
         payload: Bytes,
         timeout: Duration,
+        request: &pb::TorchGraphRequest,
     ) -> pb::TorchGraphReply {
         let answer = workers.compile(payload, timeout).await;
+        let seconds = answer.compile_micros as f64 / 1e6;
         if !answer.ok || answer.artifacts.is_empty() {
-            tracing::warn!(%key, log = %answer.log.lines().last().unwrap_or_default(), "torch graph compile failed");
+            let last = answer.log.lines().last().unwrap_or_default();
+            let detail = format!("the compile failed after {seconds:.1} s: {last}");
+            self.ledger.event(&request.job, &request.name, &key.to_hex(), "failed", detail);
             self.ledger.count(Outcome::Failed);
             let answer = Arc::new(answer);
             self.failures.insert(*key, Arc::clone(&answer)).await;
@@ -187,6 +203,8 @@ impl GraphState {
             return failed_reply(&answer, key, Tier::Compiled);
         }
         self.ledger.count(Outcome::Compiled);
+        let detail = format!("no tier held it, here or in the fleet: compiled in {seconds:.1} s");
+        self.ledger.event(&request.job, &request.name, &key.to_hex(), "compiled", detail);
         let files = vec![
             BlobFile { name: ARTIFACTS_FILE.into(), data: answer.artifacts.to_vec() },
             BlobFile { name: MICROS_FILE.into(), data: answer.compile_micros.to_le_bytes().to_vec() },
