@@ -12,8 +12,8 @@
 //!   `negative`, `miss` or `corrupt`. The fleet's hit rate, and a count of how often clients ask
 //!   for one key.
 //!
-//! - `kiln_server_torch_job_speedup{job}`, `..._break_even_steps{job}`, `..._compile_seconds{job}`,
-//!   `..._saved_seconds{job}`, `..._steps{job}`: the fleet ledger's torch.compile jobs (the
+//! - `kiln_server_torch_job_speedup{torch_job}`, `..._break_even_steps`, `..._compile_seconds`,
+//!   `..._saved_seconds`, `..._steps` (each by `torch_job`): the fleet ledger's torch.compile jobs (the
 //!   [`crate::status::PAGE_JOBS`] most recently reported), refreshed with the fleet page. A job
 //!   not measured both ways has no speedup series, and one that never pays no break-even series:
 //!   a 0 would read as a measured figure.
@@ -58,9 +58,11 @@ pub struct ConflictLabels {
     pub outcome: &'static str,
 }
 
+/// A torch.compile job. Not `job`: Prometheus gives that label to the scrape job, and would
+/// rename ours to `exported_job`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct JobLabels {
-    pub job: String,
+    pub torch_job: String,
 }
 
 type JobGauge = Family<JobLabels, Gauge<f64, AtomicU64>>;
@@ -189,44 +191,61 @@ impl Metrics {
         Metrics { registry, ..m }
     }
 
-    /// Sets the per-job series to `jobs` (the fleet ledger's most recent), removing those of jobs
-    /// no longer among them.
-    pub fn export_torch_jobs(&self, jobs: &[TorchJobReturn]) {
-        let mut exported = self.torch_jobs_exported.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let now: HashSet<String> = jobs.iter().map(|j| j.job.clone()).collect();
-        let families = [
+    fn torch_job_families(&self) -> [&JobGauge; 5] {
+        [
             &self.torch_job_speedup,
             &self.torch_job_break_even_steps,
             &self.torch_job_compile_seconds,
             &self.torch_job_saved_seconds,
             &self.torch_job_steps,
-        ];
-        for gone in exported.difference(&now) {
-            for family in families {
-                family.remove(&JobLabels { job: gone.clone() });
+        ]
+    }
+
+    /// Sets the per-job series to `jobs` (the fleet ledger's most recent), removing those of jobs
+    /// no longer among them.
+    pub fn export_torch_jobs(&self, jobs: &[TorchJobReturn]) {
+        let now: HashSet<String> = jobs.iter().map(|j| j.job.clone()).collect();
+        let gone: Vec<String> = {
+            let mut exported = self.torch_jobs_exported.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let gone = exported.difference(&now).cloned().collect();
+            *exported = now;
+            gone
+        };
+        for job in gone {
+            for family in self.torch_job_families() {
+                family.remove(&JobLabels { torch_job: job.clone() });
             }
         }
         for j in jobs {
-            let labels = JobLabels { job: j.job.clone() };
-            let figures = [
-                (j.speedup > 0.0).then_some(j.speedup),
-                (j.break_even_steps > 0.0).then_some(j.break_even_steps),
-                Some(j.compile_s),
-                Some(j.saved_s),
-                Some(j.steps as f64),
-            ];
-            for (family, figure) in families.into_iter().zip(figures) {
-                match figure {
-                    Some(v) => {
-                        family.get_or_create(&labels).set(v);
-                    }
-                    None => {
-                        family.remove(&labels);
-                    }
+            self.set_torch_job(j);
+        }
+    }
+
+    /// Sets one job's series at once (a report just merged it); the next refresh keeps the bound.
+    pub fn export_torch_job(&self, job: &TorchJobReturn) {
+        self.torch_jobs_exported.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(job.job.clone());
+        self.set_torch_job(job);
+    }
+
+    fn set_torch_job(&self, j: &TorchJobReturn) {
+        let labels = JobLabels { torch_job: j.job.clone() };
+        let figures = [
+            (j.speedup > 0.0).then_some(j.speedup),
+            (j.break_even_steps > 0.0).then_some(j.break_even_steps),
+            Some(j.compile_s),
+            Some(j.saved_s),
+            Some(j.steps as f64),
+        ];
+        for (family, figure) in self.torch_job_families().into_iter().zip(figures) {
+            match figure {
+                Some(v) => {
+                    family.get_or_create(&labels).set(v);
+                }
+                None => {
+                    family.remove(&labels);
                 }
             }
         }
-        *exported = now;
     }
 
     pub fn request(&self, op: &'static str, code: Code) {
@@ -288,11 +307,11 @@ mod tests {
         m.export_torch_jobs(&[job("measured", 2.0), job("unmeasured", 0.0), job("gone", 2.0)]);
         m.export_torch_jobs(&[job("measured", 2.0), job("unmeasured", 0.0)]);
         let text = m.render();
-        assert!(text.contains("kiln_server_torch_job_speedup{job=\"measured\"} 2.0"), "{text}");
-        assert!(text.contains("kiln_server_torch_job_break_even_steps{job=\"measured\"} 100.0"), "{text}");
-        assert!(text.contains("kiln_server_torch_job_compile_seconds{job=\"unmeasured\"} 30.0"), "{text}");
-        assert!(!text.contains("kiln_server_torch_job_speedup{job=\"unmeasured\"}"), "{text}");
-        assert!(!text.contains("kiln_server_torch_job_break_even_steps{job=\"unmeasured\"}"), "{text}");
-        assert!(!text.contains("job=\"gone\""), "{text}");
+        assert!(text.contains("kiln_server_torch_job_speedup{torch_job=\"measured\"} 2.0"), "{text}");
+        assert!(text.contains("kiln_server_torch_job_break_even_steps{torch_job=\"measured\"} 100.0"), "{text}");
+        assert!(text.contains("kiln_server_torch_job_compile_seconds{torch_job=\"unmeasured\"} 30.0"), "{text}");
+        assert!(!text.contains("kiln_server_torch_job_speedup{torch_job=\"unmeasured\"}"), "{text}");
+        assert!(!text.contains("kiln_server_torch_job_break_even_steps{torch_job=\"unmeasured\"}"), "{text}");
+        assert!(!text.contains("torch_job=\"gone\""), "{text}");
     }
 }

@@ -552,7 +552,9 @@ impl ArtifactCache for CacheService {
             let now = now_ms();
             // The receiver's clock decides what is recent, as for host reports.
             let process = TorchProcessCosts { updated_unix_ms: now, ..process };
-            self.store.report_torch_job(&report.job, process, now).await
+            let ret = self.store.report_torch_job(&report.job, process, now).await?;
+            self.metrics.export_torch_job(&ret);
+            Ok(ret)
         })
         .await
     }

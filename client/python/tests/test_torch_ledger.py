@@ -131,11 +131,11 @@ def test_three_runs_of_one_job_give_one_fleet_row_that_merges_them(fleet: Fleet,
     assert int(shown["steps"]) == row.steps and int(shown["processes"]) == 4, shown
     def exported() -> str | None:
         text = http_get(cache.metrics_port, "/metrics")
-        return text if f'kiln_server_torch_job_steps{{job="{JOB}"}}' in text else None
+        return text if f'kiln_server_torch_job_steps{{torch_job="{JOB}"}}' in text else None
 
     text = eventually("kiln-cache exports the job", exported, bound=30)
-    assert metric(text, f'kiln_server_torch_job_steps{{job="{JOB}"}}') == row.steps
-    assert metric(text, f'kiln_server_torch_job_saved_seconds{{job="{JOB}"}}') == pytest.approx(row.saved_s)
+    assert metric(text, f'kiln_server_torch_job_steps{{torch_job="{JOB}"}}') == row.steps
+    assert metric(text, f'kiln_server_torch_job_saved_seconds{{torch_job="{JOB}"}}') == pytest.approx(row.saved_s)
 
 
 def report(kilnd: Kilnd, job: str, process: str, steps: int, **kw: Any) -> kiln.TorchJobReturn:
