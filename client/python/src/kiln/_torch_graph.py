@@ -204,13 +204,32 @@ def _load(torch: Any, answer: _Answer, record: GraphRecord, compile_in_process: 
     return compiled, misses() == before
 
 
+def _frame_function() -> str:
+    """The function whose frame Dynamo is compiling (``forward``, ``train_step``; a resume after
+    a graph break is ``torch_dynamo_resume_in_forward_at_16``), or empty outside a trace."""
+    try:
+        from torch._dynamo.symbolic_convert import InstructionTranslator
+
+        return str(InstructionTranslator.current_tx().f_code.co_name)
+    except Exception:  # noqa: BLE001 - a name is a label: never a reason to fail a compile
+        return ""
+
+
 def _graph_name(gm: Any) -> str:
-    """The graph's class and Dynamo compile id, and which piece of it this is where Dynamo's DDP
-    optimizer split one frame's graph into several (each piece keeps the frame's compile id)."""
+    """Which graph this is, for people: the function Dynamo compiled, its compile id and, where
+    Dynamo's DDP optimizer split the frame's graph into one piece per bucket (each piece keeps the
+    frame's compile id), the bucket: ``forward:0/0``, ``forward:1/0 bucket 3``. Without a frame,
+    the graph's class stands for the function; another piece of one name gets ``piece N``."""
+    import torch
+
     cid = gm.meta.get("dynamo_compile_id") if hasattr(gm, "meta") else None
-    name = f"{gm.__class__.__name__}:{cid}" if cid is not None else gm.__class__.__name__
+    function = _frame_function() or gm.__class__.__name__
+    name = f"{function}:{cid}" if cid is not None else function
+    ddp = _torch_layout.of_graph(torch) == "ddp"
     with _ledger.lock:
-        pieces = sum(1 for g in _ledger.graphs if g.name == name or g.name.startswith(f"{name} piece "))
+        pieces = sum(1 for g in _ledger.graphs if g.name == name or g.name.startswith((f"{name} piece ", f"{name} bucket ")))
+    if ddp:
+        return f"{name} bucket {pieces + 1}"
     return f"{name} piece {pieces + 1}" if pieces else name
 
 
