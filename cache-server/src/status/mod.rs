@@ -265,10 +265,10 @@ impl FleetPage {
     }
 }
 
-/// Refreshes the per-job metrics from the fleet ledger (through the page's read, so the page and
-/// /metrics agree) every [`JOBS_EXPORT_EVERY`] until `stop`. While Redis cannot be read the last
-/// figures stay.
-pub async fn run_job_exporter(page: Arc<FleetPage>, metrics: Arc<Metrics>, stop: CancellationToken) {
+/// Refreshes the per-job metrics from the fleet ledger (the jobs the page shows) every
+/// [`JOBS_EXPORT_EVERY`] until `stop`. Its own read, not the page's: a page cached here would be
+/// stale for the next view. While Redis cannot be read the last figures stay.
+pub async fn run_job_exporter(redis: Redis, metrics: Arc<Metrics>, stop: CancellationToken) {
     let mut tick = tokio::time::interval(JOBS_EXPORT_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -276,9 +276,9 @@ pub async fn run_job_exporter(page: Arc<FleetPage>, metrics: Arc<Metrics>, stop:
             _ = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let status = page.current().await;
-        if status.redis_error.is_none() {
-            metrics.export_torch_jobs(&status.torch_jobs);
+        match crate::store::torch_jobs::list(&redis, "", PAGE_JOBS).await {
+            Ok(jobs) => metrics.export_torch_jobs(&jobs),
+            Err(e) => tracing::debug!(error = %e, "the torch job metrics were not refreshed"),
         }
     }
 }
