@@ -179,3 +179,39 @@ def test_every_bad_field_of_a_report_is_named(fleet: Fleet) -> None:
         c.report_torch_graphs("j", {}, [TorchGraphCost("g", served="sideways")], process="process-0001")
     with kiln.Client(a.uri) as c, pytest.raises(kiln.InvalidArgument, match=r"job:"):
         c.torch_jobs("j\n")
+
+
+def test_the_exit_line_says_cost_saving_and_break_even() -> None:
+    from kiln._torch_ledger import exit_line
+
+    def ret(**kw: Any) -> kiln.TorchJobReturn:
+        base: dict[str, Any] = dict(job="llama", eager_step_s=0.01704, compiled_step_s=0.00597, speedup=2.85, compile_s=18.3,
+                                    break_even_steps=1655.2, steps=1500, verdict="", processes=1)
+        return kiln.TorchJobReturn(**{**base, **kw})
+
+    assert exit_line(ret()) == "kiln: torch.compile cost this job 18.3 s and has saved 16.6 s over 1,500 steps; it pays for itself after 1,656 steps"
+    assert exit_line(ret(steps=2000)).endswith("; it paid for itself after 1,656 steps")
+    ended = exit_line(ret(steps=40, ended=True, processes=2))
+    assert ended.endswith("(job llama, 2 processes); it needed 1,656 steps to pay for itself: run it eagerly, or with KILN_TORCH_ASYNC=1"), ended
+    slower = exit_line(ret(eager_step_s=0.005, speedup=0.84))
+    assert "saves nothing" in slower and slower.endswith("run it eagerly"), slower
+    unmeasured = exit_line(ret(speedup=0.0, verdict="not measured yet: no graph has run eagerly"))
+    assert unmeasured == "kiln: torch.compile cost this job 18.3 s over 1,500 steps; not measured yet: no graph has run eagerly"
+
+
+def test_eager_samples_during_a_compile_on_this_host_are_contended() -> None:
+    from kiln._torch_ledger import GraphRecord
+
+    g = GraphRecord("forward:0/0", how="kilnd", tier="compiled")
+    # Samples (end, seconds): two inside the compile's window, three after it, the first of all
+    # (the warm-up) left out.
+    g.samples["eager"] = [(1.0, 9.0), (2.0, 0.5), (3.0, 0.5), (11.0, 0.2), (12.0, 0.2), (13.0, 0.3)]
+    cost = g.cost([(0.0, 10.0)])
+    assert (cost.eager_samples, cost.eager_contended_samples) == (3, 2), cost
+    assert (cost.eager_median_s, cost.eager_contended_median_s) == (0.2, 0.5), cost
+    assert cost.served == "cold"
+    # A stored answer ran no compile here: its wait is no window.
+    warm = GraphRecord("g", how="kilnd", tier="remote", created=0.0, answered_at=5.0)
+    assert warm.window(20.0) is None and warm.served() == "remote"
+    waiting = GraphRecord("g", how="eager", created=1.0)
+    assert waiting.window(20.0) == (1.0, 20.0)
