@@ -368,6 +368,23 @@ impl RemoteCache {
         Ok(self.inner.clone().report_host(req).await?.into_inner())
     }
 
+    /// Merges one process's account of a torch.compile job into the fleet ledger; the job's
+    /// return, merged across the fleet.
+    pub async fn report_torch_job(
+        &self,
+        job: &str,
+        process: pb::TorchProcessCosts,
+    ) -> Result<pb::TorchJobReturn, ClientError> {
+        let req = self.request(pb::TorchJobReport { job: job.to_owned(), process: Some(process) });
+        Ok(self.inner.clone().report_torch_job(req).await?.into_inner())
+    }
+
+    /// Jobs' returns from the fleet ledger: one job's (`job` not empty) or the most recent.
+    pub async fn list_torch_jobs(&self, job: &str, limit: u32) -> Result<pb::TorchJobsReply, ClientError> {
+        let req = self.request(pb::TorchJobsRequest { job: job.to_owned(), limit });
+        Ok(self.inner.clone().list_torch_jobs(req).await?.into_inner())
+    }
+
     pub async fn stats(&self) -> Result<pb::CacheStatsResponse, ClientError> {
         let req = self.request(pb::CacheStatsRequest {});
         Ok(self.inner.clone().cache_stats(req).await?.into_inner())

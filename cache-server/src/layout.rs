@@ -20,6 +20,8 @@
 //! | `kiln:v1:{status}:leases`   | leases held: sorted set of keys scored by their expiry (ms)  |
 //! | `kiln:v1:{status}:hosts`    | reporting kilnds: sorted set of `host[ instance]` by time    |
 //! | `kiln:v1:{status}:h:<id>`   | a kilnd's last report, expiring when it stops reporting      |
+//! | `kiln:v1:{torch}:jobs`      | torch.compile jobs: sorted set of names by their last report |
+//! | `kiln:v1:{torch}:j:<job>`   | a job's fleet ledger (see `store::torch_jobs`)               |
 //!
 //! The status keys share one hash tag, so a page view's reads are one pipeline to one node of a
 //! cluster, and a host's report is one transaction.
@@ -84,6 +86,14 @@ pub fn manifest_key(graph_key: &CacheKey) -> String {
 /// The status page's counts of one minute since the Unix epoch.
 pub fn status_minute_key(minute: u64) -> String {
     format!("kiln:v1:{{status}}:m:{minute}")
+}
+
+pub const TORCH_JOBS: &str = "kiln:v1:{torch}:jobs";
+
+/// A torch.compile job's fleet ledger. The job name is client text (no control characters); the
+/// `{torch}` hash tag comes first, so every job shares one slot with the index.
+pub fn torch_job_key(job: &str) -> String {
+    format!("kiln:v1:{{torch}}:j:{job}")
 }
 
 pub const STATUS_LEASES: &str = "kiln:v1:{status}:leases";

@@ -12,15 +12,25 @@
 //!   `negative`, `miss` or `corrupt`. The fleet's hit rate, and a count of how often clients ask
 //!   for one key.
 //!
+//! - `kiln_server_torch_job_speedup{torch_job}`, `..._break_even_steps`, `..._compile_seconds`,
+//!   `..._saved_seconds`, `..._steps` (each by `torch_job`): the fleet ledger's torch.compile jobs (the
+//!   [`crate::status::PAGE_JOBS`] most recently reported), refreshed with the fleet page. A job
+//!   not measured both ways has no speedup series, and one that never pays no break-even series:
+//!   a 0 would read as a measured figure.
+//!
 //! Beside them, [`Metrics::tally`] counts the same lookups (and stores and leases) per minute for
 //! the fleet status page, which flushes them to Redis; kept here so that every place that counts
 //! a lookup for Prometheus counts it for the page too.
 
+use kiln_proto::pb::TorchJobReturn;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
 use tonic::Code;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -48,6 +58,15 @@ pub struct ConflictLabels {
     pub outcome: &'static str,
 }
 
+/// A torch.compile job. Not `job`: Prometheus gives that label to the scrape job, and would
+/// rename ours to `exported_job`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct JobLabels {
+    pub torch_job: String,
+}
+
+type JobGauge = Family<JobLabels, Gauge<f64, AtomicU64>>;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DirectionLabels {
     pub direction: &'static str,
@@ -74,6 +93,14 @@ pub struct Metrics {
     /// Puts that offered other bytes than the key held, by the offering writer's token id (a
     /// configured token's, or `anonymous`: bounded, unlike host names, which writers choose).
     pub conflicting_puts: Family<ConflictLabels, Counter>,
+    /// The fleet ledger's torch.compile jobs (see the module's documentation).
+    pub torch_job_speedup: JobGauge,
+    pub torch_job_break_even_steps: JobGauge,
+    pub torch_job_compile_seconds: JobGauge,
+    pub torch_job_saved_seconds: JobGauge,
+    pub torch_job_steps: JobGauge,
+    /// The jobs exported now, so those that left the ledger lose their series.
+    torch_jobs_exported: Mutex<HashSet<String>>,
     /// The status page's counts, not yet flushed to Redis.
     pub tally: crate::status::tally::Tally,
 }
@@ -100,6 +127,12 @@ impl Metrics {
             quarantines: Family::default(),
             quarantined_puts: Counter::default(),
             conflicting_puts: Family::default(),
+            torch_job_speedup: Family::default(),
+            torch_job_break_even_steps: Family::default(),
+            torch_job_compile_seconds: Family::default(),
+            torch_job_saved_seconds: Family::default(),
+            torch_job_steps: Family::default(),
+            torch_jobs_exported: Mutex::default(),
             tally: Default::default(),
         };
         let mut registry = Registry::with_prefix("kiln_server");
@@ -130,7 +163,89 @@ impl Metrics {
             "Puts that offered other bytes than the key held (refused for kernels), by the offering token id",
             m.conflicting_puts.clone(),
         );
+        for (name, help, family) in [
+            (
+                "torch_job_speedup",
+                "Eager over compiled step time of a torch.compile job, in the fleet ledger (no series until measured)",
+                &m.torch_job_speedup,
+            ),
+            (
+                "torch_job_break_even_steps",
+                "Steps after which a job's compile pays for itself (no series while unknown or when it never does)",
+                &m.torch_job_break_even_steps,
+            ),
+            (
+                "torch_job_compile_seconds",
+                "Compile seconds charged to a job: cold compiles once per graph, and its processes' own",
+                &m.torch_job_compile_seconds,
+            ),
+            (
+                "torch_job_saved_seconds",
+                "Compile seconds the caches saved a job: the stored compile time of each graph taken warm",
+                &m.torch_job_saved_seconds,
+            ),
+            ("torch_job_steps", "Steps a job's processes ran, added up", &m.torch_job_steps),
+        ] {
+            registry.register(name, help, family.clone());
+        }
         Metrics { registry, ..m }
+    }
+
+    fn torch_job_families(&self) -> [&JobGauge; 5] {
+        [
+            &self.torch_job_speedup,
+            &self.torch_job_break_even_steps,
+            &self.torch_job_compile_seconds,
+            &self.torch_job_saved_seconds,
+            &self.torch_job_steps,
+        ]
+    }
+
+    /// Sets the per-job series to `jobs` (the fleet ledger's most recent), removing those of jobs
+    /// no longer among them.
+    pub fn export_torch_jobs(&self, jobs: &[TorchJobReturn]) {
+        let now: HashSet<String> = jobs.iter().map(|j| j.job.clone()).collect();
+        let gone: Vec<String> = {
+            let mut exported = self.torch_jobs_exported.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let gone = exported.difference(&now).cloned().collect();
+            *exported = now;
+            gone
+        };
+        for job in gone {
+            for family in self.torch_job_families() {
+                family.remove(&JobLabels { torch_job: job.clone() });
+            }
+        }
+        for j in jobs {
+            self.set_torch_job(j);
+        }
+    }
+
+    /// Sets one job's series at once (a report just merged it); the next refresh keeps the bound.
+    pub fn export_torch_job(&self, job: &TorchJobReturn) {
+        self.torch_jobs_exported.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(job.job.clone());
+        self.set_torch_job(job);
+    }
+
+    fn set_torch_job(&self, j: &TorchJobReturn) {
+        let labels = JobLabels { torch_job: j.job.clone() };
+        let figures = [
+            (j.speedup > 0.0).then_some(j.speedup),
+            (j.break_even_steps > 0.0).then_some(j.break_even_steps),
+            Some(j.compile_s),
+            Some(j.saved_s),
+            Some(j.steps as f64),
+        ];
+        for (family, figure) in self.torch_job_families().into_iter().zip(figures) {
+            match figure {
+                Some(v) => {
+                    family.get_or_create(&labels).set(v);
+                }
+                None => {
+                    family.remove(&labels);
+                }
+            }
+        }
     }
 
     pub fn request(&self, op: &'static str, code: Code) {
@@ -176,5 +291,27 @@ mod tests {
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }
+    }
+
+    #[test]
+    fn torch_jobs_export_what_is_known_and_drop_jobs_that_left() {
+        let m = Metrics::new();
+        let job = |name: &str, speedup: f64| TorchJobReturn {
+            job: name.into(),
+            speedup,
+            break_even_steps: if speedup > 1.0 { 100.0 } else { 0.0 },
+            compile_s: 30.0,
+            steps: 40,
+            ..Default::default()
+        };
+        m.export_torch_jobs(&[job("measured", 2.0), job("unmeasured", 0.0), job("gone", 2.0)]);
+        m.export_torch_jobs(&[job("measured", 2.0), job("unmeasured", 0.0)]);
+        let text = m.render();
+        assert!(text.contains("kiln_server_torch_job_speedup{torch_job=\"measured\"} 2.0"), "{text}");
+        assert!(text.contains("kiln_server_torch_job_break_even_steps{torch_job=\"measured\"} 100.0"), "{text}");
+        assert!(text.contains("kiln_server_torch_job_compile_seconds{torch_job=\"unmeasured\"} 30.0"), "{text}");
+        assert!(!text.contains("kiln_server_torch_job_speedup{torch_job=\"unmeasured\"}"), "{text}");
+        assert!(!text.contains("kiln_server_torch_job_break_even_steps{torch_job=\"unmeasured\"}"), "{text}");
+        assert!(!text.contains("torch_job=\"gone\""), "{text}");
     }
 }

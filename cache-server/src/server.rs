@@ -93,6 +93,7 @@ pub async fn run(
     background.spawn(probe(store.clone(), Arc::clone(&metrics), health_reporter, stop.clone()));
     background.spawn(redis.clone().watch_topology(stop.clone()));
     background.spawn(crate::status::run_flusher(redis.clone(), Arc::clone(&metrics), stop.clone()));
+    background.spawn(crate::status::run_job_exporter(redis.clone(), Arc::clone(&metrics), stop.clone()));
     let status = Arc::new(crate::status::FleetPage::new(redis));
     let mode = store.mode();
     let service = Arc::new(CacheService {

@@ -17,7 +17,7 @@ use crate::metrics::ConflictLabels;
 use crate::metrics::Metrics;
 use crate::status::tally::{LeaseEvent, now_ms};
 use crate::status::{FleetPage, hosts};
-use crate::store::{Acquired, Entry, Lookup, Refused, Store, Stored};
+use crate::store::{Acquired, Entry, Lookup, Refused, Store, Stored, torch_jobs};
 use crate::validate;
 use futures_util::{Stream, StreamExt};
 use kiln_proto::CacheKey;
@@ -28,9 +28,11 @@ use kiln_proto::pb::{
     CacheBatchGetRequest, CacheContainsRequest, CacheContainsResponse, CacheGetRequest, CacheGetResponse,
     CachePutRequest, CachePutResponse, CacheStatsRequest, CacheStatsResponse, ConflictRecord, HostReport,
     HostReportResponse, LeaseRequest, LeaseResponse, ManifestGetRequest, ManifestGetResponse, ManifestPutRequest,
-    Provenance, QuarantineListRequest, QuarantineListResponse, QuarantineRequest, QuarantineResponse,
-    WatchPublishRequest, cache_get_response, cache_put_request,
+    Provenance, QuarantineListRequest, QuarantineListResponse, QuarantineRequest, QuarantineResponse, TorchJobReport,
+    TorchJobReturn, TorchJobsReply, TorchJobsRequest, TorchProcessCosts, WatchPublishRequest, cache_get_response,
+    cache_put_request,
 };
+use kiln_proto::torch_ledger;
 use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
@@ -86,10 +88,12 @@ enum Op {
     ReportHost,
     Quarantine,
     ListQuarantine,
+    ReportTorchJob,
+    ListTorchJobs,
 }
 
 /// Every `kiln.v1.ArtifactCache` call, for mapping a gRPC path back to its [`Op`].
-const OPS: [Op; 14] = [
+const OPS: [Op; 16] = [
     Op::Get,
     Op::BatchGet,
     Op::Put,
@@ -104,6 +108,8 @@ const OPS: [Op; 14] = [
     Op::ReportHost,
     Op::Quarantine,
     Op::ListQuarantine,
+    Op::ReportTorchJob,
+    Op::ListTorchJobs,
 ];
 
 /// The service's gRPC path prefix.
@@ -146,11 +152,14 @@ impl Op {
             Op::ReportHost => "ReportHost",
             Op::Quarantine => "Quarantine",
             Op::ListQuarantine => "ListQuarantine",
+            Op::ReportTorchJob => "ReportTorchJob",
+            Op::ListTorchJobs => "ListTorchJobs",
         }
     }
 
     /// Leases are writes: a read-only client holding one would stall every other host. A host
-    /// report writes to Redis too, and a quarantine takes an entry out of service.
+    /// report and a torch job's account write to Redis too, and a quarantine takes an entry out
+    /// of service.
     fn needs(self) -> Access {
         match self {
             Op::Put
@@ -159,6 +168,7 @@ impl Op {
             | Op::RenewLease
             | Op::ReleaseLease
             | Op::ReportHost
+            | Op::ReportTorchJob
             | Op::Quarantine => Access::Write,
             _ => Access::Read,
         }
@@ -533,6 +543,37 @@ impl ArtifactCache for CacheService {
         .await
     }
 
+    async fn report_torch_job(&self, request: Request<TorchJobReport>) -> Result<Response<TorchJobReturn>, Status> {
+        self.serve(Op::ReportTorchJob, request, |report| async move {
+            let named = |e: torch_ledger::Invalid| Error::BadField { field: e.field, reason: e.reason };
+            torch_ledger::check_job("job", &report.job, 1).map_err(named)?;
+            let process = report.process.ok_or(Error::Missing { field: "process" })?;
+            torch_ledger::check_process("process", &process).map_err(named)?;
+            let now = now_ms();
+            // The receiver's clock decides what is recent, as for host reports.
+            let process = TorchProcessCosts { updated_unix_ms: now, ..process };
+            let ret = self.store.report_torch_job(&report.job, process, now).await?;
+            self.metrics.export_torch_job(&ret);
+            Ok(ret)
+        })
+        .await
+    }
+
+    async fn list_torch_jobs(&self, request: Request<TorchJobsRequest>) -> Result<Response<TorchJobsReply>, Status> {
+        self.serve(Op::ListTorchJobs, request, |req| async move {
+            torch_ledger::check_job("job", &req.job, 0)
+                .map_err(|e| Error::BadField { field: e.field, reason: e.reason })?;
+            let max = torch_jobs::MAX_JOBS as u64;
+            if u64::from(req.limit) > max {
+                return Err(Error::OutOfRange { field: "limit", value: req.limit.into(), min: 0, max });
+            }
+            let limit = if req.limit == 0 { torch_jobs::MAX_JOBS } else { req.limit as usize };
+            let jobs = torch_jobs::list(self.store.redis(), &req.job, limit).await?;
+            Ok(TorchJobsReply { jobs, source: "fleet".into(), source_detail: String::new() })
+        })
+        .await
+    }
+
     async fn cache_stats(&self, request: Request<CacheStatsRequest>) -> Result<Response<CacheStatsResponse>, Status> {
         self.serve(Op::CacheStats, request, |_| async move {
             Ok(CacheStatsResponse {
@@ -600,10 +641,12 @@ mod tests {
             assert_eq!(Op::from_path(&format!("{SERVICE_PATH}{}", op.name())).map(Op::name), Some(op.name()));
             assert_eq!(needs(&format!("{SERVICE_PATH}{}", op.name())), Some(op.needs()));
         }
-        for write in ["Put", "PutManifest", "AcquireLease", "RenewLease", "ReleaseLease", "ReportHost"] {
+        for write in
+            ["Put", "PutManifest", "AcquireLease", "RenewLease", "ReleaseLease", "ReportHost", "ReportTorchJob"]
+        {
             assert_eq!(needs(&format!("{SERVICE_PATH}{write}")), Some(Access::Write), "{write}");
         }
-        for read in ["Get", "BatchGet", "Contains", "GetManifest", "WatchPublish", "CacheStats"] {
+        for read in ["Get", "BatchGet", "Contains", "GetManifest", "WatchPublish", "CacheStats", "ListTorchJobs"] {
             assert_eq!(needs(&format!("{SERVICE_PATH}{read}")), Some(Access::Read), "{read}");
         }
         assert_eq!(needs("/grpc.health.v1.Health/Check"), None);

@@ -13,6 +13,7 @@
 mod conflict;
 mod quarantine;
 mod timeline;
+pub mod torch_jobs;
 
 pub use conflict::newest as newest_conflicts;
 pub use quarantine::{MAX_LIST, Quarantined, newest as newest_quarantines};
@@ -170,6 +171,12 @@ impl Store {
 
     pub fn mode(&self) -> &'static str {
         self.redis.mode()
+    }
+
+    /// The Redis connection, for reads that live beside the store (the fleet page's, the torch
+    /// job ledger's).
+    pub fn redis(&self) -> &Redis {
+        &self.redis
     }
 
     pub async fn ping(&self) -> Result<(), Error> {

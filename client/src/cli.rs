@@ -66,6 +66,10 @@ pub enum Command {
     Audit(AuditArgs),
     /// Show the daemon's counters, toolchains, GPUs and cache tiers.
     Stats(JsonArg),
+    /// Whether torch.compile pays for itself, per job: the fleet ledger's figures (every host's
+    /// processes, ranks and restarts), or this kilnd's without a fleet cache. Exit 1 when a job
+    /// was named and has no ledger.
+    Roi(RoiArgs),
     /// Check that the daemon is reachable and has a usable toolchain.
     Doctor(JsonArg),
     /// Job snapshots: save directories of JIT caches through the fleet, restore them on a fresh
@@ -242,6 +246,16 @@ pub struct OutputArgs {
     pub out: Option<PathBuf>,
 
     /// Print one JSON object per kernel, then one for the job (NDJSON).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RoiArgs {
+    /// One job (as kiln.torch names it: KILN_JOB, or the script's name) instead of every job.
+    #[arg(long, value_name = "NAME")]
+    pub job: Option<String>,
+    /// Print the answer as one JSON object, in the proto3 JSON mapping.
     #[arg(long)]
     pub json: bool,
 }

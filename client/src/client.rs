@@ -7,6 +7,7 @@ use kiln_proto::auth::Bearer;
 use kiln_proto::pb;
 use kiln_proto::pb::compiler_client::CompilerClient;
 use kiln_proto::pb::snapshots_client::SnapshotsClient;
+use kiln_proto::pb::torch_graphs_client::TorchGraphsClient;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tonic::service::interceptor::InterceptedService;
@@ -152,6 +153,17 @@ impl Client {
         SnapshotsClient::new(self.channel.clone())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES)
+    }
+
+    /// The generated client of `kiln.v1.TorchGraphs` on this connection.
+    pub fn torch_graphs(&self) -> TorchGraphsClient<Transport> {
+        TorchGraphsClient::new(self.channel.clone())
+    }
+
+    /// torch.compile jobs' returns: the fleet ledger's, or this kilnd's without a fleet cache.
+    pub async fn torch_jobs(&self, job: &str, limit: u32) -> Result<pb::TorchJobsReply, ClientError> {
+        let request = pb::TorchJobsRequest { job: job.to_owned(), limit };
+        Ok(self.torch_graphs().torch_jobs(request).await?.into_inner())
     }
 
     /// Submits a graph and streams its events until the job is done.

@@ -1,8 +1,8 @@
 //! Which calls a read-only token may make on kilnd's TCP listener: the policy kiln-serve's
 //! [`kiln_serve::auth::TokenLayer`] checks every request against before tonic routes it.
 //!
-//! A read-only token may ask the caches (Lookup, GetBlobs), read the counters (Stats) and the
-//! fleet's quarantine records (ListQuarantine), and use
+//! A read-only token may ask the caches (Lookup, GetBlobs), read the counters (Stats), the
+//! fleet's quarantine records (ListQuarantine) and torch.compile jobs' returns (TorchJobs), and use
 //! gRPC health and reflection; everything else needs a read-write token, because it compiles
 //! (a Triton kernel is code that runs in kilnd's workers) or writes the caches. A call this list
 //! does not name, a new RPC included, needs write until it is added here. Every call needs a
@@ -17,6 +17,7 @@ const READ_ONLY_CALLS: &[&str] = &[
     "/kiln.v1.Compiler/Stats",
     "/kiln.v1.Compiler/ListQuarantine",
     "/kiln.v1.Blobs/GetBlobs",
+    "/kiln.v1.TorchGraphs/TorchJobs",
 ];
 
 /// Services a read-only token may call in full: they read nothing of the caches.
@@ -43,6 +44,7 @@ mod tests {
             "/kiln.v1.Compiler/Lookup",
             "/kiln.v1.Compiler/Stats",
             "/kiln.v1.Blobs/GetBlobs",
+            "/kiln.v1.TorchGraphs/TorchJobs",
             "/grpc.health.v1.Health/Check",
             "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
         ] {
@@ -54,6 +56,7 @@ mod tests {
             "/kiln.v1.Compiler/Warm",
             "/kiln.v1.Blobs/PutBlob",
             "/kiln.v1.Snapshots/SaveSnapshot",
+            "/kiln.v1.TorchGraphs/ReportTorchGraphs",
             "/kiln.v1.Compiler/LookupX",
             "/kiln.v1.Compiler/Lookup/",
             "/unknown",

@@ -178,11 +178,13 @@ pub struct Metrics {
     pub torch_graphs: Family<ResultLabels, Counter>,
     /// In-process compiles that jobs reported instead of kilnd's, by reason.
     pub torch_graph_fallbacks: Family<ReasonLabels, Counter>,
-    /// Per job (the latest 64 reports): eager over compiled step time, the steps after which the
-    /// compile pays for itself, and the compile seconds paid.
+    /// Per job (the 64 most recently reported): eager over compiled step time, the steps after
+    /// which the compile pays for itself (each only once known), and the compile seconds paid.
     pub torch_job_speedup: Family<JobLabels, Gauge<f64, AtomicU64>>,
     pub torch_job_break_even_steps: Family<JobLabels, Gauge<f64, AtomicU64>>,
     pub torch_job_compile_seconds: Family<JobLabels, Gauge<f64, AtomicU64>>,
+    /// Per job: compile seconds the caches saved it (stored compile times of its warm graphs).
+    pub torch_job_saved_seconds: Family<JobLabels, Gauge<f64, AtomicU64>>,
     pub blob_put_bytes: Family<NamespaceLabels, Counter>,
     pub blob_leases: Family<BlobLeaseLabels, Counter>,
     /// Snapshot saves by result: changed | unchanged | refused.
@@ -244,6 +246,7 @@ impl Metrics {
             torch_job_speedup: Family::default(),
             torch_job_break_even_steps: Family::default(),
             torch_job_compile_seconds: Family::default(),
+            torch_job_saved_seconds: Family::default(),
             snapshot_saves: Family::default(),
             snapshot_restores: Family::default(),
             snapshot_restore_files: Family::default(),
@@ -297,18 +300,23 @@ impl Metrics {
         );
         registry.register(
             "torch_job_speedup",
-            "Eager over compiled step time, per job that ran both",
+            "Eager over compiled step time, per job measured both ways (no series until then)",
             m.torch_job_speedup.clone(),
         );
         registry.register(
             "torch_job_break_even_steps",
-            "Steps after which a job's compile pays for itself (0: never, or unknown)",
+            "Steps after which a job's compile pays for itself (no series while unknown or when it never does)",
             m.torch_job_break_even_steps.clone(),
         );
         registry.register(
             "torch_job_compile_seconds",
-            "Compile seconds a job's graphs cost",
+            "Compile seconds charged to a job: cold compiles once per graph, and its processes' own",
             m.torch_job_compile_seconds.clone(),
+        );
+        registry.register(
+            "torch_job_saved_seconds",
+            "Compile seconds the caches saved a job: the stored compile time of each graph taken warm",
+            m.torch_job_saved_seconds.clone(),
         );
         registry.register(
             "lease",

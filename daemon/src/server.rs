@@ -12,6 +12,7 @@ use crate::explain::store::RecipeStore;
 use crate::fleet::Fleet;
 use crate::fleet::tier::RemoteTier;
 use crate::gpu::{self, load_check::LoadCheck};
+use crate::graph::forward::Forwarder;
 use crate::graph::ledger::Ledger;
 use crate::graph::service::{GraphService, GraphState};
 use crate::graph::workers;
@@ -184,7 +185,7 @@ pub async fn build(config: &Config) -> anyhow::Result<Built> {
         gpus,
         default_target,
         config: config.clone(),
-        torch_graphs: Arc::new(Ledger::new(Arc::clone(&metrics))),
+        torch_graphs: Arc::new(Ledger::new(Arc::clone(&metrics), &crate::host::name())),
         metrics,
         work,
     };
@@ -263,13 +264,23 @@ pub async fn serve(
     };
     let blobs = Arc::new(blobs);
     health_reporter.set_serving::<TorchGraphsServer<GraphService>>().await;
-    let graphs = Arc::new(GraphState::new(
+    let mut graphs = GraphState::new(
         Arc::clone(&blobs),
         Arc::clone(&state.torch_graphs),
         workers::Settings { python: config.python.clone(), max_workers: config.torch_workers },
         state.gpus.gpus.iter().map(|g| format!("{} {};", g.name, g.target)).collect(),
         config.limits.compile_timeout,
-    ));
+    );
+    if let Some(fleet) = state.cache.fleet() {
+        let forward = Arc::new(Forwarder::new(Arc::clone(&fleet.tier)));
+        let (sender, stopped) = (Arc::clone(&forward), stop.clone());
+        servers.spawn(async move {
+            sender.run(stopped).await;
+            Ok(())
+        });
+        graphs.forward = Some(forward);
+    }
+    let graphs = Arc::new(graphs);
     if config.torch_prestart {
         graphs.warm();
     }

@@ -51,9 +51,17 @@ pub fn collect(s: &State) -> pb::StatsResponse {
         remote_reason: s.cache.fleet().map(|f| remote_reason(&f.tier)).unwrap_or_default(),
         audit: s.cache.fleet().map(|f| f.audit.stats()),
         snapshots: Some(snapshots(m)),
-        recent_misses: s.engine.misses().recent().iter().map(|m| m.to_pb()).collect(),
+        recent_misses: recent_misses(s),
         torch_graphs: Some(s.torch_graphs.stats()),
     }
+}
+
+/// Kernels' misses and torch graphs' compiles, failures and fallbacks, newest first.
+fn recent_misses(s: &State) -> Vec<pb::RecentMiss> {
+    let mut misses: Vec<pb::RecentMiss> = s.engine.misses().recent().iter().map(|m| m.to_pb()).collect();
+    misses.extend(s.torch_graphs.events());
+    misses.sort_by_key(|m| std::cmp::Reverse(m.unix_millis));
+    misses
 }
 
 /// Why the fleet is not fully usable: the state's reason, or, when up, a read-only token.

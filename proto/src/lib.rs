@@ -35,6 +35,7 @@ pub mod launch;
 pub mod paths;
 pub mod probe;
 pub mod target;
+pub mod torch_ledger;
 pub mod units;
 
 /// Generated `kiln.v1` code. Re-exported as `pb`, as tonic-health does, so that domain types stay

@@ -23,6 +23,7 @@ pub mod auth;
 pub mod config_keys;
 pub mod html;
 pub mod tcp;
+pub mod torch_jobs;
 pub mod unix;
 
 use axum::http::header;

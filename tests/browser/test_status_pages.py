@@ -233,6 +233,26 @@ def test_status_pages_in_chromium(fleet: tuple[CacheServer, Kilnd], browser_fact
         report_host(cache, host_report("<b>bad</b>", fingerprint, "x"))
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT and refused.value.details().startswith("host:")
 
+    # Two torch.compile jobs' accounts through kilnd to the fleet ledger: one that pays, and one
+    # with a hostile name whose processes ended before its compile paid.
+    from kiln.torch_results import TorchGraphCost
+
+    def graph(eager: float, compiled: float, calls: int, compile_s: float) -> TorchGraphCost:
+        return TorchGraphCost("forward", calls // 2, calls - calls // 2, eager, compiled, compile_s, served="in-process",
+                              eager_samples=calls // 2, compiled_samples=calls - calls // 2)
+
+    losing = f"<i>{tag}</i>"
+    with kiln.Client(kilnd.uri) as client:
+        client.report_torch_graphs("pays", {}, [graph(0.02, 0.01, 4000, 10.0)], process="pays-000001")
+        client.report_torch_graphs("pays", {}, [graph(0.02, 0.01, 2000, 0.0)], process="pays-000002")
+        time.sleep(0.05)  # the index orders by the report's millisecond
+        for process in ("lose-000001", "lose-000002"):
+            client.report_torch_graphs(losing, {}, [graph(0.02, 0.01, 20, 15.5)], process=process, ended=True)
+        jobs = client.torch_jobs()
+    assert jobs.source == "fleet" and [j.job for j in jobs.jobs][:2] == [losing, "pays"], jobs
+    pays = jobs.jobs[1]
+    assert (pays.steps, pays.processes, pays.break_even_steps) == (6000, 2, pytest.approx(1000.0)), pays
+
     # kiln-cache flushes its counts every 2 s and caches a page for 2 s: wait until the page's
     # JSON agrees with /metrics, then read the HTML.
     cache_metrics = http_get(cache.metrics_port, "/metrics")
@@ -273,6 +293,19 @@ def test_status_pages_in_chromium(fleet: tuple[CacheServer, Kilnd], browser_fact
         assert evil in body
         assert not driver.find_elements(By.CSS_SELECTOR, "img"), "a host's markup became an element"
         assert len(driver.find_elements(By.TAG_NAME, "script")) == 1
+        # The torch.compile jobs: the fleet ledger's rows, most recently reported first, the job
+        # whose compile never paid flagged, its name shown as text.
+        rows = driver.find_elements(By.CSS_SELECTOR, "#torch-jobs tr[data-key]")
+        assert [r.get_dom_attribute("data-key") for r in rows][:2] == [losing, "pays"]
+        assert [r.get_dom_attribute("class") for r in rows[:2]] == ["flag", None]
+        assert text_of(driver, "torch-job-1-speedup") == "2.00×"
+        assert text_of(driver, "torch-job-1-steps") == "6000"
+        assert text_of(driver, "torch-job-1-break-even") == "1,000"
+        assert text_of(driver, "torch-job-1-compile-paid") == "10.0"
+        assert text_of(driver, "torch-job-1-processes") == "2"
+        assert text_of(driver, "torch-job-0-compile-paid") == "31.0"
+        assert text_of(driver, "torch-job-0-verdict").startswith("this job compiled for 31 s and ran 40 steps: run it eagerly")
+        assert losing in rows[0].text and not driver.find_elements(By.CSS_SELECTOR, "#torch-jobs i")
         screenshot(driver, f"status-page{'' if javascript else '-nojs'}.png", tmp_path)
 
         kilnd_metrics = kilnd.metrics()

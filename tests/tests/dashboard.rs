@@ -5,7 +5,8 @@
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 use kiln_proto::pb::{
-    BlobFile, BlobScope, GetBlobsRequest, LeaseBlobRequest, PutBlobRequest, blobs_client::BlobsClient,
+    BlobFile, BlobScope, GetBlobsRequest, LeaseBlobRequest, PutBlobRequest, TorchGraphCost, TorchGraphReport,
+    blobs_client::BlobsClient, torch_graphs_client::TorchGraphsClient,
 };
 use kiln_tests::daemon::Daemon;
 use kiln_tests::redis::{CacheOptions, CacheServer, RedisServer, WRITE_TOKEN};
@@ -61,6 +62,27 @@ async fn every_metric_the_dashboard_queries_is_exported() {
     blobs.get_blobs(GetBlobsRequest { scope: scope.clone(), keys: vec![b"k".to_vec()] }).await.unwrap();
     let lease = LeaseBlobRequest { scope, key: b"k".to_vec(), wait_ms: 0, hold_ms: 0 };
     blobs.lease_blob(lease).await.unwrap().into_inner().message().await.unwrap();
+    // The per-job torch.compile series exist once a job has reported (kilnd forwards it to the
+    // fleet ledger), measured both ways and paying (a break-even).
+    let graph = TorchGraphCost {
+        name: "g".into(),
+        eager_calls: 10,
+        compiled_calls: 10,
+        eager_median_s: 0.02,
+        compiled_median_s: 0.01,
+        served: "in-process".into(),
+        compile_s: 1.0,
+        ..Default::default()
+    };
+    let report = TorchGraphReport {
+        job: "dashboard".into(),
+        process: "dashboard-0001".into(),
+        rank: -1,
+        graphs: vec![graph],
+        ..Default::default()
+    };
+    let reply = TorchGraphsClient::new(kilnd.client().await.channel()).report_torch_graphs(report).await.unwrap();
+    assert_eq!(reply.into_inner().source, "fleet", "kilnd forwarded the report to kiln-cache");
     let mut exported = families(&kilnd.metrics_text());
     exported.extend(families(&cache.metrics_text()));
     let queried = queried_names(&dashboard);

@@ -242,4 +242,10 @@ impl cache::ArtifactCache for CannedCache {
     ) -> Result<Response<pb::QuarantineListResponse>, Status> {
         absent()
     }
+    async fn report_torch_job(&self, _: Request<pb::TorchJobReport>) -> Result<Response<pb::TorchJobReturn>, Status> {
+        absent()
+    }
+    async fn list_torch_jobs(&self, _: Request<pb::TorchJobsRequest>) -> Result<Response<pb::TorchJobsReply>, Status> {
+        absent()
+    }
 }

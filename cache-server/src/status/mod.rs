@@ -27,7 +27,7 @@ pub mod tally;
 use crate::backend::Redis;
 use crate::metrics::Metrics;
 use kiln_proto::envelope;
-use kiln_proto::pb::{ConflictRecord, HostMiss, HostReport, QuarantineRecord};
+use kiln_proto::pb::{ConflictRecord, HostMiss, HostReport, QuarantineRecord, TorchJobReturn};
 use redis_info::RedisInfo;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -46,6 +46,10 @@ pub const INFO_CACHE: Duration = Duration::from_secs(5);
 const PAGE_MISSES: usize = 50;
 /// Quarantines listed on the page.
 const PAGE_QUARANTINES: usize = 20;
+/// torch.compile jobs on the page and in /metrics: the most recently reported.
+pub const PAGE_JOBS: usize = 100;
+/// How often the per-job metrics are refreshed from the fleet ledger.
+pub const JOBS_EXPORT_EVERY: Duration = Duration::from_secs(15);
 
 /// What the page and `/status.json` show.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -74,6 +78,8 @@ pub struct FleetStatus {
     pub quarantines: Vec<QuarantineRecord>,
     /// The newest conflicting writes: Puts that offered other bytes than a key held.
     pub conflicts: Vec<ConflictRecord>,
+    /// torch.compile jobs' returns from the fleet ledger, most recently reported first.
+    pub torch_jobs: Vec<TorchJobReturn>,
     pub redis: Option<RedisInfo>,
 }
 
@@ -146,6 +152,7 @@ impl FleetStatus {
             hosts,
             quarantines: Vec::new(),
             conflicts: Vec::new(),
+            torch_jobs: Vec::new(),
             redis,
         }
     }
@@ -221,11 +228,12 @@ impl FleetPage {
                     let read = store::read(&self.redis, now).await?;
                     let quarantines = crate::store::newest_quarantines(&self.redis, PAGE_QUARANTINES).await?;
                     let conflicts = crate::store::newest_conflicts(&self.redis, PAGE_QUARANTINES).await?;
-                    Ok::<_, crate::error::Error>((read, quarantines, conflicts))
+                    let torch_jobs = crate::store::torch_jobs::list(&self.redis, "", PAGE_JOBS).await?;
+                    Ok::<_, crate::error::Error>((read, quarantines, conflicts, torch_jobs))
                 };
                 let status = match read.await {
-                    Ok((read, quarantines, conflicts)) => {
-                        FleetStatus { quarantines, conflicts, ..FleetStatus::new(read, info, now) }
+                    Ok((read, quarantines, conflicts, torch_jobs)) => {
+                        FleetStatus { quarantines, conflicts, torch_jobs, ..FleetStatus::new(read, info, now) }
                     }
                     Err(e) => FleetStatus {
                         generated_unix_ms: now,
@@ -254,6 +262,24 @@ impl FleetPage {
             },
             page::render,
         )
+    }
+}
+
+/// Refreshes the per-job metrics from the fleet ledger (the jobs the page shows) every
+/// [`JOBS_EXPORT_EVERY`] until `stop`. Its own read, not the page's: a page cached here would be
+/// stale for the next view. While Redis cannot be read the last figures stay.
+pub async fn run_job_exporter(redis: Redis, metrics: Arc<Metrics>, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(JOBS_EXPORT_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        match crate::store::torch_jobs::list(&redis, "", PAGE_JOBS).await {
+            Ok(jobs) => metrics.export_torch_jobs(&jobs),
+            Err(e) => tracing::debug!(error = %e, "the torch job metrics were not refreshed"),
+        }
     }
 }
 

@@ -80,6 +80,20 @@ pub fn render(s: &FleetStatus) -> String {
         );
     }
 
+    page.heading("torch.compile jobs: does the compile pay?");
+    page.paragraph(
+        "Per job, merged across its processes, ranks, hosts and restarts. Compile paid: each graph's cold \
+         compile once, whichever host compiled it. Processes' own: serialization, round trips and loads (a \
+         warm hit's whole cost). Saved by the caches: the stored compile time of every graph a process took \
+         warm. Steps: every process's, added up. Eager steps are those timed while no compile of the job ran \
+         on the host, where there are any.",
+    );
+    if s.torch_jobs.is_empty() {
+        page.paragraph("No torch.compile job has reported yet (kiln.torch reports through kilnd).");
+    } else {
+        kiln_serve::torch_jobs::table(&mut page, "torch-jobs", &s.torch_jobs);
+    }
+
     page.heading("Hosts");
     page.paragraph("One row per kilnd: a machine that runs several has a row for each, told apart by socket.");
     let rows: Vec<Row> = s
@@ -322,6 +336,30 @@ mod tests {
         assert!(html.contains("data-key=\"gpu-1 /run/kiln/b.sock\""), "{html}");
         let classes = &html[html.find("id=\"classes\"").unwrap()..html.find("id=\"internal-classes\"").unwrap()];
         assert!(!classes.contains("recipe-book"), "an internal class among users' classes: {classes}");
+    }
+
+    #[test]
+    fn the_torch_job_table_shows_the_fleet_ledger() {
+        let job = kiln_proto::pb::TorchJobReturn {
+            job: "llama<i>".into(),
+            eager_step_s: 0.017,
+            compiled_step_s: 0.006,
+            speedup: 17.0 / 6.0,
+            cold_compile_s: 18.3,
+            saved_s: 18.3,
+            steps: 1500,
+            break_even_steps: 1656.0,
+            processes: 3,
+            verdict: "the compile has not paid for itself yet".into(),
+            ..Default::default()
+        };
+        let status = FleetStatus { torch_jobs: vec![job], ..Default::default() };
+        let html = render(&status);
+        assert!(html.contains("<tr data-key=\"llama&lt;i&gt;\"><td>llama&lt;i&gt;</td>"), "{html}");
+        assert!(html.contains("<td id=\"torch-job-0-saved\" class=\"n\">18.3</td>"), "{html}");
+        assert!(html.contains("<td id=\"torch-job-0-break-even\">1,656</td>"), "{html}");
+        let html = render(&FleetStatus::default());
+        assert!(html.contains("No torch.compile job has reported yet"), "{html}");
     }
 
     #[test]

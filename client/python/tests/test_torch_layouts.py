@@ -72,6 +72,12 @@ def test_every_piece_of_a_distributed_layout_goes_through_kilnd_once(layout_kiln
         stats = r["graphs"]
         assert stats["fallbacks"] == {}, (rank, stats, r["stderr"][-3000:])
         assert stats["graphs"] and all(g["how"] == "kilnd" for g in stats["graphs"]), (rank, stats)
+        # Each piece is named by its function (DDP's is its wrapper's, `inner`), compile id and,
+        # under DDP, its bucket.
+        names = [g["name"] for g in stats["graphs"]]
+        assert all(n.split(":")[0] in ("forward", "inner") and ":0/" in n for n in names), names
+        if layout == "ddp":
+            assert [n.rsplit(" bucket ", 1)[-1] for n in names] == [str(i + 1) for i in range(len(names))], names
         placed = {f for g in stats["graphs"] for f in g["native_files"]}
         # On the CPU every kernel is C++: kilnd's answers carried what its compiles built...
         assert placed, (rank, stats)

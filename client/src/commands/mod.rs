@@ -8,7 +8,8 @@
 //! - [`audit`]: recompiles a graph to check the fleet's artifacts; the fleet's quarantine;
 //! - [`stats`] and [`doctor`]: what the daemon is and whether it can work ([`probe`]: a tiny
 //!   kernel per toolchain through the daemon);
-//! - [`snapshot`]: job snapshots of JIT cache directories.
+//! - [`snapshot`]: job snapshots of JIT cache directories;
+//! - [`roi`]: whether torch.compile pays for itself, per job.
 
 mod audit;
 mod compile;
@@ -16,6 +17,7 @@ mod doctor;
 mod explain;
 mod local_check;
 mod probe;
+mod roi;
 mod snapshot;
 mod stats;
 mod submit;
@@ -42,6 +44,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Explain(args) => explain::run(&daemon, args).await,
         Command::Audit(args) => audit::run(&daemon, args).await,
         Command::Stats(args) => stats::run(&daemon, args.json).await,
+        Command::Roi(args) => roi::run(&daemon, args).await,
         Command::Doctor(args) => doctor::run(&daemon, args.json).await,
         Command::Snapshot(command) => snapshot::run(&daemon, command).await,
     }

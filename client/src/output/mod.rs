@@ -5,10 +5,12 @@
 //! - [`stats`]: the daemon's stats and the doctor's report, for humans;
 //! - [`snapshot`]: job snapshots' saves, restores, listings and manifests;
 //! - [`explain`]: why kernels missed;
-//! - [`audit`]: audits of fleet artifacts and the fleet's quarantine records.
+//! - [`audit`]: audits of fleet artifacts and the fleet's quarantine records;
+//! - [`roi`]: torch.compile jobs' returns.
 
 pub mod audit;
 pub mod explain;
+pub mod roi;
 pub mod snapshot;
 pub mod stats;
 

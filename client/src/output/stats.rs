@@ -138,24 +138,7 @@ pub fn torch_graphs_text(graphs: Option<&pb::TorchGraphStats>) -> String {
         let _ = writeln!(text, "graph fallbacks {} (compiled in the process instead)", list.join(", "));
     }
     for job in &g.jobs {
-        let name = if job.job.is_empty() { "(unnamed job)" } else { &job.job };
-        let _ = writeln!(text, "  job {name}: {}", job.verdict);
-        if job.speedup > 0.0 {
-            let _ = writeln!(
-                text,
-                "    step {:.2} ms eager, {:.2} ms compiled ({:.2}x); compile {:.1} s; {} steps so far{}",
-                job.eager_step_s * 1e3,
-                job.compiled_step_s * 1e3,
-                job.speedup,
-                job.compile_s,
-                job.steps,
-                if job.break_even_steps > 0.0 {
-                    format!(", pays after {:.0}", job.break_even_steps)
-                } else {
-                    String::new()
-                }
-            );
-        }
+        text.push_str(&super::roi::job_text(job, "  "));
     }
     text
 }
@@ -394,7 +377,7 @@ mod tests {
                 break_even_steps: 4000.0,
                 steps: 120,
                 verdict: "the compile has not paid for itself yet: 120 steps of the 4000 it needs".into(),
-                graphs: vec![],
+                ..Default::default()
             }],
         };
         let text = stats_text(&pb::StatsResponse { torch_graphs: Some(graphs), ..sample() });
@@ -402,7 +385,8 @@ mod tests {
             "torch graphs    3 compiled, 1 failed, 5 from a tier or another's compile\n",
             "graph fallbacks not_reused 2 (compiled in the process instead)\n",
             "  job train-gpt2: the compile has not paid for itself yet: 120 steps of the 4000 it needs\n",
-            "    step 15.00 ms eager, 9.00 ms compiled (1.67x); compile 24.0 s; 120 steps so far, pays after 4000\n",
+            "    step 15.00 ms eager, 9.00 ms compiled (1.67x)\n",
+            "    120 steps; pays after 4,000\n",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");
         }

@@ -4,7 +4,10 @@
 
 use kiln_cache_client::{Acquired, ClientError, Lookup, PublishEvent, RemoteCache};
 use kiln_proto::CacheKey;
-use kiln_proto::pb::{HostReport, QuarantineListRequest, QuarantineListResponse, QuarantineResponse};
+use kiln_proto::pb::{
+    HostReport, QuarantineListRequest, QuarantineListResponse, QuarantineResponse, TorchJobReturn, TorchJobsReply,
+    TorchProcessCosts,
+};
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
@@ -31,6 +34,10 @@ pub trait CacheClient: Send + Sync + std::fmt::Debug {
     /// `key`'s publish events, with the entries themselves.
     fn watch<'a>(&'a self, key: &'a CacheKey) -> Call<'a, Events>;
     fn report_host(&self, report: HostReport) -> Call<'_, ()>;
+    /// Merges a process's account of a torch.compile job into the fleet ledger.
+    fn report_torch_job<'a>(&'a self, job: &'a str, process: TorchProcessCosts) -> Call<'a, TorchJobReturn>;
+    /// Jobs' returns from the fleet ledger.
+    fn list_torch_jobs<'a>(&'a self, job: &'a str, limit: u32) -> Call<'a, TorchJobsReply>;
     /// Reports that the envelope `served` under `key` differs from this host's compile.
     fn quarantine<'a>(
         &'a self,
@@ -96,6 +103,14 @@ impl CacheClient for RemoteCache {
 
     fn report_host(&self, report: HostReport) -> Call<'_, ()> {
         Box::pin(async move { RemoteCache::report_host(self, report).await.map(|_| ()) })
+    }
+
+    fn report_torch_job<'a>(&'a self, job: &'a str, process: TorchProcessCosts) -> Call<'a, TorchJobReturn> {
+        Box::pin(RemoteCache::report_torch_job(self, job, process))
+    }
+
+    fn list_torch_jobs<'a>(&'a self, job: &'a str, limit: u32) -> Call<'a, TorchJobsReply> {
+        Box::pin(RemoteCache::list_torch_jobs(self, job, limit))
     }
 
     fn quarantine<'a>(

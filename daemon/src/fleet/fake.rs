@@ -6,7 +6,10 @@
 use super::client::{CacheClient, Call, Events};
 use kiln_cache_client::{Acquired, ClientError, Lookup, PublishEvent};
 use kiln_proto::CacheKey;
-use kiln_proto::pb::{HostReport, NegativeEntry, QuarantineListRequest, QuarantineListResponse, QuarantineResponse};
+use kiln_proto::pb::{
+    HostReport, NegativeEntry, QuarantineListRequest, QuarantineListResponse, QuarantineResponse, TorchJobLedger,
+    TorchJobReturn, TorchJobsReply, TorchProcessCosts,
+};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -37,6 +40,8 @@ struct State {
     entries: HashMap<CacheKey, Lookup>,
     /// Holder and expiry of each lease.
     leases: HashMap<CacheKey, (String, Instant)>,
+    /// The torch.compile jobs' ledgers, merged as kiln-cache merges them.
+    torch_jobs: HashMap<String, TorchJobLedger>,
 }
 
 impl Default for FakeCache {
@@ -205,6 +210,32 @@ impl CacheClient for FakeCache {
 
     fn report_host(&self, _: HostReport) -> Call<'_, ()> {
         self.answer(|_| ())
+    }
+
+    fn report_torch_job<'a>(&'a self, job: &'a str, process: TorchProcessCosts) -> Call<'a, TorchJobReturn> {
+        self.answer(move |c| {
+            let mut state = c.state();
+            let ledger = state
+                .torch_jobs
+                .entry(job.to_owned())
+                .or_insert_with(|| TorchJobLedger { job: job.to_owned(), ..Default::default() });
+            kiln_proto::torch_ledger::record(ledger, process);
+            kiln_proto::torch_ledger::job_return(ledger)
+        })
+    }
+
+    fn list_torch_jobs<'a>(&'a self, job: &'a str, _: u32) -> Call<'a, TorchJobsReply> {
+        self.answer(move |c| TorchJobsReply {
+            jobs: c
+                .state()
+                .torch_jobs
+                .values()
+                .filter(|l| job.is_empty() || l.job == job)
+                .map(kiln_proto::torch_ledger::job_return)
+                .collect(),
+            source: "fleet".into(),
+            source_detail: String::new(),
+        })
     }
 
     /// Quarantines by dropping the entry while it holds the served bytes; keeps no records.

@@ -243,6 +243,20 @@ impl RemoteTier {
         self.call(self.client.report_host(report)).await
     }
 
+    /// Merges a process's account of a torch.compile job into the fleet ledger.
+    pub async fn report_torch_job(
+        &self,
+        job: &str,
+        process: kiln_proto::pb::TorchProcessCosts,
+    ) -> Result<kiln_proto::pb::TorchJobReturn, ClientError> {
+        self.call(self.client.report_torch_job(job, process)).await
+    }
+
+    /// Jobs' returns from the fleet ledger.
+    pub async fn list_torch_jobs(&self, job: &str, limit: u32) -> Result<kiln_proto::pb::TorchJobsReply, ClientError> {
+        self.call(self.client.list_torch_jobs(job, limit)).await
+    }
+
     /// Publish events for `key`, with the entries themselves (see
     /// `RemoteCache::watch_publish`).
     pub async fn watch(&self, key: &CacheKey) -> Result<Events, ClientError> {

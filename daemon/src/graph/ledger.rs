@@ -1,15 +1,20 @@
-//! What kilnd knows of torch.compile graphs: the requests it answered, and per job the latest
-//! report of what running its graphs eagerly and compiled cost, from which it says whether the
-//! compile paid off. One ledger per daemon, shared by the `TorchGraphs` handlers, `Stats`, the
-//! status page and `/metrics`.
+//! What kilnd knows of torch.compile graphs: the requests it answered, and per job the ledger
+//! of what running its graphs eagerly and compiled cost, as this host's processes reported it
+//! (merged by `kiln_proto::torch_ledger`, as kiln-cache merges the fleet's), from which it says
+//! whether the compile paid off. One ledger per daemon, shared by the `TorchGraphs` handlers,
+//! `Stats`, the status page and `/metrics`.
 
 use crate::metrics::{JobLabels, Metrics, ReasonLabels, ResultLabels};
-use kiln_proto::pb;
+use kiln_proto::{pb, torch_ledger};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
-/// Jobs whose latest report is kept; the oldest is dropped past it (and its gauges removed).
-const MAX_JOBS: usize = 64;
+/// Jobs whose ledger is kept; the least recently reported is dropped past it (and its gauges
+/// removed).
+pub const MAX_JOBS: usize = 64;
 /// Fallback reasons a report may name; any other is counted as `other`, so a client cannot grow
 /// the metrics without bound.
 pub const FALLBACK_REASONS: [&str; 7] = [
@@ -26,7 +31,23 @@ pub const FALLBACK_REASONS: [&str; 7] = [
 #[derive(Debug)]
 pub struct Ledger {
     metrics: Arc<Metrics>,
-    jobs: Mutex<VecDeque<pb::TorchJobReturn>>,
+    /// Each job's ledger, most recently reported first.
+    jobs: Mutex<VecDeque<Job>>,
+    /// This host's name as kiln-cache takes it: recorded in each process's costs.
+    host: String,
+    /// The latest graph compiles, failures and reported fallbacks, newest last: kilnd's recent
+    /// misses show them beside kernels'.
+    events: Mutex<VecDeque<pb::RecentMiss>>,
+}
+
+/// Graph events kept for the recent misses.
+pub const RECENT_EVENTS: usize = 64;
+
+/// One job's ledger and its return as last reckoned.
+#[derive(Debug)]
+struct Job {
+    ledger: pb::TorchJobLedger,
+    ret: pb::TorchJobReturn,
 }
 
 /// How one request was answered, as counted.
@@ -50,42 +71,139 @@ impl Outcome {
     }
 }
 
+type JobGauge = Family<JobLabels, Gauge<f64, AtomicU64>>;
+
 impl Ledger {
-    pub fn new(metrics: Arc<Metrics>) -> Self {
-        Ledger { metrics, jobs: Mutex::default() }
+    pub fn new(metrics: Arc<Metrics>, host: &str) -> Self {
+        Ledger {
+            metrics,
+            jobs: Mutex::default(),
+            host: crate::status::report::wire_name(host),
+            events: Mutex::default(),
+        }
+    }
+
+    /// Logs one line for a graph's compile, failure or fallback and keeps it for the recent
+    /// misses (the job as the miss's graph, the graph's name as its kernel, toolchain `torch`).
+    pub fn event(&self, job: &str, graph: &str, key: &str, reason: &str, detail: String) {
+        if matches!(reason, "failed" | "refused") {
+            tracing::warn!(job = %job, graph = %graph, key = %key, reason = %reason, "torch graph: {detail}");
+        } else {
+            tracing::info!(job = %job, graph = %graph, key = %key, reason = %reason, "torch graph: {detail}");
+        }
+        let mut events = self.events.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if events.len() == RECENT_EVENTS {
+            events.pop_front();
+        }
+        events.push_back(pb::RecentMiss {
+            unix_millis: kiln_serve::html::now_ms(),
+            graph: job.to_owned(),
+            kernel_id: graph.to_owned(),
+            kernel_name: String::new(),
+            toolchain: "torch".into(),
+            reason: reason.to_owned(),
+            detail,
+            key: key.to_owned(),
+        });
+    }
+
+    /// The kept graph events, newest first.
+    pub fn events(&self) -> Vec<pb::RecentMiss> {
+        let events = self.events.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        events.iter().rev().cloned().collect()
     }
 
     pub fn count(&self, outcome: Outcome) {
         self.metrics.torch_graphs.get_or_create(&ResultLabels { result: outcome.as_str() }).inc();
     }
 
-    /// Takes one process's report: its fallbacks since its last report, and its graphs' costs;
-    /// answers the job's return.
-    pub fn report(&self, report: pb::TorchGraphReport) -> pb::TorchJobReturn {
+    /// Takes one process's report (validated): counts its fallbacks since its last report and
+    /// merges its costs into the job's ledger. Answers the job's return as this host reckons it,
+    /// and the process's costs as the fleet ledger takes them.
+    pub fn report(&self, report: &pb::TorchGraphReport) -> (pb::TorchJobReturn, pb::TorchProcessCosts) {
         for (reason, n) in &report.fallbacks {
             let reason = if FALLBACK_REASONS.contains(&reason.as_str()) { reason.clone() } else { "other".into() };
-            self.metrics.torch_graph_fallbacks.get_or_create(&ReasonLabels { reason }).inc_by(*n);
-        }
-        let ret = job_return(&report.job, report.graphs);
-        if ret.graphs.is_empty() {
-            return ret;
-        }
-        let labels = JobLabels { job: ret.job.clone() };
-        self.metrics.torch_job_speedup.get_or_create(&labels).set(ret.speedup);
-        self.metrics.torch_job_break_even_steps.get_or_create(&labels).set(ret.break_even_steps);
-        self.metrics.torch_job_compile_seconds.get_or_create(&labels).set(ret.compile_s);
-        let mut jobs = self.jobs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        jobs.retain(|j| j.job != ret.job);
-        jobs.push_front(ret.clone());
-        while jobs.len() > MAX_JOBS {
-            if let Some(old) = jobs.pop_back() {
-                let labels = JobLabels { job: old.job };
-                self.metrics.torch_job_speedup.remove(&labels);
-                self.metrics.torch_job_break_even_steps.remove(&labels);
-                self.metrics.torch_job_compile_seconds.remove(&labels);
+            self.metrics.torch_graph_fallbacks.get_or_create(&ReasonLabels { reason: reason.clone() }).inc_by(*n);
+            if *n > 0 && reason != "layout_off" {
+                let detail = format!("a process of the job compiled {n} graph(s) in-process instead ({reason})");
+                self.event(&report.job, "", "", &format!("fallback:{reason}"), detail);
             }
         }
-        ret
+        let costs = self.costs(report);
+        let mut jobs = self.jobs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let held = jobs.iter().position(|j| j.ledger.job == report.job).and_then(|i| jobs.remove(i));
+        let mut job = held.unwrap_or_else(|| Job::new(&report.job));
+        torch_ledger::record(&mut job.ledger, costs.clone());
+        job.ret = torch_ledger::job_return(&job.ledger);
+        let ret = job.ret.clone();
+        // A process with no graph yet (fallbacks only) makes no job row.
+        if job.ret.graphs.is_empty() {
+            return (ret, costs);
+        }
+        self.export(&job.ret);
+        jobs.push_front(job);
+        while jobs.len() > MAX_JOBS {
+            if let Some(old) = jobs.pop_back() {
+                self.unexport(&old.ledger.job);
+            }
+        }
+        (ret, costs)
+    }
+
+    /// A report's costs as the ledger keeps them: the process's id (one shared per job by
+    /// clients that send none), this host, and its steps.
+    fn costs(&self, r: &pb::TorchGraphReport) -> pb::TorchProcessCosts {
+        let now = kiln_serve::html::now_ms();
+        pb::TorchProcessCosts {
+            process: if r.process.is_empty() { torch_ledger::UNNAMED_PROCESS.into() } else { r.process.clone() },
+            host: self.host.clone(),
+            rank: r.rank.max(-1),
+            started_unix_ms: if r.started_unix_ms == 0 { now } else { r.started_unix_ms },
+            updated_unix_ms: now,
+            steps: r.graphs.iter().map(|g| g.eager_calls.saturating_add(g.compiled_calls)).max().unwrap_or(0),
+            ended: r.ended,
+            graphs: r.graphs.clone(),
+            folded: 0,
+        }
+    }
+
+    /// The job's gauges, only what is known: an unmeasured job has no speedup series (a 0 would
+    /// read as "never pays"), and one that never pays, or is not measured, no break-even series.
+    fn export(&self, r: &pb::TorchJobReturn) {
+        let labels = JobLabels { job: r.job.clone() };
+        let m = &self.metrics;
+        let set = |family: &JobGauge, v: Option<f64>| match v {
+            Some(v) => {
+                family.get_or_create(&labels).set(v);
+            }
+            None => {
+                family.remove(&labels);
+            }
+        };
+        set(&m.torch_job_speedup, (r.speedup > 0.0).then_some(r.speedup));
+        set(&m.torch_job_break_even_steps, (r.break_even_steps > 0.0).then_some(r.break_even_steps));
+        set(&m.torch_job_compile_seconds, Some(r.compile_s));
+        set(&m.torch_job_saved_seconds, Some(r.saved_s));
+    }
+
+    fn unexport(&self, job: &str) {
+        let labels = JobLabels { job: job.to_owned() };
+        let m = &self.metrics;
+        for family in [
+            &m.torch_job_speedup,
+            &m.torch_job_break_even_steps,
+            &m.torch_job_compile_seconds,
+            &m.torch_job_saved_seconds,
+        ] {
+            family.remove(&labels);
+        }
+    }
+
+    /// Jobs' returns as this host's processes reported them, most recent first: one job's
+    /// (`job` not empty), at most `limit`.
+    pub fn returns(&self, job: &str, limit: usize) -> Vec<pb::TorchJobReturn> {
+        let jobs = self.jobs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        jobs.iter().filter(|j| job.is_empty() || j.ledger.job == job).take(limit).map(|j| j.ret.clone()).collect()
     }
 
     pub fn stats(&self) -> pb::TorchGraphStats {
@@ -98,61 +216,22 @@ impl Ledger {
             })
             .filter(|(_, n)| *n > 0)
             .collect();
-        let jobs = self.jobs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         pb::TorchGraphStats {
             compiled: Metrics::counted(&m.torch_graphs, "compiled"),
             failed: Metrics::counted(&m.torch_graphs, "failed"),
             hits: Metrics::counted(&m.torch_graphs, "hit"),
             fallbacks: fallbacks.into_iter().collect(),
-            jobs: jobs.iter().cloned().collect(),
+            jobs: self.returns("", MAX_JOBS),
         }
     }
 }
 
-/// Whether compiling paid off for a job whose graphs cost `graphs`. A graph's call time runs from
-/// one call to its next, so each spans a whole step: a step's time is the largest graph's. Graphs
-/// measured only one way count in neither.
-pub fn job_return(job: &str, graphs: Vec<pb::TorchGraphCost>) -> pb::TorchJobReturn {
-    let both: Vec<&pb::TorchGraphCost> =
-        graphs.iter().filter(|g| g.eager_median_s > 0.0 && g.compiled_median_s > 0.0).collect();
-    let eager: f64 = both.iter().map(|g| g.eager_median_s).fold(0.0, f64::max);
-    let compiled: f64 = both.iter().map(|g| g.compiled_median_s).fold(0.0, f64::max);
-    let compile_s: f64 = graphs.iter().map(|g| g.compile_s).sum();
-    let steps = graphs.iter().map(|g| g.eager_calls + g.compiled_calls).max().unwrap_or(0);
-    let speedup = if eager > 0.0 && compiled > 0.0 { eager / compiled } else { 0.0 };
-    let saved_per_step = eager - compiled;
-    let break_even = if both.is_empty() || saved_per_step <= 0.0 { 0.0 } else { compile_s / saved_per_step };
-    let verdict = if both.is_empty() {
-        "not measured yet: no graph has run both eagerly and compiled (KILN_TORCH_ASYNC=1 measures both)".to_string()
-    } else if saved_per_step <= 0.0 {
-        format!(
-            "the compile does not pay: a compiled step ({:.2} ms) is no faster than an eager one ({:.2} ms)",
-            compiled * 1e3,
-            eager * 1e3
-        )
-    } else if (steps as f64) < break_even {
-        format!(
-            "the compile has not paid for itself yet: {steps} steps of the {} it needs ({compile_s:.1} s of compile, \
-             {:.2} ms saved a step)",
-            break_even.ceil() as u64,
-            saved_per_step * 1e3
-        )
-    } else {
-        format!(
-            "the compile has paid for itself: {steps} steps, break-even at {} ({speedup:.2}x a step)",
-            break_even.ceil() as u64
-        )
-    };
-    pb::TorchJobReturn {
-        job: job.to_string(),
-        eager_step_s: eager,
-        compiled_step_s: compiled,
-        speedup,
-        compile_s,
-        break_even_steps: break_even,
-        steps,
-        verdict,
-        graphs,
+impl Job {
+    fn new(job: &str) -> Self {
+        Job {
+            ledger: pb::TorchJobLedger { job: job.to_owned(), ..Default::default() },
+            ret: pb::TorchJobReturn::default(),
+        }
     }
 }
 
@@ -160,53 +239,75 @@ pub fn job_return(job: &str, graphs: Vec<pb::TorchGraphCost>) -> pb::TorchJobRet
 mod tests {
     use super::*;
 
-    fn cost(eager: f64, compiled: f64, compile_s: f64, calls: u64) -> pb::TorchGraphCost {
-        pb::TorchGraphCost {
-            name: "g".into(),
-            eager_calls: calls / 2,
-            compiled_calls: calls - calls / 2,
-            eager_median_s: eager,
-            compiled_median_s: compiled,
-            compile_s,
+    fn report(process: &str, calls: u64, eager: f64) -> pb::TorchGraphReport {
+        pb::TorchGraphReport {
+            job: "a".into(),
+            process: process.into(),
+            rank: -1,
+            graphs: vec![pb::TorchGraphCost {
+                name: "g".into(),
+                eager_calls: calls / 2,
+                compiled_calls: calls - calls / 2,
+                eager_median_s: eager,
+                compiled_median_s: 0.01,
+                eager_samples: u64::from(eager > 0.0),
+                compiled_samples: 1,
+                ..Default::default()
+            }],
+            ..Default::default()
         }
     }
 
     #[test]
-    fn break_even_is_compile_seconds_over_seconds_saved_a_step() {
-        let r = job_return("j", vec![cost(0.015, 0.009, 18.0, 100)]);
-        assert!((r.speedup - 15.0 / 9.0).abs() < 1e-9);
-        assert!((r.break_even_steps - 3000.0).abs() < 1e-6, "{}", r.break_even_steps);
-        assert!(r.verdict.contains("not paid for itself yet: 100 steps of the 3000"), "{}", r.verdict);
-        let paid = job_return("j", vec![cost(0.015, 0.009, 18.0, 4000)]);
-        assert!(paid.verdict.starts_with("the compile has paid for itself"), "{}", paid.verdict);
-    }
-
-    #[test]
-    fn a_slower_compiled_step_never_pays_and_one_way_is_not_measured() {
-        let r = job_return("j", vec![cost(0.010, 0.012, 5.0, 10)]);
-        assert_eq!(r.break_even_steps, 0.0);
-        assert!(r.verdict.contains("does not pay"), "{}", r.verdict);
-        let r = job_return("j", vec![cost(0.0, 0.012, 5.0, 10)]);
-        assert_eq!((r.speedup, r.break_even_steps), (0.0, 0.0));
-        assert!(r.verdict.starts_with("not measured yet"), "{}", r.verdict);
-    }
-
-    #[test]
-    fn reports_keep_the_latest_per_job_and_bound_fallback_labels() {
-        let ledger = Ledger::new(Arc::new(Metrics::new()));
+    fn reports_merge_per_process_and_bound_fallback_labels() {
+        let ledger = Ledger::new(Arc::new(Metrics::new()), "gpu 1");
         let mut fallbacks = std::collections::HashMap::new();
         fallbacks.insert("kilnd_unreachable".to_string(), 2);
         fallbacks.insert("made-up".to_string(), 1);
-        ledger.report(pb::TorchGraphReport { job: "a".into(), fallbacks, graphs: vec![cost(0.02, 0.01, 1.0, 4)] });
-        ledger.report(pb::TorchGraphReport {
-            job: "a".into(),
-            fallbacks: Default::default(),
-            graphs: vec![cost(0.02, 0.01, 1.0, 8)],
-        });
+        ledger.report(&pb::TorchGraphReport { fallbacks, ..report("proc-0001", 4, 0.02) });
+        ledger.report(&report("proc-0001", 8, 0.02));
+        let (ret, costs) = ledger.report(&report("proc-0002", 10, 0.02));
+        assert_eq!((costs.host.as_str(), costs.process.as_str(), costs.steps), ("gpu-1", "proc-0002", 10));
+        assert_eq!((ret.steps, ret.processes), (18, 2), "one process's reports replace each other");
         let s = ledger.stats();
         assert_eq!(s.jobs.len(), 1);
-        assert_eq!(s.jobs[0].steps, 8);
         assert_eq!(s.fallbacks.get("kilnd_unreachable"), Some(&2));
         assert_eq!(s.fallbacks.get("other"), Some(&1));
+    }
+
+    #[test]
+    fn an_unmeasured_job_exports_no_speedup_or_break_even() {
+        let metrics = Arc::new(Metrics::new());
+        let ledger = Ledger::new(Arc::clone(&metrics), "h");
+        ledger.report(&pb::TorchGraphReport { job: "unmeasured".into(), ..report("proc-0001", 10, 0.0) });
+        ledger.report(&pb::TorchGraphReport { job: "measured".into(), ..report("proc-0002", 10, 0.02) });
+        let text = metrics.render();
+        assert!(!text.contains("kiln_torch_job_speedup{job=\"unmeasured\"}"), "{text}");
+        assert!(!text.contains("kiln_torch_job_break_even_steps{job=\"unmeasured\"}"), "{text}");
+        assert!(text.contains("kiln_torch_job_speedup{job=\"measured\"} 2.0"), "{text}");
+        assert!(text.contains("kiln_torch_job_compile_seconds{job=\"unmeasured\"} 0"), "{text}");
+    }
+
+    #[test]
+    fn graph_events_are_kept_newest_first_and_bounded() {
+        let ledger = Ledger::new(Arc::new(Metrics::new()), "h");
+        for n in 0..RECENT_EVENTS + 3 {
+            ledger.event("j", &format!("g{n}"), "", "compiled", "cold".into());
+        }
+        let mut fallbacks = std::collections::HashMap::new();
+        fallbacks.insert("not_reused".to_string(), 2);
+        ledger.report(&pb::TorchGraphReport { fallbacks, ..report("proc-0001", 4, 0.02) });
+        let events = ledger.events();
+        assert_eq!(events.len(), RECENT_EVENTS);
+        assert_eq!((events[0].reason.as_str(), events[0].toolchain.as_str()), ("fallback:not_reused", "torch"));
+        assert_eq!(events[1].kernel_id, format!("g{}", RECENT_EVENTS + 2));
+    }
+
+    #[test]
+    fn an_older_clients_reports_replace_each_other() {
+        let ledger = Ledger::new(Arc::new(Metrics::new()), "h");
+        ledger.report(&report("", 4, 0.02));
+        let (ret, _) = ledger.report(&report("", 8, 0.02));
+        assert_eq!((ret.steps, ret.processes), (8, 1));
     }
 }

@@ -4,8 +4,10 @@
 //!
 //! - [`workers`]: the torch worker pool and its pipe protocol (`torch_worker.py`).
 //! - [`service`]: the `kiln.v1.TorchGraphs` handlers: validation, key, single flight, store.
-//! - [`ledger`]: counts of what was answered and each job's report of what compiling paid.
+//! - [`ledger`]: counts of what was answered and each job's ledger of what compiling paid.
+//! - [`forward`]: each process's account sent on to the fleet ledger, kept while unreachable.
 
+pub mod forward;
 pub mod ledger;
 pub(crate) mod service;
 pub mod workers;

@@ -2,6 +2,7 @@
 //! wait on the process or host that compiles it, or compile it in a torch worker and store it
 //! everywhere. Single flight is the named blobs' (this host's holders, then the fleet lease).
 
+use super::forward::Forwarder;
 use super::ledger::{Ledger, Outcome};
 use super::workers::{Answer, Environment, Settings, TorchWorkers};
 use crate::blob::entry;
@@ -10,8 +11,8 @@ use crate::blob::validate::Scope;
 use crate::error::{Error, invalid};
 use crate::store::Stored;
 use bytes::Bytes;
-use kiln_proto::CacheKey;
 use kiln_proto::pb::{self, BlobFile, Tier};
+use kiln_proto::{CacheKey, torch_ledger};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::OnceCell;
@@ -39,6 +40,8 @@ pub struct GraphState {
     pub gpus: String,
     pub compile_timeout: Duration,
     pub max_payload_bytes: u64,
+    /// Sends each process's account on to the fleet ledger; `None` without a fleet cache.
+    pub forward: Option<Arc<Forwarder>>,
     workers: OnceCell<TorchWorkers>,
     /// Failed compiles, kept a minute, so a herd asking for a graph that does not compile pays
     /// one failure, not one each.
@@ -61,6 +64,7 @@ impl GraphState {
             gpus,
             compile_timeout,
             max_payload_bytes,
+            forward: None,
             workers: OnceCell::new(),
             failures: moka::future::Cache::builder().max_capacity(10_000).time_to_live(Duration::from_secs(60)).build(),
         }
@@ -110,7 +114,19 @@ impl GraphState {
         Ok(workers)
     }
 
-    async fn compile(self: &Arc<Self>, request: pb::TorchGraphRequest) -> Result<pb::TorchGraphReply, Error> {
+    /// The workers for a request that must compile: a refusal is a graph event too.
+    async fn workers_to_compile(
+        &self,
+        environment: &Environment,
+        request: &pb::TorchGraphRequest,
+        key: &CacheKey,
+    ) -> Result<&TorchWorkers, Error> {
+        self.workers_for(environment).await.inspect_err(|e| {
+            self.ledger.event(&request.job, &request.name, &key.to_hex(), "refused", e.to_string());
+        })
+    }
+
+    async fn compile(self: &Arc<Self>, mut request: pb::TorchGraphRequest) -> Result<pb::TorchGraphReply, Error> {
         check(&request, self.max_payload_bytes)?;
         let timeout = match request.timeout_ms {
             0 => self.compile_timeout,
@@ -126,7 +142,7 @@ impl GraphState {
                 Environment { torch: request.torch_version.clone(), ..workers.environment.clone() }
             }
         };
-        let payload = Bytes::from(request.payload);
+        let payload = Bytes::from(std::mem::take(&mut request.payload));
         let (scope, key) = self.key(&environment, &payload);
         if let Some(failed) = self.failures.get(&key).await {
             self.ledger.count(Outcome::Failed);
@@ -137,16 +153,19 @@ impl GraphState {
         match self.blobs.decide(&scope, &key, wait).await {
             Decision::Found(found) => {
                 self.ledger.count(Outcome::Hit);
-                Ok(reply_of_entry(&found, &key))
+                let reply = reply_of_entry(&found, &key);
+                // The stored compile's seconds, as a kernel's hit counts its own.
+                self.blobs.cache.saved(reply.compile_micros);
+                Ok(reply)
             }
             Decision::Proceed(reason) => {
                 tracing::info!(%key, %reason, job = %request.job, "compiling a torch graph without a lease");
-                let workers = self.workers_for(&environment).await?;
-                Ok(self.produce(workers, &key, payload, timeout).await)
+                let workers = self.workers_to_compile(&environment, &request, &key).await?;
+                Ok(self.produce(workers, &key, payload, timeout, &request).await)
             }
             Decision::Granted(holding, lease) => {
-                let reply = match self.workers_for(&environment).await {
-                    Ok(workers) => Ok(self.produce(workers, &key, payload, timeout).await),
+                let reply = match self.workers_to_compile(&environment, &request, &key).await {
+                    Ok(workers) => Ok(self.produce(workers, &key, payload, timeout, &request).await),
                     Err(e) => {
                         // Nothing will be published: the waiters must not wait for it.
                         self.blobs.holders.published(&key);
@@ -169,10 +188,14 @@ impl GraphState {
         key: &CacheKey,
         payload: Bytes,
         timeout: Duration,
+        request: &pb::TorchGraphRequest,
     ) -> pb::TorchGraphReply {
         let answer = workers.compile(payload, timeout).await;
+        let seconds = answer.compile_micros as f64 / 1e6;
         if !answer.ok || answer.artifacts.is_empty() {
-            tracing::warn!(%key, log = %answer.log.lines().last().unwrap_or_default(), "torch graph compile failed");
+            let last = answer.log.lines().last().unwrap_or_default();
+            let detail = format!("the compile failed after {seconds:.1} s: {last}");
+            self.ledger.event(&request.job, &request.name, &key.to_hex(), "failed", detail);
             self.ledger.count(Outcome::Failed);
             let answer = Arc::new(answer);
             self.failures.insert(*key, Arc::clone(&answer)).await;
@@ -181,13 +204,9 @@ impl GraphState {
         }
         self.ledger.count(Outcome::Compiled);
         let phases: Vec<String> = answer.phases.iter().map(|(step, s)| format!("{step} {s:.2} s")).collect();
-        tracing::info!(
-            %key,
-            seconds = answer.compile_micros as f64 / 1e6,
-            phases = %phases.join(", "),
-            bytes = answer.artifacts.len(),
-            "torch graph compiled"
-        );
+        let detail =
+            format!("no tier held it, here or in the fleet: compiled in {seconds:.1} s ({})", phases.join(", "));
+        self.ledger.event(&request.job, &request.name, &key.to_hex(), "compiled", detail);
         let files = vec![
             BlobFile { name: ARTIFACTS_FILE.into(), data: answer.artifacts.to_vec() },
             BlobFile { name: MICROS_FILE.into(), data: answer.compile_micros.to_le_bytes().to_vec() },
@@ -273,30 +292,70 @@ fn reply_of_entry(found: &pb::BlobEntry, key: &CacheKey) -> pb::TorchGraphReply 
 }
 
 fn check_report(r: &pb::TorchGraphReport) -> Result<(), Error> {
-    if r.job.len() > MAX_LABEL {
-        return Err(invalid("job", format!("longer than {MAX_LABEL} bytes")));
+    let named = |e: torch_ledger::Invalid| invalid(e.field, e.reason);
+    torch_ledger::check_job("job", &r.job, 0).map_err(named)?;
+    if !r.process.is_empty() {
+        torch_ledger::check_process_id("process", &r.process).map_err(named)?;
+    }
+    if r.rank < -1 {
+        return Err(invalid("rank", "must be -1 (unknown) or more"));
     }
     if r.fallbacks.len() > 64 {
         return Err(invalid("fallbacks", "more than 64 reasons"));
     }
-    if r.graphs.len() > 4096 {
-        return Err(invalid("graphs", "more than 4096 graphs"));
+    if r.graphs.len() > torch_ledger::MAX_REPORT_GRAPHS {
+        return Err(invalid("graphs", format!("more than {} graphs", torch_ledger::MAX_REPORT_GRAPHS)));
     }
     for (i, g) in r.graphs.iter().enumerate() {
-        if g.name.len() > MAX_LABEL {
-            return Err(invalid(format!("graphs[{i}].name"), format!("longer than {MAX_LABEL} bytes")));
-        }
-        for (field, v) in [
-            ("eager_median_s", g.eager_median_s),
-            ("compiled_median_s", g.compiled_median_s),
-            ("compile_s", g.compile_s),
-        ] {
-            if !v.is_finite() || v < 0.0 {
-                return Err(invalid(format!("graphs[{i}].{field}"), format!("must be a finite number >= 0, got {v}")));
-            }
-        }
+        torch_ledger::check_graph(&format!("graphs[{i}]"), g).map_err(named)?;
     }
     Ok(())
+}
+
+/// The most jobs one `TorchJobs` answer carries.
+const MAX_JOBS_LISTED: u32 = 1000;
+
+impl GraphState {
+    /// Merges a report into this host's ledger and sends it on to the fleet's: the job's return,
+    /// the fleet's when it answered.
+    async fn report(&self, report: pb::TorchGraphReport) -> Result<pb::TorchGraphReportReply, Error> {
+        check_report(&report)?;
+        let (local, costs) = self.ledger.report(&report);
+        let forward = self.forward.as_ref().filter(|_| !report.job.is_empty() && !local.graphs.is_empty());
+        if let Some(forward) = forward {
+            match forward.send(&report.job, costs).await {
+                Ok(fleet) => return Ok(pb::TorchGraphReportReply { job: Some(fleet), source: "fleet".into() }),
+                Err(why) => tracing::debug!(job = %report.job, %why, "torch job account kept for the fleet"),
+            }
+        }
+        Ok(pb::TorchGraphReportReply { job: Some(local), source: "kilnd".into() })
+    }
+
+    /// Jobs' returns: the fleet's, or this host's when the fleet is not there to ask.
+    async fn jobs(&self, request: pb::TorchJobsRequest) -> Result<pb::TorchJobsReply, Error> {
+        torch_ledger::check_job("job", &request.job, 0).map_err(|e| invalid(e.field, e.reason))?;
+        let limit = if request.limit == 0 { MAX_JOBS_LISTED } else { request.limit.min(MAX_JOBS_LISTED) };
+        let detail = match &self.forward {
+            Some(forward) => match forward.list(&request.job, limit).await {
+                Ok(mut reply) => {
+                    let waiting = forward.waiting();
+                    if waiting > 0 {
+                        reply.source_detail = format!(
+                            "{waiting} process accounts of this host wait to be sent (the fleet cache was unreachable)"
+                        );
+                    }
+                    return Ok(reply);
+                }
+                Err(why) => format!("the fleet cache did not answer ({why}): this host's processes only"),
+            },
+            None => "no fleet cache (kilnd --remote): this host's processes only".to_owned(),
+        };
+        Ok(pb::TorchJobsReply {
+            jobs: self.ledger.returns(&request.job, limit as usize),
+            source: "kilnd".into(),
+            source_detail: detail,
+        })
+    }
 }
 
 #[tonic::async_trait]
@@ -318,10 +377,11 @@ impl pb::torch_graphs_server::TorchGraphs for GraphService {
         &self,
         request: Request<pb::TorchGraphReport>,
     ) -> Result<Response<pb::TorchGraphReportReply>, Status> {
-        let report = request.into_inner();
-        check_report(&report)?;
-        let job = self.0.ledger.report(report);
-        Ok(Response::new(pb::TorchGraphReportReply { job: Some(job) }))
+        Ok(Response::new(self.0.report(request.into_inner()).await?))
+    }
+
+    async fn torch_jobs(&self, request: Request<pb::TorchJobsRequest>) -> Result<Response<pb::TorchJobsReply>, Status> {
+        Ok(Response::new(self.0.jobs(request.into_inner()).await?))
     }
 
     async fn warm_torch_workers(

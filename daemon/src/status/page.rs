@@ -183,50 +183,7 @@ fn torch_graphs(page: &mut Page, graphs: Option<&pb::TorchGraphStats>) {
         page.paragraph("No job has reported its graphs' costs yet.");
         return;
     }
-    // 0 means unknown for these figures; a dash reads better than a zero that looks measured.
-    let ms = |s: f64| if s > 0.0 { format!("{:.2}", s * 1e3) } else { "—".to_owned() };
-    let rows: Vec<Row> = g
-        .jobs
-        .iter()
-        .map(|j| {
-            let name = if j.job.is_empty() { "(unnamed job)" } else { j.job.as_str() };
-            let speedup = if j.speedup > 0.0 { format!("{:.2}×", j.speedup) } else { "—".to_owned() };
-            // A break-even of 0 is either a compiled step no faster than an eager one (measured
-            // both ways: it never pays) or nothing measured both ways yet.
-            let break_even = if j.break_even_steps > 0.0 {
-                (j.break_even_steps.ceil() as u64).to_string()
-            } else if j.speedup > 0.0 {
-                "never".to_owned()
-            } else {
-                "—".to_owned()
-            };
-            Row::new(vec![
-                name.into(),
-                ms(j.eager_step_s).into(),
-                ms(j.compiled_step_s).into(),
-                speedup.into(),
-                format!("{:.1}", j.compile_s).into(),
-                j.steps.into(),
-                break_even.into(),
-                j.verdict.as_str().into(),
-            ])
-            .key(name)
-        })
-        .collect();
-    page.table(
-        "torch-jobs",
-        &[
-            "job",
-            "eager step ms",
-            "compiled step ms",
-            "speedup",
-            "compile s",
-            "steps so far",
-            "break-even steps",
-            "verdict",
-        ],
-        &rows,
-    );
+    kiln_serve::torch_jobs::table(page, "torch-jobs", &g.jobs);
 }
 
 #[cfg(test)]
@@ -277,7 +234,10 @@ mod tests {
                 break_even_steps: 4000.0,
                 steps: 120,
                 verdict: "the compile has not paid for itself yet: 120 steps of the 4000 it needs <b>".into(),
-                graphs: vec![],
+                cold_compile_s: 20.0,
+                process_compile_s: 4.0,
+                processes: 1,
+                ..Default::default()
             }],
         };
         let stats = StatsResponse { torch_graphs: Some(graphs), ..Default::default() };
@@ -289,9 +249,10 @@ mod tests {
             "<td id=\"torch-graphs-hits\" class=\"n\">5</td>",
             "<td>not_reused</td><td id=\"torch-fallback-not_reused\" class=\"n\">2</td>",
             "<tr data-key=\"train&lt;script&gt;alert(1)&lt;/script&gt;\"><td>train&lt;script&gt;alert(1)&lt;/script&gt;</td>\
-             <td class=\"n\">15.00</td><td class=\"n\">9.00</td><td>1.67×</td><td class=\"n\">24.0</td>\
-             <td class=\"n\">120</td><td class=\"n\">4000</td>",
-            "<td>the compile has not paid for itself yet: 120 steps of the 4000 it needs &lt;b&gt;</td>",
+             <td id=\"torch-job-0-eager\" class=\"n\">15.00</td><td id=\"torch-job-0-compiled\" class=\"n\">9.00</td>\
+             <td id=\"torch-job-0-speedup\">1.67×</td><td id=\"torch-job-0-compile-paid\" class=\"n\">20.0</td>",
+            "<td id=\"torch-job-0-steps\" class=\"n\">120</td><td id=\"torch-job-0-break-even\">4,000</td>",
+            "the compile has not paid for itself yet: 120 steps of the 4000 it needs &lt;b&gt;</td>",
         ] {
             assert!(html.contains(needle), "missing {needle:?} in\n{html}");
         }
@@ -307,17 +268,5 @@ mod tests {
         let html = render(&StatsResponse { torch_graphs: None, ..Default::default() }, &Metrics::new());
         assert!(html.contains("<h2>torch.compile graphs</h2>") && html.contains("not reported"), "{html}");
         assert!(!html.contains("torch-graphs-compiled"), "{html}");
-    }
-
-    #[test]
-    fn a_job_never_paying_or_not_measured_has_no_break_even_number() {
-        let job = |speedup: f64| pb::TorchJobReturn { job: "j".into(), speedup, ..Default::default() };
-        let graphs = pb::TorchGraphStats { jobs: vec![job(0.8), job(0.0)], ..Default::default() };
-        let html = render(&StatsResponse { torch_graphs: Some(graphs), ..Default::default() }, &Metrics::new());
-        assert!(html.contains("<td>0.80×</td><td class=\"n\">0.0</td><td class=\"n\">0</td><td>never</td>"), "{html}");
-        assert!(
-            html.contains("<td>—</td><td>—</td><td>—</td><td class=\"n\">0.0</td><td class=\"n\">0</td><td>—</td>"),
-            "{html}"
-        );
     }
 }

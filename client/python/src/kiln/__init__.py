@@ -78,6 +78,7 @@ __all__ = [
     "TorchGraphCost",
     "TorchGraphStats",
     "TorchJobReturn",
+    "TorchJobs",
     "TritonSource",
     "Unimplemented",
     "WarmProgress",

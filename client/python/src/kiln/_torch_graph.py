@@ -29,22 +29,22 @@ by reason (:data:`FALLBACK_REASONS`; :func:`stats`): never a wrong result.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import copy
 import functools
 import logging
 import os
-import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from . import _torch_layout
 from ._torch_answer import BadBundle, Bundle, place
 from ._torch_answer import parse as parse_bundle
+from ._torch_ledger import GraphRecord, _ledger
+from ._torch_ledger import report_soon as _report_soon
 from ._torch_payload import Unserializable, serialize
 
 log = logging.getLogger("kiln")
@@ -70,62 +70,7 @@ def async_enabled() -> bool:
     return os.environ.get(ASYNC_ENV, "0") not in ("", "0")
 
 
-# -- what this process did --------------------------------------------------------------------
-
-
-@dataclass
-class GraphRecord:
-    """One graph's life in this process: how it was compiled, and what its calls cost."""
-
-    name: str
-    how: str = "pending"  # kilnd | in-process | eager
-    tier: str = ""
-    compile_s: float = 0.0
-    #: Seconds from one call to the next, by the way the earlier call ran.
-    intervals: dict[str, list[float]] = field(default_factory=lambda: {"eager": [], "compiled": []})
-    calls: dict[str, int] = field(default_factory=lambda: {"eager": 0, "compiled": 0})
-    ready_after_s: float | None = None
-    #: Compiled C++ kilnd's answer carried, by path under Inductor's cache (none on a GPU, mostly).
-    native_files: list[str] = field(default_factory=list)
-    _last: tuple[str, float] | None = None
-
-    def called(self, mode: str) -> None:
-        now = time.perf_counter()
-        if self._last is not None:
-            samples = self.intervals[self._last[0]]
-            samples.append(now - self._last[1])
-            if len(samples) > 512:
-                del samples[:256]
-        self._last = (mode, now)
-        self.calls[mode] += 1
-
-    def restart(self) -> None:
-        """Forgets when the last call started: the time since was not a step's."""
-        self._last = None
-
-    def cost(self) -> Any:
-        from .torch_results import TorchGraphCost
-
-        def median(mode: str) -> float:
-            # The first interval of each mode holds the swap or the first step's warm-up.
-            samples = self.intervals[mode][1:] or self.intervals[mode]
-            return statistics.median(samples) if samples else 0.0
-
-        return TorchGraphCost(
-            self.name, self.calls["eager"], self.calls["compiled"], median("eager"), median("compiled"), self.compile_s
-        )
-
-
-class _Ledger:
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.fallbacks: dict[str, int] = dict.fromkeys(FALLBACK_REASONS, 0)
-        self.unreported: dict[str, int] = {}
-        self.graphs: list[GraphRecord] = []
-        self.job = ""
-
-
-_ledger = _Ledger()
+# -- what this process did (kiln._torch_ledger) ------------------------------------------------
 
 
 def _fallback(reason: str, detail: object) -> None:
@@ -145,44 +90,6 @@ def _fallback(reason: str, detail: object) -> None:
         reason,
         detail,
     )
-
-
-def stats() -> dict[str, Any]:
-    """What the graph path did in this process: fallbacks by reason, and each graph's record."""
-    with _ledger.lock:
-        return {
-            "fallbacks": {k: v for k, v in _ledger.fallbacks.items() if v},
-            "graphs": [
-                {
-                    "name": g.name,
-                    "how": g.how,
-                    "tier": g.tier,
-                    "compile_s": g.compile_s,
-                    "calls": dict(g.calls),
-                    "ready_after_s": g.ready_after_s,
-                    "native_files": list(g.native_files),
-                }
-                for g in _ledger.graphs
-            ],
-        }
-
-
-def report() -> Any:
-    """Sends this process's fallbacks (since the last report) and its graphs' costs to kilnd;
-    returns the job's return as kilnd reckons it (:class:`kiln.TorchJobReturn`), or ``None``
-    when kilnd does not answer."""
-    from . import _fleet
-
-    with _ledger.lock:
-        fallbacks, _ledger.unreported = _ledger.unreported, {}
-        costs = [g.cost() for g in _ledger.graphs]
-        job = _ledger.job
-    answer = _fleet.call("torch graph report", lambda c: c.report_torch_graphs(job, fallbacks, costs, timeout=10), None)
-    if answer is None:
-        with _ledger.lock:
-            for k, v in fallbacks.items():
-                _ledger.unreported[k] = _ledger.unreported.get(k, 0) + v
-    return answer
 
 
 _blocking = threading.local()
@@ -208,6 +115,7 @@ class _Answer:
     bundle: Bundle
     tier: str
     compile_s: float
+    key: str = ""
 
 
 def _ask(payload: bytes, name: str) -> _Answer | str:
@@ -252,7 +160,7 @@ def _ask(payload: bytes, name: str) -> _Answer | str:
     except BadBundle as e:
         _fallback("worker_failed", f"kilnd's answer does not read: {e}")
         return "worker_failed"
-    return _Answer(bundle, answer.tier.name.lower(), answer.compile_seconds)
+    return _Answer(bundle, answer.tier.name.lower(), answer.compile_seconds, answer.key)
 
 
 @functools.cache
@@ -300,13 +208,32 @@ def _load(torch: Any, answer: _Answer, record: GraphRecord, compile_in_process: 
     return compiled, fx_misses == 0 and (aot_misses == 0 or fx_hits > 0)
 
 
+def _frame_function() -> str:
+    """The function whose frame Dynamo is compiling (``forward``, ``train_step``; a resume after
+    a graph break is ``torch_dynamo_resume_in_forward_at_16``), or empty outside a trace."""
+    try:
+        from torch._dynamo.symbolic_convert import InstructionTranslator
+
+        return str(InstructionTranslator.current_tx().f_code.co_name)
+    except Exception:  # noqa: BLE001 - a name is a label: never a reason to fail a compile
+        return ""
+
+
 def _graph_name(gm: Any) -> str:
-    """The graph's class and Dynamo compile id, and which piece of it this is where Dynamo's DDP
-    optimizer split one frame's graph into several (each piece keeps the frame's compile id)."""
+    """Which graph this is, for people: the function Dynamo compiled, its compile id and, where
+    Dynamo's DDP optimizer split the frame's graph into one piece per bucket (each piece keeps the
+    frame's compile id), the bucket: ``forward:0/0``, ``forward:1/0 bucket 3``. Without a frame,
+    the graph's class stands for the function; another piece of one name gets ``piece N``."""
+    import torch
+
     cid = gm.meta.get("dynamo_compile_id") if hasattr(gm, "meta") else None
-    name = f"{gm.__class__.__name__}:{cid}" if cid is not None else gm.__class__.__name__
+    function = _frame_function() or gm.__class__.__name__
+    name = f"{function}:{cid}" if cid is not None else function
+    ddp = _torch_layout.of_graph(torch) == "ddp"
     with _ledger.lock:
-        pieces = sum(1 for g in _ledger.graphs if g.name == name or g.name.startswith(f"{name} piece "))
+        pieces = sum(1 for g in _ledger.graphs if g.name == name or g.name.startswith((f"{name} piece ", f"{name} bucket ")))
+    if ddp:
+        return f"{name} bucket {pieces + 1}"
     return f"{name} piece {pieces + 1}" if pieces else name
 
 
@@ -345,15 +272,15 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
     compiled, hit = _load(torch, answer, record, lambda: inductor(gm, example_inputs))
     if not hit:
         _fallback("not_reused", "torch's caches missed kilnd's artifacts; compiled here")
-    record.how, record.tier = ("kilnd", answer.tier) if hit else ("in-process", "")
-    # The worker's compile, and this process's load of it (the wait for it is the compile).
-    record.compile_s = answer.compile_s + (time.perf_counter() - answered)
+    record.how = "kilnd" if hit else "in-process"
+    record.answered(answer.tier if hit else "", answer.key, answer.compile_s, answered)
+    # What this process paid: its serialization, its wait for kilnd and its load.
+    record.compile_s = time.perf_counter() - started
     record.ready_after_s = time.perf_counter() - started
     _report_soon()
 
     def run(*args: Any) -> Any:
-        record.called("compiled")
-        return compiled(*args)
+        return record.run(compiled, gm, args)
 
     return run
 
@@ -392,11 +319,14 @@ class _AsyncGraph:
         known = self.context.tensor_to_context if self.context is not None else {}
         self.input_contexts = [(t, known[t]) for t in example_inputs if isinstance(t, torch.Tensor) and t in known]
         record.how = "pending" if waits else "eager"
+        # It pays its serialization here and the swap later; a graph that waits, its wait too.
+        record.async_compile, record.compile_s = not waits, time.perf_counter() - started
         self.thread = threading.Thread(target=self._fetch, args=(payload,), name="kiln-graph", daemon=True)
         self.thread.start()
 
     def _fetch(self, payload: bytes) -> None:
         self.answer = _ask(payload, self.record.name)
+        self.record.answered_at = time.perf_counter()
 
     def _swap(self) -> None:
         import torch
@@ -414,8 +344,8 @@ class _AsyncGraph:
                     compiled, hit = _load(torch, answer, self.record, self._compile(inputs))
                     if not hit:
                         _fallback("not_reused", "torch's caches missed kilnd's artifacts; compiled here")
-                    self.record.how, self.record.tier = ("kilnd", answer.tier) if hit else ("in-process", "")
-                    self.record.compile_s = answer.compile_s
+                    self.record.how = "kilnd" if hit else "in-process"
+                    self.record.answered(answer.tier if hit else "", answer.key, answer.compile_s, swap_started)
                 else:
                     compiled = self._compile(inputs)()
                     self.record.how = "in-process"
@@ -465,7 +395,9 @@ class _AsyncGraph:
 
     def __call__(self, *args: Any) -> Any:
         if self.compiled is None and self.waits and self.answer is None:
+            waited = time.perf_counter()
             self.thread.join()
+            self.record.compile_s += time.perf_counter() - waited
         if self.compiled is None and self.answer is not None:
             self._swap()
             # The swap is compile time, not the previous call's.
@@ -473,35 +405,7 @@ class _AsyncGraph:
         if self.compiled is None or self.compiled is self.gm:
             self.record.called("eager")
             return self.gm(*args)
-        self.record.called("compiled")
-        return self.compiled(*args)
-
-
-# -- reports ----------------------------------------------------------------------------------
-
-_report_lock = threading.Lock()
-_report_due = threading.Event()
-_reporter: threading.Thread | None = None
-
-
-def _report_soon() -> None:
-    """Reports in the background, after the graph's first compiled calls have been timed."""
-    global _reporter
-    _report_due.set()
-    with _report_lock:
-        if _reporter is None:
-            _reporter = threading.Thread(target=_report_loop, name="kiln-graph-report", daemon=True)
-            _reporter.start()
-            atexit.register(report)
-
-
-def _report_loop() -> None:
-    while True:
-        _report_due.wait()
-        _report_due.clear()
-        time.sleep(30.0)
-        report()
-        _report_due.set()
+        return self.record.run(self.compiled, self.gm, args)
 
 
 # -- installation -----------------------------------------------------------------------------

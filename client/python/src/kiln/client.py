@@ -39,7 +39,7 @@ from .snapshot_results import (
     SnapshotProgress,
     SnapshotSummary,
 )
-from .torch_results import TorchGraphAnswer, TorchGraphCost, TorchJobReturn
+from .torch_results import TorchGraphAnswer, TorchGraphCost, TorchJobReturn, TorchJobs
 
 if TYPE_CHECKING:
     from . import snapshot
@@ -409,18 +409,39 @@ class Client:
         fallbacks: Mapping[str, int],
         graphs: Sequence[TorchGraphCost],
         *,
+        process: str = "",
+        rank: int = -1,
+        started_unix_ms: int = 0,
+        ended: bool = False,
         timeout: float | None = None,
     ) -> TorchJobReturn:
-        """Reports a process's fallbacks (since its last report) and its graphs' costs; returns
-        whether compiling paid off for the job, as kilnd reckons it."""
+        """Reports a process's fallbacks (since its last report) and its graphs' costs (from its
+        start, under ``process``, a random id new each time it starts: kilnd and the fleet keep
+        each process's latest account); returns whether compiling paid off for the job, as the
+        fleet reckons it (kilnd's own figures when it cannot reach the fleet cache)."""
         from ._proto import graph_pb2
 
         request = graph_pb2.TorchGraphReport(
-            job=job, fallbacks=dict(fallbacks), graphs=[g.to_proto() for g in graphs]
+            job=job,
+            fallbacks=dict(fallbacks),
+            graphs=[g.to_proto() for g in graphs],
+            process=process,
+            rank=rank,
+            started_unix_ms=started_unix_ms,
+            ended=ended,
         )
         with self._rpc():
             reply = self._graphs.ReportTorchGraphs(request, timeout=self._timeout(timeout))
         return TorchJobReturn.from_proto(reply.job)
+
+    def torch_jobs(self, job: str = "", *, limit: int = 0, timeout: float | None = None) -> TorchJobs:
+        """torch.compile jobs' returns, most recently reported first (one job's when ``job`` is
+        given): the fleet ledger's, or this kilnd's without a fleet cache (``source`` says)."""
+        from ._proto import kiln_pb2
+
+        with self._rpc():
+            reply = self._graphs.TorchJobs(kiln_pb2.TorchJobsRequest(job=job, limit=limit), timeout=self._timeout(timeout))
+        return TorchJobs.from_proto(reply)
 
     # -- Snapshots (the algorithm is in kiln.snapshot, imported on first use: the Triton and
     # torch integrations, which need only blobs, import this module inside a job's compile) --

@@ -269,19 +269,20 @@ def installed() -> bool:
 def graph_stats() -> dict[str, Any]:
     """What the graph path did in this process: fallbacks to an in-process compile by reason, and
     each graph's record (how it was compiled, the tier that answered, compile seconds, calls)."""
-    from . import _torch_graph
+    from . import _torch_ledger
 
-    return _torch_graph.stats()
+    return _torch_ledger.stats()
 
 
 def roi() -> Any:
     """Whether compiling has paid off for this job so far (:class:`kiln.TorchJobReturn`: step
-    times eager and compiled, speedup, compile seconds, steps to break even and a sentence), as
-    kilnd reckons it from this process's graphs; ``None`` when kilnd does not answer. Graphs
-    measured both ways are those that ran eagerly first (``KILN_TORCH_ASYNC=1``)."""
-    from . import _torch_graph
+    times eager and compiled, speedup, compile seconds charged and saved, steps to break even and
+    a sentence), merged across the job's processes, ranks, hosts and restarts by the fleet cache
+    (by kilnd alone without one); ``None`` when kilnd does not answer. Graphs are measured eagerly
+    while kilnd compiles them (``KILN_TORCH_ASYNC=1``) or after (``KILN_TORCH_MEASURE=N``)."""
+    from . import _torch_ledger
 
-    return _torch_graph.report()
+    return _torch_ledger.report()
 
 
 def blocking() -> Any:

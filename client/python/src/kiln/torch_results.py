@@ -3,7 +3,7 @@ protobuf types, as :mod:`kiln.results` has them for the other services."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ._proto import kiln_pb2 as pb
@@ -38,43 +38,47 @@ class TorchGraphAnswer:
 
 @dataclass(frozen=True)
 class TorchGraphCost:
-    """One graph's running costs as one process saw them: calls each way, the median seconds
-    from one call to the next each way (0 when not measured), and the compile seconds paid."""
+    """One graph's running costs as one process saw them, from its start: calls each way, the
+    median seconds from one call to the next each way (0 when not measured; the eager one over
+    the samples taken while no compile of the job ran on the host, when there are any), the
+    compile seconds this process paid, and how kilnd served it."""
 
     name: str
     eager_calls: int = 0
     compiled_calls: int = 0
     eager_median_s: float = 0.0
     compiled_median_s: float = 0.0
+    #: Serialization, a blocking graph's wait for kilnd, and the load; an in-process compile whole.
     compile_s: float = 0.0
+    key: str = ""
+    #: cold | memory | disk | remote | joined | in-process | eager ("" unknown).
+    served: str = ""
+    #: The worker's compile seconds as stored with the answer.
+    stored_compile_s: float = 0.0
+    #: Whether the graph ran eagerly while kilnd compiled it (KILN_TORCH_ASYNC).
+    async_compile: bool = False
+    eager_samples: int = 0
+    eager_contended_samples: int = 0
+    eager_contended_median_s: float = 0.0
+    compiled_samples: int = 0
+    #: Eager calls run after the swap to measure (KILN_TORCH_MEASURE).
+    measured_calls: int = 0
 
     def to_proto(self) -> pb.TorchGraphCost:
-        return pb.TorchGraphCost(
-            name=self.name,
-            eager_calls=self.eager_calls,
-            compiled_calls=self.compiled_calls,
-            eager_median_s=self.eager_median_s,
-            compiled_median_s=self.compiled_median_s,
-            compile_s=self.compile_s,
-        )
+        return pb.TorchGraphCost(**{f.name: getattr(self, f.name) for f in fields(self)})
 
     @classmethod
     def from_proto(cls, m: pb.TorchGraphCost) -> TorchGraphCost:
-        return cls(
-            name=m.name,
-            eager_calls=m.eager_calls,
-            compiled_calls=m.compiled_calls,
-            eager_median_s=m.eager_median_s,
-            compiled_median_s=m.compiled_median_s,
-            compile_s=m.compile_s,
-        )
+        return cls(**{f.name: getattr(m, f.name) for f in fields(cls)})
 
 
 @dataclass(frozen=True)
 class TorchJobReturn:
-    """Whether compiling paid off for a job: per-step seconds eager and compiled, their ratio,
-    the compile seconds, the steps to break even (0: never, or not measured), the steps so far,
-    and one sentence that says it."""
+    """Whether compiling paid off for a job, merged across its processes, ranks, hosts and
+    restarts (the fleet's figures when kilnd reached the fleet cache): per-step seconds eager and
+    compiled, their ratio, the compile seconds charged (cold compiles once per graph key, plus the
+    processes' own), the seconds the caches saved, the steps to break even (0: never, or not
+    measured), the steps so far, and one sentence that says it."""
 
     job: str
     eager_step_s: float
@@ -85,20 +89,36 @@ class TorchJobReturn:
     steps: int
     verdict: str
     graphs: list[TorchGraphCost] = field(default_factory=list)
+    cold_compile_s: float = 0.0
+    process_compile_s: float = 0.0
+    saved_s: float = 0.0
+    #: "uncontended", "contended" (timed while a compile of the job ran on the host) or "".
+    eager_basis: str = ""
+    processes: int = 0
+    folded_processes: int = 0
+    updated_unix_ms: int = 0
+    #: Whether every process of the job reported its exit.
+    ended: bool = False
 
     @classmethod
     def from_proto(cls, m: pb.TorchJobReturn) -> TorchJobReturn:
-        return cls(
-            job=m.job,
-            eager_step_s=m.eager_step_s,
-            compiled_step_s=m.compiled_step_s,
-            speedup=m.speedup,
-            compile_s=m.compile_s,
-            break_even_steps=m.break_even_steps,
-            steps=m.steps,
-            verdict=m.verdict,
-            graphs=[TorchGraphCost.from_proto(g) for g in m.graphs],
-        )
+        scalars = {f.name: getattr(m, f.name) for f in fields(cls) if f.name != "graphs"}
+        return cls(graphs=[TorchGraphCost.from_proto(g) for g in m.graphs], **scalars)
+
+
+@dataclass(frozen=True)
+class TorchJobs:
+    """Jobs' returns (:meth:`kiln.Client.torch_jobs`) and where they come from: ``fleet`` (the
+    fleet ledger, every host's processes) or ``kilnd`` (this host's), with why in
+    ``source_detail``."""
+
+    jobs: list[TorchJobReturn] = field(default_factory=list)
+    source: str = ""
+    source_detail: str = ""
+
+    @classmethod
+    def from_proto(cls, m: Any) -> TorchJobs:
+        return cls([TorchJobReturn.from_proto(j) for j in m.jobs], m.source, m.source_detail)
 
 
 @dataclass(frozen=True)

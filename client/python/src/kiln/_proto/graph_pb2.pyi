@@ -56,7 +56,7 @@ class TorchGraphReply(_message.Message):
     def __init__(self, ok: _Optional[bool] = ..., artifacts: _Optional[bytes] = ..., tier: _Optional[_Union[_kiln_pb2.Tier, str]] = ..., compile_micros: _Optional[int] = ..., log: _Optional[str] = ..., key: _Optional[str] = ...) -> None: ...
 
 class TorchGraphReport(_message.Message):
-    __slots__ = ("job", "fallbacks", "graphs")
+    __slots__ = ("job", "fallbacks", "graphs", "process", "rank", "started_unix_ms", "ended")
     class FallbacksEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -67,13 +67,23 @@ class TorchGraphReport(_message.Message):
     JOB_FIELD_NUMBER: _ClassVar[int]
     FALLBACKS_FIELD_NUMBER: _ClassVar[int]
     GRAPHS_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    STARTED_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    ENDED_FIELD_NUMBER: _ClassVar[int]
     job: str
     fallbacks: _containers.ScalarMap[str, int]
     graphs: _containers.RepeatedCompositeFieldContainer[_kiln_pb2.TorchGraphCost]
-    def __init__(self, job: _Optional[str] = ..., fallbacks: _Optional[_Mapping[str, int]] = ..., graphs: _Optional[_Iterable[_Union[_kiln_pb2.TorchGraphCost, _Mapping]]] = ...) -> None: ...
+    process: str
+    rank: int
+    started_unix_ms: int
+    ended: bool
+    def __init__(self, job: _Optional[str] = ..., fallbacks: _Optional[_Mapping[str, int]] = ..., graphs: _Optional[_Iterable[_Union[_kiln_pb2.TorchGraphCost, _Mapping]]] = ..., process: _Optional[str] = ..., rank: _Optional[int] = ..., started_unix_ms: _Optional[int] = ..., ended: _Optional[bool] = ...) -> None: ...
 
 class TorchGraphReportReply(_message.Message):
-    __slots__ = ("job",)
+    __slots__ = ("job", "source")
     JOB_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
     job: _kiln_pb2.TorchJobReturn
-    def __init__(self, job: _Optional[_Union[_kiln_pb2.TorchJobReturn, _Mapping]] = ...) -> None: ...
+    source: str
+    def __init__(self, job: _Optional[_Union[_kiln_pb2.TorchJobReturn, _Mapping]] = ..., source: _Optional[str] = ...) -> None: ...

@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from . import graph_pb2 as kiln_dot_v1_dot_graph__pb2
+from . import kiln_pb2 as kiln_dot_v1_dot_kiln__pb2
 
 GRPC_GENERATED_VERSION = '1.84.0'
 GRPC_VERSION = grpc.__version__
@@ -44,6 +45,11 @@ class TorchGraphsStub:
                 request_serializer=kiln_dot_v1_dot_graph__pb2.TorchGraphReport.SerializeToString,
                 response_deserializer=kiln_dot_v1_dot_graph__pb2.TorchGraphReportReply.FromString,
                 _registered_method=True)
+        self.TorchJobs = channel.unary_unary(
+                '/kiln.v1.TorchGraphs/TorchJobs',
+                request_serializer=kiln_dot_v1_dot_kiln__pb2.TorchJobsRequest.SerializeToString,
+                response_deserializer=kiln_dot_v1_dot_kiln__pb2.TorchJobsReply.FromString,
+                _registered_method=True)
         self.WarmTorchWorkers = channel.unary_unary(
                 '/kiln.v1.TorchGraphs/WarmTorchWorkers',
                 request_serializer=kiln_dot_v1_dot_graph__pb2.WarmTorchWorkersRequest.SerializeToString,
@@ -68,8 +74,18 @@ class TorchGraphsServicer:
 
     def ReportTorchGraphs(self, request, context):
         """A process's account of its graphs: the fallbacks it took since its last report (by reason)
-        and, per graph, what running it eagerly and compiled cost. kilnd keeps the latest per job for
-        `Stats` and /metrics, and answers with the job's return.
+        and, per graph, what running it eagerly and compiled cost, from its start. kilnd merges it
+        into the job's ledger (`Stats`, /metrics) and forwards it to the fleet cache, which keeps
+        the job's ledger across hosts (kept here and sent later while the fleet is unreachable);
+        answers with the job's return, the fleet's when it answered.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TorchJobs(self, request, context):
+        """Jobs' returns: the fleet's (kiln-cache's ledger), or this kilnd's when there is no fleet
+        cache or it does not answer (`kiln roi`).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -96,6 +112,11 @@ def add_TorchGraphsServicer_to_server(servicer, server):
                     servicer.ReportTorchGraphs,
                     request_deserializer=kiln_dot_v1_dot_graph__pb2.TorchGraphReport.FromString,
                     response_serializer=kiln_dot_v1_dot_graph__pb2.TorchGraphReportReply.SerializeToString,
+            ),
+            'TorchJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.TorchJobs,
+                    request_deserializer=kiln_dot_v1_dot_kiln__pb2.TorchJobsRequest.FromString,
+                    response_serializer=kiln_dot_v1_dot_kiln__pb2.TorchJobsReply.SerializeToString,
             ),
             'WarmTorchWorkers': grpc.unary_unary_rpc_method_handler(
                     servicer.WarmTorchWorkers,
@@ -157,6 +178,33 @@ class TorchGraphs:
             '/kiln.v1.TorchGraphs/ReportTorchGraphs',
             kiln_dot_v1_dot_graph__pb2.TorchGraphReport.SerializeToString,
             kiln_dot_v1_dot_graph__pb2.TorchGraphReportReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TorchJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kiln.v1.TorchGraphs/TorchJobs',
+            kiln_dot_v1_dot_kiln__pb2.TorchJobsRequest.SerializeToString,
+            kiln_dot_v1_dot_kiln__pb2.TorchJobsReply.FromString,
             options,
             channel_credentials,
             insecure,

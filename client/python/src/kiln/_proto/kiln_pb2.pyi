@@ -626,23 +626,41 @@ class TorchGraphStats(_message.Message):
     def __init__(self, compiled: _Optional[int] = ..., failed: _Optional[int] = ..., hits: _Optional[int] = ..., fallbacks: _Optional[_Mapping[str, int]] = ..., jobs: _Optional[_Iterable[_Union[TorchJobReturn, _Mapping]]] = ...) -> None: ...
 
 class TorchGraphCost(_message.Message):
-    __slots__ = ("name", "eager_calls", "compiled_calls", "eager_median_s", "compiled_median_s", "compile_s")
+    __slots__ = ("name", "eager_calls", "compiled_calls", "eager_median_s", "compiled_median_s", "compile_s", "key", "served", "stored_compile_s", "async_compile", "eager_samples", "eager_contended_samples", "eager_contended_median_s", "compiled_samples", "measured_calls")
     NAME_FIELD_NUMBER: _ClassVar[int]
     EAGER_CALLS_FIELD_NUMBER: _ClassVar[int]
     COMPILED_CALLS_FIELD_NUMBER: _ClassVar[int]
     EAGER_MEDIAN_S_FIELD_NUMBER: _ClassVar[int]
     COMPILED_MEDIAN_S_FIELD_NUMBER: _ClassVar[int]
     COMPILE_S_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    SERVED_FIELD_NUMBER: _ClassVar[int]
+    STORED_COMPILE_S_FIELD_NUMBER: _ClassVar[int]
+    ASYNC_COMPILE_FIELD_NUMBER: _ClassVar[int]
+    EAGER_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    EAGER_CONTENDED_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    EAGER_CONTENDED_MEDIAN_S_FIELD_NUMBER: _ClassVar[int]
+    COMPILED_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    MEASURED_CALLS_FIELD_NUMBER: _ClassVar[int]
     name: str
     eager_calls: int
     compiled_calls: int
     eager_median_s: float
     compiled_median_s: float
     compile_s: float
-    def __init__(self, name: _Optional[str] = ..., eager_calls: _Optional[int] = ..., compiled_calls: _Optional[int] = ..., eager_median_s: _Optional[float] = ..., compiled_median_s: _Optional[float] = ..., compile_s: _Optional[float] = ...) -> None: ...
+    key: str
+    served: str
+    stored_compile_s: float
+    async_compile: bool
+    eager_samples: int
+    eager_contended_samples: int
+    eager_contended_median_s: float
+    compiled_samples: int
+    measured_calls: int
+    def __init__(self, name: _Optional[str] = ..., eager_calls: _Optional[int] = ..., compiled_calls: _Optional[int] = ..., eager_median_s: _Optional[float] = ..., compiled_median_s: _Optional[float] = ..., compile_s: _Optional[float] = ..., key: _Optional[str] = ..., served: _Optional[str] = ..., stored_compile_s: _Optional[float] = ..., async_compile: _Optional[bool] = ..., eager_samples: _Optional[int] = ..., eager_contended_samples: _Optional[int] = ..., eager_contended_median_s: _Optional[float] = ..., compiled_samples: _Optional[int] = ..., measured_calls: _Optional[int] = ...) -> None: ...
 
 class TorchJobReturn(_message.Message):
-    __slots__ = ("job", "eager_step_s", "compiled_step_s", "speedup", "compile_s", "break_even_steps", "steps", "verdict", "graphs")
+    __slots__ = ("job", "eager_step_s", "compiled_step_s", "speedup", "compile_s", "break_even_steps", "steps", "verdict", "graphs", "cold_compile_s", "process_compile_s", "saved_s", "eager_basis", "processes", "folded_processes", "updated_unix_ms", "ended")
     JOB_FIELD_NUMBER: _ClassVar[int]
     EAGER_STEP_S_FIELD_NUMBER: _ClassVar[int]
     COMPILED_STEP_S_FIELD_NUMBER: _ClassVar[int]
@@ -652,6 +670,14 @@ class TorchJobReturn(_message.Message):
     STEPS_FIELD_NUMBER: _ClassVar[int]
     VERDICT_FIELD_NUMBER: _ClassVar[int]
     GRAPHS_FIELD_NUMBER: _ClassVar[int]
+    COLD_COMPILE_S_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_COMPILE_S_FIELD_NUMBER: _ClassVar[int]
+    SAVED_S_FIELD_NUMBER: _ClassVar[int]
+    EAGER_BASIS_FIELD_NUMBER: _ClassVar[int]
+    PROCESSES_FIELD_NUMBER: _ClassVar[int]
+    FOLDED_PROCESSES_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    ENDED_FIELD_NUMBER: _ClassVar[int]
     job: str
     eager_step_s: float
     compiled_step_s: float
@@ -661,7 +687,67 @@ class TorchJobReturn(_message.Message):
     steps: int
     verdict: str
     graphs: _containers.RepeatedCompositeFieldContainer[TorchGraphCost]
-    def __init__(self, job: _Optional[str] = ..., eager_step_s: _Optional[float] = ..., compiled_step_s: _Optional[float] = ..., speedup: _Optional[float] = ..., compile_s: _Optional[float] = ..., break_even_steps: _Optional[float] = ..., steps: _Optional[int] = ..., verdict: _Optional[str] = ..., graphs: _Optional[_Iterable[_Union[TorchGraphCost, _Mapping]]] = ...) -> None: ...
+    cold_compile_s: float
+    process_compile_s: float
+    saved_s: float
+    eager_basis: str
+    processes: int
+    folded_processes: int
+    updated_unix_ms: int
+    ended: bool
+    def __init__(self, job: _Optional[str] = ..., eager_step_s: _Optional[float] = ..., compiled_step_s: _Optional[float] = ..., speedup: _Optional[float] = ..., compile_s: _Optional[float] = ..., break_even_steps: _Optional[float] = ..., steps: _Optional[int] = ..., verdict: _Optional[str] = ..., graphs: _Optional[_Iterable[_Union[TorchGraphCost, _Mapping]]] = ..., cold_compile_s: _Optional[float] = ..., process_compile_s: _Optional[float] = ..., saved_s: _Optional[float] = ..., eager_basis: _Optional[str] = ..., processes: _Optional[int] = ..., folded_processes: _Optional[int] = ..., updated_unix_ms: _Optional[int] = ..., ended: _Optional[bool] = ...) -> None: ...
+
+class TorchProcessCosts(_message.Message):
+    __slots__ = ("process", "host", "rank", "started_unix_ms", "updated_unix_ms", "steps", "ended", "graphs", "folded")
+    PROCESS_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    STARTED_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    ENDED_FIELD_NUMBER: _ClassVar[int]
+    GRAPHS_FIELD_NUMBER: _ClassVar[int]
+    FOLDED_FIELD_NUMBER: _ClassVar[int]
+    process: str
+    host: str
+    rank: int
+    started_unix_ms: int
+    updated_unix_ms: int
+    steps: int
+    ended: bool
+    graphs: _containers.RepeatedCompositeFieldContainer[TorchGraphCost]
+    folded: int
+    def __init__(self, process: _Optional[str] = ..., host: _Optional[str] = ..., rank: _Optional[int] = ..., started_unix_ms: _Optional[int] = ..., updated_unix_ms: _Optional[int] = ..., steps: _Optional[int] = ..., ended: _Optional[bool] = ..., graphs: _Optional[_Iterable[_Union[TorchGraphCost, _Mapping]]] = ..., folded: _Optional[int] = ...) -> None: ...
+
+class TorchJobLedger(_message.Message):
+    __slots__ = ("job", "processes", "folded", "folded_ids")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    PROCESSES_FIELD_NUMBER: _ClassVar[int]
+    FOLDED_FIELD_NUMBER: _ClassVar[int]
+    FOLDED_IDS_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    processes: _containers.RepeatedCompositeFieldContainer[TorchProcessCosts]
+    folded: TorchProcessCosts
+    folded_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job: _Optional[str] = ..., processes: _Optional[_Iterable[_Union[TorchProcessCosts, _Mapping]]] = ..., folded: _Optional[_Union[TorchProcessCosts, _Mapping]] = ..., folded_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class TorchJobsRequest(_message.Message):
+    __slots__ = ("job", "limit")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    limit: int
+    def __init__(self, job: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class TorchJobsReply(_message.Message):
+    __slots__ = ("jobs", "source", "source_detail")
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_DETAIL_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[TorchJobReturn]
+    source: str
+    source_detail: str
+    def __init__(self, jobs: _Optional[_Iterable[_Union[TorchJobReturn, _Mapping]]] = ..., source: _Optional[str] = ..., source_detail: _Optional[str] = ...) -> None: ...
 
 class KeyRecipe(_message.Message):
     __slots__ = ("key", "toolchain", "fingerprint", "target", "source", "options", "headers", "entries", "toolchain_version", "unix_millis", "host")

@@ -1,0 +1,342 @@
+"""What this process's torch.compile graphs cost, and whether the compile pays for itself.
+
+Each graph's calls are timed from one call to the next (so a sample spans the whole step:
+backward, optimizer and data included), eagerly and compiled. The process reports its whole
+account to kilnd 30 s after a graph compiles and at exit, under a random process id, so a report
+received twice counts once; kilnd merges it into the job's ledger and sends it on to the fleet
+cache, which merges every process, rank, host and restart of the job (see
+``kiln_proto::torch_ledger``). At exit the process prints one line with the job's return unless
+``KILN_TORCH_QUIET=1``.
+
+Honest figures:
+
+- an eager sample taken while a compile this process asked for ran on this host (kilnd's answer
+  came from its compile or another request's on this host, not from a stored answer) is
+  *contended*: the compile took the CPU. The ledger uses uncontended samples where there are any,
+  and says when it had to use contended ones;
+- a graph served warm is charged what this process spent (serialization, round trip, load), and
+  its stored compile seconds count as saved; the cold compile counts once per graph key;
+- ``KILN_TORCH_MEASURE=N`` runs N calls of each graph eagerly after it is compiled (async or
+  blocking), spread out and never while a compile is in flight, so a job that never runs eagerly
+  still gets an eager baseline. Off by default: an eager step can need more memory than a
+  compiled one (Inductor frees and fuses what eager keeps), and a job sized to the compiled
+  graph's memory could run out.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import secrets
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger("kiln")
+
+MEASURE_ENV = "KILN_TORCH_MEASURE"
+QUIET_ENV = "KILN_TORCH_QUIET"
+#: Seconds after a graph's compile before the process reports (its first compiled calls timed).
+REPORT_AFTER_S = 30.0
+#: Samples kept per graph and way; past it the older half goes.
+MAX_SAMPLES = 512
+#: Compiled calls after the swap before the first measured eager call, and between two.
+MEASURE_AFTER = 5
+MEASURE_EVERY = 10
+
+#: Tiers whose answer was stored: no compile ran on this host for it.
+STORED_TIERS = ("memory", "disk", "remote")
+
+
+def measure_calls() -> int:
+    """``KILN_TORCH_MEASURE``: eager calls to run of each graph after its compile (0: off)."""
+    raw = os.environ.get(MEASURE_ENV, "").strip()
+    try:
+        return max(0, int(raw)) if raw else 0
+    except ValueError:
+        from . import _fleet
+
+        _fleet.warn_once("torch-measure", "kiln: %s=%r is not a number of calls; not measuring", MEASURE_ENV, raw)
+        return 0
+
+
+@dataclass
+class GraphRecord:
+    """One graph's life in this process: how it was compiled, and what its calls cost."""
+
+    name: str
+    how: str = "pending"  # kilnd | in-process | eager
+    tier: str = ""
+    #: The stored key kilnd answered under.
+    key: str = ""
+    #: Seconds this process paid: serialization, a blocking wait for kilnd, the load.
+    compile_s: float = 0.0
+    #: The worker's compile seconds, as stored with the answer (the cold compile's, on a hit).
+    stored_compile_s: float = 0.0
+    #: Whether the graph ran eagerly while kilnd compiled it.
+    async_compile: bool = False
+    #: (end, seconds) from one call to the next, by the way the earlier call ran.
+    samples: dict[str, list[tuple[float, float]]] = field(default_factory=lambda: {"eager": [], "compiled": []})
+    calls: dict[str, int] = field(default_factory=lambda: {"eager": 0, "compiled": 0})
+    ready_after_s: float | None = None
+    #: Compiled C++ kilnd's answer carried, by path under Inductor's cache (none on a GPU, mostly).
+    native_files: list[str] = field(default_factory=list)
+    #: When the graph was first asked for, and when kilnd's answer (or its fallback) came back.
+    created: float = field(default_factory=time.perf_counter)
+    answered_at: float | None = None
+    #: Eager calls run after the compile to measure, and those still to run.
+    measured: int = 0
+    measure_left: int = field(default_factory=measure_calls)
+    #: Whether older samples were dropped, by way (the first no longer holds the warm-up then).
+    trimmed: dict[str, bool] = field(default_factory=lambda: {"eager": False, "compiled": False})
+    _last: tuple[str, float] | None = None
+    _compiled_since_measure: int = 0
+
+    def called(self, mode: str) -> None:
+        now = time.perf_counter()
+        if self._last is not None:
+            samples = self.samples[self._last[0]]
+            samples.append((now, now - self._last[1]))
+            if len(samples) > MAX_SAMPLES:
+                del samples[: MAX_SAMPLES // 2]
+                self.trimmed[self._last[0]] = True
+        self._last = (mode, now)
+        self.calls[mode] += 1
+
+    def restart(self) -> None:
+        """Forgets when the last call started: the time since was not a step's."""
+        self._last = None
+
+    def answered(self, tier: str, key: str, stored_compile_s: float, at: float) -> None:
+        """kilnd's answer: the tier that served it, its key and its stored compile seconds."""
+        self.tier, self.key, self.stored_compile_s = tier, key, stored_compile_s
+        if self.answered_at is None:
+            self.answered_at = at
+
+    def run(self, compiled: Callable[..., Any], eager: Callable[..., Any], args: Sequence[Any]) -> Any:
+        """Runs one call of the compiled graph, or, when a measurement is due (KILN_TORCH_MEASURE),
+        of the eager one; and times it."""
+        if self.measure_left > 0 and self._measure_due():
+            self.measure_left -= 1
+            self.measured += 1
+            self._compiled_since_measure = 0
+            self.called("eager")
+            return eager(*args)
+        self._compiled_since_measure += 1
+        self.called("compiled")
+        return compiled(*args)
+
+    def _measure_due(self) -> bool:
+        wait = MEASURE_AFTER if self.measured == 0 else MEASURE_EVERY
+        return self._compiled_since_measure >= wait and not _ledger.compiling()
+
+    def window(self, now: float) -> tuple[float, float] | None:
+        """When a compile for this graph ran on this host as this process saw it: from its request
+        to kilnd's answer (still open while waiting), unless the answer was a stored one."""
+        if self.answered_at is None:
+            return (self.created, now) if self.how in ("pending", "eager") else None
+        if self.tier in STORED_TIERS:
+            return None
+        return (self.created, self.answered_at)
+
+    def served(self) -> str:
+        if self.how == "kilnd":
+            return "cold" if self.tier == "compiled" else self.tier
+        if self.how in ("in-process", "eager"):
+            return self.how
+        return ""
+
+    def cost(self, windows: Sequence[tuple[float, float]]) -> Any:
+        from .torch_results import TorchGraphCost
+
+        def values(mode: str, keep: Callable[[tuple[float, float]], bool] = lambda _: True) -> list[float]:
+            samples = self.samples[mode]
+            # The first interval each way holds the swap or the first step's warm-up.
+            if len(samples) > 1 and not self.trimmed[mode]:
+                samples = samples[1:]
+            return [d for sample in samples if keep(sample) for d in (sample[1],)]
+
+        def contended(sample: tuple[float, float]) -> bool:
+            end, seconds = sample
+            return any(start < end and end - seconds < stop for start, stop in windows)
+
+        def median(v: list[float]) -> float:
+            return statistics.median(v) if v else 0.0
+
+        alone = values("eager", lambda s: not contended(s))
+        crowded = values("eager", contended)
+        compiled = values("compiled")
+        return TorchGraphCost(
+            name=self.name,
+            eager_calls=self.calls["eager"],
+            compiled_calls=self.calls["compiled"],
+            eager_median_s=median(alone),
+            compiled_median_s=median(compiled),
+            compile_s=self.compile_s,
+            key=self.key,
+            served=self.served(),
+            stored_compile_s=self.stored_compile_s,
+            async_compile=self.async_compile,
+            eager_samples=len(alone),
+            eager_contended_samples=len(crowded),
+            eager_contended_median_s=median(crowded),
+            compiled_samples=len(compiled),
+            measured_calls=self.measured,
+        )
+
+
+class _Ledger:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.fallbacks: dict[str, int] = {}
+        self.unreported: dict[str, int] = {}
+        self.graphs: list[GraphRecord] = []
+        self.job = ""
+        #: This process, as the ledgers know it: a random id new at each start.
+        self.process = secrets.token_hex(8)
+        self.started_unix_ms = int(time.time() * 1000)
+
+    def compiling(self) -> bool:
+        """Whether a compile this process asked for is still in flight."""
+        now = time.perf_counter()
+        return any(g.answered_at is None and g.window(now) is not None for g in list(self.graphs))
+
+    def costs(self) -> list[Any]:
+        now = time.perf_counter()
+        with self.lock:
+            graphs = list(self.graphs)
+        windows = [w for g in graphs if (w := g.window(now)) is not None]
+        return [g.cost(windows) for g in graphs]
+
+
+_ledger = _Ledger()
+
+
+def rank() -> int:
+    """This process's rank (torchrun's ``RANK``), -1 when unknown."""
+    try:
+        return int(os.environ.get("RANK", "-1"))
+    except ValueError:
+        return -1
+
+
+def stats() -> dict[str, Any]:
+    """What the graph path did in this process: fallbacks by reason, and each graph's record."""
+    with _ledger.lock:
+        return {
+            "fallbacks": {k: v for k, v in _ledger.fallbacks.items() if v},
+            "process": _ledger.process,
+            "graphs": [
+                {
+                    "name": g.name,
+                    "how": g.how,
+                    "tier": g.tier,
+                    "key": g.key,
+                    "compile_s": g.compile_s,
+                    "stored_compile_s": g.stored_compile_s,
+                    "calls": dict(g.calls),
+                    "measured": g.measured,
+                    "ready_after_s": g.ready_after_s,
+                    "native_files": list(g.native_files),
+                }
+                for g in _ledger.graphs
+            ],
+        }
+
+
+def report(*, ended: bool = False) -> Any:
+    """Sends this process's fallbacks (since the last report) and its graphs' costs (from its
+    start) to kilnd; returns the job's return (:class:`kiln.TorchJobReturn`), the fleet's when
+    kilnd reached it, or ``None`` when kilnd does not answer."""
+    from . import _fleet
+
+    costs = _ledger.costs()
+    with _ledger.lock:
+        fallbacks, _ledger.unreported = _ledger.unreported, {}
+        job = _ledger.job
+    answer = _fleet.call(
+        "torch graph report",
+        lambda c: c.report_torch_graphs(
+            job,
+            fallbacks,
+            costs,
+            process=_ledger.process,
+            rank=rank(),
+            started_unix_ms=_ledger.started_unix_ms,
+            ended=ended,
+            timeout=10,
+        ),
+        None,
+    )
+    if answer is None:
+        with _ledger.lock:
+            for k, v in fallbacks.items():
+                _ledger.unreported[k] = _ledger.unreported.get(k, 0) + v
+    return answer
+
+
+def _count(n: float) -> str:
+    return f"{round(n):,}"
+
+
+def exit_line(r: Any) -> str:
+    """The one line a process prints at exit: what the compile cost the job and what it has
+    saved, and when it pays for itself, or what to do when it does not."""
+    job = f" (job {r.job}, {r.processes} processes)" if r.processes > 1 else ""
+    cost = f"kiln: torch.compile cost this job {r.compile_s:.1f} s"
+    if r.speedup <= 0:
+        why = r.verdict.removeprefix("not measured yet: ")
+        return f"{cost} over {_count(r.steps)} steps{job}; not measured yet: {why}"
+    saved = (r.eager_step_s - r.compiled_step_s) * r.steps
+    if r.compiled_step_s >= r.eager_step_s:
+        return (
+            f"{cost} and saves nothing over {_count(r.steps)} steps{job}: a compiled step ({r.compiled_step_s * 1e3:.2f} ms) "
+            f"is no faster than an eager one ({r.eager_step_s * 1e3:.2f} ms); run it eagerly"
+        )
+    line = f"{cost} and has saved {saved:.1f} s over {_count(r.steps)} steps{job}"
+    needed = _count(r.break_even_steps + 0.4999)
+    if r.steps >= r.break_even_steps:
+        return f"{line}; it paid for itself after {needed} steps"
+    if r.ended:
+        return f"{line}; it needed {needed} steps to pay for itself: run it eagerly, or with KILN_TORCH_ASYNC=1"
+    return f"{line}; it pays for itself after {needed} steps"
+
+
+def _at_exit() -> None:
+    ret = report(ended=True)
+    if ret is None or os.environ.get(QUIET_ENV, "0") not in ("", "0"):
+        return
+    with _ledger.lock:
+        through_kilnd = any(g.how == "kilnd" for g in _ledger.graphs)
+    if through_kilnd and ret.graphs:
+        print(exit_line(ret), file=sys.stderr, flush=True)
+
+
+_report_lock = threading.Lock()
+_report_due = threading.Event()
+_reporter: threading.Thread | None = None
+
+
+def report_soon() -> None:
+    """Reports in the background, after the graph's first compiled calls have been timed."""
+    global _reporter
+    _report_due.set()
+    with _report_lock:
+        if _reporter is None:
+            _reporter = threading.Thread(target=_report_loop, name="kiln-graph-report", daemon=True)
+            _reporter.start()
+            atexit.register(_at_exit)
+
+
+def _report_loop() -> None:
+    while True:
+        _report_due.wait()
+        _report_due.clear()
+        time.sleep(REPORT_AFTER_S)
+        report()
+        _report_due.set()
