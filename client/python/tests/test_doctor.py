@@ -53,3 +53,18 @@ def test_a_refused_fleet_token_is_shown_with_its_reason() -> None:
     # A kilnd from before remote_state says only up or down.
     assert _fleet(base) == "http://cache:7171 (DOWN)"
     assert _fleet({"remote": "", "remote_up": False}) == "none (no --remote)"
+
+
+def test_with_kiln_torch_doctor_sends_a_tiny_graph_through_the_torch_workers(kilnd: Kilnd) -> None:
+    env_run = subprocess.run(
+        [sys.executable, "-m", "kiln", "doctor", "--json"],
+        env={**os.environ, "KILN_DAEMON": kilnd.uri, "KILN_TORCH": "1"},
+        capture_output=True,
+        text=True,
+    )
+    assert env_run.returncode == 0, env_run.stdout + env_run.stderr
+    graph = json.loads(env_run.stdout)["torch_graph"]
+    assert graph["ok"] is True and graph["device"] == "cpu", graph
+    assert graph["tier"] in ("compiled", "joined", "memory", "disk", "remote") and graph["compile_seconds"] > 0, graph
+    # Without KILN_TORCH the graph path is not what the user runs: not tried.
+    assert "torch_graph" not in json.loads(doctor(kilnd.uri, "--json").stdout)

@@ -79,7 +79,9 @@ def test_three_runs_of_one_job_give_one_fleet_row_that_merges_them(fleet: Fleet,
     (graph,) = cold["graphs"]["graphs"]
     assert graph["how"] == "kilnd" and graph["tier"] == "compiled" and graph["calls"]["eager"] > 1, graph
     stored = graph["stored_compile_s"]
-    assert stored > 0 and graph["compile_s"] < stored, graph
+    # Charged its serialization and its swap (the load), not the eager steps it ran meanwhile.
+    # (It ran eagerly for at least the worker's compile, which it is not charged.)
+    assert stored > 0 and 0 < graph["compile_s"] <= graph["ready_after_s"] - 0.9 * stored, graph
     assert "kiln: torch.compile cost this job" in cold["stderr"], cold["stderr"][-2000:]
     row = fleet_row(a)
     assert row.cold_compile_s == pytest.approx(stored) and row.saved_s == 0 and row.processes == 1, row

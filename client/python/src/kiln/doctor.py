@@ -3,7 +3,9 @@
 Prints the daemon URI and where it came from, whether kilnd answers (its toolchains, GPUs,
 tiers and fleet cache), the versions of kiln, grpcio and protobuf, whether Triton and torch
 import (and whether kiln supports that torch), and the environment variables that switch kiln
-on. Exits 1 when kilnd does not answer, 0 otherwise.
+on. With ``KILN_TORCH=1`` (and the graph path not off), it sends a tiny torch graph through
+kilnd's torch workers and says what came back. Exits 1 when kilnd does not answer or that graph
+fails, 0 otherwise.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ SWITCHES: dict[str, str | None] = {
     "KILN_TORCH_GRAPH_WAIT_SECS": None,
     "KILN_TORCH_SOURCE_KEYS": None,
     "KILN_TORCH_UNTESTED": None,
+    "KILN_TORCH_MEASURE": None,
+    "KILN_TORCH_QUIET": None,
     "TORCHINDUCTOR_CACHE_DIR": None,
     "TRITON_CACHE_DIR": None,
     "KILN_TRITON_WAIT_SECS": None,
@@ -54,7 +58,7 @@ def _probe_import(module: str) -> dict[str, Any]:
     return {"importable": True, "version": str(getattr(mod, "__version__", "?"))}
 
 
-def gather(timeout: float = 5.0) -> dict[str, Any]:
+def gather(timeout: float = 5.0, torch_timeout: float = 300.0) -> dict[str, Any]:
     """Everything doctor reports, as a dict (``--json`` prints it)."""
     from . import errors
     from .client import Client
@@ -97,7 +101,61 @@ def gather(timeout: float = 5.0) -> dict[str, Any]:
         torch["tested"] = tested_versions_text()
     report["torch"] = torch
     report["env"] = {name: os.environ.get(name) for name in SWITCHES}
+    graph_path = report["env"]["KILN_TORCH"] not in (None, "", "0") and report["env"]["KILN_TORCH_GRAPHS"] != "0"
+    if graph_path and torch.get("supported") and report["daemon"].get("reachable"):
+        report["torch_graph"] = _torch_graph_check(uri, torch_timeout)
     return report
+
+
+def _torch_graph_check(uri: str, timeout: float) -> dict[str, Any]:
+    """Sends a tiny graph through kilnd's torch workers as ``KILN_TORCH=1`` would (Dynamo's graph,
+    serialized, compiled by a worker, answered with torch's artifacts): whether the graph path
+    works end to end, and what a first graph costs. The first call starts the workers."""
+    import time
+
+    import torch
+
+    from . import errors
+    from ._torch_graph import _environment
+    from ._torch_payload import serialize
+    from .client import Client
+
+    payloads: list[bytes] = []
+
+    def capture(gm: Any, inputs: list[Any]) -> Any:
+        payloads.append(serialize(gm, inputs, {}))
+        return gm
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    x = torch.randn(16, 16, device=device, requires_grad=True)
+    torch.compile(lambda t: torch.nn.functional.gelu(t).sum(), backend=capture)(x)
+    triton, python, cuda = _environment()
+    started = time.perf_counter()
+    try:
+        with Client(uri) as client:
+            answer = client.compile_torch_graph(
+                payloads[0],
+                torch.__version__,
+                job="kiln-doctor",
+                name="doctor:tiny",
+                timeout=timeout,
+                triton_version=triton,
+                python_version=python,
+                cuda_version=cuda,
+            )
+    except errors.KilnError as e:
+        return {"ok": False, "device": device, "error": str(e)}
+    seconds = time.perf_counter() - started
+    if not answer.ok:
+        last = answer.log.strip().splitlines()[-1:] or ["no log"]
+        return {"ok": False, "device": device, "error": f"the worker's compile failed: {last[0]}", "seconds": seconds}
+    return {
+        "ok": True,
+        "device": device,
+        "seconds": seconds,
+        "tier": str(answer.tier),
+        "compile_seconds": answer.compile_seconds,
+    }
 
 
 def _yes(flag: bool) -> str:
@@ -144,9 +202,14 @@ def render(report: dict[str, Any]) -> str:
             lines.append(f"{name:<11} not importable ({p['error']})")
     env = report["env"]
     triton_on = all(env[k] == SWITCHES[k] for k in ("TRITON_CACHE_MANAGER", "TRITON_REMOTE_CACHE_BACKEND"))
-    lines.append(f"triton via kiln  {_yes(triton_on)}" + ("" if triton_on else "  (set TRITON_CACHE_MANAGER and TRITON_REMOTE_CACHE_BACKEND; see the README)"))
+    lines.append(
+        f"triton via kiln  {_yes(triton_on)}"
+        + ("" if triton_on else "  (set TRITON_CACHE_MANAGER and TRITON_REMOTE_CACHE_BACKEND; see the README)")
+    )
     torch_on = env["KILN_TORCH"] not in (None, "", "0")
-    lines.append(f"torch via kiln   {_yes(torch_on)}" + ("" if torch_on else "  (KILN_TORCH=1, or kiln.torch.install())"))
+    lines.append(
+        f"torch via kiln   {_yes(torch_on)}" + ("" if torch_on else "  (KILN_TORCH=1, or kiln.torch.install())")
+    )
     if torch_on:
         from ._torch_layout import BadSetting, chosen
 
@@ -155,6 +218,15 @@ def render(report: dict[str, Any]) -> str:
         except BadSetting as e:
             layouts = f"NONE: {e}"
         lines.append(f"  graphs through kilnd for layouts: {layouts}")
+    graph = report.get("torch_graph")
+    if graph is not None:
+        if graph["ok"]:
+            lines.append(
+                f"  a tiny graph on {graph['device']} through kilnd's torch workers: {graph['seconds']:.1f} s "
+                f"({graph['tier']}; the worker's compile {graph['compile_seconds']:.1f} s)"
+            )
+        else:
+            lines.append(f"  a tiny graph on {graph['device']} through kilnd's torch workers: FAILED: {graph['error']}")
     for name, value in env.items():
         if value is not None:
             lines.append(f"  {name}={value}")
@@ -168,7 +240,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kiln doctor", description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for kilnd (default 5)")
+    parser.add_argument(
+        "--torch-timeout",
+        type=float,
+        default=300.0,
+        help="seconds for the tiny torch graph's compile, which may start kilnd's torch workers (default 300)",
+    )
     args = parser.parse_args(argv)
-    report = gather(args.timeout)
+    report = gather(args.timeout, args.torch_timeout)
     print(json.dumps(report, indent=2) if args.json else render(report))
-    return 0 if report["daemon"].get("reachable") else 1
+    graph_failed = not report.get("torch_graph", {"ok": True})["ok"]
+    return 0 if report["daemon"].get("reachable") and not graph_failed else 1
