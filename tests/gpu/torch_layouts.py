@@ -172,7 +172,7 @@ class Runner:
         for variant in variants:
             if layout == "herd" and variant in ("eager", "warm", "fresh", "async"):
                 continue
-            if variant == "twin" and (layout != "single" or self.a.gpus < 2):
+            if variant == "twin" and (layout != "single" or self.a.gpus < 2 or self.a.device != "cuda"):
                 continue
             try:
                 if variant in ("eager", "plain", "warm"):
