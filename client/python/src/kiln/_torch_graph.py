@@ -444,9 +444,19 @@ def install(job: str) -> bool:
 
     wrapper.__call__ = __call__
     _installed = True
-    if _choice.layouts:
+    if _choice.layouts and (_choice.devices is None or _gpus_seen(torch) > 0):
         threading.Thread(target=_warm_workers, name="kiln-graph-warm", daemon=True).start()
     return True
+
+
+def _gpus_seen(torch: Any) -> int:
+    """GPUs this process could compile for, asked through NVML so that CUDA stays uninitialised
+    (-1 where NVML does not answer: no GPU driver). The default sends only GPU graphs, and warming
+    kilnd's workers for a process that has none costs a CPU host seconds of its cores for nothing."""
+    try:
+        return int(torch.cuda._device_count_nvml())
+    except Exception:  # noqa: BLE001 - unknown: warm, as before
+        return 1
 
 
 def _warm_workers() -> None:
