@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from . import _torch_layout
+from . import _torch_device, _torch_layout
 from ._torch_answer import BadBundle, Bundle, place
 from ._torch_answer import parse as parse_bundle
 from ._torch_ledger import GraphRecord, _ledger
@@ -443,6 +443,7 @@ def install(job: str) -> bool:
         return compile_graph(model_, list(inputs_), lambda gm, inputs: original(self, gm, inputs), dict(self.config))
 
     wrapper.__call__ = __call__
+    _torch_device.install(torch)
     _installed = True
     if _choice.layouts and (_choice.devices is None or _gpus_seen(torch) > 0):
         threading.Thread(target=_warm_workers, name="kiln-graph-warm", daemon=True).start()

@@ -13,6 +13,8 @@ import json
 import struct
 from typing import Any
 
+from . import _torch_device
+
 #: The payload's format; the worker reads the same number.
 PAYLOAD_VERSION = 1
 
@@ -47,7 +49,7 @@ def _input_spec(torch: Any, value: Any) -> dict[str, Any]:
             "shape": list(value.shape),
             "stride": list(value.stride()),
             "dtype": str(value.dtype),
-            "device": str(value.device),
+            "device": str(_torch_device.moved_device(torch, value.device)),
             "requires_grad": bool(value.requires_grad),
             "parameter": isinstance(value, torch.nn.Parameter),
         }
@@ -95,20 +97,28 @@ def _as_lists(value: Any) -> Any:
 def _pickler() -> Any:
     """torch's graph pickler, mended: a view's metadata (a linear layer's output over 3-D inputs
     is a view of its 2-D product) keeps its base's fake mode, which does not pickle, though the
-    unpickler sets the base's fake mode itself. The mend clears it, as torch does the view's own."""
+    unpickler sets the base's fake mode itself. The mend clears it, as torch does the view's own.
+    Under :func:`kiln._torch_device.normalizing`, it also writes the graph's device as ``cuda:0``."""
     import dataclasses
 
+    import torch
     from torch._subclasses.fake_tensor import FakeTensor
     from torch.fx._graph_pickler import GraphPickler
 
     class Pickler(GraphPickler):
         def reducer_override(self, obj: object) -> Any:
+            if isinstance(obj, torch.device):
+                return _torch_device.moved_device(torch, obj).__reduce__()
             reduced = super().reducer_override(obj)
             if isinstance(obj, FakeTensor) and reduced is not NotImplemented:
                 data = reduced[1][0]
                 base = data.metadata.base
                 if base is not None and base.fake_mode is not None:
                     data.metadata = dataclasses.replace(data.metadata, base=dataclasses.replace(base, fake_mode=None))
+                data.metadata = _torch_device.moved_metadata(torch, data.metadata)
+            if isinstance(obj, torch.fx.GraphModule) and reduced is not NotImplemented:
+                data = reduced[1][0]
+                data.gm_dict = _torch_device.moved_graph_state(data.gm_dict)
             return reduced
 
     return Pickler
@@ -136,14 +146,30 @@ def _ambient(torch: Any) -> dict[str, Any]:
             matmul.allow_fp16_reduced_precision_reduction,
             matmul.allow_bf16_reduced_precision_reduction,
         ],
-        "cuda_device": torch.cuda.current_device() if torch.cuda.is_available() and torch.cuda.is_initialized() else None,
+        "cuda_device": _current_device(torch),
     }
+
+
+def _current_device(torch: Any) -> int | None:
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return None
+    return int(_torch_device.moved_device(torch, torch.device("cuda", torch.cuda.current_device())).index)
 
 
 def serialize(gm: Any, example_inputs: list[Any], config_patches: dict[str, Any]) -> bytes:
     """The payload kilnd compiles: a u32 length, a JSON header (the inputs' metadata and the
     config), then torch's graph pickle of (graph module, each placeholder's Dynamo source).
-    Deterministic: processes tracing the same code send the same bytes, so they share one key."""
+    Deterministic: processes tracing the same code send the same bytes, so they share one key, and
+    a graph on one GPU of the host is sent as it reads on ``cuda:0`` (:mod:`kiln._torch_device`),
+    so that the ranks on the host's GPUs share it too."""
+    index = _torch_device.graph_device(example_inputs)
+    if index and not _torch_device.graph_names_only(gm, index):
+        index = None
+    with _torch_device.normalizing(index):
+        return _serialize(gm, example_inputs, config_patches)
+
+
+def _serialize(gm: Any, example_inputs: list[Any], config_patches: dict[str, Any]) -> bytes:
     import torch
     from torch._guards import CompileId
     from torch.fx._graph_pickler import Options

@@ -1,0 +1,186 @@
+"""The device index taken out of a graph and put back (kiln._torch_device), with a real torch on
+the CPU: its fake tensors stand on GPUs this machine does not have, so graphs traced for
+``cuda:1`` and ``cuda:0`` are made here and compared as kilnd and torch's FX graph cache see them.
+The GPU run checks the moved code against the code torch generates on the second GPU itself.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed in this interpreter")
+
+from kiln import _torch_device  # noqa: E402
+from kiln._torch_payload import serialize  # noqa: E402
+
+
+# Unannotated: the traced graph's code would carry the annotations (strings, here) as globals.
+def step(x, w):  # type: ignore[no-untyped-def]
+    return torch.nn.functional.linear(x, w).relu() + torch.ones(4, device=x.device)
+
+
+def step_to_first_gpu(x, w):  # type: ignore[no-untyped-def]
+    return step(x, w).to("cuda:0")
+
+
+def traced(fn: Any, device: str) -> tuple[Any, list[Any]]:
+    """``fn``'s graph for inputs on ``device``, with fake inputs as Dynamo hands a backend."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    mode = FakeTensorMode()
+    with mode:
+        inputs = [torch.empty(2, 4, device=device), torch.empty(4, 4, device=device, requires_grad=True)]
+        return make_fx(fn)(*inputs), inputs
+
+
+def test_a_graph_on_another_gpu_travels_as_the_same_graph_on_the_first() -> None:
+    first, second = traced(step, "cuda:0"), traced(step, "cuda:1")
+    assert "index=1" in second[0].code, "the traced graph names its device"
+    assert serialize(*second, {}) == serialize(*first, {})
+    assert b'"device": "cuda:0"' in serialize(*second, {})
+    # A graph on cuda:2 is the same graph too: every GPU of a host shares one compile.
+    assert serialize(*traced(step, "cuda:2"), {}) == serialize(*first, {})
+
+
+def test_a_graph_that_names_another_gpu_than_its_inputs_keeps_its_index() -> None:
+    gm, inputs = traced(step_to_first_gpu, "cuda:1")
+    assert not _torch_device.graph_names_only(gm, 1)
+    assert serialize(gm, inputs, {}) != serialize(*traced(step_to_first_gpu, "cuda:0"), {})
+    # Inputs on two GPUs have no one index to take out.
+    with_cpu = [torch.empty(1), *inputs]
+    assert _torch_device.graph_device(with_cpu) == 1
+    assert _torch_device.graph_device([*inputs, torch.empty(1, device="meta")]) == 1
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        other = torch.empty(1, device="cuda:0")
+    assert _torch_device.graph_device([*inputs, other]) is None
+    assert _torch_device.graph_device([torch.empty(1)]) is None
+
+
+def test_the_fx_graph_key_on_another_gpu_reads_as_the_key_on_the_first() -> None:
+    from torch._inductor.codecache import compiled_fx_graph_hash
+
+    (gm0, in0), (gm1, in1) = traced(step, "cuda:0"), traced(step, "cuda:1")
+    natural0 = compiled_fx_graph_hash(gm0, in0, {}, [])[0]
+    natural1 = compiled_fx_graph_hash(gm1, in1, {}, [])[0]
+    assert natural0 != natural1, "torch's own key names the device"
+    with _torch_device.normalizing(1):
+        assert _torch_device.fx_graph_key(torch, gm1, in1, {}, []) == natural0
+
+
+#: Inductor's generated Python for a small CUDA graph, as torch 2.11 writes it (shortened): the
+#: device's index in the wrapper, its stream, a tensor it makes, and a Triton kernel's metadata.
+WRAPPER = '''
+from torch._C import _cuda_getCurrentRawStream as get_raw_stream
+empty_strided_cuda = torch._C._dynamo.guards._empty_strided_cuda
+
+# kernel path: /tmp/torchinductor_root/ab/cabcdef.py
+triton_poi_fused_add_relu_0 = async_compile.triton('triton_poi_fused_add_relu_0', """
+@triton_heuristics.pointwise(
+    size_hints={'x': 16},
+    triton_meta={'signature': {'in_out_ptr0': '*fp32', 'xnumel': 'i32'}, 'device': DeviceProperties(type='cuda', index=0, multi_processor_count=132, cc=90, major=9, regs_per_multiprocessor=65536, max_threads_per_multi_processor=2048, warp_size=32), 'constants': {}},
+    inductor_meta={'kernel_name': 'triton_poi_fused_add_relu_0', 'num_load': 2},
+)
+@triton.jit
+def triton_poi_fused_add_relu_0(in_out_ptr0, xnumel, XBLOCK : tl.constexpr):
+    xindex = xoffset + tl.arange(0, XBLOCK)[:]
+    tmp0 = tl.load(in_out_ptr0 + (x0), xmask)
+""", device_str='cuda')
+
+# Topologically Sorted Source Nodes: [full_default]
+# Graph fragment:
+#   %full_default : Tensor "f32[4][1]cuda:0"[num_users=1] = call_function[target=torch.ops.aten.full.default](args = ([4], 1), kwargs = {device: cuda:0})
+def call(args):
+    primals_1, primals_2 = args
+    args.clear()
+    with torch.cuda._DeviceGuard(0):
+        torch.cuda.set_device(0)
+        buf0 = empty_strided_cuda((2, 4), (4, 1), torch.float32)
+        stream0 = get_raw_stream(0)
+        triton_poi_fused_add_relu_0.run(buf0, 8, stream=stream0)
+        buf1 = torch.ops.aten.full.default([4], 1.0, device=device(type='cuda', index=0), pin_memory=False)
+    return (buf0, buf1, )
+
+def benchmark_compiled_module(times=10, repeat=10):
+    primals_1 = rand_strided((2, 4), (4, 1), device='cuda:0', dtype=torch.float32)
+'''
+
+
+@dataclass
+class Entry:
+    """The parts of torch's ``CompiledFxGraph`` that name a device."""
+
+    source_code: str
+    cache_key: str = "cabcdef"
+    device_idxs: Any = field(default_factory=lambda: {0})
+    _triton_bundle: Any = None
+
+
+def bundle() -> Any:
+    from torch._inductor.triton_bundler import TritonBundle, TritonKernelArtifact, TritonKernelArtifacts
+
+    cubin = TritonKernelArtifact("triton_poi_fused_add_relu_0.cubin", b"\x7fELF")
+    return TritonBundle([TritonKernelArtifacts("k3y", 0, [cubin])], static_autotuners=["made for cuda:0"])
+
+
+def test_generated_code_moves_to_another_gpu_whole() -> None:
+    assert _torch_device.indices(WRAPPER) == {0}
+    moved = _torch_device.move_code(WRAPPER, 0, 3)
+    assert _torch_device.indices(moved) == {3}
+    expected = WRAPPER
+    for before, after in (("_DeviceGuard(0)", "_DeviceGuard(3)"), ("set_device(0)", "set_device(3)"),
+                          ("get_raw_stream(0)", "get_raw_stream(3)"), ("stream0", "stream3"), ("index=0", "index=3"), ("'cuda:0'", "'cuda:3'"), ("]cuda:0", "]cuda:3"),
+                          ("device: cuda:0", "device: cuda:3")):
+        assert before in expected
+        expected = expected.replace(before, after)
+    assert moved == expected, "each place that names the device, and nothing else"
+
+    entry = _torch_device.move_graph(Entry(WRAPPER, _triton_bundle=bundle()), 3)
+    assert entry is not None
+    assert _torch_device.indices(entry.source_code) == {3}
+    assert entry.cache_key != "cabcdef", "the moved code is another file"
+    assert list(entry.device_idxs) == [3]
+    assert [a.device for a in entry._triton_bundle.kernel_artifacts] == [3]
+    assert entry._triton_bundle.static_autotuners == []
+    # Code that names two devices cannot be told apart: not moved.
+    assert _torch_device.move_graph(Entry(WRAPPER + "\nstream1 = get_raw_stream(1)\n"), 3) is None
+
+
+def test_a_process_on_another_gpu_takes_the_first_gpus_entry_moved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch._inductor.codecache import FxGraphCache, compiled_fx_graph_hash
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    # torch keys a graph only inside a compile: its tracing context.
+    context = torch._guards.TracingContext(FakeTensorMode(shape_env=ShapeEnv()))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    (gm0, in0), (gm1, in1) = traced(step, "cuda:0"), traced(step, "cuda:1")
+    key0 = compiled_fx_graph_hash(gm0, in0, {}, [])[0]
+    FxGraphCache._write_to_local_cache(key0, pickle.dumps(Entry(WRAPPER, _triton_bundle=bundle())))
+    _torch_device.install(torch)
+
+    with torch._guards.tracing(context):
+        (key1, _), _ = FxGraphCache.prepare_key(gm1, in1, {}, [], False)
+    assert key1 == compiled_fx_graph_hash(gm1, in1, {}, [])[0], "torch looks the graph up under its own key"
+    (path,) = (Path(FxGraphCache._get_tmp_dir_for_key(key1)) / n for n in os.listdir(FxGraphCache._get_tmp_dir_for_key(key1)))
+    moved = pickle.loads(path.read_bytes())
+    assert _torch_device.indices(moved.source_code) == {1}
+    assert [a.device for a in moved._triton_bundle.kernel_artifacts] == [1]
+    # The first GPU's entry is as it was: only cuda:0 code is ever under a cuda:0 key.
+    (original,) = os.listdir(FxGraphCache._get_tmp_dir_for_key(key0))
+    entry0 = pickle.loads((Path(FxGraphCache._get_tmp_dir_for_key(key0)) / original).read_bytes())
+    assert _torch_device.indices(entry0.source_code) == {0}
+    # A graph on the first GPU, and one whose key has an entry already, are left to torch.
+    with torch._guards.tracing(context):
+        FxGraphCache.prepare_key(gm0, in0, {}, [], False)
+        FxGraphCache.prepare_key(gm1, in1, {}, [], False)
+    assert len(os.listdir(FxGraphCache._get_tmp_dir_for_key(key1))) == 1
+    assert len(os.listdir(FxGraphCache._get_tmp_dir_for_key(key0))) == 1
