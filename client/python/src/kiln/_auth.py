@@ -15,8 +15,10 @@ from typing import Any
 
 import grpc
 
-TOKEN_FILE_ENV = "KILN_TOKEN_FILE"
-CA_FILE_ENV = "KILN_CA_FILE"
+from . import settings
+
+TOKEN_FILE_ENV = settings.TOKEN_FILE.name
+CA_FILE_ENV = settings.CA_FILE.name
 
 
 def read_token(token_file: str | None, environ: Mapping[str, str] | None = None) -> str | None:

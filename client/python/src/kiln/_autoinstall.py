@@ -28,6 +28,7 @@ import sys
 from collections.abc import Callable
 from types import ModuleType
 
+from . import settings
 from ._import_hooks import watch
 
 log = logging.getLogger("kiln")
@@ -83,7 +84,7 @@ def install_hooks() -> None:
 
 
 # kiln-torch.pth imports this module under KILN_TORCH.
-if os.environ.get("KILN_TORCH", "0") not in ("", "0"):
+if os.environ.get(settings.TORCH.name, "0") not in ("", "0"):
     try:
         install_hooks()
     except Exception:  # noqa: BLE001

@@ -48,7 +48,9 @@ import sys
 from types import ModuleType
 from typing import Any
 
-SWITCH_ENV = "KILN_TORCH_SOURCE_KEYS"
+from . import settings
+
+SWITCH_ENV = settings.TORCH_SOURCE_KEYS.name
 MEMO_NAME = "kiln-source-keys.json"
 PACKAGES = ("torch", "triton")
 #: Fingerprints kept per package: a directory shared by a few installations keeps each one's.

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from . import _torch_device, _torch_layout
+from . import _torch_device, _torch_layout, settings
 from ._torch_answer import BadBundle, Bundle, place
 from ._torch_answer import parse as parse_bundle
 from ._torch_ledger import GraphRecord, _ledger
@@ -49,9 +49,9 @@ from ._torch_payload import Unserializable, serialize
 
 log = logging.getLogger("kiln")
 
-ASYNC_ENV = "KILN_TORCH_ASYNC"
+ASYNC_ENV = settings.TORCH_ASYNC.name
 #: How long a blocking graph waits for kilnd (a cold GPT-2 graph takes tens of seconds).
-COMPILE_WAIT_SECS = float(os.environ.get("KILN_TORCH_GRAPH_WAIT_SECS", "1800"))
+COMPILE_WAIT_SECS = float(os.environ.get(settings.TORCH_GRAPH_WAIT_SECS.name) or settings.TORCH_GRAPH_WAIT_SECS.default)
 
 #: Why a graph was compiled in-process instead of by kilnd.
 FALLBACK_REASONS = (

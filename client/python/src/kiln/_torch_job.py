@@ -28,7 +28,9 @@ import platform
 import re
 import sys
 
-JOB_ENV = "KILN_TORCH_JOB"
+from . import settings
+
+JOB_ENV = settings.TORCH_JOB.name
 INDUCTOR_ENV = "TORCHINDUCTOR_CACHE_DIR"
 TRITON_ENV = "TRITON_CACHE_DIR"
 

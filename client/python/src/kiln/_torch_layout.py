@@ -24,7 +24,9 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-GRAPHS_ENV = "KILN_TORCH_GRAPHS"
+from . import settings
+
+GRAPHS_ENV = settings.TORCH_GRAPHS.name
 LAYOUTS = ("single", "ddp", "multi-rank")
 #: Layouts sent to kilnd when ``KILN_TORCH_GRAPHS`` is unset: those whose cold first step through
 #: kilnd is, on the record (2 H100s, torch 2.11, medians of three runs), no slower than plain

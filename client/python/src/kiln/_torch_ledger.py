@@ -37,10 +37,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import settings
+
 log = logging.getLogger("kiln")
 
-MEASURE_ENV = "KILN_TORCH_MEASURE"
-QUIET_ENV = "KILN_TORCH_QUIET"
+MEASURE_ENV = settings.TORCH_MEASURE.name
+QUIET_ENV = settings.TORCH_QUIET.name
 #: Seconds after a graph's compile before the process reports (its first compiled calls timed).
 REPORT_AFTER_S = 30.0
 #: Samples kept per graph and way; past it the older half goes.

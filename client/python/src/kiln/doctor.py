@@ -18,29 +18,12 @@ import os
 import sys
 from typing import Any
 
-from . import __version__
+from . import __version__, settings
 from .paths import DAEMON_ENV, daemon_uri
 
-#: Variables kiln reads, and the value each needs to switch kiln on where one does.
-SWITCHES: dict[str, str | None] = {
-    "TRITON_CACHE_MANAGER": "triton.runtime.cache:RemoteCacheManager",
-    "TRITON_REMOTE_CACHE_BACKEND": "kiln.triton:KilnRemoteCacheBackend",
-    "KILN_TORCH": None,
-    "KILN_TORCH_JOB": None,
-    "KILN_TORCH_SNAPSHOT": None,
-    "KILN_TORCH_RESTORE_WAIT_SECS": None,
-    "KILN_TORCH_GRAPHS": None,
-    "KILN_TORCH_ASYNC": None,
-    "KILN_TORCH_GRAPH_WAIT_SECS": None,
-    "KILN_TORCH_SOURCE_KEYS": None,
-    "KILN_TORCH_UNTESTED": None,
-    "KILN_TORCH_MEASURE": None,
-    "KILN_TORCH_QUIET": None,
-    "TORCHINDUCTOR_CACHE_DIR": None,
-    "TRITON_CACHE_DIR": None,
-    "KILN_TRITON_WAIT_SECS": None,
-    "KILN_TRITON_HOLD_SECS": None,
-}
+#: Variables kiln reads (:mod:`kiln.settings`), and the value each needs to switch kiln on where
+#: one does.
+SWITCHES: dict[str, str | None] = {**{s.name: None for s in settings.SETTINGS}, **settings.FOREIGN}
 
 
 def _version(dist: str) -> str | None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-DAEMON_ENV = "KILN_DAEMON"
+from . import settings
+
+DAEMON_ENV = settings.DAEMON.name
 
 
 def socket_path_for(xdg_runtime_dir: str | None, uid: int) -> str:

@@ -39,12 +39,14 @@ import threading
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from . import settings
+
 if TYPE_CHECKING:
     from .results import BlobEntry
 
 #: (major, minor) versions of torch that this module was tested with.
 TESTED_VERSIONS: tuple[tuple[int, int], ...] = ((2, 11),)
-UNTESTED_ENV = "KILN_TORCH_UNTESTED"
+UNTESTED_ENV = settings.TORCH_UNTESTED.name
 
 #: torch's class name in torch._inductor.remote_cache -> kiln namespace.
 NAMESPACES: dict[str, str] = {

@@ -53,12 +53,12 @@ import time
 from types import ModuleType
 from typing import Any
 
-from . import _source_keys, _torch_job
+from . import _source_keys, _torch_job, settings
 
 log = logging.getLogger("kiln")
 
-SWITCH_ENV = "KILN_TORCH_SNAPSHOT"
-WAIT_ENV = "KILN_TORCH_RESTORE_WAIT_SECS"
+SWITCH_ENV = settings.TORCH_SNAPSHOT.name
+WAIT_ENV = settings.TORCH_RESTORE_WAIT_SECS.name
 DEFAULT_WAIT_SECS = 120.0
 #: How long exit waits for a save in flight, and for its own.
 EXIT_SAVE_SECS = 120.0

@@ -67,14 +67,16 @@ import triton
 from triton import knobs
 from triton.runtime.cache import RemoteCacheBackend
 
+from . import settings
+
 if TYPE_CHECKING:
     from .client import Lease
     from .results import BlobEntry
 
 NAMESPACE = "triton"
 GROUP_PREFIX = "__grp__"
-WAIT_ENV = "KILN_TRITON_WAIT_SECS"
-HOLD_ENV = "KILN_TRITON_HOLD_SECS"
+WAIT_ENV = settings.TRITON_WAIT_SECS.name
+HOLD_ENV = settings.TRITON_HOLD_SECS.name
 DEFAULT_WAIT_SECS = 60.0
 
 #: Deadlines of the unary calls: a hung kilnd costs a lookup this much once, then kiln backs off.

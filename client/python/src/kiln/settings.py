@@ -1,0 +1,81 @@
+"""Every environment variable kiln's Python side reads: its name, its default and what it does.
+
+The one list. ``kiln doctor`` shows each one's value from it, the README's table of a job's
+variables is checked against it by a test, and so is every ``KILN_*`` name the package's code
+reads: a variable added without a line here fails the suite. The modules that read a variable
+keep their own name for it (``_torch_graph.ASYNC_ENV``), taken from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Setting:
+    #: The variable's name.
+    name: str
+    #: What an unset variable means, as the README's table says it.
+    default: str
+    #: What it does, in one line.
+    meaning: str
+
+
+DAEMON = Setting("KILN_DAEMON", "the local socket", "kilnd's address: `unix:///path` or `http(s)://host:port`")
+TOKEN_FILE = Setting("KILN_TOKEN_FILE", "unset", "a file holding the token for a kilnd that asks for one")
+CA_FILE = Setting("KILN_CA_FILE", "the system's roots", "a PEM file of the CA to trust for `https://` addresses")
+TORCH = Setting("KILN_TORCH", "unset", "`1` installs kiln.torch at interpreter start-up (snapshots, remote caches, the graph path)")
+TORCH_JOB = Setting(
+    "KILN_TORCH_JOB", "the main script", "the job's name: its snapshot's, and its ledger's across processes, ranks, hosts and restarts"
+)
+TORCH_GRAPHS = Setting("KILN_TORCH_GRAPHS", "the record's layouts", "which layouts' graphs go to kilnd (`0`: none, `1`: all, or names)")
+TORCH_ASYNC = Setting(
+    "KILN_TORCH_ASYNC", "0", "`1`: a graph runs eagerly until kilnd's compile of it is ready (and its eager step is measured for free)"
+)
+TORCH_GRAPH_WAIT_SECS = Setting("KILN_TORCH_GRAPH_WAIT_SECS", "1800", "how long a graph waits for kilnd's compile before compiling itself")
+TORCH_MEASURE = Setting(
+    "KILN_TORCH_MEASURE",
+    "0",
+    "N eager calls of each graph after its compile, for a blocking job's eager baseline; off by default because an eager "
+    "step can need more memory than a compiled one",
+)
+TORCH_QUIET = Setting("KILN_TORCH_QUIET", "0", "`1`: no line at exit about what torch.compile cost the job and saved")
+TORCH_SNAPSHOT = Setting("KILN_TORCH_SNAPSHOT", "1", "`0`: no job snapshot restored at start-up or saved after the first compile")
+TORCH_RESTORE_WAIT_SECS = Setting(
+    "KILN_TORCH_RESTORE_WAIT_SECS", "120", "how long the first compile waits for the snapshot's restore before compiling without it"
+)
+TORCH_SOURCE_KEYS = Setting(
+    "KILN_TORCH_SOURCE_KEYS", "1", "`0`: torch's and Triton's source hashes are computed at the first compile, not restored from the snapshot"
+)
+TORCH_UNTESTED = Setting("KILN_TORCH_UNTESTED", "0", "`1`: install kiln.torch on a torch it was not tested with")
+TRITON_WAIT_SECS = Setting("KILN_TRITON_WAIT_SECS", "60", "how long a Triton kernel waits for another process's compile of it")
+TRITON_HOLD_SECS = Setting("KILN_TRITON_HOLD_SECS", "the wait", "how long a Triton compile holds the fleet's lease on its kernel")
+
+#: In the order ``kiln doctor`` and the README list them.
+SETTINGS: tuple[Setting, ...] = (
+    DAEMON,
+    TOKEN_FILE,
+    CA_FILE,
+    TORCH,
+    TORCH_JOB,
+    TORCH_GRAPHS,
+    TORCH_ASYNC,
+    TORCH_GRAPH_WAIT_SECS,
+    TORCH_MEASURE,
+    TORCH_QUIET,
+    TORCH_SNAPSHOT,
+    TORCH_RESTORE_WAIT_SECS,
+    TORCH_SOURCE_KEYS,
+    TORCH_UNTESTED,
+    TRITON_WAIT_SECS,
+    TRITON_HOLD_SECS,
+)
+
+#: Variables of torch and Triton that decide what kiln does, shown by ``kiln doctor`` beside
+#: kiln's own, with the value each needs to switch kiln on where one does.
+FOREIGN: dict[str, str | None] = {
+    "TRITON_CACHE_MANAGER": "triton.runtime.cache:RemoteCacheManager",
+    "TRITON_REMOTE_CACHE_BACKEND": "kiln.triton:KilnRemoteCacheBackend",
+    "TORCHINDUCTOR_CACHE_DIR": None,
+    "TRITON_CACHE_DIR": None,
+}

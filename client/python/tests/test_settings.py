@@ -1,0 +1,45 @@
+"""kiln.settings is the one list of the variables the Python client reads: every ``KILN_*`` name
+in the package's code is on it, ``kiln doctor`` shows each, and the README's table is it."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from kiln import doctor, settings
+
+PACKAGE = Path(settings.__file__).parent
+README = Path(__file__).resolve().parents[3] / "README.md"
+
+
+def names_in_code() -> dict[str, list[str]]:
+    """Each string constant of the package's code that is a variable's name (``KILN_TORCH``),
+    with the files it is in; docstrings and comments mention names, they do not read them."""
+    found: dict[str, list[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name == "settings.py" or "_proto" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and re.fullmatch(r"KILN_[A-Z0-9_]+", node.value):
+                found.setdefault(node.value, []).append(path.name)
+    return found
+
+
+def test_every_variable_the_code_reads_is_on_the_list() -> None:
+    listed = {s.name for s in settings.SETTINGS}
+    unlisted = {name: files for name, files in names_in_code().items() if name not in listed}
+    assert not unlisted, f"add these to kiln.settings (and the README): {unlisted}"
+    assert len(listed) == len(settings.SETTINGS), "a variable is listed twice"
+
+
+def test_kiln_doctor_shows_every_variable() -> None:
+    assert [s.name for s in settings.SETTINGS] == [n for n in doctor.SWITCHES if n.startswith("KILN_")]
+
+
+def test_the_readme_table_is_the_list() -> None:
+    lines = README.read_text().splitlines()
+    start = lines.index("| variable | default | meaning |") + 2
+    rows = lines[start : start + next(i for i, line in enumerate(lines[start:]) if not line.startswith("|"))]
+    expected = [f"| `{s.name}` | {s.default} | {s.meaning} |" for s in settings.SETTINGS]
+    assert rows == expected, "README's table of a job's variables differs from kiln.settings"
