@@ -1,7 +1,8 @@
 //! kilnd's pool of torch workers (`torch_worker.py`, shipped inside kilnd): long-lived Python
 //! processes that imported torch, Dynamo and Inductor before their first request, each compiling
-//! every graph in a child forked for it alone. The pool starts lazily, on the first graph request,
-//! since importing torch costs seconds and most hosts that run kilnd never send a graph.
+//! every graph in a child forked for it alone. The pool starts lazily, on the first graph request
+//! or kiln.torch's warm call, since importing torch costs seconds and most hosts that run kilnd
+//! never send a graph; once its first worker is up, the others start together in the background.
 
 use crate::toolchain::triton_box;
 use crate::worker::confine::Confinement;
@@ -12,6 +13,7 @@ use serde_json::{Value as Json, json};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const WORKER_SCRIPT: &str = include_str!("torch_worker.py");
@@ -33,7 +35,7 @@ pub struct Settings {
 pub struct TorchWorkers {
     /// The worker's environment: torch, Triton, Python and CUDA versions (see [`Environment`]).
     pub environment: Environment,
-    pool: WorkerPool<TorchProtocol>,
+    pool: Arc<WorkerPool<TorchProtocol>>,
     /// Holds the script and the workers' home, removed when the pool is dropped.
     _dir: tempfile::TempDir,
 }
@@ -220,6 +222,13 @@ impl TorchWorkers {
         let environment =
             Environment { torch: text("torch"), triton: text("triton"), python: text("python"), cuda: text("cuda") };
         tracing::info!(?environment, network_namespace = network, "torch workers ready");
+        // The rest of the pool starts now, in the background: the pieces of a DDP graph come all
+        // at once, and each would otherwise wait seconds for a worker of its own to import torch
+        // while the first one compiles the others in turn.
+        let pool = Arc::new(pool);
+        let filling = Arc::clone(&pool);
+        let count = settings.max_workers;
+        tokio::spawn(async move { filling.fill(count).await });
         Ok(TorchWorkers { environment, pool, _dir: dir })
     }
 

@@ -68,6 +68,7 @@ pub struct WorkerPool<P> {
     idle: std::sync::Mutex<Vec<Worker>>,
     /// One permit per worker that may exist at once.
     slots: Arc<Semaphore>,
+    max_workers: usize,
     _protocol: std::marker::PhantomData<fn() -> P>,
 }
 
@@ -78,6 +79,7 @@ impl<P: Protocol> WorkerPool<P> {
             spec,
             idle: std::sync::Mutex::new(Vec::new()),
             slots: Arc::new(Semaphore::new(max_workers.max(1))),
+            max_workers: max_workers.max(1),
             _protocol: std::marker::PhantomData,
         };
         let (worker, hello) = pool.spawn().await?;
@@ -119,8 +121,25 @@ impl<P: Protocol> WorkerPool<P> {
         Ok((Worker { child, stdin, stdout }, hello))
     }
 
+    /// Starts workers, side by side, until `count` are idle: for a pool whose workers take
+    /// seconds to start (a torch worker imports torch, Dynamo and Inductor), so that requests
+    /// that come together find them up instead of each starting one. A worker that fails to
+    /// start is left to the request that needs it.
+    pub async fn fill(&self, count: usize) {
+        let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner()).len();
+        let started = futures_util::future::join_all((idle..count).map(|_| self.spawn())).await;
+        for worker in started.into_iter().flatten() {
+            self.give_back(worker.0);
+        }
+    }
+
+    /// Keeps a worker for the next request; past `max_workers` idle ones (a fill and requests
+    /// that started their own at once), it is ended instead.
     fn give_back(&self, worker: Worker) {
-        self.idle.lock().unwrap_or_else(|p| p.into_inner()).push(worker);
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        if idle.len() < self.max_workers {
+            idle.push(worker);
+        }
     }
 
     /// Runs one request on a worker, within `timeout` (which starts once a worker is free).
