@@ -55,6 +55,42 @@ class LlamaBlock(torch.nn.Module):
         return x + self.down(torch.nn.functional.silu(self.gate(h)) * self.up(h))
 
 
+#: With DEBUG_FX_KEYS=1: each FX graph cache key this process computed, with the hash of each
+#: part torch hashed into it, and on a GPU other than the first the key kiln's device move computed
+#: (as the graph reads on cuda:0): which part differs when a rank misses the first rank's entry.
+FX_KEYS: list[dict[str, object]] | None = None
+
+
+def record_fx_keys() -> None:
+    global FX_KEYS
+    from torch._inductor import codecache
+
+    FX_KEYS = []
+    keys, hash_graph = FX_KEYS, codecache.compiled_fx_graph_hash
+
+    def parts(lines: list[str]) -> list[str]:
+        return [line[: line.index("]") + 1] + line[line.index("]") + 1 :].split(":")[0] for line in lines]
+
+    def compiled_fx_graph_hash(gm, example_inputs, fx_kwargs, inputs_to_check):  # type: ignore[no-untyped-def]
+        key, lines = hash_graph(gm, example_inputs, fx_kwargs, inputs_to_check)
+        entry: dict[str, object] = {"key": key, "parts": parts(lines)}
+        try:
+            from kiln import _torch_device
+
+            index = _torch_device.graph_device(example_inputs)
+            if index:
+                with _torch_device.normalizing(index):
+                    pickler, details = _torch_device._fx_graph_pickler(torch, gm, example_inputs, fx_kwargs, inputs_to_check)
+                    entry["moved"] = "f" + pickler.get_hash(details)
+                    entry["moved_parts"] = parts(pickler.debug_lines(details))
+        except ImportError:
+            pass
+        keys.append(entry)
+        return key, lines
+
+    codecache.compiled_fx_graph_hash = compiled_fx_graph_hash
+
+
 def model() -> torch.nn.Module:
     torch.manual_seed(0)
     block = LlamaBlock if MODEL == "llama" else Block
@@ -63,6 +99,8 @@ def model() -> torch.nn.Module:
 
 def main() -> None:
     started = time.perf_counter()
+    if os.environ.get("DEBUG_FX_KEYS") == "1":
+        record_fx_keys()
     cuda = os.environ.get("DEVICE") == "cuda"
     rank = int(os.environ.get("RANK", "0"))
     device = torch.device("cuda", rank % torch.cuda.device_count()) if cuda else torch.device("cpu")
@@ -119,6 +157,9 @@ def main() -> None:
     from torch._dynamo.utils import counters
 
     caches = {k: v for k, v in {**counters["aot_autograd"], **counters["inductor"]}.items() if "cache" in k}
+    caches.update(counters["kiln"])  # kiln's device move, on a rank whose GPU is not the first
+    if FX_KEYS is not None:
+        caches["fx_keys"] = FX_KEYS
     steady = sorted(times[-10:])[len(times[-10:]) // 2]
     print(json.dumps({"losses": losses, "first": first, "steady": steady, "graphs": stats, "caches": caches}))
 

@@ -184,3 +184,22 @@ def test_a_process_on_another_gpu_takes_the_first_gpus_entry_moved(tmp_path: Pat
         FxGraphCache.prepare_key(gm1, in1, {}, [], False)
     assert len(os.listdir(FxGraphCache._get_tmp_dir_for_key(key1))) == 1
     assert len(os.listdir(FxGraphCache._get_tmp_dir_for_key(key0))) == 1
+
+
+def test_a_job_with_kiln_takes_moved_entries_from_its_first_graph_on(tmp_path: Path) -> None:
+    """kiln installs while torch._dynamo imports, when Inductor's cache module cannot be imported
+    yet: the move must be in place by the time a graph compiles."""
+    import subprocess
+    import sys
+
+    script = (
+        "import torch\n"
+        "torch.compile(lambda x: x + 1)(torch.ones(2))\n"
+        "from torch._inductor.codecache import FxGraphCache\n"
+        "from kiln import _torch_device\n"
+        "print(_torch_device._installed, FxGraphCache.prepare_key.__qualname__)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KILN_", "TORCHINDUCTOR_"))}
+    env.update(KILN_TORCH="1", KILN_DAEMON=f"unix://{tmp_path}/none.sock", TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300, check=True)
+    assert out.stdout.split() == ["True", "install.<locals>.prepare_key"], out.stderr[-2000:]

@@ -241,24 +241,33 @@ def _entries(cache: Any, key: str) -> list[str]:
     return [os.path.join(directory, n) for n in sorted(os.listdir(directory)) if not n.startswith(".")]
 
 
-def _adopt(torch: Any, cache: Any, gm: Any, example_inputs: Any, fx_kwargs: Any, inputs_to_check: Any, key: str) -> int:
+def _adopt(torch: Any, cache: Any, gm: Any, example_inputs: Any, fx_kwargs: Any, inputs_to_check: Any, key: str) -> str:
     """Writes under ``key`` (this process's, on ``cuda:k``) each entry the graph has on
-    ``cuda:0``, moved to ``cuda:k``; the number written."""
+    ``cuda:0``, moved to ``cuda:k``; what happened, which torch's counters keep under ``kiln``
+    (``device_moved``, ``device_no_entry``...), for a job's log when a graph compiles anyway."""
     index = graph_device(example_inputs)
-    if not index or _entries(cache, key) or not graph_names_only(gm, index):
-        return 0
+    if not index:
+        return "first_gpu"
+    if _entries(cache, key):
+        return "own_entry"
+    if not graph_names_only(gm, index):
+        return "names_another_device"
     with normalizing(index):
         normalized = fx_graph_key(torch, gm, example_inputs, fx_kwargs, inputs_to_check)
+    entries = _entries(cache, normalized)
+    if not entries:
+        return "no_entry"
     written = 0
-    for path in _entries(cache, normalized):
+    for path in entries:
         with open(path, "rb") as f:
             graph = move_graph(pickle.loads(f.read()), index)
         if graph is not None:
             cache._write_to_local_cache(key, pickle.dumps(graph))
             written += 1
-    if written:
-        log.debug("kiln: FX graph %s on cuda:%d is %s on cuda:0, moved", key, index, normalized)
-    return written
+    if not written:
+        return "code_names_another_device"
+    log.debug("kiln: FX graph %s on cuda:%d is %s on cuda:0, moved", key, index, normalized)
+    return "moved"
 
 
 _installed = False
@@ -266,14 +275,16 @@ _installed = False
 
 def install(torch: Any) -> None:
     """Has torch's FX graph cache take a graph's ``cuda:0`` entry, moved, where the graph on
-    another GPU has none of its own (see the module's doc). Idempotent; a torch whose cache
-    does not have the parts this wraps is left as it is."""
+    another GPU has none of its own (see the module's doc). Idempotent, and called at each graph:
+    it must come after torch._inductor imports whole. A torch whose cache does not have the parts
+    this wraps is left as it is."""
     global _installed
     if _installed:
         return
     try:
         from torch._inductor.codecache import FxGraphCache
     except ImportError:
+        log.debug("kiln: torch's FX graph cache does not import; graphs keep their device index", exc_info=True)
         return
     original = getattr(FxGraphCache, "prepare_key", None)
     if original is None or not hasattr(FxGraphCache, "_write_to_local_cache"):
@@ -283,9 +294,14 @@ def install(torch: Any) -> None:
         key_info, cache_info = original(gm, example_inputs, fx_kwargs, inputs_to_check, remote)
         if key_info is not None:
             try:
-                _adopt(torch, FxGraphCache, gm, example_inputs, fx_kwargs, inputs_to_check, key_info[0])
+                outcome = _adopt(torch, FxGraphCache, gm, example_inputs, fx_kwargs, inputs_to_check, key_info[0])
             except Exception:  # noqa: BLE001 - the graph compiles here, under its own key, as it would
                 log.debug("kiln: no cuda:0 FX graph entry moved", exc_info=True)
+                outcome = "failed"
+            if outcome != "first_gpu":
+                from torch._dynamo.utils import counters
+
+                counters["kiln"][f"device_{outcome}"] += 1
         return key_info, cache_info
 
     FxGraphCache.prepare_key = staticmethod(prepare_key)  # type: ignore[method-assign]

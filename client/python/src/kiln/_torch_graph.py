@@ -241,6 +241,9 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
     """kiln's Inductor backend: what torch.compile runs for each graph Dynamo captured."""
     import torch
 
+    # Here, not at install: kiln installs while torch._dynamo imports, before Inductor's cache
+    # module can be imported.
+    _torch_device.install(torch)
     record = GraphRecord(_graph_name(gm))
     with _ledger.lock:
         _ledger.graphs.append(record)
@@ -443,7 +446,6 @@ def install(job: str) -> bool:
         return compile_graph(model_, list(inputs_), lambda gm, inputs: original(self, gm, inputs), dict(self.config))
 
     wrapper.__call__ = __call__
-    _torch_device.install(torch)
     _installed = True
     if _choice.layouts and (_choice.devices is None or _gpus_seen(torch) > 0):
         threading.Thread(target=_warm_workers, name="kiln-graph-warm", daemon=True).start()
