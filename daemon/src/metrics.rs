@@ -133,9 +133,11 @@ pub struct MissLabels {
     pub reason: &'static str,
 }
 
+/// The label of the per-job torch.compile gauges: `torch_job`, since Prometheus owns `job` (the
+/// scrape's) and would rename a series' own to `exported_job`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct JobLabels {
-    pub job: String,
+    pub torch_job: String,
 }
 
 /// Distinct `namespace` label values kept; later ones are counted as `other`, so a client

@@ -170,7 +170,7 @@ impl Ledger {
     /// The job's gauges, only what is known: an unmeasured job has no speedup series (a 0 would
     /// read as "never pays"), and one that never pays, or is not measured, no break-even series.
     fn export(&self, r: &pb::TorchJobReturn) {
-        let labels = JobLabels { job: r.job.clone() };
+        let labels = JobLabels { torch_job: r.job.clone() };
         let m = &self.metrics;
         let set = |family: &JobGauge, v: Option<f64>| match v {
             Some(v) => {
@@ -187,7 +187,7 @@ impl Ledger {
     }
 
     fn unexport(&self, job: &str) {
-        let labels = JobLabels { job: job.to_owned() };
+        let labels = JobLabels { torch_job: job.to_owned() };
         let m = &self.metrics;
         for family in [
             &m.torch_job_speedup,
@@ -282,10 +282,10 @@ mod tests {
         ledger.report(&pb::TorchGraphReport { job: "unmeasured".into(), ..report("proc-0001", 10, 0.0) });
         ledger.report(&pb::TorchGraphReport { job: "measured".into(), ..report("proc-0002", 10, 0.02) });
         let text = metrics.render();
-        assert!(!text.contains("kiln_torch_job_speedup{job=\"unmeasured\"}"), "{text}");
-        assert!(!text.contains("kiln_torch_job_break_even_steps{job=\"unmeasured\"}"), "{text}");
-        assert!(text.contains("kiln_torch_job_speedup{job=\"measured\"} 2.0"), "{text}");
-        assert!(text.contains("kiln_torch_job_compile_seconds{job=\"unmeasured\"} 0"), "{text}");
+        assert!(!text.contains("kiln_torch_job_speedup{torch_job=\"unmeasured\"}"), "{text}");
+        assert!(!text.contains("kiln_torch_job_break_even_steps{torch_job=\"unmeasured\"}"), "{text}");
+        assert!(text.contains("kiln_torch_job_speedup{torch_job=\"measured\"} 2.0"), "{text}");
+        assert!(text.contains("kiln_torch_job_compile_seconds{torch_job=\"unmeasured\"} 0"), "{text}");
     }
 
     #[test]
