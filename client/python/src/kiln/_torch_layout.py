@@ -31,7 +31,8 @@ LAYOUTS = ("single", "ddp", "multi-rank")
 #: Layouts sent to kilnd when ``KILN_TORCH_GRAPHS`` is unset: those whose cold first step through
 #: kilnd is, on the record (2 H100s, torch 2.11, medians of three runs), no slower than plain
 #: torch.compile's. One process: 0.95 of plain's (four runs, 0.86 to 1.03), and a herd of four on
-#: one GPU 0.90. DDP (1.7) and FSDP2 (1.45) are not yet; each joins once its row shows otherwise.
+#: one GPU 0.90. DDP (1.21) and FSDP2 (1.36, one run each, with one compile per graph across the
+#: ranks) are not yet; each joins once its row shows otherwise.
 DEFAULT_LAYOUTS: frozenset[str] = frozenset({"single"})
 #: And only graphs on these devices: the record is the GPU's. On the CPU (Inductor's C++ backend)
 #: kilnd's cold compile was slower than the process's own.
