@@ -1,5 +1,5 @@
 """kiln.settings is the one list of the variables the Python client reads: every ``KILN_*`` name
-in the package's code is on it, ``kiln doctor`` shows each, and the README's table is it."""
+in the package's code is on it, ``kiln doctor`` shows each, and both READMEs' tables are it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from pathlib import Path
 from kiln import doctor, settings
 
 PACKAGE = Path(settings.__file__).parent
-README = Path(__file__).resolve().parents[3] / "README.md"
+#: The READMEs that list the variables: the repository's and the Python package's.
+READMES = (Path(__file__).resolve().parents[3] / "README.md", Path(__file__).resolve().parents[1] / "README.md")
 
 
 def names_in_code() -> dict[str, list[str]]:
@@ -37,9 +38,10 @@ def test_kiln_doctor_shows_every_variable() -> None:
     assert [s.name for s in settings.SETTINGS] == [n for n in doctor.SWITCHES if n.startswith("KILN_")]
 
 
-def test_the_readme_table_is_the_list() -> None:
-    lines = README.read_text().splitlines()
-    start = lines.index("| variable | default | meaning |") + 2
-    rows = lines[start : start + next(i for i, line in enumerate(lines[start:]) if not line.startswith("|"))]
+def test_the_readme_tables_are_the_list() -> None:
     expected = [f"| `{s.name}` | {s.default} | {s.meaning} |" for s in settings.SETTINGS]
-    assert rows == expected, "README's table of a job's variables differs from kiln.settings"
+    for readme in READMES:
+        lines = readme.read_text().splitlines()
+        start = lines.index("| variable | default | meaning |") + 2
+        rows = lines[start : start + next(i for i, line in enumerate(lines[start:]) if not line.startswith("|"))]
+        assert rows == expected, f"{readme}'s table of the variables differs from kiln.settings"
