@@ -80,6 +80,14 @@ fn kilnd_check_compiles_with_every_toolchain() {
         assert!(t["cubin_bytes"].as_u64().unwrap() > 0, "{t}");
         assert!(t["compile_ms"].is_u64() && t["start_ms"].is_u64(), "{t}");
     }
+    // The test interpreter has torch (scripts/test installs it): a worker's child compiled and
+    // ran a tiny graph, on the CPU here.
+    assert_eq!(report["torch"]["ok"], true, "{}", report["torch"]);
+    assert!(
+        report["torch"]["note"].as_str().unwrap().starts_with("compiled and ran a tiny graph on "),
+        "{}",
+        report["torch"]
+    );
     assert_eq!(report["ok"], true);
     let bad = Command::new(env::binary("kilnd")).args(["--cuda-root", "/nonexistent", "check"]).output().unwrap();
     assert_eq!(bad.status.code(), Some(1));
@@ -110,6 +118,8 @@ fn kilnd_check_fails_on_a_broken_toolchain_and_says_the_fix() {
     assert!(text.contains("No module named 'triton'"), "{text}");
     assert!(text.contains(&format!("fix: `{} -m pip install triton==3.6.0`", python.display())), "{text}");
     assert!(text.contains("problem: ptxas, triton cannot compile"), "{text}");
+    // Without site-packages it has no torch either: no failure, the graph path is off.
+    assert!(text.contains(&format!("torch      none: {} has no torch", python.display())), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,8 +10,10 @@ use std::time::Duration;
 /// The daemon's binary name.
 const KILND: &str = "kilnd";
 
-/// Toolchain discovery loads libraries and may probe GPUs; it never takes this long when healthy.
-const CHECK_TIMEOUT: Duration = Duration::from_secs(60);
+/// Toolchain discovery loads libraries and may probe GPUs, and where kilnd's interpreter has
+/// torch a worker imports it and compiles a tiny graph (tens of seconds on a loaded host); it
+/// never takes this long when healthy.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// What running `kilnd check` gave.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,5 +1,6 @@
 //! `kilnd check`: proves each toolchain by compiling with it ([`probe`]: NVRTC compiles a tiny
-//! kernel, ptxas assembles a tiny PTX, Triton imports and compiles a tiny kernel in its box),
+//! kernel, ptxas assembles a tiny PTX, Triton imports and compiles a tiny kernel in its box, and
+//! where kilnd's interpreter has torch, a torch worker compiles a tiny graph),
 //! probes GPUs, and prints what it found, with the time each took and, for each that failed,
 //! the cause and the fix. `kiln doctor` runs it when no daemon answers; `scripts/install` runs
 //! it on what it installed, and a container image is checked with it.
@@ -10,22 +11,49 @@ use crate::config::Config;
 use crate::gpu::GpuProbe;
 use crate::toolchain::Toolchain;
 use kiln_proto::Target;
-use probe::{Failure, Outcome, Passed};
+use probe::{Failure, Outcome, Passed, TorchPassed};
 use std::path::Path;
 use std::time::Duration;
 
 /// Prints the report; returns the exit code: non-zero when any toolchain failed its probe, since
-/// its kernels would then be refused (PTX, Triton) or kilnd would not start at all (NVRTC).
+/// its kernels would then be refused (PTX, Triton) or kilnd would not start at all (NVRTC), or
+/// when the interpreter has torch and its graphs would not compile.
 pub async fn run(config: &Config, config_file: Option<&Path>, json: bool) -> i32 {
     let gpus = crate::gpu::probe();
     let target = probe_target(config, &gpus);
     let outcomes = probe::all(config, &target).await;
+    let torch = probe::torch(config).await;
     if json {
-        print_json(config, config_file, &gpus, &target, &outcomes);
+        print_json(config, config_file, &gpus, &target, &outcomes, torch.as_ref());
     } else {
-        print_text(config, config_file, &gpus, &target, &outcomes);
+        print_text(config, config_file, &gpus, &target, &outcomes, torch.as_ref());
     }
-    if outcomes.iter().all(|o| o.result.is_ok()) { 0 } else { 1 }
+    let torch_ok = !matches!(torch, Some(Err(_)));
+    if outcomes.iter().all(|o| o.result.is_ok()) && torch_ok { 0 } else { 1 }
+}
+
+/// The torch line, after the toolchains' report.
+fn print_torch(config: &Config, torch: Option<&Result<TorchPassed, Failure>>) {
+    match torch {
+        None => println!(
+            "{:<10} none: {} has no torch, so kiln.torch's graphs compile in their processes",
+            "torch",
+            config.python.display()
+        ),
+        Some(Ok(t)) => println!(
+            "{:<10} ok: {}; {} in {} (worker imported torch in {})",
+            "torch",
+            t.torch,
+            t.note,
+            took(t.compile),
+            took(t.start)
+        ),
+        Some(Err(Failure { cause, fix })) => {
+            let cause = cause.trim_end().replace('\n', &format!("\n{:<11}", ""));
+            println!("{:<10} FAILED: {cause}", "torch");
+            println!("{:<10} fix: {fix}", "");
+        }
+    }
 }
 
 /// What the probes compile for: the configured target, else the first GPU's, else one every
@@ -61,7 +89,14 @@ fn config_line(config_file: Option<&Path>) -> String {
     config_file.map_or_else(|| "none (defaults, flags and KILN_* variables)".to_string(), |p| p.display().to_string())
 }
 
-fn print_text(config: &Config, config_file: Option<&Path>, gpus: &GpuProbe, target: &Target, outcomes: &[Outcome]) {
+fn print_text(
+    config: &Config,
+    config_file: Option<&Path>,
+    gpus: &GpuProbe,
+    target: &Target,
+    outcomes: &[Outcome],
+    torch: Option<&Result<TorchPassed, Failure>>,
+) {
     println!("config     {}", config_line(config_file));
     for o in outcomes {
         let name = o.toolchain.as_str();
@@ -87,6 +122,7 @@ fn print_text(config: &Config, config_file: Option<&Path>, gpus: &GpuProbe, targ
         }
     }
     println!("{:<10} {}", "triton box", crate::toolchain::triton_box::protections().summary());
+    print_torch(config, torch);
     if let Some(Ok(nvrtc)) = outcomes.iter().find(|o| o.toolchain == Toolchain::Nvrtc).map(|o| &o.result) {
         println!("fingerprint {}", nvrtc.info.fingerprint);
         println!("headers    {}", nvrtc.info.include_dirs.join(", "));
@@ -100,7 +136,10 @@ fn print_text(config: &Config, config_file: Option<&Path>, gpus: &GpuProbe, targ
     }
     println!("cache dir  {}", config.cache_dir.display());
     println!("socket     {}", config.socket.display());
-    let failed: Vec<&str> = outcomes.iter().filter(|o| o.result.is_err()).map(|o| o.toolchain.as_str()).collect();
+    let mut failed: Vec<&str> = outcomes.iter().filter(|o| o.result.is_err()).map(|o| o.toolchain.as_str()).collect();
+    if matches!(torch, Some(Err(_))) {
+        failed.push("torch");
+    }
     if failed.is_empty() {
         println!("ok: every toolchain compiled");
     } else {
@@ -108,7 +147,14 @@ fn print_text(config: &Config, config_file: Option<&Path>, gpus: &GpuProbe, targ
     }
 }
 
-fn print_json(config: &Config, config_file: Option<&Path>, gpus: &GpuProbe, target: &Target, outcomes: &[Outcome]) {
+fn print_json(
+    config: &Config,
+    config_file: Option<&Path>,
+    gpus: &GpuProbe,
+    target: &Target,
+    outcomes: &[Outcome],
+    torch: Option<&Result<TorchPassed, Failure>>,
+) {
     let toolchains: Vec<_> = outcomes.iter().map(toolchain_json).collect();
     let gpu_list: Vec<_> =
         gpus.gpus.iter().map(|g| serde_json::json!({"index": g.index, "name": g.name, "target": g.target})).collect();
@@ -121,7 +167,8 @@ fn print_json(config: &Config, config_file: Option<&Path>, gpus: &GpuProbe, targ
         "gpu_note": gpus.note,
         "cache_dir": config.cache_dir,
         "socket": config.socket,
-        "ok": outcomes.iter().all(|o| o.result.is_ok()),
+        "torch": torch_json(torch),
+        "ok": outcomes.iter().all(|o| o.result.is_ok()) && !matches!(torch, Some(Err(_))),
     });
     println!("{doc}");
 }
@@ -138,6 +185,18 @@ fn toolchain_json(o: &Outcome) -> serde_json::Value {
         Err(Failure { cause, fix }) => {
             serde_json::json!({"name": o.toolchain.as_str(), "ok": false, "error": cause, "fix": fix})
         }
+    }
+}
+
+/// The torch probe in `--json`: null where the interpreter has no torch.
+fn torch_json(torch: Option<&Result<TorchPassed, Failure>>) -> serde_json::Value {
+    match torch {
+        None => serde_json::Value::Null,
+        Some(Ok(t)) => serde_json::json!({
+            "ok": true, "version": t.torch, "note": t.note,
+            "start_ms": t.start.as_millis() as u64, "compile_ms": t.compile.as_millis() as u64,
+        }),
+        Some(Err(Failure { cause, fix })) => serde_json::json!({"ok": false, "error": cause, "fix": fix}),
     }
 }
 

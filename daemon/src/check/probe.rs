@@ -112,3 +112,53 @@ fn passed(info: ToolchainInfo, start: Duration, started: Instant, compiled: Comp
         Compiled::Failed { log, .. } => Err(format!("the probe kernel did not compile: {}", log.trim())),
     }
 }
+
+/// A torch worker that started and compiled the tiny graph.
+#[derive(Debug)]
+pub struct TorchPassed {
+    pub torch: String,
+    /// Starting the worker: importing torch, Dynamo and Inductor (and, on a CPU host, picking the
+    /// vector instructions).
+    pub start: Duration,
+    /// The child's compile and run of the probe.
+    pub compile: Duration,
+    /// What the child said: the device it ran on.
+    pub note: String,
+}
+
+/// Proves the torch graph path: None when kilnd's interpreter has no torch (the path is off,
+/// which is no failure: most hosts never send a graph), else a worker's child compiling a tiny
+/// function.
+pub async fn torch(config: &Config) -> Option<Result<TorchPassed, Failure>> {
+    let python = &config.python;
+    let has_torch = tokio::process::Command::new(python)
+        .args(["-c", "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('torch') else 3)"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .is_ok_and(|out| out.status.success());
+    if !has_torch {
+        return None;
+    }
+    let fix = || {
+        format!(
+            "install torch 2.11 into {} (kiln.torch's workers run it), or set python in kilnd's config \
+             (--python, KILN_PYTHON) to an interpreter that has it",
+            python.display()
+        )
+    };
+    let settings = crate::graph::workers::Settings { python: python.clone(), max_workers: 1 };
+    let started = Instant::now();
+    let workers = match crate::graph::workers::TorchWorkers::start(&settings).await {
+        Ok(w) => w,
+        Err(cause) => return Some(Err(failed(cause, fix()))),
+    };
+    let start = started.elapsed();
+    let answer = workers.check(COMPILE_TIMEOUT).await;
+    let compile = started.elapsed().saturating_sub(start);
+    Some(if answer.ok {
+        Ok(TorchPassed { torch: workers.environment.torch.clone(), start, compile, note: answer.log })
+    } else {
+        Err(failed(format!("the tiny graph did not compile: {}", answer.log.trim()), fix()))
+    })
+}

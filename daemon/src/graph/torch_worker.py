@@ -3,7 +3,8 @@
 kilnd starts a pool of these, lazily, on the first graph request, and talks to each over
 stdin/stdout in frames: a u32 little-endian length, then the payload. The first frame is the
 worker's hello (one JSON object: versions, or an error). A request is a u32 length, a JSON header
-({"timeout_seconds"}) and then the graph's payload as kiln.torch serializes it; an answer is a u32
+({"timeout_seconds"}, and {"check": true} for ``kilnd check``'s probe, which has no payload) and
+then the graph's payload as kiln.torch serializes it; an answer is a u32
 length, a JSON header ({"ok", "log", "compile_micros"}) and then the answer's body: torch's
 artifacts (torch.compiler.save_cache_artifacts) and the C++ the compile built (see ``bundle``).
 
@@ -350,18 +351,39 @@ def bundle(artifacts, files):
     return BUNDLE_MAGIC + struct.pack("<I", len(index)) + index + artifacts + b"".join(data for _, data in files)
 
 
-def child(payload, out_fd, timeout_seconds):
-    """The per-request child: compile, answer through out_fd, exit."""
+def check_compile():
+    """``kilnd check``'s probe: torch.compile of a tiny function, run and checked against eager,
+    in a child as a graph's compile runs (its box, its fresh cache, the GPU when there is one).
+    The device it ran on."""
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    x = torch.linspace(-3.0, 3.0, 64, device=device)
+    compiled = torch.compile(lambda t: torch.nn.functional.gelu(t) * 2 + 1, fullgraph=True)(x)
+    expected = torch.nn.functional.gelu(x) * 2 + 1
+    if not torch.allclose(compiled, expected, atol=1e-5):
+        raise RuntimeError(f"the compiled probe disagrees with eager by {(compiled - expected).abs().max().item()}")
+    return device
+
+
+def child(payload, out_fd, timeout_seconds, kind="graph"):
+    """The per-request child: compile (a graph, or ``kilnd check``'s probe), answer through
+    out_fd, exit."""
     resource.setrlimit(resource.RLIMIT_CPU, (timeout_seconds * 4 + 10, timeout_seconds * 4 + 10))
     started = time.monotonic()
     phases = {}
     try:
-        artifacts = compile_graph(payload, phases)
-        bundled = time.monotonic()
-        body = bundle(artifacts, native_files(os.environ["TORCHINDUCTOR_CACHE_DIR"]))
-        phases["bundle"] = time.monotonic() - bundled
-        header = {"ok": True, "compile_micros": int((time.monotonic() - started) * 1e6), "phases": phases}
-        answer = encode_answer(header, body)
+        if kind == "check":
+            device = check_compile()
+            header = {"ok": True, "log": f"compiled and ran a tiny graph on {device}", "compile_micros": int((time.monotonic() - started) * 1e6)}
+            answer = encode_answer(header)
+        else:
+            artifacts = compile_graph(payload, phases)
+            bundled = time.monotonic()
+            body = bundle(artifacts, native_files(os.environ["TORCHINDUCTOR_CACHE_DIR"]))
+            phases["bundle"] = time.monotonic() - bundled
+            header = {"ok": True, "compile_micros": int((time.monotonic() - started) * 1e6), "phases": phases}
+            answer = encode_answer(header, body)
     except BaseException:
         answer = encode_answer(
             {"ok": False, "log": traceback.format_exc()[-16000:], "compile_micros": int((time.monotonic() - started) * 1e6)}
@@ -420,17 +442,17 @@ class Spare:
             if os.read(go_r, 1) != b"1":  # the worker ended, or dropped this spare
                 os._exit(0)
             with open(os.path.join(self.dir, "request"), "rb") as f:
-                timeout_seconds, payload = int(f.readline()), f.read()
-            child(payload, answer_w, timeout_seconds)
+                timeout_seconds, kind, payload = int(f.readline()), f.readline().strip().decode(), f.read()
+            child(payload, answer_w, timeout_seconds, kind)
         os.close(go_r)
         os.close(answer_w)
 
-    def run(self, payload, timeout_seconds):
+    def run(self, payload, timeout_seconds, kind="graph"):
         """Hands the child its payload and returns its answer frame; the child is gone after."""
         started = time.monotonic()
         path = os.path.join(self.dir, "request")
         with open(path + ".tmp", "wb") as f:
-            f.write(b"%d\n" % timeout_seconds)
+            f.write(b"%d\n%s\n" % (timeout_seconds, kind.encode()))
             f.write(payload)
         os.rename(path + ".tmp", path)
         os.write(self.go_w, b"1")
@@ -584,7 +606,7 @@ def main():
                 return
             header, payload = request
             timeout_seconds = max(1, int(header.get("timeout_seconds", 600)))
-            answer = spare.run(payload, timeout_seconds)
+            answer = spare.run(payload, timeout_seconds, "check" if header.get("check") else "graph")
             spare = Spare()
             write_frame(stdout, answer)
     finally:

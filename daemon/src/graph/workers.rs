@@ -226,17 +226,28 @@ impl TorchWorkers {
         // at once, and each would otherwise wait seconds for a worker of its own to import torch
         // while the first one compiles the others in turn.
         let pool = Arc::new(pool);
-        let filling = Arc::clone(&pool);
-        let count = settings.max_workers;
-        tokio::spawn(async move { filling.fill(count).await });
+        let growing = Arc::clone(&pool);
+        let more = settings.max_workers.saturating_sub(1);
+        if more > 0 {
+            tokio::spawn(async move { growing.grow(more).await });
+        }
         Ok(TorchWorkers { environment, pool, _dir: dir })
     }
 
     /// Compiles one graph's payload in a worker's child.
     pub async fn compile(&self, payload: Bytes, timeout: Duration) -> Answer {
+        self.run(json!({"timeout_seconds": timeout.as_secs().max(1)}), payload, timeout).await
+    }
+
+    /// `kilnd check`'s probe: a worker's child compiles a tiny function with torch.compile, runs
+    /// it and checks it against eager, where a graph's compile runs (its box, the GPU if any).
+    pub async fn check(&self, timeout: Duration) -> Answer {
+        self.run(json!({"timeout_seconds": timeout.as_secs().max(1), "check": true}), Bytes::new(), timeout).await
+    }
+
+    async fn run(&self, header: Json, payload: Bytes, timeout: Duration) -> Answer {
         let started = Instant::now();
-        let request = Request { header: json!({"timeout_seconds": timeout.as_secs().max(1)}), payload };
-        match self.pool.run(&request, timeout + TIMEOUT_GRACE).await {
+        match self.pool.run(&Request { header, payload }, timeout + TIMEOUT_GRACE).await {
             Ok(answer) => answer,
             Err(failure) => Answer::failed(failure.to_string(), started),
         }

@@ -121,20 +121,19 @@ impl<P: Protocol> WorkerPool<P> {
         Ok((Worker { child, stdin, stdout }, hello))
     }
 
-    /// Starts workers, side by side, until `count` are idle: for a pool whose workers take
-    /// seconds to start (a torch worker imports torch, Dynamo and Inductor), so that requests
+    /// Starts `count` more workers, side by side, into the idle list: for a pool whose workers
+    /// take seconds to start (a torch worker imports torch, Dynamo and Inductor), so that requests
     /// that come together find them up instead of each starting one. A worker that fails to
     /// start is left to the request that needs it.
-    pub async fn fill(&self, count: usize) {
-        let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner()).len();
-        let started = futures_util::future::join_all((idle..count).map(|_| self.spawn())).await;
+    pub async fn grow(&self, count: usize) {
+        let started = futures_util::future::join_all((0..count).map(|_| self.spawn())).await;
         for worker in started.into_iter().flatten() {
             self.give_back(worker.0);
         }
     }
 
-    /// Keeps a worker for the next request; past `max_workers` idle ones (a fill and requests
-    /// that started their own at once), it is ended instead.
+    /// Keeps a worker for the next request; past `max_workers` idle ones (a pool grown while
+    /// requests started their own), it is ended instead.
     fn give_back(&self, worker: Worker) {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         if idle.len() < self.max_workers {
