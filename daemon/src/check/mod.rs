@@ -23,13 +23,23 @@ pub async fn run(config: &Config, config_file: Option<&Path>, json: bool) -> i32
     let target = probe_target(config, &gpus);
     let outcomes = probe::all(config, &target).await;
     let torch = probe::torch(config).await;
+    let report =
+        Report { config, config_file, gpus: &gpus, target: &target, outcomes: &outcomes, torch: torch.as_ref() };
     if json {
-        print_json(config, config_file, &gpus, &target, &outcomes, torch.as_ref());
+        print_json(&report);
     } else {
-        print_text(config, config_file, &gpus, &target, &outcomes, torch.as_ref());
+        print_text(&report);
     }
     let torch_ok = !matches!(torch, Some(Err(_)));
     if outcomes.iter().all(|o| o.result.is_ok()) && torch_ok { 0 } else { 1 }
+}
+
+/// A probe that failed: its cause (a worker's traceback is many lines: kept, indented under its
+/// name) and its fix.
+fn print_failure(name: &str, Failure { cause, fix }: &Failure) {
+    let cause = cause.trim_end().replace('\n', &format!("\n{:<11}", ""));
+    println!("{name:<10} FAILED: {cause}");
+    println!("{:<10} fix: {fix}", "");
 }
 
 /// The torch line, after the toolchains' report.
@@ -48,11 +58,7 @@ fn print_torch(config: &Config, torch: Option<&Result<TorchPassed, Failure>>) {
             took(t.compile),
             took(t.start)
         ),
-        Some(Err(Failure { cause, fix })) => {
-            let cause = cause.trim_end().replace('\n', &format!("\n{:<11}", ""));
-            println!("{:<10} FAILED: {cause}", "torch");
-            println!("{:<10} fix: {fix}", "");
-        }
+        Some(Err(failure)) => print_failure("torch", failure),
     }
 }
 
@@ -89,14 +95,18 @@ fn config_line(config_file: Option<&Path>) -> String {
     config_file.map_or_else(|| "none (defaults, flags and KILN_* variables)".to_string(), |p| p.display().to_string())
 }
 
-fn print_text(
-    config: &Config,
-    config_file: Option<&Path>,
-    gpus: &GpuProbe,
-    target: &Target,
-    outcomes: &[Outcome],
-    torch: Option<&Result<TorchPassed, Failure>>,
-) {
+/// What `kilnd check` found, for one of its two printers.
+struct Report<'a> {
+    config: &'a Config,
+    config_file: Option<&'a Path>,
+    gpus: &'a GpuProbe,
+    target: &'a Target,
+    outcomes: &'a [Outcome],
+    torch: Option<&'a Result<TorchPassed, Failure>>,
+}
+
+fn print_text(report: &Report) {
+    let Report { config, config_file, gpus, target, outcomes, torch } = *report;
     println!("config     {}", config_line(config_file));
     for o in outcomes {
         let name = o.toolchain.as_str();
@@ -113,12 +123,7 @@ fn print_text(
                     took(*start)
                 );
             }
-            Err(Failure { cause, fix }) => {
-                // A worker's traceback is many lines: kept, indented under its toolchain.
-                let cause = cause.trim_end().replace('\n', &format!("\n{:<11}", ""));
-                println!("{name:<10} FAILED: {cause}");
-                println!("{:<10} fix: {fix}", "");
-            }
+            Err(failure) => print_failure(name, failure),
         }
     }
     println!("{:<10} {}", "triton box", crate::toolchain::triton_box::protections().summary());
@@ -147,14 +152,8 @@ fn print_text(
     }
 }
 
-fn print_json(
-    config: &Config,
-    config_file: Option<&Path>,
-    gpus: &GpuProbe,
-    target: &Target,
-    outcomes: &[Outcome],
-    torch: Option<&Result<TorchPassed, Failure>>,
-) {
+fn print_json(report: &Report) {
+    let Report { config, config_file, gpus, target, outcomes, torch } = *report;
     let toolchains: Vec<_> = outcomes.iter().map(toolchain_json).collect();
     let gpu_list: Vec<_> =
         gpus.gpus.iter().map(|g| serde_json::json!({"index": g.index, "name": g.name, "target": g.target})).collect();
