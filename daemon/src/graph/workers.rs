@@ -6,6 +6,7 @@
 
 use crate::toolchain::triton_box;
 use crate::worker::confine::Confinement;
+use crate::worker::frame;
 use crate::worker::pool::{Protocol, WorkerPool, WorkerSpec};
 use bytes::Bytes;
 use serde::Deserialize;
@@ -116,11 +117,11 @@ impl Protocol for TorchProtocol {
     type Response = Answer;
 
     fn decode_hello(bytes: &[u8]) -> std::io::Result<Json> {
-        serde_json::from_slice(bytes).map_err(std::io::Error::other)
+        frame::json_hello(bytes)
     }
 
     fn hello_error(hello: &Json) -> Option<String> {
-        hello.get("error").and_then(Json::as_str).map(String::from)
+        frame::json_hello_error(hello)
     }
 
     fn encode_request(request: &Request) -> std::io::Result<Vec<u8>> {
@@ -134,11 +135,7 @@ impl Protocol for TorchProtocol {
     }
 
     fn decode_response(bytes: &[u8]) -> std::io::Result<Answer> {
-        let bad = || std::io::Error::other("a torch worker's answer shorter than its header");
-        let (len, rest) = bytes.split_first_chunk::<4>().ok_or_else(bad)?;
-        let len = usize::try_from(u32::from_le_bytes(*len)).map_err(|_| bad())?;
-        let (header, body) = rest.split_at_checked(len).ok_or_else(bad)?;
-        let mut answer: Answer = serde_json::from_slice(header).map_err(std::io::Error::other)?;
+        let (mut answer, body): (Answer, _) = frame::json_header_and_body(bytes, "torch worker's")?;
         answer.artifacts = Bytes::copy_from_slice(body);
         Ok(answer)
     }

@@ -7,6 +7,7 @@
 //! kills and reaps what a compile left behind.
 
 use super::{Compiled, Output, Toolchain, ToolchainError, triton_box};
+use crate::worker::frame;
 use crate::worker::pool::{Protocol, WorkerPool, WorkerSpec};
 use kiln_proto::pb::{ToolchainInfo, TritonSource, triton_constexpr::Value};
 use kiln_proto::{Fingerprint, Target};
@@ -70,11 +71,11 @@ impl Protocol for TritonProtocol {
     type Response = Response;
 
     fn decode_hello(bytes: &[u8]) -> std::io::Result<Json> {
-        serde_json::from_slice(bytes).map_err(std::io::Error::other)
+        frame::json_hello(bytes)
     }
 
     fn hello_error(hello: &Json) -> Option<String> {
-        hello.get("error").and_then(Json::as_str).map(String::from)
+        frame::json_hello_error(hello)
     }
 
     fn encode_request(request: &Json) -> std::io::Result<Vec<u8>> {
@@ -82,11 +83,7 @@ impl Protocol for TritonProtocol {
     }
 
     fn decode_response(bytes: &[u8]) -> std::io::Result<Response> {
-        let bad = || std::io::Error::other("a Triton answer shorter than its header");
-        let (len, rest) = bytes.split_first_chunk::<4>().ok_or_else(bad)?;
-        let len = usize::try_from(u32::from_le_bytes(*len)).map_err(|_| bad())?;
-        let (header, cubin) = rest.split_at_checked(len).ok_or_else(bad)?;
-        let mut response: Response = serde_json::from_slice(header).map_err(std::io::Error::other)?;
+        let (mut response, cubin): (Response, _) = frame::json_header_and_body(bytes, "Triton")?;
         response.cubin = cubin.to_vec();
         Ok(response)
     }

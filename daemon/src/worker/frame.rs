@@ -1,5 +1,6 @@
 //! Frames on a worker's pipes: a u32 little-endian length, then one message (protobuf for
-//! `kilnd worker`, JSON for the Triton workers). A length past [`MAX_FRAME`] is a protocol error,
+//! `kilnd worker`, JSON for the Triton and torch workers, whose answers are a JSON header and a
+//! body). A length past [`MAX_FRAME`] is a protocol error,
 //! so a confused peer cannot make the other side allocate without bound.
 
 use prost::Message;
@@ -16,6 +17,29 @@ fn too_large(len: usize) -> std::io::Error {
 /// Decodes a protobuf frame.
 pub fn decode<M: Message + Default>(bytes: &[u8]) -> std::io::Result<M> {
     M::decode(bytes).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+/// The Python workers' (Triton's, torch's) hello: one JSON object.
+pub fn json_hello(bytes: &[u8]) -> std::io::Result<serde_json::Value> {
+    serde_json::from_slice(bytes).map_err(std::io::Error::other)
+}
+
+/// The error a Python worker's hello reports, if it says it cannot serve.
+pub fn json_hello_error(hello: &serde_json::Value) -> Option<String> {
+    hello.get("error").and_then(serde_json::Value::as_str).map(String::from)
+}
+
+/// A Python worker's answer: a u32 little-endian length, a JSON header of that length, and the
+/// body (a cubin, a graph's artifacts); `worker` names it in the error of a short frame.
+pub fn json_header_and_body<'a, T: serde::de::DeserializeOwned>(
+    bytes: &'a [u8],
+    worker: &str,
+) -> std::io::Result<(T, &'a [u8])> {
+    let bad = || std::io::Error::other(format!("a {worker} answer shorter than its header"));
+    let (len, rest) = bytes.split_first_chunk::<4>().ok_or_else(bad)?;
+    let len = usize::try_from(u32::from_le_bytes(*len)).map_err(|_| bad())?;
+    let (header, body) = rest.split_at_checked(len).ok_or_else(bad)?;
+    Ok((serde_json::from_slice(header).map_err(std::io::Error::other)?, body))
 }
 
 /// Blocking read, for the worker. `Ok(None)` at a clean end of input.
