@@ -134,17 +134,25 @@ _CUDA: dict[int, Any] = {}
 
 
 def moved_metadata(torch: Any, metadata: Any) -> Any:
-    """A tensor's metadata (torch's ``TensorMetadata`` or ``MetaTensorDesc``, its view base too)
-    as a payload or key made under :func:`normalizing` names it."""
-    if metadata is None:
+    """A tensor's metadata (torch's ``TensorMetadata``, or the graph pickler's ``MetaTensorDesc``
+    with the descriptions it holds of other tensors: a view's base, a gradient, a subclass's
+    inner tensors) as a payload or key made under :func:`normalizing` names it."""
+    if metadata is None or not dataclasses.is_dataclass(metadata) or isinstance(metadata, type):
         return metadata
     changes: dict[str, Any] = {}
-    device = getattr(metadata, "device", None)
-    if moved_device(torch, device) is not device:
-        changes["device"] = moved_device(torch, device)
-    base = getattr(metadata, "base", None)
-    if base is not None and moved_metadata(torch, base) is not base:
-        changes["base"] = moved_metadata(torch, base)
+    for f in dataclasses.fields(metadata):
+        value = getattr(metadata, f.name)
+        if isinstance(value, torch.device):
+            moved = moved_device(torch, value)
+        elif dataclasses.is_dataclass(value) and hasattr(value, "device"):
+            moved = moved_metadata(torch, value)
+        elif isinstance(value, dict) and any(dataclasses.is_dataclass(v) and hasattr(v, "device") for v in value.values()):
+            moved = {k: moved_metadata(torch, v) for k, v in value.items()}
+            moved = value if all(moved[k] is value[k] for k in value) else moved
+        else:
+            continue
+        if moved is not value:
+            changes[f.name] = moved
     return dataclasses.replace(metadata, **changes) if changes else metadata
 
 
