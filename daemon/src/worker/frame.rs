@@ -1,7 +1,7 @@
 //! Frames on a worker's pipes: a u32 little-endian length, then one message (protobuf for
 //! `kilnd worker`, JSON for the Triton and torch workers, whose answers are a JSON header and a
-//! body). A length past [`MAX_FRAME`] is a protocol error,
-//! so a confused peer cannot make the other side allocate without bound.
+//! body). A length past [`MAX_FRAME`] is a protocol error, so a confused peer cannot make the
+//! other side allocate without bound.
 
 use prost::Message;
 use std::io::{Read, Write};

@@ -192,3 +192,55 @@ async fn exit_reason(child: &mut Child) -> String {
         None => format!("it exited with {status}"),
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// A worker that says an empty hello and then waits: what a pool keeps idle.
+    struct Idle;
+
+    impl Protocol for Idle {
+        type Hello = Vec<u8>;
+        type Request = ();
+        type Response = ();
+        fn decode_hello(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
+            Ok(bytes.to_vec())
+        }
+        fn hello_error(_: &Vec<u8>) -> Option<String> {
+            None
+        }
+        fn encode_request(_: &()) -> std::io::Result<Vec<u8>> {
+            Ok(Vec::new())
+        }
+        fn decode_response(_: &[u8]) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn spec() -> WorkerSpec {
+        WorkerSpec {
+            exe: "/bin/sh".into(),
+            args: vec!["-c".into(), r"printf '\000\000\000\000'; exec sleep 60".into()],
+            env: None,
+            user: None,
+            confine: None,
+            start_timeout: Duration::from_secs(10),
+        }
+    }
+
+    fn idle(pool: &WorkerPool<Idle>) -> usize {
+        pool.idle.lock().unwrap().len()
+    }
+
+    #[tokio::test]
+    async fn a_pool_grows_by_the_count_asked_and_keeps_no_more_than_its_bound() {
+        let (pool, _) = WorkerPool::<Idle>::start(spec(), 3).await.unwrap();
+        assert_eq!(idle(&pool), 1, "start keeps its first worker");
+        pool.grow(2).await;
+        assert_eq!(idle(&pool), 3, "two more started side by side");
+        pool.grow(2).await;
+        assert_eq!(idle(&pool), 3, "past max_workers idle ones, a started worker is ended");
+    }
+}
