@@ -315,3 +315,33 @@ def test_the_payload_kiln_writes_is_what_the_worker_reads() -> None:
     extra = json.dumps(dict(header, ambient=dict(header["ambient"], new_state=1))).encode()
     with pytest.raises(ValueError, match=r"ambient\.new_state"):
         worker.decode_payload(struct.pack("<I", len(extra)) + extra + captured[0][4 + n :])
+
+
+def test_a_spares_compile_pool_starts_at_the_lowest_priority_and_its_compile_keeps_its_own() -> None:
+    # A spare starts its pool while the job that asked for the last compile runs its first steps:
+    # the pool's processes (each imports torch) must take only cores the job leaves idle.
+    path = Path(__file__).parents[3] / "daemon" / "src" / "graph" / "torch_worker.py"
+    script = textwrap.dedent(
+        f"""
+        import importlib.util, json, os
+        spec = importlib.util.spec_from_file_location("kiln_torch_worker", {str(path)!r})
+        worker = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(worker)
+        worker.start_compile_pool()
+        children = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                fields = open(f"/proc/{{pid}}/stat").read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == os.getpid():
+                children.append(int(fields[16]))  # the nice value
+        print(json.dumps({{"own": os.getpriority(os.PRIO_PROCESS, 0), "pool": children, "nice": worker.POOL_NICE}}))
+        """
+    )
+    env = dict(os.environ, TORCHINDUCTOR_COMPILE_THREADS="2", TORCH_WARM_POOL="1")
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["pool"], f"Inductor started no compile pool (is triton installed?): {out.stderr[-2000:]}"
+    assert seen["own"] == 0 and set(seen["pool"]) == {seen["nice"]} and seen["nice"] == 19, seen

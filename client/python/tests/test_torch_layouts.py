@@ -81,8 +81,12 @@ def test_every_piece_of_a_distributed_layout_goes_through_kilnd_once(layout_kiln
         placed = {f for g in stats["graphs"] for f in g["native_files"]}
         # On the CPU every kernel is C++: kilnd's answers carried what its compiles built...
         assert placed, (rank, stats)
-        # ...and the process built nothing itself.
+        # ...and the process built nothing itself...
         assert built_here(r["cache"], placed) == [], f"rank {rank} compiled C++ after kilnd's answer"
+        # ...nor traced a piece again: each hit AOTAutograd's cache with the key kilnd's worker
+        # saved under, fake example inputs (a DDP piece's) included.
+        assert r["caches"].get("autograd_cache_miss", 0) == 0, (rank, r["caches"])
+        assert r["caches"].get("autograd_cache_hit", 0) == len(stats["graphs"]), (rank, r["caches"])
     # One compile per distinct piece across the ranks (identical pieces share one key).
     assert 1 <= compiled <= len(ranks[0]["graphs"]["graphs"]), (compiled, ranks[0]["graphs"])
     plain = run_ranks(layout, tmp_path / "plain", 2, None)
@@ -153,3 +157,21 @@ def test_an_answer_bundle_reads_back_and_refuses_paths_outside_the_cache(tmp_pat
     assert (tmp_path / "ab" / "cabc123.so").read_bytes() == b"\x7fELF one"
     assert (tmp_path / "cd" / "ccd.main.so").read_bytes() == b"mine"
     assert not [p for p in tmp_path.rglob(".kiln-*")]
+
+
+def test_loading_an_answer_starts_no_compile_pool_and_a_compile_here_gets_it_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch._inductor.config as config
+
+    from kiln import _torch_graph
+
+    # Outside torch's cache keys, or a process that loads with one compile thread would miss
+    # the entries kilnd's workers saved with several.
+    assert "compile_threads" in config._cache_config_ignore_prefix
+    monkeypatch.setattr(config, "compile_threads", 4)
+    monkeypatch.setattr(_torch_graph, "_own_threads", None)
+    _torch_graph._pool_off()
+    assert config.compile_threads == 1
+    _torch_graph._pool_off()  # a second load keeps the process's own figure
+    assert _torch_graph._own_threads == 4
+    assert _torch_graph._in_process(lambda: config.compile_threads) == 4
+    assert config.compile_threads == 1

@@ -30,6 +30,7 @@ import signal
 import struct
 import sys
 import tempfile
+import threading
 import time
 import traceback
 
@@ -291,14 +292,19 @@ def compile_graph(payload, phases):
     # client sends no graph with a symbolic input). Without one here, AOTAutograd would fakify
     # the inputs with fresh symbols: a different cache key from the client's, and a dynamic compile.
     tracing = torch._guards.TracingContext(fake_mode)
-    for value, source in zip(inputs, sources):
+    for i, (value, source, spec) in enumerate(zip(inputs, sources, header["inputs"])):
         if isinstance(value, torch.Tensor):
-            tracing.tensor_to_context[value] = StatefulSymbolicContext(
+            context = StatefulSymbolicContext(
                 dynamic_sizes=[DimDynamic.STATIC] * value.dim(),
                 constraint_sizes=[None] * value.dim(),
                 tensor_source=source,
                 shape_env_to_source_to_symbol_cache={},
             )
+            if spec.get("fake"):
+                # Fake in the process (a piece of Dynamo's DDP optimizer), so fake here:
+                # AOTAutograd's cache key records it, and the process looks up that key.
+                value = inputs[i] = fake_mode.from_tensor(value, source=source, symbolic_context=context)
+            tracing.tensor_to_context[value] = context
     CacheArtifactManager.clear()
     autocast = apply_ambient(torch, header.get("ambient", {}))
     phases["read"] = time.monotonic() - started
@@ -400,18 +406,34 @@ def child(payload, out_fd, timeout_seconds, kind="graph"):
 IDLE_BEFORE_WARM_SECONDS = 2.0
 
 
+#: The nice value of a spare's compile pool. Its start (each of its processes imports torch)
+#: comes after a compile, while the job that asked runs its first steps: at the lowest priority it
+#: takes only cores the host leaves idle. The pool's compiles run at it too, which costs nothing
+#: on a host whose jobs wait for them.
+POOL_NICE = 19
+
+
 def start_compile_pool():
     """Starts Inductor's pool of compile processes, as torch's own backend starts it at a
     process's first graph, without waiting for it: until it takes work, Inductor compiles each
     Triton kernel in this process. A child that started its pool only at its first kernel
-    compiled most of a large graph that way. Best effort: a pool that does not start leaves the
-    compile to do without it, as torch would."""
-    try:
-        from torch._inductor.async_compile import maybe_warm_pool
+    compiled most of a large graph that way. The pool starts from a thread of its own whose
+    priority is POOL_NICE (Linux keeps a nice value per thread, and a process started from a
+    thread inherits that thread's), so this process's own compile keeps its priority. Best
+    effort: a pool that does not start leaves the compile to do without it, as torch would."""
 
-        maybe_warm_pool()
-    except Exception:  # noqa: BLE001 - the compile runs without a pool
-        traceback.print_exc(file=sys.stderr)
+    def start():
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), POOL_NICE)
+            from torch._inductor.async_compile import maybe_warm_pool
+
+            maybe_warm_pool()
+        except Exception:  # noqa: BLE001 - the compile runs without a pool
+            traceback.print_exc(file=sys.stderr)
+
+    starter = threading.Thread(target=start, name="pool-start")
+    starter.start()
+    starter.join()
 
 
 class Spare:

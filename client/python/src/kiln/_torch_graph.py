@@ -179,6 +179,34 @@ def _environment() -> tuple[str, str, str]:
     return triton_version, sys.version.split()[0], torch.version.cuda or ""
 
 
+#: Inductor's compile threads before :func:`_pool_off`: the pool an in-process compile gets.
+_own_threads: int | None = None
+
+
+def _pool_off() -> None:
+    """Keeps Inductor from starting its pool of compile processes to load kilnd's artifacts.
+    Loading a graph (and a DDP piece's backward, at its first backward) compiles nothing, yet
+    Inductor's first kernel starts the pool: as many processes as the host has cores, up to 32,
+    each importing torch, just as the job's first steps run. The setting is outside every cache
+    key; a graph compiled in this process gets the pool back (:func:`_in_process`)."""
+    global _own_threads
+    import torch._inductor.config as config
+
+    if _own_threads is None:
+        _own_threads = config.compile_threads or config.decide_compile_threads()
+        config.compile_threads = 1
+
+
+def _in_process(compile_here: Callable[[], Any]) -> Any:
+    """Inductor's compile of a graph here, with the compile pool it would have had."""
+    if _own_threads is None:
+        return compile_here()
+    import torch._inductor.config as config
+
+    with config.patch(compile_threads=_own_threads):
+        return compile_here()
+
+
 def _load(torch: Any, answer: _Answer, record: GraphRecord, compile_in_process: Callable[[], Any]) -> tuple[Any, bool]:
     """Loads kilnd's artifacts and lets Inductor find them: (compiled, whether torch used them).
 
@@ -201,6 +229,7 @@ def _load(torch: Any, answer: _Answer, record: GraphRecord, compile_in_process: 
         return counters["aot_autograd"]["autograd_cache_miss"], fx_misses, inductor["fxgraph_cache_hit"]
 
     before = lookups()
+    _pool_off()
     compiled = compile_in_process()
     aot_misses, fx_misses, fx_hits = (after - was for after, was in zip(lookups(), before, strict=True))
     # Code generation is what a miss would cost: Inductor found the graph's code (an AOTAutograd
@@ -253,13 +282,13 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
     if not _choice.sends(layout, device):
         _fallback("layout_off", f"{layout} graphs on {device} stay in the process ({_torch_layout.GRAPHS_ENV}=1 sends them to kilnd)")
         record.how = "in-process"
-        return inductor(gm, example_inputs)
+        return _in_process(lambda: inductor(gm, example_inputs))
     try:
         payload = serialize(gm, example_inputs, config)
     except Unserializable as e:
         _fallback("unserializable", e)
         record.how = "in-process"
-        return inductor(gm, example_inputs)
+        return _in_process(lambda: inductor(gm, example_inputs))
     if async_enabled() and not getattr(_blocking, "on", False):
         return _AsyncGraph(gm, example_inputs, payload, inductor, record, started, waits=False)
     if layout == "ddp":
@@ -270,7 +299,7 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
     answer = _ask(payload, record.name)
     if isinstance(answer, str):
         record.how = "in-process"
-        return inductor(gm, example_inputs)
+        return _in_process(lambda: inductor(gm, example_inputs))
     answered = time.perf_counter()
     compiled, hit = _load(torch, answer, record, lambda: inductor(gm, example_inputs))
     if not hit:
@@ -350,7 +379,7 @@ class _AsyncGraph:
                     self.record.how = "kilnd" if hit else "in-process"
                     self.record.answered(answer.tier if hit else "", answer.key, answer.compile_s, swap_started)
                 else:
-                    compiled = self._compile(inputs)()
+                    compiled = _in_process(self._compile(inputs))
                     self.record.how = "in-process"
         except Exception as e:  # noqa: BLE001 - the graph keeps running eagerly: never a wrong result
             from . import _fleet

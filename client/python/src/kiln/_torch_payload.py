@@ -52,6 +52,9 @@ def _input_spec(torch: Any, value: Any) -> dict[str, Any]:
             "device": str(_torch_device.moved_device(torch, value.device)),
             "requires_grad": bool(value.requires_grad),
             "parameter": isinstance(value, torch.nn.Parameter),
+            # AOTAutograd's cache key records whether the inputs were fake (a DDP piece's are):
+            # the worker makes them fake too, so that the key it saves under is this one.
+            "fake": isinstance(value, FakeTensor),
         }
     for kind, cls in (("bool", bool), ("int", int), ("float", float)):
         if type(value) is cls:
