@@ -8,6 +8,9 @@ dropout, a tensor made in the graph) with torch.compile:
    Inductor compile), and its code is the cuda:0 code moved;
 3. ``own``: on cuda:1, into an empty cache B, without kiln: torch's own code for cuda:1.
 
+``moved`` must compile no Triton kernel: cubins do not depend on the device index, and the
+cuda:0 entry carries them.
+
 It prints one JSON line: the FX graph cache hits and misses of ``moved``, whether each moved
 graph's code equals ``own``'s (less the comment that names a kernel's file), and the largest
 difference between the two processes' losses and gradients over 20 steps (the same seed, so
@@ -20,6 +23,7 @@ Usage: python tests/gpu/device_move.py [--steps N]   (client/python/src on PYTHO
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import re
@@ -44,6 +48,57 @@ def model_step(torch, device):
     return layers, torch.compile(step)
 
 
+def count_triton_compiles():
+    """The names of the Triton kernels this process really compiles (a cache hit returns from
+    ``triton.compile`` before ``ASTSource.make_ir``)."""
+    from triton.compiler import compiler
+
+    names = []
+    make_ir = compiler.ASTSource.make_ir
+
+    def counting(self, *args, **kwargs):
+        names.append(getattr(self.fn, "__name__", "?"))
+        return make_ir(self, *args, **kwargs)
+
+    compiler.ASTSource.make_ir = counting
+    return names
+
+
+def record_triton_keys():
+    """Each kernel's Triton cache key, by its parts (kernel name -> parts), for a report of what
+    made two devices' keys differ."""
+    import hashlib
+
+    from triton.compiler import compiler
+
+    parts = {}
+    get_cache_key = compiler.get_cache_key
+
+    def recording(src, backend, options, env_vars):
+        fn = getattr(src, "fn", None)
+        if fn is not None:
+            digest = lambda text: hashlib.sha256(str(text).encode()).hexdigest()[:12]  # noqa: E731
+            parts.setdefault(fn.__name__, []).append(
+                {
+                    "src": src.hash()[:12],
+                    "fn.cache_key": fn.cache_key[:12],
+                    "fn.src": digest(fn.src),
+                    "fn.line": fn.starting_line_number,
+                    "fn.globals_used": str(sorted((k[0], str(v[0])[:80]) for k, v in fn.used_global_vals.items()))[:600],
+                    "attrs": str(src.attrs)[:300],
+                    "signature": str(sorted(src.signature.items()))[:300],
+                    "constants": str(sorted((k, str(v)[:60]) for k, v in src.constants.items()))[:300],
+                    "backend": backend.hash(),
+                    "options": options.hash()[:12],
+                    "env": digest(sorted(env_vars.items())),
+                }
+            )
+        return get_cache_key(src, backend, options, env_vars)
+
+    compiler.get_cache_key = recording
+    return parts
+
+
 def child(role, steps):
     import torch
     import torch._dynamo.utils
@@ -54,6 +109,12 @@ def child(role, steps):
     keys = []  # (key, the lines torch hashed), for a report on a miss
     from torch._inductor import codecache
 
+    # As kilnd's worker (first) and kiln.torch (moved) do: torch's ptxas from the start, so that
+    # every process keys its Triton kernels alike. The code names the ptxas (its backend hash),
+    # so own, torch's reference, takes the same.
+    from kiln import _torch_graph
+
+    _torch_graph._same_ptxas()
     if role == "moved":
         from kiln import _torch_device
 
@@ -82,6 +143,8 @@ def child(role, steps):
         codecache.compiled_fx_graph_hash = compiled_fx_graph_hash
     device = torch.device("cuda", 0 if role == "first" else 1)
     torch.cuda.set_device(device)
+    compiled = count_triton_compiles()
+    triton_keys = record_triton_keys()
     layers, step = model_step(torch, device)
     torch.manual_seed(1)
     losses, grads = [], []
@@ -103,6 +166,9 @@ def child(role, steps):
                 "first_step_s": first_step_s,
                 "fx_hits": counters["fxgraph_cache_hit"],
                 "fx_misses": counters["fxgraph_cache_miss"],
+                "triton_compiles": compiled,
+                "triton_keys": triton_keys,
+                "inductor_counters": dict(counters),
                 "losses": losses,
                 "grads": grads,
                 "sources": sources,
@@ -119,6 +185,23 @@ def run(role, cache, steps):
     if out.returncode != 0:
         raise SystemExit(f"{role}: exit {out.returncode}\n{out.stderr[-4000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def print_kernel_differences(cache, names):
+    """For each kernel compiled again on cuda:1, the fields of its Triton cache metadata that
+    differ from cuda:0's: what made Triton's key differ."""
+    for name in names[:6]:
+        found = {}
+        for device in ("0", "1"):
+            for path in sorted(glob.glob(os.path.join(cache, "triton", device, "*", name + ".json"))):
+                with open(path) as f:
+                    found.setdefault(device, []).append((os.path.basename(os.path.dirname(path)), json.load(f)))
+        if "0" not in found or "1" not in found:
+            print(f"  {name}: metadata on cuda:0 {len(found.get('0', []))}, on cuda:1 {len(found.get('1', []))}")
+            continue
+        (hash0, meta0), (hash1, meta1) = found["0"][0], found["1"][-1]
+        differ = {k: (meta0.get(k), meta1.get(k)) for k in sorted(set(meta0) | set(meta1)) if meta0.get(k) != meta1.get(k)}
+        print(f"  {name}: {len(found['0'])} on cuda:0, {len(found['1'])} on cuda:1; dirs {hash0} and {hash1}; differ: {str(differ)[:1500]}")
 
 
 def comparable(source):
@@ -153,8 +236,17 @@ def main():
         # cuda:0 entries, and on cuda:1 cold.
         "first_step_s": {"first": first["first_step_s"], "moved": moved["first_step_s"], "own": own["first_step_s"]},
         "first_vs_own_loss_diff": max(abs(x - y) for x, y in zip(first["losses"], own["losses"])),
+        # Triton kernels compiled for real: the moved process's come from cuda:0's cubins.
+        "triton_compiles": {role: len(r["triton_compiles"]) for role, r in (("first", first), ("moved", moved), ("own", own))},
+        "moved_counters": moved["inductor_counters"],
     }
     print(json.dumps(report), flush=True)
+    if moved["triton_compiles"]:
+        print("kernels the moved process compiled again:", sorted(set(moved["triton_compiles"])))
+        print_kernel_differences(a, sorted(set(moved["triton_compiles"])))
+        for name in sorted(set(moved["triton_compiles"]))[:4]:
+            ours, theirs = first["triton_keys"].get(name, [{}])[0], moved["triton_keys"].get(name, [{}])[0]
+            print(f"  {name}: Triton key parts that differ: " + str({k: (ours.get(k), theirs.get(k)) for k in sorted(set(ours) | set(theirs)) if ours.get(k) != theirs.get(k)})[:3000])
     for m, o, same in zip(moved["sources"], own["sources"], same_code):
         if not same:
             import difflib
@@ -174,6 +266,7 @@ def main():
         and all(same_code)
         and loss_diff <= 1e-6
         and grad_diff <= 1e-6
+        and not moved["triton_compiles"]
     )
     print(json.dumps(report))
     print("device move:", "PASS" if ok else "FAIL")

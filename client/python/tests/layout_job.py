@@ -89,6 +89,17 @@ def record_fx_keys() -> None:
         return key, lines
 
     codecache.compiled_fx_graph_hash = compiled_fx_graph_hash
+    # AOTAutograd's keys too: a piece that misses them traces its joint graph again.
+    from torch._functorch._aot_autograd import autograd_cache
+
+    aot_key = autograd_cache.autograd_cache_key
+
+    def autograd_cache_key(*args, **kwargs):  # type: ignore[no-untyped-def]
+        key, lines = aot_key(*args, **kwargs)
+        keys.append({"aot_key": key, "lines": [line[:400] for line in lines]})
+        return key, lines
+
+    autograd_cache.autograd_cache_key = autograd_cache_key
 
 
 def model() -> torch.nn.Module:
@@ -161,7 +172,7 @@ def main() -> None:
     if FX_KEYS is not None:
         caches["fx_keys"] = FX_KEYS
     steady = sorted(times[-10:])[len(times[-10:]) // 2]
-    print(json.dumps({"losses": losses, "first": first, "steady": steady, "graphs": stats, "caches": caches}))
+    print(json.dumps({"losses": losses, "first": first, "steady": steady, "times": times, "graphs": stats, "caches": caches}))
 
 
 if __name__ == "__main__":

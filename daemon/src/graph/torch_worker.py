@@ -569,6 +569,20 @@ def pick_cpu_vector_isa():
         del os.environ["TORCHINDUCTOR_CACHE_DIR"]
 
 
+def same_ptxas():
+    """Has Triton assemble with torch's own ptxas in this worker, its children and their compile
+    pools, as the process that loads the answer does (kiln.torch sets the same). Triton keys its
+    cache with the ptxas it uses, and torch sets its own only where it compiles a kernel: in a
+    pool's process, or in the compiling process just before. A kernel compiled in the pool was
+    then compiled again by the parent, which looked it up under Triton's bundled ptxas, and a
+    process on another GPU, whose first kernel set torch's, missed every kernel of the answer."""
+    try:
+        from torch._inductor.runtime.compile_tasks import _set_triton_ptxas_path
+    except ImportError:
+        return
+    _set_triton_ptxas_path()
+
+
 def hello():
     import torch
     import torch._dynamo  # noqa: F401  (imported here once, before any request)
@@ -586,6 +600,7 @@ def hello():
         )
     if torch.cuda.device_count() == 0:
         pick_cpu_vector_isa()
+    same_ptxas()
     # compile_backward_now's hook: a torch without it cannot answer a training graph whole.
     if "force_non_lazy_backward_lowering" not in inspect.signature(aot_autograd.prepare_aot_module_simplified).parameters:
         raise RuntimeError(f"torch {torch.__version__}: AOTAutograd takes no force_non_lazy_backward_lowering")

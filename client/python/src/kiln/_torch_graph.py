@@ -207,6 +207,19 @@ def _in_process(compile_here: Callable[[], Any]) -> Any:
         return compile_here()
 
 
+def _same_ptxas() -> None:
+    """Has Triton assemble with torch's own ptxas in this process from its first graph on, as
+    kilnd's workers do. Triton keys its cache with its ptxas, and torch sets its own only where a
+    kernel compiles (in its pool's processes, or here just before), so a kernel the pool compiled
+    was looked up here under Triton's bundled ptxas and compiled again, and a graph loaded
+    from kilnd missed the kernels of an answer made under the other one."""
+    try:
+        from torch._inductor.runtime.compile_tasks import _set_triton_ptxas_path
+    except ImportError:
+        return
+    _set_triton_ptxas_path()
+
+
 def _load(torch: Any, answer: _Answer, record: GraphRecord, compile_in_process: Callable[[], Any]) -> tuple[Any, bool]:
     """Loads kilnd's artifacts and lets Inductor find them: (compiled, whether torch used them).
 
@@ -273,6 +286,7 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
     # Here, not at install: kiln installs while torch._dynamo imports, before Inductor's cache
     # module can be imported.
     _torch_device.install(torch)
+    _same_ptxas()
     record = GraphRecord(_graph_name(gm))
     with _ledger.lock:
         _ledger.graphs.append(record)
