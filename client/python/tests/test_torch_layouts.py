@@ -113,10 +113,17 @@ def test_the_layouts_sent_to_kilnd_follow_the_setting_and_default_to_the_record(
     from kiln import _torch_layout as layout
 
     monkeypatch.delenv(layout.GRAPHS_ENV, raising=False)
+    monkeypatch.delenv("KILN_TORCH_ASYNC", raising=False)
     default = layout.chosen()
     assert default == layout.Choice(layout.DEFAULT_LAYOUTS, layout.DEFAULT_DEVICES)
-    # The record is the GPU's: by default one process's graphs go on a GPU, never on the CPU.
-    assert default.sends("single", "cuda") and not default.sends("single", "cpu") and not default.sends("ddp", "cuda")
+    # The record has no layout below plain's cold start on every host: none goes by default.
+    assert not any(default.sends(name, device) for name in layout.LAYOUTS for device in ("cuda", "cpu"))
+    # An async graph never waits for kilnd: every layout goes, unless the setting says otherwise.
+    monkeypatch.setenv("KILN_TORCH_ASYNC", "1")
+    assert all(layout.chosen().sends(name, device) for name in layout.LAYOUTS for device in ("cuda", "cpu"))
+    monkeypatch.setenv(layout.GRAPHS_ENV, "0")
+    assert layout.chosen() == layout.Choice(frozenset())
+    monkeypatch.delenv("KILN_TORCH_ASYNC")
     for value, want in [("0", set()), ("1", set(layout.LAYOUTS)), (" ddp, single ", {"ddp", "single"})]:
         monkeypatch.setenv(layout.GRAPHS_ENV, value)
         assert layout.chosen() == layout.Choice(frozenset(want)), value

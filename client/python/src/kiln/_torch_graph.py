@@ -223,11 +223,11 @@ def _same_ptxas() -> None:
 def _load(torch: Any, answer: _Answer, record: GraphRecord, compile_in_process: Callable[[], Any]) -> tuple[Any, bool]:
     """Loads kilnd's artifacts and lets Inductor find them: (compiled, whether torch used them).
 
-    torch hits at one of two levels. A whole graph hits AOTAutograd's cache: nothing is traced
-    again. A piece of Dynamo's DDP optimizer misses it (its key is not the worker's), so
-    AOTAutograd traces the piece again here and its forward graph hits Inductor's FX graph cache:
-    no code generation and no kernel compile. The backward graph's lookup comes at the first
-    backward, after this returns."""
+    torch hits at one of two levels. A graph hits AOTAutograd's cache, a DDP piece too (the
+    worker makes its inputs fake, as here): nothing is traced again. A graph on another GPU than
+    the first misses it (its key names the device), so AOTAutograd traces it again here and its
+    forward and backward graphs hit Inductor's FX graph cache with the entries moved from
+    ``cuda:0`` (:mod:`kiln._torch_device`): no code generation and no kernel compile."""
     import torch._dynamo.utils
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 

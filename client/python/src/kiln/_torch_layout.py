@@ -6,7 +6,8 @@ layout's graphs at least as fast as the process's own, that layout's graphs comp
 process by default, as plain torch would; torch's remote caches through kiln, the Triton kernels
 and the snapshots stay on. ``KILN_TORCH_GRAPHS`` decides instead of the record:
 
-- unset: the layouts in :data:`DEFAULT_LAYOUTS`, on the devices in :data:`DEFAULT_DEVICES`;
+- unset: the layouts in :data:`DEFAULT_LAYOUTS` (none today), on the devices in
+  :data:`DEFAULT_DEVICES`; with ``KILN_TORCH_ASYNC=1``, every layout (:data:`ASYNC_LAYOUTS`);
 - ``1``: every layout; ``0``: none;
 - a comma-separated list of layout names (``single,ddp``): those.
 
@@ -29,14 +30,18 @@ from . import settings
 GRAPHS_ENV = settings.TORCH_GRAPHS.name
 LAYOUTS = ("single", "ddp", "multi-rank")
 #: Layouts sent to kilnd when ``KILN_TORCH_GRAPHS`` is unset: those whose cold first step through
-#: kilnd is, on the record (2 H100s, torch 2.11, medians of three runs), no slower than plain
-#: torch.compile's. One process: 0.95 of plain's (four runs, 0.86 to 1.03), and a herd of four on
-#: one GPU 0.90. DDP (1.21) and FSDP2 (1.36, one run each, with one compile per graph across the
-#: ranks) are not yet; each joins once its row shows otherwise.
-DEFAULT_LAYOUTS: frozenset[str] = frozenset({"single"})
+#: kilnd is, on the record, no slower than plain torch.compile's. None now. On 2 H200s (torch 2.11,
+#: runs 32-34, medians of three) one process took 1.15 of plain's, DDP 1.00 and FSDP2 1.15 (on
+#: 2 H100s in runs 24-27 one process took 0.95: the record differs by host). A layout joins once
+#: its row shows it below 1.0 on the hosts users run.
+DEFAULT_LAYOUTS: frozenset[str] = frozenset()
 #: And only graphs on these devices: the record is the GPU's. On the CPU (Inductor's C++ backend)
 #: kilnd's cold compile was slower than the process's own.
 DEFAULT_DEVICES: frozenset[str] = frozenset({"cuda"})
+#: With ``KILN_TORCH_ASYNC=1`` and ``KILN_TORCH_GRAPHS`` unset: every layout, on every device. An
+#: async graph runs eagerly until kilnd's compile arrives, so sending it never makes a step wait
+#: for a compile, where keeping it in the process would.
+ASYNC_LAYOUTS: frozenset[str] = frozenset(LAYOUTS)
 
 
 class BadSetting(ValueError):
@@ -64,6 +69,8 @@ def chosen() -> Choice:
     """The graphs that go to kilnd in this process."""
     value = os.environ.get(GRAPHS_ENV)
     if value is None or value.strip() == "":
+        if os.environ.get(settings.TORCH_ASYNC.name, "0").strip() not in ("", "0"):
+            return Choice(ASYNC_LAYOUTS)
         return Choice(DEFAULT_LAYOUTS, DEFAULT_DEVICES)
     value = value.strip()
     if value == "0":
