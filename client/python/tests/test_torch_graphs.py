@@ -345,3 +345,24 @@ def test_a_spares_compile_pool_starts_at_the_lowest_priority_and_its_compile_kee
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     assert seen["pool"], f"Inductor started no compile pool (is triton installed?): {out.stderr[-2000:]}"
     assert seen["own"] == 0 and set(seen["pool"]) == {seen["nice"]} and seen["nice"] == 19, seen
+
+
+def test_kiln_explain_says_why_a_torch_graph_missed(graph_kilnd: Kilnd, tmp_path: Path) -> None:
+    # The same job's graph, first as it was, then with one Inductor setting changed: the second
+    # key is new to kilnd, and explain names the setting, where a key alone says only "new bytes".
+    job = "explain-me"
+    first = run_job(graph_kilnd.uri, tmp_path / "a", KILN_TORCH_JOB=job, WIDTH="24")
+    second = run_job(graph_kilnd.uri, tmp_path / "b", KILN_TORCH_JOB=job, WIDTH="24", TORCHINDUCTOR_MAX_AUTOTUNE_POINTWISE="1")
+    (g1,), (g2,) = first["graphs"]["graphs"], second["graphs"]["graphs"]
+    assert g1["name"] == g2["name"] and g1["key"] != g2["key"], (g1, g2)
+    with kiln.Client(graph_kilnd.uri) as c:
+        (why,) = c.explain(keys=[g2["key"]])
+        (new,) = c.explain(keys=[g1["key"]])
+    assert (why.graph, why.kernel_id, why.reason) == (job, g2["name"], "options"), why
+    assert why.verdict.startswith("torch graph: missed: inductor_config.max_autotune_pointwise true here, false before"), why
+    assert why.cached and [d.reason for d in why.differences] == ["options"], why.differences
+    assert new.reason == "new" and "was seen here before" in new.verdict, new
+    # The miss's event names it too (kilnd's log and recent misses).
+    with kiln.Client(graph_kilnd.uri) as c:
+        events = [m for m in c.stats().recent_misses if m.key == g2["key"]]
+    assert events and "max_autotune_pointwise" in events[0].detail, events

@@ -9,6 +9,7 @@ use crate::cache::Cache;
 use crate::domain::Priority;
 use crate::engine::Engine;
 use crate::error::{Error, invalid};
+use crate::graph::recipe::Explanation;
 use crate::state::State;
 use kiln_proto::CacheKey;
 use kiln_proto::pb::{self, KeyRecipe, RecipeBook};
@@ -56,6 +57,10 @@ async fn by_keys(state: &State, keys: &[String]) -> Result<pb::ExplainResponse, 
     let engine = &state.engine;
     let mut kernels = Vec::with_capacity(keys.len());
     for key in keys {
+        if let Some(why) = state.torch_graphs.recipes.explained(&key) {
+            kernels.push(torch_graph(engine, &key, why).await);
+            continue;
+        }
         let expect = Expect::RecipeOf(&key);
         let own = match kept_book(engine, &book::pointer_key(&key), expect).await.into_iter().next() {
             Some((found, _)) => found,
@@ -78,6 +83,30 @@ async fn by_keys(state: &State, keys: &[String]) -> Result<pb::ExplainResponse, 
         kernels.push(answer);
     }
     Ok(pb::ExplainResponse { kernels })
+}
+
+/// A torch graph's key that kilnd compiled lately: why it missed, part by part (the job as the
+/// identity's graph, the graph's name as its kernel).
+async fn torch_graph(engine: &Engine, key: &CacheKey, why: Explanation) -> pb::KernelExplanation {
+    let held = cached(engine.cache(), key).await;
+    pb::KernelExplanation {
+        identity: Some(pb::KernelIdentity {
+            graph: why.job.clone(),
+            kernel_id: why.name.clone(),
+            kernel_name: String::new(),
+        }),
+        key: key.to_hex(),
+        cached: held.is_some(),
+        tier: held.map_or(pb::Tier::Unspecified, |h| h.tier) as i32,
+        verdict: format!("torch graph: missed: {}", why.line()),
+        reason: why.reason.into(),
+        differences: why
+            .differences
+            .into_iter()
+            .map(|(reason, text)| pb::Difference { reason: reason.into(), text })
+            .collect(),
+        ..Default::default()
+    }
 }
 
 /// The books under `key` on this host and in the fleet (each at most once).

@@ -4,6 +4,7 @@
 //! whether the compile paid off. One ledger per daemon, shared by the `TorchGraphs` handlers,
 //! `Stats`, the status page and `/metrics`.
 
+use super::recipe::RecipeBook;
 use crate::metrics::{JobLabels, Metrics, ReasonLabels, ResultLabels};
 use kiln_proto::{pb, torch_ledger};
 use prometheus_client::metrics::family::Family;
@@ -38,6 +39,8 @@ pub struct Ledger {
     /// The latest graph compiles, failures and reported fallbacks, newest last: kilnd's recent
     /// misses show them beside kernels'.
     events: Mutex<VecDeque<pb::RecentMiss>>,
+    /// What each graph's key was made of, and why each recent miss missed: `kiln explain`.
+    pub recipes: RecipeBook,
 }
 
 /// Graph events kept for the recent misses.
@@ -80,6 +83,7 @@ impl Ledger {
             jobs: Mutex::default(),
             host: crate::status::report::wire_name(host),
             events: Mutex::default(),
+            recipes: RecipeBook::default(),
         }
     }
 

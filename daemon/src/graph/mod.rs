@@ -9,5 +9,6 @@
 
 pub mod forward;
 pub mod ledger;
+pub mod recipe;
 pub(crate) mod service;
 pub mod workers;

@@ -4,6 +4,7 @@
 
 use super::forward::Forwarder;
 use super::ledger::{Ledger, Outcome};
+use super::recipe::{Explanation, Recipe};
 use super::workers::{Answer, Environment, Settings, TorchWorkers};
 use crate::blob::entry;
 use crate::blob::service::{BlobState, Decision};
@@ -144,6 +145,7 @@ impl GraphState {
         };
         let payload = Bytes::from(std::mem::take(&mut request.payload));
         let (scope, key) = self.key(&environment, &payload);
+        let recipe = Recipe::of(&environment, &self.gpus, &payload);
         if let Some(failed) = self.failures.get(&key).await {
             self.ledger.count(Outcome::Failed);
             return Ok(failed_reply(&failed, &key, Tier::Memory));
@@ -153,6 +155,7 @@ impl GraphState {
         match self.blobs.decide(&scope, &key, wait).await {
             Decision::Found(found) => {
                 self.ledger.count(Outcome::Hit);
+                self.ledger.recipes.saw(&request.job, &request.name, &key, recipe, false);
                 let reply = reply_of_entry(&found, &key);
                 // The stored compile's seconds, as a kernel's hit counts its own.
                 self.blobs.cache.saved(reply.compile_micros);
@@ -160,12 +163,14 @@ impl GraphState {
             }
             Decision::Proceed(reason) => {
                 tracing::info!(%key, %reason, job = %request.job, "compiling a torch graph without a lease");
+                let why = self.ledger.recipes.saw(&request.job, &request.name, &key, recipe, true);
                 let workers = self.workers_to_compile(&environment, &request, &key).await?;
-                Ok(self.produce(workers, &key, payload, timeout, &request).await)
+                Ok(self.produce(workers, &key, payload, timeout, &request, why).await)
             }
             Decision::Granted(holding, lease) => {
+                let why = self.ledger.recipes.saw(&request.job, &request.name, &key, recipe, true);
                 let reply = match self.workers_to_compile(&environment, &request, &key).await {
-                    Ok(workers) => Ok(self.produce(workers, &key, payload, timeout, &request).await),
+                    Ok(workers) => Ok(self.produce(workers, &key, payload, timeout, &request, why).await),
                     Err(e) => {
                         // Nothing will be published: the waiters must not wait for it.
                         self.blobs.holders.published(&key);
@@ -189,6 +194,7 @@ impl GraphState {
         payload: Bytes,
         timeout: Duration,
         request: &pb::TorchGraphRequest,
+        why: Option<Explanation>,
     ) -> pb::TorchGraphReply {
         let answer = workers.compile(payload, timeout).await;
         let seconds = answer.compile_micros as f64 / 1e6;
@@ -204,8 +210,8 @@ impl GraphState {
         }
         self.ledger.count(Outcome::Compiled);
         let phases: Vec<String> = answer.phases.iter().map(|(step, s)| format!("{step} {s:.2} s")).collect();
-        let detail =
-            format!("no tier held it, here or in the fleet: compiled in {seconds:.1} s ({})", phases.join(", "));
+        let missed = why.map_or_else(|| "no tier held it".to_string(), |why| why.line());
+        let detail = format!("{missed}: compiled in {seconds:.1} s ({})", phases.join(", "));
         self.ledger.event(&request.job, &request.name, &key.to_hex(), "compiled", detail);
         let files = vec![
             BlobFile { name: ARTIFACTS_FILE.into(), data: answer.artifacts.to_vec() },
