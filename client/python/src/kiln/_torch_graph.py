@@ -66,8 +66,7 @@ FALLBACK_REASONS = (
 
 
 
-def async_enabled() -> bool:
-    return os.environ.get(ASYNC_ENV, "0") not in ("", "0")
+async_enabled = _torch_layout.async_enabled
 
 
 # -- what this process did (kiln._torch_ledger) ------------------------------------------------

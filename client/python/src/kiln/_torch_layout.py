@@ -65,11 +65,16 @@ class Choice:
         return f"{', '.join(sorted(self.layouts))}{on}"
 
 
+def async_enabled() -> bool:
+    """Whether ``KILN_TORCH_ASYNC`` asks for async graphs (which also widens the default)."""
+    return os.environ.get(settings.TORCH_ASYNC.name, "0").strip() not in ("", "0")
+
+
 def chosen() -> Choice:
     """The graphs that go to kilnd in this process."""
     value = os.environ.get(GRAPHS_ENV)
     if value is None or value.strip() == "":
-        if os.environ.get(settings.TORCH_ASYNC.name, "0").strip() not in ("", "0"):
+        if async_enabled():
             return Choice(ASYNC_LAYOUTS)
         return Choice(DEFAULT_LAYOUTS, DEFAULT_DEVICES)
     value = value.strip()
