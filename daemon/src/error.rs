@@ -46,6 +46,9 @@ pub enum Error {
     /// No torch worker could be started on this host.
     #[error("no torch worker on this daemon: {reason}")]
     TorchUnavailable { reason: String },
+    /// A publish for a key no open claim on this kilnd holds.
+    #[error("key: no open claim on this kilnd holds {key} (it was published, or its claim ended)")]
+    NoClaim { key: CacheKey },
     #[error(
         "snapshot of job {job:?} would hold {bytes} bytes in {files} files, over the limit of {limit} bytes \
          (max_snapshot_mb); nothing was saved"
@@ -67,7 +70,8 @@ impl Error {
             | Error::NoFleet { .. }
             | Error::FileNotStored { .. }
             | Error::TorchMismatch { .. }
-            | Error::TorchUnavailable { .. } => Code::FailedPrecondition,
+            | Error::TorchUnavailable { .. }
+            | Error::NoClaim { .. } => Code::FailedPrecondition,
             Error::QueueFull { .. } | Error::SnapshotTooLarge { .. } => Code::ResourceExhausted,
             Error::NoJob { .. } => Code::NotFound,
             Error::ManifestUnreadable { .. } => Code::Unavailable,

@@ -261,11 +261,16 @@ class Kilnd:
         return self.proc.returncode
 
 
+#: How long a new kilnd's spares take to start their compile pools once its workers are up.
+SPARES_SETTLE_S = 15.0
+
+
 def cold_graph_kilnd(work: Path, name: str, a) -> Kilnd:
     """A new kilnd with an empty cache under ``work/kilnd-<name>``, its torch workers started with it
-    and waited for (a long-running kilnd on a GPU host has them up: the figures are the compile's,
-    not torch's import). ``a`` holds the harness's ``kilnd``, ``cuda_root``, ``kilnd_python`` and
-    ``target`` arguments."""
+    and waited for, and then their spares' compile pools (a long-running kilnd on a GPU host has
+    them up: the figures are the compile's, not torch's import on a host where a job starts with
+    its kilnd). ``a`` holds the harness's ``kilnd``, ``cuda_root``, ``kilnd_python`` and ``target``
+    arguments."""
     import shutil
 
     d = work / f"kilnd-{name}"
@@ -278,6 +283,9 @@ def cold_graph_kilnd(work: Path, name: str, a) -> Kilnd:
 
     with kiln.Client(k.uri) as c:
         wait_for(f"kilnd {name}'s torch workers", lambda: c.warm_torch_workers() is not None, 300, k.proc, k.log)
+    # Each spare starts its pool two seconds after it is ready, and the pool's processes import
+    # torch for seconds more.
+    time.sleep(SPARES_SETTLE_S)
     return k
 
 

@@ -79,7 +79,7 @@ def graph_kilnd(tmp_path_factory: pytest.TempPathFactory) -> Any:
     k.stop()
 
 
-def test_a_herd_of_two_processes_pays_one_compile_and_both_get_torchs_own_hit(graph_kilnd: Kilnd, tmp_path: Path) -> None:
+def test_a_herd_of_two_processes_pays_one_compile_and_the_other_gets_torchs_own_hit(graph_kilnd: Kilnd, tmp_path: Path) -> None:
     results: dict[str, dict[str, Any]] = {}
 
     def one(name: str) -> None:
@@ -90,13 +90,21 @@ def test_a_herd_of_two_processes_pays_one_compile_and_both_get_torchs_own_hit(gr
         t.start()
     for t in herd:
         t.join()
+    claimed = []
     for name in ("a", "b"):
         r = results[name]
         assert r["graphs"]["fallbacks"] == {}, r["stderr"][-3000:]
         (graph,) = r["graphs"]["graphs"]
         assert graph["how"] == "kilnd", graph
-        # torch found kilnd's artifacts as its own AOTAutograd cache entry: nothing compiled here.
-        assert r["aot"].get("autograd_cache_hit") == 1 and "autograd_cache_miss" not in r["aot"], r["aot"]
+        if graph["tier"] == "compiled":
+            # The first to ask claimed the graph and compiled it in its own process, as torch would...
+            claimed.append(name)
+            assert r["aot"].get("autograd_cache_miss") == 1, r["aot"]
+        else:
+            # ...and the other waited for its publish, which torch found as its own AOTAutograd
+            # cache entry: nothing compiled there.
+            assert r["aot"].get("autograd_cache_hit") == 1 and "autograd_cache_miss" not in r["aot"], r["aot"]
+    assert len(claimed) == 1, results
     assert graphs_count(graph_kilnd, "compiled") == 1, graph_kilnd.metrics()
     assert graphs_count(graph_kilnd, "hit") == 1
     # The same compiled code as torch's own in-process compile: the same losses, bit for bit.
@@ -169,6 +177,62 @@ def test_another_torch_is_refused_naming_the_field(graph_kilnd: Kilnd) -> None:
         c.compile_torch_graph(payload(b"x"), "1.0.0")
     with kiln.Client(graph_kilnd.uri) as c, pytest.raises(kiln.InvalidArgument, match="payload: must be"):
         c.compile_torch_graph(b"", torch.__version__)
+
+
+def _claim(c: kiln.Client, data: bytes) -> Any:
+    return c.claim_torch_graph(data, torch.__version__, triton_version=_triton_version(), python_version=sys.version.split()[0], cuda_version=torch.version.cuda or "", timeout=60)
+
+
+def test_a_claim_holds_the_others_until_its_publish_and_a_closed_one_hands_it_on(graph_kilnd: Kilnd) -> None:
+    # No worker runs here: a claimed graph is compiled by the process that claimed it.
+    from kiln._torch_answer import bundle, parse
+
+    shared = bundle(b"torch's artifacts", [("ab/kernel.so", b"ELF")])
+    with kiln.Client(graph_kilnd.uri) as c:
+        first = _claim(c, payload(b"claimed graph"))
+        assert first.answer.compile_here and len(first.answer.key) == 64, first.answer
+        waiter: dict[str, Any] = {}
+        t = threading.Thread(target=lambda: waiter.update(claim=_claim(c, payload(b"claimed graph"))))
+        t.start()
+        t.join(1.0)
+        assert t.is_alive(), "a second claim of the graph waits for the first's publish"
+        c.publish_torch_graph(first.answer.key, shared, 2.5)
+        t.join(30)
+        second = waiter["claim"].answer
+        assert second.ok and not second.compile_here and second.key == first.answer.key, second
+        assert parse(second.artifacts).files == [("ab/kernel.so", b"ELF")] and second.compile_seconds == 2.5
+        first.close()
+        waiter["claim"].close()
+
+        # A claim closed without a publish releases its waiters at once, and the next claims it.
+        gone = _claim(c, payload(b"abandoned graph"))
+        assert gone.answer.compile_here
+        t = threading.Thread(target=lambda: waiter.update(next=_claim(c, payload(b"abandoned graph"))))
+        t.start()
+        t.join(1.0)
+        gone.close()
+        t.join(30)
+        assert waiter["next"].answer.compile_here, waiter["next"].answer
+        waiter["next"].close()
+
+
+def test_a_publish_needs_an_open_claim_and_a_bundle_that_reads(graph_kilnd: Kilnd) -> None:
+    with kiln.Client(graph_kilnd.uri) as c:
+        with pytest.raises(kiln.FailedPrecondition, match="key: no open claim"):
+            c.publish_torch_graph("ab" * 32, b"artifacts", 1.0)
+        with pytest.raises(kiln.InvalidArgument, match="key: must be 64"):
+            c.publish_torch_graph("nope", b"artifacts", 1.0)
+        claim = _claim(c, payload(b"a graph published badly"))
+        with pytest.raises(kiln.InvalidArgument, match="artifacts: a file at"):
+            index = b'{"artifacts": 0, "files": [["../x.so", 0]]}'
+            c.publish_torch_graph(claim.answer.key, b"KILNGB1\n" + struct.pack("<I", len(index)) + index, 1.0)
+        with pytest.raises(kiln.InvalidArgument, match="artifacts: must be 1 to"):
+            c.publish_torch_graph(claim.answer.key, b"", 1.0)
+        # The claim survives a refused publish.
+        c.publish_torch_graph(claim.answer.key, b"artifacts", 1.0)
+        claim.close()
+        with pytest.raises(kiln.InvalidArgument, match="wait_for_claim_ms: at most"):
+            c.compile_torch_graph(payload(b"x"), torch.__version__, wait_for_claim=11.0)
 
 
 class Escape:
@@ -251,7 +315,8 @@ def test_a_worker_whose_host_sets_another_cxx_still_answers_with_the_process_key
     try:
         with pytest.MonkeyPatch.context() as mp:
             mp.delenv("CXX", raising=False)  # run_job's process inherits this environment
-            r = run_job(k.uri, tmp_path / "job", WIDTH="40")
+            # The worker compiles it: the process claims nothing.
+            r = run_job(k.uri, tmp_path / "job", WIDTH="40", KILN_TORCH_CLAIM="0")
         assert r["graphs"]["fallbacks"] == {}, r["stderr"][-3000:]
         assert r["aot"].get("autograd_cache_hit") == 1, r["aot"]
     finally:

@@ -63,6 +63,11 @@ impl Holders {
         }
     }
 
+    /// Whether a stream on this host holds `key` now.
+    pub fn is_held(&self, key: &CacheKey) -> bool {
+        self.map.lock().unwrap_or_else(PoisonError::into_inner).contains_key(key)
+    }
+
     /// How many keys are held on this host now (the tests check that none leak).
     #[cfg(test)]
     fn held(&self) -> usize {

@@ -2,21 +2,26 @@
 //! wait on the process or host that compiles it, or compile it in a torch worker and store it
 //! everywhere. Single flight is the named blobs' (this host's holders, then the fleet lease).
 
+use super::bundle;
 use super::forward::Forwarder;
 use super::ledger::{Ledger, Outcome};
 use super::recipe::{Explanation, Recipe};
 use super::workers::{Answer, Environment, Settings, TorchWorkers};
 use crate::blob::entry;
+use crate::blob::holders::Holding;
 use crate::blob::service::{BlobState, Decision};
 use crate::blob::validate::Scope;
 use crate::error::{Error, invalid};
+use crate::fleet::lease::HeldLease;
 use crate::store::Stored;
 use bytes::Bytes;
 use kiln_proto::pb::{self, BlobFile, Tier};
 use kiln_proto::{CacheKey, torch_ledger};
-use std::sync::Arc;
-use std::time::Duration;
-use tokio::sync::OnceCell;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+use tokio::sync::{OnceCell, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 /// The blob namespace graphs are stored under.
@@ -24,6 +29,10 @@ pub const NAMESPACE: &str = "torch-graph";
 const MAX_VERSION: usize = 64;
 const MAX_LABEL: usize = 256;
 const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+/// The longest a request from a process that cannot share its compile waits for one that can.
+const MAX_WAIT_FOR_CLAIM: Duration = Duration::from_secs(10);
+/// How often that wait looks for a claim.
+const CLAIM_POLL: Duration = Duration::from_millis(25);
 /// The files of a stored graph.
 const ARTIFACTS_FILE: &str = "artifacts";
 const MICROS_FILE: &str = "compile_micros";
@@ -47,6 +56,33 @@ pub struct GraphState {
     /// Failed compiles, kept a minute, so a herd asking for a graph that does not compile pays
     /// one failure, not one each.
     failures: moka::future::Cache<CacheKey, Arc<Answer>>,
+    /// The keys granted to processes' ClaimTorchGraph streams, open now: the only keys
+    /// PublishTorchGraph takes.
+    claims: Mutex<HashMap<CacheKey, Claim>>,
+}
+
+/// An open claim: who compiles the graph in its own process, and why no tier held it.
+#[derive(Debug)]
+struct Claim {
+    job: String,
+    name: String,
+    why: Option<Explanation>,
+}
+
+/// How a request starts: with its answer, or (a claim) with the compile handed to its process.
+enum Start {
+    Answer(pb::TorchGraphReply),
+    CompileHere(Box<Grant>),
+}
+
+/// A compile handed to a process: this host's holding and the fleet lease, kept while its
+/// stream is open.
+struct Grant {
+    key: CacheKey,
+    claim: Claim,
+    timeout: Duration,
+    holding: Option<Holding>,
+    lease: Option<HeldLease>,
 }
 
 impl GraphState {
@@ -68,6 +104,7 @@ impl GraphState {
             forward: None,
             workers: OnceCell::new(),
             failures: moka::future::Cache::builder().max_capacity(10_000).time_to_live(Duration::from_secs(60)).build(),
+            claims: Mutex::new(HashMap::new()),
         }
     }
 
@@ -127,7 +164,16 @@ impl GraphState {
         })
     }
 
-    async fn compile(self: &Arc<Self>, mut request: pb::TorchGraphRequest) -> Result<pb::TorchGraphReply, Error> {
+    async fn compile(self: &Arc<Self>, request: pb::TorchGraphRequest) -> Result<pb::TorchGraphReply, Error> {
+        match self.start(request, false).await? {
+            Start::Answer(reply) => Ok(reply),
+            Start::CompileHere(_) => unreachable!("only a claim is handed its compile"),
+        }
+    }
+
+    /// Answers a request from the tiers, by waiting on whoever compiles it, or by compiling it in
+    /// a worker; a claim (`here`) whose graph nobody has is handed the compile instead.
+    async fn start(self: &Arc<Self>, mut request: pb::TorchGraphRequest, here: bool) -> Result<Start, Error> {
         check(&request, self.max_payload_bytes)?;
         let timeout = match request.timeout_ms {
             0 => self.compile_timeout,
@@ -148,42 +194,163 @@ impl GraphState {
         let recipe = Recipe::of(&environment, &self.gpus, &payload);
         if let Some(failed) = self.failures.get(&key).await {
             self.ledger.count(Outcome::Failed);
-            return Ok(failed_reply(&failed, &key, Tier::Memory));
+            return Ok(Start::Answer(failed_reply(&failed, &key, Tier::Memory)));
+        }
+        if !here && request.wait_for_claim_ms > 0 {
+            self.wait_for_claim(&key, Duration::from_millis(u64::from(request.wait_for_claim_ms))).await;
         }
         // A graph compile can take minutes: wait for another producer as long as one may take.
         let wait = timeout.max(self.blobs.default_wait);
-        match self.blobs.decide(&scope, &key, wait).await {
+        let (holding, lease, why) = match self.blobs.decide(&scope, &key, wait).await {
             Decision::Found(found) => {
                 self.ledger.count(Outcome::Hit);
                 self.ledger.recipes.saw(&request.job, &request.name, &key, recipe, false);
                 let reply = reply_of_entry(&found, &key);
                 // The stored compile's seconds, as a kernel's hit counts its own.
                 self.blobs.cache.saved(reply.compile_micros);
-                Ok(reply)
+                return Ok(Start::Answer(reply));
             }
             Decision::Proceed(reason) => {
                 tracing::info!(%key, %reason, job = %request.job, "compiling a torch graph without a lease");
-                let why = self.ledger.recipes.saw(&request.job, &request.name, &key, recipe, true);
-                let workers = self.workers_to_compile(&environment, &request, &key).await?;
-                Ok(self.produce(workers, &key, payload, timeout, &request, why).await)
+                (None, None, self.ledger.recipes.saw(&request.job, &request.name, &key, recipe, true))
             }
             Decision::Granted(holding, lease) => {
-                let why = self.ledger.recipes.saw(&request.job, &request.name, &key, recipe, true);
-                let reply = match self.workers_to_compile(&environment, &request, &key).await {
-                    Ok(workers) => Ok(self.produce(workers, &key, payload, timeout, &request, why).await),
-                    Err(e) => {
-                        // Nothing will be published: the waiters must not wait for it.
-                        self.blobs.holders.published(&key);
-                        Err(e)
-                    }
-                };
-                drop(holding);
-                if let Some(lease) = lease {
-                    lease.release().await;
+                (Some(holding), lease, self.ledger.recipes.saw(&request.job, &request.name, &key, recipe, true))
+            }
+        };
+        if here {
+            let claim = Claim { job: request.job.clone(), name: request.name.clone(), why };
+            return Ok(Start::CompileHere(Box::new(Grant { key, claim, timeout, holding, lease })));
+        }
+        let reply = match self.workers_to_compile(&environment, &request, &key).await {
+            Ok(workers) => Ok(self.produce(workers, &key, payload, timeout, &request, why).await),
+            Err(e) => {
+                // Nothing will be published: the waiters must not wait for it.
+                self.blobs.holders.published(&key);
+                Err(e)
+            }
+        };
+        drop(holding);
+        if let Some(lease) = lease {
+            lease.release().await;
+        }
+        reply.map(Start::Answer)
+    }
+
+    /// Waits up to `bound` for a process on this host to claim `key` (or for its answer to be
+    /// stored), so that a rank whose compile cannot be shared waits for its twin's instead of
+    /// starting a worker's beside it.
+    async fn wait_for_claim(&self, key: &CacheKey, bound: Duration) {
+        if self.blobs.cache.local(key).await.is_some() {
+            return;
+        }
+        let deadline = Instant::now() + bound;
+        while Instant::now() < deadline {
+            if self.blobs.holders.is_held(key) {
+                return;
+            }
+            tokio::time::sleep(CLAIM_POLL).await;
+        }
+    }
+
+    /// Runs one ClaimTorchGraph: the answer, or the grant, held until its publish lands, its
+    /// compile timeout passes or the process goes away.
+    async fn claim(
+        self: Arc<Self>,
+        request: pb::TorchGraphRequest,
+        tx: mpsc::Sender<Result<pb::TorchGraphReply, Status>>,
+    ) {
+        let started = tokio::select! {
+            started = self.start(request, true) => started,
+            _ = tx.closed() => return,
+        };
+        let grant = match started {
+            Err(e) => {
+                let _ = tx.send(Err(e.into())).await;
+                return;
+            }
+            Ok(Start::Answer(reply)) => {
+                let _ = tx.send(Ok(reply)).await;
+                return;
+            }
+            Ok(Start::CompileHere(grant)) => grant,
+        };
+        let Grant { key, claim, timeout, mut holding, lease } = *grant;
+        let (job, name) = (claim.job.clone(), claim.name.clone());
+        self.claims.lock().unwrap_or_else(PoisonError::into_inner).insert(key, claim);
+        let reply = pb::TorchGraphReply {
+            ok: true,
+            compile_here: true,
+            tier: Tier::Compiled as i32,
+            key: key.to_hex(),
+            ..Default::default()
+        };
+        if tx.send(Ok(reply)).await.is_ok() {
+            let published = async {
+                match holding.as_mut() {
+                    Some(holding) => holding.published().await,
+                    None => std::future::pending().await,
                 }
-                reply
+            };
+            tokio::select! {
+                _ = published => {}
+                _ = tx.closed() => {}
+                _ = tokio::time::sleep(timeout) => {
+                    tracing::warn!(%key, %job, %name, ?timeout, "a process's claim on a torch graph passed its compile timeout with no publish; released");
+                }
             }
         }
+        let unpublished = self.claims.lock().unwrap_or_else(PoisonError::into_inner).remove(&key);
+        if let Some(claim) = unpublished {
+            self.ledger.event(
+                &claim.job,
+                &claim.name,
+                &key.to_hex(),
+                "released",
+                "the process compiled it and published nothing".into(),
+            );
+        }
+        drop(holding);
+        if let Some(lease) = lease {
+            lease.release().await;
+        }
+    }
+
+    /// Stores what a claim's process compiled, everywhere, and wakes the waiters.
+    async fn publish(&self, request: pb::PublishTorchGraphRequest) -> Result<(), Error> {
+        let key: CacheKey = request.key.parse().map_err(|_| invalid("key", "must be 64 lowercase hex characters"))?;
+        if request.artifacts.is_empty() || request.artifacts.len() as u64 > self.max_payload_bytes {
+            return Err(invalid(
+                "artifacts",
+                format!(
+                    "must be 1 to {} bytes (max_artifact_mb), got {}",
+                    self.max_payload_bytes,
+                    request.artifacts.len()
+                ),
+            ));
+        }
+        bundle::check(&request.artifacts).map_err(|reason| invalid("artifacts", reason))?;
+        let claim =
+            self.claims.lock().unwrap_or_else(PoisonError::into_inner).remove(&key).ok_or(Error::NoClaim { key })?;
+        let seconds = request.compile_micros as f64 / 1e6;
+        self.ledger.count(Outcome::Compiled);
+        let missed = claim.why.map_or_else(|| "no tier held it".to_string(), |why| why.line());
+        let detail = format!("{missed}: compiled in {seconds:.1} s by the process that claimed it");
+        self.ledger.event(&claim.job, &claim.name, &key.to_hex(), "compiled", detail);
+        self.store(&key, request.artifacts, request.compile_micros).await;
+        Ok(())
+    }
+
+    /// Stores a graph's answer in every tier and the fleet, and wakes whoever waits for it.
+    async fn store(&self, key: &CacheKey, artifacts: Vec<u8>, compile_micros: u64) {
+        let files = vec![
+            BlobFile { name: ARTIFACTS_FILE.into(), data: artifacts },
+            BlobFile { name: MICROS_FILE.into(), data: compile_micros.to_le_bytes().to_vec() },
+        ];
+        let (sealed, artifact) = entry::seal(key, NAMESPACE, files);
+        let stored = Stored { envelope: Bytes::from(sealed), unpacked: Some(Arc::new(artifact)) };
+        self.blobs.cache.store_everywhere(key, stored).await;
+        self.blobs.holders.published(key);
     }
 
     /// Compiles in a worker and stores a success everywhere (its publish releases the waiters).
@@ -213,14 +380,7 @@ impl GraphState {
         let missed = why.map_or_else(|| "no tier held it".to_string(), |why| why.line());
         let detail = format!("{missed}: compiled in {seconds:.1} s ({})", phases.join(", "));
         self.ledger.event(&request.job, &request.name, &key.to_hex(), "compiled", detail);
-        let files = vec![
-            BlobFile { name: ARTIFACTS_FILE.into(), data: answer.artifacts.to_vec() },
-            BlobFile { name: MICROS_FILE.into(), data: answer.compile_micros.to_le_bytes().to_vec() },
-        ];
-        let (sealed, artifact) = entry::seal(key, NAMESPACE, files);
-        let stored = Stored { envelope: Bytes::from(sealed), unpacked: Some(Arc::new(artifact)) };
-        self.blobs.cache.store_everywhere(key, stored).await;
-        self.blobs.holders.published(key);
+        self.store(key, answer.artifacts.to_vec(), answer.compile_micros).await;
         pb::TorchGraphReply {
             ok: true,
             artifacts: answer.artifacts,
@@ -228,6 +388,7 @@ impl GraphState {
             compile_micros: answer.compile_micros,
             log: answer.log,
             key: key.to_hex(),
+            compile_here: false,
         }
     }
 }
@@ -270,6 +431,9 @@ fn check(r: &pb::TorchGraphRequest, max_payload: u64) -> Result<(), Error> {
     if Duration::from_millis(u64::from(r.timeout_ms)) > MAX_TIMEOUT {
         return Err(invalid("timeout_ms", format!("at most {} ms", MAX_TIMEOUT.as_millis())));
     }
+    if Duration::from_millis(u64::from(r.wait_for_claim_ms)) > MAX_WAIT_FOR_CLAIM {
+        return Err(invalid("wait_for_claim_ms", format!("at most {} ms", MAX_WAIT_FOR_CLAIM.as_millis())));
+    }
     Ok(())
 }
 
@@ -281,6 +445,7 @@ fn failed_reply(answer: &Answer, key: &CacheKey, tier: Tier) -> pb::TorchGraphRe
         compile_micros: answer.compile_micros,
         log: answer.log.clone(),
         key: key.to_hex(),
+        compile_here: false,
     }
 }
 
@@ -294,6 +459,7 @@ fn reply_of_entry(found: &pb::BlobEntry, key: &CacheKey) -> pb::TorchGraphReply 
         compile_micros: micros,
         log: String::new(),
         key: key.to_hex(),
+        compile_here: false,
     }
 }
 
@@ -377,6 +543,25 @@ impl pb::torch_graphs_server::TorchGraphs for GraphService {
             Ok(reply) => Ok(Response::new(reply?)),
             Err(e) => Err(Status::internal(format!("the graph's task failed: {e}"))),
         }
+    }
+
+    type ClaimTorchGraphStream = ReceiverStream<Result<pb::TorchGraphReply, Status>>;
+
+    async fn claim_torch_graph(
+        &self,
+        request: Request<pb::TorchGraphRequest>,
+    ) -> Result<Response<Self::ClaimTorchGraphStream>, Status> {
+        let (tx, rx) = mpsc::channel(1);
+        tokio::spawn(Arc::clone(&self.0).claim(request.into_inner(), tx));
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn publish_torch_graph(
+        &self,
+        request: Request<pb::PublishTorchGraphRequest>,
+    ) -> Result<Response<pb::PublishTorchGraphReply>, Status> {
+        self.0.publish(request.into_inner()).await?;
+        Ok(Response::new(pb::PublishTorchGraphReply {}))
     }
 
     async fn report_torch_graphs(

@@ -64,6 +64,32 @@ def parse(data: bytes) -> Bundle:
     return Bundle(artifacts, files)
 
 
+def bundle(artifacts: bytes, files: list[tuple[str, bytes]]) -> bytes:
+    """The bundle of ``artifacts`` and ``files``, as :func:`parse` reads it."""
+    index = json.dumps({"artifacts": len(artifacts), "files": [[path, len(data)] for path, data in files]}).encode()
+    return MAGIC + struct.pack("<I", len(index)) + index + artifacts + b"".join(data for _, data in files)
+
+
+def native_files(cache_dir: str, since: float) -> list[tuple[str, bytes]]:
+    """(path under the cache, bytes) of each compiled C++ file written under ``cache_dir`` since
+    ``since`` (a ``time.time()``): what a compile in this process built, to share with its graph."""
+    found = []
+    for root, _, names in os.walk(cache_dir):
+        for name in names:
+            path = os.path.join(root, name)
+            relative = os.path.relpath(path, cache_dir)
+            if not _PATH.fullmatch(relative):
+                continue
+            try:
+                if os.stat(path).st_mtime < since:
+                    continue
+                with open(path, "rb") as f:
+                    found.append((relative, f.read()))
+            except OSError:
+                continue
+    return sorted(found)
+
+
 def place(files: list[tuple[str, bytes]], cache_dir: str) -> list[str]:
     """Writes each file under ``cache_dir`` unless one is there; returns the paths written. Each
     write is a temporary file renamed into place, so a process that compiles the same kernel at

@@ -89,6 +89,17 @@ def graph_device(values: Any) -> int | None:
     return index if isinstance(index, int) else None
 
 
+def moved_index(gm: Any, example_inputs: Any) -> int | None:
+    """The CUDA index a graph's payload and key read as 0 (:func:`normalizing`): its one device,
+    unless that is already 0 or the graph names it by a spelling the rewrite does not know (then
+    None: the payload is the graph as it is). A process whose graph is moved cannot share its own
+    compile: its code names its device, where the key promises ``cuda:0``'s."""
+    index = graph_device(example_inputs)
+    if index and graph_names_only(gm, index):
+        return index
+    return None
+
+
 def graph_names_only(gm: Any, index: int) -> bool:
     """Whether the only CUDA device ``gm``'s nodes name is ``index``, by the spellings the rewrite
     knows: a ``torch.device``. A string of ``cuda:N`` would not be moved, so a graph that has one

@@ -1,27 +1,30 @@
-"""torch.compile graphs compiled by kilnd, once per fleet, and optionally never waited for.
+"""torch.compile graphs compiled once per fleet through kilnd, and optionally never waited for.
 
 With ``KILN_TORCH=1``, :func:`install` routes torch.compile's Inductor backend through kiln, and
-the graphs of the layouts chosen (:mod:`kiln._torch_layout`; by default only those where kilnd's
-cold compile is on the record as no slower than the process's own) leave the process: the graph
-Dynamo captured is serialized (torch's graph pickler, every op admitted, with its inputs'
-metadata and the process's Inductor and functorch config) and sent to kilnd, whose warm torch
-workers run AOTAutograd and Inductor on it and answer with torch's own cache artifacts
-(``torch.compiler.save_cache_artifacts``) and the C++ the compile built (:mod:`kiln._torch_answer`).
-The process loads them and calls Inductor as it would have, which now finds its AOTAutograd and
-FX graph caches filled: no tracing of the joint graph, no code generation, no kernel compile.
-kilnd keys the payload with the process's torch, Triton, Python and CUDA and the host's GPUs
-(the payload itself: :mod:`kiln._torch_payload`), stores the answer in its
-tiers and the fleet, and compiles each graph once in the fleet: a second process, rank or host
-waits for that compile or takes the stored answer.
+the graphs of the layouts chosen (:mod:`kiln._torch_layout`) go through kilnd. Each graph Dynamo
+captured is serialized (torch's graph pickler, every op admitted, with its inputs' metadata and
+the process's Inductor and functorch config; :mod:`kiln._torch_payload`), and kilnd keys it with
+the process's torch, Triton, Python and CUDA and the host's GPUs. Then, blocking:
 
-The boundary is Dynamo's graph, so a process pays only Dynamo's tracing (about twice an eager
-first step); torch's own out-of-process compile sits below AOTAutograd and leaves its tracing and
-partitioning in every process.
+- kilnd holds the graph (its tiers, the fleet): the process loads torch's own cache artifacts
+  (``torch.compiler.save_cache_artifacts``) and the C++ the compile built
+  (:mod:`kiln._torch_answer`), and calls Inductor as it would have, which now finds its
+  AOTAutograd and FX graph caches filled: no tracing of the joint graph, no code generation, no
+  kernel compile;
+- another process, rank or host compiles it: the process waits for that compile, then loads it;
+- nobody has it: the process **claims** it and compiles it itself, exactly as torch would (it
+  holds the traced graph and its own warm compile pool, which anyone else would have to rebuild),
+  then publishes what the compile left while its first step runs. So a cold start costs what
+  torch alone costs, and every other rank, process and host waits for this one compile.
+
+A graph on another GPU than the job's first travels as it reads on ``cuda:0``
+(:mod:`kiln._torch_device`): its process cannot share its own compile (its code names its GPU),
+so it waits for a twin's claim, and kilnd's torch workers compile it where none claims it in time.
 
 Async (``KILN_TORCH_ASYNC=1``): a graph kilnd has not answered yet runs eagerly (Dynamo's traced
-graph, autograd intact) while kilnd compiles it in the background; the compiled graph replaces it
-at the first call after the answer arrived. ``with kiln.torch.blocking():`` around a graph's first
-call compiles that graph the blocking way.
+graph, autograd intact) while kilnd's workers compile it in the background; the compiled graph
+replaces it at the first call after the answer arrived. ``with kiln.torch.blocking():`` around a
+graph's first call compiles that graph the blocking way.
 
 Every failure compiles in-process, as torch would, with one warning per reason, and is counted
 by reason (:data:`FALLBACK_REASONS`; :func:`stats`): never a wrong result.
@@ -41,17 +44,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import _torch_device, _torch_layout, settings
-from ._torch_answer import BadBundle, Bundle, place
+from ._torch_answer import BadBundle, Bundle, native_files, place
+from ._torch_answer import bundle as make_bundle
 from ._torch_answer import parse as parse_bundle
 from ._torch_ledger import GraphRecord, _ledger
 from ._torch_ledger import report_soon as _report_soon
 from ._torch_payload import Unserializable, serialize
+from .client import TorchGraphClaim
 
 log = logging.getLogger("kiln")
 
 ASYNC_ENV = settings.TORCH_ASYNC.name
 #: How long a blocking graph waits for kilnd (a cold GPT-2 graph takes tens of seconds).
 COMPILE_WAIT_SECS = float(os.environ.get(settings.TORCH_GRAPH_WAIT_SECS.name) or settings.TORCH_GRAPH_WAIT_SECS.default)
+#: How long a rank whose compile cannot be shared (its graph is on another GPU than the job's
+#: first) has kilnd wait for a twin's claim before a worker compiles the graph: the ranks of a job
+#: trace a graph within a second of each other.
+TWIN_WAIT_SECS = 5.0
 
 #: Why a graph was compiled in-process instead of by kilnd.
 FALLBACK_REASONS = (
@@ -117,8 +126,17 @@ class _Answer:
     key: str = ""
 
 
-def _ask(payload: bytes, name: str) -> _Answer | str:
-    """kilnd's answer, or the fallback reason (already counted)."""
+@dataclass
+class _Grant:
+    """kilnd's claim: nobody has the graph, and this process compiles it for everyone."""
+
+    claim: Any
+    key: str
+
+
+def _ask(payload: bytes, name: str, *, claim: bool = False, wait_for_claim: float = 0.0) -> _Answer | _Grant | str:
+    """kilnd's answer (for a ``claim``, maybe the compile itself), or the fallback reason
+    (already counted)."""
     import torch
 
     from . import _fleet, errors
@@ -128,7 +146,11 @@ def _ask(payload: bytes, name: str) -> _Answer | str:
         return "kilnd_unreachable"
     try:
         triton_version, python_version, cuda_version = _environment()
-        answer = _fleet.client().compile_torch_graph(
+        client = _fleet.client()
+        ask: Callable[..., Any] = (
+            client.claim_torch_graph if claim else functools.partial(client.compile_torch_graph, wait_for_claim=wait_for_claim)
+        )
+        asked = ask(
             payload,
             torch.__version__,
             job=_ledger.job,
@@ -138,6 +160,12 @@ def _ask(payload: bytes, name: str) -> _Answer | str:
             python_version=python_version,
             cuda_version=cuda_version,
         )
+        if isinstance(asked, TorchGraphClaim):
+            if asked.answer.compile_here:
+                return _Grant(asked, asked.answer.key)
+            asked.close()
+            asked = asked.answer
+        answer = asked
     except errors.KilnError as e:
         details = e.details or ""
         if any(f"{part}_version" in details for part in ("torch", "triton", "python", "cuda")):
@@ -249,6 +277,81 @@ def _load(torch: Any, answer: _Answer, record: GraphRecord, compile_in_process: 
     return compiled, fx_misses == 0 and (aot_misses == 0 or fx_hits > 0)
 
 
+@contextlib.contextmanager
+def _backward_now() -> Iterator[None]:
+    """AOTAutograd compiles a graph's backward with its forward, not at its first backward: its
+    cache entry, which the other processes load, is saved only once both exist. functorch's config
+    switch for it is part of AOTAutograd's cache key, which must stay the one every process
+    computes, so it is set where AOTAutograd copies it into the compile's own settings (as kilnd's
+    workers set it)."""
+    from torch._functorch import aot_autograd
+
+    prepare = aot_autograd.prepare_aot_module_simplified
+    if "force_non_lazy_backward_lowering" not in __import__("inspect").signature(prepare).parameters:
+        yield
+        return
+
+    @functools.wraps(prepare)
+    def prepare_backward_now(*args: Any, **kwargs: Any) -> Any:
+        kwargs["force_non_lazy_backward_lowering"] = True
+        return prepare(*args, **kwargs)
+
+    aot_autograd.prepare_aot_module_simplified = prepare_backward_now
+    try:
+        yield
+    finally:
+        aot_autograd.prepare_aot_module_simplified = prepare
+
+
+def _claims() -> bool:
+    """Whether this process claims the graphs nobody has (``KILN_TORCH_CLAIM``, on by default)."""
+    return os.environ.get(settings.TORCH_CLAIM.name, settings.TORCH_CLAIM.default).strip() != "0"
+
+
+def _compile_to_share(torch: Any, grant: _Grant, record: GraphRecord, compile_here: Callable[[], Any]) -> Any:
+    """Compiles a claimed graph here, as torch would (with this process's own compile pool), and
+    publishes what it left in the background: torch's cache artifacts of this compile alone and
+    the C++ it built. The claim ends when the publish lands (or fails, or the compile does),
+    releasing the processes that wait for it."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+    from torch.compiler._cache import CacheArtifactManager
+
+    began, wall = time.perf_counter(), time.time()
+    try:
+        with CacheArtifactManager.with_fresh_cache(), _backward_now():
+            compiled = _in_process(compile_here)
+            saved = torch.compiler.save_cache_artifacts()
+    except BaseException:
+        grant.claim.close()
+        raise
+    seconds = time.perf_counter() - began
+    record.how = "kilnd"
+    record.answered("compiled", grant.key, seconds, time.perf_counter())
+    if saved is None:
+        grant.claim.close()
+        log.info("kiln: torch saved no cache artifacts for graph %s (is Inductor's FX graph cache off?): not shared", record.name)
+        return compiled
+    directory = cache_dir()
+    publish = threading.Thread(target=_publish, args=(grant, record, saved[0], directory, wall, seconds), name="kiln-graph-publish", daemon=True)
+    publish.start()
+    return compiled
+
+
+def _publish(grant: _Grant, record: GraphRecord, artifacts: bytes, directory: str, since: float, seconds: float) -> None:
+    from . import _fleet, errors
+
+    try:
+        # Two seconds of slack for file systems that keep coarse modification times.
+        files = native_files(directory, since - 2.0)
+        record.native_files = [path for path, _ in files]
+        data = make_bundle(artifacts, files)
+        _fleet.client().publish_torch_graph(grant.key, data, seconds, timeout=COMPILE_WAIT_SECS)
+    except (errors.KilnError, OSError) as e:
+        _fleet.warn_once("torch-graph:publish", "kiln: a torch.compile graph compiled here was not shared through kilnd: %s", e)
+    finally:
+        grant.claim.close()
+
+
 def _frame_function() -> str:
     """The function whose frame Dynamo is compiling (``forward``, ``train_step``; a resume after
     a graph break is ``torch_dynamo_resume_in_forward_at_16``), or empty outside a trace."""
@@ -303,23 +406,26 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
         record.how = "in-process"
         return _in_process(lambda: inductor(gm, example_inputs))
     if async_enabled() and not getattr(_blocking, "on", False):
-        return _AsyncGraph(gm, example_inputs, payload, inductor, record, started, waits=False)
-    if layout == "ddp":
-        # Dynamo's DDP optimizer compiles its pieces one after another, tracing the next only when
-        # the last is compiled. Asking for each piece as it comes and waiting at its first call
-        # has every piece's request out before the first runs, and kilnd compiles them side by side.
-        return _AsyncGraph(gm, example_inputs, payload, inductor, record, started, waits=True)
-    answer = _ask(payload, record.name)
+        return _AsyncGraph(gm, example_inputs, payload, inductor, record, started)
+    # A graph whose payload is its own code (on the CPU, or the job's first GPU) is claimed: where
+    # nobody has it, this process compiles it, as torch would, and shares it. A rank on another
+    # GPU waits for its twin's (kilnd's worker compiles it where no twin claims it in time).
+    shares = _claims() and _torch_device.moved_index(gm, example_inputs) is None
+    twin_wait = TWIN_WAIT_SECS if layout != "single" else 0.0
+    answer = _ask(payload, record.name, claim=shares, wait_for_claim=0.0 if shares else twin_wait)
     if isinstance(answer, str):
         record.how = "in-process"
         return _in_process(lambda: inductor(gm, example_inputs))
-    answered = time.perf_counter()
-    compiled, hit = _load(torch, answer, record, lambda: inductor(gm, example_inputs))
-    if not hit:
-        _fallback("not_reused", "torch's caches missed kilnd's artifacts; compiled here")
-    record.how = "kilnd" if hit else "in-process"
-    record.answered(answer.tier if hit else "", answer.key, answer.compile_s, answered)
-    # What this process paid: its serialization, its wait for kilnd and its load.
+    if isinstance(answer, _Grant):
+        compiled = _compile_to_share(torch, answer, record, lambda: inductor(gm, example_inputs))
+    else:
+        answered = time.perf_counter()
+        compiled, hit = _load(torch, answer, record, lambda: inductor(gm, example_inputs))
+        if not hit:
+            _fallback("not_reused", "torch's caches missed kilnd's artifacts; compiled here")
+        record.how = "kilnd" if hit else "in-process"
+        record.answered(answer.tier if hit else "", answer.key, answer.compile_s, answered)
+    # What this process paid: its serialization, its wait for kilnd and its load (or its compile).
     record.compile_s = time.perf_counter() - started
     record.ready_after_s = time.perf_counter() - started
     _report_soon()
@@ -331,8 +437,7 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
 
 
 class _AsyncGraph:
-    """A graph that runs eagerly until kilnd's compile of it arrives, then compiled; or, when it
-    ``waits``, whose first call waits for that compile instead of running eagerly."""
+    """A graph that runs eagerly until kilnd's compile of it arrives, then compiled."""
 
     def __init__(
         self,
@@ -342,12 +447,10 @@ class _AsyncGraph:
         inductor: Callable[[Any, list[Any]], Any],
         record: GraphRecord,
         started: float,
-        waits: bool,
     ) -> None:
         import torch
 
         self.gm = gm
-        self.waits = waits
         # Dynamo's own inputs, kept until the swap: its tracing context knows them (and that their
         # shapes are static), where the next call's tensors would be traced as dynamic.
         self.example_inputs: list[Any] | None = example_inputs
@@ -363,14 +466,16 @@ class _AsyncGraph:
         # compile returns; without it the swap's AOTAutograd would make every dimension dynamic.
         known = self.context.tensor_to_context if self.context is not None else {}
         self.input_contexts = [(t, known[t]) for t in example_inputs if isinstance(t, torch.Tensor) and t in known]
-        record.how = "pending" if waits else "eager"
-        # It pays its serialization here and the swap later; a graph that waits, its wait too.
-        record.async_compile, record.compile_s = not waits, time.perf_counter() - started
+        record.how = "eager"
+        # It pays its serialization here and the swap later.
+        record.async_compile, record.compile_s = True, time.perf_counter() - started
         self.thread = threading.Thread(target=self._fetch, args=(payload,), name="kiln-graph", daemon=True)
         self.thread.start()
 
     def _fetch(self, payload: bytes) -> None:
-        self.answer = _ask(payload, self.record.name)
+        answer = _ask(payload, self.record.name)
+        assert not isinstance(answer, _Grant), "an async graph never claims"
+        self.answer = answer
         self.record.answered_at = time.perf_counter()
 
     def _swap(self) -> None:
@@ -439,10 +544,6 @@ class _AsyncGraph:
         return compile_piece
 
     def __call__(self, *args: Any) -> Any:
-        if self.compiled is None and self.waits and self.answer is None:
-            waited = time.perf_counter()
-            self.thread.join()
-            self.record.compile_s += time.perf_counter() - waited
         if self.compiled is None and self.answer is not None:
             self._swap()
             # The swap is compile time, not the previous call's.
@@ -489,7 +590,10 @@ def install(job: str) -> bool:
 
     wrapper.__call__ = __call__
     _installed = True
-    if _choice.layouts and (_choice.devices is None or _gpus_seen(torch) > 0):
+    # Only an async graph needs a worker from its start: a blocking one is claimed and compiled in
+    # its own process, or waits for its twin's. Starting them anyway costs a cold host seconds
+    # of its cores while the job imports torch (eight workers, each importing torch too).
+    if _choice.layouts and async_enabled() and (_choice.devices is None or _gpus_seen(torch) > 0):
         threading.Thread(target=_warm_workers, name="kiln-graph-warm", daemon=True).start()
     return True
 

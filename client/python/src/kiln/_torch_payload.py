@@ -165,10 +165,7 @@ def serialize(gm: Any, example_inputs: list[Any], config_patches: dict[str, Any]
     Deterministic: processes tracing the same code send the same bytes, so they share one key, and
     a graph on one GPU of the host is sent as it reads on ``cuda:0`` (:mod:`kiln._torch_device`),
     so that the ranks on the host's GPUs share it too."""
-    index = _torch_device.graph_device(example_inputs)
-    if index and not _torch_device.graph_names_only(gm, index):
-        index = None
-    with _torch_device.normalizing(index):
+    with _torch_device.normalizing(_torch_device.moved_index(gm, example_inputs)):
         return _serialize(gm, example_inputs, config_patches)
 
 

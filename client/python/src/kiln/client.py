@@ -79,6 +79,25 @@ def _ms(seconds: float | None, field: str) -> int:
     return max(1, round(seconds * 1000)) if seconds > 0 else 0
 
 
+class TorchGraphClaim:
+    """kilnd's answer to :meth:`Client.claim_torch_graph`; where it is ``compile_here``, the
+    claim, held until :meth:`close` (a context manager closes it)."""
+
+    def __init__(self, answer: TorchGraphAnswer, call: Any) -> None:
+        self.answer = answer
+        self._call = call
+
+    def close(self) -> None:
+        """Ends the claim: after a publish, or to hand the compile to whoever asks next."""
+        self._call.cancel()
+
+    def __enter__(self) -> TorchGraphClaim:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class Client:
     """A connection to one kilnd.
 
@@ -371,15 +390,78 @@ class Client:
         triton_version: str = "",
         python_version: str = "",
         cuda_version: str = "",
+        wait_for_claim: float = 0.0,
     ) -> TorchGraphAnswer:
         """Compiles one serialized torch.compile graph in kilnd's torch workers, or answers it
         from the caches; waits for the answer (``timeout`` bounds the call, ``compile_timeout`` the
         compile, ``None`` for kilnd's). The payload is what :mod:`kiln._torch_graph` writes.
         The versions besides torch's are the process's environment: with them the graph is keyed
-        by it, and a stored answer comes back without kilnd starting a torch worker."""
+        by it, and a stored answer comes back without kilnd starting a torch worker.
+        ``wait_for_claim`` (seconds, at most 10): how long kilnd waits for another process to
+        claim the graph (:meth:`claim_torch_graph`) before its worker compiles it."""
         from ._proto import graph_pb2
 
-        request = graph_pb2.TorchGraphRequest(
+        request = self._graph_request(
+            graph_pb2, payload, torch_version, job, name, compile_timeout, triton_version, python_version, cuda_version
+        )
+        request.wait_for_claim_ms = _ms(wait_for_claim, "wait_for_claim")
+        with self._rpc():
+            reply = self._graphs.CompileTorchGraph(request, timeout=self._timeout(timeout))
+        return TorchGraphAnswer.from_proto(reply)
+
+    def claim_torch_graph(
+        self,
+        payload: bytes,
+        torch_version: str,
+        *,
+        job: str = "",
+        name: str = "",
+        compile_timeout: float | None = None,
+        timeout: float | None = None,
+        triton_version: str = "",
+        python_version: str = "",
+        cuda_version: str = "",
+    ) -> TorchGraphClaim:
+        """:meth:`compile_torch_graph` for a process that can compile the graph itself: where
+        nobody has it and nobody compiles it, the answer is ``compile_here`` and the claim is this
+        process's until :meth:`TorchGraphClaim.close`. It compiles the graph, then calls
+        :meth:`publish_torch_graph` with the answer's key; meanwhile every other process asking
+        for the graph waits for that publish, and a claim closed without one releases them."""
+        from ._proto import graph_pb2
+
+        request = self._graph_request(
+            graph_pb2, payload, torch_version, job, name, compile_timeout, triton_version, python_version, cuda_version
+        )
+        with self._rpc():
+            call = self._graphs.ClaimTorchGraph(request, timeout=self._timeout(timeout))
+            try:
+                first = next(call)
+            except StopIteration:
+                raise errors.KilnError(None, "kilnd ended a graph's claim without an answer", uri=self.uri) from None
+        return TorchGraphClaim(TorchGraphAnswer.from_proto(first), call)
+
+    def publish_torch_graph(self, key: str, artifacts: bytes, compile_seconds: float, *, timeout: float | None = None) -> None:
+        """Stores what this process compiled under the key its claim was granted: in kilnd's
+        tiers and the fleet, for every process waiting for it and every later one."""
+        from ._proto import graph_pb2
+
+        request = graph_pb2.PublishTorchGraphRequest(key=key, artifacts=artifacts, compile_micros=int(max(compile_seconds, 0.0) * 1e6))
+        with self._rpc():
+            self._graphs.PublishTorchGraph(request, timeout=self._timeout(timeout))
+
+    @staticmethod
+    def _graph_request(
+        graph_pb2: Any,
+        payload: bytes,
+        torch_version: str,
+        job: str,
+        name: str,
+        compile_timeout: float | None,
+        triton_version: str,
+        python_version: str,
+        cuda_version: str,
+    ) -> Any:
+        return graph_pb2.TorchGraphRequest(
             torch_version=torch_version,
             triton_version=triton_version,
             python_version=python_version,
@@ -389,9 +471,6 @@ class Client:
             name=name,
             timeout_ms=_ms(compile_timeout, "compile_timeout"),
         )
-        with self._rpc():
-            reply = self._graphs.CompileTorchGraph(request, timeout=self._timeout(timeout))
-        return TorchGraphAnswer.from_proto(reply)
 
     def warm_torch_workers(self, *, timeout: float | None = None) -> str | None:
         """Asks kilnd to start its torch workers now, in the background, so that the first

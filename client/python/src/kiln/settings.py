@@ -32,6 +32,12 @@ TORCH_GRAPHS = Setting("KILN_TORCH_GRAPHS", "the record's layouts", "which layou
 TORCH_ASYNC = Setting(
     "KILN_TORCH_ASYNC", "0", "`1`: a graph runs eagerly until kilnd's compile of it is ready (and its eager step is measured for free)"
 )
+TORCH_CLAIM = Setting(
+    "KILN_TORCH_CLAIM",
+    "1",
+    "`1`: a blocking graph nobody has is compiled in its own process, as torch would, and shared through kilnd; `0`: "
+    "kilnd's torch workers compile it",
+)
 TORCH_GRAPH_WAIT_SECS = Setting("KILN_TORCH_GRAPH_WAIT_SECS", "1800", "how long a graph waits for kilnd's compile before compiling itself")
 TORCH_MEASURE = Setting(
     "KILN_TORCH_MEASURE",
@@ -60,6 +66,7 @@ SETTINGS: tuple[Setting, ...] = (
     TORCH_JOB,
     TORCH_GRAPHS,
     TORCH_ASYNC,
+    TORCH_CLAIM,
     TORCH_GRAPH_WAIT_SECS,
     TORCH_MEASURE,
     TORCH_QUIET,

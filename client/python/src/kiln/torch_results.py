@@ -23,6 +23,9 @@ class TorchGraphAnswer:
     #: The worker's log: the error and its traceback when not ok.
     log: str
     key: str
+    #: :meth:`kiln.Client.claim_torch_graph` only: nobody has the graph, and this process
+    #: compiles it and publishes it under ``key`` (the other fields are empty).
+    compile_here: bool = False
 
     @classmethod
     def from_proto(cls, m: Any) -> TorchGraphAnswer:
@@ -33,6 +36,7 @@ class TorchGraphAnswer:
             compile_seconds=m.compile_micros / 1e6,
             log=m.log,
             key=m.key,
+            compile_here=m.compile_here,
         )
 
 

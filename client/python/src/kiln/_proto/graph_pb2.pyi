@@ -20,7 +20,7 @@ class WarmTorchWorkersReply(_message.Message):
     def __init__(self, ready: _Optional[bool] = ..., torch_version: _Optional[str] = ...) -> None: ...
 
 class TorchGraphRequest(_message.Message):
-    __slots__ = ("torch_version", "payload", "job", "name", "timeout_ms", "triton_version", "python_version", "cuda_version")
+    __slots__ = ("torch_version", "payload", "job", "name", "timeout_ms", "triton_version", "python_version", "cuda_version", "wait_for_claim_ms")
     TORCH_VERSION_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
@@ -29,6 +29,7 @@ class TorchGraphRequest(_message.Message):
     TRITON_VERSION_FIELD_NUMBER: _ClassVar[int]
     PYTHON_VERSION_FIELD_NUMBER: _ClassVar[int]
     CUDA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FOR_CLAIM_MS_FIELD_NUMBER: _ClassVar[int]
     torch_version: str
     payload: bytes
     job: str
@@ -37,23 +38,40 @@ class TorchGraphRequest(_message.Message):
     triton_version: str
     python_version: str
     cuda_version: str
-    def __init__(self, torch_version: _Optional[str] = ..., payload: _Optional[bytes] = ..., job: _Optional[str] = ..., name: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., triton_version: _Optional[str] = ..., python_version: _Optional[str] = ..., cuda_version: _Optional[str] = ...) -> None: ...
+    wait_for_claim_ms: int
+    def __init__(self, torch_version: _Optional[str] = ..., payload: _Optional[bytes] = ..., job: _Optional[str] = ..., name: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., triton_version: _Optional[str] = ..., python_version: _Optional[str] = ..., cuda_version: _Optional[str] = ..., wait_for_claim_ms: _Optional[int] = ...) -> None: ...
+
+class PublishTorchGraphRequest(_message.Message):
+    __slots__ = ("key", "artifacts", "compile_micros")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
+    COMPILE_MICROS_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    artifacts: bytes
+    compile_micros: int
+    def __init__(self, key: _Optional[str] = ..., artifacts: _Optional[bytes] = ..., compile_micros: _Optional[int] = ...) -> None: ...
+
+class PublishTorchGraphReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
 
 class TorchGraphReply(_message.Message):
-    __slots__ = ("ok", "artifacts", "tier", "compile_micros", "log", "key")
+    __slots__ = ("ok", "artifacts", "tier", "compile_micros", "log", "key", "compile_here")
     OK_FIELD_NUMBER: _ClassVar[int]
     ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
     TIER_FIELD_NUMBER: _ClassVar[int]
     COMPILE_MICROS_FIELD_NUMBER: _ClassVar[int]
     LOG_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
+    COMPILE_HERE_FIELD_NUMBER: _ClassVar[int]
     ok: bool
     artifacts: bytes
     tier: _kiln_pb2.Tier
     compile_micros: int
     log: str
     key: str
-    def __init__(self, ok: _Optional[bool] = ..., artifacts: _Optional[bytes] = ..., tier: _Optional[_Union[_kiln_pb2.Tier, str]] = ..., compile_micros: _Optional[int] = ..., log: _Optional[str] = ..., key: _Optional[str] = ...) -> None: ...
+    compile_here: bool
+    def __init__(self, ok: _Optional[bool] = ..., artifacts: _Optional[bytes] = ..., tier: _Optional[_Union[_kiln_pb2.Tier, str]] = ..., compile_micros: _Optional[int] = ..., log: _Optional[str] = ..., key: _Optional[str] = ..., compile_here: _Optional[bool] = ...) -> None: ...
 
 class TorchGraphReport(_message.Message):
     __slots__ = ("job", "fallbacks", "graphs", "process", "rank", "started_unix_ms", "ended")

@@ -40,6 +40,16 @@ class TorchGraphsStub:
                 request_serializer=kiln_dot_v1_dot_graph__pb2.TorchGraphRequest.SerializeToString,
                 response_deserializer=kiln_dot_v1_dot_graph__pb2.TorchGraphReply.FromString,
                 _registered_method=True)
+        self.ClaimTorchGraph = channel.unary_stream(
+                '/kiln.v1.TorchGraphs/ClaimTorchGraph',
+                request_serializer=kiln_dot_v1_dot_graph__pb2.TorchGraphRequest.SerializeToString,
+                response_deserializer=kiln_dot_v1_dot_graph__pb2.TorchGraphReply.FromString,
+                _registered_method=True)
+        self.PublishTorchGraph = channel.unary_unary(
+                '/kiln.v1.TorchGraphs/PublishTorchGraph',
+                request_serializer=kiln_dot_v1_dot_graph__pb2.PublishTorchGraphRequest.SerializeToString,
+                response_deserializer=kiln_dot_v1_dot_graph__pb2.PublishTorchGraphReply.FromString,
+                _registered_method=True)
         self.ReportTorchGraphs = channel.unary_unary(
                 '/kiln.v1.TorchGraphs/ReportTorchGraphs',
                 request_serializer=kiln_dot_v1_dot_graph__pb2.TorchGraphReport.SerializeToString,
@@ -67,6 +77,29 @@ class TorchGraphsServicer:
         remembered for a minute, so a herd pays one failed compile, not one each).
         FAILED_PRECONDITION when `torch_version` is not the worker's: a graph compiled by another
         torch would not load.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ClaimTorchGraph(self, request, context):
+        """CompileTorchGraph for a process that can compile the graph itself and share what it made
+        (kiln.torch, blocking, on the CPU or its job's first GPU). Where no tier holds the graph and
+        nobody compiles it, the one message is `compile_here` with the key instead of a worker's
+        compile: the process compiles it as torch would (it holds the traced graph and its own warm
+        compile pool, which a worker would have to rebuild), then sends PublishTorchGraph. The claim
+        lasts as long as this stream: every other process, rank or host asking for the graph waits
+        for the publish, and a stream that closes without one releases them (the next compiles it).
+        Otherwise the message is CompileTorchGraph's answer, and the stream ends.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PublishTorchGraph(self, request, context):
+        """What a process granted a claim compiled: stored in every tier and the fleet as a worker's
+        compile is, and handed to every waiter. FAILED_PRECONDITION when no open claim on this kilnd
+        holds `key`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -107,6 +140,16 @@ def add_TorchGraphsServicer_to_server(servicer, server):
                     servicer.CompileTorchGraph,
                     request_deserializer=kiln_dot_v1_dot_graph__pb2.TorchGraphRequest.FromString,
                     response_serializer=kiln_dot_v1_dot_graph__pb2.TorchGraphReply.SerializeToString,
+            ),
+            'ClaimTorchGraph': grpc.unary_stream_rpc_method_handler(
+                    servicer.ClaimTorchGraph,
+                    request_deserializer=kiln_dot_v1_dot_graph__pb2.TorchGraphRequest.FromString,
+                    response_serializer=kiln_dot_v1_dot_graph__pb2.TorchGraphReply.SerializeToString,
+            ),
+            'PublishTorchGraph': grpc.unary_unary_rpc_method_handler(
+                    servicer.PublishTorchGraph,
+                    request_deserializer=kiln_dot_v1_dot_graph__pb2.PublishTorchGraphRequest.FromString,
+                    response_serializer=kiln_dot_v1_dot_graph__pb2.PublishTorchGraphReply.SerializeToString,
             ),
             'ReportTorchGraphs': grpc.unary_unary_rpc_method_handler(
                     servicer.ReportTorchGraphs,
@@ -151,6 +194,60 @@ class TorchGraphs:
             '/kiln.v1.TorchGraphs/CompileTorchGraph',
             kiln_dot_v1_dot_graph__pb2.TorchGraphRequest.SerializeToString,
             kiln_dot_v1_dot_graph__pb2.TorchGraphReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ClaimTorchGraph(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/kiln.v1.TorchGraphs/ClaimTorchGraph',
+            kiln_dot_v1_dot_graph__pb2.TorchGraphRequest.SerializeToString,
+            kiln_dot_v1_dot_graph__pb2.TorchGraphReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PublishTorchGraph(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kiln.v1.TorchGraphs/PublishTorchGraph',
+            kiln_dot_v1_dot_graph__pb2.PublishTorchGraphRequest.SerializeToString,
+            kiln_dot_v1_dot_graph__pb2.PublishTorchGraphReply.FromString,
             options,
             channel_credentials,
             insecure,
