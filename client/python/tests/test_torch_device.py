@@ -49,6 +49,16 @@ def test_a_graph_on_another_gpu_travels_as_the_same_graph_on_the_first() -> None
     assert serialize(*traced(step, "cuda:2"), {}) == serialize(*first, {})
 
 
+def test_only_a_graph_whose_payload_is_its_own_code_can_be_shared() -> None:
+    # A process claims (compiles for everyone) only a graph whose payload names its own device:
+    # one on cuda:1 travels as cuda:0's, which its own code is not.
+    assert _torch_device.moved_index(*traced(step, "cuda:1")) == 1
+    assert _torch_device.moved_index(*traced(step, "cuda:0")) is None
+    assert _torch_device.moved_index(*traced(step, "cpu")) is None
+    # A graph that keeps its index travels as itself: its key is its own device's.
+    assert _torch_device.moved_index(*traced(step_to_first_gpu, "cuda:1")) is None
+
+
 def test_a_graph_that_names_another_gpu_than_its_inputs_keeps_its_index() -> None:
     gm, inputs = traced(step_to_first_gpu, "cuda:1")
     assert not _torch_device.graph_names_only(gm, 1)

@@ -17,6 +17,9 @@ the process's torch, Triton, Python and CUDA and the host's GPUs. Then, blocking
   then publishes what the compile left while its first step runs. So a cold start costs what
   torch alone costs, and every other rank, process and host waits for this one compile.
 
+A piece of a DDP graph goes to kilnd's workers instead, with every other piece at once: Dynamo's
+DDP optimizer compiles them one at a time, and kilnd's workers side by side.
+
 A graph on another GPU than the job's first travels as it reads on ``cuda:0``
 (:mod:`kiln._torch_device`): its process cannot share its own compile (its code names its GPU),
 so it waits for a twin's claim, and kilnd's torch workers compile it where none claims it in time.
@@ -406,7 +409,15 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
         record.how = "in-process"
         return _in_process(lambda: inductor(gm, example_inputs))
     if async_enabled() and not getattr(_blocking, "on", False):
-        return _AsyncGraph(gm, example_inputs, payload, inductor, record, started)
+        return _AsyncGraph(gm, example_inputs, payload, inductor, record, started, waits=False)
+    if layout == "ddp":
+        # Dynamo's DDP optimizer compiles its pieces one after another, tracing the next only when
+        # the last is compiled, so a process compiles them one at a time. Asking kilnd for each
+        # piece as it comes and waiting at its first call has every piece's request out before
+        # the first runs, and kilnd's workers compile them side by side: on the record (2 GPUs)
+        # that is as fast as the ranks compiling their own, where claiming each piece in turn
+        # was slower.
+        return _AsyncGraph(gm, example_inputs, payload, inductor, record, started, waits=True)
     # A graph whose payload is its own code (on the CPU, or the job's first GPU) is claimed: where
     # nobody has it, this process compiles it, as torch would, and shares it. A rank on another
     # GPU waits for its twin's (kilnd's worker compiles it where no twin claims it in time).
@@ -437,7 +448,8 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
 
 
 class _AsyncGraph:
-    """A graph that runs eagerly until kilnd's compile of it arrives, then compiled."""
+    """A graph that runs eagerly until kilnd's compile of it arrives, then compiled; or, when it
+    ``waits``, whose first call waits for that compile instead of running eagerly."""
 
     def __init__(
         self,
@@ -447,6 +459,7 @@ class _AsyncGraph:
         inductor: Callable[[Any, list[Any]], Any],
         record: GraphRecord,
         started: float,
+        waits: bool,
     ) -> None:
         import torch
 
@@ -457,6 +470,7 @@ class _AsyncGraph:
         self.inductor = inductor
         self.record = record
         self.started = started
+        self.waits = waits
         self.compiled: Any = None
         self.answer: _Answer | str | None = None
         # Dynamo's tracing context (its fake tensors and the graph's inputs' origins): the
@@ -466,9 +480,9 @@ class _AsyncGraph:
         # compile returns; without it the swap's AOTAutograd would make every dimension dynamic.
         known = self.context.tensor_to_context if self.context is not None else {}
         self.input_contexts = [(t, known[t]) for t in example_inputs if isinstance(t, torch.Tensor) and t in known]
-        record.how = "eager"
-        # It pays its serialization here and the swap later.
-        record.async_compile, record.compile_s = True, time.perf_counter() - started
+        record.how = "pending" if waits else "eager"
+        # It pays its serialization here and the swap later; a graph that waits, its wait too.
+        record.async_compile, record.compile_s = not waits, time.perf_counter() - started
         self.thread = threading.Thread(target=self._fetch, args=(payload,), name="kiln-graph", daemon=True)
         self.thread.start()
 
@@ -544,6 +558,10 @@ class _AsyncGraph:
         return compile_piece
 
     def __call__(self, *args: Any) -> Any:
+        if self.compiled is None and self.waits and self.answer is None:
+            waited = time.perf_counter()
+            self.thread.join()
+            self.record.compile_s += time.perf_counter() - waited
         if self.compiled is None and self.answer is not None:
             self._swap()
             # The swap is compile time, not the previous call's.
@@ -590,12 +608,22 @@ def install(job: str) -> bool:
 
     wrapper.__call__ = __call__
     _installed = True
-    # Only an async graph needs a worker from its start: a blocking one is claimed and compiled in
-    # its own process, or waits for its twin's. Starting them anyway costs a cold host seconds
-    # of its cores while the job imports torch (eight workers, each importing torch too).
-    if _choice.layouts and async_enabled() and (_choice.devices is None or _gpus_seen(torch) > 0):
+    # Async graphs and DDP's pieces are compiled by kilnd's workers, which import torch for
+    # seconds: start them now. Another blocking graph is claimed and compiled in its own process
+    # (or waits for its twin's), and starting the workers anyway would cost a cold host seconds of
+    # its cores while the job imports torch. A DDP job is one of several ranks (torchrun sets
+    # WORLD_SIZE).
+    workers_needed = async_enabled() or _world_size() > 1
+    if _choice.layouts and workers_needed and (_choice.devices is None or _gpus_seen(torch) > 0):
         threading.Thread(target=_warm_workers, name="kiln-graph-warm", daemon=True).start()
     return True
+
+
+def _world_size() -> int:
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return 1
 
 
 def _gpus_seen(torch: Any) -> int:
