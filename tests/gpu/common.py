@@ -261,8 +261,28 @@ class Kilnd:
         return self.proc.returncode
 
 
-#: How long a new kilnd's spares take to start their compile pools once its workers are up.
-SPARES_SETTLE_S = 15.0
+#: The longest a new kilnd's spares may take to start their compile pools once its workers are up.
+SPARES_SETTLE_S = 60.0
+
+
+def _busy_and_total() -> tuple[int, int]:
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return sum(fields) - idle, sum(fields)
+
+
+def wait_until_idle(bound_s: float, busy_below: float = 0.05, window_s: float = 2.0) -> float:
+    """Waits until the host's CPUs were busy less than ``busy_below`` of a ``window_s`` window, or
+    ``bound_s`` passed; the seconds waited."""
+    started = time.monotonic()
+    while time.monotonic() - started < bound_s:
+        busy0, total0 = _busy_and_total()
+        time.sleep(window_s)
+        busy1, total1 = _busy_and_total()
+        if total1 > total0 and (busy1 - busy0) / (total1 - total0) < busy_below:
+            break
+    return time.monotonic() - started
 
 
 def cold_graph_kilnd(work: Path, name: str, a) -> Kilnd:
@@ -284,8 +304,9 @@ def cold_graph_kilnd(work: Path, name: str, a) -> Kilnd:
     with kiln.Client(k.uri) as c:
         wait_for(f"kilnd {name}'s torch workers", lambda: c.warm_torch_workers() is not None, 300, k.proc, k.log)
     # Each spare starts its pool two seconds after it is ready, and the pool's processes import
-    # torch for seconds more.
-    time.sleep(SPARES_SETTLE_S)
+    # torch for seconds more (about 40 processes on a 32-core host): wait until the host is idle.
+    settled = wait_until_idle(SPARES_SETTLE_S)
+    print(f"    kilnd {name}: workers up, host idle after {settled:.1f} s", flush=True)
     return k
 
 
