@@ -124,6 +124,8 @@ pub struct FileConfig {
     pub triton_workers: Option<usize>,
     pub torch_workers: Option<usize>,
     pub torch_prestart: Option<bool>,
+    /// Whether a process may claim a cold torch graph and publish its own compile of it.
+    pub torch_claims: Option<bool>,
     pub memory_cache_mb: Option<u64>,
     pub disk_cache_mb: Option<u64>,
     pub max_queue: Option<usize>,
@@ -200,6 +202,10 @@ pub struct Config {
     /// Start the torch workers when kilnd starts rather than at the first graph (or the first
     /// process that imports Dynamo with kiln.torch, which asks kilnd to start them).
     pub torch_prestart: bool,
+    /// Let the first process that asks for a cold torch graph compile it itself and publish it
+    /// (`ClaimTorchGraph`); off, its workers compile every graph, in their box, and a claim is
+    /// answered as a compile request.
+    pub torch_claims: bool,
     pub memory_cache_bytes: u64,
     pub disk_cache_bytes: u64,
     /// Load fresh cubins on a local GPU before caching them, where one matches their target.
@@ -314,6 +320,7 @@ impl Config {
             triton_workers: file.triton_workers.unwrap_or(defaults.cores.min(8)).max(1),
             torch_workers: file.torch_workers.unwrap_or((defaults.cores / 4).clamp(1, 8)).max(1),
             torch_prestart: file.torch_prestart.unwrap_or(false),
+            torch_claims: file.torch_claims.unwrap_or(true),
             memory_cache_bytes: file.memory_cache_mb.unwrap_or(1024) * MIB,
             disk_cache_bytes: file.disk_cache_mb.unwrap_or(20 * 1024) * MIB,
             validate_cubins: file.validate_cubins.unwrap_or(true),

@@ -271,6 +271,7 @@ pub async fn serve(
         state.gpus.gpus.iter().map(|g| format!("{} {};", g.name, g.target)).collect(),
         config.limits.compile_timeout,
     );
+    graphs.claims_allowed = config.torch_claims;
     if let Some(fleet) = state.cache.fleet() {
         let forward = Arc::new(Forwarder::new(Arc::clone(&fleet.tier)));
         let (sender, stopped) = (Arc::clone(&forward), stop.clone());

@@ -216,6 +216,19 @@ def test_a_claim_holds_the_others_until_its_publish_and_a_closed_one_hands_it_on
         waiter["next"].close()
 
 
+def test_a_kilnd_that_takes_no_claims_compiles_every_graph_in_its_workers(tmp_path: Path) -> None:
+    # An operator who does not trust every job on the host with code the others load turns claims
+    # off: a claim is then answered by a worker's compile, in its box (this payload fails there).
+    k = Kilnd(tmp_path / "no-claims", config="torch_claims = false\n")
+    try:
+        with kiln.Client(k.uri) as c:
+            claim = _claim(c, payload(b"not a graph"))
+            claim.close()
+        assert not claim.answer.compile_here and not claim.answer.ok and claim.answer.log, claim.answer
+    finally:
+        k.stop()
+
+
 def test_a_publish_needs_an_open_claim_and_a_bundle_that_reads(graph_kilnd: Kilnd) -> None:
     with kiln.Client(graph_kilnd.uri) as c:
         with pytest.raises(kiln.FailedPrecondition, match="key: no open claim"):
@@ -336,20 +349,40 @@ def test_the_payload_leaves_out_what_torchs_keys_leave_out() -> None:
     assert "max_autotune" in sent and "cpp.cxx" in sent  # what torch keys on does travel
 
 
-def test_the_payload_kiln_writes_is_what_the_worker_reads() -> None:
-    # The two sides of the payload ship apart (the worker inside kilnd): a key or a version that
-    # one side changes alone fails here, not as a setting silently dropped from every compile.
+def _worker_module() -> Any:
+    """kilnd's torch worker script, imported here as a module (it ships inside kilnd)."""
     import importlib.util
-
-    import torch
-
-    from kiln import _torch_payload
 
     path = Path(__file__).parents[3] / "daemon" / "src" / "graph" / "torch_worker.py"
     spec = importlib.util.spec_from_file_location("kiln_torch_worker", path)
     assert spec is not None and spec.loader is not None
     worker = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(worker)
+    return worker
+
+
+def test_an_answer_bundles_alike_from_a_worker_and_from_a_claim() -> None:
+    # A worker's answer and a claiming process's publish are one format, written on both sides.
+    from kiln import _torch_answer
+
+    worker = _worker_module()
+    files = [("ab/kernel.so", b"ELF"), ("cd/header.gch", b"GCH")]
+    assert worker.BUNDLE_MAGIC == _torch_answer.MAGIC
+    assert worker.bundle(b"artifacts", files) == _torch_answer.bundle(b"artifacts", files)
+    parsed = _torch_answer.parse(worker.bundle(b"artifacts", files))
+    assert (parsed.artifacts, parsed.files) == (b"artifacts", files)
+    # The files a worker sends are the files a process places.
+    assert all(name.endswith(worker.NATIVE_SUFFIXES) for name, _ in files)
+
+
+def test_the_payload_kiln_writes_is_what_the_worker_reads() -> None:
+    # The two sides of the payload ship apart (the worker inside kilnd): a key or a version that
+    # one side changes alone fails here, not as a setting silently dropped from every compile.
+    import torch
+
+    from kiln import _torch_payload
+
+    worker = _worker_module()
     assert worker.PAYLOAD_VERSION == _torch_payload.PAYLOAD_VERSION
 
     captured: list[bytes] = []

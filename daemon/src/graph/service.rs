@@ -52,6 +52,8 @@ pub struct GraphState {
     pub max_payload_bytes: u64,
     /// Sends each process's account on to the fleet ledger; `None` without a fleet cache.
     pub forward: Option<Arc<Forwarder>>,
+    /// Whether a process may claim a cold graph and publish its own compile (`torch_claims`).
+    pub claims_allowed: bool,
     workers: OnceCell<TorchWorkers>,
     /// Failed compiles, kept a minute, so a herd asking for a graph that does not compile pays
     /// one failure, not one each.
@@ -102,6 +104,7 @@ impl GraphState {
             compile_timeout,
             max_payload_bytes,
             forward: None,
+            claims_allowed: true,
             workers: OnceCell::new(),
             failures: moka::future::Cache::builder().max_capacity(10_000).time_to_live(Duration::from_secs(60)).build(),
             claims: Mutex::new(HashMap::new()),
@@ -260,8 +263,9 @@ impl GraphState {
         request: pb::TorchGraphRequest,
         tx: mpsc::Sender<Result<pb::TorchGraphReply, Status>>,
     ) {
+        let here = self.claims_allowed;
         let started = tokio::select! {
-            started = self.start(request, true) => started,
+            started = self.start(request, here) => started,
             _ = tx.closed() => return,
         };
         let grant = match started {

@@ -90,7 +90,8 @@ class TorchGraphsServicer:
         compile pool, which a worker would have to rebuild), then sends PublishTorchGraph. The claim
         lasts as long as this stream: every other process, rank or host asking for the graph waits
         for the publish, and a stream that closes without one releases them (the next compiles it).
-        Otherwise the message is CompileTorchGraph's answer, and the stream ends.
+        Otherwise (and always on a kilnd with `torch_claims = false`) the message is
+        CompileTorchGraph's answer, and the stream ends.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
