@@ -4,7 +4,8 @@
 //!
 //! - [`bundle`]: the framing of an answer, checked before a process's publish is stored.
 //! - [`workers`]: the torch worker pool and its pipe protocol (`torch_worker.py`).
-//! - [`service`]: the `kiln.v1.TorchGraphs` handlers: validation, key, single flight, store.
+//! - [`service`]: the `kiln.v1.TorchGraphs` handlers: key, single flight, claims, store.
+//! - [`validate`]: what the handlers accept, each refusal naming its field.
 //! - [`ledger`]: counts of what was answered and each job's ledger of what compiling paid.
 //! - [`forward`]: each process's account sent on to the fleet ledger, kept while unreachable.
 
@@ -13,4 +14,5 @@ pub mod forward;
 pub mod ledger;
 pub mod recipe;
 pub(crate) mod service;
+mod validate;
 pub mod workers;

@@ -1,11 +1,12 @@
-//! The `kiln.v1.TorchGraphs` handlers: validate, key the graph, then answer it from the tiers,
-//! wait on the process or host that compiles it, or compile it in a torch worker and store it
-//! everywhere. Single flight is the named blobs' (this host's holders, then the fleet lease).
+//! The `kiln.v1.TorchGraphs` handlers: validate ([`super::validate`]), key the graph, then answer
+//! it from the tiers, wait on the process or host that compiles it, hand a claim's process the
+//! compile, or compile it in a torch worker, and store it everywhere. Single flight is the named
+//! blobs' (this host's holders, then the fleet lease).
 
-use super::bundle;
 use super::forward::Forwarder;
 use super::ledger::{Ledger, Outcome};
 use super::recipe::{Explanation, Recipe};
+use super::validate;
 use super::workers::{Answer, Environment, Settings, TorchWorkers};
 use crate::blob::entry;
 use crate::blob::holders::Holding;
@@ -26,11 +27,6 @@ use tonic::{Request, Response, Status};
 
 /// The blob namespace graphs are stored under.
 pub const NAMESPACE: &str = "torch-graph";
-const MAX_VERSION: usize = 64;
-const MAX_LABEL: usize = 256;
-const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
-/// The longest a request from a process that cannot share its compile waits for one that can.
-const MAX_WAIT_FOR_CLAIM: Duration = Duration::from_secs(10);
 /// How often that wait looks for a claim.
 const CLAIM_POLL: Duration = Duration::from_millis(25);
 /// The files of a stored graph.
@@ -177,7 +173,7 @@ impl GraphState {
     /// Answers a request from the tiers, by waiting on whoever compiles it, or by compiling it in
     /// a worker; a claim (`here`) whose graph nobody has is handed the compile instead.
     async fn start(self: &Arc<Self>, mut request: pb::TorchGraphRequest, here: bool) -> Result<Start, Error> {
-        check(&request, self.max_payload_bytes)?;
+        validate::request(&request, self.max_payload_bytes)?;
         let timeout = match request.timeout_ms {
             0 => self.compile_timeout,
             ms => Duration::from_millis(u64::from(ms)),
@@ -322,18 +318,7 @@ impl GraphState {
 
     /// Stores what a claim's process compiled, everywhere, and wakes the waiters.
     async fn publish(&self, request: pb::PublishTorchGraphRequest) -> Result<(), Error> {
-        let key: CacheKey = request.key.parse().map_err(|_| invalid("key", "must be 64 lowercase hex characters"))?;
-        if request.artifacts.is_empty() || request.artifacts.len() as u64 > self.max_payload_bytes {
-            return Err(invalid(
-                "artifacts",
-                format!(
-                    "must be 1 to {} bytes (max_artifact_mb), got {}",
-                    self.max_payload_bytes,
-                    request.artifacts.len()
-                ),
-            ));
-        }
-        bundle::check(&request.artifacts).map_err(|reason| invalid("artifacts", reason))?;
+        let key = validate::publish(&request, self.max_payload_bytes)?;
         let claim =
             self.claims.lock().unwrap_or_else(PoisonError::into_inner).remove(&key).ok_or(Error::NoClaim { key })?;
         let seconds = request.compile_micros as f64 / 1e6;
@@ -408,39 +393,6 @@ fn declared(r: &pb::TorchGraphRequest) -> Option<Environment> {
     })
 }
 
-fn check(r: &pb::TorchGraphRequest, max_payload: u64) -> Result<(), Error> {
-    if r.torch_version.is_empty() || r.torch_version.len() > MAX_VERSION {
-        return Err(invalid("torch_version", format!("must be 1 to {MAX_VERSION} bytes")));
-    }
-    for (field, value) in [
-        ("triton_version", &r.triton_version),
-        ("python_version", &r.python_version),
-        ("cuda_version", &r.cuda_version),
-    ] {
-        if value.len() > MAX_VERSION || value.chars().any(char::is_control) {
-            return Err(invalid(field, format!("must be at most {MAX_VERSION} bytes, without control characters")));
-        }
-    }
-    if r.payload.is_empty() || r.payload.len() as u64 > max_payload {
-        return Err(invalid(
-            "payload",
-            format!("must be 1 to {max_payload} bytes (max_artifact_mb), got {}", r.payload.len()),
-        ));
-    }
-    for (field, value) in [("job", &r.job), ("name", &r.name)] {
-        if value.len() > MAX_LABEL {
-            return Err(invalid(field, format!("longer than {MAX_LABEL} bytes")));
-        }
-    }
-    if Duration::from_millis(u64::from(r.timeout_ms)) > MAX_TIMEOUT {
-        return Err(invalid("timeout_ms", format!("at most {} ms", MAX_TIMEOUT.as_millis())));
-    }
-    if Duration::from_millis(u64::from(r.wait_for_claim_ms)) > MAX_WAIT_FOR_CLAIM {
-        return Err(invalid("wait_for_claim_ms", format!("at most {} ms", MAX_WAIT_FOR_CLAIM.as_millis())));
-    }
-    Ok(())
-}
-
 fn failed_reply(answer: &Answer, key: &CacheKey, tier: Tier) -> pb::TorchGraphReply {
     pb::TorchGraphReply {
         ok: false,
@@ -467,27 +419,6 @@ fn reply_of_entry(found: &pb::BlobEntry, key: &CacheKey) -> pb::TorchGraphReply 
     }
 }
 
-fn check_report(r: &pb::TorchGraphReport) -> Result<(), Error> {
-    let named = |e: torch_ledger::Invalid| invalid(e.field, e.reason);
-    torch_ledger::check_job("job", &r.job, 0).map_err(named)?;
-    if !r.process.is_empty() {
-        torch_ledger::check_process_id("process", &r.process).map_err(named)?;
-    }
-    if r.rank < -1 {
-        return Err(invalid("rank", "must be -1 (unknown) or more"));
-    }
-    if r.fallbacks.len() > 64 {
-        return Err(invalid("fallbacks", "more than 64 reasons"));
-    }
-    if r.graphs.len() > torch_ledger::MAX_REPORT_GRAPHS {
-        return Err(invalid("graphs", format!("more than {} graphs", torch_ledger::MAX_REPORT_GRAPHS)));
-    }
-    for (i, g) in r.graphs.iter().enumerate() {
-        torch_ledger::check_graph(&format!("graphs[{i}]"), g).map_err(named)?;
-    }
-    Ok(())
-}
-
 /// The most jobs one `TorchJobs` answer carries.
 const MAX_JOBS_LISTED: u32 = 1000;
 
@@ -495,7 +426,7 @@ impl GraphState {
     /// Merges a report into this host's ledger and sends it on to the fleet's: the job's return,
     /// the fleet's when it answered.
     async fn report(&self, report: pb::TorchGraphReport) -> Result<pb::TorchGraphReportReply, Error> {
-        check_report(&report)?;
+        validate::report(&report)?;
         let (local, costs) = self.ledger.report(&report);
         let forward = self.forward.as_ref().filter(|_| !report.job.is_empty() && !local.graphs.is_empty());
         if let Some(forward) = forward {
@@ -597,30 +528,6 @@ mod tests {
 
     fn request() -> pb::TorchGraphRequest {
         pb::TorchGraphRequest { torch_version: "2.11.0".into(), payload: vec![1], ..Default::default() }
-    }
-
-    #[test]
-    fn every_bad_field_is_named() {
-        let field = |r: pb::TorchGraphRequest| check(&r, 16).err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(
-            field(pb::TorchGraphRequest { torch_version: String::new(), ..request() }).starts_with("torch_version:")
-        );
-        assert!(field(pb::TorchGraphRequest { payload: vec![], ..request() }).starts_with("payload:"));
-        assert!(field(pb::TorchGraphRequest { payload: vec![0; 17], ..request() }).starts_with("payload:"));
-        assert!(field(pb::TorchGraphRequest { job: "j".repeat(300), ..request() }).starts_with("job:"));
-        assert!(field(pb::TorchGraphRequest { timeout_ms: 4_000_000, ..request() }).starts_with("timeout_ms:"));
-        assert!(
-            field(pb::TorchGraphRequest { python_version: "3".repeat(65), ..request() }).starts_with("python_version:")
-        );
-        assert!(
-            field(pb::TorchGraphRequest { triton_version: "3.6\n".into(), ..request() }).starts_with("triton_version:")
-        );
-        assert!(check(&request(), 16).is_ok());
-        let bad = pb::TorchGraphReport {
-            graphs: vec![pb::TorchGraphCost { compile_s: f64::NAN, ..Default::default() }],
-            ..Default::default()
-        };
-        assert!(check_report(&bad).unwrap_err().to_string().starts_with("graphs[0].compile_s:"));
     }
 
     #[test]

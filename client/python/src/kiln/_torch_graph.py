@@ -250,6 +250,39 @@ def _same_ptxas() -> None:
     _set_triton_ptxas_path()
 
 
+#: The thread picking Inductor's CPU vector instructions (:func:`_pick_vec_isa_early`).
+_vec_isa_pick: threading.Thread | None = None
+
+
+def _pick_vec_isa_early(device_type: str) -> None:
+    """Starts Inductor's pick of the CPU's vector instructions in the background at a process's
+    first CPU graph. Inductor picks once per process, the first time it builds or loads C++: it
+    builds a test program for each candidate and loads each in a fresh interpreter that imports
+    torch, seconds of subprocesses (7.4 s on a 2-core host). A process loading kilnd's answer
+    would pay them after its wait; picked meanwhile, they cost it nothing. Mostly the pick
+    waits on its subprocesses, so the thread holds the GIL little."""
+    global _vec_isa_pick
+    if device_type != "cpu" or _vec_isa_pick is not None:
+        return
+
+    def pick() -> None:
+        try:
+            from torch._inductor import cpu_vec_isa
+
+            cpu_vec_isa.pick_vec_isa()
+        except Exception:  # noqa: BLE001 - Inductor picks for itself when it needs to
+            log.debug("kiln: Inductor's vector instructions were not picked ahead", exc_info=True)
+
+    _vec_isa_pick = threading.Thread(target=pick, name="kiln-vec-isa", daemon=True)
+    _vec_isa_pick.start()
+
+
+def _vec_isa_picked() -> None:
+    """Waits for :func:`_pick_vec_isa_early`'s pick, so that Inductor does not pick again beside it."""
+    if _vec_isa_pick is not None:
+        _vec_isa_pick.join()
+
+
 def _load(torch: Any, answer: _Answer, record: GraphRecord, compile_in_process: Callable[[], Any]) -> tuple[Any, bool]:
     """Loads kilnd's artifacts and lets Inductor find them: (compiled, whether torch used them).
 
@@ -273,6 +306,7 @@ def _load(torch: Any, answer: _Answer, record: GraphRecord, compile_in_process: 
 
     before = lookups()
     _pool_off()
+    _vec_isa_picked()
     compiled = compile_in_process()
     aot_misses, fx_misses, fx_hits = (after - was for after, was in zip(lookups(), before, strict=True))
     # Code generation is what a miss would cost: Inductor found the graph's code (an AOTAutograd
@@ -319,6 +353,7 @@ def _compile_to_share(torch: Any, grant: _Grant, record: GraphRecord, compile_he
     from torch._inductor.runtime.cache_dir_utils import cache_dir
     from torch.compiler._cache import CacheArtifactManager
 
+    _vec_isa_picked()
     began, wall = time.perf_counter(), time.time()
     try:
         with CacheArtifactManager.with_fresh_cache(), _backward_now():
@@ -402,6 +437,7 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
         _fallback("layout_off", f"{layout} graphs on {device} stay in the process ({_torch_layout.GRAPHS_ENV}=1 sends them to kilnd)")
         record.how = "in-process"
         return _in_process(lambda: inductor(gm, example_inputs))
+    _pick_vec_isa_early(device)
     try:
         payload = serialize(gm, example_inputs, config)
     except Unserializable as e:
