@@ -159,6 +159,26 @@ def test_the_layouts_sent_to_kilnd_follow_the_setting_and_default_to_the_record(
     assert layout.of_graph(torch) == "single"
 
 
+def test_a_claim_shares_the_cxx_its_compile_built_and_nothing_older(tmp_path: Path) -> None:
+    import time
+
+    from kiln._torch_answer import native_files
+
+    (tmp_path / "ab").mkdir()
+    (tmp_path / "cd").mkdir()
+    (tmp_path / "ab" / "old.so").write_bytes(b"built before")
+    before = time.time() - 100
+    for path in (tmp_path / "ab" / "old.so", tmp_path / "ab"):
+        os.utime(path, (before, before))
+    since = time.time() - 1
+    (tmp_path / "cd" / "new.so").write_bytes(b"built now")
+    (tmp_path / "cd" / "new.py").write_bytes(b"not C++")
+    (tmp_path / "cd" / "deeper").mkdir()
+    (tmp_path / "cd" / "deeper" / "x.so").write_bytes(b"not a place in the cache")
+    assert native_files(str(tmp_path), since) == [("cd/new.so", b"built now")]
+    assert native_files(str(tmp_path / "missing"), since) == []
+
+
 def test_an_answer_bundle_reads_back_and_refuses_paths_outside_the_cache(tmp_path: Path) -> None:
     import struct
 

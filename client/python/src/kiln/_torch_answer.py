@@ -72,18 +72,30 @@ def bundle(artifacts: bytes, files: list[tuple[str, bytes]]) -> bytes:
 
 def native_files(cache_dir: str, since: float) -> list[tuple[str, bytes]]:
     """(path under the cache, bytes) of each compiled C++ file written under ``cache_dir`` since
-    ``since`` (a ``time.time()``): what a compile in this process built, to share with its graph."""
+    ``since`` (a ``time.time()``): what a compile in this process built, to share with its graph.
+    Each sits one directory down, and a file renamed into a directory updates the directory's
+    modification time: only directories changed since are read, so a large shared cache (or a
+    GPU graph's, which builds none) costs a listing of its top level."""
     found = []
-    for root, _, names in os.walk(cache_dir):
-        for name in names:
-            path = os.path.join(root, name)
-            relative = os.path.relpath(path, cache_dir)
+    try:
+        top = list(os.scandir(cache_dir))
+    except OSError:
+        return []
+    for directory in top:
+        try:
+            if not directory.is_dir(follow_symlinks=False) or directory.stat().st_mtime < since:
+                continue
+            entries = list(os.scandir(directory.path))
+        except OSError:
+            continue
+        for entry in entries:
+            relative = f"{directory.name}/{entry.name}"
             if not _PATH.fullmatch(relative):
                 continue
             try:
-                if os.stat(path).st_mtime < since:
+                if not entry.is_file(follow_symlinks=False) or entry.stat().st_mtime < since:
                     continue
-                with open(path, "rb") as f:
+                with open(entry.path, "rb") as f:
                     found.append((relative, f.read()))
             except OSError:
                 continue
