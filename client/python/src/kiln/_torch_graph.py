@@ -46,10 +46,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from . import _torch_device, _torch_layout, settings
-from ._torch_answer import BadBundle, Bundle, native_files, place
-from ._torch_answer import bundle as make_bundle
+from . import _torch_claim, _torch_device, _torch_layout, settings
+from ._torch_answer import BadBundle, Bundle, place
 from ._torch_answer import parse as parse_bundle
+from ._torch_claim import Grant, compile_to_share
 from ._torch_ledger import GraphRecord, _ledger
 from ._torch_ledger import report_soon as _report_soon
 from ._torch_payload import Unserializable, serialize
@@ -129,15 +129,7 @@ class _Answer:
     key: str = ""
 
 
-@dataclass
-class _Grant:
-    """kilnd's claim: nobody has the graph, and this process compiles it for everyone."""
-
-    claim: Any
-    key: str
-
-
-def _ask(payload: bytes, name: str, *, claim: bool = False, wait_for_claim: float = 0.0) -> _Answer | _Grant | str:
+def _ask(payload: bytes, name: str, *, claim: bool = False, wait_for_claim: float = 0.0) -> _Answer | Grant | str:
     """kilnd's answer (for a ``claim``, maybe the compile itself), or the fallback reason
     (already counted)."""
     import torch
@@ -165,7 +157,7 @@ def _ask(payload: bytes, name: str, *, claim: bool = False, wait_for_claim: floa
         )
         if isinstance(asked, TorchGraphClaim):
             if asked.answer.compile_here:
-                return _Grant(asked, asked.answer.key)
+                return Grant(asked, asked.answer.key)
             asked.close()
             asked = asked.answer
         answer = asked
@@ -314,82 +306,6 @@ def _load(torch: Any, answer: _Answer, record: GraphRecord, compile_in_process: 
     return compiled, fx_misses == 0 and (aot_misses == 0 or fx_hits > 0)
 
 
-@contextlib.contextmanager
-def _backward_now() -> Iterator[None]:
-    """AOTAutograd compiles a graph's backward with its forward, not at its first backward: its
-    cache entry, which the other processes load, is saved only once both exist. functorch's config
-    switch for it is part of AOTAutograd's cache key, which must stay the one every process
-    computes, so it is set where AOTAutograd copies it into the compile's own settings (as kilnd's
-    workers set it)."""
-    from torch._functorch import aot_autograd
-
-    prepare = aot_autograd.prepare_aot_module_simplified
-    if "force_non_lazy_backward_lowering" not in __import__("inspect").signature(prepare).parameters:
-        yield
-        return
-
-    @functools.wraps(prepare)
-    def prepare_backward_now(*args: Any, **kwargs: Any) -> Any:
-        kwargs["force_non_lazy_backward_lowering"] = True
-        return prepare(*args, **kwargs)
-
-    aot_autograd.prepare_aot_module_simplified = prepare_backward_now
-    try:
-        yield
-    finally:
-        aot_autograd.prepare_aot_module_simplified = prepare
-
-
-def _claims() -> bool:
-    """Whether this process claims the graphs nobody has (``KILN_TORCH_CLAIM``, on by default)."""
-    return os.environ.get(settings.TORCH_CLAIM.name, settings.TORCH_CLAIM.default).strip() != "0"
-
-
-def _compile_to_share(torch: Any, grant: _Grant, record: GraphRecord, compile_here: Callable[[], Any]) -> Any:
-    """Compiles a claimed graph here, as torch would (with this process's own compile pool), and
-    publishes what it left in the background: torch's cache artifacts of this compile alone and
-    the C++ it built. The claim ends when the publish lands (or fails, or the compile does),
-    releasing the processes that wait for it."""
-    from torch._inductor.runtime.cache_dir_utils import cache_dir
-    from torch.compiler._cache import CacheArtifactManager
-
-    _vec_isa_picked()
-    began, wall = time.perf_counter(), time.time()
-    try:
-        with CacheArtifactManager.with_fresh_cache(), _backward_now():
-            compiled = _in_process(compile_here)
-            saved = torch.compiler.save_cache_artifacts()
-    except BaseException:
-        grant.claim.close()
-        raise
-    seconds = time.perf_counter() - began
-    record.how = "kilnd"
-    record.answered("compiled", grant.key, seconds, time.perf_counter())
-    if saved is None:
-        grant.claim.close()
-        log.info("kiln: torch saved no cache artifacts for graph %s (is Inductor's FX graph cache off?): not shared", record.name)
-        return compiled
-    directory = cache_dir()
-    publish = threading.Thread(target=_publish, args=(grant, record, saved[0], directory, wall, seconds), name="kiln-graph-publish", daemon=True)
-    publish.start()
-    return compiled
-
-
-def _publish(grant: _Grant, record: GraphRecord, artifacts: bytes, directory: str, since: float, seconds: float) -> None:
-    from . import _fleet, errors
-
-    try:
-        # Two seconds of slack for file systems that keep coarse modification times.
-        files = native_files(directory, since - 2.0)
-        record.native_files = [path for path, _ in files]
-        data = make_bundle(artifacts, files)
-        _fleet.client().publish_torch_graph(grant.key, data, seconds, timeout=COMPILE_WAIT_SECS)
-    except (errors.KilnError, OSError) as e:
-        _fleet.warn_once("torch-graph:publish", "kiln: a torch.compile graph compiled here was not shared through kilnd: %s", e)
-    finally:
-        grant.claim.close()
-
-
 def _frame_function() -> str:
     """The function whose frame Dynamo is compiling (``forward``, ``train_step``; a resume after
     a graph break is ``torch_dynamo_resume_in_forward_at_16``), or empty outside a trace."""
@@ -457,14 +373,15 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
     # A graph whose payload is its own code (on the CPU, or the job's first GPU) is claimed: where
     # nobody has it, this process compiles it, as torch would, and shares it. A rank on another
     # GPU waits for its twin's (kilnd's worker compiles it where no twin claims it in time).
-    shares = _claims() and _torch_device.moved_index(gm, example_inputs) is None
+    shares = _torch_claim.enabled() and _torch_device.moved_index(gm, example_inputs) is None
     twin_wait = TWIN_WAIT_SECS if layout != "single" else 0.0
     answer = _ask(payload, record.name, claim=shares, wait_for_claim=0.0 if shares else twin_wait)
     if isinstance(answer, str):
         record.how = "in-process"
         return _in_process(lambda: inductor(gm, example_inputs))
-    if isinstance(answer, _Grant):
-        compiled = _compile_to_share(torch, answer, record, lambda: inductor(gm, example_inputs))
+    if isinstance(answer, Grant):
+        _vec_isa_picked()
+        compiled = compile_to_share(torch, answer, record, lambda: _in_process(lambda: inductor(gm, example_inputs)), COMPILE_WAIT_SECS)
     else:
         answered = time.perf_counter()
         compiled, hit = _load(torch, answer, record, lambda: inductor(gm, example_inputs))
@@ -524,7 +441,7 @@ class _AsyncGraph:
 
     def _fetch(self, payload: bytes) -> None:
         answer = _ask(payload, self.record.name)
-        assert not isinstance(answer, _Grant), "an async graph never claims"
+        assert not isinstance(answer, Grant), "an async graph never claims"
         self.answer = answer
         self.record.answered_at = time.perf_counter()
 

@@ -1,0 +1,112 @@
+"""A cold torch.compile graph claimed by this process: compiled here, as torch would compile it,
+and shared through kilnd for every other process, rank and host that asks for it.
+
+kilnd grants the claim (``ClaimTorchGraph``) where no tier holds the graph and nobody compiles
+it; the claim lasts as long as its stream. The process compiles with its own warm compile pool,
+takes the artifacts of this compile alone and the C++ it built, and publishes them
+(``PublishTorchGraph``) from a background thread while its first step runs; the waiters load
+them. ``KILN_TORCH_CLAIM=0`` leaves every compile to kilnd's workers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from . import settings
+from ._torch_answer import bundle as make_bundle
+from ._torch_answer import native_files
+from ._torch_ledger import GraphRecord
+
+log = logging.getLogger("kiln")
+
+
+@dataclass
+class Grant:
+    """kilnd's claim: nobody has the graph, and this process compiles it for everyone."""
+
+    claim: Any
+    key: str
+
+
+@contextlib.contextmanager
+def _backward_now() -> Iterator[None]:
+    """AOTAutograd compiles a graph's backward with its forward, not at its first backward: its
+    cache entry, which the other processes load, is saved only once both exist. functorch's config
+    switch for it is part of AOTAutograd's cache key, which must stay the one every process
+    computes, so it is set where AOTAutograd copies it into the compile's own settings (as kilnd's
+    workers set it)."""
+    from torch._functorch import aot_autograd
+
+    prepare = aot_autograd.prepare_aot_module_simplified
+    if "force_non_lazy_backward_lowering" not in inspect.signature(prepare).parameters:
+        yield
+        return
+
+    @functools.wraps(prepare)
+    def prepare_backward_now(*args: Any, **kwargs: Any) -> Any:
+        kwargs["force_non_lazy_backward_lowering"] = True
+        return prepare(*args, **kwargs)
+
+    aot_autograd.prepare_aot_module_simplified = prepare_backward_now
+    try:
+        yield
+    finally:
+        aot_autograd.prepare_aot_module_simplified = prepare
+
+
+def enabled() -> bool:
+    """Whether this process claims the graphs nobody has (``KILN_TORCH_CLAIM``, on by default)."""
+    return os.environ.get(settings.TORCH_CLAIM.name, settings.TORCH_CLAIM.default).strip() != "0"
+
+
+def compile_to_share(torch: Any, grant: Grant, record: GraphRecord, compile_here: Callable[[], Any], publish_timeout: float) -> Any:
+    """Compiles a claimed graph here, as torch would (with this process's own compile pool), and
+    publishes what it left in the background: torch's cache artifacts of this compile alone and
+    the C++ it built. The claim ends when the publish lands (or fails, or the compile does),
+    releasing the processes that wait for it."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+    from torch.compiler._cache import CacheArtifactManager
+
+    began, wall = time.perf_counter(), time.time()
+    try:
+        with CacheArtifactManager.with_fresh_cache(), _backward_now():
+            compiled = compile_here()
+            saved = torch.compiler.save_cache_artifacts()
+    except BaseException:
+        grant.claim.close()
+        raise
+    seconds = time.perf_counter() - began
+    record.how = "kilnd"
+    record.answered("compiled", grant.key, seconds, time.perf_counter())
+    if saved is None:
+        grant.claim.close()
+        log.info("kiln: torch saved no cache artifacts for graph %s (is Inductor's FX graph cache off?): not shared", record.name)
+        return compiled
+    directory = cache_dir()
+    publish = threading.Thread(target=_publish, args=(grant, record, saved[0], directory, wall, seconds, publish_timeout), name="kiln-graph-publish", daemon=True)
+    publish.start()
+    return compiled
+
+
+def _publish(grant: Grant, record: GraphRecord, artifacts: bytes, directory: str, since: float, seconds: float, timeout: float) -> None:
+    from . import _fleet, errors
+
+    try:
+        # Two seconds of slack for file systems that keep coarse modification times.
+        files = native_files(directory, since - 2.0)
+        record.native_files = [path for path, _ in files]
+        data = make_bundle(artifacts, files)
+        _fleet.client().publish_torch_graph(grant.key, data, seconds, timeout=timeout)
+    except (errors.KilnError, OSError) as e:
+        _fleet.warn_once("torch-graph:publish", "kiln: a torch.compile graph compiled here was not shared through kilnd: %s", e)
+    finally:
+        grant.claim.close()
