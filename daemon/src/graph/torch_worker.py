@@ -569,6 +569,26 @@ def pick_cpu_vector_isa():
         del os.environ["TORCHINDUCTOR_CACHE_DIR"]
 
 
+def warm_compiler(torch):
+    """Does once, in the worker, the first-compile work that torch caches per process and that
+    each child forked for a compile would otherwise repeat: hashing torch's own sources into its
+    cache keys, and registering Inductor's pattern-matcher replacements (traced under a fake mode,
+    about half a second). Children forked after inherit both, so each piece of a DDP graph no
+    longer pays them. The replacements are registered for the device the children compile for,
+    as Inductor keys them: the host's first GPU (every payload reads as ``cuda:0``) or the CPU.
+    They trace fake tensors with an explicit device index, so nothing here initialises CUDA
+    (hello's fork check would say so). Best effort: a child finds whatever is missing itself."""
+    try:
+        from torch._inductor.codecache import torch_key
+        from torch._inductor.fx_passes import joint_graph, post_grad
+
+        torch_key()
+        joint_graph.lazy_init(torch.device("cuda", 0) if torch.cuda.device_count() > 0 else torch.device("cpu"))
+        post_grad.lazy_init()
+    except Exception:  # noqa: BLE001 - each child warms up for itself
+        traceback.print_exc(file=sys.stderr)
+
+
 def same_ptxas():
     """Has Triton assemble with torch's own ptxas in this worker, its children and their compile
     pools, as the process that loads the answer does (kiln.torch sets the same). Triton keys its
@@ -590,6 +610,7 @@ def hello():
     import torch.fx._graph_pickler  # noqa: F401
     from torch._functorch import aot_autograd
 
+    warm_compiler(torch)
     # Each compile runs in a forked child, which may use CUDA only if this process never
     # initialised it (kilnd sets PYTORCH_NVML_BASED_CUDA_CHECK so that imports do not).
     # (A host without a GPU has nothing to lose: its compiles never touch CUDA.)
