@@ -1,5 +1,6 @@
 //! kiln-cache-client: [`RemoteCache`], a typed client of kiln-cache (`kiln.v1.ArtifactCache`),
-//! for kilnd's remote tier, the tests and the benchmarks.
+//! for kilnd's remote tier, the tests and the benchmarks; and [`CacheClient`], the calls kilnd's
+//! fleet tier makes, which `RemoteCache` implements.
 //!
 //! It brings tonic but not Redis, axum or prometheus (those are the server's, in
 //! kiln-cache-server). It connects lazily: kilnd must start and serve while kiln-cache is down,
@@ -20,6 +21,10 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::{Code, Request, Status};
 
 pub use kiln_proto::{MAX_MESSAGE_BYTES, MAX_NEGATIVE_LOG_BYTES};
+
+mod seam;
+
+pub use seam::{CacheClient, Call, Events};
 
 /// Every way a call can fail. A gRPC failure keeps its code: kilnd treats UNAVAILABLE as "remote
 /// tier down" (a miss), and the rest as a bug or a misconfiguration to report.

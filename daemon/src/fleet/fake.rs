@@ -3,8 +3,7 @@
 //! sends them, and a switch that makes every call fail as an unreachable server does. Clones
 //! share one cache, so several "hosts" can sit on it.
 
-use super::client::{CacheClient, Call, Events};
-use kiln_cache_client::{Acquired, ClientError, Lookup, PublishEvent};
+use kiln_cache_client::{Acquired, CacheClient, Call, ClientError, Events, Lookup, PublishEvent};
 use kiln_proto::CacheKey;
 use kiln_proto::pb::{
     HostReport, NegativeEntry, QuarantineListRequest, QuarantineListResponse, QuarantineResponse, TorchJobLedger,

@@ -12,9 +12,8 @@
 //! is logged as an error naming the URI and the fix, and reported as `refused` in `Stats`, so
 //! `kiln stats` and `kiln doctor` say why the fleet is not used instead of a bare "down".
 
-use super::client::{CacheClient, Events};
 use crate::metrics::Metrics;
-use kiln_cache_client::{Acquired, ClientError, Lookup};
+use kiln_cache_client::{Acquired, CacheClient, ClientError, Events, Lookup};
 use kiln_proto::CacheKey;
 use std::future::Future;
 use std::sync::Arc;
