@@ -1,7 +1,8 @@
 //! The seam between kilnd's fleet tier and kiln-cache: every call the tier makes, as a trait.
-//! [`RemoteCache`] is the implementation kilnd runs with; kilnd's unit tests run the same tier,
-//! breaker, leases and claims over an in-memory fake. It lives beside `RemoteCache` so that a new
-//! kiln-cache call is written in the proto, the server and this crate, and kilnd only uses it.
+//! [`RemoteCache`] is the implementation kilnd runs with; `FakeCache` (the `fake` feature) is the
+//! in-memory one its unit tests run the same tier, breaker, leases and claims over. It lives
+//! beside `RemoteCache` so that a new kiln-cache call is written in the proto, the server and this
+//! crate, and kilnd only uses it.
 
 use crate::{Acquired, ClientError, Lookup, PublishEvent, RemoteCache};
 use futures_util::Stream;
