@@ -1,5 +1,7 @@
 //! kiln-cache-client: [`RemoteCache`], a typed client of kiln-cache (`kiln.v1.ArtifactCache`),
-//! for kilnd's remote tier, the tests and the benchmarks.
+//! for kilnd's remote tier, the tests and the benchmarks; and [`CacheClient`], the calls kilnd's
+//! fleet tier makes, which `RemoteCache` implements (as does an in-memory fake for unit tests,
+//! with the `fake` feature).
 //!
 //! It brings tonic but not Redis, axum or prometheus (those are the server's, in
 //! kiln-cache-server). It connects lazily: kilnd must start and serve while kiln-cache is down,
@@ -20,6 +22,14 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::{Code, Request, Status};
 
 pub use kiln_proto::{MAX_MESSAGE_BYTES, MAX_NEGATIVE_LOG_BYTES};
+
+#[cfg(feature = "fake")]
+mod fake;
+mod seam;
+
+#[cfg(feature = "fake")]
+pub use fake::FakeCache;
+pub use seam::{CacheClient, Call, Events};
 
 /// Every way a call can fail. A gRPC failure keeps its code: kilnd treats UNAVAILABLE as "remote
 /// tier down" (a miss), and the rest as a bug or a misconfiguration to report.

@@ -1,8 +1,9 @@
 //! The fleet: the cache every host shares (kiln-cache) and single-flight over it, so that in a
 //! whole cluster one host pays a given cold compile.
 //!
-//! - [`client`]: the calls the tier makes of kiln-cache, as a trait (`RemoteCache` runs them).
-//! - [`tier`]: the fleet cache behind a breaker; every call goes through it and is observed.
+//! - [`tier`]: the fleet cache behind a breaker; every call goes through it and is observed. The
+//!   calls themselves are kiln-cache-client's `CacheClient`, which `RemoteCache` runs (and its
+//!   `FakeCache`, in the unit tests).
 //! - [`lease`]: a lease held while compiling, renewed in the background.
 //! - here: who compiles a key ([`Fleet::claim`]), waiting for another host's result, and turning
 //!   fleet answers (artifacts, negative entries, misses) into verified [`Found`]s.
@@ -23,9 +24,6 @@
 //! bound compiles by itself. Whatever goes wrong with the fleet cache, the answer is "compile
 //! here": the fleet can save work, never cost a compile.
 
-pub mod client;
-#[cfg(test)]
-pub(crate) mod fake;
 pub mod lease;
 #[cfg(test)]
 mod tests;

@@ -2,11 +2,11 @@
 //! hosts share one fake, as they share one kiln-cache. Time is tokio's, paused where a test waits
 //! out a hedge bound, a lease TTL or the probe's backoff, so nothing here sleeps for real.
 
-use super::fake::FakeCache;
 use super::tier::{FleetState, RemoteTier};
 use super::{Claim, Fleet, Found};
 use crate::audit::{Auditor, Policy};
 use crate::metrics::{LeaseResult, Metrics};
+use kiln_cache_client::FakeCache;
 use kiln_proto::CacheKey;
 use kiln_proto::envelope;
 use kiln_proto::pb::ArtifactMeta;

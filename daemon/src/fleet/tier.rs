@@ -12,11 +12,9 @@
 //! is logged as an error naming the URI and the fix, and reported as `refused` in `Stats`, so
 //! `kiln stats` and `kiln doctor` say why the fleet is not used instead of a bare "down".
 
-use super::client::{CacheClient, Events};
 use crate::metrics::Metrics;
-use kiln_cache_client::{Acquired, ClientError, Lookup};
+use kiln_cache_client::{Acquired, CacheClient, Call, ClientError, Events, Lookup};
 use kiln_proto::CacheKey;
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -108,7 +106,7 @@ impl RemoteTier {
     }
 
     /// Runs one call unless the breaker is open, and records what came of it.
-    async fn call<T>(&self, call: impl Future<Output = Result<T, ClientError>>) -> Result<T, ClientError> {
+    async fn call<T>(&self, call: Call<'_, T>) -> Result<T, ClientError> {
         if !self.usable() {
             let message = match self.state() {
                 FleetState::Refused(_) => "the fleet refused kilnd's token (breaker open)",
@@ -116,6 +114,12 @@ impl RemoteTier {
             };
             return Err(ClientError::Rpc { code: tonic::Code::Unavailable, message: message.into() });
         }
+        self.observed(call).await
+    }
+
+    /// Runs one call whatever the breaker says, and records what came of it, so that a call let
+    /// past the breaker still opens or closes it.
+    async fn observed<T>(&self, call: Call<'_, T>) -> Result<T, ClientError> {
         let result = call.await;
         self.observe(&result);
         result
@@ -213,9 +217,7 @@ impl RemoteTier {
     /// host waiting on the key to wait out the lease's TTL. A release is one small call, made
     /// after the answer went out, so trying it costs no request anything.
     pub async fn release_lease(&self, key: &CacheKey, holder: &str) -> Result<bool, ClientError> {
-        let result = self.client.release_lease(key, holder).await;
-        self.observe(&result);
-        result
+        self.observed(self.client.release_lease(key, holder)).await
     }
 
     /// Reports that the envelope `served` under `key` differs from this host's compile.

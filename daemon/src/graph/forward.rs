@@ -124,8 +124,8 @@ impl Forwarder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fleet::fake::FakeCache;
     use crate::metrics::Metrics;
+    use kiln_cache_client::FakeCache;
 
     fn costs(process: &str, steps: u64) -> pb::TorchProcessCosts {
         pb::TorchProcessCosts {

@@ -2,9 +2,11 @@
 //! tokio's clock (so a test with paused time expires them), publish notifications as kiln-cache
 //! sends them, and a switch that makes every call fail as an unreachable server does. Clones
 //! share one cache, so several "hosts" can sit on it.
+//!
+//! Behind the `fake` feature, which kilnd turns on in its dev-dependencies only: the binaries
+//! that ship do not carry it.
 
-use super::client::{CacheClient, Call, Events};
-use kiln_cache_client::{Acquired, ClientError, Lookup, PublishEvent};
+use crate::{Acquired, CacheClient, Call, ClientError, Events, Lookup, PublishEvent};
 use kiln_proto::CacheKey;
 use kiln_proto::pb::{
     HostReport, NegativeEntry, QuarantineListRequest, QuarantineListResponse, QuarantineResponse, TorchJobLedger,
@@ -19,6 +21,7 @@ use tokio::time::Instant;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::BroadcastStream;
 
+/// An in-memory kiln-cache; clones share it.
 #[derive(Debug, Clone)]
 pub struct FakeCache(Arc<Inner>);
 

@@ -1,8 +1,11 @@
-//! The seam between the fleet tier and kiln-cache: every call the tier (`RemoteTier`) makes,
-//! as a trait. [`RemoteCache`] (kiln-cache-client's gRPC client) is the one kilnd runs with; the
-//! fleet's unit tests run the same tier, breaker, leases and claims over an in-memory fake.
+//! The seam between kilnd's fleet tier and kiln-cache: every call the tier makes, as a trait.
+//! [`RemoteCache`] is the implementation kilnd runs with; `FakeCache` (the `fake` feature) is the
+//! in-memory one its unit tests run the same tier, breaker, leases and claims over. It lives
+//! beside `RemoteCache` so that a new kiln-cache call is written in the proto, the server and this
+//! crate, and kilnd only uses it.
 
-use kiln_cache_client::{Acquired, ClientError, Lookup, PublishEvent, RemoteCache};
+use crate::{Acquired, ClientError, Lookup, PublishEvent, RemoteCache};
+use futures_util::Stream;
 use kiln_proto::CacheKey;
 use kiln_proto::pb::{
     HostReport, QuarantineListRequest, QuarantineListResponse, QuarantineResponse, TorchJobReturn, TorchJobsReply,
@@ -11,7 +14,6 @@ use kiln_proto::pb::{
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
-use tokio_stream::Stream;
 
 /// One call's answer, boxed so that clients can sit behind `dyn`.
 pub type Call<'a, T> = Pin<Box<dyn Future<Output = Result<T, ClientError>> + Send + 'a>>;
