@@ -570,21 +570,23 @@ def pick_cpu_vector_isa():
 
 
 def warm_compiler(torch):
-    """Does once, in the worker, the first-compile work that torch caches per process and that
-    each child forked for a compile would otherwise repeat: hashing torch's own sources into its
-    cache keys, and registering Inductor's pattern-matcher replacements (traced under a fake mode,
-    about half a second). Children forked after inherit both, so each piece of a DDP graph no
-    longer pays them. The replacements are registered for the device the children compile for,
-    as Inductor keys them: the host's first GPU (every payload reads as ``cuda:0``) or the CPU.
-    They trace fake tensors with an explicit device index, so nothing here initialises CUDA
-    (hello's fork check would say so). Best effort: a child finds whatever is missing itself."""
+    """Does once, in the worker, first-compile work that torch caches per process and that each
+    child forked for a compile would otherwise repeat: hashing torch's own sources into its cache
+    keys and, on a host without a GPU, registering Inductor's pattern-matcher replacements (traced
+    under a fake mode; about half a second on a 2-core host). Children forked after inherit both,
+    so each piece of a DDP graph no longer pays them. A GPU host's replacements stay with each
+    child: registered for ``cuda:0`` they initialise CUDA (seen on an H200 host, 1.7 s), and a
+    child forked from a process that did may not use the GPU. Best effort: a child finds whatever
+    is missing itself."""
     try:
         from torch._inductor.codecache import torch_key
-        from torch._inductor.fx_passes import joint_graph, post_grad
 
         torch_key()
-        joint_graph.lazy_init(torch.device("cuda", 0) if torch.cuda.device_count() > 0 else torch.device("cpu"))
-        post_grad.lazy_init()
+        if torch.cuda.device_count() == 0:
+            from torch._inductor.fx_passes import joint_graph, post_grad
+
+            joint_graph.lazy_init(torch.device("cpu"))
+            post_grad.lazy_init()
     except Exception:  # noqa: BLE001 - each child warms up for itself
         traceback.print_exc(file=sys.stderr)
 
