@@ -1,25 +1,45 @@
-//! `WatchPublish` with `values`: the stream of publish events, each expanded into the entry
-//! it announces, so a waiter needs no Get of its own.
+//! WatchPublish: a stream of publish events for the keys asked about, ended at shutdown. With
+//! `values`, each event is expanded into the entry it announces, so a waiter needs no Get of its
+//! own.
 
-use super::lookup;
+use super::CacheService;
+use super::entries::lookup;
 use crate::announce::PublishStream;
+use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::store::Store;
+use crate::validate;
 use futures_util::StreamExt;
 use kiln_proto::CacheKey;
-use kiln_proto::pb::PublishEvent;
 use kiln_proto::pb::publish_event::Event;
+use kiln_proto::pb::{PublishEvent, WatchPublishRequest};
+use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a new watch waits for the subscription to come back before answering UNAVAILABLE.
+const WATCH_WAIT: Duration = Duration::from_secs(2);
+
+impl CacheService {
+    pub(super) async fn watch_publish(&self, req: WatchPublishRequest) -> Result<PublishStream, Error> {
+        if req.keys.is_empty() {
+            return Err(Error::Missing { field: "keys" });
+        }
+        let keys = validate::keys("keys", &req.keys, self.limits.max_batch_keys)?;
+        let keys: HashSet<CacheKey> = keys.into_iter().collect();
+        let watched: Vec<CacheKey> = keys.iter().copied().collect();
+        let stream = self.announcements.watch(keys, WATCH_WAIT, self.stop.clone(), Arc::clone(&self.metrics)).await?;
+        if !req.values {
+            return Ok(stream);
+        }
+        Ok(with_values(stream, watched, self.store.clone(), Arc::clone(&self.metrics)))
+    }
+}
 
 /// A watch stream that carries entries (`WatchPublishRequest.values`): after each `subscribed`,
 /// a `value` for every watched key that holds an entry; a publish of a key that holds one becomes
 /// its `value`. A read that fails passes the bare event on, so the waiter falls back to a Get.
-pub(super) fn with_values(
-    stream: PublishStream,
-    watched: Vec<CacheKey>,
-    store: Store,
-    metrics: Arc<Metrics>,
-) -> PublishStream {
+fn with_values(stream: PublishStream, watched: Vec<CacheKey>, store: Store, metrics: Arc<Metrics>) -> PublishStream {
     let expanded = stream.then(move |event| {
         let (watched, store, metrics) = (watched.clone(), store.clone(), Arc::clone(&metrics));
         async move {

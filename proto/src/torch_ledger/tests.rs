@@ -1,0 +1,202 @@
+//! The ledger's unit tests: break-even, verdicts, merging across runs and processes, bounds.
+
+use super::*;
+use crate::pb::{TorchGraphCost, TorchJobLedger, TorchProcessCosts};
+
+fn graph(name: &str, eager: f64, compiled: f64, calls: u64) -> TorchGraphCost {
+    TorchGraphCost {
+        name: name.into(),
+        eager_calls: calls / 2,
+        compiled_calls: calls - calls / 2,
+        eager_median_s: eager,
+        compiled_median_s: compiled,
+        eager_samples: u64::from(eager > 0.0) * (calls / 2),
+        compiled_samples: u64::from(compiled > 0.0) * (calls - calls / 2),
+        ..Default::default()
+    }
+}
+
+fn process(id: &str, graphs: Vec<TorchGraphCost>) -> TorchProcessCosts {
+    TorchProcessCosts { process: id.into(), rank: -1, updated_unix_ms: 1, graphs, ..Default::default() }
+}
+
+fn ledger(processes: Vec<TorchProcessCosts>) -> TorchJobLedger {
+    let mut l = TorchJobLedger { job: "j".into(), ..Default::default() };
+    for p in processes {
+        record(&mut l, p);
+    }
+    l
+}
+
+const KEY: &str = "ab";
+
+fn key() -> String {
+    KEY.repeat(32)
+}
+
+#[test]
+fn break_even_is_compile_seconds_over_seconds_saved_a_step() {
+    let g = TorchGraphCost { served: "in-process".into(), compile_s: 18.0, ..graph("g", 0.015, 0.009, 100) };
+    let r = job_return(&ledger(vec![process("p-000001", vec![g.clone()])]));
+    assert!((r.speedup - 15.0 / 9.0).abs() < 1e-9);
+    assert!((r.break_even_steps - 3000.0).abs() < 1e-6, "{}", r.break_even_steps);
+    assert!(r.verdict.contains("not paid for itself yet: 100 steps of the 3,000"), "{}", r.verdict);
+    let paid = job_return(&ledger(vec![process("p-000001", vec![graph("g", 0.015, 0.009, 4000), g])]));
+    assert!(paid.verdict.starts_with("the compile has paid for itself: 4,000 steps"), "{}", paid.verdict);
+}
+
+#[test]
+fn a_job_that_ended_before_its_compile_paid_is_told_to_run_eagerly() {
+    let g = TorchGraphCost { served: "in-process".into(), compile_s: 31.0, ..graph("g", 0.02, 0.01, 40) };
+    let p = TorchProcessCosts { ended: true, ..process("p-000001", vec![g]) };
+    let r = job_return(&ledger(vec![p]));
+    assert_eq!(
+        r.verdict,
+        "this job compiled for 31 s and ran 40 steps: run it eagerly, or with KILN_TORCH_ASYNC=1 (it needed \
+         3,100 steps to pay for its compile)"
+    );
+}
+
+#[test]
+fn a_slower_compiled_step_never_pays_and_one_way_is_not_measured() {
+    let r = job_return(&ledger(vec![process("p-000001", vec![graph("g", 0.010, 0.012, 10)])]));
+    assert_eq!(r.break_even_steps, 0.0);
+    assert!(r.verdict.contains("does not pay"), "{}", r.verdict);
+    let r = job_return(&ledger(vec![process("p-000001", vec![graph("g", 0.0, 0.012, 10)])]));
+    assert_eq!((r.speedup, r.break_even_steps), (0.0, 0.0));
+    assert!(r.verdict.starts_with("not measured yet: no graph has run eagerly"), "{}", r.verdict);
+    assert_eq!(r.eager_basis, "");
+}
+
+#[test]
+fn a_run_measured_one_way_keeps_the_other_from_earlier_runs() {
+    // An async cold run measured both ways; the blocking warm restart only compiled.
+    let cold = TorchGraphCost {
+        served: "cold".into(),
+        key: key(),
+        async_compile: true,
+        stored_compile_s: 40.0,
+        compile_s: 0.5,
+        ..graph("g", 0.0034, 0.0031, 200)
+    };
+    let warm = TorchGraphCost {
+        served: "disk".into(),
+        key: key(),
+        stored_compile_s: 40.0,
+        compile_s: 10.0,
+        ..graph("g", 0.0, 0.0030, 400)
+    };
+    let r = job_return(&ledger(vec![process("cold-0001", vec![cold]), process("warm-0001", vec![warm])]));
+    assert!((r.eager_step_s - 0.0034).abs() < 1e-12, "{}", r.eager_step_s);
+    assert!((r.compiled_step_s - 0.0030).abs() < 1e-12, "the warm run has more samples: {}", r.compiled_step_s);
+    // The cold compile once; the warm run charged what it spent, and the stored compile saved.
+    assert_eq!((r.cold_compile_s, r.saved_s), (40.0, 40.0));
+    assert!((r.process_compile_s - 10.5).abs() < 1e-9, "{}", r.process_compile_s);
+    assert_eq!(r.steps, 600);
+    assert_eq!(r.processes, 2);
+    assert_eq!(r.eager_basis, "uncontended");
+}
+
+#[test]
+fn a_key_compiled_cold_is_charged_once_and_a_blocking_wait_is_not_charged_twice() {
+    let cold = |id: &str, wait: f64| {
+        let g = TorchGraphCost {
+            served: "cold".into(),
+            key: key(),
+            stored_compile_s: 30.0,
+            compile_s: wait,
+            ..graph("g", 0.0, 0.01, 10)
+        };
+        process(id, vec![g])
+    };
+    let r = job_return(&ledger(vec![cold("rank-0000", 31.0), cold("rank-0001", 30.5)]));
+    assert_eq!(r.cold_compile_s, 30.0);
+    assert!((r.process_compile_s - 1.5).abs() < 1e-9, "{}", r.process_compile_s);
+}
+
+#[test]
+fn contended_eager_samples_are_used_only_without_uncontended_ones_and_said() {
+    let contended = TorchGraphCost {
+        eager_median_s: 0.0,
+        eager_samples: 0,
+        eager_contended_samples: 50,
+        eager_contended_median_s: 0.008,
+        ..graph("g", 0.0, 0.003, 100)
+    };
+    let r = job_return(&ledger(vec![process("p-000001", vec![contended.clone()])]));
+    assert_eq!((r.eager_step_s, r.eager_basis.as_str()), (0.008, "contended"));
+    assert!(r.verdict.contains("KILN_TORCH_MEASURE"), "{}", r.verdict);
+    let alone = TorchGraphCost { eager_median_s: 0.0034, eager_samples: 5, ..contended.clone() };
+    let r = job_return(&ledger(vec![process("p-000001", vec![contended]), process("p-000002", vec![alone])]));
+    assert_eq!((r.eager_step_s, r.eager_basis.as_str()), (0.0034, "uncontended"));
+}
+
+#[test]
+fn a_report_repeated_counts_once_and_processes_past_the_bound_fold() {
+    let mut l = TorchJobLedger { job: "j".into(), ..Default::default() };
+    let p = |i: usize, calls: u64| TorchProcessCosts {
+        updated_unix_ms: i as u64,
+        ended: true,
+        ..process(&format!("proc-{i:04}"), vec![graph("g", 0.02, 0.01, calls)])
+    };
+    assert!(record(&mut l, p(0, 10)));
+    assert!(record(&mut l, p(0, 20)));
+    assert_eq!(job_return(&l).steps, 20, "the latest account replaces the earlier one");
+    for i in 1..=MAX_PROCESSES + 4 {
+        record(&mut l, p(i, 10));
+    }
+    let r = job_return(&l);
+    assert_eq!(l.processes.len(), MAX_PROCESSES);
+    assert_eq!((r.processes, r.folded_processes), (MAX_PROCESSES as u64 + 5, 5));
+    assert_eq!(r.steps, 20 + 10 * (MAX_PROCESSES as u64 + 4));
+    assert!((r.eager_step_s - 0.02).abs() < 1e-12);
+    assert!(!record(&mut l, p(0, 500)), "a folded process's later report is already counted");
+    assert_eq!(job_return(&l).steps, r.steps);
+    assert!(r.ended);
+}
+
+#[test]
+fn the_ledger_stays_under_its_byte_bound() {
+    let mut l = TorchJobLedger { job: "j".into(), ..Default::default() };
+    for i in 0..MAX_PROCESSES {
+        let graphs = (0..MAX_GRAPHS + 10).map(|n| graph(&format!("{}{n}", "x".repeat(200)), 0.02, 0.01, 10)).collect();
+        record(&mut l, TorchProcessCosts { updated_unix_ms: i as u64, ..process(&format!("proc-{i:04}"), graphs) });
+    }
+    assert!(
+        prost::Message::encoded_len(&l) <= MAX_LEDGER_BYTES + MAX_LEDGER_BYTES / 2,
+        "{}",
+        prost::Message::encoded_len(&l)
+    );
+    assert!(l.processes.iter().all(|p| p.graphs.len() <= MAX_GRAPHS));
+    assert!(l.folded.as_ref().is_some_and(|f| f.graphs.len() <= 4 * MAX_GRAPHS));
+}
+
+#[test]
+fn weighted_medians_and_thousands() {
+    assert_eq!(weighted_median(&[(1.0, 1), (2.0, 5), (3.0, 1)]), 2.0);
+    assert_eq!(weighted_median(&[(1.0, 10), (9.0, 1)]), 1.0);
+    assert_eq!(weighted_median(&[(0.0, 10), (9.0, 0)]), 0.0);
+    assert_eq!(
+        (thousands(0), thousands(999), thousands(1656), thousands(1_234_567)),
+        ("0".into(), "999".into(), "1,656".into(), "1,234,567".into())
+    );
+}
+
+#[test]
+fn every_bad_field_is_named() {
+    let g = |g: TorchGraphCost| check_graph("graphs[0]", &g).unwrap_err().field;
+    assert_eq!(g(TorchGraphCost { compile_s: f64::NAN, ..Default::default() }), "graphs[0].compile_s");
+    assert_eq!(g(TorchGraphCost { eager_median_s: -1.0, ..Default::default() }), "graphs[0].eager_median_s");
+    assert_eq!(g(TorchGraphCost { key: "AB".into(), ..Default::default() }), "graphs[0].key");
+    assert_eq!(g(TorchGraphCost { served: "sideways".into(), ..Default::default() }), "graphs[0].served");
+    assert_eq!(g(TorchGraphCost { name: "\n".into(), ..Default::default() }), "graphs[0].name");
+    let p = |p: TorchProcessCosts| check_process("process", &p).unwrap_err().field;
+    assert_eq!(p(TorchProcessCosts { process: "short".into(), ..Default::default() }), "process.process");
+    assert_eq!(
+        p(TorchProcessCosts { process: "abcdefgh".into(), host: "a b".into(), ..Default::default() }),
+        "process.host"
+    );
+    assert!(check_process("p", &process("abcdefgh", vec![graph("g", 1.0, 1.0, 1)])).is_ok());
+    assert!(check_job("job", &"j".repeat(257), 0).is_err());
+    assert!(check_job("job", "", 1).is_err());
+}

@@ -1,0 +1,206 @@
+//! Whom kiln-cache trusts with what: tokens (read-only ones cannot write), each artifact's
+//! provenance, an auditor's quarantine of bad bytes, and conflicting puts refused and recorded.
+
+use crate::common::{MIB, code, envelope_of, head, key, start};
+use kiln_cache_client::Lookup;
+use kiln_proto::CacheKey;
+use kiln_proto::envelope;
+use kiln_proto::pb::ArtifactMeta;
+use kiln_tests::http::sample;
+use kiln_tests::redis::{CacheOptions, READ_TOKEN, WRITE_TOKEN, cache_server_refuses};
+use tonic::Code;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_are_required_and_read_only_tokens_cannot_write() {
+    let (_redis, cache) = start();
+    let k = key("auth");
+    let env = envelope_of(&k, 100);
+    for token in ["", "not-a-configured-token-at-all"] {
+        let (c1, msg) = code(cache.client(token).get(&k).await);
+        assert_eq!(c1, Code::Unauthenticated, "{token:?}: {msg}");
+        let (c2, _) = code(cache.client(token).put(&k, env.clone()).await);
+        assert_eq!(c2, Code::Unauthenticated);
+        assert_eq!(code(cache.client(token).watch_publish(&[k], false).await).0, Code::Unauthenticated);
+    }
+    let (c3, msg) = code(cache.client(READ_TOKEN).put(&k, env.clone()).await);
+    assert!(c3 == Code::PermissionDenied && msg.contains("read-only"), "{msg}");
+    assert_eq!(cache.client(READ_TOKEN).get(&k).await.unwrap(), Lookup::Miss);
+    cache.client(WRITE_TOKEN).put(&k, env.clone()).await.unwrap();
+    let m = cache.metrics_text();
+    assert_eq!(sample(&m, "kiln_server_requests_total{op=\"Get\",code=\"unauthenticated\"}"), Some(2.0));
+    assert_eq!(sample(&m, "kiln_server_requests_total{op=\"Put\",code=\"permission_denied\"}"), Some(1.0));
+    cache.stop();
+    // No tokens at all: refuses to start, and says how to fix it.
+    let mut options = CacheOptions::new(vec!["redis://127.0.0.1:1".into()]);
+    options.tokens.clear();
+    let stderr = cache_server_refuses(options);
+    assert!(stderr.contains("no tokens configured") && stderr.contains("--insecure-no-auth"), "{stderr}");
+}
+
+/// Every artifact carries who published it: the host the client named and its token's id,
+/// never the token; through Get, BatchGet and a watch's values alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn artifacts_carry_their_provenance() {
+    let (_redis, cache) = start();
+    let writer = cache.client(WRITE_TOKEN).with_host("gpu-7.example");
+    let (small, big) = (key("provenance small"), key("provenance big"));
+    let before = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    writer.put(&small, envelope_of(&small, 100)).await.unwrap();
+    writer.put(&big, envelope_of(&big, 2 * MIB + 3)).await.unwrap();
+    let token_id = kiln_proto::auth::Caller::of(WRITE_TOKEN).token_id;
+    let reader = cache.client(READ_TOKEN);
+    let mut seen = vec![reader.get(&small).await.unwrap()];
+    seen.extend(reader.batch_get(&[small, big]).await.unwrap().into_iter().map(|(_, l)| l));
+    for lookup in seen {
+        let Lookup::Hit(_, Some(p)) = lookup else { panic!("no provenance in {lookup:?}") };
+        assert_eq!((p.host.as_str(), p.token.as_str()), ("gpu-7.example", token_id.as_str()));
+        assert!(p.unix_ms >= before && !p.token.contains(WRITE_TOKEN), "{p:?}");
+    }
+    let (c, msg) = code(cache.client(WRITE_TOKEN).with_host("no spaces").put(&small, envelope_of(&small, 10)).await);
+    assert!(c == Code::InvalidArgument && msg.contains("publisher_host"), "{msg}");
+}
+
+/// An auditor's report takes the bytes out of service while the key still holds them, keeps
+/// them aside with the record, lists the record, names the publisher in a metric, and refuses
+/// the same bytes published again, while other bytes under the key are accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quarantine_takes_bad_bytes_out_of_service_and_keeps_them_out() {
+    let (redis, cache) = start();
+    let bad = cache.client(WRITE_TOKEN).with_host("bad-host");
+    let auditor = cache.client(WRITE_TOKEN).with_host("auditor");
+    let (k, big) = (key("quarantine"), key("quarantine big"));
+    let (wrong, right) = (envelope_of(&k, 500), envelope::seal(&k, ArtifactMeta::default(), b"the right bytes"));
+    bad.put(&k, wrong.clone()).await.unwrap();
+    let big_env = envelope_of(&big, 2 * MIB + 5);
+    bad.put(&big, big_env.clone()).await.unwrap();
+    let audited = blake3::hash(b"what the auditor compiled");
+    // A report about bytes the key does not hold changes nothing.
+    let stale = auditor.quarantine(&k, &blake3::hash(b"other"), &audited, "differs").await.unwrap();
+    assert!(!stale.quarantined);
+    assert!(auditor.get(&k).await.unwrap().envelope().is_some());
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let done = auditor.quarantine(&k, &blake3::hash(&wrong), &audited, "cubin differs at byte 9").await.unwrap();
+    assert!(done.quarantined, "{done:?}");
+    let record = done.record.unwrap();
+    assert_eq!(record.publisher.as_ref().map(|p| p.host.as_str()), Some("bad-host"));
+    assert_eq!((record.reporter_host.as_str(), record.detail.as_str()), ("auditor", "cubin differs at byte 9"));
+    assert_eq!(auditor.get(&k).await.unwrap(), Lookup::Miss, "quarantined bytes are not served");
+    assert_eq!(redis.cli(&["EXISTS", &format!("kiln:v1:{{{k}}}:qa")]), b"1", "kept as evidence");
+    // Twice: nothing more happens.
+    assert!(!auditor.quarantine(&k, &blake3::hash(&wrong), &audited, "again").await.unwrap().quarantined);
+    // A chunked artifact moves whole.
+    assert!(auditor.quarantine(&big, &blake3::hash(&big_env), &audited, "").await.unwrap().quarantined);
+    assert_eq!(auditor.get(&big).await.unwrap(), Lookup::Miss);
+    assert_eq!(redis.cli(&["EXISTS", &format!("kiln:v1:{{{big}}}:qa:2")]), b"1");
+    let listed = auditor.list_quarantine(since, 0).await.unwrap();
+    let keys: Vec<&str> = listed.records.iter().map(|r| r.key.as_str()).collect();
+    assert_eq!(keys, [k.to_hex(), big.to_hex()], "oldest first");
+    assert!(!listed.more);
+    assert!(auditor.list_quarantine(since, 1).await.unwrap().more);
+    assert!(auditor.list_quarantine(u64::MAX / 2, 0).await.unwrap().records.is_empty());
+    // The same bytes again: refused, naming the record. Other bytes: taken.
+    let (c, msg) = code(bad.put(&k, wrong.clone()).await);
+    assert!(c == Code::FailedPrecondition && msg.contains("quarantined") && msg.contains("bad-host"), "{msg}");
+    auditor.put(&k, right.clone()).await.unwrap();
+    assert_eq!(auditor.get(&k).await.unwrap().envelope(), Some(&right[..]));
+    let m = cache.metrics_text();
+    assert_eq!(sample(&m, "kiln_server_quarantines_total{publisher=\"bad-host\"}"), Some(2.0));
+    assert_eq!(sample(&m, "kiln_server_quarantined_puts_total"), Some(1.0));
+    // Read-only tokens cannot quarantine; bad fields are named.
+    let (c, _) = code(cache.client(READ_TOKEN).with_host("r").quarantine(&k, &audited, &audited, "").await);
+    assert_eq!(c, Code::PermissionDenied);
+    let (c, msg) = code(cache.client(WRITE_TOKEN).quarantine(&k, &audited, &audited, "").await);
+    assert!(c == Code::InvalidArgument && msg.contains("reporter_host"), "{msg}");
+    let (c, msg) = code(auditor.list_quarantine(0, 5000).await);
+    assert!(c == Code::InvalidArgument && msg.contains("limit"), "{msg}");
+}
+
+/// A kernel's key has one right answer. A Put of a different kernel under a held key is refused
+/// (FAILED_PRECONDITION naming the key) and recorded with both writers and digests, counted by
+/// the offering token, and the held artifact is served on, marked disputed. The same artifact
+/// again, with another compile time, is no conflict: it renews the held one's lifetime and keeps
+/// its publisher. A blob's other bytes replace it as before, and are recorded. A newer version
+/// of one of kiln's own changing records (a recipe book) is an update, recorded nowhere; one
+/// labelled so cannot replace a kernel, nor a blob unrecorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conflicting_kernel_puts_are_refused_and_recorded() {
+    let (redis, cache) = start();
+    let honest = cache.client(WRITE_TOKEN).with_host("gpu-1");
+    let rogue = cache.client(WRITE_TOKEN).with_host("rogue");
+    for (k, size) in [(key("conflict"), 3000), (key("conflict chunked"), 2 * MIB + 5)] {
+        let held = envelope_of(&k, size);
+        honest.put(&k, held.clone()).await.unwrap();
+        let artifact = envelope::open(&held, &k, u64::MAX).unwrap();
+        // An honest recompile: other compile time and log, the same launch.
+        let meta = ArtifactMeta { compile_micros: 12_345, log: "another host's log".into(), ..artifact.meta.clone() };
+        redis.cli(&["PEXPIRE", &head(&k), "5000"]);
+        rogue.put(&k, envelope::seal(&k, meta, &artifact.bytes)).await.unwrap();
+        let ttl: u64 = String::from_utf8_lossy(&redis.cli(&["PTTL", &head(&k)])).trim().parse().unwrap();
+        assert!(ttl > 5000, "a re-publish renews the lifetime: {ttl} ms left");
+        let Lookup::Hit(served, Some(p)) = honest.get(&k).await.unwrap() else { panic!("held artifact gone") };
+        assert_eq!((served == held, p.host.as_str(), p.disputed), (true, "gpu-1", false), "the first publish kept");
+        // Other bytes: refused, naming the key; the held bytes are served on, disputed.
+        let mut wrong = artifact.bytes.to_vec();
+        wrong[size / 2] ^= 1;
+        let (c, msg) = code(rogue.put(&k, envelope::seal(&k, artifact.meta.clone(), &wrong)).await);
+        assert!(c == Code::FailedPrecondition && msg.contains(&k.to_hex()) && msg.contains("gpu-1"), "{msg}");
+        let Lookup::Hit(served, Some(p)) = honest.get(&k).await.unwrap() else { panic!("held artifact gone") };
+        assert_eq!((served == held, p.host.as_str(), p.disputed), (true, "gpu-1", true));
+        let batch = honest.batch_get(&[k]).await.unwrap();
+        assert!(matches!(&batch[0].1, Lookup::Hit(env, Some(p)) if *env == held && p.disputed));
+    }
+    // A blob: other bytes replace the held ones, recorded but not refused.
+    let b = key("conflict blob");
+    let blob =
+        |bytes: &[u8]| envelope::seal(&b, ArtifactMeta { toolchain: "blob/test".into(), ..Default::default() }, bytes);
+    honest.put(&b, blob(b"first upload")).await.unwrap();
+    rogue.put(&b, blob(b"second upload")).await.unwrap();
+    assert_eq!(honest.get(&b).await.unwrap().envelope(), Some(&blob(b"second upload")[..]));
+    honest.put(&b, blob(b"second upload")).await.unwrap();
+    // kiln's own changing records (a recipe book): a newer one from the same honest host is an
+    // update, unrecorded; labelled as one over a kernel, still refused, over a blob still recorded.
+    let r = key("conflict recipe book");
+    let book = |toolchain: &str, bytes: &[u8]| {
+        envelope::seal(&r, ArtifactMeta { toolchain: toolchain.into(), ..Default::default() }, bytes)
+    };
+    honest.put(&r, book("kiln/recipe-book", b"one recipe")).await.unwrap();
+    honest.put(&r, book("kiln/recipe-book", b"two recipes")).await.unwrap();
+    let Lookup::Hit(served, Some(p)) = honest.get(&r).await.unwrap() else { panic!("the book is gone") };
+    assert_eq!((served, p.host.as_str(), p.disputed), (book("kiln/recipe-book", b"two recipes"), "gpu-1", false));
+    let relabelled = |k: &CacheKey, toolchain: &str| {
+        envelope::seal(k, ArtifactMeta { toolchain: toolchain.into(), ..Default::default() }, b"not a book")
+    };
+    let (kernel, over_blob) = (key("conflict relabelled kernel"), key("conflict relabelled blob"));
+    honest.put(&kernel, envelope_of(&kernel, 3000)).await.unwrap();
+    let (c, msg) = code(rogue.put(&kernel, relabelled(&kernel, "kiln/recipe-book")).await);
+    assert!(c == Code::FailedPrecondition && msg.contains("toolchain"), "{msg}");
+    honest.put(&over_blob, relabelled(&over_blob, "blob/test")).await.unwrap();
+    rogue.put(&over_blob, relabelled(&over_blob, "kiln/recipe-book")).await.unwrap();
+
+    let conflicts = honest.list_conflicts(0, 0).await.unwrap();
+    assert!(conflicts.records.is_empty() && !conflicts.more);
+    let listed: Vec<(&str, bool)> = conflicts.conflicts.iter().map(|c| (c.key.as_str(), c.refused)).collect();
+    let (k, chunked) = (key("conflict").to_hex(), key("conflict chunked").to_hex());
+    let (b, kernel, over_blob) = (b.to_hex(), kernel.to_hex(), over_blob.to_hex());
+    let expected = [(&k, true), (&chunked, true), (&b, false), (&kernel, true), (&over_blob, false)];
+    let expected: Vec<(&str, bool)> = expected.iter().map(|(k, refused)| (k.as_str(), *refused)).collect();
+    assert_eq!(listed, expected, "oldest first, and no recipe book");
+    let first = &conflicts.conflicts[0];
+    let hosts = |c: &kiln_proto::pb::ConflictRecord| {
+        (c.held.clone().unwrap_or_default().host, c.offered.clone().unwrap_or_default().host)
+    };
+    assert_eq!(hosts(first), ("gpu-1".to_owned(), "rogue".to_owned()));
+    assert!(first.detail.starts_with("cubin: 3000 bytes held, 3000 offered"), "{}", first.detail);
+    assert_ne!(first.held_digest, first.offered_digest);
+    let token_id = kiln_proto::auth::Caller::of(WRITE_TOKEN).token_id;
+    assert_eq!(first.offered.as_ref().map(|p| p.token.as_str()), Some(token_id.as_str()));
+    assert!(honest.list_quarantine(0, 0).await.unwrap().records.is_empty(), "a conflict is no quarantine");
+    let m = cache.metrics_text();
+    let counted = |outcome| {
+        sample(&m, &format!("kiln_server_conflicting_puts_total{{publisher=\"{token_id}\",outcome=\"{outcome}\"}}"))
+    };
+    assert_eq!((counted("refused"), counted("replaced")), (Some(3.0), Some(2.0)));
+    let status = kiln_tests::http::get(cache.metrics, "/status.json").unwrap();
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(status["conflicts"].as_array().map(Vec::len), Some(5), "{status}");
+}
