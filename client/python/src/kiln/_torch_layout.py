@@ -6,7 +6,7 @@ layout's graphs at least as fast as the process's own, that layout's graphs comp
 process by default, as plain torch would; torch's remote caches through kiln, the Triton kernels
 and the snapshots stay on. ``KILN_TORCH_GRAPHS`` decides instead of the record:
 
-- unset: the layouts in :data:`DEFAULT_LAYOUTS` (``multi-rank`` today), on the devices in
+- unset: the layouts in :data:`DEFAULT_LAYOUTS` (none today), on the devices in
   :data:`DEFAULT_DEVICES`; with ``KILN_TORCH_ASYNC=1``, every layout (:data:`ASYNC_LAYOUTS`);
 - ``1``: every layout; ``0``: none;
 - a comma-separated list of layout names (``single,ddp``): those.
@@ -30,13 +30,13 @@ from . import settings
 GRAPHS_ENV = settings.TORCH_GRAPHS.name
 LAYOUTS = ("single", "ddp", "multi-rank")
 #: Layouts sent to kilnd when ``KILN_TORCH_GRAPHS`` is unset: those whose cold first step through
-#: kilnd is, on the record, no slower than plain torch.compile's. On 2 H200s (torch 2.11, runs
-#: 35-38 of tests/gpu/RESULTS.md, each ratio within one run), where the first process to ask
-#: claims a cold graph and compiles it as torch would: FSDP2 (``multi-rank``) 0.92 (1.04, 0.92,
-#: 0.92); one process 1.07 (1.07, 1.29, 0.99, 1.32, 0.87; 0.87 in the one run whose kilnd had
-#: settled); DDP's pieces, compiled by kilnd's workers, 1.10 and 1.18. A layout joins once its
-#: row shows it below 1.0.
-DEFAULT_LAYOUTS: frozenset[str] = frozenset({"multi-rank"})
+#: kilnd is, on the record, no slower than plain torch.compile's. None is today. On 2 H200s of a
+#: 4-GPU host (torch 2.11, runs 39-46 of tests/gpu/RESULTS.md, each ratio within one run), where
+#: the first process to ask claims a cold graph and compiles it as torch would: FSDP2
+#: (``multi-rank``) 1.06 and 1.35 (and 1.11 with 4 ranks; 0.92 at the median of runs 35, 36 and 38 on a
+#: 2-GPU host, 1.04 over all five), one process 1.07 and 1.20, a herd of four 1.00; DDP's pieces,
+#: compiled by kilnd's workers, 1.38 and 0.95. A layout joins once its row shows it below 1.0.
+DEFAULT_LAYOUTS: frozenset[str] = frozenset()
 #: And only graphs on these devices: the record is the GPU's. On the CPU (Inductor's C++ backend)
 #: kilnd's cold compile was slower than the process's own.
 DEFAULT_DEVICES: frozenset[str] = frozenset({"cuda"})
