@@ -30,7 +30,13 @@ impl Cli {
         use clap::{CommandFactory, FromArgMatches};
         let command = Self::command()
             .mut_subcommand("explain", |c| {
-                c.mut_args(|a| if a.get_id() == "files" { a.required_unless_present_any(["graph", "keys"]) } else { a })
+                c.mut_args(|a| {
+                    if a.get_id() == "files" {
+                        a.required_unless_present_any(["graph", "keys", "torch_graphs"])
+                    } else {
+                        a
+                    }
+                })
             })
             .mut_subcommand("audit", |c| {
                 c.mut_args(|a| {
@@ -58,7 +64,8 @@ pub enum Command {
     /// Pull graphs from the fleet cache into the daemon's local tiers ahead of a job.
     Warm(WarmArgs),
     /// Why kernels missed: whether the caches hold each kernel, and which of its inputs differ
-    /// from the nearest earlier compile of the same kernel (this host's or the fleet's).
+    /// from the nearest earlier compile of the same kernel (this host's or the fleet's); or why
+    /// a torch.compile graph missed (`--job J --torch-graph NAME`).
     Explain(ExplainArgs),
     /// Recompile kernels on this host and compare each with the fleet's artifact under its key,
     /// quarantining what differs (the fleet audit, on demand); or list the fleet's quarantines.
@@ -270,6 +277,16 @@ pub struct ExplainArgs {
     /// repeatable.
     #[arg(long = "key", value_name = "KEY", conflicts_with_all = ["files", "graph"])]
     pub keys: Vec<String>,
+
+    /// A torch.compile graph's name, as kiln.torch reports it (its exit line's job, `kiln
+    /// stats`), instead of FILES: the latest ask for it on this kilnd, explained; repeatable,
+    /// with --job.
+    #[arg(long = "torch-graph", value_name = "NAME", requires = "job", conflicts_with_all = ["files", "graph", "keys"])]
+    pub torch_graphs: Vec<String>,
+
+    /// The job the --torch-graph names belong to (the process's KILN_TORCH_JOB).
+    #[arg(long, value_name = "JOB", requires = "torch_graphs")]
+    pub job: Option<String>,
 
     /// Print one JSON object per kernel (NDJSON), in the proto3 JSON mapping.
     #[arg(long)]

@@ -162,19 +162,40 @@ fn a_hit_says_where_it_came_from_not_how_it_differs_from_a_failed_compile() {
 async fn bad_input_is_invalid_argument_naming_the_field() {
     let d = Daemon::start(Options::default());
     let client = d.client().await;
+    let named = |job: &str, name: &str| pb::TorchGraphName { job: job.into(), name: name.into() };
     let cases: Vec<(pb::ExplainRequest, &str)> = vec![
-        (pb::ExplainRequest { graph: None, keys: vec![] }, "graph: required"),
-        (pb::ExplainRequest { graph: request("sm_90", vec![]).graph, keys: vec![] }, "graph.kernels: empty"),
-        (pb::ExplainRequest { graph: None, keys: vec!["abc".into()] }, "keys[0]: expected 64 lowercase hex"),
+        (pb::ExplainRequest::default(), "graph: required"),
+        (pb::ExplainRequest { graph: request("sm_90", vec![]).graph, ..Default::default() }, "graph.kernels: empty"),
+        (pb::ExplainRequest { keys: vec!["abc".into()], ..Default::default() }, "keys[0]: expected 64 lowercase hex"),
         (
             pb::ExplainRequest {
                 graph: request("sm_90", vec![kernel("k", cuda(&vector_add(1)))]).graph,
                 keys: vec!["0".repeat(64)],
+                ..Default::default()
             },
-            "keys: give a graph or keys, not both",
+            "keys: give a graph, keys or torch_graphs: one of them",
         ),
         (
-            pb::ExplainRequest { graph: request("sm_91", vec![kernel("k", cuda(&vector_add(1)))]).graph, keys: vec![] },
+            pb::ExplainRequest {
+                keys: vec!["0".repeat(64)],
+                torch_graphs: vec![named("j", "g")],
+                ..Default::default()
+            },
+            "torch_graphs: give a graph, keys or torch_graphs: one of them",
+        ),
+        (
+            pb::ExplainRequest { torch_graphs: vec![named("j", "g"), named("j", "")], ..Default::default() },
+            "torch_graphs[1].name: required",
+        ),
+        (
+            pb::ExplainRequest { torch_graphs: vec![named(&"j".repeat(300), "g")], ..Default::default() },
+            "torch_graphs[0].job: longer than",
+        ),
+        (
+            pb::ExplainRequest {
+                graph: request("sm_91", vec![kernel("k", cuda(&vector_add(1)))]).graph,
+                ..Default::default()
+            },
             "graph.target",
         ),
     ];
@@ -183,14 +204,34 @@ async fn bad_input_is_invalid_argument_naming_the_field() {
         assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
         assert!(status.message().starts_with(field), "expected {field:?}, got {:?}", status.message());
     }
-    // An unknown key is no error: nothing is known of it.
+    // An unknown key, or a torch graph never asked for here, is no error: nothing is known of it.
     let answer = client
         .grpc()
-        .explain(pb::ExplainRequest { graph: None, keys: vec!["0".repeat(64)] })
+        .explain(pb::ExplainRequest { keys: vec!["0".repeat(64)], ..Default::default() })
         .await
         .unwrap()
         .into_inner();
     assert_eq!(answer.kernels[0].verdict, "miss: no recipe of this key is kept on this host or in the fleet");
+    let answer = client
+        .grpc()
+        .explain(pb::ExplainRequest { torch_graphs: vec![named("job", "forward:0/0")], ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(answer.kernels[0].reason, "unknown");
+    assert!(
+        answer.kernels[0].verdict.contains(r#"no graph named "forward:0/0" of job "job""#),
+        "{:?}",
+        answer.kernels[0]
+    );
+    // The same through the CLI, as a user who read the name off the process's report asks.
+    let dir = tempfile::tempdir().unwrap();
+    let (line, code) = explain_json(&d, &["--job", "job", "--torch-graph", "forward:0/0"], dir.path());
+    assert_eq!(
+        (line["id"].as_str(), line["reason"].as_str(), code),
+        (Some("forward:0/0"), Some("unknown"), 1),
+        "{line}"
+    );
     d.stop();
 }
 
@@ -208,7 +249,7 @@ async fn a_fresh_host_explains_a_miss_against_another_hosts_recipe() {
 
     let fresh = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, ""));
     let client = fresh.client().await;
-    let explain = |req: pb::CompileRequest| pb::ExplainRequest { graph: req.graph, keys: vec![] };
+    let explain = |req: pb::CompileRequest| pb::ExplainRequest { graph: req.graph, ..Default::default() };
     let same = client.grpc().explain(explain(with_header("3.0f"))).await.unwrap().into_inner();
     assert_eq!(same.kernels[0].verdict, "hit (the fleet cache)");
     assert_eq!(same.kernels[0].tier(), pb::Tier::Remote);

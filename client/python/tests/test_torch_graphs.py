@@ -460,6 +460,12 @@ def test_kiln_explain_says_why_a_torch_graph_missed(graph_kilnd: Kilnd, tmp_path
     assert why.verdict.startswith("torch graph: missed: inductor_config.max_autotune_pointwise true here, false before"), why
     assert why.cached and [d.reason for d in why.differences] == ["options"], why.differences
     assert new.reason == "new" and "was seen here before" in new.verdict, new
+    # By name, as the process's report names the graph: its latest ask (the second run's miss).
+    with kiln.Client(graph_kilnd.uri) as c:
+        (by_name,) = c.explain(torch_graphs=[(job, g2["name"])])
+        (unknown,) = c.explain(torch_graphs=[(job, "no-such-graph")])
+    assert (by_name.key, by_name.reason, by_name.verdict) == (why.key, why.reason, why.verdict), by_name
+    assert unknown.reason == "unknown" and not unknown.cached and "no graph named" in unknown.verdict, unknown
     # The miss's event names it too (kilnd's log and recent misses).
     with kiln.Client(graph_kilnd.uri) as c:
         events = [m for m in c.stats().recent_misses if m.key == g2["key"]]

@@ -19,11 +19,15 @@ const LOCAL: &str = "local";
 const FLEET: &str = "fleet";
 
 pub async fn explain(state: &State, req: &pb::ExplainRequest) -> Result<pb::ExplainResponse, Error> {
-    match (&req.graph, req.keys.is_empty()) {
-        (Some(_), false) => Err(invalid("keys", "give a graph or keys, not both")),
-        (None, true) => Err(invalid("graph", "required: give a graph (what Compile takes) or keys")),
-        (Some(graph), true) => by_graph(state, graph).await,
-        (None, false) => by_keys(state, &req.keys).await,
+    match (&req.graph, req.keys.is_empty(), req.torch_graphs.is_empty()) {
+        (Some(graph), true, true) => by_graph(state, graph).await,
+        (None, false, true) => by_keys(state, &req.keys).await,
+        (None, true, false) => by_torch_names(state, &req.torch_graphs).await,
+        (None, true, true) => {
+            Err(invalid("graph", "required: give a graph (what Compile takes), keys or torch_graphs"))
+        }
+        (Some(_), false, _) => Err(invalid("keys", "give a graph, keys or torch_graphs: one of them")),
+        (_, _, false) => Err(invalid("torch_graphs", "give a graph, keys or torch_graphs: one of them")),
     }
 }
 
@@ -80,6 +84,59 @@ async fn by_keys(state: &State, keys: &[String]) -> Result<pb::ExplainResponse, 
         };
         let mut answer = explanation(engine, &key, own.recipes.into_iter().next(), &kept).await;
         answer.identity = identity.as_ref().map(book::to_pb);
+        kernels.push(answer);
+    }
+    Ok(pb::ExplainResponse { kernels })
+}
+
+/// torch.compile graphs by job and name: the latest ask for each on this kilnd, explained as
+/// its key would be; a graph this kilnd has not seen lately says so.
+async fn by_torch_names(state: &State, names: &[pb::TorchGraphName]) -> Result<pb::ExplainResponse, Error> {
+    let max = state.config.limits.max_kernels;
+    if names.len() > max {
+        return Err(invalid("torch_graphs", format!("{} graphs exceeds the limit of {max}", names.len())));
+    }
+    for (i, name) in names.iter().enumerate() {
+        crate::graph::validate::graph_name(&format!("torch_graphs[{i}]"), name)?;
+    }
+    let (engine, recipes) = (&state.engine, &state.torch_graphs.recipes);
+    let mut kernels = Vec::with_capacity(names.len());
+    for graph in names {
+        let identity =
+            pb::KernelIdentity { graph: graph.job.clone(), kernel_id: graph.name.clone(), kernel_name: String::new() };
+        let Some(key) = recipes.latest(&graph.job, &graph.name) else {
+            kernels.push(pb::KernelExplanation {
+                id: graph.name.clone(),
+                identity: Some(identity),
+                verdict: format!(
+                    "torch graph: unknown: no graph named {:?} of job {:?} was asked for on this kilnd lately",
+                    graph.name, graph.job
+                ),
+                reason: "unknown".into(),
+                ..Default::default()
+            });
+            continue;
+        };
+        let mut answer = match recipes.explained(&key) {
+            Some(why) => torch_graph(engine, &key, why).await,
+            None => {
+                let held = cached(engine.cache(), &key).await;
+                pb::KernelExplanation {
+                    identity: Some(identity),
+                    key: key.to_hex(),
+                    cached: held.is_some(),
+                    tier: held.map_or(pb::Tier::Unspecified, |h| h.tier) as i32,
+                    verdict: if held.is_some() {
+                        "torch graph: hit: its latest ask was answered from the caches".into()
+                    } else {
+                        "torch graph: its latest ask was answered from the caches, which no longer hold it".into()
+                    },
+                    ..Default::default()
+                }
+            }
+        };
+        // The name the user asked by, as a graph's kernel id is printed.
+        answer.id = graph.name.clone();
         kernels.push(answer);
     }
     Ok(pb::ExplainResponse { kernels })

@@ -14,5 +14,5 @@ pub mod forward;
 pub mod ledger;
 pub mod recipe;
 pub(crate) mod service;
-mod validate;
+pub(crate) mod validate;
 pub mod workers;

@@ -140,8 +140,8 @@ impl Explanation {
 
 #[derive(Debug, Default)]
 struct Kept {
-    /// The last recipe seen for each (job, name).
-    last: HashMap<(String, String), Recipe>,
+    /// The last recipe seen for each (job, name), and the key it made.
+    last: HashMap<(String, String), (Recipe, CacheKey)>,
     /// Insertion order of `last`, to drop the oldest past [`KEPT`].
     order: VecDeque<(String, String)>,
     explained: HashMap<CacheKey, Explanation>,
@@ -163,7 +163,7 @@ impl RecipeBook {
         let id = (job.to_string(), name.to_string());
         let explanation = missed.then(|| {
             let differences = match kept.last.get(&id) {
-                Some(before) => recipe.differences(before),
+                Some((before, _)) => recipe.differences(before),
                 None => vec![("new", format!("no graph named {name:?} of job {job:?} was seen here before"))],
             };
             let differences = if differences.is_empty() {
@@ -173,7 +173,7 @@ impl RecipeBook {
             };
             Explanation { job: job.to_string(), name: name.to_string(), reason: differences[0].0, differences }
         });
-        if kept.last.insert(id.clone(), recipe).is_none() {
+        if kept.last.insert(id.clone(), (recipe, *key)).is_none() {
             kept.order.push_back(id);
             if kept.order.len() > KEPT
                 && let Some(oldest) = kept.order.pop_front()
@@ -198,6 +198,13 @@ impl RecipeBook {
     pub fn explained(&self, key: &CacheKey) -> Option<Explanation> {
         let kept = self.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         kept.explained.get(key).cloned()
+    }
+
+    /// The key of the latest ask for `job`'s graph `name`, when kilnd saw one lately: what a user
+    /// who knows a graph by its name (a process's report, `kiln stats`) asks about.
+    pub fn latest(&self, job: &str, name: &str) -> Option<CacheKey> {
+        let kept = self.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        kept.last.get(&(job.to_string(), name.to_string())).map(|(_, key)| *key)
     }
 }
 
@@ -261,11 +268,16 @@ mod tests {
         let upgrade = book.saw("job", "forward:0/0", &key(2), Recipe::of(&env("2.12.0"), "H100", b""), true).unwrap();
         assert_eq!((upgrade.reason, upgrade.line().as_str()), ("toolchain", "torch 2.12.0 here, 2.11.0 before"));
         assert_eq!(book.explained(&key(2)), Some(upgrade));
+        // By name: the latest ask's key, whatever came of it.
+        assert_eq!(book.latest("job", "forward:0/0"), Some(key(2)));
+        assert_eq!(book.latest("job", "backward:0/0"), None);
+        assert_eq!(book.latest("other", "forward:0/0"), None);
         let again = book.saw("job", "forward:0/0", &key(2), Recipe::of(&env("2.12.0"), "H100", b""), true).unwrap();
         assert_eq!(again.reason, "evicted");
         for n in 0..(KEPT + 10) {
             book.saw("job", &format!("g{n}"), &CacheKey::from_bytes([0; 32]), Recipe::of(&env("x"), "", b""), false);
         }
+        assert_eq!(book.latest("job", "g0"), None, "the oldest name is dropped past KEPT");
         let kept = book.kept.lock().unwrap();
         assert!(kept.last.len() <= KEPT && kept.order.len() <= KEPT);
     }

@@ -47,6 +47,19 @@ pub(super) fn request(r: &pb::TorchGraphRequest, max_payload: u64) -> Result<(),
     Ok(())
 }
 
+/// A torch graph named in `Explain` (`field` says which): a name, and a job as requests give it.
+pub(crate) fn graph_name(field: &str, r: &pb::TorchGraphName) -> Result<(), Error> {
+    if r.name.is_empty() {
+        return Err(invalid(format!("{field}.name"), "required: the graph's name, as kiln.torch reports it"));
+    }
+    for (part, value) in [("job", &r.job), ("name", &r.name)] {
+        if value.len() > MAX_LABEL {
+            return Err(invalid(format!("{field}.{part}"), format!("longer than {MAX_LABEL} bytes")));
+        }
+    }
+    Ok(())
+}
+
 /// A claim's publish: its key, read.
 pub(super) fn publish(r: &pb::PublishTorchGraphRequest, max_artifacts: u64) -> Result<CacheKey, Error> {
     let key: CacheKey = r.key.parse().map_err(|_| invalid("key", "must be 64 lowercase hex characters"))?;

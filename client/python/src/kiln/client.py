@@ -264,13 +264,15 @@ class Client:
         graph: GraphLike | None = None,
         *,
         keys: Iterable[str] = (),
+        torch_graphs: Iterable[tuple[str, str]] = (),
         target: str | None = None,
         timeout: float | None = None,
     ) -> list[Explanation]:
         """Why each kernel of ``graph`` (or each of ``keys``, hex as results carry them) would hit
         or miss: the inputs of its key that differ from the nearest recipe kilnd or the fleet kept
-        for the same kernel. Compiles nothing."""
-        request = pb.ExplainRequest(keys=list(keys))
+        for the same kernel. ``torch_graphs`` names torch.compile graphs by (job, name), as
+        kiln.torch reports them: the latest ask for each on this kilnd. Compiles nothing."""
+        request = pb.ExplainRequest(keys=list(keys), torch_graphs=[pb.TorchGraphName(job=j, name=n) for j, n in torch_graphs])
         if graph is not None:
             request.graph.CopyFrom(self._request(graph, target, Priority.UNSPECIFIED, True).graph)
         with self._rpc():

@@ -141,12 +141,22 @@ class ConflictRecord(_message.Message):
     def __init__(self, key: _Optional[str] = ..., held: _Optional[_Union[Provenance, _Mapping]] = ..., held_digest: _Optional[str] = ..., offered: _Optional[_Union[Provenance, _Mapping]] = ..., offered_digest: _Optional[str] = ..., unix_ms: _Optional[int] = ..., detail: _Optional[str] = ..., refused: _Optional[bool] = ...) -> None: ...
 
 class ExplainRequest(_message.Message):
-    __slots__ = ("graph", "keys")
+    __slots__ = ("graph", "keys", "torch_graphs")
     GRAPH_FIELD_NUMBER: _ClassVar[int]
     KEYS_FIELD_NUMBER: _ClassVar[int]
+    TORCH_GRAPHS_FIELD_NUMBER: _ClassVar[int]
     graph: CompileGraph
     keys: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, graph: _Optional[_Union[CompileGraph, _Mapping]] = ..., keys: _Optional[_Iterable[str]] = ...) -> None: ...
+    torch_graphs: _containers.RepeatedCompositeFieldContainer[TorchGraphName]
+    def __init__(self, graph: _Optional[_Union[CompileGraph, _Mapping]] = ..., keys: _Optional[_Iterable[str]] = ..., torch_graphs: _Optional[_Iterable[_Union[TorchGraphName, _Mapping]]] = ...) -> None: ...
+
+class TorchGraphName(_message.Message):
+    __slots__ = ("job", "name")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    name: str
+    def __init__(self, job: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
 class ExplainResponse(_message.Message):
     __slots__ = ("kernels",)
