@@ -24,6 +24,7 @@
 //! bound compiles by itself. Whatever goes wrong with the fleet cache, the answer is "compile
 //! here": the fleet can save work, never cost a compile.
 
+mod calls;
 pub mod lease;
 #[cfg(test)]
 mod tests;
@@ -34,7 +35,7 @@ use crate::metrics::{LeaseResult, Metrics};
 use crate::store::TierName;
 use kiln_cache_client::{Acquired, Lookup, PublishEvent, new_holder};
 use kiln_proto::CacheKey;
-use kiln_proto::envelope::{self, Artifact};
+use kiln_proto::envelope::Artifact;
 use lease::HeldLease;
 use std::sync::Arc;
 use std::time::Duration;
@@ -217,7 +218,7 @@ impl Fleet {
                 self.metrics.lookup(TierName::Remote, "miss");
                 None
             }
-            Lookup::Hit(bytes, provenance) => match envelope::open(&bytes, key, self.max_artifact_bytes) {
+            Lookup::Hit(bytes, provenance) => match self.open(key, &bytes) {
                 Ok(artifact) => {
                     self.audit.saw(key, provenance);
                     self.metrics.lookup(TierName::Remote, "hit");
