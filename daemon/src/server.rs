@@ -9,8 +9,8 @@ use crate::cache::Cache;
 use crate::config::{Config, read_token};
 use crate::engine::{self, Engine};
 use crate::explain::store::RecipeStore;
-use crate::fleet::Fleet;
 use crate::fleet::tier::RemoteTier;
+use crate::fleet::{self, Fleet};
 use crate::gpu::{self, load_check::LoadCheck};
 use crate::graph::forward::Forwarder;
 use crate::graph::ledger::Ledger;
@@ -143,16 +143,15 @@ pub async fn build(config: &Config) -> anyhow::Result<Built> {
             let host = crate::status::report::wire_name(&crate::host::name());
             let client = RemoteCache::connect(&r.uri, &token).context("--remote")?.with_host(&host);
             let tier = RemoteTier::new(client, &r.uri, Arc::clone(&metrics));
-            let fleet = Fleet {
-                tier: Arc::clone(&tier),
+            let settings = fleet::Settings {
                 lease_ttl: r.lease_ttl,
                 hedge: r.hedge,
                 leases: r.leases,
                 negative_ttl: config.limits.negative_ttl,
-                metrics: Arc::clone(&metrics),
                 max_artifact_bytes: config.limits.max_artifact_bytes,
-                audit: Arc::new(Auditor::new(r.audit, Arc::clone(&metrics))),
             };
+            let auditor = Arc::new(Auditor::new(r.audit, Arc::clone(&metrics)));
+            let fleet = Fleet::new(settings, Arc::clone(&tier), auditor, Arc::clone(&metrics));
             tracing::info!(uri = %r.uri, leases = r.leases, audit = ?r.audit, "fleet cache configured");
             (Some(tier), Some(fleet))
         }
