@@ -295,7 +295,7 @@ fn offer_to_audit(cache: &Cache, job: &Job, kernel: &KernelJob, answer: &Answer)
     }
     if let Some(fleet) = cache.fleet() {
         let sample = || Sample { key: kernel.key, source: kernel.source.clone(), target: job.target };
-        fleet.audit.consider(sample, &kernel.key);
+        fleet.offer_to_audit(sample, &kernel.key);
     }
 }
 

@@ -9,8 +9,8 @@ use crate::cache::Cache;
 use crate::config::{Config, read_token};
 use crate::engine::{self, Engine};
 use crate::explain::store::RecipeStore;
-use crate::fleet::Fleet;
 use crate::fleet::tier::RemoteTier;
+use crate::fleet::{self, Fleet};
 use crate::gpu::{self, load_check::LoadCheck};
 use crate::graph::forward::Forwarder;
 use crate::graph::ledger::Ledger;
@@ -73,7 +73,9 @@ pub struct Listeners {
 #[derive(Debug)]
 pub struct Built {
     state: Arc<State>,
-    /// The fleet cache tier, whose health probe [`serve`] keeps going.
+    /// The fleet cache tier, whose health probe [`serve`] keeps going; the fleet's own (set
+    /// exactly when the cache has a fleet), so the tasks that call kiln-cache beside the fleet
+    /// (status reports, the quarantine poll, torch-job forwarding) take it from here.
     remote: Option<Arc<RemoteTier>>,
 }
 
@@ -141,16 +143,15 @@ pub async fn build(config: &Config) -> anyhow::Result<Built> {
             let host = crate::status::report::wire_name(&crate::host::name());
             let client = RemoteCache::connect(&r.uri, &token).context("--remote")?.with_host(&host);
             let tier = RemoteTier::new(client, &r.uri, Arc::clone(&metrics));
-            let fleet = Fleet {
-                tier: Arc::clone(&tier),
+            let settings = fleet::Settings {
                 lease_ttl: r.lease_ttl,
                 hedge: r.hedge,
                 leases: r.leases,
                 negative_ttl: config.limits.negative_ttl,
-                metrics: Arc::clone(&metrics),
                 max_artifact_bytes: config.limits.max_artifact_bytes,
-                audit: Arc::new(Auditor::new(r.audit, Arc::clone(&metrics))),
             };
+            let auditor = Arc::new(Auditor::new(r.audit, Arc::clone(&metrics)));
+            let fleet = Fleet::new(settings, Arc::clone(&tier), auditor, Arc::clone(&metrics));
             tracing::info!(uri = %r.uri, leases = r.leases, audit = ?r.audit, "fleet cache configured");
             (Some(tier), Some(fleet))
         }
@@ -210,10 +211,10 @@ pub async fn serve(
         trigger.cancel();
     });
     let mut servers = ServerTasks::new();
-    if let Some(tier) = remote {
-        let stopped = stop.clone();
+    if let Some(tier) = &remote {
+        let (probed, stopped) = (Arc::clone(tier), stop.clone());
         let reporter = crate::status::report::run(
-            Arc::clone(&tier),
+            Arc::clone(tier),
             Arc::clone(&state),
             crate::status::report::Reporter::new(&crate::host::name(), &config.socket),
             stop.clone(),
@@ -223,24 +224,23 @@ pub async fn serve(
             Ok(())
         });
         servers.spawn(async move {
-            tier.probe(stopped).await;
+            probed.probe(stopped).await;
             Ok(())
         });
-        if let (Some(fleet), Some(remote)) = (state.cache.fleet().cloned(), config.remote.as_ref()) {
-            let (audited, auditor, stopped) = (Arc::clone(&state), Arc::clone(&fleet.audit), stop.clone());
+        if let (Some(auditor), Some(remote)) = (state.cache.fleet().map(Fleet::auditor), config.remote.as_ref()) {
+            let (audited, audits, stopped) = (Arc::clone(&state), Arc::clone(&auditor), stop.clone());
             servers.spawn(async move {
-                audit::run(audited, auditor, stopped).await;
+                audit::run(audited, audits, stopped).await;
                 Ok(())
             });
             let cache = Arc::clone(&state.cache);
-            let (stopped, every) = (stop.clone(), remote.quarantine_poll);
+            let (polled, stopped, every) = (Arc::clone(tier), stop.clone(), remote.quarantine_poll);
             servers.spawn(async move {
                 let forget = |key| {
                     let cache = Arc::clone(&cache);
                     async move { cache.forget(&key).await }
                 };
-                audit::quarantine::poll(Arc::clone(&fleet.tier), Arc::clone(&fleet.audit), every, stopped, forget)
-                    .await;
+                audit::quarantine::poll(polled, auditor, every, stopped, forget).await;
                 Ok(())
             });
         }
@@ -272,8 +272,8 @@ pub async fn serve(
         config.limits.compile_timeout,
     );
     graphs.claims_allowed = config.torch_claims;
-    if let Some(fleet) = state.cache.fleet() {
-        let forward = Arc::new(Forwarder::new(Arc::clone(&fleet.tier)));
+    if let Some(tier) = &remote {
+        let forward = Arc::new(Forwarder::new(Arc::clone(tier)));
         let (sender, stopped) = (Arc::clone(&forward), stop.clone());
         servers.spawn(async move {
             sender.run(stopped).await;

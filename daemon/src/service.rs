@@ -131,10 +131,10 @@ impl Compiler for CompilerService {
     ) -> Result<Response<pb::QuarantineListResponse>, Status> {
         let fleet = self.0.cache.fleet().ok_or(Error::NoFleet { what: "list quarantines of" })?;
         let req = request.into_inner();
-        let answer =
-            fleet.tier.list_quarantine(req).await.map_err(|e| {
-                Status::new(e.code().unwrap_or(tonic::Code::Unavailable), format!("the fleet cache: {e}"))
-            })?;
+        let answer = fleet
+            .list_quarantine(req)
+            .await
+            .map_err(|e| Status::new(e.code().unwrap_or(tonic::Code::Unavailable), format!("the fleet cache: {e}")))?;
         Ok(Response::new(answer))
     }
 

@@ -47,9 +47,9 @@ pub fn collect(s: &State) -> pb::StatsResponse {
         concurrency: s.config.concurrency as u32,
         remote: s.config.remote.as_ref().map(|r| r.uri.clone()).unwrap_or_default(),
         remote_up: s.cache.fleet_up().is_some() && m.remote_up.get() == 1,
-        remote_state: s.cache.fleet().map(|f| f.tier.state().as_str().to_owned()).unwrap_or_default(),
-        remote_reason: s.cache.fleet().map(|f| remote_reason(&f.tier)).unwrap_or_default(),
-        audit: s.cache.fleet().map(|f| f.audit.stats()),
+        remote_state: s.cache.fleet().map(|f| f.state_name().to_owned()).unwrap_or_default(),
+        remote_reason: s.cache.fleet().map(|f| f.state_reason()).unwrap_or_default(),
+        audit: s.cache.fleet().map(|f| f.audit_stats()),
         snapshots: Some(snapshots(m)),
         recent_misses: recent_misses(s),
         torch_graphs: Some(s.torch_graphs.stats()),
@@ -62,17 +62,6 @@ fn recent_misses(s: &State) -> Vec<pb::RecentMiss> {
     misses.extend(s.torch_graphs.events());
     misses.sort_by_key(|m| std::cmp::Reverse(m.unix_millis));
     misses
-}
-
-/// Why the fleet is not fully usable: the state's reason, or, when up, a read-only token.
-fn remote_reason(tier: &crate::fleet::tier::RemoteTier) -> String {
-    let reason = tier.state().reason();
-    if reason.is_empty() && tier.read_only() {
-        return "kiln-cache refused a write with kilnd's token (read-only): this host reads from the fleet but \
-                publishes nothing"
-            .to_owned();
-    }
-    reason
 }
 
 fn snapshots(m: &Metrics) -> pb::SnapshotStats {

@@ -41,7 +41,7 @@ pub fn start(
         let Some(fleet) = cache.fleet() else { return };
         let mut progress = WarmProgress::default();
         for graph in graphs {
-            match fleet.tier.get_manifest(&graph).await {
+            match fleet.get_manifest(&graph).await {
                 Ok(Some(keys)) => kernels.extend(keys),
                 Ok(None) => progress.unknown_graphs.push(graph.to_hex()),
                 Err(e) => {

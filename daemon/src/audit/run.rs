@@ -7,7 +7,6 @@ use crate::domain::Priority;
 use crate::state::State;
 use crate::toolchain::Compiled;
 use kiln_cache_client::Lookup;
-use kiln_proto::envelope;
 use kiln_proto::pb::Provenance;
 use std::sync::Arc;
 use std::time::Instant;
@@ -63,12 +62,12 @@ pub async fn audit_one(
         return (Verdict::Failed("kilnd has no fleet cache (--remote)".into()), None);
     };
     let key = &sample.key;
-    let (sealed, provenance) = match fleet.tier.get(key).await {
+    let (sealed, provenance) = match fleet.get_raw(key).await {
         Ok(Lookup::Hit(sealed, provenance)) => (sealed, provenance),
         Ok(_) => return (Verdict::Absent, None),
         Err(e) => return (Verdict::Failed(format!("the fleet cache did not answer: {e}")), None),
     };
-    let served = match envelope::open(&sealed, key, fleet.max_artifact_bytes) {
+    let served = match fleet.open(key, &sealed) {
         Ok(artifact) => artifact,
         Err(e) => return (Verdict::Failed(format!("the fleet's envelope does not verify: {e}")), provenance),
     };
@@ -85,7 +84,7 @@ pub async fn audit_one(
     tracing::error!(%key, %publisher, %detail, "audit: the fleet's artifact is not what its inputs compile to");
     let mut quarantined = false;
     if quarantine {
-        match fleet.tier.quarantine(key, &blake3::hash(&sealed), &blake3::hash(&output.cubin), &detail).await {
+        match fleet.quarantine(key, &sealed, &output.cubin, &detail).await {
             Ok(answer) => {
                 quarantined = answer.quarantined;
                 auditor.quarantine.learn(answer.record.as_slice());
@@ -109,7 +108,7 @@ pub fn on_demand(
     tokio_stream::wrappers::ReceiverStream<Result<kiln_proto::pb::AuditResult, tonic::Status>>,
     crate::error::Error,
 > {
-    let Some(auditor) = state.cache.fleet().map(|f| Arc::clone(&f.audit)) else {
+    let Some(auditor) = state.cache.fleet().map(|f| f.auditor()) else {
         return Err(crate::error::Error::NoFleet { what: "audit" });
     };
     let (tx, rx) = tokio::sync::mpsc::channel(16);
@@ -160,5 +159,5 @@ pub fn on_demand(
 /// Whether the fleet's artifact under `sample`'s key was published by `publisher`.
 async fn published_by(state: &State, sample: &Sample, publisher: &str) -> bool {
     let Some(fleet) = state.cache.fleet() else { return false };
-    matches!(fleet.tier.get(&sample.key).await, Ok(Lookup::Hit(_, Some(p))) if p.host == publisher)
+    matches!(fleet.get_raw(&sample.key).await, Ok(Lookup::Hit(_, Some(p))) if p.host == publisher)
 }

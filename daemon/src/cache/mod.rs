@@ -102,7 +102,13 @@ impl Cache {
     /// The fleet, while its breaker lets calls through: a fleet cache believed down is skipped,
     /// not asked and counted as an error on every lookup.
     pub fn fleet_up(&self) -> Option<&Fleet> {
-        self.fleet.as_ref().filter(|f| f.tier.usable())
+        self.fleet.as_ref().filter(|f| f.usable())
+    }
+
+    /// Whether the fleet cache holds `key`, asked without downloading it; `None` with no fleet,
+    /// one believed down, or no answer.
+    pub async fn fleet_holds(&self, key: &CacheKey) -> Option<bool> {
+        self.fleet_up()?.holds(key).await
     }
 
     /// Looks `key` up in this host's tiers only: no negative cache, no fleet, nothing counted as

@@ -49,7 +49,7 @@ impl Cache {
         self.write_to_fleet("fleet-publish", async move {
             match result {
                 // A fleet believed down is skipped, not asked (and counted as an error) again.
-                ForFleet::Artifact(envelope) if fleet.tier.usable() => fleet.publish(&key, &envelope).await,
+                ForFleet::Artifact(envelope) if fleet.usable() => fleet.publish(&key, &envelope).await,
                 ForFleet::Artifact(_) => {}
                 ForFleet::Failure { log, compile_micros } => fleet.publish_failure(&key, &log, compile_micros).await,
             }
@@ -91,7 +91,7 @@ impl Cache {
         let this = Arc::clone(self);
         self.work.spawn("publish-manifest", async move {
             let Some(fleet) = this.fleet_up() else { return };
-            if let Err(e) = fleet.tier.put_manifest(&graph_key, &kernel_keys).await {
+            if let Err(e) = fleet.put_manifest(&graph_key, &kernel_keys).await {
                 this.manifests.invalidate(&graph_key);
                 tracing::warn!(%graph_key, error = %e, "could not publish the graph manifest");
             }

@@ -4,8 +4,8 @@
 use super::*;
 use crate::audit::{Auditor, Policy};
 use crate::config::{Config, Defaults, FileConfig, Flags};
-use crate::fleet::Fleet;
 use crate::fleet::tier::RemoteTier;
+use crate::fleet::{self, Fleet};
 use crate::store::memory::MemoryTier;
 use crate::store::tiered::TieredStore;
 use crate::toolchain::{CompileFuture, Output};
@@ -64,15 +64,17 @@ fn host(fleet: Option<&FakeCache>) -> Host {
     let metrics = Arc::new(Metrics::new());
     let memory = MemoryTier::new(64 << 20, limits.max_artifact_bytes);
     let store = TieredStore::new(vec![Arc::new(memory)], Arc::clone(&metrics), limits.max_artifact_bytes);
-    let fleet = fleet.map(|cache| Fleet {
-        tier: RemoteTier::new(cache.clone(), "http://fake:7171", Arc::clone(&metrics)),
-        lease_ttl: Duration::from_secs(30),
-        hedge: Duration::from_secs(120),
-        leases: true,
-        negative_ttl: limits.negative_ttl,
-        metrics: Arc::clone(&metrics),
-        max_artifact_bytes: limits.max_artifact_bytes,
-        audit: Arc::new(Auditor::new(Policy { enabled: false, ..Policy::default() }, Arc::clone(&metrics))),
+    let fleet = fleet.map(|cache| {
+        let settings = fleet::Settings {
+            lease_ttl: Duration::from_secs(30),
+            hedge: Duration::from_secs(120),
+            leases: true,
+            negative_ttl: limits.negative_ttl,
+            max_artifact_bytes: limits.max_artifact_bytes,
+        };
+        let tier = RemoteTier::new(cache.clone(), "http://fake:7171", Arc::clone(&metrics));
+        let auditor = Auditor::new(Policy { enabled: false, ..Policy::default() }, Arc::clone(&metrics));
+        Fleet::new(settings, tier, Arc::new(auditor), Arc::clone(&metrics))
     });
     let work = Work::default();
     let cache = Arc::new(Cache::new(store, fleet, Arc::clone(&metrics), work.clone(), limits.negative_ttl));

@@ -173,7 +173,7 @@ async fn kept_book(engine: &Engine, key: &CacheKey, expect: Expect<'_>) -> Vec<(
         out.push((found, LOCAL));
     }
     if let Some(fleet) = engine.cache().fleet_up()
-        && let Ok(kiln_cache_client::Lookup::Hit(sealed, _)) = fleet.tier.get(key).await
+        && let Ok(kiln_cache_client::Lookup::Hit(sealed, _)) = fleet.get_raw(key).await
     {
         match book::open(key, &sealed, expect) {
             Ok(found) => out.push((found, FLEET)),
@@ -214,13 +214,8 @@ async fn cached(cache: &Cache, key: &CacheKey) -> Option<Held> {
     if let Some(hit) = cache.local(key).await {
         return Some(Held { tier: hit.tier.to_pb(), what: hit.tier.as_str(), failure: false });
     }
-    let fleet = cache.fleet_up()?;
-    match fleet.tier.contains(std::slice::from_ref(key)).await {
-        Ok(found) if found.first() == Some(&true) => {
-            Some(Held { tier: pb::Tier::Remote, what: "the fleet cache", failure: false })
-        }
-        _ => None,
-    }
+    let held = cache.fleet_holds(key).await == Some(true);
+    held.then_some(Held { tier: pb::Tier::Remote, what: "the fleet cache", failure: false })
 }
 
 /// The recipe `key` was compiled from, as kept when it was compiled (its host and time say
@@ -251,7 +246,7 @@ async fn explanation(
         key: key.to_hex(),
         cached: held.is_some(),
         tier: held.map_or(pb::Tier::Unspecified, |h| h.tier) as i32,
-        publisher: cache.fleet().and_then(|f| f.audit.publisher(key)).map(|p| (*p).clone()),
+        publisher: cache.fleet().and_then(|f| f.publisher_of(key)),
         ..Default::default()
     };
     if let Some(held) = held {

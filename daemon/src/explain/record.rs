@@ -94,10 +94,10 @@ impl Recorder {
         let sealed = Bytes::from(sealed);
         self.recipes.put(key, sealed.clone()).await;
         let Some(fleet) = self.cache.fleet_up() else { return };
-        let (tier, key) = (Arc::clone(&fleet.tier), *key);
+        let (fleet, key) = (fleet.clone(), *key);
         self.cache
             .write_to_fleet("recipe-publish", async move {
-                if let Err(e) = tier.put(&key, sealed.to_vec()).await {
+                if let Err(e) = fleet.put_raw(&key, sealed.to_vec()).await {
                     tracing::debug!(%key, error = %e, "could not publish a recipe book to the fleet");
                 }
             })

@@ -5,6 +5,8 @@
 //!   calls themselves are kiln-cache-client's `CacheClient`, which `RemoteCache` runs (and its
 //!   `FakeCache`, in the unit tests).
 //! - [`lease`]: a lease held while compiling, renewed in the background.
+//! - `calls`: the named questions the rest of the daemon asks the fleet (its state, the audit's
+//!   view, Contains, manifests, quarantines), so no caller reaches into a `Fleet`'s parts.
 //! - here: who compiles a key ([`Fleet::claim`]), waiting for another host's result, and turning
 //!   fleet answers (artifacts, negative entries, misses) into verified [`Found`]s.
 //!
@@ -24,6 +26,7 @@
 //! bound compiles by itself. Whatever goes wrong with the fleet cache, the answer is "compile
 //! here": the fleet can save work, never cost a compile.
 
+mod calls;
 pub mod lease;
 #[cfg(test)]
 mod tests;
@@ -34,7 +37,7 @@ use crate::metrics::{LeaseResult, Metrics};
 use crate::store::TierName;
 use kiln_cache_client::{Acquired, Lookup, PublishEvent, new_holder};
 use kiln_proto::CacheKey;
-use kiln_proto::envelope::{self, Artifact};
+use kiln_proto::envelope::Artifact;
 use lease::HeldLease;
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,19 +46,33 @@ use tier::RemoteTier;
 use tokio::time::Instant;
 use tokio_stream::StreamExt;
 
-/// Cheap to clone (shared handles and settings): a publish that outlives its request takes one.
+/// How this host takes part in the fleet: `[remote]`'s lease settings and the daemon's limits.
 #[derive(Debug, Clone)]
-pub struct Fleet {
-    pub tier: Arc<RemoteTier>,
+pub struct Settings {
     pub lease_ttl: Duration,
     pub hedge: Duration,
     /// Off only to measure what single-flight saves.
     pub leases: bool,
     pub negative_ttl: Duration,
-    pub metrics: Arc<Metrics>,
     pub max_artifact_bytes: u64,
+}
+
+/// Cheap to clone (shared handles and settings): a publish that outlives its request takes one.
+///
+/// Its fields are private: the rest of the daemon asks the fleet named questions rather than
+/// reaching into its tier or its auditor, so what a fleet call checks, counts and logs stays in
+/// this module, and the modules that ask depend on the fleet, not on its parts.
+#[derive(Debug, Clone)]
+pub struct Fleet {
+    tier: Arc<RemoteTier>,
+    lease_ttl: Duration,
+    hedge: Duration,
+    leases: bool,
+    negative_ttl: Duration,
+    metrics: Arc<Metrics>,
+    max_artifact_bytes: u64,
     /// Who published what this host fetched, what to audit, and what the fleet quarantined.
-    pub audit: Arc<Auditor>,
+    audit: Arc<Auditor>,
 }
 
 /// What another host left for a key.
@@ -77,6 +94,13 @@ pub enum Claim {
 }
 
 impl Fleet {
+    /// The fleet over `tier`, whose answers `audit` samples and remembers the publishers of;
+    /// `metrics` are the daemon's, so fleet lookups count beside the local tiers'.
+    pub fn new(settings: Settings, tier: Arc<RemoteTier>, audit: Arc<Auditor>, metrics: Arc<Metrics>) -> Self {
+        let Settings { lease_ttl, hedge, leases, negative_ttl, max_artifact_bytes } = settings;
+        Fleet { tier, lease_ttl, hedge, leases, negative_ttl, metrics, max_artifact_bytes, audit }
+    }
+
     /// Decides who compiles `key`: this host (with the lease, or without one when the fleet
     /// cache is down or the hedge bound passed) or another host, whose result comes back.
     pub async fn claim(&self, key: &CacheKey) -> Claim {
@@ -217,7 +241,7 @@ impl Fleet {
                 self.metrics.lookup(TierName::Remote, "miss");
                 None
             }
-            Lookup::Hit(bytes, provenance) => match envelope::open(&bytes, key, self.max_artifact_bytes) {
+            Lookup::Hit(bytes, provenance) => match self.open(key, &bytes) {
                 Ok(artifact) => {
                     self.audit.saw(key, provenance);
                     self.metrics.lookup(TierName::Remote, "hit");

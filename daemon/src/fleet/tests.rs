@@ -3,7 +3,7 @@
 //! out a hedge bound, a lease TTL or the probe's backoff, so nothing here sleeps for real.
 
 use super::tier::{FleetState, RemoteTier};
-use super::{Claim, Fleet, Found};
+use super::{Claim, Fleet, Found, Settings};
 use crate::audit::{Auditor, Policy};
 use crate::metrics::{LeaseResult, Metrics};
 use kiln_cache_client::FakeCache;
@@ -21,16 +21,11 @@ const HEDGE: Duration = Duration::from_secs(120);
 /// One host's side of the fleet over `cache`, with its own metrics.
 fn host(cache: &FakeCache, lease_ttl: Duration, hedge: Duration) -> Fleet {
     let metrics = Arc::new(Metrics::new());
-    Fleet {
-        tier: RemoteTier::new(cache.clone(), "http://fake:7171", Arc::clone(&metrics)),
-        lease_ttl,
-        hedge,
-        leases: true,
-        negative_ttl: Duration::from_secs(60),
-        audit: Arc::new(Auditor::new(Policy::default(), Arc::clone(&metrics))),
-        metrics,
-        max_artifact_bytes: 1 << 20,
-    }
+    let settings =
+        Settings { lease_ttl, hedge, leases: true, negative_ttl: Duration::from_secs(60), max_artifact_bytes: 1 << 20 };
+    let tier = RemoteTier::new(cache.clone(), "http://fake:7171", Arc::clone(&metrics));
+    let auditor = Arc::new(Auditor::new(Policy::default(), Arc::clone(&metrics)));
+    Fleet::new(settings, tier, auditor, metrics)
 }
 
 fn sealed(cubin: &[u8]) -> bytes::Bytes {

@@ -71,7 +71,7 @@ impl SnapshotStore {
         let mut held = Vec::with_capacity(digests.len());
         for chunk in digests.chunks(CONTAINS_CHUNK) {
             let keys: Vec<CacheKey> = chunk.iter().map(snapshot_file_key).collect();
-            held.extend(fleet.tier.contains(&keys).await.ok()?);
+            held.extend(fleet.contains(&keys).await?);
         }
         Some(held)
     }
@@ -79,8 +79,7 @@ impl SnapshotStore {
     /// Whether the fleet cache answers and lacks `key`: a manifest saved while kilnd had no
     /// fleet (or the fleet lost it) is then this host's to publish.
     pub async fn fleet_lacks(&self, key: &CacheKey) -> bool {
-        let Some(fleet) = self.cache.fleet_up() else { return false };
-        matches!(fleet.tier.contains(std::slice::from_ref(key)).await.as_deref(), Ok([false]))
+        self.cache.fleet_holds(key).await == Some(false)
     }
 
     /// Stores again in the fleet cache files this host holds and the fleet lost (Redis evicted
