@@ -62,6 +62,12 @@ class Runner:
         self.deadline = time.monotonic() + a.deadline_s
         self.port = 29_400
 
+    #: Which run of a repeated variant this is (0: the first).
+    rep = 0
+
+    def tag(self) -> str:
+        return f"-rep{self.rep + 1}" if self.rep else ""
+
     def kilnd(self, tag: str) -> Kilnd:
         return cold_graph_kilnd(self.work, tag, self.a)
 
@@ -108,7 +114,8 @@ class Runner:
         procs = []
         started = time.monotonic()
         for rank in range(n):
-            log = self.work / f"{layout}-{variant}-{rank}.log"
+            # A repeat's logs sit beside the first run's rather than replacing them.
+            log = self.work / f"{layout}-{variant}{self.tag()}-{rank}.log"
             env = self.env(layout, rank, variant, kilnd, empty=variant != "warm")
             out = open(log, "wb")
             procs.append((subprocess.Popen([self.a.python, str(JOB)], env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT), log))
@@ -155,7 +162,11 @@ class Runner:
     def layout(self, layout: str) -> dict[str, dict]:
         """Each variant's run, or with --repeat N the run with the median first step of N, the
         others' first steps beside it (``runs_first_s``)."""
-        runs = [self.layout_once(layout) for _ in range(self.a.repeat)]
+        runs = []
+        for rep in range(self.a.repeat):
+            self.rep = rep
+            runs.append(self.layout_once(layout, self.a.variants if rep == 0 else self.a.variants & self.a.repeat_variants))
+        self.rep = 0
         out: dict[str, dict] = {}
         for variant in runs[0]:
             done = [r[variant] for r in runs if "first_s" in r.get(variant, {})]
@@ -164,11 +175,16 @@ class Runner:
                 continue
             done.sort(key=lambda r: r["first_s"])
             out[variant] = dict(done[len(done) // 2], runs_first_s=[r["first_s"] for r in done])
+        # Each repeat's kiln cold against the plain cold it ran beside: the targets' ratio is
+        # taken within one run, never across them.
+        pairs = [r["cold"]["first_s"] / r["plain"]["first_s"] for r in runs if "first_s" in r.get("cold", {}) and "first_s" in r.get("plain", {})]
+        if len(pairs) > 1:
+            out["cold"]["paired_ratios"] = pairs
         return out
 
-    def layout_once(self, layout: str) -> dict[str, dict]:
+    def layout_once(self, layout: str, chosen: set[str]) -> dict[str, dict]:
         out: dict[str, dict] = {}
-        variants = [v for v in VARIANTS if v in self.a.variants]
+        variants = [v for v in VARIANTS if v in chosen]
         for variant in variants:
             if layout == "herd" and variant in ("eager", "warm", "fresh", "async"):
                 continue
@@ -181,7 +197,7 @@ class Runner:
                     if "cold" in out and self.cold_kilnd is not None:
                         out[variant] = self.run(layout, variant, self.cold_kilnd)
                 else:
-                    k = self.kilnd(f"{layout}-{variant}")
+                    k = self.kilnd(f"{layout}-{variant}{self.tag()}")
                     try:
                         out[variant] = self.run(layout, variant, k)
                     finally:
@@ -217,6 +233,16 @@ def cell(r: dict | None, base: dict | None = None) -> str:
     return text
 
 
+def cold_cell(cold: dict | None, plain: dict | None) -> str:
+    """Kiln cold, with the median of its ratios to plain taken within each repeat when there are
+    several (the medians of the two columns need not come from one run)."""
+    if cold is None or "paired_ratios" not in cold:
+        return cell(cold, plain)
+    ratios = cold["paired_ratios"]
+    listed = ", ".join(f"{x:.2f}" for x in ratios)
+    return f"{cold['first_s']:.2f} s ({statistics.median(ratios):.2f}× plain, the median of each run's {listed})"
+
+
 def loss_gap(a: dict | None, b: dict | None) -> str:
     if not a or not b or "losses" not in a or "losses" not in b:
         return "n/a"
@@ -237,7 +263,7 @@ def table(results: dict[str, dict[str, dict]]) -> str:
             ratio = f"{cold['kilnd_compiled']:.0f} / {cold['graphs']} = {cold['kilnd_compiled'] / cold['graphs']:.2f}"
         fallbacks = {k: n for r in v.values() for k, n in r.get("fallbacks", {}).items() if k != "layout_off"}
         rows.append(
-            f"| {layout} | {cell(plain)} | {cell(v.get('default'), plain)} | {cell(cold, plain)} "
+            f"| {layout} | {cell(plain)} | {cell(v.get('default'), plain)} | {cold_cell(cold, plain)} "
             f"| {cell(v.get('fresh'), v.get('warm'))} | {cell(v.get('warm'))} | {cell(v.get('eager'))} "
             f"| {cell(v.get('async'), v.get('eager'))} | {ratio} | {sum(fallbacks.values())} {fallbacks or ''} "
             f"| {loss_gap(cold, plain)} |"
@@ -279,8 +305,15 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--deadline-s", type=float, default=540)
     p.add_argument("--repeat", type=int, default=1, help="runs of each variant; the table shows each one's median")
+    p.add_argument(
+        "--repeat-variants",
+        default="",
+        help="with --repeat N: only these variants run N times (e.g. plain,cold, the ratio the targets need three of); "
+        "the others run once. Default: every variant",
+    )
     a = p.parse_args()
     a.variants = set(a.variants.split(","))
+    a.repeat_variants = set(filter(None, a.repeat_variants.split(","))) or a.variants
     a.work.mkdir(parents=True, exist_ok=True)
     a.out.mkdir(parents=True, exist_ok=True)
     runner = Runner(a)
