@@ -70,7 +70,7 @@ from triton.runtime.cache import RemoteCacheBackend
 from . import settings
 
 if TYPE_CHECKING:
-    from .client import Lease
+    from .blob_lease import Lease
     from .results import BlobEntry
 
 NAMESPACE = "triton"
