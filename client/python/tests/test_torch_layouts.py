@@ -211,16 +211,16 @@ def test_an_answer_bundle_reads_back_and_refuses_paths_outside_the_cache(tmp_pat
 def test_loading_an_answer_starts_no_compile_pool_and_a_compile_here_gets_it_back(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch._inductor.config as config
 
-    from kiln import _torch_graph
+    from kiln import _torch_inductor
 
     # Outside torch's cache keys, or a process that loads with one compile thread would miss
     # the entries kilnd's workers saved with several.
     assert "compile_threads" in config._cache_config_ignore_prefix
     monkeypatch.setattr(config, "compile_threads", 4)
-    monkeypatch.setattr(_torch_graph, "_own_threads", None)
-    _torch_graph._pool_off()
+    monkeypatch.setattr(_torch_inductor, "own_threads", None)
+    _torch_inductor.pool_off()
     assert config.compile_threads == 1
-    _torch_graph._pool_off()  # a second load keeps the process's own figure
-    assert _torch_graph._own_threads == 4
-    assert _torch_graph._in_process(lambda: config.compile_threads) == 4
+    _torch_inductor.pool_off()  # a second load keeps the process's own figure
+    assert _torch_inductor.own_threads == 4
+    assert _torch_inductor.in_process(lambda: config.compile_threads) == 4
     assert config.compile_threads == 1

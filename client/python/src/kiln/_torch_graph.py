@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from . import _torch_claim, _torch_device, _torch_layout, settings
+from . import _torch_claim, _torch_device, _torch_inductor, _torch_layout, settings
 from ._torch_answer import BadBundle, Bundle, place
 from ._torch_answer import parse as parse_bundle
 from ._torch_claim import Grant, compile_to_share
@@ -201,80 +201,6 @@ def _environment() -> tuple[str, str, str]:
     return triton_version, sys.version.split()[0], torch.version.cuda or ""
 
 
-#: Inductor's compile threads before :func:`_pool_off`: the pool an in-process compile gets.
-_own_threads: int | None = None
-
-
-def _pool_off() -> None:
-    """Keeps Inductor from starting its pool of compile processes to load kilnd's artifacts.
-    Loading a graph (and a DDP piece's backward, at its first backward) compiles nothing, yet
-    Inductor's first kernel starts the pool: as many processes as the host has cores, up to 32,
-    each importing torch, just as the job's first steps run. The setting is outside every cache
-    key; a graph compiled in this process gets the pool back (:func:`_in_process`)."""
-    global _own_threads
-    import torch._inductor.config as config
-
-    if _own_threads is None:
-        _own_threads = config.compile_threads or config.decide_compile_threads()
-        config.compile_threads = 1
-
-
-def _in_process(compile_here: Callable[[], Any]) -> Any:
-    """Inductor's compile of a graph here, with the compile pool it would have had."""
-    if _own_threads is None:
-        return compile_here()
-    import torch._inductor.config as config
-
-    with config.patch(compile_threads=_own_threads):
-        return compile_here()
-
-
-def _same_ptxas() -> None:
-    """Has Triton assemble with torch's own ptxas in this process from its first graph on, as
-    kilnd's workers do. Triton keys its cache with its ptxas, and torch sets its own only where a
-    kernel compiles (in its pool's processes, or here just before), so a kernel the pool compiled
-    was looked up here under Triton's bundled ptxas and compiled again, and a graph loaded
-    from kilnd missed the kernels of an answer made under the other one."""
-    try:
-        from torch._inductor.runtime.compile_tasks import _set_triton_ptxas_path
-    except ImportError:
-        return
-    _set_triton_ptxas_path()
-
-
-#: The thread picking Inductor's CPU vector instructions (:func:`_pick_vec_isa_early`).
-_vec_isa_pick: threading.Thread | None = None
-
-
-def _pick_vec_isa_early(device_type: str) -> None:
-    """Starts Inductor's pick of the CPU's vector instructions in the background at a process's
-    first CPU graph. Inductor picks once per process, the first time it builds or loads C++: it
-    builds a test program for each candidate and loads each in a fresh interpreter that imports
-    torch, seconds of subprocesses (7.4 s on a 2-core host). A process loading kilnd's answer
-    would pay them after its wait; picked meanwhile, they cost it nothing. Mostly the pick
-    waits on its subprocesses, so the thread holds the GIL little."""
-    global _vec_isa_pick
-    if device_type != "cpu" or _vec_isa_pick is not None:
-        return
-
-    def pick() -> None:
-        try:
-            from torch._inductor import cpu_vec_isa
-
-            cpu_vec_isa.pick_vec_isa()
-        except Exception:  # noqa: BLE001 - Inductor picks for itself when it needs to
-            log.debug("kiln: Inductor's vector instructions were not picked ahead", exc_info=True)
-
-    _vec_isa_pick = threading.Thread(target=pick, name="kiln-vec-isa", daemon=True)
-    _vec_isa_pick.start()
-
-
-def _vec_isa_picked() -> None:
-    """Waits for :func:`_pick_vec_isa_early`'s pick, so that Inductor does not pick again beside it."""
-    if _vec_isa_pick is not None:
-        _vec_isa_pick.join()
-
-
 def _load(torch: Any, answer: _Answer, record: GraphRecord, compile_in_process: Callable[[], Any]) -> tuple[Any, bool]:
     """Loads kilnd's artifacts and lets Inductor find them: (compiled, whether torch used them).
 
@@ -297,8 +223,8 @@ def _load(torch: Any, answer: _Answer, record: GraphRecord, compile_in_process: 
         return counters["aot_autograd"]["autograd_cache_miss"], fx_misses, inductor["fxgraph_cache_hit"]
 
     before = lookups()
-    _pool_off()
-    _vec_isa_picked()
+    _torch_inductor.pool_off()
+    _torch_inductor.vec_isa_picked()
     compiled = compile_in_process()
     aot_misses, fx_misses, fx_hits = (after - was for after, was in zip(lookups(), before, strict=True))
     # Code generation is what a miss would cost: Inductor found the graph's code (an AOTAutograd
@@ -342,7 +268,7 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
     # Here, not at install: kiln installs while torch._dynamo imports, before Inductor's cache
     # module can be imported.
     _torch_device.install(torch)
-    _same_ptxas()
+    _torch_inductor.same_ptxas()
     record = GraphRecord(_graph_name(gm))
     with _ledger.lock:
         _ledger.graphs.append(record)
@@ -352,14 +278,14 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
     if not _choice.sends(layout, device):
         _fallback("layout_off", f"{layout} graphs on {device} stay in the process ({_torch_layout.GRAPHS_ENV}=1 sends them to kilnd)")
         record.how = "in-process"
-        return _in_process(lambda: inductor(gm, example_inputs))
-    _pick_vec_isa_early(device)
+        return _torch_inductor.in_process(lambda: inductor(gm, example_inputs))
+    _torch_inductor.pick_vec_isa_early(device)
     try:
         payload = serialize(gm, example_inputs, config)
     except Unserializable as e:
         _fallback("unserializable", e)
         record.how = "in-process"
-        return _in_process(lambda: inductor(gm, example_inputs))
+        return _torch_inductor.in_process(lambda: inductor(gm, example_inputs))
     if async_enabled() and not getattr(_blocking, "on", False):
         return _AsyncGraph(gm, example_inputs, payload, inductor, record, started, waits=False)
     if layout == "ddp":
@@ -378,10 +304,10 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
     answer = _ask(payload, record.name, claim=shares, wait_for_claim=0.0 if shares else twin_wait)
     if isinstance(answer, str):
         record.how = "in-process"
-        return _in_process(lambda: inductor(gm, example_inputs))
+        return _torch_inductor.in_process(lambda: inductor(gm, example_inputs))
     if isinstance(answer, Grant):
-        _vec_isa_picked()
-        compiled = compile_to_share(torch, answer, record, lambda: _in_process(lambda: inductor(gm, example_inputs)), COMPILE_WAIT_SECS)
+        _torch_inductor.vec_isa_picked()
+        compiled = compile_to_share(torch, answer, record, lambda: _torch_inductor.in_process(lambda: inductor(gm, example_inputs)), COMPILE_WAIT_SECS)
     else:
         answered = time.perf_counter()
         compiled, hit = _load(torch, answer, record, lambda: inductor(gm, example_inputs))
@@ -464,7 +390,7 @@ class _AsyncGraph:
                     self.record.how = "kilnd" if hit else "in-process"
                     self.record.answered(answer.tier if hit else "", answer.key, answer.compile_s, swap_started)
                 else:
-                    compiled = _in_process(self._compile(inputs))
+                    compiled = _torch_inductor.in_process(self._compile(inputs))
                     self.record.how = "in-process"
         except Exception as e:  # noqa: BLE001 - the graph keeps running eagerly: never a wrong result
             from . import _fleet
