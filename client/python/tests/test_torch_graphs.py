@@ -349,12 +349,18 @@ def test_the_payload_leaves_out_what_torchs_keys_leave_out() -> None:
     assert "max_autotune" in sent and "cpp.cxx" in sent  # what torch keys on does travel
 
 
-def _worker_module() -> Any:
-    """kilnd's torch worker script, imported here as a module (it ships inside kilnd)."""
+#: kilnd's torch worker scripts, shipped inside kilnd and written side by side for the worker.
+WORKER_DIR = Path(__file__).parents[3] / "daemon" / "src" / "graph"
+
+
+def _worker_module(name: str = "torch_worker") -> Any:
+    """One of kilnd's torch worker scripts, imported here as a module, with its directory on the
+    path as the worker has it (the worker imports the payload reader beside it)."""
     import importlib.util
 
-    path = Path(__file__).parents[3] / "daemon" / "src" / "graph" / "torch_worker.py"
-    spec = importlib.util.spec_from_file_location("kiln_torch_worker", path)
+    if str(WORKER_DIR) not in sys.path:
+        sys.path.insert(0, str(WORKER_DIR))
+    spec = importlib.util.spec_from_file_location(f"kiln_{name}", WORKER_DIR / f"{name}.py")
     assert spec is not None and spec.loader is not None
     worker = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(worker)
@@ -382,7 +388,7 @@ def test_the_payload_kiln_writes_is_what_the_worker_reads() -> None:
 
     from kiln import _torch_payload
 
-    worker = _worker_module()
+    worker = _worker_module("torch_payload_reader")
     assert worker.PAYLOAD_VERSION == _torch_payload.PAYLOAD_VERSION
 
     captured: list[bytes] = []
@@ -418,10 +424,11 @@ def test_the_payload_kiln_writes_is_what_the_worker_reads() -> None:
 def test_a_spares_compile_pool_starts_at_the_lowest_priority_and_its_compile_keeps_its_own() -> None:
     # A spare starts its pool while the job that asked for the last compile runs its first steps:
     # the pool's processes (each imports torch) must take only cores the job leaves idle.
-    path = Path(__file__).parents[3] / "daemon" / "src" / "graph" / "torch_worker.py"
+    path = WORKER_DIR / "torch_worker.py"
     script = textwrap.dedent(
         f"""
-        import importlib.util, json, os
+        import importlib.util, json, os, sys
+        sys.path.insert(0, {str(WORKER_DIR)!r})
         spec = importlib.util.spec_from_file_location("kiln_torch_worker", {str(path)!r})
         worker = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(worker)

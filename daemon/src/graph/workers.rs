@@ -18,6 +18,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const WORKER_SCRIPT: &str = include_str!("torch_worker.py");
+/// The worker's payload reader (what a client's payload may hold), which the worker imports from
+/// beside it: written next to the script, and hashed with it into every graph's key.
+const PAYLOAD_READER: &str = include_str!("torch_payload_reader.py");
 /// How long past a compile's timeout kilnd waits for the worker's answer: the worker ends a child
 /// that runs out of time itself and says so, and is killed only when it does not.
 const TIMEOUT_GRACE: Duration = Duration::from_secs(10);
@@ -61,7 +64,10 @@ impl Environment {
             h.update(&(part.len() as u64).to_le_bytes());
             h.update(part.as_bytes());
         }
-        h.update(WORKER_SCRIPT.as_bytes());
+        for script in [WORKER_SCRIPT, PAYLOAD_READER] {
+            h.update(&(script.len() as u64).to_le_bytes());
+            h.update(script.as_bytes());
+        }
         h.finalize()
     }
 
@@ -194,6 +200,7 @@ impl TorchWorkers {
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).map_err(io)?;
         let script = dir.path().join("torch_worker.py");
         std::fs::write(&script, WORKER_SCRIPT).map_err(io)?;
+        std::fs::write(dir.path().join("torch_payload_reader.py"), PAYLOAD_READER).map_err(io)?;
         let home = dir.path().join("home");
         std::fs::create_dir(&home).map_err(io)?;
         let user = worker_user();
