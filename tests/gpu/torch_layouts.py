@@ -139,6 +139,14 @@ class Runner:
             "how": {},
             # What each graph cost the first rank (kilnd's compile, or the wait, and the load).
             "compile_s": sum(g.get("compile_s", 0.0) for g in ranks[0]["graphs"].get("graphs", [])),
+            # Each rank's own work on its claimed graphs, by step (compile, save, publish), summed
+            # over its graphs: where a cold start through kilnd costs more than torch's own.
+            "phases": [
+                {k: round(sum(g.get("phases", {}).get(k, 0.0) for g in x["graphs"].get("graphs", [])), 3) for k in ("compile", "save", "publish")}
+                for x in ranks
+            ],
+            # Seconds before the first step began, each rank: imports and set-up, not compile.
+            "before_s": [round(x["first"] - x["times"][0], 3) for x in ranks if x.get("times")],
         }
         for x in ranks:
             for reason, count in x["graphs"].get("fallbacks", {}).items():

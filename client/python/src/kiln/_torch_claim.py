@@ -80,11 +80,13 @@ def compile_to_share(torch: Any, grant: Grant, record: GraphRecord, compile_here
     try:
         with CacheArtifactManager.with_fresh_cache(), _backward_now():
             compiled = compile_here()
+            compiled_at = time.perf_counter()
             saved = torch.compiler.save_cache_artifacts()
     except BaseException:
         grant.claim.close()
         raise
     seconds = time.perf_counter() - began
+    record.phases.update(compile=compiled_at - began, save=seconds - (compiled_at - began))
     record.how = "kilnd"
     record.answered("compiled", grant.key, seconds, time.perf_counter())
     if saved is None:
@@ -100,12 +102,14 @@ def compile_to_share(torch: Any, grant: Grant, record: GraphRecord, compile_here
 def _publish(grant: Grant, record: GraphRecord, artifacts: bytes, directory: str, since: float, seconds: float, timeout: float) -> None:
     from . import _fleet, errors
 
+    began = time.perf_counter()
     try:
         # Two seconds of slack for file systems that keep coarse modification times.
         files = native_files(directory, since - 2.0)
         record.native_files = [path for path, _ in files]
         data = make_bundle(artifacts, files)
         _fleet.client().publish_torch_graph(grant.key, data, seconds, timeout=timeout)
+        record.phases["publish"] = time.perf_counter() - began
     except (errors.KilnError, OSError) as e:
         _fleet.warn_once("torch-graph:publish", "kiln: a torch.compile graph compiled here was not shared through kilnd: %s", e)
     finally:

@@ -88,6 +88,11 @@ class GraphRecord:
     ready_after_s: float | None = None
     #: Compiled C++ kilnd's answer carried, by path under Inductor's cache (none on a GPU, mostly).
     native_files: list[str] = field(default_factory=list)
+    #: Seconds of each step of this process's own work on the graph, where it did more than load
+    #: an answer: a claimed graph's ``compile`` (Inductor, here), ``save`` (torch's artifacts of
+    #: it) and ``publish`` (the C++ found, the bundle and the RPC, in the background). Where a
+    #: cold start through kilnd costs more than torch's own, these say which part.
+    phases: dict[str, float] = field(default_factory=dict)
     #: When the graph was first asked for, and when kilnd's answer (or its fallback) came back.
     created: float = field(default_factory=time.perf_counter)
     answered_at: float | None = None
@@ -245,6 +250,7 @@ def stats() -> dict[str, Any]:
                     "measured": g.measured,
                     "ready_after_s": g.ready_after_s,
                     "native_files": list(g.native_files),
+                    "phases": dict(g.phases),
                 }
                 for g in _ledger.graphs
             ],
