@@ -62,7 +62,8 @@ async fn by_keys(state: &State, keys: &[String]) -> Result<pb::ExplainResponse, 
     let mut kernels = Vec::with_capacity(keys.len());
     for key in keys {
         if let Some(why) = state.torch_graphs.recipes.explained(&key) {
-            kernels.push(torch_graph(engine, &key, why).await);
+            let (job, name) = (why.job.clone(), why.name.clone());
+            kernels.push(torch_graph(engine, &key, &job, &name, Some(why)).await);
             continue;
         }
         let expect = Expect::RecipeOf(&key);
@@ -102,38 +103,21 @@ async fn by_torch_names(state: &State, names: &[pb::TorchGraphName]) -> Result<p
     let (engine, recipes) = (&state.engine, &state.torch_graphs.recipes);
     let mut kernels = Vec::with_capacity(names.len());
     for graph in names {
-        let identity =
-            pb::KernelIdentity { graph: graph.job.clone(), kernel_id: graph.name.clone(), kernel_name: String::new() };
-        let Some(key) = recipes.latest(&graph.job, &graph.name) else {
-            kernels.push(pb::KernelExplanation {
-                id: graph.name.clone(),
-                identity: Some(identity),
+        let mut answer = match recipes.latest(&graph.job, &graph.name) {
+            Some(key) => torch_graph(engine, &key, &graph.job, &graph.name, recipes.explained(&key)).await,
+            None => pb::KernelExplanation {
+                identity: Some(pb::KernelIdentity {
+                    graph: graph.job.clone(),
+                    kernel_id: graph.name.clone(),
+                    kernel_name: String::new(),
+                }),
                 verdict: format!(
                     "torch graph: unknown: no graph named {:?} of job {:?} was asked for on this kilnd lately",
                     graph.name, graph.job
                 ),
                 reason: "unknown".into(),
                 ..Default::default()
-            });
-            continue;
-        };
-        let mut answer = match recipes.explained(&key) {
-            Some(why) => torch_graph(engine, &key, why).await,
-            None => {
-                let held = cached(engine.cache(), &key).await;
-                pb::KernelExplanation {
-                    identity: Some(identity),
-                    key: key.to_hex(),
-                    cached: held.is_some(),
-                    tier: held.map_or(pb::Tier::Unspecified, |h| h.tier) as i32,
-                    verdict: if held.is_some() {
-                        "torch graph: hit: its latest ask was answered from the caches".into()
-                    } else {
-                        "torch graph: its latest ask was answered from the caches, which no longer hold it".into()
-                    },
-                    ..Default::default()
-                }
-            }
+            },
         };
         // The name the user asked by, as a graph's kernel id is printed.
         answer.id = graph.name.clone();
@@ -142,28 +126,42 @@ async fn by_torch_names(state: &State, names: &[pb::TorchGraphName]) -> Result<p
     Ok(pb::ExplainResponse { kernels })
 }
 
-/// A torch graph's key that kilnd compiled lately: why it missed, part by part (the job as the
-/// identity's graph, the graph's name as its kernel).
-async fn torch_graph(engine: &Engine, key: &CacheKey, why: Explanation) -> pb::KernelExplanation {
+/// A torch graph's key that kilnd saw lately, as `job`'s graph `name`: whether a cache holds it,
+/// and, when that ask missed (`why`), why, part by part (the job as the identity's graph, the
+/// graph's name as its kernel).
+async fn torch_graph(
+    engine: &Engine,
+    key: &CacheKey,
+    job: &str,
+    name: &str,
+    why: Option<Explanation>,
+) -> pb::KernelExplanation {
     let held = cached(engine.cache(), key).await;
-    pb::KernelExplanation {
-        identity: Some(pb::KernelIdentity {
-            graph: why.job.clone(),
-            kernel_id: why.name.clone(),
-            kernel_name: String::new(),
-        }),
+    let mut answer = pb::KernelExplanation {
+        identity: Some(pb::KernelIdentity { graph: job.into(), kernel_id: name.into(), kernel_name: String::new() }),
         key: key.to_hex(),
         cached: held.is_some(),
         tier: held.map_or(pb::Tier::Unspecified, |h| h.tier) as i32,
-        verdict: format!("torch graph: missed: {}", why.line()),
-        reason: why.reason.into(),
-        differences: why
-            .differences
-            .into_iter()
-            .map(|(reason, text)| pb::Difference { reason: reason.into(), text })
-            .collect(),
         ..Default::default()
+    };
+    match why {
+        Some(why) => {
+            answer.verdict = format!("torch graph: missed: {}", why.line());
+            answer.reason = why.reason.into();
+            answer.differences = why
+                .differences
+                .into_iter()
+                .map(|(reason, text)| pb::Difference { reason: reason.into(), text })
+                .collect();
+        }
+        None if answer.cached => {
+            answer.verdict = "torch graph: hit: its latest ask was answered from the caches".into()
+        }
+        None => {
+            answer.verdict = "torch graph: its latest ask was answered from the caches, which no longer hold it".into();
+        }
     }
+    answer
 }
 
 /// The books under `key` on this host and in the fleet (each at most once).
