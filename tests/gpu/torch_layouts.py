@@ -104,6 +104,8 @@ class Runner:
                 env["KILN_TORCH_GRAPHS"] = "1"
             if variant == "async":
                 env["KILN_TORCH_ASYNC"] = "1"
+        # A probe is kiln cold with a few variables changed (--probe), to measure one part's cost.
+        env.update(self.a.probes.get(variant, {}))
         return env
 
     def run(self, layout: str, variant: str, kilnd: Kilnd | None) -> dict:
@@ -147,6 +149,8 @@ class Runner:
             ],
             # Seconds before the first step began, each rank: imports and set-up, not compile.
             "before_s": [round(x["first"] - x["times"][0], 3) for x in ranks if x.get("times")],
+            # torch's own phase timers in the first rank, seconds by phase.
+            "timed": ranks[0].get("timed", {}),
         }
         for x in ranks:
             for reason, count in x["graphs"].get("fallbacks", {}).items():
@@ -165,6 +169,8 @@ class Runner:
             r["kilnd_compiled"] = metric_sum(kilnd.metrics(), "kiln_torch_graphs_total", result="compiled")
         print(f"    {layout} {variant}: first step {r['first_s']:.2f} s, steady {r['steady_s'] * 1e3:.1f} ms, "
               f"fallbacks {r['fallbacks']}, how {r['how']}, Triton compiles {r['triton_compiles']}", flush=True)
+        top = sorted(r["timed"].items(), key=lambda kv: -kv[1])[:10]
+        print("      torch's timers: " + ", ".join(f"{k} {v:.2f}" for k, v in top) + f"; kiln phases {r['phases']}; before {r['before_s']}", flush=True)
         return r
 
     def layout(self, layout: str) -> dict[str, dict]:
@@ -192,7 +198,7 @@ class Runner:
 
     def layout_once(self, layout: str, chosen: set[str]) -> dict[str, dict]:
         out: dict[str, dict] = {}
-        variants = [v for v in VARIANTS if v in chosen]
+        variants = [v for v in VARIANTS if v in chosen] + [v for v in self.a.probes if v in chosen]
         for variant in variants:
             if layout == "herd" and variant in ("eager", "warm", "fresh", "async"):
                 continue
@@ -319,8 +325,19 @@ def main() -> int:
         help="with --repeat N: only these variants run N times (e.g. plain,cold, the ratio the targets need three of); "
         "the others run once. Default: every variant",
     )
+    p.add_argument(
+        "--probe",
+        action="append",
+        default=[],
+        metavar="NAME:KEY=VALUE,...",
+        help="one more variant: kiln cold with these variables set, run after the others (to measure what one part costs)",
+    )
     a = p.parse_args()
-    a.variants = set(a.variants.split(","))
+    a.probes = {}
+    for spec in a.probe:
+        name, _, assignments = spec.partition(":")
+        a.probes[name] = dict(kv.split("=", 1) for kv in assignments.split(",") if kv)
+    a.variants = set(a.variants.split(",")) | set(a.probes)
     a.repeat_variants = set(filter(None, a.repeat_variants.split(","))) or a.variants
     a.work.mkdir(parents=True, exist_ok=True)
     a.out.mkdir(parents=True, exist_ok=True)

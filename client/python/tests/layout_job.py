@@ -110,6 +110,14 @@ def model() -> torch.nn.Module:
 
 def main() -> None:
     started = time.perf_counter()
+    if os.environ.get("PROBE_LAZY_BACKWARD") == "1":
+        # A measurement only: a claimed graph's backward compiled at its first backward, as
+        # plain torch does, to see what compiling it with the forward costs.
+        import contextlib
+
+        import kiln._torch_claim
+
+        kiln._torch_claim._backward_now = contextlib.nullcontext
     if os.environ.get("DEBUG_FX_KEYS") == "1":
         record_fx_keys()
     cuda = os.environ.get("DEVICE") == "cuda"
@@ -172,7 +180,11 @@ def main() -> None:
     if FX_KEYS is not None:
         caches["fx_keys"] = FX_KEYS
     steady = sorted(times[-10:])[len(times[-10:]) // 2]
-    print(json.dumps({"losses": losses, "first": first, "steady": steady, "times": times, "graphs": stats, "caches": caches}))
+    # torch's own phase timers (dynamo_timed), seconds summed by phase: where a compile's time went.
+    from torch._dynamo.utils import compilation_time_metrics
+
+    timed = {k: round(sum(v), 3) for k, v in compilation_time_metrics.items()}
+    print(json.dumps({"losses": losses, "first": first, "steady": steady, "times": times, "graphs": stats, "caches": caches, "timed": timed}))
 
 
 if __name__ == "__main__":
