@@ -68,3 +68,8 @@ def test_with_kiln_torch_doctor_sends_a_tiny_graph_through_the_torch_workers(kil
     assert graph["tier"] in ("compiled", "joined", "memory", "disk", "remote") and graph["compile_seconds"] > 0, graph
     # Without KILN_TORCH the graph path is not what the user runs: not tried.
     assert "torch_graph" not in json.loads(doctor(kilnd.uri, "--json").stdout)
+    # The check started the workers: a job starting now finds them up, and doctor says so.
+    again = subprocess.run(
+        [sys.executable, "-m", "kiln", "doctor"], env={**os.environ, "KILN_DAEMON": kilnd.uri, "KILN_TORCH": "1"}, capture_output=True, text=True
+    )
+    assert "kilnd's torch workers: up (torch 2." in again.stdout, again.stdout

@@ -6,6 +6,8 @@ hit, async runs eagerly until then, and every fallback compiles in-process, coun
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 import os
 import pickle
@@ -306,19 +308,38 @@ def test_a_report_of_bad_costs_names_the_field(graph_kilnd: Kilnd) -> None:
     assert metric(graph_kilnd.metrics(), 'kiln_torch_graph_fallbacks_total{reason="not_reused"}') >= 1
 
 
+def torch_workers(pid: int) -> list[str]:
+    """The command lines of ``pid``'s children that run torch workers (Linux)."""
+    lines = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            with contextlib.suppress(OSError):
+                lines.append(Path(f"/proc/{child}/cmdline").read_text().replace("\0", " "))
+    return [line for line in lines if "torch_worker" in line]
+
+
 def test_warm_starts_the_workers_in_the_background_and_answers_at_once(tmp_path: Path) -> None:
     import time
 
     k = Kilnd(tmp_path / "warm")
     try:
         with kiln.Client(k.uri) as c:
+            # Asking only starts nothing: a process that would not use them must not pay for them.
+            assert c.warm_torch_workers(start=False) is None
+            time.sleep(1.0)
+            assert c.warm_torch_workers(start=False) is None and not torch_workers(k.proc.pid), "asking started the workers"
             started = time.monotonic()
             assert c.warm_torch_workers() is None  # not up yet: starting now
             assert time.monotonic() - started < 2.0, "the call waited for the workers"
+            deadline = time.monotonic() + 30
+            while not torch_workers(k.proc.pid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert torch_workers(k.proc.pid), "warming started no worker"
             deadline = time.monotonic() + 300
             while (version := c.warm_torch_workers()) is None and time.monotonic() < deadline:
                 time.sleep(0.5)
             assert version == torch.__version__
+            assert c.warm_torch_workers(start=False) == version
     finally:
         k.stop()
 

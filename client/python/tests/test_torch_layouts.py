@@ -136,10 +136,14 @@ def test_the_layouts_sent_to_kilnd_follow_the_setting_and_default_to_the_record(
     monkeypatch.delenv(layout.GRAPHS_ENV, raising=False)
     monkeypatch.delenv("KILN_TORCH_ASYNC", raising=False)
     default = layout.chosen()
-    assert default == layout.Choice(layout.DEFAULT_LAYOUTS, layout.DEFAULT_DEVICES)
-    # By default only the layouts the record shows no slower than plain's cold start, on GPUs.
-    assert {name for name in layout.LAYOUTS if default.sends(name, "cuda")} == set(layout.DEFAULT_LAYOUTS)
+    assert default == layout.Choice(layout.DEFAULT_LAYOUTS, layout.DEFAULT_DEVICES, layout.DEFAULT_WARM_ONLY)
+    # By default only the layouts the record shows no slower than plain's cold start, on GPUs,
+    # and one process's only where kilnd's torch workers were up before it started.
+    assert {name for name in layout.LAYOUTS if default.sends(name, "cuda")} == set(layout.DEFAULT_LAYOUTS) == {"single"}
     assert not any(default.sends(name, "cpu") for name in layout.LAYOUTS)
+    assert not default.sends("single", "cuda", lambda: False)
+    assert "torch_prestart" in (default.refusal("single", "cuda", lambda: False) or "")
+    assert "KILN_TORCH_GRAPHS=1" in (default.refusal("ddp", "cuda") or "")
     # An async graph never waits for kilnd: every layout goes, unless the setting says otherwise.
     monkeypatch.setenv("KILN_TORCH_ASYNC", "1")
     assert all(layout.chosen().sends(name, device) for name in layout.LAYOUTS for device in ("cuda", "cpu"))
@@ -157,6 +161,23 @@ def test_the_layouts_sent_to_kilnd_follow_the_setting_and_default_to_the_record(
         layout.chosen()
     # Outside any compile, in a process that is no rank: one process's layout.
     assert layout.of_graph(torch) == "single"
+
+
+def test_one_process_gpu_graph_goes_to_warm_workers_and_the_rest_are_claimed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kiln import _torch_claim as claim
+
+    monkeypatch.delenv("KILN_TORCH_CLAIM", raising=False)
+    up, down = (lambda: True), (lambda: False)
+    # Unset, the record decides: kilnd's warm workers beat a claim for one process's GPU graph.
+    assert not claim.enabled("single", "cuda", up)
+    assert claim.enabled("single", "cuda", down), "workers starting now would compete with the compile"
+    assert claim.enabled("single", "cpu", up), "the CPU's record is a claim's"
+    assert claim.enabled("multi-rank", "cuda", up) and claim.enabled("ddp", "cuda", up)
+    # Set, the variable decides for every graph.
+    monkeypatch.setenv("KILN_TORCH_CLAIM", "0")
+    assert not any(claim.enabled(name, "cuda", down) for name in ("single", "multi-rank", "ddp"))
+    monkeypatch.setenv("KILN_TORCH_CLAIM", "1")
+    assert all(claim.enabled(name, "cuda", up) for name in ("single", "multi-rank", "ddp"))
 
 
 def test_a_claim_shares_the_cxx_its_compile_built_and_nothing_older(tmp_path: Path) -> None:

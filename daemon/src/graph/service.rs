@@ -118,8 +118,8 @@ impl GraphState {
 
     /// Starts the pool in the background unless it is up; whether it was up, and its torch.
     pub fn warm(self: &Arc<Self>) -> Option<String> {
-        if let Some(workers) = self.workers.get() {
-            return Some(workers.environment.torch.clone());
+        if let Some(torch) = self.workers_up() {
+            return Some(torch);
         }
         let state = Arc::clone(self);
         tokio::spawn(async move {
@@ -128,6 +128,11 @@ impl GraphState {
             }
         });
         None
+    }
+
+    /// The workers' torch version when they are up, without starting them.
+    pub fn workers_up(&self) -> Option<String> {
+        self.workers.get().map(|workers| workers.environment.torch.clone())
     }
 
     /// The stored key of a payload, under this environment and these GPUs.
@@ -512,9 +517,9 @@ impl pb::torch_graphs_server::TorchGraphs for GraphService {
 
     async fn warm_torch_workers(
         &self,
-        _request: Request<pb::WarmTorchWorkersRequest>,
+        request: Request<pb::WarmTorchWorkersRequest>,
     ) -> Result<Response<pb::WarmTorchWorkersReply>, Status> {
-        let torch_version = self.0.warm();
+        let torch_version = if request.into_inner().ask_only { self.0.workers_up() } else { self.0.warm() };
         Ok(Response::new(pb::WarmTorchWorkersReply {
             ready: torch_version.is_some(),
             torch_version: torch_version.unwrap_or_default(),

@@ -5,7 +5,8 @@ kilnd grants the claim (``ClaimTorchGraph``) where no tier holds the graph and n
 it; the claim lasts as long as its stream. The process compiles with its own warm compile pool,
 takes the artifacts of this compile alone and the C++ it built, and publishes them
 (``PublishTorchGraph``) from a background thread while its first step runs; the waiters load
-them. ``KILN_TORCH_CLAIM=0`` leaves every compile to kilnd's workers.
+them. One process's graph goes to kilnd's warm workers instead (:func:`enabled`);
+``KILN_TORCH_CLAIM=0`` leaves every compile to kilnd's workers, ``1`` claims every one.
 """
 
 from __future__ import annotations
@@ -63,9 +64,17 @@ def _backward_now() -> Iterator[None]:
         aot_autograd.prepare_aot_module_simplified = prepare
 
 
-def enabled() -> bool:
-    """Whether this process claims the graphs nobody has (``KILN_TORCH_CLAIM``, on by default)."""
-    return os.environ.get(settings.TORCH_CLAIM.name, settings.TORCH_CLAIM.default).strip() != "0"
+def enabled(layout: str, device_type: str, workers_were_up: Callable[[], bool]) -> bool:
+    """Whether this process claims a graph of ``layout`` on ``device_type`` that nobody has.
+    ``KILN_TORCH_CLAIM=1`` or ``0`` decides; unset, the record does (tests/gpu/RESULTS.md, runs 48
+    and 49): one process's GPU graph goes to kilnd's workers where they were up before it started
+    (their compile pool is warm, where the process's own starts with its compile: 0.96 of plain
+    torch's cold first step, against 1.08 for a claim), and every other graph is claimed (FSDP2
+    1.05, against 1.40 and 1.73 through the workers; the CPU's record is a claim's)."""
+    value = os.environ.get(settings.TORCH_CLAIM.name, "").strip()
+    if value:
+        return value != "0"
+    return not (layout == "single" and device_type == "cuda" and workers_were_up())
 
 
 def compile_to_share(torch: Any, grant: Grant, record: GraphRecord, compile_here: Callable[[], Any], publish_timeout: float) -> Any:

@@ -275,8 +275,9 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
     started = time.perf_counter()
     layout = _torch_layout.of_graph(torch)
     device = _torch_layout.device_of(example_inputs)
-    if not _choice.sends(layout, device):
-        _fallback("layout_off", f"{layout} graphs on {device} stay in the process ({_torch_layout.GRAPHS_ENV}=1 sends them to kilnd)")
+    refusal = _choice.refusal(layout, device, _workers.were_up)
+    if refusal is not None:
+        _fallback("layout_off", refusal)
         record.how = "in-process"
         return _torch_inductor.in_process(lambda: inductor(gm, example_inputs))
     _torch_inductor.pick_vec_isa_early(device)
@@ -299,8 +300,11 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
     # A graph whose payload is its own code (on the CPU, or the job's first GPU) is claimed: where
     # nobody has it, this process compiles it, as torch would, and shares it. A rank on another
     # GPU waits for its twin's (kilnd's worker compiles it where no twin claims it in time).
-    shares = _torch_claim.enabled() and _torch_device.moved_index(gm, example_inputs) is None
-    twin_wait = TWIN_WAIT_SECS if layout != "single" else 0.0
+    claims = _torch_claim.enabled(layout, device, _workers.were_up)
+    shares = claims and _torch_device.moved_index(gm, example_inputs) is None
+    # Where graphs are claimed, a rank on another GPU waits a moment for its twin's claim; where
+    # they are not, nobody will claim it.
+    twin_wait = TWIN_WAIT_SECS if claims and layout != "single" else 0.0
     answer = _ask(payload, record.name, claim=shares, wait_for_claim=0.0 if shares else twin_wait)
     if isinstance(answer, str):
         record.how = "in-process"
@@ -488,13 +492,13 @@ def install(job: str) -> bool:
     wrapper.__call__ = __call__
     _installed = True
     # Async graphs and DDP's pieces are compiled by kilnd's workers, which import torch for
-    # seconds: start them now. Another blocking graph is claimed and compiled in its own process
-    # (or waits for its twin's), and starting the workers anyway would cost a cold host seconds of
-    # its cores while the job imports torch. A DDP job is one of several ranks (torchrun sets
-    # WORLD_SIZE).
+    # seconds: start them now. A single process's graphs go to the workers only where they are
+    # already up (else it compiles them itself), and another rank's are claimed, so for those kiln
+    # only asks: starting the workers would cost a cold host seconds of its cores while the job
+    # imports torch. A DDP job is one of several ranks (torchrun sets WORLD_SIZE).
     workers_needed = async_enabled() or _world_size() > 1
-    if _choice.layouts and workers_needed and (_choice.devices is None or _gpus_seen(torch) > 0):
-        threading.Thread(target=_warm_workers, name="kiln-graph-warm", daemon=True).start()
+    if _choice.layouts and (_choice.devices is None or _gpus_seen(torch) > 0):
+        _workers.ask(start=workers_needed)
     return True
 
 
@@ -515,15 +519,42 @@ def _gpus_seen(torch: Any) -> int:
         return 1
 
 
-def _warm_workers() -> None:
-    """Has kilnd start its torch workers while this process is still setting up (a process
-    imports Dynamo seconds before its first graph), so the first graph does not wait for them
-    to import torch. Best effort: the first graph starts them anyway."""
-    from . import _fleet, errors
+class _WorkersAtStart:
+    """Whether kilnd's torch workers were up when this process installed kiln, asked in the
+    background while it sets up (and, where its graphs need them, started). A single process's
+    graphs go to workers that were up before it (:mod:`kiln._torch_layout`, :mod:`kiln._torch_claim`):
+    their compile pools are warm, where workers started for it would compete with its compile."""
 
-    if not _fleet.available():
-        return
-    try:
-        _fleet.client().warm_torch_workers(timeout=5.0)
-    except errors.KilnError as e:
-        log.debug("kiln: kilnd did not start its torch workers ahead of the first graph: %s", e)
+    def __init__(self) -> None:
+        self._answered = threading.Event()
+        self._asked = False
+        self.up = False
+
+    def ask(self, *, start: bool) -> None:
+        if self._asked:
+            return
+        self._asked = True
+        threading.Thread(target=self._ask, args=(start,), name="kiln-graph-warm", daemon=True).start()
+
+    def _ask(self, start: bool) -> None:
+        from . import _fleet, errors
+
+        try:
+            if _fleet.available():
+                self.up = _fleet.client().warm_torch_workers(start=start, timeout=5.0) is not None
+        except errors.KilnError as e:
+            log.debug("kiln: kilnd did not say whether its torch workers are up: %s", e)
+        finally:
+            self._answered.set()
+
+    def were_up(self) -> bool:
+        """The answer (False where nobody asked, or kilnd did not answer within seconds)."""
+        if not self._asked:
+            return False
+        self._answered.wait(WORKERS_ANSWER_SECS)
+        return self.up
+
+
+#: How long a graph waits for kilnd's answer on its workers (asked at install, long before).
+WORKERS_ANSWER_SECS = 5.0
+_workers = _WorkersAtStart()

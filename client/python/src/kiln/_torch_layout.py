@@ -6,8 +6,9 @@ layout's graphs at least as fast as the process's own, that layout's graphs comp
 process by default, as plain torch would; torch's remote caches through kiln, the Triton kernels
 and the snapshots stay on. ``KILN_TORCH_GRAPHS`` decides instead of the record:
 
-- unset: the layouts in :data:`DEFAULT_LAYOUTS` (none today), on the devices in
-  :data:`DEFAULT_DEVICES`; with ``KILN_TORCH_ASYNC=1``, every layout (:data:`ASYNC_LAYOUTS`);
+- unset: the layouts in :data:`DEFAULT_LAYOUTS` (one process's graphs), on the devices in
+  :data:`DEFAULT_DEVICES`, where kilnd's torch workers were up before the process started
+  (:data:`DEFAULT_WARM_ONLY`); with ``KILN_TORCH_ASYNC=1``, every layout (:data:`ASYNC_LAYOUTS`);
 - ``1``: every layout; ``0``: none;
 - a comma-separated list of layout names (``single,ddp``): those.
 
@@ -22,6 +23,7 @@ The layouts, as the backend sees a graph:
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,13 +32,18 @@ from . import settings
 GRAPHS_ENV = settings.TORCH_GRAPHS.name
 LAYOUTS = ("single", "ddp", "multi-rank")
 #: Layouts sent to kilnd when ``KILN_TORCH_GRAPHS`` is unset: those whose cold first step through
-#: kilnd is, on the record, no slower than plain torch.compile's. None is today. On 2 H200s of a
-#: 4-GPU host (torch 2.11, runs 39-46 of tests/gpu/RESULTS.md, each ratio within one run), where
-#: the first process to ask claims a cold graph and compiles it as torch would: FSDP2
-#: (``multi-rank``) 1.06 and 1.35 (and 1.11 with 4 ranks; 0.92 at the median of runs 35, 36 and 38 on a
-#: 2-GPU host, 1.04 over all five), one process 1.07 and 1.20, a herd of four 1.00; DDP's pieces,
-#: compiled by kilnd's workers, 1.38 and 0.95. A layout joins once its row shows it below 1.0.
-DEFAULT_LAYOUTS: frozenset[str] = frozenset()
+#: kilnd is, on the record, no slower than plain torch.compile's (tests/gpu/RESULTS.md, torch 2.11,
+#: each ratio within one run). One process's graph compiled by kilnd's warm workers: 0.96, 0.96
+#: and 0.97 of plain's (2 H200s, 32 cores, run 48), where claiming it and compiling it in the
+#: process took 1.07-1.15. Not yet: FSDP2 (``multi-rank``), claimed by its first rank, 1.03-1.06
+#: (run 49; through the workers 1.40 and 1.73, with a wait for a twin's claim since removed);
+#: DDP's pieces, compiled by kilnd's workers, 1.38 and 0.95 (runs 41, 46). A layout joins once
+#: its row shows it below 1.0.
+DEFAULT_LAYOUTS: frozenset[str] = frozenset({"single"})
+#: Of those, the layouts sent by default only where kilnd's torch workers were up before the
+#: process started: workers started for it import torch and start their compile pools beside its
+#: own compile, and a claim compiled in the process is slower than plain's (the figures above).
+DEFAULT_WARM_ONLY: frozenset[str] = frozenset({"single"})
 #: And only graphs on these devices: the record is the GPU's. On the CPU (Inductor's C++ backend)
 #: kilnd's cold compile was slower than the process's own.
 DEFAULT_DEVICES: frozenset[str] = frozenset({"cuda"})
@@ -52,19 +59,33 @@ class BadSetting(ValueError):
 
 @dataclass(frozen=True)
 class Choice:
-    """Which graphs go to kilnd: those of ``layouts``, on ``devices`` (None: on any device)."""
+    """Which graphs go to kilnd: those of ``layouts``, on ``devices`` (None: on any device); of
+    ``warm_only``'s layouts, only where kilnd's torch workers were up before the process started."""
 
     layouts: frozenset[str]
     devices: frozenset[str] | None = None
+    warm_only: frozenset[str] = frozenset()
 
-    def sends(self, layout: str, device_type: str) -> bool:
-        return layout in self.layouts and (self.devices is None or device_type in self.devices)
+    def sends(self, layout: str, device_type: str, workers_were_up: Callable[[], bool] = lambda: True) -> bool:
+        return self.refusal(layout, device_type, workers_were_up) is None
+
+    def refusal(self, layout: str, device_type: str, workers_were_up: Callable[[], bool] = lambda: True) -> str | None:
+        """Why a graph of ``layout`` on ``device_type`` stays in the process, or None: it goes."""
+        if layout not in self.layouts or (self.devices is not None and device_type not in self.devices):
+            return f"{layout} graphs on {device_type} stay in the process ({GRAPHS_ENV}=1 sends them to kilnd)"
+        if layout in self.warm_only and not workers_were_up():
+            return (
+                f"{layout} graphs go to kilnd's torch workers only where they were up before the process started "
+                f"(kilnd's torch_prestart), and they were not ({GRAPHS_ENV}=1 sends them all the same)"
+            )
+        return None
 
     def describe(self) -> str:
         if not self.layouts:
             return "none (each stays in the process; KILN_TORCH_GRAPHS=1 sends all)"
         on = f" on {', '.join(sorted(self.devices))}" if self.devices is not None else ""
-        return f"{', '.join(sorted(self.layouts))}{on}"
+        warm = f" ({', '.join(sorted(self.warm_only))} where kilnd's torch workers were up first)" if self.warm_only else ""
+        return f"{', '.join(sorted(self.layouts))}{on}{warm}"
 
 
 def async_enabled() -> bool:
@@ -78,7 +99,7 @@ def chosen() -> Choice:
     if value is None or value.strip() == "":
         if async_enabled():
             return Choice(ASYNC_LAYOUTS)
-        return Choice(DEFAULT_LAYOUTS, DEFAULT_DEVICES)
+        return Choice(DEFAULT_LAYOUTS, DEFAULT_DEVICES, DEFAULT_WARM_ONLY)
     value = value.strip()
     if value == "0":
         return Choice(frozenset())

@@ -473,14 +473,16 @@ class Client:
             timeout_ms=_ms(compile_timeout, "compile_timeout"),
         )
 
-    def warm_torch_workers(self, *, timeout: float | None = None) -> str | None:
+    def warm_torch_workers(self, *, start: bool = True, timeout: float | None = None) -> str | None:
         """Asks kilnd to start its torch workers now, in the background, so that the first
         graph does not pay their import of torch. Returns the workers' torch version when they
-        were already up, else None (they are starting)."""
+        were already up, else None (they are starting). With ``start=False`` kilnd only says
+        whether they are up."""
         from ._proto import graph_pb2
 
         with self._rpc():
-            reply = self._graphs.WarmTorchWorkers(graph_pb2.WarmTorchWorkersRequest(), timeout=self._timeout(timeout))
+            request = graph_pb2.WarmTorchWorkersRequest(ask_only=not start)
+            reply = self._graphs.WarmTorchWorkers(request, timeout=self._timeout(timeout))
         return reply.torch_version if reply.ready else None
 
     def report_torch_graphs(

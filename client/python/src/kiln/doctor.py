@@ -57,6 +57,8 @@ def gather(timeout: float = 5.0, torch_timeout: float = 300.0) -> dict[str, Any]
     try:
         with Client(uri) as client:
             stats = client.stats(timeout=timeout)
+            # Asked before the graph check below starts them: whether a job starting now finds them up.
+            workers = client.warm_torch_workers(start=False, timeout=timeout)
         report["daemon"].update(
             reachable=True,
             version=stats.version,
@@ -68,6 +70,7 @@ def gather(timeout: float = 5.0, torch_timeout: float = 300.0) -> dict[str, Any]
             remote_up=stats.remote_up,
             remote_state=stats.remote_state,
             remote_reason=stats.remote_reason,
+            torch_workers=workers,
         )
     except (errors.KilnError, ValueError) as e:
         report["daemon"].update(reachable=False, error=str(e))
@@ -201,6 +204,14 @@ def render(report: dict[str, Any]) -> str:
         except BadSetting as e:
             layouts = f"NONE: {e}"
         lines.append(f"  graphs through kilnd for layouts: {layouts}")
+        if d.get("reachable"):
+            up = d.get("torch_workers")
+            lines.append(
+                f"  kilnd's torch workers: up (torch {up})"
+                if up
+                else "  kilnd's torch workers: not up when asked (one process's graphs stay in the process until they are; "
+                "torch_prestart = true in kilnd.toml starts them with kilnd)"
+            )
     graph = report.get("torch_graph")
     if graph is not None:
         if graph["ok"]:

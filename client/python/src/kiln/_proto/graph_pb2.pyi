@@ -8,8 +8,10 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class WarmTorchWorkersRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("ask_only",)
+    ASK_ONLY_FIELD_NUMBER: _ClassVar[int]
+    ask_only: bool
+    def __init__(self, ask_only: _Optional[bool] = ...) -> None: ...
 
 class WarmTorchWorkersReply(_message.Message):
     __slots__ = ("ready", "torch_version")

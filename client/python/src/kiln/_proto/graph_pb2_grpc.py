@@ -128,7 +128,7 @@ class TorchGraphsServicer:
     def WarmTorchWorkers(self, request, context):
         """Starts the torch workers now, in the background, if they are not started: kiln.torch calls
         it when a process imports Dynamo, seconds before its first graph, so that graph does not pay
-        the workers' import of torch. Answers at once.
+        the workers' import of torch. With `ask_only`, only says whether they are up. Answers at once.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
