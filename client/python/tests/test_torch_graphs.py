@@ -183,8 +183,10 @@ def test_another_torch_is_refused_naming_the_field(graph_kilnd: Kilnd) -> None:
         c.compile_torch_graph(b"", torch.__version__)
 
 
-def _claim(c: kiln.Client, data: bytes) -> Any:
-    return c.claim_torch_graph(data, torch.__version__, triton_version=_triton_version(), python_version=sys.version.split()[0], cuda_version=torch.version.cuda or "", timeout=60)
+def _claim(c: kiln.Client, data: bytes, **kw: Any) -> Any:
+    return c.claim_torch_graph(
+        data, torch.__version__, triton_version=_triton_version(), python_version=sys.version.split()[0], cuda_version=torch.version.cuda or "", timeout=60, **kw
+    )
 
 
 def test_a_claim_holds_the_others_until_its_publish_and_a_closed_one_hands_it_on(graph_kilnd: Kilnd) -> None:
@@ -218,6 +220,29 @@ def test_a_claim_holds_the_others_until_its_publish_and_a_closed_one_hands_it_on
         t.join(30)
         assert waiter["next"].answer.compile_here, waiter["next"].answer
         waiter["next"].close()
+
+
+def test_a_claim_that_prefers_the_workers_takes_an_idle_one_and_is_granted_where_none_is_up(tmp_path: Path) -> None:
+    import time
+
+    k = Kilnd(tmp_path / "prefer")
+    try:
+        with kiln.Client(k.uri) as c:
+            # No worker is up: the process compiles the graph itself, as without the preference,
+            # and asking starts none.
+            cold = _claim(c, payload(b"a graph preferring workers"), prefer_workers=True)
+            cold.close()
+            assert cold.answer.compile_here, cold.answer
+            assert c.warm_torch_workers(start=False) is None
+            deadline = time.monotonic() + 300
+            while c.warm_torch_workers() is None and time.monotonic() < deadline:
+                time.sleep(0.5)
+            # An idle worker compiles it instead (this payload fails there, which shows where it ran).
+            warm = _claim(c, payload(b"another graph preferring workers"), prefer_workers=True)
+            warm.close()
+            assert not warm.answer.compile_here and not warm.answer.ok and warm.answer.log, warm.answer
+    finally:
+        k.stop()
 
 
 def test_a_kilnd_that_takes_no_claims_compiles_every_graph_in_its_workers(tmp_path: Path) -> None:

@@ -163,21 +163,21 @@ def test_the_layouts_sent_to_kilnd_follow_the_setting_and_default_to_the_record(
     assert layout.of_graph(torch) == "single"
 
 
-def test_one_process_gpu_graph_goes_to_warm_workers_and_the_rest_are_claimed(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_one_process_gpu_graph_goes_to_an_idle_warm_worker_and_the_rest_are_claimed(monkeypatch: pytest.MonkeyPatch) -> None:
     from kiln import _torch_claim as claim
 
     monkeypatch.delenv("KILN_TORCH_CLAIM", raising=False)
     up, down = (lambda: True), (lambda: False)
     # Unset, the record decides: kilnd's warm workers beat a claim for one process's GPU graph.
-    assert not claim.enabled("single", "cuda", up)
-    assert claim.enabled("single", "cuda", down), "workers starting now would compete with the compile"
-    assert claim.enabled("single", "cpu", up), "the CPU's record is a claim's"
-    assert claim.enabled("multi-rank", "cuda", up) and claim.enabled("ddp", "cuda", up)
+    assert claim.mode("single", "cuda", up) == claim.IDLE_WORKER
+    assert claim.mode("single", "cuda", down) == claim.CLAIM, "workers starting now would compete with the compile"
+    assert claim.mode("single", "cpu", up) == claim.CLAIM, "the CPU's record is a claim's"
+    assert claim.mode("multi-rank", "cuda", up) == claim.mode("ddp", "cuda", up) == claim.CLAIM
     # Set, the variable decides for every graph.
     monkeypatch.setenv("KILN_TORCH_CLAIM", "0")
-    assert not any(claim.enabled(name, "cuda", down) for name in ("single", "multi-rank", "ddp"))
+    assert {claim.mode(name, "cuda", up) for name in ("single", "multi-rank", "ddp")} == {claim.WORKERS}
     monkeypatch.setenv("KILN_TORCH_CLAIM", "1")
-    assert all(claim.enabled(name, "cuda", up) for name in ("single", "multi-rank", "ddp"))
+    assert {claim.mode(name, "cuda", up) for name in ("single", "multi-rank", "ddp")} == {claim.CLAIM}
 
 
 def test_a_claim_shares_the_cxx_its_compile_built_and_nothing_older(tmp_path: Path) -> None:

@@ -264,7 +264,9 @@ impl GraphState {
         request: pb::TorchGraphRequest,
         tx: mpsc::Sender<Result<pb::TorchGraphReply, Status>>,
     ) {
-        let here = self.claims_allowed;
+        // A process that prefers the workers compiles the graph itself only where none is idle.
+        let idle_worker = request.prefer_workers && self.workers.get().is_some_and(|workers| workers.has_idle());
+        let here = self.claims_allowed && !idle_worker;
         let started = tokio::select! {
             started = self.start(request, here) => started,
             _ = tx.closed() => return,

@@ -238,6 +238,11 @@ impl TorchWorkers {
         Ok(TorchWorkers { environment, pool, _dir: dir })
     }
 
+    /// Whether a compile asked for now would start at once in a warm worker.
+    pub fn has_idle(&self) -> bool {
+        self.pool.has_idle()
+    }
+
     /// Compiles one graph's payload in a worker's child.
     pub async fn compile(&self, payload: Bytes, timeout: Duration) -> Answer {
         self.run(json!({"timeout_seconds": timeout.as_secs().max(1)}), payload, timeout).await

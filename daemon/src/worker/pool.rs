@@ -132,6 +132,11 @@ impl<P: Protocol> WorkerPool<P> {
         }
     }
 
+    /// Whether a request now would find a started worker waiting, with nothing ahead of it.
+    pub fn has_idle(&self) -> bool {
+        self.slots.available_permits() > 0 && !self.idle.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
+    }
+
     /// Keeps a worker for the next request; past `max_workers` idle ones (a pool grown while
     /// requests started their own), it is ended instead.
     fn give_back(&self, worker: Worker) {
@@ -238,6 +243,7 @@ mod tests {
     async fn a_pool_grows_by_the_count_asked_and_keeps_no_more_than_its_bound() {
         let (pool, _) = WorkerPool::<Idle>::start(spec(), 3).await.unwrap();
         assert_eq!(idle(&pool), 1, "start keeps its first worker");
+        assert!(pool.has_idle());
         pool.grow(2).await;
         assert_eq!(idle(&pool), 3, "two more started side by side");
         pool.grow(2).await;

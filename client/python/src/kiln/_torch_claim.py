@@ -64,17 +64,29 @@ def _backward_now() -> Iterator[None]:
         aot_autograd.prepare_aot_module_simplified = prepare
 
 
-def enabled(layout: str, device_type: str, workers_were_up: Callable[[], bool]) -> bool:
-    """Whether this process claims a graph of ``layout`` on ``device_type`` that nobody has.
-    ``KILN_TORCH_CLAIM=1`` or ``0`` decides; unset, the record does (tests/gpu/RESULTS.md, runs 48
-    and 49): one process's GPU graph goes to kilnd's workers where they were up before it started
-    (their compile pool is warm, where the process's own starts with its compile: 0.96 of plain
-    torch's cold first step, against 1.08 for a claim), and every other graph is claimed (FSDP2
-    1.05, against 1.40 and 1.73 through the workers; the CPU's record is a claim's)."""
+#: How a cold graph that nobody has is compiled (:func:`mode`): in this process, as torch would,
+#: and shared; by kilnd's torch workers; or by an idle one of kilnd's torch workers, and in this
+#: process where none is idle.
+CLAIM = "claim"
+WORKERS = "workers"
+IDLE_WORKER = "idle-worker"
+
+
+def mode(layout: str, device_type: str, workers_were_up: Callable[[], bool]) -> str:
+    """How this process has a cold graph of ``layout`` on ``device_type`` compiled.
+    ``KILN_TORCH_CLAIM=1`` claims every one and ``0`` leaves every one to kilnd's workers; unset,
+    the record decides (tests/gpu/RESULTS.md, runs 48 and 49): one process's GPU graph goes to an
+    idle worker where the workers were up before it started (their compile pool is warm, where the
+    process's own starts with its compile: 0.96 of plain torch's cold first step, against 1.08 for
+    a claim; with no worker idle, kilnd grants the claim instead of queueing the graph), and every
+    other graph is claimed (FSDP2 1.05, against 1.40 and 1.73 through the workers; the CPU's
+    record is a claim's)."""
     value = os.environ.get(settings.TORCH_CLAIM.name, "").strip()
     if value:
-        return value != "0"
-    return not (layout == "single" and device_type == "cuda" and workers_were_up())
+        return WORKERS if value == "0" else CLAIM
+    if layout == "single" and device_type == "cuda" and workers_were_up():
+        return IDLE_WORKER
+    return CLAIM
 
 
 def compile_to_share(torch: Any, grant: Grant, record: GraphRecord, compile_here: Callable[[], Any], publish_timeout: float) -> Any:

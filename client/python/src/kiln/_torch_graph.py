@@ -129,9 +129,9 @@ class _Answer:
     key: str = ""
 
 
-def _ask(payload: bytes, name: str, *, claim: bool = False, wait_for_claim: float = 0.0) -> _Answer | Grant | str:
-    """kilnd's answer (for a ``claim``, maybe the compile itself), or the fallback reason
-    (already counted)."""
+def _ask(payload: bytes, name: str, *, claim: bool = False, prefer_workers: bool = False, wait_for_claim: float = 0.0) -> _Answer | Grant | str:
+    """kilnd's answer (for a ``claim``, maybe the compile itself; with ``prefer_workers``, only
+    where no worker of kilnd's is idle), or the fallback reason (already counted)."""
     import torch
 
     from . import _fleet, errors
@@ -143,7 +143,9 @@ def _ask(payload: bytes, name: str, *, claim: bool = False, wait_for_claim: floa
         triton_version, python_version, cuda_version = _environment()
         client = _fleet.client()
         ask: Callable[..., Any] = (
-            client.claim_torch_graph if claim else functools.partial(client.compile_torch_graph, wait_for_claim=wait_for_claim)
+            functools.partial(client.claim_torch_graph, prefer_workers=prefer_workers)
+            if claim
+            else functools.partial(client.compile_torch_graph, wait_for_claim=wait_for_claim)
         )
         asked = ask(
             payload,
@@ -300,12 +302,14 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
     # A graph whose payload is its own code (on the CPU, or the job's first GPU) is claimed: where
     # nobody has it, this process compiles it, as torch would, and shares it. A rank on another
     # GPU waits for its twin's (kilnd's worker compiles it where no twin claims it in time).
-    claims = _torch_claim.enabled(layout, device, _workers.were_up)
-    shares = claims and _torch_device.moved_index(gm, example_inputs) is None
+    how = _torch_claim.mode(layout, device, _workers.were_up)
+    shares = how != _torch_claim.WORKERS and _torch_device.moved_index(gm, example_inputs) is None
     # Where graphs are claimed, a rank on another GPU waits a moment for its twin's claim; where
     # they are not, nobody will claim it.
-    twin_wait = TWIN_WAIT_SECS if claims and layout != "single" else 0.0
-    answer = _ask(payload, record.name, claim=shares, wait_for_claim=0.0 if shares else twin_wait)
+    twin_wait = TWIN_WAIT_SECS if how != _torch_claim.WORKERS and layout != "single" else 0.0
+    answer = _ask(
+        payload, record.name, claim=shares, prefer_workers=how == _torch_claim.IDLE_WORKER, wait_for_claim=0.0 if shares else twin_wait
+    )
     if isinstance(answer, str):
         record.how = "in-process"
         return _torch_inductor.in_process(lambda: inductor(gm, example_inputs))

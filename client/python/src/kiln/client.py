@@ -422,17 +422,21 @@ class Client:
         triton_version: str = "",
         python_version: str = "",
         cuda_version: str = "",
+        prefer_workers: bool = False,
     ) -> TorchGraphClaim:
         """:meth:`compile_torch_graph` for a process that can compile the graph itself: where
         nobody has it and nobody compiles it, the answer is ``compile_here`` and the claim is this
         process's until :meth:`TorchGraphClaim.close`. It compiles the graph, then calls
         :meth:`publish_torch_graph` with the answer's key; meanwhile every other process asking
-        for the graph waits for that publish, and a claim closed without one releases them."""
+        for the graph waits for that publish, and a claim closed without one releases them. With
+        ``prefer_workers``, a graph nobody has is compiled by an idle torch worker of kilnd's and
+        answered, and claimed only where no worker is idle."""
         from ._proto import graph_pb2
 
         request = self._graph_request(
             graph_pb2, payload, torch_version, job, name, compile_timeout, triton_version, python_version, cuda_version
         )
+        request.prefer_workers = prefer_workers
         with self._rpc():
             call = self._graphs.ClaimTorchGraph(request, timeout=self._timeout(timeout))
             try:
