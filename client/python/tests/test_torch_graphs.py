@@ -29,6 +29,10 @@ torch = pytest.importorskip("torch", reason="torch is not installed in this inte
 JOB = """
     import json, os, sys, time, torch
     import kiln.torch
+    if os.environ.get("IDLE_WORKER_ON_CPU") == "1":
+        # What the default does for a GPU graph, here on the CPU: the same path, a device later.
+        import kiln._torch_claim
+        kiln._torch_claim.IDLE_WORKER_DEVICES = frozenset({"cpu", "cuda"})
     from torch._dynamo.utils import counters
     started = time.perf_counter()
     torch.manual_seed(0)
@@ -243,6 +247,37 @@ def test_a_claim_that_prefers_the_workers_takes_an_idle_one_and_is_granted_where
             assert not warm.answer.compile_here and not warm.answer.ok and warm.answer.log, warm.answer
     finally:
         k.stop()
+
+
+def test_one_process_graph_goes_to_warm_workers_where_they_were_up_and_is_claimed_where_not(tmp_path: Path) -> None:
+    import time
+
+    # No worker up when the process starts: it claims the graph and compiles it itself, and its
+    # question started no worker.
+    cold = Kilnd(tmp_path / "workers-down")
+    try:
+        r = run_job(cold.uri, tmp_path / "down", IDLE_WORKER_ON_CPU="1", WIDTH="24")
+        (graph,) = r["graphs"]["graphs"]
+        assert r["graphs"]["fallbacks"] == {} and graph["how"] == "kilnd" and graph["phases"].get("compile", 0) > 0, graph
+        with kiln.Client(cold.uri) as c:
+            assert c.warm_torch_workers(start=False) is None
+    finally:
+        cold.stop()
+    # Workers up before the process: an idle one compiles the graph, and the process only loads it.
+    warm = Kilnd(tmp_path / "workers-up")
+    try:
+        with kiln.Client(warm.uri) as c:
+            deadline = time.monotonic() + 300
+            while c.warm_torch_workers() is None and time.monotonic() < deadline:
+                time.sleep(0.5)
+        r = run_job(warm.uri, tmp_path / "up", IDLE_WORKER_ON_CPU="1", WIDTH="24")
+        (graph,) = r["graphs"]["graphs"]
+        assert r["graphs"]["fallbacks"] == {} and graph["how"] == "kilnd" and graph["tier"] == "compiled", graph
+        assert "compile" not in graph["phases"], graph
+        assert r["aot"].get("autograd_cache_hit") == 1, r["aot"]
+        assert graphs_count(warm, "compiled") == 1
+    finally:
+        warm.stop()
 
 
 def test_a_kilnd_that_takes_no_claims_compiles_every_graph_in_its_workers(tmp_path: Path) -> None:

@@ -70,6 +70,8 @@ def _backward_now() -> Iterator[None]:
 CLAIM = "claim"
 WORKERS = "workers"
 IDLE_WORKER = "idle-worker"
+#: The devices whose one-process graphs go to an idle worker by default: the record is the GPU's.
+IDLE_WORKER_DEVICES = frozenset({"cuda"})
 
 
 def mode(layout: str, device_type: str, workers_were_up: Callable[[], bool]) -> str:
@@ -84,7 +86,7 @@ def mode(layout: str, device_type: str, workers_were_up: Callable[[], bool]) -> 
     value = os.environ.get(settings.TORCH_CLAIM.name, "").strip()
     if value:
         return WORKERS if value == "0" else CLAIM
-    if layout == "single" and device_type == "cuda" and workers_were_up():
+    if layout == "single" and device_type in IDLE_WORKER_DEVICES and workers_were_up():
         return IDLE_WORKER
     return CLAIM
 
