@@ -29,10 +29,6 @@ torch = pytest.importorskip("torch", reason="torch is not installed in this inte
 JOB = """
     import json, os, sys, time, torch
     import kiln.torch
-    if os.environ.get("IDLE_WORKER_ON_CPU") == "1":
-        # What the default does for a GPU graph, here on the CPU: the same path, a device later.
-        import kiln._torch_claim
-        kiln._torch_claim.IDLE_WORKER_DEVICES = frozenset({"cpu", "cuda"})
     from torch._dynamo.utils import counters
     started = time.perf_counter()
     torch.manual_seed(0)
@@ -63,6 +59,9 @@ JOB = """
 def run_job(uri: str, tmp: Path, **env_extra: str) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHINDUCTOR_", "TRITON_", "KILN_TORCH", "KILN_DAEMON"))}
     env.update(KILN_TORCH="1", KILN_TORCH_GRAPHS="1", KILN_TORCH_SNAPSHOT="0", KILN_DAEMON=uri, TORCHINDUCTOR_CACHE_DIR=str(tmp / "inductor"))
+    # A cold graph is claimed, whether or not this module's kilnd has its workers up by then
+    # (a test of the workers' path says KILN_TORCH_CLAIM="" or "0").
+    env.update(KILN_TORCH_CLAIM="1")
     # Only the graph path: torch's remote caches through kiln are tested in test_torch_real.py.
     env.update(TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE="0", TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE="0")
     env.update(env_extra)
@@ -256,7 +255,7 @@ def test_one_process_graph_goes_to_warm_workers_where_they_were_up_and_is_claime
     # question started no worker.
     cold = Kilnd(tmp_path / "workers-down")
     try:
-        r = run_job(cold.uri, tmp_path / "down", IDLE_WORKER_ON_CPU="1", WIDTH="24")
+        r = run_job(cold.uri, tmp_path / "down", KILN_TORCH_CLAIM="", WIDTH="24")
         (graph,) = r["graphs"]["graphs"]
         assert r["graphs"]["fallbacks"] == {} and graph["how"] == "kilnd" and graph["phases"].get("compile", 0) > 0, graph
         with kiln.Client(cold.uri) as c:
@@ -270,7 +269,7 @@ def test_one_process_graph_goes_to_warm_workers_where_they_were_up_and_is_claime
             deadline = time.monotonic() + 300
             while c.warm_torch_workers() is None and time.monotonic() < deadline:
                 time.sleep(0.5)
-        r = run_job(warm.uri, tmp_path / "up", IDLE_WORKER_ON_CPU="1", WIDTH="24")
+        r = run_job(warm.uri, tmp_path / "up", KILN_TORCH_CLAIM="", WIDTH="24")
         (graph,) = r["graphs"]["graphs"]
         assert r["graphs"]["fallbacks"] == {} and graph["how"] == "kilnd" and graph["tier"] == "compiled", graph
         assert "compile" not in graph["phases"], graph

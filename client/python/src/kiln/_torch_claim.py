@@ -70,8 +70,11 @@ def _backward_now() -> Iterator[None]:
 CLAIM = "claim"
 WORKERS = "workers"
 IDLE_WORKER = "idle-worker"
-#: The devices whose one-process graphs go to an idle worker by default: the record is the GPU's.
-IDLE_WORKER_DEVICES = frozenset({"cuda"})
+#: The devices whose one-process graphs go to an idle worker when ``KILN_TORCH_CLAIM`` is unset:
+#: the GPU's record above, and the CPU's (2 cores, Inductor's C++ backend, tests/gpu/torch_layouts.py
+#: on the CPU, each ratio within one run): through the workers 0.53, 0.68 and 0.55 of plain's
+#: cold first step, claimed 0.88, 0.94 and 0.96.
+IDLE_WORKER_DEVICES = frozenset({"cuda", "cpu"})
 
 
 def mode(layout: str, device_type: str, workers_were_up: Callable[[], bool]) -> str:
@@ -80,9 +83,9 @@ def mode(layout: str, device_type: str, workers_were_up: Callable[[], bool]) -> 
     the record decides (tests/gpu/RESULTS.md, runs 48 and 49): one process's GPU graph goes to an
     idle worker where the workers were up before it started (their compile pool is warm, where the
     process's own starts with its compile: 0.96 of plain torch's cold first step, against 1.08 for
-    a claim; with no worker idle, kilnd grants the claim instead of queueing the graph), and every
-    other graph is claimed (FSDP2 1.05, against 1.40 and 1.73 through the workers; the CPU's
-    record is a claim's)."""
+    a claim; with no worker idle, kilnd grants the claim instead of queueing the graph; likewise
+    on the CPU, :data:`IDLE_WORKER_DEVICES`), and every other graph is claimed (FSDP2 1.05,
+    against 1.40 and 1.73 through the workers)."""
     value = os.environ.get(settings.TORCH_CLAIM.name, "").strip()
     if value:
         return WORKERS if value == "0" else CLAIM

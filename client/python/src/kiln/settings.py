@@ -36,7 +36,7 @@ TORCH_CLAIM = Setting(
     "KILN_TORCH_CLAIM",
     "by layout",
     "`1`: a blocking graph nobody has is compiled in its own process, as torch would, and shared through kilnd; `0`: "
-    "kilnd's torch workers compile it; unset: the workers for one process's GPU graphs where they were up before it "
+    "kilnd's torch workers compile it; unset: an idle worker for one process's graphs where the workers were up before it "
     "started, a claim otherwise",
 )
 TORCH_GRAPH_WAIT_SECS = Setting("KILN_TORCH_GRAPH_WAIT_SECS", "1800", "how long a graph waits for kilnd's compile before compiling itself")
