@@ -300,7 +300,8 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
         # was slower.
         return _AsyncGraph(gm, example_inputs, payload, inductor, record, started, waits=True)
     # A graph whose payload is its own code (on the CPU, or the job's first GPU) is claimed: where
-    # nobody has it, this process compiles it, as torch would, and shares it. A rank on another
+    # nobody has it, this process compiles it, as torch would, and shares it; one process's graph
+    # goes to an idle warm worker of kilnd's first (kiln._torch_claim.mode). A rank on another
     # GPU waits for its twin's (kilnd's worker compiles it where no twin claims it in time).
     how = _torch_claim.mode(layout, device, _workers.were_up)
     shares = how != _torch_claim.WORKERS and _torch_device.moved_index(gm, example_inputs) is None
