@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._from_proto import from_message
 from ._proto import blob_pb2 as bpb
 from ._proto import kiln_pb2 as pb
 from .tier import Tier as Tier
@@ -98,33 +99,14 @@ class KernelResult:
 
     @classmethod
     def from_proto(cls, m: pb.KernelResult) -> KernelResult:
-        return cls(
-            id=m.id,
-            key=m.key,
+        return from_message(
+            cls,
+            m,
             outcome=_enum(Outcome, m.outcome),
             tier=_enum(Tier, m.tier),
             artifact=bytes(m.artifact),
-            artifact_bytes=m.artifact_bytes,
-            compile_micros=m.compile_micros,
-            elapsed_micros=m.elapsed_micros,
-            log=m.log,
             lowered_names={n.name_expression: n.lowered_name for n in m.lowered_names},
-            toolchain=m.toolchain,
-            target=m.target,
-            metadata_json=m.metadata_json,
-            ptx=m.ptx,
-            attributes=[
-                KernelAttributes(
-                    name=a.name,
-                    registers=a.registers,
-                    static_shared_bytes=a.static_shared_bytes,
-                    max_threads_per_block=a.max_threads_per_block,
-                    local_bytes=a.local_bytes,
-                    const_bytes=a.const_bytes,
-                )
-                for a in m.attributes
-            ],
-            validation=m.validation,
+            attributes=[from_message(KernelAttributes, a) for a in m.attributes],
         )
 
 
@@ -188,15 +170,7 @@ def event_from_proto(m: pb.JobEvent) -> Event | None:
     if kind == "kernel":
         return KernelDone(job_id=m.job_id, result=KernelResult.from_proto(m.kernel))
     if kind == "done":
-        d = m.done
-        return JobDone(
-            job_id=m.job_id,
-            graph_key=d.graph_key,
-            kernel_keys=list(d.kernel_keys),
-            ok=d.ok,
-            failed=d.failed,
-            missed=d.missed,
-        )
+        return from_message(JobDone, m.done, job_id=m.job_id, kernel_keys=list(m.done.kernel_keys))
     if kind == "failed":
         return JobFailedEvent(job_id=m.job_id, reason=m.failed.reason)
     return None
@@ -288,16 +262,7 @@ class RecentMiss:
 
     @classmethod
     def from_proto(cls, m: pb.RecentMiss) -> RecentMiss:
-        return cls(
-            unix_millis=m.unix_millis,
-            graph=m.graph,
-            kernel_id=m.kernel_id,
-            kernel_name=m.kernel_name,
-            toolchain=m.toolchain,
-            reason=m.reason,
-            detail=m.detail,
-            key=m.key,
-        )
+        return from_message(cls, m)
 
 
 @dataclass(frozen=True)
@@ -316,17 +281,7 @@ class SnapshotStats:
 
     @classmethod
     def from_proto(cls, m: pb.SnapshotStats) -> SnapshotStats:
-        return cls(
-            saves_changed=m.saves_changed,
-            saves_unchanged=m.saves_unchanged,
-            restores_found=m.restores_found,
-            restores_missing=m.restores_missing,
-            files_fetched=m.files_fetched,
-            files_present=m.files_present,
-            files_missing=m.files_missing,
-            bytes_fetched=m.bytes_fetched,
-            bytes_stored=m.bytes_stored,
-        )
+        return from_message(cls, m)
 
 
 @dataclass(frozen=True)
@@ -344,7 +299,7 @@ class Provenance:
 
     @classmethod
     def from_proto(cls, m: pb.Provenance) -> Provenance:
-        return cls(host=m.host, token=m.token, unix_ms=m.unix_ms, disputed=m.disputed)
+        return from_message(cls, m)
 
 
 @dataclass(frozen=True)
@@ -366,16 +321,7 @@ class AuditStats:
 
     @classmethod
     def from_proto(cls, m: pb.AuditStats) -> AuditStats:
-        return cls(
-            rate=m.rate,
-            cpu_share=m.cpu_share,
-            clean=m.clean,
-            mismatched=m.mismatched,
-            failed=m.failed,
-            dropped=m.dropped,
-            quarantined_keys=m.quarantined_keys,
-            publishers_audited=list(m.publishers_audited),
-        )
+        return from_message(cls, m, publishers_audited=list(m.publishers_audited))
 
 
 @dataclass(frozen=True)
@@ -411,44 +357,20 @@ class Stats:
 
     @classmethod
     def from_proto(cls, m: pb.StatsResponse) -> Stats:
-        return cls(
-            version=m.version,
+        return from_message(
+            cls,
+            m,
             toolchains=[
-                ToolchainInfo(
-                    name=t.name,
-                    version=t.version,
-                    fingerprint=t.fingerprint,
-                    location=t.location,
+                from_message(
+                    ToolchainInfo,
+                    t,
                     include_dirs=list(t.include_dirs),
                     supported_targets=list(t.supported_targets),
                 )
                 for t in m.toolchains
             ],
-            gpus=[Gpu(index=g.index, name=g.name, target=g.target) for g in m.gpus],
-            default_target=m.default_target,
-            tiers=[
-                TierStats(
-                    tier=t.tier,
-                    entries=t.entries,
-                    bytes=t.bytes,
-                    capacity_bytes=t.capacity_bytes,
-                    hits=t.hits,
-                    misses=t.misses,
-                    integrity_failures=t.integrity_failures,
-                )
-                for t in m.tiers
-            ],
-            compiles_ok=m.compiles_ok,
-            compiles_failed=m.compiles_failed,
-            queue_depth=m.queue_depth,
-            inflight_compiles=m.inflight_compiles,
-            jobs_total=m.jobs_total,
-            compile_seconds_saved=m.compile_seconds_saved,
-            concurrency=m.concurrency,
-            remote=m.remote,
-            remote_up=m.remote_up,
-            remote_state=m.remote_state,
-            remote_reason=m.remote_reason,
+            gpus=[from_message(Gpu, g) for g in m.gpus],
+            tiers=[from_message(TierStats, t) for t in m.tiers],
             recent_misses=[RecentMiss.from_proto(r) for r in m.recent_misses],
             snapshots=SnapshotStats.from_proto(m.snapshots),
             torch_graphs=_torch_graph_stats(m),
@@ -472,15 +394,7 @@ class WarmProgress:
 
     @classmethod
     def from_proto(cls, m: pb.WarmProgress) -> WarmProgress:
-        return cls(
-            total=m.total,
-            done=m.done,
-            already_local=m.already_local,
-            fetched=m.fetched,
-            missing=m.missing,
-            unknown_graphs=list(m.unknown_graphs),
-            finished=m.finished,
-        )
+        return from_message(cls, m, unknown_graphs=list(m.unknown_graphs))
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,8 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ._from_proto import from_message
+
 if TYPE_CHECKING:
     from ._proto import snapshot_pb2 as spb
 
@@ -21,7 +23,7 @@ class SnapshotRoot:
 
     @classmethod
     def from_proto(cls, m: spb.SnapshotRoot) -> SnapshotRoot:
-        return cls(name=m.name, path=m.path)
+        return from_message(cls, m)
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class SnapshotFile:
 
     @classmethod
     def from_proto(cls, m: spb.SnapshotFile) -> SnapshotFile:
-        return cls(root=m.root, path=m.path, mode=m.mode, digest=bytes(m.digest).hex(), size=m.size)
+        return from_message(cls, m, digest=bytes(m.digest).hex())
 
 
 @dataclass(frozen=True)
@@ -59,15 +61,8 @@ class SnapshotSummary:
 
     @classmethod
     def from_proto(cls, m: spb.SnapshotSummary) -> SnapshotSummary:
-        return cls(
-            job=m.job,
-            environment=dict(m.environment),
-            key=m.key,
-            files=m.files,
-            total_bytes=m.total_bytes,
-            updated_unix_ms=m.updated_unix_ms,
-            saved_by=m.saved_by,
-            roots=[SnapshotRoot.from_proto(r) for r in m.roots],
+        return from_message(
+            cls, m, environment=dict(m.environment), roots=[SnapshotRoot.from_proto(r) for r in m.roots]
         )
 
 
@@ -86,15 +81,12 @@ class SnapshotManifest:
 
     @classmethod
     def from_proto(cls, m: spb.SnapshotManifest) -> SnapshotManifest:
-        return cls(
-            job=m.job,
+        return from_message(
+            cls,
+            m,
             environment=dict(m.environment),
-            key=m.key,
             roots=[SnapshotRoot.from_proto(r) for r in m.roots],
             files=[SnapshotFile.from_proto(f) for f in m.files],
-            total_bytes=m.total_bytes,
-            updated_unix_ms=m.updated_unix_ms,
-            saved_by=m.saved_by,
         )
 
     def summary(self) -> SnapshotSummary:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from ._from_proto import from_message
 from ._proto import kiln_pb2 as pb
 from .tier import Tier
 
@@ -29,14 +30,8 @@ class TorchGraphAnswer:
 
     @classmethod
     def from_proto(cls, m: Any) -> TorchGraphAnswer:
-        return cls(
-            ok=m.ok,
-            artifacts=bytes(m.artifacts),
-            tier=Tier(m.tier),
-            compile_seconds=m.compile_micros / 1e6,
-            log=m.log,
-            key=m.key,
-            compile_here=m.compile_here,
+        return from_message(
+            cls, m, artifacts=bytes(m.artifacts), tier=Tier(m.tier), compile_seconds=m.compile_micros / 1e6
         )
 
 
@@ -73,7 +68,7 @@ class TorchGraphCost:
 
     @classmethod
     def from_proto(cls, m: pb.TorchGraphCost) -> TorchGraphCost:
-        return cls(**{f.name: getattr(m, f.name) for f in fields(cls)})
+        return from_message(cls, m)
 
 
 @dataclass(frozen=True)
@@ -106,8 +101,7 @@ class TorchJobReturn:
 
     @classmethod
     def from_proto(cls, m: pb.TorchJobReturn) -> TorchJobReturn:
-        scalars = {f.name: getattr(m, f.name) for f in fields(cls) if f.name != "graphs"}
-        return cls(graphs=[TorchGraphCost.from_proto(g) for g in m.graphs], **scalars)
+        return from_message(cls, m, graphs=[TorchGraphCost.from_proto(g) for g in m.graphs])
 
 
 @dataclass(frozen=True)
@@ -122,7 +116,7 @@ class TorchJobs:
 
     @classmethod
     def from_proto(cls, m: Any) -> TorchJobs:
-        return cls([TorchJobReturn.from_proto(j) for j in m.jobs], m.source, m.source_detail)
+        return from_message(cls, m, jobs=[TorchJobReturn.from_proto(j) for j in m.jobs])
 
 
 @dataclass(frozen=True)
@@ -139,10 +133,4 @@ class TorchGraphStats:
 
     @classmethod
     def from_proto(cls, m: pb.TorchGraphStats) -> TorchGraphStats:
-        return cls(
-            compiled=m.compiled,
-            failed=m.failed,
-            hits=m.hits,
-            fallbacks=dict(m.fallbacks),
-            jobs=[TorchJobReturn.from_proto(j) for j in m.jobs],
-        )
+        return from_message(cls, m, fallbacks=dict(m.fallbacks), jobs=[TorchJobReturn.from_proto(j) for j in m.jobs])
