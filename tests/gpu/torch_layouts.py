@@ -151,6 +151,10 @@ class Runner:
             "before_s": [round(x["first"] - x["times"][0], 3) for x in ranks if x.get("times")],
             # torch's own phase timers in the first rank, seconds by phase.
             "timed": ranks[0].get("timed", {}),
+            # kiln's own set-up in the first rank, seconds by the import that ran it, and the
+            # snapshot restore as the first compile saw it: where kiln's before_s goes.
+            "setup_s": ranks[0]["graphs"].get("setup_s", {}),
+            "restore": ranks[0]["graphs"].get("restore", {}),
         }
         for x in ranks:
             for reason, count in x["graphs"].get("fallbacks", {}).items():
@@ -170,7 +174,7 @@ class Runner:
         print(f"    {layout} {variant}: first step {r['first_s']:.2f} s, steady {r['steady_s'] * 1e3:.1f} ms, "
               f"fallbacks {r['fallbacks']}, how {r['how']}, Triton compiles {r['triton_compiles']}", flush=True)
         top = sorted(r["timed"].items(), key=lambda kv: -kv[1])[:10]
-        print("      torch's timers: " + ", ".join(f"{k} {v:.2f}" for k, v in top) + f"; kiln phases {r['phases']}; before {r['before_s']}", flush=True)
+        print("      torch's timers: " + ", ".join(f"{k} {v:.2f}" for k, v in top) + f"; kiln phases {r['phases']}; before {r['before_s']}; kiln set-up {r['setup_s']}; restore {r['restore']}", flush=True)
         return r
 
     def layout(self, layout: str) -> dict[str, dict]:

@@ -146,6 +146,7 @@ SWITCHED = """
         "fx_class": rc.RemoteFxGraphCache.__name__,
         "triton_backend": os.environ.get("TRITON_REMOTE_CACHE_BACKEND"),
         "grpc_loaded": "grpc" in sys.modules,
+        "setup_charged": sorted(sys.modules["kiln._import_hooks"].spent) if "kiln._import_hooks" in sys.modules else None,
     }))
 """
 
@@ -160,6 +161,8 @@ def test_kiln_torch_switch_plugs_kiln_in_with_no_code_change(kilnd: Kilnd) -> No
         "fx_class": "KilnFxGraphCache",
         "triton_backend": "kiln.triton:KilnRemoteCacheBackend",
         "grpc_loaded": False,  # nothing talks to kilnd until a cache is used
+        # kiln's set-up is timed where it runs (graph_stats()["setup_s"]): at start and per hook
+        "setup_charged": ["start", "torch._inductor.config", "torch._inductor.remote_cache"],
     }
     assert run.stderr == ""
 
@@ -174,6 +177,7 @@ def test_without_the_switch_nothing_changes_and_kiln_is_not_imported(kilnd: Kiln
         first, second = run.stdout.splitlines()
         out = json.loads(first)
         assert out["fx_flag"] is None and out["fx_class"] == "RemoteFxGraphCache" and out["triton_backend"] is None
+        assert out["setup_charged"] is None
         assert second == "False"
 
 

@@ -72,7 +72,12 @@ def _on_dynamo(module: ModuleType) -> None:
 
 
 def install_hooks() -> None:
+    import time
+
+    from . import _import_hooks
     from . import torch as kt
+
+    started = time.perf_counter()
     from . import torch_snapshot
 
     torch_snapshot.start()
@@ -81,6 +86,7 @@ def install_hooks() -> None:
     hooks["torch._dynamo"] = _on_dynamo
     watch(hooks)
     kt.switch_on_triton()
+    _import_hooks.charge("start", time.perf_counter() - started)
 
 
 # kiln-torch.pth imports this module under KILN_TORCH.

@@ -13,10 +13,20 @@ import importlib.abc
 import importlib.machinery
 import logging
 import sys
+import time
 from collections.abc import Callable, Sequence
 from types import ModuleType
 
 log = logging.getLogger("kiln")
+
+#: Seconds kiln's own work took in this process, by the module whose import ran it (and
+#: ``"start"`` for what :mod:`kiln._autoinstall` does at interpreter start): what kiln adds to a
+#: job's set-up, reported by ``kiln.torch.graph_stats()``.
+spent: dict[str, float] = {}
+
+
+def charge(name: str, seconds: float) -> None:
+    spent[name] = spent.get(name, 0.0) + seconds
 
 
 class _Loader(importlib.abc.Loader):
@@ -31,10 +41,13 @@ class _Loader(importlib.abc.Loader):
 
     def exec_module(self, module: ModuleType) -> None:
         self._inner.exec_module(module)
+        started = time.perf_counter()
         try:
             self._hook(module)
         except Exception:  # noqa: BLE001 - the job goes on without kiln
             log.warning("kiln: KILN_TORCH: setting up %s failed; kiln stays off there", module.__name__, exc_info=True)
+        finally:
+            charge(module.__name__, time.perf_counter() - started)
 
 
 class _Finder(importlib.abc.MetaPathFinder):

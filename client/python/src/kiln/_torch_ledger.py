@@ -233,11 +233,15 @@ def rank() -> int:
 
 
 def stats() -> dict[str, Any]:
-    """What the graph path did in this process: fallbacks by reason, and each graph's record."""
+    """What the graph path did in this process: fallbacks by reason, each graph's record, and
+    the seconds kiln's set-up took by the import that ran it."""
+    from . import _import_hooks
+
     with _ledger.lock:
         return {
             "fallbacks": {k: v for k, v in _ledger.fallbacks.items() if v},
             "process": _ledger.process,
+            "setup_s": {k: round(v, 4) for k, v in _import_hooks.spent.items()},
             "graphs": [
                 {
                     "name": g.name,
