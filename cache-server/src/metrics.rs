@@ -23,53 +23,23 @@
 //! a lookup for Prometheus counts it for the page too.
 
 use kiln_proto::pb::TorchJobReturn;
-use prometheus_client::encoding::EncodeLabelSet;
+use kiln_serve::metrics::TorchJobGauges;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::collections::HashSet;
 use std::sync::Mutex;
-use std::sync::atomic::AtomicU64;
 use tonic::Code;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RequestLabels {
-    pub op: &'static str,
-    pub code: &'static str,
-}
+pub use kiln_serve::metrics::{DirectionLabels, PublisherLabels};
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct LookupLabels {
-    pub via: &'static str,
-    pub result: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PublisherLabels {
-    pub publisher: String,
-}
-
-/// A conflicting write's writer (its token id) and what became of it: `refused` (a kernel's) or
-/// `replaced` (a blob's, which may legitimately differ between uploaders).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ConflictLabels {
-    pub publisher: String,
-    pub outcome: &'static str,
-}
-
-/// A torch.compile job. Not `job`: Prometheus gives that label to the scrape job, and would
-/// rename ours to `exported_job`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct JobLabels {
-    pub torch_job: String,
-}
-
-type JobGauge = Family<JobLabels, Gauge<f64, AtomicU64>>;
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DirectionLabels {
-    pub direction: &'static str,
+kiln_serve::label_sets! {
+    RequestLabels { op: &'static str, code: &'static str }
+    LookupLabels { via: &'static str, result: &'static str }
+    /// A conflicting write's writer (its token id) and what became of it: `refused` (a kernel's) or
+    /// `replaced` (a blob's, which may legitimately differ between uploaders).
+    ConflictLabels { publisher: String, outcome: &'static str }
 }
 
 /// Every metric kiln-cache exports. Cloning a metric shares its value.
@@ -94,11 +64,7 @@ pub struct Metrics {
     /// configured token's, or `anonymous`: bounded, unlike host names, which writers choose).
     pub conflicting_puts: Family<ConflictLabels, Counter>,
     /// The fleet ledger's torch.compile jobs (see the module's documentation).
-    pub torch_job_speedup: JobGauge,
-    pub torch_job_break_even_steps: JobGauge,
-    pub torch_job_compile_seconds: JobGauge,
-    pub torch_job_saved_seconds: JobGauge,
-    pub torch_job_steps: JobGauge,
+    pub torch_jobs: TorchJobGauges,
     /// The jobs exported now, so those that left the ledger lose their series.
     torch_jobs_exported: Mutex<HashSet<String>>,
     /// The status page's counts, not yet flushed to Redis.
@@ -127,11 +93,7 @@ impl Metrics {
             quarantines: Family::default(),
             quarantined_puts: Counter::default(),
             conflicting_puts: Family::default(),
-            torch_job_speedup: Family::default(),
-            torch_job_break_even_steps: Family::default(),
-            torch_job_compile_seconds: Family::default(),
-            torch_job_saved_seconds: Family::default(),
-            torch_job_steps: Family::default(),
+            torch_jobs: TorchJobGauges::new(true),
             torch_jobs_exported: Mutex::default(),
             tally: Default::default(),
         };
@@ -163,42 +125,11 @@ impl Metrics {
             "Puts that offered other bytes than the key held (refused for kernels), by the offering token id",
             m.conflicting_puts.clone(),
         );
-        for (name, help, family) in [
-            (
-                "torch_job_speedup",
-                "Eager over compiled step time of a torch.compile job, in the fleet ledger (no series until measured)",
-                &m.torch_job_speedup,
-            ),
-            (
-                "torch_job_break_even_steps",
-                "Steps after which a job's compile pays for itself (no series while unknown or when it never does)",
-                &m.torch_job_break_even_steps,
-            ),
-            (
-                "torch_job_compile_seconds",
-                "Compile seconds charged to a job: cold compiles once per graph, and its processes' own",
-                &m.torch_job_compile_seconds,
-            ),
-            (
-                "torch_job_saved_seconds",
-                "Compile seconds the caches saved a job: the stored compile time of each graph taken warm",
-                &m.torch_job_saved_seconds,
-            ),
-            ("torch_job_steps", "Steps a job's processes ran, added up", &m.torch_job_steps),
-        ] {
-            registry.register(name, help, family.clone());
-        }
+        m.torch_jobs.register(
+            &mut registry,
+            "Eager over compiled step time of a torch.compile job, in the fleet ledger (no series until measured)",
+        );
         Metrics { registry, ..m }
-    }
-
-    fn torch_job_families(&self) -> [&JobGauge; 5] {
-        [
-            &self.torch_job_speedup,
-            &self.torch_job_break_even_steps,
-            &self.torch_job_compile_seconds,
-            &self.torch_job_saved_seconds,
-            &self.torch_job_steps,
-        ]
     }
 
     /// Sets the per-job series to `jobs` (the fleet ledger's most recent), removing those of jobs
@@ -212,40 +143,17 @@ impl Metrics {
             gone
         };
         for job in gone {
-            for family in self.torch_job_families() {
-                family.remove(&JobLabels { torch_job: job.clone() });
-            }
+            self.torch_jobs.remove(&job);
         }
         for j in jobs {
-            self.set_torch_job(j);
+            self.torch_jobs.set(j);
         }
     }
 
     /// Sets one job's series at once (a report just merged it); the next refresh keeps the bound.
     pub fn export_torch_job(&self, job: &TorchJobReturn) {
         self.torch_jobs_exported.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(job.job.clone());
-        self.set_torch_job(job);
-    }
-
-    fn set_torch_job(&self, j: &TorchJobReturn) {
-        let labels = JobLabels { torch_job: j.job.clone() };
-        let figures = [
-            (j.speedup > 0.0).then_some(j.speedup),
-            (j.break_even_steps > 0.0).then_some(j.break_even_steps),
-            Some(j.compile_s),
-            Some(j.saved_s),
-            Some(j.steps as f64),
-        ];
-        for (family, figure) in self.torch_job_families().into_iter().zip(figures) {
-            match figure {
-                Some(v) => {
-                    family.get_or_create(&labels).set(v);
-                }
-                None => {
-                    family.remove(&labels);
-                }
-            }
-        }
+        self.torch_jobs.set(job);
     }
 
     pub fn request(&self, op: &'static str, code: Code) {

@@ -3,7 +3,7 @@
 //! ok|failed, `toolchain` nvrtc|ptxas|triton, `direction` read|write.
 
 use crate::store::TierName;
-use prometheus_client::encoding::EncodeLabelSet;
+use kiln_serve::metrics::TorchJobGauges;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -11,32 +11,17 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct LookupLabels {
-    pub tier: &'static str,
-    pub result: &'static str,
-}
+pub use kiln_serve::metrics::{DirectionLabels, PublisherLabels};
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CompileLabels {
-    pub toolchain: &'static str,
-    pub outcome: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ToolchainLabels {
-    pub toolchain: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct TierLabels {
-    pub tier: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct LeaseLabels {
-    /// A [`LeaseResult`]'s name.
-    pub result: &'static str,
+kiln_serve::label_sets! {
+    LookupLabels { tier: &'static str, result: &'static str }
+    CompileLabels { toolchain: &'static str, outcome: &'static str }
+    ToolchainLabels { toolchain: &'static str }
+    TierLabels { tier: &'static str }
+    LeaseLabels {
+        /// A [`LeaseResult`]'s name.
+        result: &'static str,
+    }
 }
 
 /// What came of asking kiln-cache for a key's lease: the `result` label of `kiln_lease_total`,
@@ -81,63 +66,24 @@ impl LeaseResult {
     }
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct BytesLabels {
-    pub tier: &'static str,
-    pub direction: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResultLabels {
-    pub result: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PublisherLabels {
-    pub publisher: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DirectionLabels {
-    pub direction: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct BlobLookupLabels {
-    pub namespace: String,
-    /// memory | disk | remote, or none for a miss.
-    pub tier: &'static str,
-    pub result: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct NamespaceLabels {
-    pub namespace: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct BlobLeaseLabels {
-    pub namespace: String,
-    /// granted | found | proceed | expired
-    pub result: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReasonLabels {
-    pub reason: String,
-}
-
-/// The label of `kiln_misses_total`: a miss reason's label (`explain::misses::MissReason`).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct MissLabels {
-    pub reason: &'static str,
-}
-
-/// The label of the per-job torch.compile gauges: `torch_job`, since Prometheus owns `job` (the
-/// scrape's) and would rename a series' own to `exported_job`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct JobLabels {
-    pub torch_job: String,
+kiln_serve::label_sets! {
+    BytesLabels { tier: &'static str, direction: &'static str }
+    ResultLabels { result: &'static str }
+    BlobLookupLabels {
+        namespace: String,
+        /// memory | disk | remote, or none for a miss.
+        tier: &'static str,
+        result: &'static str,
+    }
+    NamespaceLabels { namespace: String }
+    BlobLeaseLabels {
+        namespace: String,
+        /// granted | found | proceed | expired
+        result: &'static str,
+    }
+    ReasonLabels { reason: String }
+    /// The label of `kiln_misses_total`: a miss reason's label (`explain::misses::MissReason`).
+    MissLabels { reason: &'static str }
 }
 
 /// Distinct `namespace` label values kept; later ones are counted as `other`, so a client
@@ -181,12 +127,9 @@ pub struct Metrics {
     /// In-process compiles that jobs reported instead of kilnd's, by reason.
     pub torch_graph_fallbacks: Family<ReasonLabels, Counter>,
     /// Per job (the 64 most recently reported): eager over compiled step time, the steps after
-    /// which the compile pays for itself (each only once known), and the compile seconds paid.
-    pub torch_job_speedup: Family<JobLabels, Gauge<f64, AtomicU64>>,
-    pub torch_job_break_even_steps: Family<JobLabels, Gauge<f64, AtomicU64>>,
-    pub torch_job_compile_seconds: Family<JobLabels, Gauge<f64, AtomicU64>>,
-    /// Per job: compile seconds the caches saved it (stored compile times of its warm graphs).
-    pub torch_job_saved_seconds: Family<JobLabels, Gauge<f64, AtomicU64>>,
+    /// which the compile pays for itself (each only once known), the compile seconds paid, and
+    /// those the caches saved it (stored compile times of its warm graphs).
+    pub torch_jobs: TorchJobGauges,
     pub blob_put_bytes: Family<NamespaceLabels, Counter>,
     pub blob_leases: Family<BlobLeaseLabels, Counter>,
     /// Snapshot saves by result: changed | unchanged | refused.
@@ -245,10 +188,7 @@ impl Metrics {
             blob_leases: Family::default(),
             torch_graphs: Family::default(),
             torch_graph_fallbacks: Family::default(),
-            torch_job_speedup: Family::default(),
-            torch_job_break_even_steps: Family::default(),
-            torch_job_compile_seconds: Family::default(),
-            torch_job_saved_seconds: Family::default(),
+            torch_jobs: TorchJobGauges::new(false),
             snapshot_saves: Family::default(),
             snapshot_restores: Family::default(),
             snapshot_restore_files: Family::default(),
@@ -300,25 +240,9 @@ impl Metrics {
             "In-process torch.compile compiles that jobs reported, by reason",
             m.torch_graph_fallbacks.clone(),
         );
-        registry.register(
-            "torch_job_speedup",
+        m.torch_jobs.register(
+            &mut registry,
             "Eager over compiled step time, per job measured both ways (no series until then)",
-            m.torch_job_speedup.clone(),
-        );
-        registry.register(
-            "torch_job_break_even_steps",
-            "Steps after which a job's compile pays for itself (no series while unknown or when it never does)",
-            m.torch_job_break_even_steps.clone(),
-        );
-        registry.register(
-            "torch_job_compile_seconds",
-            "Compile seconds charged to a job: cold compiles once per graph, and its processes' own",
-            m.torch_job_compile_seconds.clone(),
-        );
-        registry.register(
-            "torch_job_saved_seconds",
-            "Compile seconds the caches saved a job: the stored compile time of each graph taken warm",
-            m.torch_job_saved_seconds.clone(),
         );
         registry.register(
             "lease",

@@ -5,7 +5,8 @@
 //! - [`init_tracing`]: logging to stderr, filtered by `KILN_LOG` (default `info`).
 //! - [`shutdown_signal`]: resolves on SIGTERM or SIGINT.
 //! - [`arm_stop_deadline`]: a daemon told to stop exits by a deadline, whatever still runs.
-//! - [`render`]: a Prometheus registry as the text exposition.
+//! - [`render`]: a Prometheus registry as the text exposition; [`metrics`]: the label sets and
+//!   per-job torch.compile gauges both daemons export.
 //! - [`status_routes`]: a status page's `/` (HTML) and `/status.json` routes over one snapshot.
 //! - [`serve_metrics`]: serves `/metrics` beside those pages on the `--metrics` listener.
 //! - [`tcp::bind`]: TCP listeners with a backlog sized for a fleet reconnecting at once.
@@ -22,6 +23,7 @@
 pub mod auth;
 pub mod config_keys;
 pub mod html;
+pub mod metrics;
 pub mod tcp;
 pub mod torch_jobs;
 pub mod unix;

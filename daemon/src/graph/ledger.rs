@@ -5,12 +5,9 @@
 //! `Stats`, the status page and `/metrics`.
 
 use super::recipe::RecipeBook;
-use crate::metrics::{JobLabels, Metrics, ReasonLabels, ResultLabels};
+use crate::metrics::{Metrics, ReasonLabels, ResultLabels};
 use kiln_proto::{pb, torch_ledger};
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 /// Jobs whose ledger is kept; the least recently reported is dropped past it (and its gauges
@@ -73,8 +70,6 @@ impl Outcome {
         }
     }
 }
-
-type JobGauge = Family<JobLabels, Gauge<f64, AtomicU64>>;
 
 impl Ledger {
     pub fn new(metrics: Arc<Metrics>, host: &str) -> Self {
@@ -144,11 +139,11 @@ impl Ledger {
         if job.ret.graphs.is_empty() {
             return (ret, costs);
         }
-        self.export(&job.ret);
+        self.metrics.torch_jobs.set(&job.ret);
         jobs.push_front(job);
         while jobs.len() > MAX_JOBS {
             if let Some(old) = jobs.pop_back() {
-                self.unexport(&old.ledger.job);
+                self.metrics.torch_jobs.remove(&old.ledger.job);
             }
         }
         (ret, costs)
@@ -168,38 +163,6 @@ impl Ledger {
             ended: r.ended,
             graphs: r.graphs.clone(),
             folded: 0,
-        }
-    }
-
-    /// The job's gauges, only what is known: an unmeasured job has no speedup series (a 0 would
-    /// read as "never pays"), and one that never pays, or is not measured, no break-even series.
-    fn export(&self, r: &pb::TorchJobReturn) {
-        let labels = JobLabels { torch_job: r.job.clone() };
-        let m = &self.metrics;
-        let set = |family: &JobGauge, v: Option<f64>| match v {
-            Some(v) => {
-                family.get_or_create(&labels).set(v);
-            }
-            None => {
-                family.remove(&labels);
-            }
-        };
-        set(&m.torch_job_speedup, (r.speedup > 0.0).then_some(r.speedup));
-        set(&m.torch_job_break_even_steps, (r.break_even_steps > 0.0).then_some(r.break_even_steps));
-        set(&m.torch_job_compile_seconds, Some(r.compile_s));
-        set(&m.torch_job_saved_seconds, Some(r.saved_s));
-    }
-
-    fn unexport(&self, job: &str) {
-        let labels = JobLabels { torch_job: job.to_owned() };
-        let m = &self.metrics;
-        for family in [
-            &m.torch_job_speedup,
-            &m.torch_job_break_even_steps,
-            &m.torch_job_compile_seconds,
-            &m.torch_job_saved_seconds,
-        ] {
-            family.remove(&labels);
         }
     }
 
