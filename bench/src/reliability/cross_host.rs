@@ -24,14 +24,7 @@ pub async fn run(run: &Run, out: &mut Outcome) -> Result<()> {
         images.redis, images.cache, images.kilnd
     )];
     let work = run.bench.dir("cross-host")?;
-    let layout = Layout {
-        caches: 1,
-        hosts: 2,
-        kilnd_config: String::new(),
-        cache_config: String::new(),
-        concurrency: 2,
-        spread: false,
-    };
+    let layout = Layout { concurrency: 2, ..Layout::new(1, 2) };
     let started = Instant::now();
     let fleet = blocking(move || ContainerFleet::start("cross-host", &work, &images, &layout)).await??;
     out.figure("fleet started (Redis, kiln-cache, 2 kilnd)", format!("{:.1} s", started.elapsed().as_secs_f64()));

@@ -48,12 +48,8 @@ pub async fn run(run: &Run, out: &mut Outcome) -> Result<()> {
     ];
     let work = run.bench.dir("holder-partition")?;
     let layout = Layout {
-        caches: 1,
-        hosts: HOSTS,
         kilnd_config: format!("lease_ttl_ms = {}\nhedge_secs = {}\n", LEASE_TTL.as_millis(), HEDGE.as_secs()),
-        cache_config: String::new(),
-        concurrency: 1,
-        spread: false,
+        ..Layout::new(1, HOSTS)
     };
     let fleet = blocking(move || ContainerFleet::start("holder-partition", &work, &images, &layout)).await??;
     let source = format!("// {TAG}\n{}", kernels::slow_kernel(STATEMENTS));

@@ -56,12 +56,8 @@ pub async fn run(run: &Run, out: &mut Outcome) -> Result<()> {
     ];
     let work = run.bench.dir("publisher-lost")?;
     let layout = Layout {
-        caches: 1,
-        hosts: 3,
         kilnd_config: format!("lease_ttl_ms = {}\nhedge_secs = {}\n", LEASE_TTL.as_millis(), HEDGE.as_secs()),
-        cache_config: String::new(),
-        concurrency: 1,
-        spread: false,
+        ..Layout::new(1, 3)
     };
     let fleet = blocking(move || ContainerFleet::start("publisher-lost", &work, &images, &layout)).await??;
     let source = format!("// {TAG}\n{}", kernels::slow_kernel(STATEMENTS));

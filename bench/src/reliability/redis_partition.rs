@@ -53,14 +53,7 @@ pub async fn run(run: &Run, out: &mut Outcome) -> Result<()> {
             .into(),
     ];
     let work = run.bench.dir("redis-partition")?;
-    let layout = Layout {
-        caches: 1,
-        hosts: 3,
-        kilnd_config: String::new(),
-        cache_config: String::new(),
-        concurrency: 2,
-        spread: false,
-    };
+    let layout = Layout { concurrency: 2, ..Layout::new(1, 3) };
     let fleet = std::sync::Arc::new(
         blocking(move || ContainerFleet::start("redis-partition", &work, &images, &layout)).await??,
     );

@@ -66,14 +66,7 @@ pub async fn run(run: &Run, out: &mut Outcome) -> Result<()> {
         ),
     ];
     let work = run.bench.dir("rolling-restart")?;
-    let layout = Layout {
-        caches: 2,
-        hosts: HOSTS,
-        kilnd_config: String::new(),
-        cache_config: String::new(),
-        concurrency: 1,
-        spread: true,
-    };
+    let layout = Layout { spread: true, ..Layout::new(2, HOSTS) };
     let fleet = Arc::new(blocking(move || ContainerFleet::start("rolling-restart", &work, &images, &layout)).await??);
 
     let stop = Arc::new(AtomicBool::new(false));
