@@ -5,7 +5,6 @@
 //! stay within its share (`audit_cpu_share`, 5% of one CPU by default).
 
 use super::fleet::Fleet;
-use super::kilnd::Kilnd;
 use super::report::{Row, Section, Target, Value};
 use super::{Bench, GRAPH_KERNELS, check_job, cpu, graph_request};
 use anyhow::{Context, Result};
@@ -37,13 +36,7 @@ pub async fn run(bench: &Bench, fleet: &Fleet) -> Result<Section> {
          what the share allows and leaves the rest queued (the queue holds 64)."
             .into(),
     ];
-    let filler = Kilnd::start(
-        &bench.kilnd(),
-        &bench.cuda_root,
-        &bench.dir("audit-cost-fill")?,
-        &fleet.kilnd_options(bench.cores, "audit = false\n"),
-    )
-    .await?;
+    let filler = fleet.start_host(bench, "audit-cost-fill", "audit = false\n").await?;
     let job = filler.connect().await?.compile(graph_request()).await?.collect().await.context("the fill")?;
     check_job(&job, GRAPH_KERNELS, None)?;
     filler.stop().await?;
@@ -51,7 +44,7 @@ pub async fn run(bench: &Bench, fleet: &Fleet) -> Result<Section> {
     let start = |name: &'static str, config: &'static str| async move {
         let mut options = fleet.kilnd_options(bench.cores, config);
         options.metrics = true;
-        Kilnd::start(&bench.kilnd(), &bench.cuda_root, &bench.dir(name)?, &options).await
+        bench.start_kilnd(&bench.dir(name)?, &options).await
     };
     let audited = start("audit-cost-on", "audit_rate = 1.0\n").await?;
     let plain = start("audit-cost-off", "audit = false\n").await?;

@@ -8,7 +8,7 @@
 //! kiln pays the whole cold path: keying, scheduling, the worker round trip, the envelope,
 //! the fsynced disk write and the reply. Rounds alternate which side goes first.
 
-use super::kilnd::{Kilnd, KilndOptions};
+use super::kilnd::KilndOptions;
 use super::nvrtc::Nvrtc;
 use super::report::{Row, Section, Target, Value};
 use super::{Bench, GRAPH_KERNELS, Shared, TARGET, check_job};
@@ -86,7 +86,7 @@ fn secs(d: &[Duration]) -> String {
 async fn level(bench: &Bench, nvrtc: &Arc<Nvrtc>, concurrency: usize, section: &mut Section) -> Result<(Row, f64)> {
     let dir = bench.dir(&format!("cold-c{concurrency}"))?;
     let options = KilndOptions::new(concurrency);
-    let daemon = Kilnd::start(&bench.kilnd(), &bench.cuda_root, &dir, &options).await?;
+    let daemon = bench.start_kilnd(&dir, &options).await?;
     let client = daemon.connect().await?;
     // Warm-up: every worker and this process's NVRTC compile once before anything is timed.
     let warm = sources(&format!("warm-up c{concurrency}"));

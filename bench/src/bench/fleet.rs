@@ -8,7 +8,7 @@
 //! here and becomes the figure's recorded error.
 
 use super::Bench;
-use super::kilnd::KilndOptions;
+use super::kilnd::{Kilnd, KilndOptions};
 use super::redis::RedisServer;
 use anyhow::{Context, Result, anyhow};
 use kiln_cache_client::RemoteCache;
@@ -47,6 +47,12 @@ impl Fleet {
     /// read-write token; `config` adds lines to its config file.
     pub fn kilnd_options(&self, concurrency: usize, config: &str) -> KilndOptions {
         host_options(&self.cache.uri(), concurrency, config)
+    }
+
+    /// A fresh kilnd host of this fleet at the machine's concurrency, in the scratch directory
+    /// `name`; `config` adds lines to its config file.
+    pub async fn start_host(&self, bench: &Bench, name: &str, config: &str) -> Result<Kilnd> {
+        bench.start_kilnd(&bench.dir(name)?, &self.kilnd_options(bench.cores, config)).await
     }
 
     /// A plain kiln-cache client with its own connection.

@@ -5,7 +5,6 @@
 //! real compile); timed: the wall time until every daemon has the whole graph.
 
 use super::fleet::{Fleet, panic_text};
-use super::kilnd::Kilnd;
 use super::report::{Row, Section, Target, Value};
 use super::{Bench, TARGET, check_job};
 use anyhow::{Context, Result, anyhow, ensure};
@@ -59,7 +58,7 @@ async fn run_once(
         // The witness CUDA root has no bin/ptxas, which each daemon would warn about.
         o.env.push(("KILN_LOG".into(), "error".into()));
         let dir = bench.dir(&format!("fleet-cold-{d}"))?;
-        daemons.push(Kilnd::start(&bench.kilnd(), &bench.cuda_root, &dir, &o).await?);
+        daemons.push(bench.start_kilnd(&dir, &o).await?);
     }
     let mut clients = Vec::with_capacity(DAEMONS);
     for d in &daemons {

@@ -7,7 +7,6 @@
 //! generator; the kiln side also has Redis under it.
 
 use super::fleet::{Fleet, artifact_key};
-use super::kilnd::Kilnd;
 use super::redis::benchmark_get_rps;
 use super::report::{Row, Section, Target, Value};
 use super::{Bench, TARGET, check_job};
@@ -54,9 +53,7 @@ async fn rps(clients: &[RemoteCache], key: CacheKey, size: usize, secs: f64) -> 
 pub async fn run(bench: &Bench, fleet: &Fleet) -> Result<Section> {
     let o = &bench.options;
     let mut s = Section::new(TITLE);
-    let filler =
-        Kilnd::start(&bench.kilnd(), &bench.cuda_root, &bench.dir("fleet-lookups")?, &fleet.kilnd_options(1, ""))
-            .await?;
+    let filler = bench.start_kilnd(&bench.dir("fleet-lookups")?, &fleet.kilnd_options(1, "")).await?;
     let req = kiln_tests::kernels::request(
         TARGET,
         vec![kiln_tests::kernels::kernel(

@@ -9,7 +9,6 @@
 //! trip, so the baseline is sampled in the same stretch of time as kiln.
 
 use super::fleet::{Fleet, artifact_key};
-use super::kilnd::Kilnd;
 use super::report::{Measured, Row, Section, Target, Value};
 use super::samples::Samples;
 use super::{Bench, GRAPH_KERNELS, check_job, graph_request};
@@ -50,13 +49,7 @@ pub async fn run(bench: &Bench, fleet: &Fleet) -> Result<Section> {
         ),
     ];
 
-    let filler = Kilnd::start(
-        &bench.kilnd(),
-        &bench.cuda_root,
-        &bench.dir("fleet-warm-fill")?,
-        &fleet.kilnd_options(bench.cores, ""),
-    )
-    .await?;
+    let filler = fleet.start_host(bench, "fleet-warm-fill", "").await?;
     let job = filler.connect().await?.compile(graph_request()).await?.collect().await.context("cold fill")?;
     check_job(&job, GRAPH_KERNELS, None)?;
     filler.stop().await?;
@@ -194,7 +187,7 @@ fn primer() -> pb::CompileRequest {
 /// `config`: lines for its configuration file.
 async fn sample(bench: &Bench, fleet: &Fleet, dir: &Path, i: usize, primed: bool, config: &str) -> Result<Sample> {
     let started = Instant::now();
-    let daemon = Kilnd::start(&bench.kilnd(), &bench.cuda_root, dir, &fleet.kilnd_options(bench.cores, config)).await?;
+    let daemon = bench.start_kilnd(dir, &fleet.kilnd_options(bench.cores, config)).await?;
     let client = daemon.connect().await?;
     let start_up = started.elapsed();
     if primed {

@@ -6,7 +6,7 @@
 //! default, so both sides are measured at the same depth of concurrency. The load generator
 //! shares the machine's cores with the server on both sides.
 
-use super::kilnd::{Kilnd, KilndOptions};
+use super::kilnd::KilndOptions;
 use super::redis::{RedisServer, benchmark_get_rps};
 use super::report::{Row, Section, Target, Value};
 use super::{Bench, TARGET, check_job};
@@ -67,7 +67,7 @@ pub async fn run(bench: &Bench, redis: &RedisServer) -> Result<Section> {
     let mut s = Section::new(TITLE);
     let dir = bench.dir("throughput")?;
     let options = KilndOptions::new(bench.cores);
-    let daemon = Kilnd::start(&bench.kilnd(), &bench.cuda_root, &dir, &options).await?;
+    let daemon = bench.start_kilnd(&dir, &options).await?;
     let job = daemon.connect().await?.compile(kiln_tests::kernels::vector_graph(TARGET, 1)).await?.collect().await?;
     let size = check_job(&job, 1, None)?.first().map_or(0, Vec::len);
     let envelope = std::fs::metadata(kernel_file(&daemon.cache_dir, &job.kernels[0].key)).map(|m| m.len()).ok();

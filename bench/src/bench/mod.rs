@@ -169,6 +169,11 @@ impl Bench {
         self.bin_dir.join("kiln")
     }
 
+    /// This run's `kilnd`, with the pinned CUDA tree, started in `dir` (see [`kilnd::Kilnd::start`]).
+    pub async fn start_kilnd(&self, dir: &Path, options: &kilnd::KilndOptions) -> Result<kilnd::Kilnd> {
+        kilnd::Kilnd::start(&self.kilnd(), &self.cuda_root, dir, options).await
+    }
+
     /// A fresh directory under the scratch space.
     pub fn dir(&self, name: &str) -> Result<PathBuf> {
         let dir = self.work.join(name);

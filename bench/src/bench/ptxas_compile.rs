@@ -5,7 +5,7 @@
 //! Each round puts a new comment line on top of every file, so every key is new to kiln; ptxas
 //! ignores the comment, so the cubins of both sides can be compared byte for byte.
 
-use super::kilnd::{Kilnd, KilndOptions};
+use super::kilnd::KilndOptions;
 use super::nvrtc::Nvrtc;
 use super::report::{Row, Section, Value};
 use super::{Bench, TARGET, check_job};
@@ -73,8 +73,7 @@ pub async fn run(bench: &Bench) -> Result<Section> {
     let base: Vec<String> =
         (0..KERNELS).map(|i| nvrtc.ptx(&super::source(i), "compute_90")).collect::<Result<_>>().context("NVRTC PTX")?;
     let dir = bench.dir("ptxas-hand")?;
-    let daemon =
-        Kilnd::start(&bench.kilnd(), &bench.cuda_root, &bench.dir("ptxas-kilnd")?, &KilndOptions::new(1)).await?;
+    let daemon = bench.start_kilnd(&bench.dir("ptxas-kilnd")?, &KilndOptions::new(1)).await?;
     let client = daemon.connect().await?;
     let round_ptx = |tag: &str| -> Result<(Vec<String>, Vec<PathBuf>)> {
         let ptx: Vec<String> = base.iter().map(|p| format!("// kiln-bench {tag}\n{p}")).collect();

@@ -7,7 +7,7 @@
 //! itself, so it needs no `CUDA_HOME`, `NVVMIR_LIBRARY_DIR` or `PATH` changes; it does need a
 //! host compiler (`gcc`/`g++`) on `PATH` for preprocessing.
 
-use super::kilnd::{Kilnd, KilndOptions};
+use super::kilnd::KilndOptions;
 use super::redis::RedisServer;
 use super::report::{Measured, Row, Section, Value};
 use super::sccache::{Backend, Sccache};
@@ -99,7 +99,7 @@ async fn kiln_cli_figures(bench: &Bench, tree: &SourceTree, notes: &mut Vec<Stri
             c
         }
     };
-    let daemon = Kilnd::start(&bench.kilnd(), &bench.cuda_root, &dir, &options).await?;
+    let daemon = bench.start_kilnd(&dir, &options).await?;
     let make = make_for(daemon.uri());
     let (cold, warm, all) = tokio::task::block_in_place(|| -> Result<_> {
         let cold = tree.pass(bench.cores, &make, &kiln_check("compiled"))?;
@@ -108,7 +108,7 @@ async fn kiln_cli_figures(bench: &Bench, tree: &SourceTree, notes: &mut Vec<Stri
         Ok((cold, warm, all))
     })?;
     daemon.stop().await?;
-    let daemon = Kilnd::start(&bench.kilnd(), &bench.cuda_root, &dir, &options).await?;
+    let daemon = bench.start_kilnd(&dir, &options).await?;
     let make = make_for(daemon.uri());
     let restart = tokio::task::block_in_place(|| tree.pass(bench.cores, &make, &kiln_check("disk")))?;
     daemon.stop().await?;

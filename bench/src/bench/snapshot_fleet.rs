@@ -211,13 +211,7 @@ pub async fn run(bench: &Bench) -> Result<Section> {
             .into(),
     ];
     let fleet = Fleet::start(bench).await?;
-    let host_a = Kilnd::start(
-        &bench.kilnd(),
-        &bench.cuda_root,
-        &bench.dir("fleet-restore-a")?,
-        &fleet.kilnd_options(bench.cores, ""),
-    )
-    .await?;
+    let host_a = fleet.start_host(bench, "fleet-restore-a", "").await?;
     let work = bench.dir("fleet-restore-tree")?;
     let tree = work.join("job");
     let (file_keys, total) = job_tree(&tree)?;

@@ -6,7 +6,7 @@
 //! pool is started, Triton is imported and has compiled once on each side). Each timed round
 //! uses a new source (a comment changes), so neither kiln's cache nor Triton's can answer.
 
-use super::kilnd::{Kilnd, KilndOptions};
+use super::kilnd::KilndOptions;
 use super::report::{Row, Section, Target, Value};
 use super::triton_kernels::{self, Direct, TritonKernel};
 use super::{Bench, TARGET};
@@ -65,9 +65,7 @@ pub async fn run(bench: &Bench) -> Result<Section> {
              which side goes first; the best round of each side is compared. Ratio = kiln ÷ direct."
         ),
     ];
-    let daemon =
-        Kilnd::start(&bench.kilnd(), &bench.cuda_root, &bench.dir("triton-compile")?, &triton_options(bench, 1, 1))
-            .await?;
+    let daemon = bench.start_kilnd(&bench.dir("triton-compile")?, &triton_options(bench, 1, 1)).await?;
     let client = daemon.connect().await?;
     let mut direct = Direct::start(bench)?;
     let warm = triton_kernels::source(bench, "triton warm-up")?;

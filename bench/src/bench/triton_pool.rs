@@ -1,7 +1,6 @@
 //! Figure (i): a cold 32-kernel Triton graph through kilnd with the worker
 //! pool at 1 worker against 2 workers, both daemons at `--concurrency 2`, on this machine.
 
-use super::kilnd::Kilnd;
 use super::report::{Row, Section, Value};
 use super::triton_compile::{kiln_round, triton_options};
 use super::triton_kernels;
@@ -35,12 +34,8 @@ pub async fn run(bench: &Bench) -> Result<Section> {
              1 means the second worker helped."
         ),
     ];
-    let one =
-        Kilnd::start(&bench.kilnd(), &bench.cuda_root, &bench.dir("triton-pool-1")?, &triton_options(bench, 2, 1))
-            .await?;
-    let two =
-        Kilnd::start(&bench.kilnd(), &bench.cuda_root, &bench.dir("triton-pool-2")?, &triton_options(bench, 2, 2))
-            .await?;
+    let one = bench.start_kilnd(&bench.dir("triton-pool-1")?, &triton_options(bench, 2, 1)).await?;
+    let two = bench.start_kilnd(&bench.dir("triton-pool-2")?, &triton_options(bench, 2, 2)).await?;
     let (c1, c2) = (one.connect().await?, two.connect().await?);
     for (c, name) in [(&c1, "1 worker"), (&c2, "2 workers")] {
         let warm = triton_kernels::source(bench, &format!("pool warm-up {name}"))?;

@@ -8,7 +8,7 @@
 //! freshly started daemon per sample, timed on its first compile, which is what a restarted
 //! host sees. Every sample's 64 results must all come from the tier being measured.
 
-use super::kilnd::{Kilnd, KilndOptions};
+use super::kilnd::KilndOptions;
 use super::redis::{RedisServer, Resp};
 use super::report::{Measured, Row, Section, Target, Value};
 use super::samples::Samples;
@@ -144,7 +144,7 @@ async fn restarts(bench: &Bench, dir: &Path, base: &mut Baselines) -> Result<Pha
     let options = KilndOptions::new(bench.cores);
     let mut phase = Phase::default();
     for _ in 0..bench.options.restart_samples {
-        let daemon = Kilnd::start(&bench.kilnd(), &bench.cuda_root, dir, &options).await?;
+        let daemon = bench.start_kilnd(dir, &options).await?;
         let client = daemon.connect().await?;
         phase.kiln.push(timed(&client, &graph_request(), pb::Tier::Disk).await?);
         drop(client);
@@ -157,7 +157,7 @@ async fn restarts(bench: &Bench, dir: &Path, base: &mut Baselines) -> Result<Pha
 /// A daemon on the filled directory with its memory tier off, so every hit is a disk hit.
 async fn disk_steady(bench: &Bench, dir: &Path, base: &mut Baselines) -> Result<Phase> {
     let options = KilndOptions { memory_cache_mb: Some(0), ..KilndOptions::new(bench.cores) };
-    let daemon = Kilnd::start(&bench.kilnd(), &bench.cuda_root, dir, &options).await?;
+    let daemon = bench.start_kilnd(dir, &options).await?;
     let client = daemon.connect().await?;
     if let Err(e) = interleaved(&client, 20, pb::Tier::Disk, base, None).await {
         bail!("with memory_cache_mb = 0, a warm compile was not served by the disk tier: {e:#}");
@@ -212,7 +212,7 @@ pub async fn run(bench: &Bench, redis: &RedisServer, shared: &mut Shared) -> Res
     section.notes.push(PROFILE.to_string());
     let dir = bench.dir("warm")?;
     let options = KilndOptions::new(bench.cores);
-    let daemon = Kilnd::start(&bench.kilnd(), &bench.cuda_root, &dir, &options).await?;
+    let daemon = bench.start_kilnd(&dir, &options).await?;
     let client = daemon.connect().await?;
     let job = client.compile(graph_request()).await?.collect().await.context("cold fill")?;
     let cubins = check_job(&job, GRAPH_KERNELS, None)?;

@@ -6,7 +6,7 @@
 //! own empty cache and no fleet, so nothing it returns came through the tiers under test.
 
 use crate::bench::TARGET;
-use crate::bench::kilnd::{Kilnd, KilndOptions};
+use crate::bench::kilnd::KilndOptions;
 use anyhow::{Context, Result, ensure};
 use kiln_proto::pb;
 use kiln_tests::kernels;
@@ -61,7 +61,7 @@ pub async fn reference_keyed(
 ) -> Result<(Artifacts, BTreeMap<String, String>)> {
     let bench = &run.bench;
     let dir = bench.dir(&format!("reference-{name}"))?;
-    let daemon = Kilnd::start(&bench.kilnd(), &bench.cuda_root, &dir, &KilndOptions::new(bench.cores)).await?;
+    let daemon = bench.start_kilnd(&dir, &KilndOptions::new(bench.cores)).await?;
     let job = daemon.connect().await?.compile(req.clone()).await?.collect().await?;
     let out = artifacts(req, &job).context("the reference compile")?;
     daemon.stop().await?;

@@ -27,7 +27,7 @@ pub async fn hosts_with(run: &Run, name: &str, n: usize, cache_uri: &str, config
         let mut options = host_options(cache_uri, bench.cores, config);
         options.metrics = true;
         let dir = bench.dir(&format!("{name}-{d}"))?;
-        daemons.push(Kilnd::start(&bench.kilnd(), &bench.cuda_root, &dir, &options).await?);
+        daemons.push(bench.start_kilnd(&dir, &options).await?);
     }
     Ok(daemons)
 }

@@ -13,7 +13,7 @@
 use super::graphs;
 use super::report::Outcome;
 use super::{Run, rss};
-use crate::bench::kilnd::{Kilnd, KilndOptions};
+use crate::bench::kilnd::KilndOptions;
 use anyhow::{Context, Result};
 use kiln_proto::pb;
 use rand::Rng;
@@ -90,7 +90,7 @@ pub async fn run(run: &Run, out: &mut Outcome) -> Result<()> {
     let mut start_times = Vec::new();
     for round in 0..=kills {
         let begun = Instant::now();
-        let daemon = Kilnd::start(&bench.kilnd(), &bench.cuda_root, &dir, &options).await?;
+        let daemon = bench.start_kilnd(&dir, &options).await?;
         start_times.push(begun.elapsed());
         let pid = daemon.pid().context("kilnd has no pid")?;
         let (before, _) = disk_files(&cache);
@@ -140,7 +140,7 @@ pub async fn run(run: &Run, out: &mut Outcome) -> Result<()> {
     let mut verify = KilndOptions::new(bench.cores);
     verify.memory_cache_mb = Some(0);
     verify.metrics = true;
-    let daemon = Kilnd::start(&bench.kilnd(), &bench.cuda_root, &dir, &verify).await?;
+    let daemon = bench.start_kilnd(&dir, &verify).await?;
     let all = graphs::graph(TAG, 0..(kills + 1) * KERNELS);
     let reference = graphs::reference(run, "kill-disk", &all).await?;
     let client = daemon.connect().await?;

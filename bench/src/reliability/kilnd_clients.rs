@@ -11,7 +11,7 @@ use super::graphs::{self, Artifacts};
 use super::load;
 use super::report::Outcome;
 use super::{Run, rss};
-use crate::bench::kilnd::{Kilnd, KilndOptions};
+use crate::bench::kilnd::KilndOptions;
 use anyhow::{Context, Result, ensure};
 use kiln_proto::pb;
 use std::collections::HashMap;
@@ -90,7 +90,7 @@ pub async fn run(run: &Run, out: &mut Outcome) -> Result<()> {
     ];
     let mut options = KilndOptions::new(bench.cores);
     options.metrics = true;
-    let daemon = Kilnd::start(&bench.kilnd(), &bench.cuda_root, &bench.dir("kilnd-clients")?, &options).await?;
+    let daemon = bench.start_kilnd(&bench.dir("kilnd-clients")?, &options).await?;
     let pid = daemon.pid().context("kilnd has no pid")?;
     let warm_req = graphs::graph(TAG, 0..WARM);
     let warm_job = daemon.connect().await?.compile(warm_req.clone()).await?.collect().await?;

@@ -12,7 +12,6 @@ use super::graphs::{self, Artifacts};
 use super::report::Outcome;
 use super::{Run, rss};
 use crate::bench::fleet::Fleet;
-use crate::bench::kilnd::Kilnd;
 use anyhow::{Context, Result, ensure};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -118,7 +117,7 @@ pub async fn run(run: &Run, out: &mut Outcome) -> Result<()> {
     let fleet = Fleet::start(bench).await?;
     let mut options = fleet.kilnd_options(bench.cores, "");
     options.metrics = true;
-    let daemon = Kilnd::start(&bench.kilnd(), &bench.cuda_root, &bench.dir("soak")?, &options).await?;
+    let daemon = bench.start_kilnd(&bench.dir("soak")?, &options).await?;
     let pid = daemon.pid().context("kilnd has no pid")?;
     let probe = daemon.connect().await?;
     let warm_req = graphs::graph(TAG, 0..WARM);
