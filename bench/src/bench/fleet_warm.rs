@@ -9,7 +9,7 @@
 //! trip, so the baseline is sampled in the same stretch of time as kiln.
 
 use super::fleet::{Fleet, artifact_key};
-use super::report::{Measured, Row, Section, Target, Value};
+use super::report::{Row, Section, Target};
 use super::samples::Samples;
 use super::{Bench, GRAPH_KERNELS, check_job, graph_request};
 use anyhow::{Context, Result};
@@ -20,10 +20,6 @@ use std::time::{Duration, Instant};
 const TITLE: &str = "(e) Fleet: warm start of a 64-kernel graph from the remote tier";
 /// The target: at most this many times pipelined Redis GETs of the same stored values.
 const OVER_REDIS: f64 = 4.0;
-
-fn p(s: &Samples, pct: f64) -> Measured {
-    s.percentile_ms(pct).map(Value::Millis).ok_or_else(|| "no samples".to_string())
-}
 
 pub async fn run(bench: &Bench, fleet: &Fleet) -> Result<Section> {
     let samples = bench.options.fleet_warm_samples;
@@ -88,9 +84,9 @@ pub async fn run(bench: &Bench, fleet: &Fleet) -> Result<Section> {
     for (pct, name) in [(50.0, "p50"), (99.0, "p99")] {
         let mut row = Row::new(
             format!("fresh daemon, first `Compile`, {name}"),
-            p(&kiln, pct),
+            kiln.figure(pct),
             format!("Redis GETs of the stored values, pipelined, {name}"),
-            p(&base, pct),
+            base.figure(pct),
         );
         if pct == 50.0 {
             row = row.with_target(Target::RatioAtMost(OVER_REDIS));
@@ -98,14 +94,13 @@ pub async fn run(bench: &Bench, fleet: &Fleet) -> Result<Section> {
         s.rows.push(row);
     }
     s.notes.push(format!("kiln: {}; beside it, Redis GETs {}", kiln.summary(), base.summary()));
+    // The rows that say where the time goes, each beside the same Redis baseline.
+    let beside_redis = |label: &str, samples: &Samples| {
+        Row::new(label, samples.figure(50.0), "Redis GETs, pipelined, p50", base.figure(50.0))
+    };
     if !on_tmpfs.is_empty() {
         let t = Samples::new(on_tmpfs);
-        s.rows.push(Row::new(
-            "the same, cache directory on tmpfs (no fsync cost), p50",
-            p(&t, 50.0),
-            "Redis GETs, pipelined, p50",
-            p(&base, 50.0),
-        ));
+        s.rows.push(beside_redis("the same, cache directory on tmpfs (no fsync cost), p50", &t));
         s.method.push(
             "For where the time goes, not for the target: after each sample, one more fresh daemon whose cache \
              directory is on tmpfs (/dev/shm), where the disk tier's fsynced backfill of each fetched kernel costs \
@@ -115,18 +110,8 @@ pub async fn run(bench: &Bench, fleet: &Fleet) -> Result<Section> {
         s.notes.push(format!("cache directory on tmpfs: {}", t.summary()));
     }
     let (seconds, primed) = (Samples::new(seconds), Samples::new(primed));
-    s.rows.push(Row::new(
-        "the same daemon's second `Compile` (memory tier), p50",
-        p(&seconds, 50.0),
-        "Redis GETs, pipelined, p50",
-        p(&base, 50.0),
-    ));
-    s.rows.push(Row::new(
-        "a fresh daemon after one `Lookup` of another graph, first `Compile`, p50",
-        p(&primed, 50.0),
-        "Redis GETs, pipelined, p50",
-        p(&base, 50.0),
-    ));
+    s.rows.push(beside_redis("the same daemon's second `Compile` (memory tier), p50", &seconds));
+    s.rows.push(beside_redis("a fresh daemon after one `Lookup` of another graph, first `Compile`, p50", &primed));
     s.method.push(
         "For where the time goes, not for the target: each sampled daemon's second `Compile` of the graph (now a \
          memory-tier hit in the same young process), and one more fresh daemon per sample that first looks up a \
@@ -140,9 +125,9 @@ pub async fn run(bench: &Bench, fleet: &Fleet) -> Result<Section> {
     let unaudited = Samples::new(unaudited);
     s.rows.push(Row::new(
         "fresh daemon, first `Compile`, fleet audit at its default, p50",
-        p(&kiln, 50.0),
+        kiln.figure(50.0),
         "the same with the audit off (`audit = false`), p50",
-        p(&unaudited, 50.0),
+        unaudited.figure(50.0),
     ));
     s.method.push(
         "The fleet audit's cost on this path, side by side: every kiln sample above runs kilnd's default audit \

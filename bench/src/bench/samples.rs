@@ -1,5 +1,6 @@
 //! Latency samples and their percentiles.
 
+use super::report::{Measured, Value};
 use std::time::Duration;
 
 /// Sorted latency samples. Percentiles use the nearest-rank method, so p99 of 200 samples is
@@ -35,6 +36,11 @@ impl Samples {
 
     pub fn p50_ms(&self) -> Option<f64> {
         self.percentile_ms(50.0)
+    }
+
+    /// The `p`th percentile as a report's figure: milliseconds, or why there is none.
+    pub fn figure(&self, p: f64) -> Measured {
+        self.percentile_ms(p).map(Value::Millis).ok_or_else(|| "no samples".to_string())
     }
 
     pub fn p99_ms(&self) -> Option<f64> {

@@ -8,7 +8,7 @@
 use super::Bench;
 use super::fleet::{Fleet, artifact_key};
 use super::kilnd::Kilnd;
-use super::report::{Measured, Row, Section, Target, Value};
+use super::report::{Row, Section, Target};
 use super::restart_model::{self, Inputs};
 use super::samples::Samples;
 use anyhow::{Context, Result, ensure};
@@ -62,10 +62,6 @@ fn job_tree(dir: &Path) -> Result<(Vec<CacheKey>, u64)> {
         put(format!("bin/{:02}/k{i}.cubin", i % 16), data)?;
     }
     Ok((keys, total))
-}
-
-fn p50(s: &Samples) -> Measured {
-    s.p50_ms().map(Value::Millis).ok_or_else(|| "no samples".to_string())
 }
 
 /// `n` fresh kilnds on the fleet, each with an empty cache directory, started at once.
@@ -264,17 +260,17 @@ pub async fn run(bench: &Bench) -> Result<Section> {
         s.rows.push(
             Row::new(
                 format!("restore of {mb:.1} MB ({} files), {label}, p50", keys.len()),
-                p50(&k),
+                k.figure(50.0),
                 format!("pipelined GETs, {baseline}, p50"),
-                p50(&r),
+                r.figure(50.0),
             )
             .with_target(Target::RatioAtMost(target)),
         );
         s.rows.push(Row::new(
             format!("restore of {mb:.1} MB ({} files), {label}, p50", keys.len()),
-            p50(&k),
+            k.figure(50.0),
             format!("the same GETs, then the files written and synced, {baseline}, p50"),
-            p50(&w),
+            w.figure(50.0),
         ));
     }
     Ok(s)

@@ -13,7 +13,7 @@
 use super::Bench;
 use super::fleet::{Fleet, artifact_key};
 use super::kilnd::Kilnd;
-use super::report::{Measured, Row, Section, Target, Value};
+use super::report::{Row, Section, Target};
 use super::samples::Samples;
 use super::triton_kernels;
 use anyhow::{Context, Result, bail, ensure};
@@ -35,10 +35,6 @@ const FILE_BYTES: usize = 256 * 1024;
 struct JobRun {
     wall: Duration,
     compiles: u64,
-}
-
-fn p50(s: &Samples) -> Measured {
-    s.p50_ms().map(Value::Millis).ok_or_else(|| "no samples".to_string())
 }
 
 /// Runs the job: [`PROCESSES`] workers started together, each compiling every kernel through
@@ -221,9 +217,9 @@ pub async fn run_job_figure(bench: &Bench) -> Result<Section> {
     s.rows.push(
         Row::new(
             "job wall time, fresh host: restore + job (median)",
-            p50(&fresh),
+            fresh.figure(50.0),
             "same host, warm dir (median)",
-            p50(&warm),
+            warm.figure(50.0),
         )
         .with_target(Target::RatioAtMost(TARGET_RATIO)),
     );
@@ -312,9 +308,9 @@ pub async fn run_restore_figure(bench: &Bench) -> Result<Section> {
         ));
         s.rows.push(Row::new(
             format!("restore of {mb} MB ({} files), p50", keys.len()),
-            p50(&k),
+            k.figure(50.0),
             "pipelined Redis GETs, p50",
-            p50(&r),
+            r.figure(50.0),
         ));
     }
     host_a.stop().await?;

@@ -10,7 +10,7 @@
 
 use super::kilnd::KilndOptions;
 use super::redis::{RedisServer, Resp};
-use super::report::{Measured, Row, Section, Target, Value};
+use super::report::{Row, Section, Target, Value};
 use super::samples::Samples;
 use super::{Bench, GRAPH_KERNELS, Shared, check_job, graph_request};
 use anyhow::{Context, Result, bail};
@@ -168,10 +168,6 @@ async fn disk_steady(bench: &Bench, dir: &Path, base: &mut Baselines) -> Result<
     Ok(phase)
 }
 
-fn p(s: &Samples, pct: f64) -> Measured {
-    s.percentile_ms(pct).map(Value::Millis).ok_or_else(|| "no samples".to_string())
-}
-
 fn failed<T>(r: Result<T>, notes: &mut Vec<String>, what: &str) -> Option<T> {
     r.map_err(|e| notes.push(format!("**{what} failed:** {e:#}"))).ok()
 }
@@ -249,8 +245,12 @@ pub async fn run(bench: &Bench, redis: &RedisServer, shared: &mut Shared) -> Res
         let redis = Samples::new(phase.redis);
         for (pct, name) in [(50.0, "p50"), (99.0, "p99")] {
             for (base, base_s) in [("raw file reads", &files), ("Redis GETs, pipelined", &redis)] {
-                let mut row =
-                    Row::new(format!("{label}, {name}"), p(&kiln, pct), format!("{base}, {name}"), p(base_s, pct));
+                let mut row = Row::new(
+                    format!("{label}, {name}"),
+                    kiln.figure(pct),
+                    format!("{base}, {name}"),
+                    base_s.figure(pct),
+                );
                 if let Some((on, t)) = target
                     && pct == 50.0
                     && base == on
@@ -279,7 +279,7 @@ pub async fn run(bench: &Bench, redis: &RedisServer, shared: &mut Shared) -> Res
         section.rows.push(
             Row::new(
                 "disk tier, first compile after restart, p50",
-                p(&first, 50.0),
+                first.figure(50.0),
                 "the steady disk tier above, p50",
                 steady_disk_p50.map(Value::Millis).ok_or_else(|| "not measured".to_string()),
             )
@@ -288,12 +288,12 @@ pub async fn run(bench: &Bench, redis: &RedisServer, shared: &mut Shared) -> Res
     }
     section.rows.push(Row::new(
         "gRPC floor, p50",
-        p(&floor, 50.0),
+        floor.figure(50.0),
         "Redis GETs, pipelined, p50",
-        p(&memory_redis, 50.0),
+        memory_redis.figure(50.0),
     ));
     section.rows.push(
-        Row::new("memory tier, p50", p(&memory_kiln, 50.0), "gRPC floor, p50", p(&floor, 50.0))
+        Row::new("memory tier, p50", memory_kiln.figure(50.0), "gRPC floor, p50", floor.figure(50.0))
             .with_target(Target::RatioAtMost(MEMORY_OVER_FLOOR)),
     );
     section.notes.push(format!(
