@@ -43,11 +43,7 @@ async fn rps(clients: &[RemoteCache], key: CacheKey, size: usize, secs: f64) -> 
             anyhow::Ok(done)
         });
     }
-    let mut total = 0;
-    while let Some(done) = tasks.join_next().await {
-        total += done??;
-    }
-    Ok(total as f64 / start.elapsed().as_secs_f64())
+    super::per_second(tasks, start).await
 }
 
 pub async fn run(bench: &Bench, fleet: &Fleet) -> Result<Section> {

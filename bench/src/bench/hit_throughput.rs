@@ -55,11 +55,7 @@ async fn rps_from(clients: &[kiln_client::Client], op: Op, secs: f64, tier: Opti
             anyhow::Ok(done)
         });
     }
-    let mut total = 0;
-    while let Some(done) = tasks.join_next().await {
-        total += done??;
-    }
-    Ok(total as f64 / start.elapsed().as_secs_f64())
+    super::per_second(tasks, start).await
 }
 
 pub async fn run(bench: &Bench, redis: &RedisServer) -> Result<Section> {

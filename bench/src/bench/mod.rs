@@ -211,3 +211,13 @@ pub fn check_job(job: &kiln_client::CompletedJob, kernels: usize, tier: Option<p
     }
     Ok(out)
 }
+
+/// Requests per second of a throughput figure: the counts its client tasks return, added up,
+/// over the time since `start`. The first task's error ends the figure.
+pub async fn per_second(mut tasks: tokio::task::JoinSet<Result<u64>>, start: std::time::Instant) -> Result<f64> {
+    let mut total = 0;
+    while let Some(done) = tasks.join_next().await {
+        total += done??;
+    }
+    Ok(total as f64 / start.elapsed().as_secs_f64())
+}

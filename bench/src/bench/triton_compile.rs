@@ -38,10 +38,6 @@ pub async fn kiln_round(
     Ok((elapsed, triton_kernels::cubins(&job, kernels)?))
 }
 
-fn secs(d: &[Duration]) -> String {
-    d.iter().map(|d| format!("{:.2} s", d.as_secs_f64())).collect::<Vec<_>>().join(", ")
-}
-
 pub async fn run(bench: &Bench) -> Result<Section> {
     let rounds = bench.options.triton_rounds.max(1);
     let kernels = triton_kernels::twelve();
@@ -109,8 +105,8 @@ pub async fn run(bench: &Bench) -> Result<Section> {
         "kilnd rounds {}; direct rounds {}; median of the per-round ratios (each round's two sides ran back to \
          back): {:.3}×; best of each compared: {:+.1} ms per kernel. The cubins kilnd returned were {} to \
          `triton.compile`'s own.",
-        secs(&kiln_times),
-        secs(&direct_times),
+        triton_kernels::secs(&kiln_times),
+        triton_kernels::secs(&direct_times),
         per_round[per_round.len() / 2],
         (best(&kiln_times) - best(&direct_times)) * 1e3 / kernels.len() as f64,
         if identical { "byte-for-byte identical" } else { "**not identical**" }

@@ -169,3 +169,8 @@ pub fn cubins(job: &kiln_client::CompletedJob, kernels: &[TritonKernel]) -> Resu
         })
         .collect()
 }
+
+/// Each round's seconds, for a figure's notes.
+pub fn secs(d: &[Duration]) -> String {
+    d.iter().map(|d| format!("{:.2} s", d.as_secs_f64())).collect::<Vec<_>>().join(", ")
+}

@@ -10,10 +10,6 @@ use std::time::Duration;
 
 const TITLE: &str = "(i) Triton worker pool: 2 workers against 1";
 
-fn secs(d: &[Duration]) -> String {
-    d.iter().map(|d| format!("{:.2} s", d.as_secs_f64())).collect::<Vec<_>>().join(", ")
-}
-
 pub async fn run(bench: &Bench) -> Result<Section> {
     let rounds = bench.options.triton_rounds.max(1);
     let kernels = triton_kernels::thirty_two();
@@ -63,8 +59,8 @@ pub async fn run(bench: &Bench) -> Result<Section> {
     ));
     s.notes.push(format!(
         "1 worker: rounds {}; 2 workers: rounds {}. Speed-up of the best rounds: {:.2}×.",
-        secs(&t1),
-        secs(&t2),
+        triton_kernels::secs(&t1),
+        triton_kernels::secs(&t2),
         best(&t1) / best(&t2)
     ));
     Ok(s)
