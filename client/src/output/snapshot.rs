@@ -29,18 +29,19 @@ pub fn save_json(r: &SaveReport) -> Value {
     })
 }
 
+/// `3 files (1.2 KiB)`: a count of files and their size.
+fn files(n: u64, bytes: u64) -> String {
+    format!("{n} file{} ({})", plural(n as usize), format_bytes(bytes))
+}
+
 pub fn save_text(r: &SaveReport) -> String {
     let mut text = format!(
-        "saved job `{}`: {} file{} ({}) from {} root{}; sent {} file{} ({})",
+        "saved job `{}`: {} from {} root{}; sent {}",
         r.job,
-        r.files,
-        plural(r.files as usize),
-        format_bytes(r.bytes),
+        files(r.files, r.bytes),
         r.roots.len(),
         plural(r.roots.len()),
-        r.files_uploaded,
-        plural(r.files_uploaded as usize),
-        format_bytes(r.bytes_uploaded),
+        files(r.files_uploaded, r.bytes_uploaded),
     );
     if r.skipped > 0 {
         let _ = write!(text, "; skipped {} that vanished or could not be read", r.skipped);
@@ -122,11 +123,9 @@ pub fn restore_text(r: &RestoreReport) -> String {
     }
     let _ = write!(
         text,
-        "restored job `{}`: {} file{} ({}) in {:.3} s; {} present, {} missing; snapshot {} saved by {}",
+        "restored job `{}`: {} in {:.3} s; {} present, {} missing; snapshot {} saved by {}",
         r.job,
-        r.restored_files(),
-        plural(r.restored_files() as usize),
-        format_bytes(r.restored_bytes()),
+        files(r.restored_files(), r.restored_bytes()),
         r.seconds,
         r.present(),
         r.missing(),
@@ -208,11 +207,9 @@ pub fn summary_json(s: &pb::SnapshotSummary) -> Value {
 /// A summary for humans: a headline, then the environment and the roots, indented.
 pub fn summary_text(s: &pb::SnapshotSummary, now_ms: i64) -> String {
     let mut text = format!(
-        "{}  {} file{} ({})  saved {} by {}  key {}",
+        "{}  {}  saved {} by {}  key {}",
         s.job,
-        s.files,
-        plural(s.files as usize),
-        format_bytes(s.total_bytes),
+        files(s.files, s.total_bytes),
         ago(now_ms - s.updated_unix_ms),
         or_unknown(&s.saved_by),
         s.key
