@@ -221,6 +221,23 @@ impl Daemon {
     pub fn fleet_options(uri: &str, token: &str, config: &str) -> Options {
         Options {
             extra_env: vec![("KILN_REMOTE".into(), uri.into()), ("KILN_REMOTE_TOKEN".into(), token.into())],
+
+/// `request` compiled by `client`, every event of the job collected: the whole job, which a test
+/// then checks kernel by kernel.
+pub async fn compile_job(
+    client: &kiln_client::Client,
+    request: kiln_client::pb::CompileRequest,
+) -> kiln_client::CompletedJob {
+    client.compile(request).await.expect("compile").collect().await.expect("the compile's events")
+}
+
+/// `request` looked up by `client` (no compile), every event collected.
+pub async fn lookup_job(
+    client: &kiln_client::Client,
+    request: kiln_client::pb::CompileRequest,
+) -> kiln_client::CompletedJob {
+    client.lookup(request).await.expect("lookup").collect().await.expect("the lookup's events")
+}
             config: config.into(),
             ..Options::default()
         }

@@ -9,7 +9,7 @@ use kiln_cache_client::Lookup;
 use kiln_proto::CacheKey;
 use kiln_proto::envelope;
 use kiln_proto::pb::{Outcome, Tier};
-use kiln_tests::daemon::Daemon;
+use kiln_tests::daemon::{Daemon, compile_job};
 use kiln_tests::env;
 use kiln_tests::http::sample;
 use kiln_tests::kernels::*;
@@ -102,7 +102,7 @@ async fn a_writer_gone_bad_is_caught_quarantined_named_and_kept_out() {
     let redis = RedisServer::start();
     let cache = CacheServer::start(CacheOptions::new(vec![redis.url()]));
     let honest = host(&cache, "quarantine_poll_ms = 200\n");
-    let job = honest.client().await.compile(vector_graph("sm_90", 2)).await.unwrap().collect().await.unwrap();
+    let job = compile_job(&honest.client().await, vector_graph("sm_90", 2)).await;
     let right = job.kernels[0].clone();
     assert_eq!(right.outcome(), Outcome::Ok, "{}", right.log);
     let key: CacheKey = right.key.parse().unwrap();
@@ -122,7 +122,7 @@ async fn a_writer_gone_bad_is_caught_quarantined_named_and_kept_out() {
     bad.put(&key, wrong_envelope.clone()).await.unwrap();
 
     let auditor = host(&cache, AUDIT_ALL);
-    let taken = auditor.client().await.compile(vector_graph("sm_90", 2)).await.unwrap().collect().await.unwrap();
+    let taken = compile_job(&auditor.client().await, vector_graph("sm_90", 2)).await;
     let served = taken.kernel(&right.id).unwrap();
     assert_eq!((tier(served), &served.artifact[..]), (Tier::Remote, &wrong[..]), "served once, before the audit");
     auditor.wait_for_metric("kiln_audit_mismatches_total{publisher=\"gone-bad\"}", 1.0);
@@ -140,7 +140,7 @@ async fn a_writer_gone_bad_is_caught_quarantined_named_and_kept_out() {
     // Both hosts learn of it and drop the key: their next compile of it gives the right bytes.
     honest.wait_for_metric("kiln_quarantined_keys", 1.0);
     for d in [&honest, &auditor] {
-        let again = d.client().await.compile(vector_graph("sm_90", 2)).await.unwrap().collect().await.unwrap();
+        let again = compile_job(&d.client().await, vector_graph("sm_90", 2)).await;
         let k = again.kernel(&right.id).unwrap();
         assert_eq!(k.artifact, right.artifact, "a host still serves the wrong bytes");
         assert_ne!(tier(k), Tier::Memory, "the quarantined key was not dropped from memory");

@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 use kiln_proto::pb::{self, Outcome};
-use kiln_tests::daemon::{Daemon, Options};
+use kiln_tests::daemon::{Daemon, Options, compile_job};
 use kiln_tests::kernels::*;
 use tonic::Code;
 
@@ -96,11 +96,9 @@ async fn host_paths_in_includes_are_failed_outcomes_without_contents() {
             kernel("fine", cuda(&vector_add(3))),
         ],
     );
-    let job = tokio::time::timeout(std::time::Duration::from_secs(60), async {
-        client.compile(req).await.unwrap().collect().await.unwrap()
-    })
-    .await
-    .expect("a hostile include must not hang the daemon");
+    let job = tokio::time::timeout(std::time::Duration::from_secs(60), async { compile_job(&client, req).await })
+        .await
+        .expect("a hostile include must not hang the daemon");
     for id in ["passwd", "zero", "dots", "spliced", "header", "probe", "probe-macro"] {
         let k = job.kernel(id).unwrap();
         assert_eq!(k.outcome(), Outcome::Failed, "{id}");
@@ -116,17 +114,11 @@ async fn host_paths_in_includes_are_failed_outcomes_without_contents() {
 async fn a_compile_past_its_timeout_fails_and_the_daemon_keeps_serving() {
     let d = Daemon::start(Options { config: "compile_timeout_secs = 1\n".into(), ..Options::default() });
     let client = d.client().await;
-    let job = client
-        .compile(request("sm_90", vec![kernel("slow", cuda(&slow_kernel(20_000)))]))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    let job = compile_job(&client, request("sm_90", vec![kernel("slow", cuda(&slow_kernel(20_000)))])).await;
     let k = &job.kernels[0];
     assert_eq!(k.outcome(), Outcome::Failed);
     assert!(k.log.contains("timeout") && k.log.contains("killed"), "{}", k.log);
-    let next = client.compile(vector_graph("sm_90", 2)).await.unwrap().collect().await.unwrap();
+    let next = compile_job(&client, vector_graph("sm_90", 2)).await;
     assert!(next.all_ok(), "the pool did not recover");
     d.stop();
 }

@@ -5,7 +5,7 @@
 use kiln_proto::CacheKey;
 use kiln_proto::envelope;
 use kiln_proto::pb::{Outcome, Tier};
-use kiln_tests::daemon::{Daemon, Options};
+use kiln_tests::daemon::{Daemon, Options, compile_job, lookup_job};
 use kiln_tests::http::sample;
 use kiln_tests::kernels::*;
 use kiln_tests::toolkits;
@@ -19,18 +19,18 @@ fn disk_path(cache_dir: &std::path::Path, key: &str) -> PathBuf {
 async fn a_restarted_daemon_serves_from_disk() {
     let dir = tempfile::tempdir().unwrap();
     let d = Daemon::start_in(dir.path(), Options::default());
-    let cold = d.client().await.compile(vector_graph("sm_90", 3)).await.unwrap().collect().await.unwrap();
+    let cold = compile_job(&d.client().await, vector_graph("sm_90", 3)).await;
     assert!(cold.kernels.iter().all(|k| k.tier() == Tier::Compiled));
     d.stop();
 
     let d = Daemon::start_in(dir.path(), Options::default());
     let client = d.client().await;
-    let warm = client.compile(vector_graph("sm_90", 3)).await.unwrap().collect().await.unwrap();
+    let warm = compile_job(&client, vector_graph("sm_90", 3)).await;
     for k in &warm.kernels {
         assert_eq!(k.tier(), Tier::Disk, "{}", k.id);
         assert_eq!(k.artifact, cold.kernel(&k.id).unwrap().artifact);
     }
-    let again = client.lookup(vector_graph("sm_90", 3)).await.unwrap().collect().await.unwrap();
+    let again = lookup_job(&client, vector_graph("sm_90", 3)).await;
     assert!(again.kernels.iter().all(|k| k.tier() == Tier::Memory), "disk hits backfill memory");
     assert_eq!(sample(&d.metrics_text(), "kiln_cache_lookups_total{tier=\"disk\",result=\"hit\"}"), Some(3.0));
     d.stop();
@@ -41,7 +41,7 @@ async fn a_restarted_daemon_serves_from_disk() {
 async fn corrupt_disk_entries_are_counted_recompiled_and_never_served() {
     let dir = tempfile::tempdir().unwrap();
     let d = Daemon::start_in(dir.path(), Options::default());
-    let cold = d.client().await.compile(vector_graph("sm_90", 5)).await.unwrap().collect().await.unwrap();
+    let cold = compile_job(&d.client().await, vector_graph("sm_90", 5)).await;
     d.stop();
     let cache = dir.path().join("cache");
     let key_of = |id: &str| cold.kernel(id).unwrap().key.clone();
@@ -59,7 +59,7 @@ async fn corrupt_disk_entries_are_counted_recompiled_and_never_served() {
     std::fs::copy(disk_path(&cache, &key_of("add_4")), disk_path(&cache, &key_of("add_3"))).unwrap();
 
     let d = Daemon::start_in(dir.path(), Options::default());
-    let again = d.client().await.compile(vector_graph("sm_90", 5)).await.unwrap().collect().await.unwrap();
+    let again = compile_job(&d.client().await, vector_graph("sm_90", 5)).await;
     for id in ["add_0", "add_1", "add_2", "add_3"] {
         let k = again.kernel(id).unwrap();
         assert_eq!(k.tier(), Tier::Compiled, "{id} was served from a corrupt entry");
@@ -85,8 +85,8 @@ async fn a_changed_nvrtc_library_changes_every_key() {
     let real = Daemon::start(Options::default());
     let changed = Daemon::start(Options { cuda_root: toolkits::appended_byte_root(dir.path()), ..Options::default() });
     let req = request("sm_90", vec![kernel("a", cuda(&vector_add(1))), kernel("t", cuda(TOOLKIT_HEADERS))]);
-    let a = real.client().await.lookup(req.clone()).await.unwrap().collect().await.unwrap();
-    let b = changed.client().await.lookup(req).await.unwrap().collect().await.unwrap();
+    let a = lookup_job(&real.client().await, req.clone()).await;
+    let b = lookup_job(&changed.client().await, req).await;
     for (x, y) in a.kernels.iter().zip(&b.kernels) {
         assert_ne!(x.key, y.key, "kernel {} kept its key across a changed NVRTC", x.id);
     }

@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 use kiln_proto::pb::{self, Outcome, Tier};
-use kiln_tests::daemon::{Daemon, Options};
+use kiln_tests::daemon::{Daemon, Options, compile_job};
 use kiln_tests::elf::{Cubin, EM_CUDA};
 use kiln_tests::kernels::*;
 
@@ -13,7 +13,7 @@ async fn compiles_cold_then_serves_warm_with_valid_cubins() {
     let client = d.client().await;
     for target in ["sm_90", "sm_80", "sm_90a"] {
         let req = request(target, vec![kernel("add", cuda(&vector_add(1))), kernel("mixed", cuda(TOOLKIT_HEADERS))]);
-        let cold = client.compile(req.clone()).await.unwrap().collect().await.unwrap();
+        let cold = compile_job(&client, req.clone()).await;
         assert!(cold.all_ok(), "{target}: {:#?}", cold.kernels.iter().map(|k| &k.log).collect::<Vec<_>>());
         for k in &cold.kernels {
             assert_eq!(k.tier(), Tier::Compiled, "{target} {}", k.id);
@@ -29,7 +29,7 @@ async fn compiles_cold_then_serves_warm_with_valid_cubins() {
             assert!(k.attributes.is_empty());
             assert!(k.validation.starts_with("not validated: no CUDA driver"), "{}", k.validation);
         }
-        let warm = client.compile(req).await.unwrap().collect().await.unwrap();
+        let warm = compile_job(&client, req).await;
         for (c, w) in cold.kernels.iter().zip(&warm.kernels) {
             let w = warm.kernel(&c.id).unwrap_or(w);
             assert_eq!(w.tier(), Tier::Memory);
@@ -45,20 +45,8 @@ async fn compiles_cold_then_serves_warm_with_valid_cubins() {
 async fn sm_90_and_sm_90a_are_different_artifacts() {
     let d = Daemon::start(Options::default());
     let client = d.client().await;
-    let a = client
-        .compile(request("sm_90", vec![kernel("k", cuda(&vector_add(2)))]))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
-    let b = client
-        .compile(request("sm_90a", vec![kernel("k", cuda(&vector_add(2)))]))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    let a = compile_job(&client, request("sm_90", vec![kernel("k", cuda(&vector_add(2)))])).await;
+    let b = compile_job(&client, request("sm_90a", vec![kernel("k", cuda(&vector_add(2)))])).await;
     assert_ne!(a.kernels[0].key, b.kernels[0].key);
     assert_eq!(b.kernels[0].tier(), Tier::Compiled);
     d.stop();
@@ -72,7 +60,7 @@ async fn name_expressions_return_lowered_names() {
         name_expressions: vec!["saxpy<float>".into(), "saxpy<double>".into()],
         ..cuda(SAXPY_TEMPLATE)
     };
-    let job = client.compile(request("sm_90", vec![kernel("saxpy", src)])).await.unwrap().collect().await.unwrap();
+    let job = compile_job(&client, request("sm_90", vec![kernel("saxpy", src)])).await;
     let k = &job.kernels[0];
     assert_eq!(k.outcome(), Outcome::Ok, "{}", k.log);
     let lowered: Vec<(&str, &str)> =
@@ -85,7 +73,7 @@ async fn name_expressions_return_lowered_names() {
     assert!(elf.symbols.iter().any(|s| s == "_Z5saxpyIfEvT_PKS0_PS0_i"));
 
     let bad = pb::CudaSource { name_expressions: vec!["saxpy<int".into()], ..cuda(SAXPY_TEMPLATE) };
-    let job = client.compile(request("sm_90", vec![kernel("bad", bad)])).await.unwrap().collect().await.unwrap();
+    let job = compile_job(&client, request("sm_90", vec![kernel("bad", bad)])).await;
     assert_eq!(job.kernels[0].outcome(), Outcome::Failed);
     assert!(!job.kernels[0].log.is_empty(), "NVRTC's message is returned");
     d.stop();
@@ -100,13 +88,9 @@ async fn headers_by_content_and_compile_errors_with_logs() {
         ..cuda("#include \"scale.h\"\nextern \"C\" __global__ void s(float* x) { x[0] *= SCALE; }\n")
     };
     let broken = cuda("extern \"C\" __global__ void b(float* x) { x[0] = undefined_name; }\n");
-    let job = client
-        .compile(request("sm_90", vec![kernel("scaled", with_header), kernel("broken", broken.clone())]))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    let job =
+        compile_job(&client, request("sm_90", vec![kernel("scaled", with_header), kernel("broken", broken.clone())]))
+            .await;
     assert_eq!(job.kernel("scaled").unwrap().outcome(), Outcome::Ok, "{}", job.kernel("scaled").unwrap().log);
     let b = job.kernel("broken").unwrap();
     assert_eq!(b.outcome(), Outcome::Failed);
@@ -114,8 +98,7 @@ async fn headers_by_content_and_compile_errors_with_logs() {
     assert!(b.artifact.is_empty());
     assert_eq!((job.done.ok, job.done.failed), (1, 1));
     // The failure is remembered briefly: asking again does not compile again.
-    let again =
-        client.compile(request("sm_90", vec![kernel("broken", broken)])).await.unwrap().collect().await.unwrap();
+    let again = compile_job(&client, request("sm_90", vec![kernel("broken", broken)])).await;
     assert_eq!(again.kernels[0].outcome(), Outcome::Failed);
     assert!(again.kernels[0].log.contains("undefined_name"));
     let m = d.metrics_text();
@@ -133,7 +116,7 @@ async fn warm_hits_come_in_one_message_only_to_clients_that_ask() {
     use kiln_proto::pb::job_event::Event;
     let d = Daemon::start(Options::default());
     let graph = vector_graph("sm_90", 4);
-    assert!(d.client().await.compile(graph.clone()).await.unwrap().collect().await.unwrap().all_ok());
+    assert!(compile_job(&d.client().await, graph.clone()).await.all_ok());
     let mut raw = CompilerClient::new(d.client().await.channel());
     let kinds = |events: &[pb::JobEvent]| {
         events
@@ -185,7 +168,7 @@ async fn one_connection_serves_thousands_of_calls() {
     let d = Daemon::start(Options::default());
     let client = d.client().await;
     let graph = vector_graph("sm_90", 8);
-    client.compile(graph.clone()).await.unwrap().collect().await.unwrap();
+    compile_job(&client, graph.clone()).await;
     for call in 0..2000 {
         let job = match call % 2 {
             0 => client.compile(graph.clone()).await,

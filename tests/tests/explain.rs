@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 use kiln_proto::pb;
-use kiln_tests::daemon::{Daemon, Options};
+use kiln_tests::daemon::{Daemon, Options, compile_job};
 use kiln_tests::http::sample;
 use kiln_tests::kernels::{cuda, kernel, request, vector_add};
 use kiln_tests::redis::{CacheOptions, CacheServer, RedisServer, WRITE_TOKEN};
@@ -245,7 +245,7 @@ async fn a_fresh_host_explains_a_miss_against_another_hosts_recipe() {
         c.headers.push(pb::Header { name: "common.cuh".into(), content: format!("#define FACTOR {factor}\n") });
         request("sm_90", vec![kernel("scale", c)])
     };
-    first.client().await.compile(with_header("3.0f")).await.unwrap().collect().await.unwrap();
+    compile_job(&first.client().await, with_header("3.0f")).await;
 
     let fresh = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, ""));
     let client = fresh.client().await;

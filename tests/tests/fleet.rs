@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 use kiln_proto::pb::{Outcome, Tier, kernel::Source};
-use kiln_tests::daemon::{Daemon, Options};
+use kiln_tests::daemon::{Daemon, Options, compile_job, lookup_job};
 use kiln_tests::http::sample;
 use kiln_tests::kernels::*;
 use kiln_tests::redis::{CacheOptions, CacheServer, READ_TOKEN, RedisServer, WRITE_TOKEN};
@@ -53,7 +53,7 @@ async fn four_hosts_compile_each_kernel_once_across_the_fleet() {
         clients.spawn(async move {
             let client = kiln_client::connect(&uri).await.unwrap();
             barrier.wait().await;
-            client.compile(vector_graph("sm_90", 16)).await.unwrap().collect().await.unwrap()
+            compile_job(&client, vector_graph("sm_90", 16)).await
         });
     }
     let mut jobs = Vec::new();
@@ -101,7 +101,7 @@ async fn four_hosts_compile_each_kernel_once_across_the_fleet() {
         sample(&cache.metrics_text(), &format!("kiln_server_requests_total{{op=\"{op}\",code=\"ok\"}}")).unwrap_or(0.0)
     };
     let (batch_before, get_before, read_before) = (ops("BatchGet"), ops("Get"), read("batch_get"));
-    let warm = fresh.client().await.compile(vector_graph("sm_90", 16)).await.unwrap().collect().await.unwrap();
+    let warm = compile_job(&fresh.client().await, vector_graph("sm_90", 16)).await;
     assert!(
         warm.kernels.iter().all(|k| k.tier() == Tier::Remote),
         "{:?}",
@@ -126,7 +126,7 @@ async fn four_hosts_compile_each_kernel_once_across_the_fleet() {
     }
     .await;
     for _ in 0..20 {
-        let hit = client.compile(vector_graph("sm_90", 16)).await.unwrap().collect().await.unwrap();
+        let hit = compile_job(&client, vector_graph("sm_90", 16)).await;
         assert!(hit.kernels.iter().all(|k| k.tier() == Tier::Memory));
     }
     // A manifest publish is tracked work, which a clean stop drains: once the host has exited,
@@ -157,9 +157,7 @@ async fn a_dead_holder_is_taken_over_by_exactly_one_waiter() {
     let waiter = {
         let uri = b.uri();
         let req = req.clone();
-        tokio::spawn(async move {
-            kiln_client::connect(&uri).await.unwrap().compile(req).await.unwrap().collect().await.unwrap()
-        })
+        tokio::spawn(async move { compile_job(&kiln_client::connect(&uri).await.unwrap(), req).await })
     };
     // B is waiting on A's lease; now A's host dies.
     while metric(&b, "kiln_lease_total{result=\"waited\"}") < 1.0 {
@@ -197,7 +195,7 @@ async fn a_failed_compile_releases_every_waiter_with_its_log() {
         tokio::task::yield_now().await;
     }
     let started = Instant::now();
-    let waited = b.client().await.compile(req).await.unwrap().collect().await.unwrap();
+    let waited = compile_job(&b.client().await, req).await;
     let elapsed = started.elapsed();
     let held = ca.watch(&job_a).await.unwrap().collect().await.unwrap();
     assert_eq!(held.kernels[0].outcome(), Outcome::Failed);
@@ -223,19 +221,13 @@ async fn redis_outages_cost_nothing_and_the_remote_tier_comes_back() {
     let (mut redis, cache) = fleet();
     let d = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, ""));
     let client = d.client().await;
-    assert!(client.compile(vector_graph("sm_90", 2)).await.unwrap().collect().await.unwrap().all_ok());
+    assert!(compile_job(&client, vector_graph("sm_90", 2)).await.all_ok());
     redis.stop();
-    let during = client
-        .compile(request("sm_90", vec![kernel("outage", cuda(&vector_add(50)))]))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    let during = compile_job(&client, request("sm_90", vec![kernel("outage", cuda(&vector_add(50)))])).await;
     assert!(during.all_ok(), "a Redis outage failed a compile");
     let stats = client.stats().await.unwrap();
     assert!(!stats.remote.is_empty() && !stats.remote_up, "stats should show the fleet cache down");
-    let warm = client.compile(vector_graph("sm_90", 2)).await.unwrap().collect().await.unwrap();
+    let warm = compile_job(&client, vector_graph("sm_90", 2)).await;
     assert!(warm.kernels.iter().all(|k| k.tier() == Tier::Memory));
     redis.restart();
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -243,24 +235,10 @@ async fn redis_outages_cost_nothing_and_the_remote_tier_comes_back() {
         assert!(Instant::now() < deadline, "the remote tier never came back");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let after = client
-        .compile(request("sm_90", vec![kernel("after", cuda(&vector_add(51)))]))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    let after = compile_job(&client, request("sm_90", vec![kernel("after", cuda(&vector_add(51)))])).await;
     assert!(after.all_ok());
     let fresh = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, ""));
-    let got = fresh
-        .client()
-        .await
-        .lookup(request("sm_90", vec![kernel("after", cuda(&vector_add(51)))]))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    let got = lookup_job(&fresh.client().await, request("sm_90", vec![kernel("after", cuda(&vector_add(51)))])).await;
     assert_eq!(got.kernels[0].tier(), Tier::Remote, "publishes did not resume");
     fresh.stop();
     d.stop();
@@ -270,7 +248,7 @@ async fn redis_outages_cost_nothing_and_the_remote_tier_comes_back() {
 async fn corrupt_or_misplaced_values_in_redis_are_recompiled_and_repaired() {
     let (redis, cache) = fleet();
     let a = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, ""));
-    let job = a.client().await.compile(vector_graph("sm_90", 3)).await.unwrap().collect().await.unwrap();
+    let job = compile_job(&a.client().await, vector_graph("sm_90", 3)).await;
     a.stop();
     let head = |id: &str| format!("kiln:v1:{{{}}}:a", job.kernel(id).unwrap().key);
     // Flip a byte inside add_0's stored value; store add_2's valid envelope under add_1's key.
@@ -282,7 +260,7 @@ async fn corrupt_or_misplaced_values_in_redis_are_recompiled_and_repaired() {
     redis.cli(&["COPY", &head("add_2"), &head("add_1"), "REPLACE"]);
 
     let b = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, ""));
-    let again = b.client().await.compile(vector_graph("sm_90", 3)).await.unwrap().collect().await.unwrap();
+    let again = compile_job(&b.client().await, vector_graph("sm_90", 3)).await;
     for id in ["add_0", "add_1"] {
         let k = again.kernel(id).unwrap();
         assert_eq!(k.tier(), Tier::Compiled, "{id} was served from a bad value");
@@ -295,7 +273,7 @@ async fn corrupt_or_misplaced_values_in_redis_are_recompiled_and_repaired() {
     b.stop();
     // Repaired: a third host gets good bytes from the fleet.
     let c = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, ""));
-    let repaired = c.client().await.compile(vector_graph("sm_90", 3)).await.unwrap().collect().await.unwrap();
+    let repaired = compile_job(&c.client().await, vector_graph("sm_90", 3)).await;
     for k in &repaired.kernels {
         assert_eq!(k.tier(), Tier::Remote, "{} was not repaired", k.id);
         assert_eq!(k.artifact, job.kernel(&k.id).unwrap().artifact);
@@ -356,36 +334,20 @@ async fn bad_tokens_and_a_full_redis_never_fail_a_compile() {
     let (redis, cache) = fleet();
     for token in ["", "wrong-token-0123456789", READ_TOKEN] {
         let d = Daemon::start(Daemon::fleet_options(&cache.uri(), token, ""));
-        let job = d
-            .client()
-            .await
-            .compile(request("sm_90", vec![kernel("k", cuda(&vector_add(60)))]))
-            .await
-            .unwrap()
-            .collect()
-            .await
-            .unwrap();
+        let job = compile_job(&d.client().await, request("sm_90", vec![kernel("k", cuda(&vector_add(60)))])).await;
         assert!(job.all_ok(), "token {token:?}: {:?}", job.kernels[0].log);
         d.stop();
     }
     // Nothing was published with those tokens.
     let probe = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, ""));
-    let look = probe
-        .client()
-        .await
-        .lookup(request("sm_90", vec![kernel("k", cuda(&vector_add(60)))]))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    let look = lookup_job(&probe.client().await, request("sm_90", vec![kernel("k", cuda(&vector_add(60)))])).await;
     assert_eq!(look.kernels[0].outcome(), Outcome::Miss, "a read-only or bad token published");
     probe.stop();
     // Redis at its memory limit: writes fail, compiles do not, nothing half-written remains.
     redis.cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
     redis.cli(&["CONFIG", "SET", "maxmemory", "1"]);
     let d = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, ""));
-    let job = d.client().await.compile(vector_graph("sm_90", 3)).await.unwrap().collect().await.unwrap();
+    let job = compile_job(&d.client().await, vector_graph("sm_90", 3)).await;
     assert!(job.all_ok());
     assert!(
         sample(&cache.metrics_text(), "kiln_server_redis_errors_total").unwrap_or(0.0) >= 1.0,
@@ -410,14 +372,14 @@ async fn a_redis_cluster_works_end_to_end() {
         clients.spawn(async move {
             let client = kiln_client::connect(&uri).await.unwrap();
             barrier.wait().await;
-            client.compile(vector_graph("sm_90", 8)).await.unwrap().collect().await.unwrap()
+            compile_job(&client, vector_graph("sm_90", 8)).await
         });
     }
     while let Some(job) = clients.join_next().await {
         assert!(job.unwrap().all_ok());
     }
     assert_eq!(toolkits::witnessed_compiles(&witness), 8, "leases did not hold across the cluster");
-    let warm = daemons[2].client().await.compile(vector_graph("sm_90", 8)).await.unwrap().collect().await.unwrap();
+    let warm = compile_job(&daemons[2].client().await, vector_graph("sm_90", 8)).await;
     assert!(warm.kernels.iter().all(|k| k.tier() == Tier::Remote));
     for d in daemons {
         d.stop();
@@ -495,8 +457,7 @@ async fn a_full_disk_never_fails_a_compile_or_leaves_a_partial_file() {
     let d = Daemon::start_in(dir.path(), Options::default());
     // Several KiB of envelope each: the tmpfs fills within a few kernels.
     let big = |i: usize| kernel(&format!("big{i}"), cuda(&format!("// {i}\n{}", slow_kernel(400))));
-    let job =
-        d.client().await.compile(request("sm_90", (0..8).map(big).collect())).await.unwrap().collect().await.unwrap();
+    let job = compile_job(&d.client().await, request("sm_90", (0..8).map(big).collect())).await;
     assert!(job.all_ok(), "a full disk failed a compile");
     d.wait_for_metric("kiln_cache_writes_total{tier=\"disk\",result=\"error\"}", 1.0);
     d.stop();
@@ -537,7 +498,7 @@ async fn a_waiter_past_the_hedge_bound_compiles_itself() {
         assert!(Instant::now() < deadline, "A never started compiling");
         tokio::task::yield_now().await;
     }
-    let job_b = b.client().await.compile(req).await.unwrap().collect().await.unwrap();
+    let job_b = compile_job(&b.client().await, req).await;
     assert_eq!(job_b.kernels[0].outcome(), Outcome::Ok);
     assert_eq!(metric(&b, "kiln_lease_total{result=\"timeout\"}"), 1.0, "{}", b.metrics_text());
     let done_a = ca.watch(&job_a).await.unwrap().collect().await.unwrap();
@@ -585,7 +546,7 @@ async fn a_leader_cut_off_from_the_fleet_answers_its_client_at_once() {
     assert_eq!(job.kernels[0].tier(), Tier::Compiled);
     assert!(waited < Duration::from_secs(3), "the answer waited {waited:?} after the compile for a frozen fleet");
     // The publish went on in the background and landed once the cache ran again.
-    let job_b = b.client().await.compile(req).await.unwrap().collect().await.unwrap();
+    let job_b = compile_job(&b.client().await, req).await;
     assert_eq!(job_b.kernels[0].tier(), Tier::Remote, "B compiled: A's publish never reached the fleet");
     assert_eq!(job_b.kernels[0].artifact, job.kernels[0].artifact);
     assert_eq!(toolkits::witnessed_compiles(&witness), 1);

@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 use kiln_proto::pb::{Outcome, Tier};
-use kiln_tests::daemon::{Daemon, Options};
+use kiln_tests::daemon::{Daemon, Options, compile_job, lookup_job};
 use kiln_tests::kernels::*;
 use kiln_tests::procs::signal;
 use std::os::unix::fs::PermissionsExt;
@@ -32,8 +32,8 @@ async fn socket_health_and_metrics() {
     let mut answers = reflection.server_reflection_info(tokio_stream::once(ask)).await.unwrap().into_inner();
     let listed = format!("{:?}", answers.message().await.unwrap());
     assert!(listed.contains("kiln.v1.Compiler"), "{listed}");
-    client.compile(vector_graph("sm_90", 2)).await.unwrap().collect().await.unwrap();
-    client.compile(vector_graph("sm_90", 2)).await.unwrap().collect().await.unwrap();
+    compile_job(&client, vector_graph("sm_90", 2)).await;
+    compile_job(&client, vector_graph("sm_90", 2)).await;
     d.wait_for_metric("kiln_cache_writes_total{tier=\"disk\",result=\"ok\"}", 2.0);
     let m = d.metrics_text();
     for series in [
@@ -70,7 +70,7 @@ async fn a_compile_continues_after_its_client_leaves() {
         stream.next_event().await.unwrap(); // queued: the job exists; now leave
     }
     let client = d.client().await;
-    let job = client.compile(req).await.unwrap().collect().await.unwrap();
+    let job = compile_job(&client, req).await;
     let k = &job.kernels[0];
     assert_eq!(k.outcome(), Outcome::Ok, "{}", k.log);
     assert!(matches!(k.tier(), Tier::Joined | Tier::Memory), "the abandoned compile was redone: {:?}", k.tier());
@@ -93,7 +93,7 @@ async fn sigterm_drains_running_work_and_exits_zero() {
     drop(client);
     d.stop_within(Duration::from_secs(60));
     let d = Daemon::start_in(dir.path(), Options::default());
-    let job = d.client().await.lookup(req).await.unwrap().collect().await.unwrap();
+    let job = lookup_job(&d.client().await, req).await;
     assert_eq!(job.kernels[0].tier(), Tier::Disk, "the drained compile was not published");
     d.stop();
 }

@@ -7,7 +7,7 @@
 use hyper_util::rt::TokioIo;
 use kiln_client::{ConnectOptions, connect_with};
 use kiln_proto::pb::{self, Outcome, Tier};
-use kiln_tests::daemon::{Daemon, Options};
+use kiln_tests::daemon::{Daemon, Options, compile_job, lookup_job};
 use kiln_tests::env;
 use kiln_tests::kernels::*;
 use kiln_tests::tls::TestCert;
@@ -78,7 +78,7 @@ async fn a_stock_grpcio_client_calls_kilnd_over_its_unix_socket() {
         assert_eq!(*l, "lookup OUTCOME_OK/TIER_MEMORY OUTCOME_OK/TIER_MEMORY", "{out}");
     }
     // What grpcio compiled is what kiln's own client finds.
-    let job = d.client().await.lookup(request).await.unwrap().collect().await.unwrap();
+    let job = lookup_job(&d.client().await, request).await;
     assert!(job.kernels.iter().all(|r| r.outcome() == Outcome::Ok && tier(r) == Tier::Memory), "{job:?}");
     d.stop();
 }
@@ -143,10 +143,10 @@ async fn the_tcp_listener_serves_tls_and_checks_tokens() {
 
     // A read-write token compiles; a read-only token looks up and reads stats, but cannot compile.
     let writer = connect_with(&uri, &with_token(&cert, WRITE)).await.unwrap();
-    let job = writer.compile(vector_graph("sm_90", 1)).await.unwrap().collect().await.unwrap();
+    let job = compile_job(&writer, vector_graph("sm_90", 1)).await;
     assert!(job.all_ok(), "{job:?}");
     let reader = connect_with(&uri, &with_token(&cert, READ)).await.unwrap();
-    let found = reader.lookup(vector_graph("sm_90", 1)).await.unwrap().collect().await.unwrap();
+    let found = lookup_job(&reader, vector_graph("sm_90", 1)).await;
     assert!(found.kernels.iter().all(|r| r.outcome() == Outcome::Ok), "{found:?}");
     assert!(!reader.stats().await.unwrap().version.is_empty());
     let denied = reader.compile(vector_graph("sm_90", 1)).await.unwrap_err();

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 use kiln_proto::pb::{Outcome, Tier};
-use kiln_tests::daemon::{Daemon, Options};
+use kiln_tests::daemon::{Daemon, Options, compile_job};
 use kiln_tests::kernels::*;
 use kiln_tests::toolkits;
 
@@ -23,7 +23,7 @@ async fn fifty_clients_one_compile_per_kernel() {
         clients.spawn(async move {
             let client = kiln_client::connect(&uri).await.unwrap();
             barrier.wait().await;
-            client.compile(vector_graph("sm_90", KERNELS)).await.unwrap().collect().await.unwrap()
+            compile_job(&client, vector_graph("sm_90", KERNELS)).await
         });
     }
     let mut jobs = Vec::new();

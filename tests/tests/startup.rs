@@ -2,7 +2,7 @@
 
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
-use kiln_tests::daemon::{Daemon, Options};
+use kiln_tests::daemon::{Daemon, Options, compile_job};
 use kiln_tests::env;
 use std::process::Command;
 
@@ -130,7 +130,7 @@ async fn serves_over_tcp_too() {
         ..Options::default()
     });
     let client = kiln_client::connect(&format!("http://127.0.0.1:{port}")).await.unwrap();
-    let job = client.compile(kiln_tests::kernels::vector_graph("sm_90", 1)).await.unwrap().collect().await.unwrap();
+    let job = compile_job(&client, kiln_tests::kernels::vector_graph("sm_90", 1)).await;
     assert!(job.all_ok());
     drop(client);
     d.stop();

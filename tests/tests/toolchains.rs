@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 use kiln_proto::pb::{self, Outcome, Tier, kernel::Source};
-use kiln_tests::daemon::{Daemon, Options};
+use kiln_tests::daemon::{Daemon, Options, compile_job, lookup_job};
 use kiln_tests::elf::{Cubin, EM_CUDA};
 use kiln_tests::kernels::*;
 use kiln_tests::{env, toolkits};
@@ -38,7 +38,7 @@ async fn triton_kernels_compile_to_valid_cubins_with_metadata() {
     let mut matmul = triton(&m, "matmul_kernel", mm, &[("BM", 64), ("BN", 64), ("BK", 32)], 4);
     matmul.want_ptx = true;
     kernels.push(any_kernel("matmul", Source::Triton(matmul)));
-    let job = client.compile(request("sm_90", kernels)).await.unwrap().collect().await.unwrap();
+    let job = compile_job(&client, request("sm_90", kernels)).await;
     for (id, symbol, warps) in [
         ("add_128", "add_kernel", 4),
         ("add_1024", "add_kernel", 4),
@@ -62,16 +62,14 @@ async fn triton_kernels_compile_to_valid_cubins_with_metadata() {
     assert_eq!(cubins.len(), 6, "and different cubins");
 
     // num_warps alone changes key and cubin.
-    let eight = client
-        .compile(request(
+    let eight = compile_job(
+        &client,
+        request(
             "sm_90",
             vec![any_kernel("add", Source::Triton(triton(&m, "add_kernel", ADD_SIG, &[("BLOCK", 1024)], 8)))],
-        ))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+        ),
+    )
+    .await;
     let four = job.kernel("add_1024").unwrap();
     assert_ne!(eight.kernels[0].key, four.key);
     assert_ne!(eight.kernels[0].artifact, four.artifact);
@@ -94,16 +92,14 @@ async fn triton_errors_and_dead_workers_are_failed_outcomes() {
     let d = Daemon::start(Options { concurrency: 1, ..Options::default() });
     let client = d.client().await;
     let broken = "import triton\n@triton.jit\ndef add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK:\n    pass\n";
-    let job = client
-        .compile(request(
+    let job = compile_job(
+        &client,
+        request(
             "sm_90",
             vec![any_kernel("bad", Source::Triton(triton(broken, "add_kernel", ADD_SIG, &[("BLOCK", 64)], 4)))],
-        ))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+        ),
+    )
+    .await;
     assert_eq!(job.kernels[0].outcome(), Outcome::Failed);
     assert!(
         job.kernels[0].log.contains("SyntaxError") && job.kernels[0].log.contains("Traceback"),
@@ -128,19 +124,17 @@ async fn triton_errors_and_dead_workers_are_failed_outcomes() {
     let done = client.watch(&job_id).await.unwrap().collect().await.unwrap();
     assert_eq!(done.kernels[0].outcome(), Outcome::Failed);
     assert!(done.kernels[0].log.contains("worker died"), "{}", done.kernels[0].log);
-    let next = client
-        .compile(request(
+    let next = compile_job(
+        &client,
+        request(
             "sm_90",
             vec![any_kernel(
                 "ok",
                 Source::Triton(triton(&triton_module(), "add_kernel", ADD_SIG, &[("BLOCK", 64)], 4)),
             )],
-        ))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+        ),
+    )
+    .await;
     assert_eq!(next.kernels[0].outcome(), Outcome::Ok, "the pool did not recover: {}", next.kernels[0].log);
     d.stop();
 }
@@ -174,8 +168,9 @@ async fn ptx_from_nvcc_assembles_and_broken_ptx_fails() {
     let ptx = std::fs::read_to_string(&ptx_path).unwrap();
     let d = Daemon::start(Options::default());
     let client = d.client().await;
-    let job = client
-        .compile(request(
+    let job = compile_job(
+        &client,
+        request(
             "sm_90",
             vec![
                 any_kernel("va", Source::Ptx(pb::PtxSource { ptx: ptx.clone(), options: vec!["-O3".into()] })),
@@ -184,12 +179,9 @@ async fn ptx_from_nvcc_assembles_and_broken_ptx_fails() {
                     Source::Ptx(pb::PtxSource { ptx: ptx.replace(".entry", ".entyr"), options: vec![] }),
                 ),
             ],
-        ))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+        ),
+    )
+    .await;
     check_cubin(job.kernel("va").unwrap(), "vector_add");
     let broken = job.kernel("broken").unwrap();
     assert_eq!(broken.outcome(), Outcome::Failed);
@@ -216,14 +208,14 @@ async fn a_mixed_graph_compiles_every_toolchain() {
     let graph: pb::CompileGraph = serde_json::from_str(&text).unwrap();
     let req = pb::CompileRequest { graph: Some(graph), ..Default::default() };
     let client = d.client().await;
-    let job = client.compile(req.clone()).await.unwrap().collect().await.unwrap();
+    let job = compile_job(&client, req.clone()).await;
     let toolchains: std::collections::HashSet<_> = job.kernels.iter().map(|k| k.toolchain.as_str()).collect();
     assert_eq!(toolchains, ["nvrtc", "ptxas", "triton"].into_iter().collect());
     for k in &job.kernels {
         assert_eq!(k.outcome(), Outcome::Ok, "{}: {}", k.id, k.log);
         assert_eq!(Cubin::parse(&k.artifact).unwrap().machine, EM_CUDA);
     }
-    let warm = client.compile(req).await.unwrap().collect().await.unwrap();
+    let warm = compile_job(&client, req).await;
     assert!(warm.kernels.iter().all(|k| k.tier() == Tier::Memory));
     d.stop();
 }
@@ -239,10 +231,10 @@ async fn changed_ptxas_or_triton_fingerprints_change_their_keys() {
         job.kernels.iter().map(|k| (k.toolchain.clone(), k.key.clone())).collect()
     };
     let base = Daemon::start(Options::default());
-    let a = keys(&base.client().await.lookup(req.clone()).await.unwrap().collect().await.unwrap());
+    let a = keys(&lookup_job(&base.client().await, req.clone()).await);
     base.stop();
     let ptxas = Daemon::start(Options { cuda_root: toolkits::appended_ptxas_root(dir.path()), ..Options::default() });
-    let b = keys(&ptxas.client().await.lookup(req.clone()).await.unwrap().collect().await.unwrap());
+    let b = keys(&lookup_job(&ptxas.client().await, req.clone()).await);
     ptxas.stop();
     assert_ne!(a["ptxas"], b["ptxas"]);
     assert_eq!(a["nvrtc"], b["nvrtc"]);
@@ -251,7 +243,7 @@ async fn changed_ptxas_or_triton_fingerprints_change_their_keys() {
     let triton_ptxas = env::repo_root().join(".venv/lib/python3.11/site-packages/triton/backends/nvidia/bin/ptxas");
     let env_override = vec![("TRITON_PTXAS_PATH".to_string(), triton_ptxas.display().to_string())];
     let triton = Daemon::start(Options { extra_env: env_override, ..Options::default() });
-    let c = keys(&triton.client().await.lookup(req).await.unwrap().collect().await.unwrap());
+    let c = keys(&lookup_job(&triton.client().await, req).await);
     triton.stop();
     assert_ne!(a["triton"], c["triton"]);
     assert_eq!(a["nvrtc"], c["nvrtc"]);
@@ -266,8 +258,7 @@ async fn triton_workers_cannot_see_the_cache_or_the_daemons_environment() {
     options.config = String::new();
     let d = Daemon::start(options);
     let client = d.client().await;
-    // Fill the cache so there is something to look at.
-    client.compile(vector_graph("sm_90", 1)).await.unwrap().collect().await.unwrap();
+    // Fill the cache so there is something to look compile_job(&at.client, vector_graph("sm_90", 1)).await;
     let cache = d.cache_dir.join("v1");
     let probe = format!(
         "import os\n\
@@ -281,13 +272,7 @@ async fn triton_workers_cannot_see_the_cache_or_the_daemons_environment() {
         cache = cache.display().to_string()
     );
     let t = triton(&probe, "add_kernel", ADD_SIG, &[("BLOCK", 64)], 4);
-    let job = client
-        .compile(request("sm_90", vec![any_kernel("probe", Source::Triton(t))]))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    let job = compile_job(&client, request("sm_90", vec![any_kernel("probe", Source::Triton(t))])).await;
     assert_eq!(job.kernels[0].outcome(), Outcome::Ok, "{}", job.kernels[0].log);
     d.stop();
 }
