@@ -169,19 +169,10 @@ impl Daemon {
     /// SIGTERM, then wait; asserts a clean exit within `bound`.
     pub fn stop_within(mut self, bound: Duration) {
         let mut child = self.child.take().expect("running");
-        sigterm(child.id());
-        let deadline = Instant::now() + bound;
-        loop {
-            if let Some(status) = child.try_wait().expect("wait") {
-                assert!(status.success(), "kilnd exited with {status} after SIGTERM");
-                return;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("kilnd did not exit within {bound:?} of SIGTERM");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        crate::procs::signal(child.id(), "TERM");
+        let status = crate::procs::wait_or_kill(&mut child, bound)
+            .unwrap_or_else(|| panic!("kilnd did not exit within {bound:?} of SIGTERM"));
+        assert!(status.success(), "kilnd exited with {status} after SIGTERM");
     }
 
     pub fn stop(self) {
@@ -190,23 +181,13 @@ impl Daemon {
 
     /// Sends SIGTERM and returns at once.
     pub fn terminate(&self) {
-        sigterm(self.pid());
+        crate::procs::signal(self.pid(), "TERM");
     }
 
     /// Waits for the process to exit; panics after `bound`.
     pub fn exit_within(mut self, bound: Duration) -> std::process::ExitStatus {
         let mut child = self.child.take().expect("running");
-        let deadline = Instant::now() + bound;
-        loop {
-            if let Some(status) = child.try_wait().expect("wait") {
-                return status;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("kilnd did not exit within {bound:?}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        crate::procs::wait_or_kill(&mut child, bound).unwrap_or_else(|| panic!("kilnd did not exit within {bound:?}"))
     }
 
     /// SIGKILL, as a preempted host dies: no drain, no release of anything.
@@ -221,6 +202,25 @@ impl Daemon {
     pub fn fleet_options(uri: &str, token: &str, config: &str) -> Options {
         Options {
             extra_env: vec![("KILN_REMOTE".into(), uri.into()), ("KILN_REMOTE_TOKEN".into(), token.into())],
+            config: config.into(),
+            ..Options::default()
+        }
+    }
+
+    /// Whether the process is still running.
+    pub fn alive(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| c.try_wait().ok().flatten().is_none())
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
 
 /// `request` compiled by `client`, every event of the job collected: the whole job, which a test
 /// then checks kernel by kernel.
@@ -237,28 +237,4 @@ pub async fn lookup_job(
     request: kiln_client::pb::CompileRequest,
 ) -> kiln_client::CompletedJob {
     client.lookup(request).await.expect("lookup").collect().await.expect("the lookup's events")
-}
-            config: config.into(),
-            ..Options::default()
-        }
-    }
-
-    /// Whether the process is still running.
-    pub fn alive(&mut self) -> bool {
-        self.child.as_mut().is_some_and(|c| c.try_wait().ok().flatten().is_none())
-    }
-}
-
-fn sigterm(pid: u32) {
-    let status = Command::new("kill").arg("-TERM").arg(pid.to_string()).status().expect("run kill");
-    assert!(status.success(), "kill -TERM {pid} failed");
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
 }

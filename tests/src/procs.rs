@@ -59,3 +59,20 @@ pub fn signal(pid: u32, signal: &str) {
         std::process::Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status().expect("run kill");
     assert!(status.success(), "kill -{signal} {pid} failed");
 }
+
+/// Waits for `child` to exit, at most `bound`; past it, kills and reaps it and answers `None`,
+/// for the caller to fail the test with what it was waiting for.
+pub fn wait_or_kill(child: &mut std::process::Child, bound: std::time::Duration) -> Option<std::process::ExitStatus> {
+    let deadline = std::time::Instant::now() + bound;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return Some(status);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

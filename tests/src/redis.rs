@@ -423,20 +423,10 @@ impl CacheServer {
     /// SIGTERM, then asserts exit status 0 within `bound`.
     pub fn stop_within(mut self, bound: Duration) {
         let mut child = self.child.take().expect("running");
-        let status = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().expect("run kill");
-        assert!(status.success(), "kill -TERM failed");
-        let deadline = Instant::now() + bound;
-        loop {
-            if let Some(status) = child.try_wait().expect("wait") {
-                assert!(status.success(), "kiln-cache exited with {status} after SIGTERM");
-                return;
-            }
-            if Instant::now() > deadline {
-                kill_and_wait(&mut child);
-                panic!("kiln-cache did not exit within {bound:?} of SIGTERM");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        crate::procs::signal(child.id(), "TERM");
+        let status = crate::procs::wait_or_kill(&mut child, bound)
+            .unwrap_or_else(|| panic!("kiln-cache did not exit within {bound:?} of SIGTERM"));
+        assert!(status.success(), "kiln-cache exited with {status} after SIGTERM");
     }
 
     pub fn stop(self) {
