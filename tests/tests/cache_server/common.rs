@@ -24,8 +24,13 @@ pub(crate) fn envelope_of(k: &CacheKey, n: usize) -> Vec<u8> {
 }
 
 pub(crate) fn start() -> (RedisServer, CacheServer) {
+    start_with("")
+}
+
+/// [`start`], with `config` as kiln-cache's config file.
+pub(crate) fn start_with(config: &str) -> (RedisServer, CacheServer) {
     let redis = RedisServer::start();
-    let cache = CacheServer::start(CacheOptions::new(vec![redis.url()]));
+    let cache = CacheServer::start(CacheOptions { config: config.into(), ..CacheOptions::new(vec![redis.url()]) });
     (redis, cache)
 }
 

@@ -2,13 +2,13 @@
 //! Contains), concurrent writers, the requests refused before Redis, BatchGet's recent values,
 //! graph manifests, and damaged values deleted and answered as misses.
 
-use crate::common::{MIB, code, corrupt, envelope_of, envelopes, head, key, start};
+use crate::common::{MIB, code, corrupt, envelope_of, envelopes, head, key, start, start_with};
 use kiln_cache_client::{Lookup, new_holder};
 use kiln_proto::CacheKey;
 use kiln_proto::envelope;
 use kiln_proto::pb::ArtifactMeta;
 use kiln_tests::http::sample;
-use kiln_tests::redis::{CacheOptions, CacheServer, READ_TOKEN, RedisServer, WRITE_TOKEN};
+use kiln_tests::redis::{CacheOptions, CacheServer, READ_TOKEN, WRITE_TOKEN};
 use std::time::Duration;
 use tonic::Code;
 
@@ -155,10 +155,7 @@ async fn bad_requests_are_invalid_argument_naming_the_field() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversize_envelopes_are_refused() {
-    let redis = RedisServer::start();
-    let mut options = CacheOptions::new(vec![redis.url()]);
-    options.config = "max_artifact_mb = 1\n".into();
-    let cache = CacheServer::start(options);
+    let (_redis, cache) = start_with("max_artifact_mb = 1\n");
     let c = cache.client(WRITE_TOKEN);
     let k = key("huge");
     let (c1, msg) = code(c.put(&k, envelope_of(&k, 2 * MIB)).await);
@@ -205,10 +202,7 @@ async fn batch_get_answers_in_order_with_misses_and_negatives() {
 /// reach Redis once per replica. A Put through the replica replaces its copy at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batch_get_serves_recent_values_from_memory_and_puts_replace_them() {
-    let redis = RedisServer::start();
-    let mut options = CacheOptions::new(vec![redis.url()]);
-    options.config = "hot_values_ms = 1500\n".into();
-    let cache = CacheServer::start(options);
+    let (redis, cache) = start_with("hot_values_ms = 1500\n");
     let c = cache.client(WRITE_TOKEN);
     let (k, big) = (key("hot"), key("hot and big"));
     let (first, second, chunked) = (envelope_of(&k, 1000), envelope_of(&k, 1200), envelope_of(&big, 2 * MIB + 9));
