@@ -284,6 +284,14 @@ impl CacheOptions {
     }
 }
 
+/// A private Redis and a kiln-cache over it with the test tokens: the fleet cache a test's kilnd
+/// hosts share.
+pub fn fleet() -> (RedisServer, CacheServer) {
+    let redis = RedisServer::start();
+    let cache = CacheServer::start(CacheOptions::new(vec![redis.url()]));
+    (redis, cache)
+}
+
 /// A running `kiln-cache`. Dropping it kills the process; [`CacheServer::stop`] stops it with
 /// SIGTERM and asserts a clean exit.
 #[derive(Debug)]

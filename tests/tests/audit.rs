@@ -13,7 +13,7 @@ use kiln_tests::daemon::{Daemon, compile_job};
 use kiln_tests::env;
 use kiln_tests::http::sample;
 use kiln_tests::kernels::*;
-use kiln_tests::redis::{CacheOptions, CacheServer, RedisServer, WRITE_TOKEN};
+use kiln_tests::redis::{CacheServer, WRITE_TOKEN, fleet};
 use std::time::{Duration, Instant};
 use tonic::Code;
 
@@ -52,8 +52,7 @@ fn wait_for_audits(d: &Daemon, n: f64) {
 /// on their own (every fleet artifact, at rate 1) and with `kiln audit`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn honest_publishes_audit_clean_with_every_toolchain() {
-    let redis = RedisServer::start();
-    let cache = CacheServer::start(CacheOptions::new(vec![redis.url()]));
+    let (_redis, cache) = fleet();
     let publisher = host(&cache, "");
     let examples = env::repo_root().join("examples");
     let graph = examples.join("mixed.graph.json");
@@ -99,8 +98,7 @@ fn assert_no_conflicts(d: &Daemon, cache: &CacheServer) {
 /// of the key; both end up with the right bytes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_gone_bad_is_caught_quarantined_named_and_kept_out() {
-    let redis = RedisServer::start();
-    let cache = CacheServer::start(CacheOptions::new(vec![redis.url()]));
+    let (redis, cache) = fleet();
     let honest = host(&cache, "quarantine_poll_ms = 200\n");
     let job = compile_job(&honest.client().await, vector_graph("sm_90", 2)).await;
     let right = job.kernels[0].clone();

@@ -9,7 +9,7 @@ use kiln_proto::pb;
 use kiln_tests::daemon::{Daemon, Options, compile_job};
 use kiln_tests::http::sample;
 use kiln_tests::kernels::{cuda, kernel, request, vector_add};
-use kiln_tests::redis::{CacheOptions, CacheServer, RedisServer, WRITE_TOKEN};
+use kiln_tests::redis::{WRITE_TOKEN, fleet};
 use serde_json::Value;
 use std::path::Path;
 
@@ -237,8 +237,7 @@ async fn bad_input_is_invalid_argument_naming_the_field() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fresh_host_explains_a_miss_against_another_hosts_recipe() {
-    let redis = RedisServer::start();
-    let cache = CacheServer::start(CacheOptions::new(vec![redis.url()]));
+    let (_redis, cache) = fleet();
     let first = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, ""));
     let with_header = |factor: &str| {
         let mut c = cuda("#include \"common.cuh\"\nextern \"C\" __global__ void scale(float* x) { x[0] *= FACTOR; }\n");

@@ -7,15 +7,9 @@ use kiln_proto::pb::{Outcome, Tier, kernel::Source};
 use kiln_tests::daemon::{Daemon, Options, compile_job, lookup_job};
 use kiln_tests::http::sample;
 use kiln_tests::kernels::*;
-use kiln_tests::redis::{CacheOptions, CacheServer, READ_TOKEN, RedisServer, WRITE_TOKEN};
+use kiln_tests::redis::{CacheOptions, CacheServer, READ_TOKEN, WRITE_TOKEN, fleet};
 use kiln_tests::toolkits;
 use std::time::{Duration, Instant};
-
-fn fleet() -> (RedisServer, CacheServer) {
-    let redis = RedisServer::start();
-    let cache = CacheServer::start(CacheOptions::new(vec![redis.url()]));
-    (redis, cache)
-}
 
 /// `n` daemons sharing one witness NVRTC; returns them and the witness file. Their audit is off:
 /// an audit is a compile too (the witness counts it), and these tests count the fleet's cold

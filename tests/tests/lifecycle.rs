@@ -115,9 +115,8 @@ async fn compiles_running(d: &Daemon, tag: &str, n: usize) {
 /// lease, lookup and publish hangs until its own timeout, 30 s, far past the drain bound).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_kilnd_stops_within_its_bound_with_the_fleet_frozen() {
-    use kiln_tests::redis::{CacheOptions, CacheServer, RedisServer, WRITE_TOKEN};
-    let redis = RedisServer::start();
-    let mut cache = CacheServer::start(CacheOptions::new(vec![redis.url()]));
+    use kiln_tests::redis::{WRITE_TOKEN, fleet};
+    let (_redis, mut cache) = fleet();
     let d = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, "drain_secs = 2\n"));
     compiles_running(&d, "frozen fleet", 4).await;
     let idle = d.client().await;

@@ -8,19 +8,13 @@ use kiln_proto::key::snapshot_file_key;
 use kiln_tests::daemon::{Daemon, Options};
 use kiln_tests::env;
 use kiln_tests::http::sample;
-use kiln_tests::redis::{CacheOptions, CacheServer, RedisServer, WRITE_TOKEN};
+use kiln_tests::redis::{CacheServer, WRITE_TOKEN, fleet};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn fleet() -> (RedisServer, CacheServer) {
-    let redis = RedisServer::start();
-    let cache = CacheServer::start(CacheOptions::new(vec![redis.url()]));
-    (redis, cache)
-}
 
 /// A kilnd "host" of the fleet with this default target (its `host.target`: there is no GPU).
 fn host(cache: &CacheServer, target: &str) -> Daemon {
