@@ -308,6 +308,12 @@ pub struct CacheServer {
 }
 
 impl CacheServer {
+    /// A kilnd host of this fleet cache, writing with [`WRITE_TOKEN`]; `config` adds lines to its
+    /// config file.
+    pub fn host(&self, config: &str) -> crate::daemon::Daemon {
+        crate::daemon::Daemon::start(crate::daemon::Daemon::fleet_options(&self.uri(), WRITE_TOKEN, config))
+    }
+
     /// Starts a kiln-cache and waits until it accepts connections and serves `/metrics`.
     pub fn start(options: CacheOptions) -> CacheServer {
         let dir = tempfile::tempdir().expect("tempdir");

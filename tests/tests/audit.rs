@@ -23,10 +23,6 @@ const WRITER_HOST: &str = "gone-bad";
 /// Every artifact audited, with all of a CPU, and the quarantine list read often.
 const AUDIT_ALL: &str = "audit_rate = 1.0\naudit_cpu_share = 1.0\nquarantine_poll_ms = 200\n";
 
-fn host(cache: &CacheServer, config: &str) -> Daemon {
-    Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, config))
-}
-
 fn metric(d: &Daemon, series: &str) -> f64 {
     sample(&d.metrics_text(), series).unwrap_or(0.0)
 }
@@ -53,7 +49,7 @@ fn wait_for_audits(d: &Daemon, n: f64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn honest_publishes_audit_clean_with_every_toolchain() {
     let (_redis, cache) = fleet();
-    let publisher = host(&cache, "");
+    let publisher = cache.host("");
     let examples = env::repo_root().join("examples");
     let graph = examples.join("mixed.graph.json");
     let graph = graph.to_str().unwrap();
@@ -61,7 +57,7 @@ async fn honest_publishes_audit_clean_with_every_toolchain() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let kernels = String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.contains("\"key\"")).count();
     assert!(kernels >= 3, "the mixed graph has CUDA, PTX and Triton kernels");
-    let auditor = host(&cache, AUDIT_ALL);
+    let auditor = cache.host(AUDIT_ALL);
     let out = auditor.kiln(&["compile", "--graph", graph], &examples);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     wait_for_audits(&auditor, kernels as f64);
@@ -99,7 +95,7 @@ fn assert_no_conflicts(d: &Daemon, cache: &CacheServer) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_gone_bad_is_caught_quarantined_named_and_kept_out() {
     let (redis, cache) = fleet();
-    let honest = host(&cache, "quarantine_poll_ms = 200\n");
+    let honest = cache.host("quarantine_poll_ms = 200\n");
     let job = compile_job(&honest.client().await, vector_graph("sm_90", 2)).await;
     let right = job.kernels[0].clone();
     assert_eq!(right.outcome(), Outcome::Ok, "{}", right.log);
@@ -119,7 +115,7 @@ async fn a_writer_gone_bad_is_caught_quarantined_named_and_kept_out() {
     redis.cli(&["DEL", &format!("kiln:v1:{{{key}}}:a")]);
     bad.put(&key, wrong_envelope.clone()).await.unwrap();
 
-    let auditor = host(&cache, AUDIT_ALL);
+    let auditor = cache.host(AUDIT_ALL);
     let taken = compile_job(&auditor.client().await, vector_graph("sm_90", 2)).await;
     let served = taken.kernel(&right.id).unwrap();
     assert_eq!((tier(served), &served.artifact[..]), (Tier::Remote, &wrong[..]), "served once, before the audit");

@@ -11,7 +11,7 @@ use kiln_proto::pb::{
 };
 use kiln_tests::daemon::{Daemon, Options};
 use kiln_tests::http::sample;
-use kiln_tests::redis::{WRITE_TOKEN, fleet};
+use kiln_tests::redis::fleet;
 use std::time::{Duration, Instant};
 use tonic::Code;
 
@@ -214,7 +214,7 @@ async fn two_writers_of_one_group_never_mix() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn across_hosts_one_producer_and_a_dead_one_releases_the_fleet_at_once() {
     let (_redis, cache) = fleet();
-    let host = || Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, "lease_ttl_ms = 20000\n"));
+    let host = || cache.host("lease_ttl_ms = 20000\n");
     let (a, b) = (host(), host());
     let (mut ca, mut cb) = (blobs(&a).await, blobs(&b).await);
     // A produces; B waits on A through the fleet and gets A's put from the remote tier.

@@ -8,8 +8,7 @@ use kiln_proto::pb::{
     BlobFile, BlobScope, GetBlobsRequest, LeaseBlobRequest, PutBlobRequest, TorchGraphCost, TorchGraphReport,
     blobs_client::BlobsClient, torch_graphs_client::TorchGraphsClient,
 };
-use kiln_tests::daemon::Daemon;
-use kiln_tests::redis::{WRITE_TOKEN, fleet};
+use kiln_tests::redis::fleet;
 use std::collections::BTreeSet;
 
 /// Family names from `# TYPE name kind` lines of a Prometheus/OpenMetrics text.
@@ -52,7 +51,7 @@ async fn every_metric_the_dashboard_queries_is_exported() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/grafana/kiln.json");
     let dashboard: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     let (_redis, cache) = fleet();
-    let kilnd = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, ""));
+    let kilnd = cache.host("");
     // The per-namespace blob series exist once a namespace has been used.
     let mut blobs = BlobsClient::new(kilnd.client().await.channel());
     let scope = Some(BlobScope { namespace: "triton".into(), tool_version: "3.6.0".into() });

@@ -9,7 +9,7 @@ use kiln_proto::pb;
 use kiln_tests::daemon::{Daemon, Options, compile_job};
 use kiln_tests::http::sample;
 use kiln_tests::kernels::{cuda, kernel, request, vector_add};
-use kiln_tests::redis::{WRITE_TOKEN, fleet};
+use kiln_tests::redis::fleet;
 use serde_json::Value;
 use std::path::Path;
 
@@ -238,7 +238,7 @@ async fn bad_input_is_invalid_argument_naming_the_field() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fresh_host_explains_a_miss_against_another_hosts_recipe() {
     let (_redis, cache) = fleet();
-    let first = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, ""));
+    let first = cache.host("");
     let with_header = |factor: &str| {
         let mut c = cuda("#include \"common.cuh\"\nextern \"C\" __global__ void scale(float* x) { x[0] *= FACTOR; }\n");
         c.headers.push(pb::Header { name: "common.cuh".into(), content: format!("#define FACTOR {factor}\n") });
@@ -246,7 +246,7 @@ async fn a_fresh_host_explains_a_miss_against_another_hosts_recipe() {
     };
     compile_job(&first.client().await, with_header("3.0f")).await;
 
-    let fresh = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, ""));
+    let fresh = cache.host("");
     let client = fresh.client().await;
     let explain = |req: pb::CompileRequest| pb::ExplainRequest { graph: req.graph, ..Default::default() };
     let same = client.grpc().explain(explain(with_header("3.0f"))).await.unwrap().into_inner();

@@ -138,8 +138,8 @@ async fn four_hosts_compile_each_kernel_once_across_the_fleet() {
 async fn a_dead_holder_is_taken_over_by_exactly_one_waiter() {
     let (_redis, cache) = fleet();
     let config = "lease_ttl_ms = 1500\nhedge_secs = 600\n";
-    let a = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, config));
-    let b = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, config));
+    let a = cache.host(config);
+    let b = cache.host(config);
     let req = request("sm_90", vec![kernel("slow", cuda(&format!("// takeover\n{}", slow_kernel(3000))))]);
     let ca = a.client().await;
     ca.submit(req.clone()).await.unwrap();
@@ -172,8 +172,8 @@ async fn a_failed_compile_releases_every_waiter_with_its_log() {
     let (_redis, cache) = fleet();
     // A long TTL: waiters that finish well inside it were released by the failure itself.
     let config = "lease_ttl_ms = 30000\n";
-    let a = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, config));
-    let b = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, config));
+    let a = cache.host(config);
+    let b = cache.host(config);
     // Slow in Triton's front end, then a failed static assert at the end.
     let source = format!(
         "{}\n@triton.jit\ndef doomed(x_ptr, BLOCK: tl.constexpr):\n    x = tl.load(x_ptr + tl.arange(0, BLOCK))\n    for i in tl.static_range(2500):\n        x = x * 1.0001 + i\n    tl.static_assert(BLOCK < 0, \"doomed by design\")\n    tl.store(x_ptr + tl.arange(0, BLOCK), x)\n",
@@ -213,7 +213,7 @@ async fn a_failed_compile_releases_every_waiter_with_its_log() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_outages_cost_nothing_and_the_remote_tier_comes_back() {
     let (mut redis, cache) = fleet();
-    let d = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, ""));
+    let d = cache.host("");
     let client = d.client().await;
     assert!(compile_job(&client, vector_graph("sm_90", 2)).await.all_ok());
     redis.stop();
@@ -231,7 +231,7 @@ async fn redis_outages_cost_nothing_and_the_remote_tier_comes_back() {
     }
     let after = compile_job(&client, request("sm_90", vec![kernel("after", cuda(&vector_add(51)))])).await;
     assert!(after.all_ok());
-    let fresh = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, ""));
+    let fresh = cache.host("");
     let got = lookup_job(&fresh.client().await, request("sm_90", vec![kernel("after", cuda(&vector_add(51)))])).await;
     assert_eq!(got.kernels[0].tier(), Tier::Remote, "publishes did not resume");
     fresh.stop();
@@ -241,7 +241,7 @@ async fn redis_outages_cost_nothing_and_the_remote_tier_comes_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn corrupt_or_misplaced_values_in_redis_are_recompiled_and_repaired() {
     let (redis, cache) = fleet();
-    let a = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, ""));
+    let a = cache.host("");
     let job = compile_job(&a.client().await, vector_graph("sm_90", 3)).await;
     a.stop();
     let head = |id: &str| format!("kiln:v1:{{{}}}:a", job.kernel(id).unwrap().key);
@@ -253,7 +253,7 @@ async fn corrupt_or_misplaced_values_in_redis_are_recompiled_and_repaired() {
     redis.cli(&["SETRANGE", &head("add_0"), &middle, other]);
     redis.cli(&["COPY", &head("add_2"), &head("add_1"), "REPLACE"]);
 
-    let b = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, ""));
+    let b = cache.host("");
     let again = compile_job(&b.client().await, vector_graph("sm_90", 3)).await;
     for id in ["add_0", "add_1"] {
         let k = again.kernel(id).unwrap();
@@ -266,7 +266,7 @@ async fn corrupt_or_misplaced_values_in_redis_are_recompiled_and_repaired() {
     assert!(detected >= 2.0, "the bad values were not counted ({detected})");
     b.stop();
     // Repaired: a third host gets good bytes from the fleet.
-    let c = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, ""));
+    let c = cache.host("");
     let repaired = compile_job(&c.client().await, vector_graph("sm_90", 3)).await;
     for k in &repaired.kernels {
         assert_eq!(k.tier(), Tier::Remote, "{} was not repaired", k.id);
@@ -310,7 +310,7 @@ async fn a_refused_token_is_said_so_in_the_log_stats_and_doctor() {
     d.stop();
 
     // The right token: up, and doctor says the fleet answers.
-    let d = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, ""));
+    let d = cache.host("");
     let client = d.client().await;
     let deadline = Instant::now() + Duration::from_secs(30);
     while client.stats().await.unwrap().remote_state != "up" {
@@ -333,14 +333,14 @@ async fn bad_tokens_and_a_full_redis_never_fail_a_compile() {
         d.stop();
     }
     // Nothing was published with those tokens.
-    let probe = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, ""));
+    let probe = cache.host("");
     let look = lookup_job(&probe.client().await, request("sm_90", vec![kernel("k", cuda(&vector_add(60)))])).await;
     assert_eq!(look.kernels[0].outcome(), Outcome::Miss, "a read-only or bad token published");
     probe.stop();
     // Redis at its memory limit: writes fail, compiles do not, nothing half-written remains.
     redis.cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
     redis.cli(&["CONFIG", "SET", "maxmemory", "1"]);
-    let d = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, ""));
+    let d = cache.host("");
     let job = compile_job(&d.client().await, vector_graph("sm_90", 3)).await;
     assert!(job.all_ok());
     assert!(
@@ -383,7 +383,7 @@ async fn a_redis_cluster_works_end_to_end() {
 #[test]
 fn kiln_warm_pulls_a_graph_into_a_fresh_host() {
     let (_redis, cache) = fleet();
-    let a = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, ""));
+    let a = cache.host("");
     let dir = tempfile::tempdir().unwrap();
     for i in 0..10 {
         std::fs::write(dir.path().join(format!("k{i}.cu")), vector_add(100 + i)).unwrap();
@@ -407,7 +407,7 @@ fn kiln_warm_pulls_a_graph_into_a_fresh_host() {
     let graph_key = last["graph_key"].as_str().unwrap().to_string();
     a.stop();
 
-    let b = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, ""));
+    let b = cache.host("");
     let warmed = kiln(&b, &["warm", "--graph-key", &graph_key, "--json"]);
     assert!(warmed.status.success(), "{}", String::from_utf8_lossy(&warmed.stderr));
     let lines = String::from_utf8_lossy(&warmed.stdout).to_string();
@@ -482,8 +482,8 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 async fn a_waiter_past_the_hedge_bound_compiles_itself() {
     let (_redis, cache) = fleet();
     let config = "lease_ttl_ms = 60000\nhedge_secs = 1\n";
-    let a = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, config));
-    let b = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, config));
+    let a = cache.host(config);
+    let b = cache.host(config);
     let req = request("sm_90", vec![kernel("slow", cuda(&format!("// hedge\n{}", slow_kernel(24_000))))]);
     let ca = a.client().await;
     let job_a = ca.submit(req.clone()).await.unwrap();

@@ -115,9 +115,9 @@ async fn compiles_running(d: &Daemon, tag: &str, n: usize) {
 /// lease, lookup and publish hangs until its own timeout, 30 s, far past the drain bound).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_kilnd_stops_within_its_bound_with_the_fleet_frozen() {
-    use kiln_tests::redis::{WRITE_TOKEN, fleet};
+    use kiln_tests::redis::fleet;
     let (_redis, mut cache) = fleet();
-    let d = Daemon::start(Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, "drain_secs = 2\n"));
+    let d = cache.host("drain_secs = 2\n");
     compiles_running(&d, "frozen fleet", 4).await;
     let idle = d.client().await;
     let _unread = idle.compile(request("sm_90", vec![kernel("other", cuda(&slow_kernel(2000)))])).await.unwrap();
