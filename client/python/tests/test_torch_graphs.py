@@ -559,3 +559,34 @@ def test_kiln_explain_says_why_a_torch_graph_missed(graph_kilnd: Kilnd, tmp_path
     with kiln.Client(graph_kilnd.uri) as c:
         events = [m for m in c.stats().recent_misses if m.key == g2["key"]]
     assert events and "max_autotune_pointwise" in events[0].detail, events
+
+
+INSTALL_ONLY = """
+    import sys, time
+    import torch._dynamo  # runs kiln's hook: kiln._torch_graph.install
+    from kiln import _torch_graph
+    _torch_graph._workers.were_up()  # the ask has been answered
+    print("asked" if _torch_graph._workers._asked else "silent")
+"""
+
+
+def test_a_rank_whose_graphs_stay_in_the_process_does_not_start_the_workers(tmp_path: Path) -> None:
+    # One rank of several (WORLD_SIZE=2) whose layout stays in the process must not take the
+    # host's cores for workers it will not use; one whose layout goes to kilnd starts them.
+    import time
+
+    k = Kilnd(tmp_path / "ranks")
+    try:
+        env = {**os.environ, "KILN_TORCH": "1", "KILN_DAEMON": k.uri, "WORLD_SIZE": "2", "KILN_TORCH_SNAPSHOT": "0"}
+        for graphs, starts in (("single", False), ("ddp", True)):
+            run = subprocess.run(
+                [sys.executable, "-c", textwrap.dedent(INSTALL_ONLY)], env={**env, "KILN_TORCH_GRAPHS": graphs},
+                capture_output=True, text=True, timeout=300,
+            )
+            assert run.returncode == 0 and run.stdout.strip() == "asked", run.stdout + run.stderr
+            deadline = time.monotonic() + (30 if starts else 3)
+            while not torch_workers(k.proc.pid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert bool(torch_workers(k.proc.pid)) == starts, f"KILN_TORCH_GRAPHS={graphs}: workers started: {not starts}"
+    finally:
+        k.stop()

@@ -500,8 +500,10 @@ def install(job: str) -> bool:
     # seconds: start them now. A single process's graphs go to the workers only where they are
     # already up (else it compiles them itself), and another rank's are claimed, so for those kiln
     # only asks: starting the workers would cost a cold host seconds of its cores while the job
-    # imports torch. A DDP job is one of several ranks (torchrun sets WORLD_SIZE).
-    workers_needed = async_enabled() or _world_size() > 1
+    # imports torch. A DDP job is one of several ranks (torchrun sets WORLD_SIZE); where its
+    # layouts stay in the process (the default), starting the workers would only take its cores.
+    many_ranks = _world_size() > 1 and bool(_choice.layouts & _torch_layout.MANY_RANK_LAYOUTS)
+    workers_needed = async_enabled() or many_ranks
     if _choice.layouts and (_choice.devices is None or _gpus_seen(torch) > 0):
         _workers.ask(start=workers_needed)
     return True

@@ -31,6 +31,8 @@ from . import settings
 
 GRAPHS_ENV = settings.TORCH_GRAPHS.name
 LAYOUTS = ("single", "ddp", "multi-rank")
+#: The layouts of a process that is one rank of several.
+MANY_RANK_LAYOUTS: frozenset[str] = frozenset({"ddp", "multi-rank"})
 #: Layouts sent to kilnd when ``KILN_TORCH_GRAPHS`` is unset: those whose cold first step through
 #: kilnd is, on the record, no slower than plain torch.compile's (tests/gpu/RESULTS.md, torch 2.11,
 #: each ratio within one run). One process's graph compiled by kilnd's warm workers: 0.96, 0.96
