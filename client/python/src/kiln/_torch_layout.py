@@ -35,12 +35,13 @@ LAYOUTS = ("single", "ddp", "multi-rank")
 MANY_RANK_LAYOUTS: frozenset[str] = frozenset({"ddp", "multi-rank"})
 #: Layouts sent to kilnd when ``KILN_TORCH_GRAPHS`` is unset: those whose cold first step through
 #: kilnd is, on the record, no slower than plain torch.compile's (tests/gpu/RESULTS.md, torch 2.11,
-#: each ratio within one run). One process's graph compiled by kilnd's warm workers: 0.96, 0.96
-#: and 0.97 of plain's (2 H200s, 32 cores, run 48), where claiming it and compiling it in the
-#: process took 1.07-1.15. Not yet: FSDP2 (``multi-rank``), claimed by its first rank, 1.03-1.06
-#: (run 49; through the workers 1.40 and 1.73, with a wait for a twin's claim since removed);
-#: DDP's pieces, compiled by kilnd's workers, 1.38 and 0.95 (runs 41, 46). A layout joins once
-#: its row shows it below 1.0.
+#: each ratio within one run). One process's graph compiled by kilnd's warm workers: 0.96 of plain's
+#: at the median of five (2 H200s, 32 cores, runs 48 and 52), and a herd of four such processes 0.70
+#: of four plain ones, where claiming the graph and compiling it in the process took 1.07-1.15. Not
+#: yet: FSDP2 (``multi-rank``) through the workers 1.04 and 1.10 (run 50), claimed 1.03-1.06 (run
+#: 49), its block graphs reaching kilnd one after the other; DDP's pieces through the workers 1.07
+#: and 1.06 (run 51). Kept in the process they cost 0.95 and 1.00 (medians of three). A layout joins
+#: once its row shows it below 1.0.
 DEFAULT_LAYOUTS: frozenset[str] = frozenset({"single"})
 #: Of those, the layouts sent by default only where kilnd's torch workers were up before the
 #: process started: workers started for it import torch and start their compile pools beside its
