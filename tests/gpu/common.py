@@ -285,19 +285,19 @@ def wait_until_idle(bound_s: float, busy_below: float = 0.05, window_s: float = 
     return time.monotonic() - started
 
 
-def cold_graph_kilnd(work: Path, name: str, a) -> Kilnd:
+def cold_graph_kilnd(work: Path, name: str, a, remote: str = "") -> Kilnd:
     """A new kilnd with an empty cache under ``work/kilnd-<name>``, its torch workers started with it
     and waited for, and then their spares' compile pools (a long-running kilnd on a GPU host has
     them up: the figures are the compile's, not torch's import on a host where a job starts with
     its kilnd). ``a`` holds the harness's ``kilnd``, ``cuda_root``, ``kilnd_python`` and ``target``
-    arguments."""
+    arguments; ``remote``, a kiln-cache for its fleet tier."""
     import shutil
 
     d = work / f"kilnd-{name}"
     shutil.rmtree(d, ignore_errors=True)
     d.mkdir(parents=True)
     (d / "kilnd.toml").write_text("torch_prestart = true\n")
-    k = Kilnd(name, a.kilnd, d, a.cuda_root, a.kilnd_python, target=a.target, extra_args=["--config", str(d / "kilnd.toml")])
+    k = Kilnd(name, a.kilnd, d, a.cuda_root, a.kilnd_python, remote=remote, target=a.target, extra_args=["--config", str(d / "kilnd.toml")])
     k.start()
     import kiln
 
