@@ -12,6 +12,7 @@ Also a small command line for tests/gpu/run:
 
 from __future__ import annotations
 
+import argparse
 import http.client
 import json
 import os
@@ -283,6 +284,22 @@ def wait_until_idle(bound_s: float, busy_below: float = 0.05, window_s: float = 
         if total1 > total0 and (busy1 - busy0) / (total1 - total0) < busy_below:
             break
     return time.monotonic() - started
+
+
+def own_kilnd_parser(doc: str | None) -> argparse.ArgumentParser:
+    """The arguments tests/gpu/run gives a part that starts kilnds of its own (``own_kilnd_part``):
+    the kilnd binary, its CUDA root and torch interpreter, the job's interpreter, the work and
+    output directories, the device, and kilnd's target where it sees no GPU."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--kilnd", required=True)
+    p.add_argument("--cuda-root", required=True)
+    p.add_argument("--kilnd-python", required=True)
+    p.add_argument("--python", default=sys.executable)
+    p.add_argument("--work", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--target", default="", help="kilnd's GPU target where it sees no GPU (a CPU dry run)")
+    return p
 
 
 def cold_graph_kilnd(work: Path, name: str, a, remote: str = "") -> Kilnd:

@@ -48,7 +48,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from common import Kilnd, cold_graph_kilnd, metric_sum, write_json  # noqa: E402
+from common import Kilnd, cold_graph_kilnd, metric_sum, own_kilnd_parser, write_json  # noqa: E402
 
 JOB = HERE.parent.parent / "client" / "python" / "tests" / "layout_job.py"
 VARIANTS = ("eager", "plain", "warm", "default", "cold", "twin", "fresh", "async")
@@ -304,16 +304,8 @@ def twins(results: dict[str, dict[str, dict]]) -> str:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--kilnd", required=True)
-    p.add_argument("--cuda-root", required=True)
-    p.add_argument("--kilnd-python", required=True)
-    p.add_argument("--python", default=sys.executable)
-    p.add_argument("--work", type=Path, required=True)
-    p.add_argument("--out", type=Path, required=True)
+    p = own_kilnd_parser(__doc__)
     p.add_argument("--gpus", type=int, default=2)
-    p.add_argument("--device", default="cuda")
-    p.add_argument("--target", default="", help="kilnd's GPU target where it sees no GPU (a CPU dry run)")
     p.add_argument("--layouts", default="single,ddp,fsdp2,herd")
     p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--model", default="llama")

@@ -36,7 +36,7 @@ from types import SimpleNamespace
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from common import cold_graph_kilnd, write_json  # noqa: E402
+from common import cold_graph_kilnd, own_kilnd_parser, write_json  # noqa: E402
 from torch_layouts import Runner  # noqa: E402
 
 #: The steps of each run timed for a median: the first ten hold the warm-up.
@@ -103,16 +103,8 @@ def within(value: float, target: float, rel: float) -> bool:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--kilnd", required=True)
-    p.add_argument("--cuda-root", required=True)
-    p.add_argument("--kilnd-python", required=True)
-    p.add_argument("--python", default=sys.executable)
+    p = own_kilnd_parser(__doc__)
     p.add_argument("--remote", required=True, help="the kiln-cache both kilnds share (the fleet)")
-    p.add_argument("--work", type=Path, required=True)
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--device", default="cuda")
-    p.add_argument("--target", default="")
     p.add_argument("--model", default="llama")
     p.add_argument("--width", type=int, default=1024)
     p.add_argument("--blocks", type=int, default=4)
