@@ -235,7 +235,7 @@ def test_status_pages_in_chromium(fleet: tuple[CacheServer, Kilnd], browser_fact
 
     # Two torch.compile jobs' accounts through kilnd to the fleet ledger: one that pays, and one
     # with a hostile name whose processes ended before its compile paid.
-    from kiln.torch_results import TorchGraphCost
+    from kiln.torch.results import TorchGraphCost
 
     def graph(eager: float, compiled: float, calls: int, compile_s: float) -> TorchGraphCost:
         return TorchGraphCost("forward", calls // 2, calls - calls // 2, eager, compiled, compile_s, served="in-process",

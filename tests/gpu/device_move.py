@@ -1,4 +1,4 @@
-"""Checks kiln's device move (kiln._torch_device) against torch itself, on a host with two GPUs.
+"""Checks kiln's device move (kiln.torch._device) against torch itself, on a host with two GPUs.
 
 Three fresh processes compile one small training step (layer norm, matmuls, GELU, softmax,
 dropout, a tensor made in the graph) with torch.compile:
@@ -112,20 +112,20 @@ def child(role, steps):
     # As kilnd's worker (first) and kiln.torch (moved) do: torch's ptxas from the start, so that
     # every process keys its Triton kernels alike. The code names the ptxas (its backend hash),
     # so own, torch's reference, takes the same.
-    from kiln import _torch_graph
+    from kiln.torch import _graph
 
-    _torch_graph._same_ptxas()
+    _graph._same_ptxas()
     if role == "moved":
-        from kiln import _torch_device
+        from kiln.torch import _device
 
-        _torch_device.install(torch)
+        _device.install(torch)
         prepare = codecache.FxGraphCache.prepare_key
 
         def prepare_key(gm, example_inputs, fx_kwargs, inputs_to_check, remote):
-            index = _torch_device.graph_device(example_inputs)
+            index = _device.graph_device(example_inputs)
             if index:
-                with _torch_device.normalizing(index):
-                    pickler, details = _torch_device._fx_graph_pickler(torch, gm, example_inputs, fx_kwargs, inputs_to_check)
+                with _device.normalizing(index):
+                    pickler, details = _device._fx_graph_pickler(torch, gm, example_inputs, fx_kwargs, inputs_to_check)
                     keys.append(("f" + pickler.get_hash(details), pickler.debug_lines(details)))
             else:
                 keys.append((f"not moved: device {index}", []))

@@ -40,8 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 SNAPSHOT_STATS = (
     ("kiln.torch", "snapshot_stats"),
     ("kiln.torch", "snapshot_status"),
-    ("kiln.torch_snapshot", "stats"),
-    ("kiln.torch_snapshot", "snapshot_stats"),
+    ("kiln.torch.snapshot", "stats"),
+    ("kiln.torch.snapshot", "snapshot_stats"),
     ("kiln.snapshot", "stats"),
     ("kiln.snapshots", "stats"),
 )

@@ -28,7 +28,7 @@ def median(xs: list) -> float | None:
     return statistics.median(xs) if xs else None
 
 
-#: Keys in kiln.torch.snapshot_stats()["restore"] (kiln/torch_snapshot.py: files and bytes
+#: Keys in kiln.torch.snapshot_stats()["restore"] (kiln/torch/snapshot.py: files and bytes
 #: written, files already present, seconds of the restore, seconds the first compile
 #: waited for it), and other names a later version might use.
 SNAP_KEYS = {

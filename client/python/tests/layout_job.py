@@ -75,12 +75,12 @@ def record_fx_keys() -> None:
         key, lines = hash_graph(gm, example_inputs, fx_kwargs, inputs_to_check)
         entry: dict[str, object] = {"key": key, "parts": parts(lines)}
         try:
-            from kiln import _torch_device
+            from kiln.torch import _device
 
-            index = _torch_device.graph_device(example_inputs)
+            index = _device.graph_device(example_inputs)
             if index:
-                with _torch_device.normalizing(index):
-                    pickler, details = _torch_device._fx_graph_pickler(torch, gm, example_inputs, fx_kwargs, inputs_to_check)
+                with _device.normalizing(index):
+                    pickler, details = _device._fx_graph_pickler(torch, gm, example_inputs, fx_kwargs, inputs_to_check)
                     entry["moved"] = "f" + pickler.get_hash(details)
                     entry["moved_parts"] = parts(pickler.debug_lines(details))
         except ImportError:
@@ -115,9 +115,9 @@ def main() -> None:
         # plain torch does, to see what compiling it with the forward costs.
         import contextlib
 
-        import kiln._torch_claim
+        import kiln.torch._claim
 
-        kiln._torch_claim._backward_now = contextlib.nullcontext
+        kiln.torch._claim._backward_now = contextlib.nullcontext
     if os.environ.get("DEBUG_FX_KEYS") == "1":
         record_fx_keys()
     cuda = os.environ.get("DEVICE") == "cuda"

@@ -1,4 +1,4 @@
-"""kiln._source_keys: torch's and Triton's source hashes travel in the job's snapshot, are checked
+"""kiln.torch._source_keys: torch's and Triton's source hashes travel in the job's snapshot, are checked
 against this host's packages by the restore process, and are handed to the first compile. With
 tests/fake_torch (whose ``torch_key()`` names the threads that computed it, and has torch's
 setter), the real Triton of this interpreter, real kilnds and a real kiln-cache."""
@@ -17,7 +17,7 @@ from harness import Kilnd
 from test_torch_adapter import _pth_installed
 from test_torch_snapshot import run_script
 
-from kiln import _source_keys
+from kiln.torch import _source_keys
 
 TRITON_KEY = """
 import json, sys

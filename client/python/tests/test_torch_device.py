@@ -1,4 +1,4 @@
-"""The device index taken out of a graph and put back (kiln._torch_device), with a real torch on
+"""The device index taken out of a graph and put back (kiln.torch._device), with a real torch on
 the CPU: its fake tensors stand on GPUs this machine does not have, so graphs traced for
 ``cuda:1`` and ``cuda:0`` are made here and compared as kilnd and torch's FX graph cache see them.
 The GPU run checks the moved code against the code torch generates on the second GPU itself.
@@ -16,8 +16,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed in this interpreter")
 
-from kiln import _torch_device  # noqa: E402
-from kiln._torch_payload import serialize  # noqa: E402
+from kiln.torch import _device  # noqa: E402
+from kiln.torch._payload import serialize  # noqa: E402
 
 
 # Unannotated: the traced graph's code would carry the annotations (strings, here) as globals.
@@ -52,27 +52,27 @@ def test_a_graph_on_another_gpu_travels_as_the_same_graph_on_the_first() -> None
 def test_only_a_graph_whose_payload_is_its_own_code_can_be_shared() -> None:
     # A process claims (compiles for everyone) only a graph whose payload names its own device:
     # one on cuda:1 travels as cuda:0's, which its own code is not.
-    assert _torch_device.moved_index(*traced(step, "cuda:1")) == 1
-    assert _torch_device.moved_index(*traced(step, "cuda:0")) is None
-    assert _torch_device.moved_index(*traced(step, "cpu")) is None
+    assert _device.moved_index(*traced(step, "cuda:1")) == 1
+    assert _device.moved_index(*traced(step, "cuda:0")) is None
+    assert _device.moved_index(*traced(step, "cpu")) is None
     # A graph that keeps its index travels as itself: its key is its own device's.
-    assert _torch_device.moved_index(*traced(step_to_first_gpu, "cuda:1")) is None
+    assert _device.moved_index(*traced(step_to_first_gpu, "cuda:1")) is None
 
 
 def test_a_graph_that_names_another_gpu_than_its_inputs_keeps_its_index() -> None:
     gm, inputs = traced(step_to_first_gpu, "cuda:1")
-    assert not _torch_device.graph_names_only(gm, 1)
+    assert not _device.graph_names_only(gm, 1)
     assert serialize(gm, inputs, {}) != serialize(*traced(step_to_first_gpu, "cuda:0"), {})
     # Inputs on two GPUs have no one index to take out.
     with_cpu = [torch.empty(1), *inputs]
-    assert _torch_device.graph_device(with_cpu) == 1
-    assert _torch_device.graph_device([*inputs, torch.empty(1, device="meta")]) == 1
+    assert _device.graph_device(with_cpu) == 1
+    assert _device.graph_device([*inputs, torch.empty(1, device="meta")]) == 1
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     with FakeTensorMode():
         other = torch.empty(1, device="cuda:0")
-    assert _torch_device.graph_device([*inputs, other]) is None
-    assert _torch_device.graph_device([torch.empty(1)]) is None
+    assert _device.graph_device([*inputs, other]) is None
+    assert _device.graph_device([torch.empty(1)]) is None
 
 
 def test_the_fx_graph_key_on_another_gpu_reads_as_the_key_on_the_first() -> None:
@@ -82,8 +82,8 @@ def test_the_fx_graph_key_on_another_gpu_reads_as_the_key_on_the_first() -> None
     natural0 = compiled_fx_graph_hash(gm0, in0, {}, [])[0]
     natural1 = compiled_fx_graph_hash(gm1, in1, {}, [])[0]
     assert natural0 != natural1, "torch's own key names the device"
-    with _torch_device.normalizing(1):
-        assert _torch_device.fx_graph_key(torch, gm1, in1, {}, []) == natural0
+    with _device.normalizing(1):
+        assert _device.fx_graph_key(torch, gm1, in1, {}, []) == natural0
 
 
 #: Inductor's generated Python for a small CUDA graph, as torch 2.11 writes it (shortened): the
@@ -142,9 +142,9 @@ def bundle() -> Any:
 
 
 def test_generated_code_moves_to_another_gpu_whole() -> None:
-    assert _torch_device.indices(WRAPPER) == {0}
-    moved = _torch_device.move_code(WRAPPER, 0, 3)
-    assert _torch_device.indices(moved) == {3}
+    assert _device.indices(WRAPPER) == {0}
+    moved = _device.move_code(WRAPPER, 0, 3)
+    assert _device.indices(moved) == {3}
     expected = WRAPPER
     for before, after in (("_DeviceGuard(0)", "_DeviceGuard(3)"), ("set_device(0)", "set_device(3)"),
                           ("get_raw_stream(0)", "get_raw_stream(3)"), ("stream0", "stream3"), ("index=0", "index=3"), ("'cuda:0'", "'cuda:3'"), ("]cuda:0", "]cuda:3"),
@@ -153,15 +153,15 @@ def test_generated_code_moves_to_another_gpu_whole() -> None:
         expected = expected.replace(before, after)
     assert moved == expected, "each place that names the device, and nothing else"
 
-    entry = _torch_device.move_graph(Entry(WRAPPER, _triton_bundle=bundle()), 3)
+    entry = _device.move_graph(Entry(WRAPPER, _triton_bundle=bundle()), 3)
     assert entry is not None
-    assert _torch_device.indices(entry.source_code) == {3}
+    assert _device.indices(entry.source_code) == {3}
     assert entry.cache_key != "cabcdef", "the moved code is another file"
     assert list(entry.device_idxs) == [3]
     assert [a.device for a in entry._triton_bundle.kernel_artifacts] == [3]
     assert entry._triton_bundle.static_autotuners == []
     # Code that names two devices cannot be told apart: not moved.
-    assert _torch_device.move_graph(Entry(WRAPPER + "\nstream1 = get_raw_stream(1)\n"), 3) is None
+    assert _device.move_graph(Entry(WRAPPER + "\nstream1 = get_raw_stream(1)\n"), 3) is None
 
 
 def test_a_process_on_another_gpu_takes_the_first_gpus_entry_moved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -175,19 +175,19 @@ def test_a_process_on_another_gpu_takes_the_first_gpus_entry_moved(tmp_path: Pat
     (gm0, in0), (gm1, in1) = traced(step, "cuda:0"), traced(step, "cuda:1")
     key0 = compiled_fx_graph_hash(gm0, in0, {}, [])[0]
     FxGraphCache._write_to_local_cache(key0, pickle.dumps(Entry(WRAPPER, _triton_bundle=bundle())))
-    _torch_device.install(torch)
+    _device.install(torch)
 
     with torch._guards.tracing(context):
         (key1, _), _ = FxGraphCache.prepare_key(gm1, in1, {}, [], False)
     assert key1 == compiled_fx_graph_hash(gm1, in1, {}, [])[0], "torch looks the graph up under its own key"
     (path,) = (Path(FxGraphCache._get_tmp_dir_for_key(key1)) / n for n in os.listdir(FxGraphCache._get_tmp_dir_for_key(key1)))
     moved = pickle.loads(path.read_bytes())
-    assert _torch_device.indices(moved.source_code) == {1}
+    assert _device.indices(moved.source_code) == {1}
     assert [a.device for a in moved._triton_bundle.kernel_artifacts] == [1]
     # The first GPU's entry is as it was: only cuda:0 code is ever under a cuda:0 key.
     (original,) = os.listdir(FxGraphCache._get_tmp_dir_for_key(key0))
     entry0 = pickle.loads((Path(FxGraphCache._get_tmp_dir_for_key(key0)) / original).read_bytes())
-    assert _torch_device.indices(entry0.source_code) == {0}
+    assert _device.indices(entry0.source_code) == {0}
     # A graph on the first GPU, and one whose key has an entry already, are left to torch.
     with torch._guards.tracing(context):
         FxGraphCache.prepare_key(gm0, in0, {}, [], False)
@@ -206,8 +206,8 @@ def test_a_job_with_kiln_takes_moved_entries_from_its_first_graph_on(tmp_path: P
         "import torch\n"
         "torch.compile(lambda x: x + 1)(torch.ones(2))\n"
         "from torch._inductor.codecache import FxGraphCache\n"
-        "from kiln import _torch_device\n"
-        "print(_torch_device._installed, FxGraphCache.prepare_key.__qualname__)\n"
+        "from kiln.torch import _device\n"
+        "print(_device._installed, FxGraphCache.prepare_key.__qualname__)\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KILN_", "TORCHINDUCTOR_"))}
     env.update(KILN_TORCH="1", KILN_DAEMON=f"unix://{tmp_path}/none.sock", TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))

@@ -194,7 +194,7 @@ def _claim(c: kiln.Client, data: bytes, **kw: Any) -> Any:
 
 def test_a_claim_holds_the_others_until_its_publish_and_a_closed_one_hands_it_on(graph_kilnd: Kilnd) -> None:
     # No worker runs here: a claimed graph is compiled by the process that claimed it.
-    from kiln._torch_answer import bundle, parse
+    from kiln.torch._answer import bundle, parse
 
     shared = bundle(b"torch's artifacts", [("ab/kernel.so", b"ELF")])
     with kiln.Client(graph_kilnd.uri) as c:
@@ -357,7 +357,7 @@ def test_a_hostile_payload_is_refused_by_the_worker_and_remembered(graph_kilnd: 
 
 
 def test_a_report_of_bad_costs_names_the_field(graph_kilnd: Kilnd) -> None:
-    from kiln.torch_results import TorchGraphCost
+    from kiln.torch.results import TorchGraphCost
 
     with kiln.Client(graph_kilnd.uri) as c:
         ret = c.report_torch_graphs("j", {"not_reused": 1}, [TorchGraphCost("g", 10, 90, 0.015, 0.009, 18.0)])
@@ -423,7 +423,7 @@ def test_the_payload_leaves_out_what_torchs_keys_leave_out() -> None:
     # keys skip them, and sending them would split one graph's key between hosts.
     import torch._inductor.config as inductor_config
 
-    from kiln._torch_payload import _changed_config
+    from kiln.torch._payload import _changed_config
 
     sent = _changed_config(inductor_config)
     assert "compile_threads" not in sent and "fx_graph_remote_cache" not in sent
@@ -451,13 +451,13 @@ def _worker_module(name: str = "torch_worker") -> Any:
 
 def test_an_answer_bundles_alike_from_a_worker_and_from_a_claim() -> None:
     # A worker's answer and a claiming process's publish are one format, written on both sides.
-    from kiln import _torch_answer
+    from kiln.torch import _answer
 
     worker = _worker_module()
     files = [("ab/kernel.so", b"ELF"), ("cd/header.gch", b"GCH")]
-    assert worker.BUNDLE_MAGIC == _torch_answer.MAGIC
-    assert worker.bundle(b"artifacts", files) == _torch_answer.bundle(b"artifacts", files)
-    parsed = _torch_answer.parse(worker.bundle(b"artifacts", files))
+    assert worker.BUNDLE_MAGIC == _answer.MAGIC
+    assert worker.bundle(b"artifacts", files) == _answer.bundle(b"artifacts", files)
+    parsed = _answer.parse(worker.bundle(b"artifacts", files))
     assert (parsed.artifacts, parsed.files) == (b"artifacts", files)
     # The files a worker sends are the files a process places.
     assert all(name.endswith(worker.NATIVE_SUFFIXES) for name, _ in files)
@@ -468,15 +468,15 @@ def test_the_payload_kiln_writes_is_what_the_worker_reads() -> None:
     # one side changes alone fails here, not as a setting silently dropped from every compile.
     import torch
 
-    from kiln import _torch_payload
+    from kiln.torch import _payload
 
     worker = _worker_module("torch_payload_reader")
-    assert worker.PAYLOAD_VERSION == _torch_payload.PAYLOAD_VERSION
+    assert worker.PAYLOAD_VERSION == _payload.PAYLOAD_VERSION
 
     captured: list[bytes] = []
 
     def backend(gm: Any, inputs: list[Any]) -> Any:
-        captured.append(_torch_payload.serialize(gm, inputs, {"max_autotune": False}))
+        captured.append(_payload.serialize(gm, inputs, {"max_autotune": False}))
         return gm
 
     net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU())
@@ -563,10 +563,10 @@ def test_kiln_explain_says_why_a_torch_graph_missed(graph_kilnd: Kilnd, tmp_path
 
 INSTALL_ONLY = """
     import sys, time
-    import torch._dynamo  # runs kiln's hook: kiln._torch_graph.install
-    from kiln import _torch_graph
-    _torch_graph._workers.were_up()  # the ask has been answered
-    print("asked" if _torch_graph._workers._asked else "silent")
+    import torch._dynamo  # runs kiln's hook: kiln.torch._graph.install
+    from kiln.torch import _graph
+    _graph._workers.were_up()  # the ask has been answered
+    print("asked" if _graph._workers._asked else "silent")
 """
 
 

@@ -131,7 +131,7 @@ def test_an_async_ddp_job_swaps_each_piece_in_and_trains_on(layout_kilnd: Kilnd,
 
 
 def test_the_layouts_sent_to_kilnd_follow_the_setting_and_default_to_the_record(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kiln import _torch_layout as layout
+    from kiln.torch import _layout as layout
 
     monkeypatch.delenv(layout.GRAPHS_ENV, raising=False)
     monkeypatch.delenv("KILN_TORCH_ASYNC", raising=False)
@@ -164,7 +164,7 @@ def test_the_layouts_sent_to_kilnd_follow_the_setting_and_default_to_the_record(
 
 
 def test_one_process_gpu_graph_goes_to_an_idle_warm_worker_and_the_rest_are_claimed(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kiln import _torch_claim as claim
+    from kiln.torch import _claim as claim
 
     monkeypatch.delenv("KILN_TORCH_CLAIM", raising=False)
     up, down = (lambda: True), (lambda: False)
@@ -183,7 +183,7 @@ def test_one_process_gpu_graph_goes_to_an_idle_warm_worker_and_the_rest_are_clai
 def test_a_claim_shares_the_cxx_its_compile_built_and_nothing_older(tmp_path: Path) -> None:
     import time
 
-    from kiln._torch_answer import native_files
+    from kiln.torch._answer import native_files
 
     (tmp_path / "ab").mkdir()
     (tmp_path / "cd").mkdir()
@@ -203,7 +203,7 @@ def test_a_claim_shares_the_cxx_its_compile_built_and_nothing_older(tmp_path: Pa
 def test_an_answer_bundle_reads_back_and_refuses_paths_outside_the_cache(tmp_path: Path) -> None:
     import struct
 
-    from kiln import _torch_answer as answer
+    from kiln.torch import _answer as answer
 
     def bundle(files: list[tuple[str, bytes]], artifacts: bytes = b"ART") -> bytes:
         index = json.dumps({"artifacts": len(artifacts), "files": [[p, len(d)] for p, d in files]}).encode()
@@ -232,16 +232,16 @@ def test_an_answer_bundle_reads_back_and_refuses_paths_outside_the_cache(tmp_pat
 def test_loading_an_answer_starts_no_compile_pool_and_a_compile_here_gets_it_back(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch._inductor.config as config
 
-    from kiln import _torch_inductor
+    from kiln.torch import _inductor
 
     # Outside torch's cache keys, or a process that loads with one compile thread would miss
     # the entries kilnd's workers saved with several.
     assert "compile_threads" in config._cache_config_ignore_prefix
     monkeypatch.setattr(config, "compile_threads", 4)
-    monkeypatch.setattr(_torch_inductor, "own_threads", None)
-    _torch_inductor.pool_off()
+    monkeypatch.setattr(_inductor, "own_threads", None)
+    _inductor.pool_off()
     assert config.compile_threads == 1
-    _torch_inductor.pool_off()  # a second load keeps the process's own figure
-    assert _torch_inductor.own_threads == 4
-    assert _torch_inductor.in_process(lambda: config.compile_threads) == 4
+    _inductor.pool_off()  # a second load keeps the process's own figure
+    assert _inductor.own_threads == 4
+    assert _inductor.in_process(lambda: config.compile_threads) == 4
     assert config.compile_threads == 1

@@ -20,7 +20,7 @@ from harness import CacheServer, Kilnd, Redis, http_get, metric
 from test_torch_graphs import run_job
 
 import kiln
-from kiln.torch_results import TorchGraphCost
+from kiln.torch.results import TorchGraphCost
 
 JOB = "ledger-e2e"
 
@@ -184,7 +184,7 @@ def test_every_bad_field_of_a_report_is_named(fleet: Fleet) -> None:
 
 
 def test_the_exit_line_says_cost_saving_and_break_even() -> None:
-    from kiln._torch_ledger import exit_line
+    from kiln.torch._ledger import exit_line
 
     def ret(**kw: Any) -> kiln.TorchJobReturn:
         base: dict[str, Any] = dict(job="llama", eager_step_s=0.01704, compiled_step_s=0.00597, speedup=2.85, compile_s=18.3,
@@ -202,7 +202,7 @@ def test_the_exit_line_says_cost_saving_and_break_even() -> None:
 
 
 def test_eager_samples_during_a_compile_on_this_host_are_contended() -> None:
-    from kiln._torch_ledger import GraphRecord
+    from kiln.torch._ledger import GraphRecord
 
     g = GraphRecord("forward:0/0", how="kilnd", tier="compiled")
     # Samples (end, seconds): two inside the compile's window, three after it, the first of all

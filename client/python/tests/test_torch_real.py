@@ -55,7 +55,7 @@ def run_job(kilnd: Kilnd, cache_dir: Path) -> dict[str, dict[str, int]]:
 
 SNAPSHOT_JOB = """
     import json, torch
-    import kiln.torch, kiln.torch_snapshot
+    import kiln.torch, kiln.torch.snapshot
     from torch._dynamo.utils import counters
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.Linear(64, 8)).to(device)
@@ -64,7 +64,7 @@ SNAPSHOT_JOB = """
     loss = step(torch.randn(32, 64, device=device)).pow(2).mean()
     loss.backward()
     opt.step()
-    kiln.torch_snapshot.wait_for_saves(60)  # the save after the compiles, in the background
+    kiln.torch.snapshot.wait_for_saves(60)  # the save after the compiles, in the background
     print(json.dumps({"counters": {k: dict(v) for k, v in counters.items()}, "snapshot": kiln.torch.snapshot_stats()}, default=str))
 """
 

@@ -1,4 +1,4 @@
-"""kiln.torch_snapshot under KILN_TORCH=1, with tests/fake_torch (torch 2.11's compile callbacks
+"""kiln.torch.snapshot under KILN_TORCH=1, with tests/fake_torch (torch 2.11's compile callbacks
 and a fake compile that reads and writes the Inductor and Triton cache directories) and real
 kilnds: the restore starts at interpreter start-up and is joined at the first compile, the cache
 directory defaults to the same path on every host, the process saves after its compile, and a
@@ -21,11 +21,11 @@ from harness import Kilnd
 from test_torch_adapter import FAKE_TORCH, _pth_installed
 
 import kiln
-from kiln import _torch_job
+from kiln.torch import _job
 
 SCRIPT = """
     import json, os, sys, time
-    import kiln.torch_snapshot as ts
+    import kiln.torch.snapshot as ts
     started_at_startup = ts._state.restore_proc is not None
     import torch
 
@@ -78,7 +78,7 @@ def run_script(tmp_path: Path, env: dict[str, str], wait: bool = True, as_module
 def keys() -> dict[str, str]:
     # The child's key parts: the same interpreter and packages as this one (the fake torch has
     # no distribution metadata, so "none").
-    return _torch_job.keys()
+    return _job.keys()
 
 
 def test_a_fresh_host_restores_before_its_first_compile_and_compiles_nothing(
@@ -122,7 +122,7 @@ def test_a_fresh_host_restores_before_its_first_compile_and_compiles_nothing(
 
 def test_the_job_is_the_scripts_content_and_dirs_default_to_one_path(tmp_path: Path) -> None:
     _pth_installed()
-    code = "import os, kiln.torch_snapshot as ts; print(os.environ.get('TORCHINDUCTOR_CACHE_DIR'), ts._state.job)"
+    code = "import os, kiln.torch.snapshot as ts; print(os.environ.get('TORCHINDUCTOR_CACHE_DIR'), ts._state.job)"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH", "KILN_TORCH", "TRITON_"))}
     script = tmp_path / "probe.py"
     script.write_text(code)
@@ -131,13 +131,13 @@ def test_the_job_is_the_scripts_content_and_dirs_default_to_one_path(tmp_path: P
     assert probe.returncode == 0, probe.stderr
     assert probe.stderr == "", "kilnd is down, but a process that never compiles never warns"
     directory, job = probe.stdout.split()
-    assert directory == _torch_job.default_inductor_dir() and directory.startswith("/tmp/torchinductor_")
-    assert job == _torch_job.job_of_script(str(script)) and job.startswith("script:")
+    assert directory == _job.default_inductor_dir() and directory.startswith("/tmp/torchinductor_")
+    assert job == _job.job_of_script(str(script)) and job.startswith("script:")
     # The same bytes at another path are the same job; -c has no job until it compiles.
     other = tmp_path / "elsewhere" / "probe.py"
     other.parent.mkdir()
     other.write_text(code)
-    assert _torch_job.job_of_script(str(other)) == job
+    assert _job.job_of_script(str(other)) == job
     inline = subprocess.run([sys.executable, "-c", code], env={**env, "KILN_TORCH": "1"}, capture_output=True, text=True)
     assert inline.stdout.split()[1] == "None"
     off_env = {**env, "KILN_TORCH": "1", "KILN_TORCH_SNAPSHOT": "0"}
@@ -174,7 +174,7 @@ def test_a_restore_slower_than_the_wait_bound_is_stopped_before_it_places_anythi
     """The first compile waits at most KILN_TORCH_RESTORE_WAIT_SECS; the restore process is then
     told to stop and places nothing, so the compile never meets files appearing under it. Here it
     waits on the host lock another rank holds."""
-    from kiln import torch_snapshot as ts
+    from kiln.torch import snapshot as ts
     from kiln._snapshot_place import lock_path, release, try_flock
 
     job, inductor = f"torch-{uuid.uuid4().hex[:8]}", tmp_path / "ind"
@@ -231,20 +231,20 @@ def test_install_in_code_restores_at_the_first_compile(kilnd: Kilnd, tmp_path: P
 def test_helper_processes_restore_only_if_they_compile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # torch and its tools start `python -c`/`-m` helpers that inherit KILN_TORCH_JOB and never
     # compile: they must not restore at start-up (each would ask kilnd and stat every file).
-    monkeypatch.setenv(_torch_job.JOB_ENV, "job-x")
+    monkeypatch.setenv(_job.JOB_ENV, "job-x")
     script = tmp_path / "train.py"
     script.write_text("print('train')\n")
-    assert _torch_job.job_at_startup([str(script)]) == "job-x"
+    assert _job.job_at_startup([str(script)]) == "job-x"
     for argv in (["-c", "import torch"], ["-m", "torch.distributed.run"], [""]):
-        assert _torch_job.job_at_startup(argv, ["python", *argv]) is None, argv
+        assert _job.job_at_startup(argv, ["python", *argv]) is None, argv
     # The job's own module restores at start-up like a script; torch's, Triton's, kiln's and the
     # standard library's do not, however the command line spells -m.
     for orig in (["python", "-m", "train"], ["python", "-u", "-m", "pkg.train", "--lr", "1"], ["python", "-um", "train"],
                  ["python", "-mtrain"], ["python", "-X", "dev", "-m", "train"], ["python", "-Wignore", "-m", "train"]):
-        assert _torch_job.job_at_startup(["-m"], orig) == "job-x", orig
+        assert _job.job_at_startup(["-m"], orig) == "job-x", orig
     for orig in (["python", "-m", "torch._inductor.compile_worker"], ["python", "-m", "triton.tools.compile"],
                  ["python", "-m", "kiln", "doctor"], ["python", "-m", "multiprocessing.forkserver"],
                  ["python", "-m", "json.tool"], ["python", "-c", "x", "-m", "train"], ["python", "-m"]):
-        assert _torch_job.job_at_startup(["-m"], orig) is None, orig
-    monkeypatch.delenv(_torch_job.JOB_ENV)
-    assert _torch_job.job_at_startup(["-m"], ["python", "-m", "train"]) is None
+        assert _job.job_at_startup(["-m"], orig) is None, orig
+    monkeypatch.delenv(_job.JOB_ENV)
+    assert _job.job_at_startup(["-m"], ["python", "-m", "train"]) is None

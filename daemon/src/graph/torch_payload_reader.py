@@ -2,7 +2,7 @@
 where the worker touches a client's bytes before its box (the child) compiles them.
 
 A payload is a u32 length, a JSON header and torch's graph pickle, as kiln.torch's
-``_torch_payload`` writes it. The header's keys and its ambient state are checked against what this
+``_payload`` module writes it. The header's keys and its ambient state are checked against what this
 reader knows (a key it does not read would be a client's setting silently dropped from the compile),
 the pickle is read by torch's graph unpickler refusing every global outside a short allowlist
 (which narrows what a hostile payload can reach; the box is the child that reads it), and the
@@ -17,7 +17,7 @@ import struct
 
 #: The payload's format; kiln.torch writes the same number.
 PAYLOAD_VERSION = 1
-#: What a payload's header holds, and its "ambient" state: exactly what kiln._torch_payload
+#: What a payload's header holds, and its "ambient" state: exactly what kiln.torch._payload
 #: writes (a test runs its payloads through decode_payload). A key this worker does not read
 #: would be a setting silently dropped from the compile, so it is refused.
 HEADER_KEYS = frozenset(
@@ -136,7 +136,7 @@ def typed_like(module, settings):
 
 def apply_ambient(torch, ambient):
     """Sets the client's process-wide torch state in this child (it is the child's alone) and
-    returns the autocast contexts to enter, as (device type, dtype) pairs: see kiln._torch_payload's
+    returns the autocast contexts to enter, as (device type, dtype) pairs: see kiln.torch._payload's
     ``_ambient`` for why each matters."""
     det, warn_only = ambient.get("deterministic", [False, False])
     torch.use_deterministic_algorithms(bool(det), warn_only=bool(warn_only))

@@ -249,7 +249,7 @@ def flags_in(argv: list[str]) -> set[str]:
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_every_flag_and_variable_exists(variant: str, tmp_path: Path):
     bins = bin_dir()
-    python_sources = "".join(p.read_text() for p in (ROOT / "client/python/src/kiln").glob("*.py"))
+    python_sources = "".join(p.read_text() for p in (ROOT / "client/python/src/kiln").rglob("*.py"))
     for _, c in containers(render_variant(variant, tmp_path)):
         argv = c.get("command", [])[:1]
         name = argv[0] if argv else None

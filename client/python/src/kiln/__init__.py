@@ -14,7 +14,7 @@ Modules:
 - :mod:`kiln.keys` — kiln-key-v1 keys computed locally (needs ``blake3``);
 - :mod:`kiln.triton` — ``KilnRemoteCacheBackend`` for Triton's remote cache;
 - :mod:`kiln.torch` — ``install()``: kiln behind Inductor's remote caches;
-- :mod:`kiln.torch_snapshot` — ``KILN_TORCH=1``: Inductor's and Triton's cache directories
+- :mod:`kiln.torch.snapshot` — ``KILN_TORCH=1``: Inductor's and Triton's cache directories
   restored before the first compile and saved after each;
 - :mod:`kiln.doctor` — ``python -m kiln doctor``.
 """
@@ -89,7 +89,7 @@ __all__ = [
 ]
 
 # Searched in this order, cheapest import first: a name from kiln.paths imports nothing else.
-_MODULES = ("paths", "graph", "results", "snapshot_results", "torch_results", "explain", "errors", "client")
+_MODULES = ("paths", "graph", "results", "snapshot_results", "torch.results", "explain", "errors", "client")
 
 
 def _version() -> str:
@@ -135,6 +135,6 @@ if TYPE_CHECKING:
     from .paths import *  # noqa: F403
     from .results import *  # noqa: F403
     from .snapshot_results import *  # noqa: F403
-    from .torch_results import *  # noqa: F403
+    from .torch.results import *  # noqa: F403
 
     __version__: str

@@ -9,12 +9,12 @@ right after each has run:
 - ``torch._inductor.config``, ``torch._functorch.config``, ``torch._dynamo.config``: switch on
   the remote caches whose flags the user left unset;
 - ``torch._inductor.remote_cache``: replace the remote cache classes (see :mod:`kiln.torch`);
-- ``torch._dynamo``: route torch.compile's graphs through kilnd (see :mod:`kiln._torch_graph`), join the
+- ``torch._dynamo``: route torch.compile's graphs through kilnd (see :mod:`kiln.torch._graph`), join the
   snapshot restore at the first compile and save after each (see
-  :mod:`kiln.torch_snapshot`).
+  :mod:`kiln.torch.snapshot`).
 
 Before any of that, it starts restoring the job's torch.compile snapshot in a background process
-(:func:`kiln.torch_snapshot.start`), so the restore overlaps ``import torch``. It also sets
+(:func:`kiln.torch.snapshot.start`), so the restore overlaps ``import torch``. It also sets
 Triton's two variables (unless set), so the Triton kernels Inductor compiles go through
 :class:`kiln.triton.KilnRemoteCacheBackend` too. An untested torch version gets one warning and
 is left alone; nothing here raises into the job.
@@ -65,10 +65,10 @@ def _on_remote_cache(module: ModuleType) -> None:
 
 def _on_dynamo(module: ModuleType) -> None:
     if _version_ok():
-        from . import _torch_graph, _torch_job, torch_snapshot
+        from .torch import _graph, _job, snapshot
 
-        _torch_graph.install(_torch_job.job_now() or "")
-        torch_snapshot.attach(module)
+        _graph.install(_job.job_now() or "")
+        snapshot.attach(module)
 
 
 def install_hooks() -> None:
@@ -78,9 +78,9 @@ def install_hooks() -> None:
     from . import torch as kt
 
     started = time.perf_counter()
-    from . import torch_snapshot
+    from .torch import snapshot
 
-    torch_snapshot.start()
+    snapshot.start()
     hooks: dict[str, Callable[[ModuleType], None]] = {name: _on_config for name in kt.FLAGS}
     hooks[kt.REMOTE_CACHE_MODULE] = _on_remote_cache
     hooks["torch._dynamo"] = _on_dynamo

@@ -1,5 +1,5 @@
 """The one conversion every result type's ``from_proto`` shares: a leaf module, so that
-:mod:`kiln.results`, :mod:`kiln.snapshot_results` and :mod:`kiln.torch_results` can all use it."""
+:mod:`kiln.results`, :mod:`kiln.snapshot_results` and :mod:`kiln.torch.results` can all use it."""
 
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ from .snapshot_results import (
     SnapshotProgress,
     SnapshotSummary,
 )
-from .torch_results import TorchGraphAnswer, TorchGraphCost, TorchJobReturn, TorchJobs
+from .torch.results import TorchGraphAnswer, TorchGraphCost, TorchJobReturn, TorchJobs
 
 if TYPE_CHECKING:
     from . import snapshot
@@ -395,7 +395,7 @@ class Client:
     ) -> TorchGraphAnswer:
         """Compiles one serialized torch.compile graph in kilnd's torch workers, or answers it
         from the caches; waits for the answer (``timeout`` bounds the call, ``compile_timeout`` the
-        compile, ``None`` for kilnd's). The payload is what :mod:`kiln._torch_graph` writes.
+        compile, ``None`` for kilnd's). The payload is what :mod:`kiln.torch._graph` writes.
         The versions besides torch's are the process's environment: with them the graph is keyed
         by it, and a stored answer comes back without kilnd starting a torch worker.
         ``wait_for_claim`` (seconds, at most 10): how long kilnd waits for another process to

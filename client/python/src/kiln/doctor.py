@@ -102,9 +102,9 @@ def _torch_graph_check(uri: str, timeout: float) -> dict[str, Any]:
     import torch
 
     from . import errors
-    from ._torch_graph import _environment
-    from ._torch_payload import serialize
     from .client import Client
+    from .torch._graph import _environment
+    from .torch._payload import serialize
 
     payloads: list[bytes] = []
 
@@ -197,7 +197,7 @@ def render(report: dict[str, Any]) -> str:
         f"torch via kiln   {_yes(torch_on)}" + ("" if torch_on else "  (KILN_TORCH=1, or kiln.torch.install())")
     )
     if torch_on:
-        from ._torch_layout import BadSetting, chosen
+        from .torch._layout import BadSetting, chosen
 
         try:
             layouts = chosen().describe()

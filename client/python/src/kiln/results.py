@@ -15,7 +15,7 @@ from ._from_proto import from_message
 from ._proto import blob_pb2 as bpb
 from ._proto import kiln_pb2 as pb
 from .tier import Tier as Tier
-from .torch_results import TorchGraphStats
+from .torch.results import TorchGraphStats
 
 
 class Outcome(enum.IntEnum):

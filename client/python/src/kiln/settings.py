@@ -3,7 +3,7 @@
 The one list. ``kiln doctor`` shows each one's value from it, the README's table of a job's
 variables is checked against it by a test, and so is every ``KILN_*`` name the package's code
 reads: a variable added without a line here fails the suite. The modules that read a variable
-keep their own name for it (``_torch_graph.ASYNC_ENV``), taken from here.
+keep their own name for it (``kiln.torch._graph.ASYNC_ENV``), taken from here.
 """
 
 from __future__ import annotations

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ._from_proto import from_message
-from ._proto import kiln_pb2 as pb
-from .tier import Tier
+from .._from_proto import from_message
+from .._proto import kiln_pb2 as pb
+from ..tier import Tier
 
 
 @dataclass(frozen=True)

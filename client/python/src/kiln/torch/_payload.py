@@ -13,7 +13,7 @@ import json
 import struct
 from typing import Any
 
-from . import _torch_device
+from . import _device
 
 #: The payload's format; the worker reads the same number.
 PAYLOAD_VERSION = 1
@@ -49,7 +49,7 @@ def _input_spec(torch: Any, value: Any) -> dict[str, Any]:
             "shape": list(value.shape),
             "stride": list(value.stride()),
             "dtype": str(value.dtype),
-            "device": str(_torch_device.moved_device(torch, value.device)),
+            "device": str(_device.moved_device(torch, value.device)),
             "requires_grad": bool(value.requires_grad),
             "parameter": isinstance(value, torch.nn.Parameter),
             # AOTAutograd's cache key records whether the inputs were fake (a DDP piece's are):
@@ -101,7 +101,7 @@ def _pickler() -> Any:
     """torch's graph pickler, mended: a view's metadata (a linear layer's output over 3-D inputs
     is a view of its 2-D product) keeps its base's fake mode, which does not pickle, though the
     unpickler sets the base's fake mode itself. The mend clears it, as torch does the view's own.
-    Under :func:`kiln._torch_device.normalizing`, it also writes the graph's device as ``cuda:0``."""
+    Under :func:`kiln.torch._device.normalizing`, it also writes the graph's device as ``cuda:0``."""
     import dataclasses
 
     import torch
@@ -111,17 +111,17 @@ def _pickler() -> Any:
     class Pickler(GraphPickler):
         def reducer_override(self, obj: object) -> Any:
             if isinstance(obj, torch.device):
-                return _torch_device.moved_device(torch, obj).__reduce__()
+                return _device.moved_device(torch, obj).__reduce__()
             reduced = super().reducer_override(obj)
             if isinstance(obj, FakeTensor) and reduced is not NotImplemented:
                 data = reduced[1][0]
                 base = data.metadata.base
                 if base is not None and base.fake_mode is not None:
                     data.metadata = dataclasses.replace(data.metadata, base=dataclasses.replace(base, fake_mode=None))
-                data.metadata = _torch_device.moved_metadata(torch, data.metadata)
+                data.metadata = _device.moved_metadata(torch, data.metadata)
             if isinstance(obj, torch.fx.GraphModule) and reduced is not NotImplemented:
                 data = reduced[1][0]
-                data.gm_dict = _torch_device.moved_graph_state(data.gm_dict)
+                data.gm_dict = _device.moved_graph_state(data.gm_dict)
             return reduced
 
     return Pickler
@@ -156,16 +156,16 @@ def _ambient(torch: Any) -> dict[str, Any]:
 def _current_device(torch: Any) -> int | None:
     if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
         return None
-    return int(_torch_device.moved_device(torch, torch.device("cuda", torch.cuda.current_device())).index)
+    return int(_device.moved_device(torch, torch.device("cuda", torch.cuda.current_device())).index)
 
 
 def serialize(gm: Any, example_inputs: list[Any], config_patches: dict[str, Any]) -> bytes:
     """The payload kilnd compiles: a u32 length, a JSON header (the inputs' metadata and the
     config), then torch's graph pickle of (graph module, each placeholder's Dynamo source).
     Deterministic: processes tracing the same code send the same bytes, so they share one key, and
-    a graph on one GPU of the host is sent as it reads on ``cuda:0`` (:mod:`kiln._torch_device`),
+    a graph on one GPU of the host is sent as it reads on ``cuda:0`` (:mod:`kiln.torch._device`),
     so that the ranks on the host's GPUs share it too."""
-    with _torch_device.normalizing(_torch_device.moved_index(gm, example_inputs)):
+    with _device.normalizing(_device.moved_index(gm, example_inputs)):
         return _serialize(gm, example_inputs, config_patches)
 
 

@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import settings
+from .. import settings
 
 log = logging.getLogger("kiln")
 
@@ -61,7 +61,7 @@ def measure_calls() -> int:
     try:
         return max(0, int(raw)) if raw else 0
     except ValueError:
-        from . import _fleet
+        from .. import _fleet
 
         _fleet.warn_once("torch-measure", "kiln: %s=%r is not a number of calls; not measuring", MEASURE_ENV, raw)
         return 0
@@ -159,7 +159,7 @@ class GraphRecord:
         return ""
 
     def cost(self, windows: Sequence[tuple[float, float]]) -> Any:
-        from .torch_results import TorchGraphCost
+        from .results import TorchGraphCost
 
         def values(mode: str, keep: Callable[[tuple[float, float]], bool] = lambda _: True) -> list[float]:
             samples = self.samples[mode]
@@ -235,7 +235,7 @@ def rank() -> int:
 def stats() -> dict[str, Any]:
     """What the graph path did in this process: fallbacks by reason, each graph's record, and
     the seconds kiln's set-up took by the import that ran it."""
-    from . import _import_hooks
+    from .. import _import_hooks
 
     with _ledger.lock:
         return {
@@ -265,7 +265,7 @@ def report(*, ended: bool = False) -> Any:
     """Sends this process's fallbacks (since the last report) and its graphs' costs (from its
     start) to kilnd; returns the job's return (:class:`kiln.TorchJobReturn`), the fleet's when
     kilnd reached it, or ``None`` when kilnd does not answer."""
-    from . import _fleet
+    from .. import _fleet
 
     costs = _ledger.costs()
     with _ledger.lock:

@@ -22,10 +22,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from . import settings
-from ._torch_answer import bundle as make_bundle
-from ._torch_answer import native_files
-from ._torch_ledger import GraphRecord
+from .. import settings
+from ._answer import bundle as make_bundle
+from ._answer import native_files
+from ._ledger import GraphRecord
 
 log = logging.getLogger("kiln")
 
@@ -126,7 +126,7 @@ def compile_to_share(torch: Any, grant: Grant, record: GraphRecord, compile_here
 
 
 def _publish(grant: Grant, record: GraphRecord, artifacts: bytes, directory: str, since: float, seconds: float, timeout: float) -> None:
-    from . import _fleet, errors
+    from .. import _fleet, errors
 
     began = time.perf_counter()
     try:

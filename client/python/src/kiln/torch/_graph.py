@@ -1,14 +1,14 @@
 """torch.compile graphs compiled once per fleet through kilnd, and optionally never waited for.
 
 With ``KILN_TORCH=1``, :func:`install` routes torch.compile's Inductor backend through kiln, and
-the graphs of the layouts chosen (:mod:`kiln._torch_layout`) go through kilnd. Each graph Dynamo
+the graphs of the layouts chosen (:mod:`kiln.torch._layout`) go through kilnd. Each graph Dynamo
 captured is serialized (torch's graph pickler, every op admitted, with its inputs' metadata and
-the process's Inductor and functorch config; :mod:`kiln._torch_payload`), and kilnd keys it with
+the process's Inductor and functorch config; :mod:`kiln.torch._payload`), and kilnd keys it with
 the process's torch, Triton, Python and CUDA and the host's GPUs. Then, blocking:
 
 - kilnd holds the graph (its tiers, the fleet): the process loads torch's own cache artifacts
   (``torch.compiler.save_cache_artifacts``) and the C++ the compile built
-  (:mod:`kiln._torch_answer`), and calls Inductor as it would have, which now finds its
+  (:mod:`kiln.torch._answer`), and calls Inductor as it would have, which now finds its
   AOTAutograd and FX graph caches filled: no tracing of the joint graph, no code generation, no
   kernel compile;
 - another process, rank or host compiles it: the process waits for that compile, then loads it;
@@ -21,7 +21,7 @@ A piece of a DDP graph goes to kilnd's workers instead, with every other piece a
 DDP optimizer compiles them one at a time, and kilnd's workers side by side.
 
 A graph on another GPU than the job's first travels as it reads on ``cuda:0``
-(:mod:`kiln._torch_device`): its process cannot share its own compile (its code names its GPU),
+(:mod:`kiln.torch._device`): its process cannot share its own compile (its code names its GPU),
 so it waits for a twin's claim, and kilnd's torch workers compile it where none claims it in time.
 
 Async (``KILN_TORCH_ASYNC=1``): a graph kilnd has not answered yet runs eagerly (Dynamo's traced
@@ -46,14 +46,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from . import _torch_claim, _torch_device, _torch_inductor, _torch_layout, settings
-from ._torch_answer import BadBundle, Bundle, place
-from ._torch_answer import parse as parse_bundle
-from ._torch_claim import Grant, compile_to_share
-from ._torch_ledger import GraphRecord, _ledger
-from ._torch_ledger import report_soon as _report_soon
-from ._torch_payload import Unserializable, serialize
-from .client import TorchGraphClaim
+from .. import settings
+from ..client import TorchGraphClaim
+from . import _claim, _device, _inductor, _layout
+from ._answer import BadBundle, Bundle, place
+from ._answer import parse as parse_bundle
+from ._claim import Grant, compile_to_share
+from ._ledger import GraphRecord, _ledger
+from ._ledger import report_soon as _report_soon
+from ._payload import Unserializable, serialize
 
 log = logging.getLogger("kiln")
 
@@ -73,19 +74,19 @@ FALLBACK_REASONS = (
     "torch_mismatch",  # kilnd's torch workers run another torch
     "not_reused",  # kilnd's artifacts did not give torch a cache hit here
     "no_torch_worker",  # kilnd has no interpreter with torch for its workers
-    "layout_off",  # the graph's layout is not sent to kilnd (see kiln._torch_layout): no warning
+    "layout_off",  # the graph's layout is not sent to kilnd (see kiln.torch._layout): no warning
 )
 
 
 
-async_enabled = _torch_layout.async_enabled
+async_enabled = _layout.async_enabled
 
 
-# -- what this process did (kiln._torch_ledger) ------------------------------------------------
+# -- what this process did (kiln.torch._ledger) ------------------------------------------------
 
 
 def _fallback(reason: str, detail: object) -> None:
-    from . import _fleet
+    from .. import _fleet
 
     with _ledger.lock:
         _ledger.fallbacks[reason] = _ledger.fallbacks.get(reason, 0) + 1
@@ -134,7 +135,7 @@ def _ask(payload: bytes, name: str, *, claim: bool = False, prefer_workers: bool
     where no worker of kilnd's is idle), or the fallback reason (already counted)."""
     import torch
 
-    from . import _fleet, errors
+    from .. import _fleet, errors
 
     if not _fleet.available():
         _fallback("kilnd_unreachable", "kilnd did not answer recently")
@@ -210,7 +211,7 @@ def _load(torch: Any, answer: _Answer, record: GraphRecord, compile_in_process: 
     worker makes its inputs fake, as here): nothing is traced again. A graph on another GPU than
     the first misses it (its key names the device), so AOTAutograd traces it again here and its
     forward and backward graphs hit Inductor's FX graph cache with the entries moved from
-    ``cuda:0`` (:mod:`kiln._torch_device`): no code generation and no kernel compile."""
+    ``cuda:0`` (:mod:`kiln.torch._device`): no code generation and no kernel compile."""
     import torch._dynamo.utils
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
@@ -225,8 +226,8 @@ def _load(torch: Any, answer: _Answer, record: GraphRecord, compile_in_process: 
         return counters["aot_autograd"]["autograd_cache_miss"], fx_misses, inductor["fxgraph_cache_hit"]
 
     before = lookups()
-    _torch_inductor.pool_off()
-    _torch_inductor.vec_isa_picked()
+    _inductor.pool_off()
+    _inductor.vec_isa_picked()
     compiled = compile_in_process()
     aot_misses, fx_misses, fx_hits = (after - was for after, was in zip(lookups(), before, strict=True))
     # Code generation is what a miss would cost: Inductor found the graph's code (an AOTAutograd
@@ -255,7 +256,7 @@ def _graph_name(gm: Any) -> str:
     cid = gm.meta.get("dynamo_compile_id") if hasattr(gm, "meta") else None
     function = _frame_function() or gm.__class__.__name__
     name = f"{function}:{cid}" if cid is not None else function
-    ddp = _torch_layout.of_graph(torch) == "ddp"
+    ddp = _layout.of_graph(torch) == "ddp"
     with _ledger.lock:
         pieces = sum(1 for g in _ledger.graphs if g.name == name or g.name.startswith((f"{name} piece ", f"{name} bucket ")))
     if ddp:
@@ -269,26 +270,26 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
 
     # Here, not at install: kiln installs while torch._dynamo imports, before Inductor's cache
     # module can be imported.
-    _torch_device.install(torch)
-    _torch_inductor.same_ptxas()
+    _device.install(torch)
+    _inductor.same_ptxas()
     record = GraphRecord(_graph_name(gm))
     with _ledger.lock:
         _ledger.graphs.append(record)
     started = time.perf_counter()
-    layout = _torch_layout.of_graph(torch)
-    device = _torch_layout.device_of(example_inputs)
+    layout = _layout.of_graph(torch)
+    device = _layout.device_of(example_inputs)
     refusal = _choice.refusal(layout, device, _workers.were_up)
     if refusal is not None:
         _fallback("layout_off", refusal)
         record.how = "in-process"
-        return _torch_inductor.in_process(lambda: inductor(gm, example_inputs))
-    _torch_inductor.pick_vec_isa_early(device)
+        return _inductor.in_process(lambda: inductor(gm, example_inputs))
+    _inductor.pick_vec_isa_early(device)
     try:
         payload = serialize(gm, example_inputs, config)
     except Unserializable as e:
         _fallback("unserializable", e)
         record.how = "in-process"
-        return _torch_inductor.in_process(lambda: inductor(gm, example_inputs))
+        return _inductor.in_process(lambda: inductor(gm, example_inputs))
     if async_enabled() and not getattr(_blocking, "on", False):
         return _AsyncGraph(gm, example_inputs, payload, inductor, record, started, waits=False)
     if layout == "ddp":
@@ -301,22 +302,22 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
         return _AsyncGraph(gm, example_inputs, payload, inductor, record, started, waits=True)
     # A graph whose payload is its own code (on the CPU, or the job's first GPU) is claimed: where
     # nobody has it, this process compiles it, as torch would, and shares it; one process's graph
-    # goes to an idle warm worker of kilnd's first (kiln._torch_claim.mode). A rank on another
+    # goes to an idle warm worker of kilnd's first (kiln.torch._claim.mode). A rank on another
     # GPU waits for its twin's (kilnd's worker compiles it where no twin claims it in time).
-    how = _torch_claim.mode(layout, device, _workers.were_up)
-    shares = how != _torch_claim.WORKERS and _torch_device.moved_index(gm, example_inputs) is None
+    how = _claim.mode(layout, device, _workers.were_up)
+    shares = how != _claim.WORKERS and _device.moved_index(gm, example_inputs) is None
     # Where graphs are claimed, a rank on another GPU waits a moment for its twin's claim; where
     # they are not, nobody will claim it.
-    twin_wait = TWIN_WAIT_SECS if how != _torch_claim.WORKERS and layout != "single" else 0.0
+    twin_wait = TWIN_WAIT_SECS if how != _claim.WORKERS and layout != "single" else 0.0
     answer = _ask(
-        payload, record.name, claim=shares, prefer_workers=how == _torch_claim.IDLE_WORKER, wait_for_claim=0.0 if shares else twin_wait
+        payload, record.name, claim=shares, prefer_workers=how == _claim.IDLE_WORKER, wait_for_claim=0.0 if shares else twin_wait
     )
     if isinstance(answer, str):
         record.how = "in-process"
-        return _torch_inductor.in_process(lambda: inductor(gm, example_inputs))
+        return _inductor.in_process(lambda: inductor(gm, example_inputs))
     if isinstance(answer, Grant):
-        _torch_inductor.vec_isa_picked()
-        compiled = compile_to_share(torch, answer, record, lambda: _torch_inductor.in_process(lambda: inductor(gm, example_inputs)), COMPILE_WAIT_SECS)
+        _inductor.vec_isa_picked()
+        compiled = compile_to_share(torch, answer, record, lambda: _inductor.in_process(lambda: inductor(gm, example_inputs)), COMPILE_WAIT_SECS)
     else:
         answered = time.perf_counter()
         compiled, hit = _load(torch, answer, record, lambda: inductor(gm, example_inputs))
@@ -399,10 +400,10 @@ class _AsyncGraph:
                     self.record.how = "kilnd" if hit else "in-process"
                     self.record.answered(answer.tier if hit else "", answer.key, answer.compile_s, swap_started)
                 else:
-                    compiled = _torch_inductor.in_process(self._compile(inputs))
+                    compiled = _inductor.in_process(self._compile(inputs))
                     self.record.how = "in-process"
         except Exception as e:  # noqa: BLE001 - the graph keeps running eagerly: never a wrong result
-            from . import _fleet
+            from .. import _fleet
 
             _fleet.warn_once("torch-graph:swap", "kiln: a compiled graph could not replace its eager run (%s); it stays eager", e)
             self.record.how = "eager"
@@ -463,8 +464,8 @@ class _AsyncGraph:
 # -- installation -----------------------------------------------------------------------------
 
 _installed = False
-#: The graphs that go to kilnd (see kiln._torch_layout), read once at install.
-_choice = _torch_layout.Choice(frozenset())
+#: The graphs that go to kilnd (see kiln.torch._layout), read once at install.
+_choice = _layout.Choice(frozenset())
 
 
 def install(job: str) -> bool:
@@ -472,14 +473,14 @@ def install(job: str) -> bool:
     whether it is installed (``KILN_TORCH_GRAPHS=0``, or a value that names no layout, leaves it
     out). Graphs of layouts that stay in the process still pass through, to be counted."""
     global _installed, _choice
-    from . import _fleet
+    from .. import _fleet
 
     try:
-        _choice = _torch_layout.chosen()
-    except _torch_layout.BadSetting as e:
+        _choice = _layout.chosen()
+    except _layout.BadSetting as e:
         _fleet.warn_once("torch-graph-setting", "kiln: %s; every graph compiles in this process", e)
         return False
-    if os.environ.get(_torch_layout.GRAPHS_ENV, "").strip() == "0":
+    if os.environ.get(_layout.GRAPHS_ENV, "").strip() == "0":
         return False
     import torch
 
@@ -502,7 +503,7 @@ def install(job: str) -> bool:
     # only asks: starting the workers would cost a cold host seconds of its cores while the job
     # imports torch. A DDP job is one of several ranks (torchrun sets WORLD_SIZE); where its
     # layouts stay in the process (the default), starting the workers would only take its cores.
-    many_ranks = _world_size() > 1 and bool(_choice.layouts & _torch_layout.MANY_RANK_LAYOUTS)
+    many_ranks = _world_size() > 1 and bool(_choice.layouts & _layout.MANY_RANK_LAYOUTS)
     workers_needed = async_enabled() or many_ranks
     if _choice.layouts and (_choice.devices is None or _gpus_seen(torch) > 0):
         _workers.ask(start=workers_needed)
@@ -529,7 +530,7 @@ def _gpus_seen(torch: Any) -> int:
 class _WorkersAtStart:
     """Whether kilnd's torch workers were up when this process installed kiln, asked in the
     background while it sets up (and, where its graphs need them, started). A single process's
-    graphs go to workers that were up before it (:mod:`kiln._torch_layout`, :mod:`kiln._torch_claim`):
+    graphs go to workers that were up before it (:mod:`kiln.torch._layout`, :mod:`kiln.torch._claim`):
     their compile pools are warm, where workers started for it would compete with its compile."""
 
     def __init__(self) -> None:
@@ -544,7 +545,7 @@ class _WorkersAtStart:
         threading.Thread(target=self._ask, args=(start,), name="kiln-graph-warm", daemon=True).start()
 
     def _ask(self, start: bool) -> None:
-        from . import _fleet, errors
+        from .. import _fleet, errors
 
         try:
             if _fleet.available():

@@ -22,7 +22,7 @@ So the values come from a process that already has them:
   directory, so they travel with the snapshot. Beside each value it writes the *fingerprint*
   of the package it hashes: the package directory and, for every file in it (``__pycache__``
   left out), its path, size and modification time.
-- **Checked** by the restore process (:mod:`kiln._torch_restore`, a process of its own, so its
+- **Checked** by the restore process (:mod:`kiln.torch._restore`, a process of its own, so its
   directory walks cost the job nothing): it fingerprints the packages this interpreter would
   import, without importing them, and reports only the values whose fingerprint is the same.
   A host with torch or Triton installed differently (another version, a patched file, another
@@ -48,7 +48,7 @@ import sys
 from types import ModuleType
 from typing import Any
 
-from . import settings
+from .. import settings
 
 SWITCH_ENV = settings.TORCH_SOURCE_KEYS.name
 MEMO_NAME = "kiln-source-keys.json"

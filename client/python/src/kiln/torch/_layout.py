@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import settings
+from .. import settings
 
 GRAPHS_ENV = settings.TORCH_GRAPHS.name
 LAYOUTS = ("single", "ddp", "multi-rank")

@@ -7,9 +7,9 @@ H100, a copy of a warm host's cache directories at the same absolute path made a
 as fast as the warm host (one at another path was no faster than torch's Redis caches). So:
 
 - **At interpreter start-up** (``kiln-torch.pth`` -> :mod:`kiln._autoinstall`) the cache
-  directories are made the same on every host (:mod:`kiln._torch_job`), and the restore of the
+  directories are made the same on every host (:mod:`kiln.torch._job`), and the restore of the
   job's snapshot starts in the background, overlapping ``import torch`` and building the model:
-  in a process of its own (:mod:`kiln._torch_restore`), since a thread of the job's interpreter
+  in a process of its own (:mod:`kiln.torch._restore`), since a thread of the job's interpreter
   contends with ``import torch`` for the GIL. Ranks of one host restore once (the restore's
   host lock).
 - **At the first compile** it is joined, waiting at most ``KILN_TORCH_RESTORE_WAIT_SECS``
@@ -21,7 +21,7 @@ as fast as the warm host (one at another path was no faster than torch's Redis c
   the Inductor directory, and every cache read (AOTAutograd, FX graph, Triton, Dynamo's PGO)
   happens inside a compile, after that callback (checked on an H100 with an audit hook on file
   opens). Without a job at start-up (``-c``; ``python -m`` without ``KILN_TORCH_JOB``, or of
-  a helper module: :func:`kiln._torch_job.job_at_startup`) the restore runs there.
+  a helper module: :func:`kiln.torch._job.job_at_startup`) the restore runs there.
 - **After every compile** (Dynamo's compile-end callback: a frame's compile, a lazy backward
   compile, a CUDA graph recording) a background thread saves the directories when their files
   changed since the last save, and once more at exit. It waits until no compile has run for
@@ -33,7 +33,7 @@ as fast as the warm host (one at another path was no faster than torch's Redis c
 - **The source hashes** of torch and Triton, which every first compile computes (about half a
   second on an H100), travel in the snapshot too: the saver writes them into the Inductor
   directory, the restore checks they belong to this host's packages, and the first compile is
-  handed them (:mod:`kiln._source_keys`).
+  handed them (:mod:`kiln.torch._source_keys`).
 
 Everything is a warning at most, never an exception in the job: kilnd down is a cold start and
 one warning. :func:`stats` says what this process restored and saved.
@@ -53,7 +53,8 @@ import time
 from types import ModuleType
 from typing import Any
 
-from . import _source_keys, _torch_job, settings
+from .. import settings
+from . import _job, _source_keys
 
 log = logging.getLogger("kiln")
 
@@ -89,7 +90,7 @@ class _State:
         self.restore_proc: Any = None
         self.restore_started = 0.0
         self.restore_roots: dict[str, str] | None = None
-        #: What the restore reported (see kiln._torch_restore), and how long it was waited for.
+        #: What the restore reported (see kiln.torch._restore), and how long it was waited for.
         self.restore: dict[str, Any] = {}
         self.joined = False
         self.save_thread: threading.Thread | None = None
@@ -113,17 +114,17 @@ _state = _State()
 
 
 def _start_restore(job: str) -> None:
-    """Starts :mod:`kiln._torch_restore` for ``job`` and the cache directories as they are now.
+    """Starts :mod:`kiln.torch._restore` for ``job`` and the cache directories as they are now.
     ``KILN_TORCH=0`` keeps kiln's start-up hook out of it."""
     import subprocess
 
-    roots = _torch_job.roots()
+    roots = _job.roots()
     _state.job, _state.restore_roots, _state.restore = job, roots, {}
     request = json.dumps({"job": job, "roots": roots})
     env = {**os.environ, "KILN_TORCH": "0"}
     _state.restore_started = time.perf_counter()
     _state.restore_proc = subprocess.Popen(
-        [sys.executable, "-m", "kiln._torch_restore", request],
+        [sys.executable, "-m", "kiln.torch._restore", request],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True,
     )
 
@@ -164,7 +165,7 @@ def _wait_restore() -> None:
     for warning in report.get("warnings", []):
         log.warning("kiln: torch.compile snapshot of job %r: %s", _state.job, warning)
     if (error := report.get("error")) is not None:
-        from . import _fleet, errors
+        from .. import _fleet, errors
 
         _fleet.client()  # names the daemon in the warning
         _fleet.failed(errors.from_code(error["code"], error["details"]), "torch.compile snapshot restore")
@@ -174,10 +175,10 @@ def start() -> None:
     """At interpreter start-up: the same cache directories on every host, and the restore under
     way when the job is known already. Never raises."""
     try:
-        if not enabled() or _torch_job.is_helper(sys.argv):
+        if not enabled() or _job.is_helper(sys.argv):
             return
-        _torch_job.set_default_dirs()
-        job = _torch_job.job_at_startup(sys.argv)
+        _job.set_default_dirs()
+        job = _job.job_at_startup(sys.argv)
         if job is not None:
             _start_restore(job)
     except Exception:  # noqa: BLE001
@@ -192,11 +193,11 @@ def join() -> None:
             return
         _state.joined = True
     started = time.perf_counter()
-    if _state.restore_roots is not None and _state.restore_roots != _torch_job.roots():
+    if _state.restore_roots is not None and _state.restore_roots != _job.roots():
         _wait_restore()
         _start_restore(_state.job or "")
     elif _state.restore_roots is None:
-        job = _torch_job.job_now()
+        job = _job.job_now()
         if job is None:
             return
         _start_restore(job)
@@ -214,16 +215,16 @@ def join() -> None:
 
 
 def _save_roots() -> dict[str, str]:
-    return {name: path for name, path in _torch_job.roots().items() if os.path.isdir(path)}
+    return {name: path for name, path in _job.roots().items() if os.path.isdir(path)}
 
 
 def _fingerprint(roots: dict[str, str]) -> frozenset[tuple[str, str, int, int]]:
-    from ._snapshot_walk import walk
+    from .._snapshot_walk import walk
 
     seen: set[tuple[str, str, int, int]] = set()
     for name, path in roots.items():
         try:
-            found, _, _ = walk(path, _torch_job.exclude)
+            found, _, _ = walk(path, _job.exclude)
         except OSError:
             continue
         seen.update((name, f.rel, f.size, f.mtime_ns) for f in found)
@@ -234,9 +235,9 @@ def _is_saver() -> bool:
     """Whether this process saves for its host: the first to take a non-blocking ``flock`` on
     ``<parent of the Inductor dir>/.kiln-torch-save-<job and dir hash>.lock`` keeps it for life."""
     if _state.saver is None:
-        from ._snapshot_place import try_flock
+        from .._snapshot_place import try_flock
 
-        inductor = _torch_job.roots()["inductor"]
+        inductor = _job.roots()["inductor"]
         tag = hashlib.sha256(f"{_state.job}\0{inductor}".encode()).hexdigest()[:16]
         parent = os.path.dirname(inductor)
         os.makedirs(parent, exist_ok=True)
@@ -260,8 +261,8 @@ def _remember_source_keys() -> None:
 
 
 def _save_if_changed() -> None:
-    from . import _fleet, snapshot
-    from ._snapshot_walk import DigestCache
+    from .. import _fleet, snapshot
+    from .._snapshot_walk import DigestCache
 
     if _state.job is None or not _is_saver():
         return
@@ -276,7 +277,7 @@ def _save_if_changed() -> None:
     result = _fleet.call(
         "torch.compile snapshot save",
         lambda c: snapshot.save(
-            c, job, roots, _torch_job.keys(), exclude=_torch_job.exclude, digests=_state.digests, timeout=SAVE_CALL_SECS
+            c, job, roots, _job.keys(), exclude=_job.exclude, digests=_state.digests, timeout=SAVE_CALL_SECS
         ),
         None,
     )

@@ -1,5 +1,5 @@
 """What a torch.compile snapshot is called and which directories it covers (see
-:mod:`kiln.torch_snapshot`). Everything here runs at interpreter start-up, before torch is
+:mod:`kiln.torch.snapshot`). Everything here runs at interpreter start-up, before torch is
 imported, so none of it imports torch: versions come from the installed distributions' metadata.
 
 Directories (torch 2.11, triton 3.6.0):
@@ -28,7 +28,7 @@ import platform
 import re
 import sys
 
-from . import settings
+from .. import settings
 
 JOB_ENV = settings.TORCH_JOB.name
 INDUCTOR_ENV = "TORCHINDUCTOR_CACHE_DIR"

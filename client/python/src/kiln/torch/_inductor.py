@@ -1,7 +1,7 @@
 """This process's Inductor, set up as kiln's graph path needs it: no compile pool to load
 kilnd's answer (and the pool back for a compile here), torch's own ptxas from the first graph on,
 and the CPU's vector instructions picked while a graph waits for kilnd. Each is process-wide
-state of torch's that :mod:`kiln._torch_graph` sets at the right moment."""
+state of torch's that :mod:`kiln.torch._graph` sets at the right moment."""
 
 from __future__ import annotations
 

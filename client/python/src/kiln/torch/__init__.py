@@ -28,6 +28,12 @@ warning per process, never a failed compile.
 Tested with torch 2.11.x. Other versions are refused (:class:`UnsupportedTorchVersion`), since
 these are private torch interfaces that change between releases; ``allow_untested=True`` (or
 ``KILN_TORCH_UNTESTED=1``) tries anyway.
+
+The rest of the integration lives beside this module: :mod:`kiln.torch.snapshot` (the job's
+cache directories restored and saved), :mod:`kiln.torch.results` (typed results of kilnd's graph
+calls) and private modules: the graph path (``_graph``, ``_claim``, ``_layout``, ``_inductor``,
+``_payload``, ``_device``, ``_answer``), the process's ledger (``_ledger``) and the snapshot's
+job, restore process and source keys (``_job``, ``_restore``, ``_source_keys``).
 """
 
 from __future__ import annotations
@@ -39,10 +45,10 @@ import threading
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from . import settings
+from .. import settings
 
 if TYPE_CHECKING:
-    from .results import BlobEntry
+    from ..results import BlobEntry
 
 #: (major, minor) versions of torch that this module was tested with.
 TESTED_VERSIONS: tuple[tuple[int, int], ...] = ((2, 11),)
@@ -99,7 +105,7 @@ def check_version(version: str, *, allow_untested: bool = False) -> None:
     if m and (int(m.group(1)), int(m.group(2))) in TESTED_VERSIONS:
         return
     if allow_untested or os.environ.get(UNTESTED_ENV, "0") not in ("", "0"):
-        from . import _fleet
+        from .. import _fleet
 
         _fleet.warn_once("torch-untested", "kiln: torch %s is untested (tested: %s); installing anyway", version, tested_versions_text())
         return
@@ -123,7 +129,7 @@ class KilnStore:
         return f"{self.cache_id}::{key}".encode()
 
     def get(self, key: str) -> bytes | None:
-        from . import _fleet
+        from .. import _fleet
 
         ck = self.caller_key(key)
         missed: list[BlobEntry | None] = [None]
@@ -138,7 +144,7 @@ class KilnStore:
         return entry.files.get("", next(iter(entry.files.values()), None))
 
     def put(self, key: str, data: bytes) -> None:
-        from . import _fleet
+        from .. import _fleet
 
         ck = self.caller_key(key)
         _fleet.call(
@@ -230,11 +236,11 @@ def install(
     flags the user left unset; with ``triton``, sets Triton's two variables for
     :mod:`kiln.triton` unless set; with ``snapshots`` (and ``KILN_TORCH_SNAPSHOT`` not ``0``),
     restores the job's cache directories at the first compile and saves them after each (see
-    :mod:`kiln.torch_snapshot`; under ``KILN_TORCH=1`` the restore starts earlier, at
+    :mod:`kiln.torch.snapshot`; under ``KILN_TORCH=1`` the restore starts earlier, at
     interpreter start-up; the snapshot also carries the source hashes of torch and Triton, see
-    :mod:`kiln._source_keys`); with ``graphs`` (and ``KILN_TORCH_GRAPHS`` not ``0``), each
+    :mod:`kiln.torch._source_keys`); with ``graphs`` (and ``KILN_TORCH_GRAPHS`` not ``0``), each
     graph Dynamo captures is compiled by kilnd's torch workers, once per fleet, and with
-    ``KILN_TORCH_ASYNC=1`` runs eagerly until that compile is ready (see :mod:`kiln._torch_graph`).
+    ``KILN_TORCH_ASYNC=1`` runs eagerly until that compile is ready (see :mod:`kiln.torch._graph`).
     Returns the torch class names replaced. Call it before the first
     ``torch.compile``; child processes (Inductor's compile workers) need ``KILN_TORCH=1``.
     """
@@ -251,15 +257,16 @@ def install(
     if triton:
         switch_on_triton()
     if graphs:
-        from . import _torch_graph, _torch_job
+        from . import _graph, _job
 
-        _torch_graph.install(_torch_job.job_now() or "")
+        _graph.install(_job.job_now() or "")
     if snapshots:
-        from . import _import_hooks, _torch_job, torch_snapshot
+        from .. import _import_hooks
+        from . import _job, snapshot
 
-        if torch_snapshot.enabled():
-            _torch_job.set_default_dirs()
-            _import_hooks.watch({"torch._dynamo": torch_snapshot.attach})
+        if snapshot.enabled():
+            _job.set_default_dirs()
+            _import_hooks.watch({"torch._dynamo": snapshot.attach})
     return replaced
 
 
@@ -271,9 +278,9 @@ def installed() -> bool:
 def graph_stats() -> dict[str, Any]:
     """What the graph path did in this process: fallbacks to an in-process compile by reason, and
     each graph's record (how it was compiled, the tier that answered, compile seconds, calls)."""
-    from . import _torch_ledger
+    from . import _ledger
 
-    return _torch_ledger.stats()
+    return _ledger.stats()
 
 
 def roi() -> Any:
@@ -282,23 +289,23 @@ def roi() -> Any:
     a sentence), merged across the job's processes, ranks, hosts and restarts by the fleet cache
     (by kilnd alone without one); ``None`` when kilnd does not answer. Graphs are measured eagerly
     while kilnd compiles them (``KILN_TORCH_ASYNC=1``) or after (``KILN_TORCH_MEASURE=N``)."""
-    from . import _torch_ledger
+    from . import _ledger
 
-    return _torch_ledger.report()
+    return _ledger.report()
 
 
 def blocking() -> Any:
     """A context manager: graphs first compiled inside it wait for their compile even with
     ``KILN_TORCH_ASYNC=1`` (a graph whose eager run would not fit in memory, say)."""
-    from . import _torch_graph
+    from . import _graph
 
-    return _torch_graph.blocking()
+    return _graph.blocking()
 
 
 def snapshot_stats() -> dict[str, Any]:
     """What this process's torch.compile snapshot did: the job, the restore (files, bytes,
     seconds, how long the first compile waited for it) and every save (see
-    :func:`kiln.torch_snapshot.stats`)."""
-    from . import torch_snapshot
+    :func:`kiln.torch.snapshot.stats`)."""
+    from . import snapshot
 
-    return torch_snapshot.stats()
+    return snapshot.stats()

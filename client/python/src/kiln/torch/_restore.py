@@ -1,12 +1,12 @@
-"""The restore of a torch.compile snapshot, as its own process (``python -m kiln._torch_restore
-'{"job": ..., "roots": {...}}'``), started by :mod:`kiln.torch_snapshot` at interpreter start-up.
+"""The restore of a torch.compile snapshot, as its own process (``python -m kiln.torch._restore
+'{"job": ..., "roots": {...}}'``), started by :mod:`kiln.torch.snapshot` at interpreter start-up.
 
 A process rather than a thread of the job: a restore thread in the job's interpreter contended
 for the GIL with ``import torch``, which on an H100 made the import about a second slower and the
 restore several times slower. Here the restore has a core of its own. SIGTERM (the job's first
 compile gave up waiting) makes it stop before placing anything; a SIGKILL at any point leaves
 only whole files, as any restore. Then it fingerprints torch and Triton and reads the source
-hashes the snapshot remembers for them (:mod:`kiln._source_keys`). Prints one JSON line: what it
+hashes the snapshot remembers for them (:mod:`kiln.torch._source_keys`). Prints one JSON line: what it
 restored, the warnings to log, or the error, which the job reports at its first compile (so a
 process that never compiles never warns), and the source hashes that match.
 """
@@ -26,11 +26,11 @@ CALL_SECS = 300.0
 
 
 def restore(job: str, roots: dict[str, str], should_stop: threading.Event) -> dict[str, Any]:
-    from . import _torch_job, errors, snapshot
-    from .client import Client
-    from .torch import UnsupportedTorchVersion, check_version
+    from .. import errors, snapshot
+    from ..client import Client
+    from . import UnsupportedTorchVersion, _job, check_version
 
-    version = _torch_job.keys()["torch"]
+    version = _job.keys()["torch"]
     try:
         if version != "none":
             check_version(version)
@@ -39,7 +39,7 @@ def restore(job: str, roots: dict[str, str], should_stop: threading.Event) -> di
     try:
         with Client() as client:
             result = snapshot.restore(
-                client, job, roots, _torch_job.keys(), timeout=CALL_SECS, should_stop=should_stop.is_set, warn=False
+                client, job, roots, _job.keys(), timeout=CALL_SECS, should_stop=should_stop.is_set, warn=False
             )
     except errors.Cancelled:
         return {"cancelled": True}
@@ -55,7 +55,7 @@ def restore(job: str, roots: dict[str, str], should_stop: threading.Event) -> di
 
 def source_keys(roots: dict[str, str]) -> dict[str, Any]:
     """This interpreter's torch and Triton fingerprints, and the source hashes remembered for them
-    in the (restored) Inductor directory: see :mod:`kiln._source_keys`."""
+    in the (restored) Inductor directory: see :mod:`kiln.torch._source_keys`."""
     from . import _source_keys
 
     if not _source_keys.enabled() or "inductor" not in roots:
