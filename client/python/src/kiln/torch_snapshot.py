@@ -1,0 +1,41 @@
+"""Moved to :mod:`kiln.torch.snapshot`; this name re-exports its public API for existing imports."""
+
+from .torch.snapshot import (
+    DEFAULT_WAIT_SECS,
+    EXIT_SAVE_SECS,
+    SAVE_CALL_SECS,
+    SAVE_DELAY_SECS,
+    STOP_SECS,
+    SWITCH_ENV,
+    WAIT_ENV,
+    attach,
+    compile_started,
+    enabled,
+    join,
+    log,
+    request_save,
+    start,
+    stats,
+    wait_for_saves,
+    wait_secs,
+)
+
+__all__ = [
+    "DEFAULT_WAIT_SECS",
+    "EXIT_SAVE_SECS",
+    "SAVE_CALL_SECS",
+    "SAVE_DELAY_SECS",
+    "STOP_SECS",
+    "SWITCH_ENV",
+    "WAIT_ENV",
+    "attach",
+    "compile_started",
+    "enabled",
+    "join",
+    "log",
+    "request_save",
+    "start",
+    "stats",
+    "wait_for_saves",
+    "wait_secs",
+]
