@@ -112,9 +112,9 @@ def child(role, steps):
     # As kilnd's worker (first) and kiln.torch (moved) do: torch's ptxas from the start, so that
     # every process keys its Triton kernels alike. The code names the ptxas (its backend hash),
     # so own, torch's reference, takes the same.
-    from kiln.torch import _graph
+    from kiln.torch import _inductor
 
-    _graph._same_ptxas()
+    _inductor.same_ptxas()
     if role == "moved":
         from kiln.torch import _device
 
