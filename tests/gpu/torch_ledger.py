@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -39,12 +40,12 @@ sys.path.insert(0, str(HERE))
 from common import cold_graph_kilnd, own_kilnd_parser, write_json  # noqa: E402
 from torch_layouts import Runner  # noqa: E402
 
-#: The steps of each run timed for a median: the first ten hold the warm-up.
-SKIP = 10
+#: Steps left out of each run's median: the first ten hold the warm-up.
+WARMUP_STEPS = 10
 
 
 def median_step(run: dict) -> float:
-    return statistics.median(run["times"][SKIP:])
+    return statistics.median(run["times"][WARMUP_STEPS:])
 
 
 class Ledger:
@@ -66,8 +67,6 @@ class Ledger:
         if kilnd is not None:
             env["KILN_TORCH_JOB"] = extra.get("KILN_TORCH_JOB", self.job)
         log = self.a.work / f"{name}.log"
-        import subprocess
-
         with open(log, "wb") as out:
             p = subprocess.run([self.a.python, str(HERE.parent.parent / "client/python/tests/layout_job.py")], env=env,
                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, timeout=max(60.0, self.a.deadline - time.monotonic()))
