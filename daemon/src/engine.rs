@@ -4,7 +4,7 @@
 //! fleet's just after). Everything a job compiles goes through [`Engine::resolve`]; the caches
 //! themselves are `crate::cache`'s, and a miss's recipe is the [`Recorder`]'s.
 
-use crate::cache::{Cache, ForFleet};
+use crate::cache::{Cache, Claimed, ForFleet};
 use crate::concurrency::flight::{Flights, Join, Leader};
 use crate::concurrency::gate::Gate;
 use crate::config::Limits;
@@ -13,7 +13,6 @@ use crate::explain::identity::Identity;
 use crate::explain::misses::MissLog;
 use crate::explain::record::Recorder;
 use crate::explain::store::RecipeStore;
-use crate::fleet::Claim;
 use crate::gpu::load_check::{LoadCheck, LoadVerdict};
 use crate::metrics::ResultLabels;
 use crate::metrics::{CompileLabels, Metrics, ToolchainLabels};
@@ -197,16 +196,12 @@ impl Engine {
             leader.finish(hit.clone());
             return hit;
         }
-        let lease = match self.cache.fleet() {
-            None => None,
-            Some(fleet) => match fleet.claim(&kernel.key).await {
-                Claim::Compile(lease) => lease,
-                Claim::Found(found) => {
-                    let answer = self.cache.adopt(&kernel.key, found).await;
-                    leader.finish(answer.clone());
-                    return answer;
-                }
-            },
+        let lease = match self.cache.claim_or_hit(&kernel.key).await {
+            Claimed::Lease(lease) => lease,
+            Claimed::Hit(answer) => {
+                leader.finish(answer.clone());
+                return answer;
+            }
         };
         // A miss: its recipe is recorded beside the queue and the compile, so the answer waits
         // for neither the other.

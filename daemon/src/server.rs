@@ -5,7 +5,7 @@
 
 use crate::audit::{self, Auditor};
 use crate::blob::service::{BlobService, BlobState};
-use crate::cache::Cache;
+use crate::cache::{Cache, Producer};
 use crate::config::{Config, read_token};
 use crate::engine::{self, Engine};
 use crate::explain::store::RecipeStore;
@@ -254,22 +254,24 @@ pub async fn serve(
         .build_v1()
         .context("building gRPC reflection")?;
     health_reporter.set_serving::<BlobsServer<BlobService>>().await;
+    let producer = Arc::new(Producer::new(Arc::clone(&state.cache)));
+    let default_wait = config.remote.as_ref().map_or(BLOB_WAIT_WITHOUT_FLEET, |r| r.hedge);
     let blobs = BlobState {
-        cache: Arc::clone(&state.cache),
-        holders: Arc::default(),
+        producer: Arc::clone(&producer),
         metrics: Arc::clone(&metrics),
         max_artifact_bytes: config.limits.max_artifact_bytes,
         max_message_bytes: limit as u64,
-        default_wait: config.remote.as_ref().map_or(BLOB_WAIT_WITHOUT_FLEET, |r| r.hedge),
+        default_wait,
     };
     let blobs = Arc::new(blobs);
     health_reporter.set_serving::<TorchGraphsServer<GraphService>>().await;
     let mut graphs = GraphState::new(
-        Arc::clone(&blobs),
+        producer,
         Arc::clone(&state.torch_graphs),
         workers::Settings { python: config.python.clone(), max_workers: config.torch_workers },
         state.gpus.gpus.iter().map(|g| format!("{} {};", g.name, g.target)).collect(),
-        config.limits.compile_timeout,
+        &config.limits,
+        default_wait,
     );
     graphs.claims_allowed = config.torch_claims;
     if let Some(tier) = &remote {

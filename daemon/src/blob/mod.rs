@@ -3,13 +3,11 @@
 //!
 //! - [`validate`]: every request field checked, INVALID_ARGUMENT naming it.
 //! - [`entry`]: a blob entry (one file or a group) as an envelope payload.
-//! - [`holders`]: single-flight among the processes of this host, tied to open lease streams.
 //! - [`service`]: the `kiln.v1.Blobs` handlers.
 //!
 //! A group is stored as one envelope under one key, so a reader sees all of one writer's files
 //! or none: two writers of one group can never interleave, whatever the tier.
 
 pub mod entry;
-pub(crate) mod holders;
 pub(crate) mod service;
 pub mod validate;

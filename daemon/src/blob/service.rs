@@ -2,18 +2,16 @@
 //! exactly as long as the client's stream.
 
 use super::entry;
-use super::holders::{self, Holders, Holding, Try, Waited};
 use super::validate::{self, Scope};
-use crate::cache::Cache;
-use crate::fleet::lease::HeldLease;
-use crate::fleet::{Claim, Found};
+use crate::cache::{Decision, Producer};
+use crate::domain::Answer;
 use crate::metrics::Metrics;
 use crate::store::Stored;
 use bytes::Bytes;
 use kiln_proto::CacheKey;
 use kiln_proto::pb::{self, BlobEntry, lease_blob_event::Kind};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
@@ -29,8 +27,7 @@ pub struct BlobService(pub Arc<BlobState>);
 
 #[derive(Debug)]
 pub struct BlobState {
-    pub cache: Arc<Cache>,
-    pub holders: Arc<Holders>,
+    pub producer: Arc<Producer>,
     pub metrics: Arc<Metrics>,
     pub max_artifact_bytes: u64,
     pub max_message_bytes: u64,
@@ -38,61 +35,11 @@ pub struct BlobState {
     pub default_wait: Duration,
 }
 
-/// Who produces an entry, as decided for one LeaseBlob (or one torch graph).
-pub(crate) enum Decision {
-    Found(BlobEntry),
-    Proceed(String),
-    Granted(Holding, Option<HeldLease>),
-}
-
 fn event(kind: Kind, entry: Option<BlobEntry>, reason: String) -> Result<pb::LeaseBlobEvent, Status> {
     Ok(pb::LeaseBlobEvent { kind: kind as i32, entry, reason })
 }
 
 impl BlobState {
-    /// Looks one entry up in every tier.
-    async fn lookup(&self, scope: &Scope, key: &CacheKey) -> Option<BlobEntry> {
-        let answer = self.cache.cached(key).await?;
-        entry::open(answer.artifact()?, &scope.namespace, answer.tier())
-    }
-
-    /// Decides who produces `key`: an entry already there, another process on this host, another
-    /// host (through the fleet lease), or this caller.
-    pub(crate) async fn decide(self: &Arc<Self>, scope: &Scope, key: &CacheKey, wait: Duration) -> Decision {
-        let deadline = Instant::now() + wait;
-        loop {
-            if let Some(found) = self.lookup(scope, key).await {
-                return Decision::Found(found);
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            let holding = match self.holders.try_hold(key) {
-                Try::Held(holding) => holding,
-                Try::Busy(rx) => match holders::wait(rx, left).await {
-                    Waited::TimedOut => {
-                        return Decision::Proceed(format!("waited {wait:?} for another process on this host"));
-                    }
-                    Waited::Published | Waited::Released => continue,
-                },
-            };
-            let Some(fleet) = self.cache.fleet() else { return Decision::Granted(holding, None) };
-            match tokio::time::timeout(left, fleet.claim(key)).await {
-                Err(_) => return Decision::Proceed(format!("waited {wait:?} for another host")),
-                Ok(Claim::Compile(lease)) => return Decision::Granted(holding, lease),
-                Ok(Claim::Found(found @ Found::Artifact(..))) => {
-                    let answer = self.cache.adopt(key, found).await;
-                    self.holders.published(key);
-                    if let Some(found) = answer.artifact().and_then(|a| entry::open(a, &scope.namespace, answer.tier()))
-                    {
-                        return Decision::Found(found);
-                    }
-                    return Decision::Granted(holding, None);
-                }
-                // Nothing publishes failures under blob keys; produce it here.
-                Ok(Claim::Found(Found::Failed { .. })) => return Decision::Granted(holding, None),
-            }
-        }
-    }
-
     /// Runs one LeaseBlob: decide, answer, and for a grant hold the lease until the put lands,
     /// the hold bound passes, or the client goes away; then release it at once.
     async fn run_lease(
@@ -103,11 +50,12 @@ impl BlobState {
         hold: Duration,
         tx: mpsc::Sender<Result<pb::LeaseBlobEvent, Status>>,
     ) {
+        let open = |answer: &Answer| entry::open(answer.artifact()?, &scope.namespace, answer.tier());
         let decision = tokio::select! {
-            d = self.decide(&scope, &key, wait) => d,
+            d = self.producer.decide(&key, wait, open) => d,
             _ = tx.closed() => return,
         };
-        let (mut holding, lease) = match decision {
+        let mut grant = match decision {
             Decision::Found(found) => {
                 self.metrics.blob_lease(&scope.namespace, "found");
                 let _ = tx.send(event(Kind::Found, Some(found), String::new())).await;
@@ -118,10 +66,11 @@ impl BlobState {
                 let _ = tx.send(event(Kind::Proceed, None, reason)).await;
                 return;
             }
-            Decision::Granted(holding, lease) => (holding, lease),
+            Decision::Granted(grant) => grant,
         };
         self.metrics.blob_lease(&scope.namespace, "granted");
-        let reason = if lease.is_some() || self.cache.fleet().is_none() {
+        let cache = self.producer.cache();
+        let reason = if grant.fleet_leased() || cache.fleet().is_none() {
             String::new()
         } else {
             "the fleet cache is not answering; single-flight covers this host only".to_string()
@@ -130,15 +79,15 @@ impl BlobState {
             // A put through another host's kilnd ends this lease too: it arrives as a fleet
             // publish, which is adopted here like any other host's result.
             let elsewhere = async {
-                match self.cache.fleet() {
+                match cache.fleet() {
                     Some(fleet) => fleet.published_elsewhere(&key).await,
                     None => std::future::pending().await,
                 }
             };
             let ending = tokio::select! {
-                _ = holding.published() => Some(event(Kind::Published, None, String::new())),
+                _ = grant.published() => Some(event(Kind::Published, None, String::new())),
                 found = elsewhere => {
-                    self.cache.adopt(&key, found).await;
+                    cache.adopt(&key, found).await;
                     Some(event(Kind::Published, None, "stored through another host".into()))
                 }
                 _ = tokio::time::sleep(hold) => {
@@ -152,10 +101,7 @@ impl BlobState {
                 let _ = tx.send(ending).await;
             }
         }
-        if let Some(lease) = lease {
-            lease.release().await;
-        }
-        drop(holding);
+        grant.release().await;
     }
 }
 
@@ -169,7 +115,7 @@ impl pb::blobs_server::Blobs for BlobService {
         let scope = validate::scope(req.scope.as_ref())?;
         validate::keys(&req.keys)?;
         let stored: Vec<CacheKey> = req.keys.iter().map(|k| scope.key(k)).collect();
-        let found = this.cache.prefetch(&stored).await.found;
+        let found = this.producer.cache().prefetch(&stored).await.found;
         let budget = this.max_message_bytes.saturating_sub(ANSWER_HEADROOM);
         let mut size = 0u64;
         let mut entries = Vec::with_capacity(stored.len());
@@ -199,8 +145,8 @@ impl pb::blobs_server::Blobs for BlobService {
         let (sealed, artifact) = entry::seal(&key, &scope.namespace, req.files);
         this.metrics.blob_put(&scope.namespace, artifact.bytes.len());
         let stored = Stored { envelope: Bytes::from(sealed), unpacked: Some(Arc::new(artifact)) };
-        this.cache.store_everywhere(&key, stored).await;
-        this.holders.published(&key);
+        this.producer.cache().store_everywhere(&key, stored).await;
+        this.producer.published(&key);
         Ok(Response::new(pb::PutBlobResponse { stored_key: key.to_hex() }))
     }
 

@@ -7,10 +7,15 @@
 //! - here: lookups (one key, or a graph's keys with one fleet round trip), adopting another
 //!   host's result, and this host's writes;
 //! - [`publish`]: what goes to the fleet cache: a compile's result and lease, graph manifests,
-//!   and the bound an answer waits for those writes ([`PUBLISH_WAIT`]).
+//!   and the bound an answer waits for those writes ([`PUBLISH_WAIT`]);
+//! - [`produce`]: who produces a missing entry (single flight on this host and in the fleet);
+//!   [`holders`] is its part on this host, tied to the producers' open streams.
 
+pub(crate) mod holders;
+pub mod produce;
 pub mod publish;
 
+pub use produce::{Claimed, Decision, Grant, Producer};
 pub use publish::ForFleet;
 
 use crate::domain::Answer;
@@ -145,14 +150,15 @@ impl Cache {
 
     /// Answers from this host's caches: the negative cache, then the tiers.
     pub async fn cached_here(&self, key: &CacheKey) -> Option<Answer> {
-        if let Some(failed) = self.negative_hit(key).await {
+        if let Some(failed) = self.remembered_failure(key).await {
             return Some(failed);
         }
         Some(self.hit_answer(self.store.get(key).await?))
     }
 
-    /// A remembered failure of `key`, counted.
-    async fn negative_hit(&self, key: &CacheKey) -> Option<Answer> {
+    /// A remembered failure of `key`, counted: a compile that failed within the negative TTL is
+    /// answered with its log rather than run again.
+    pub async fn remembered_failure(&self, key: &CacheKey) -> Option<Answer> {
         let f = self.negative.get(key).await?;
         self.metrics.negative_hits.inc();
         Some(Answer::failed(pb::Tier::Memory, f.log.clone(), f.compile_micros))
@@ -195,7 +201,7 @@ impl Cache {
         let mut local: Vec<Option<Answer>> = Vec::with_capacity(keys.len());
         let mut ask = Vec::new();
         for key in keys {
-            let failed = self.negative_hit(key).await;
+            let failed = self.remembered_failure(key).await;
             if failed.is_none() {
                 ask.push(*key);
             }

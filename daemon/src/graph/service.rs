@@ -7,13 +7,13 @@ use super::forward::Forwarder;
 use super::ledger::{Ledger, Outcome};
 use super::recipe::{Explanation, Recipe};
 use super::validate;
-use super::workers::{Answer, Environment, Settings, TorchWorkers};
+use super::workers::{Environment, Settings, TorchWorkers};
 use crate::blob::entry;
-use crate::blob::holders::Holding;
-use crate::blob::service::{BlobState, Decision};
 use crate::blob::validate::Scope;
+use crate::cache::{Decision, Grant, Producer};
+use crate::config::Limits;
+use crate::domain;
 use crate::error::{Error, invalid};
-use crate::fleet::lease::HeldLease;
 use crate::store::Stored;
 use bytes::Bytes;
 use kiln_proto::pb::{self, BlobFile, Tier};
@@ -38,7 +38,8 @@ pub struct GraphService(pub Arc<GraphState>);
 
 #[derive(Debug)]
 pub struct GraphState {
-    pub blobs: Arc<BlobState>,
+    /// Single flight for graphs: this host's holders, then the fleet lease, and the tiers.
+    pub producer: Arc<Producer>,
     pub ledger: Arc<Ledger>,
     pub settings: Settings,
     /// This host's GPUs (names and capabilities), in every key: a graph compiled for one GPU is
@@ -46,14 +47,13 @@ pub struct GraphState {
     pub gpus: String,
     pub compile_timeout: Duration,
     pub max_payload_bytes: u64,
+    /// The least a request waits for another producer of its graph: the fleet's hedge bound.
+    pub default_wait: Duration,
     /// Sends each process's account on to the fleet ledger; `None` without a fleet cache.
     pub forward: Option<Arc<Forwarder>>,
     /// Whether a process may claim a cold graph and publish its own compile (`torch_claims`).
     pub claims_allowed: bool,
     workers: OnceCell<TorchWorkers>,
-    /// Failed compiles, kept a minute, so a herd asking for a graph that does not compile pays
-    /// one failure, not one each.
-    failures: moka::future::Cache<CacheKey, Arc<Answer>>,
     /// The keys granted to processes' ClaimTorchGraph streams, open now: the only keys
     /// PublishTorchGraph takes.
     claims: Mutex<HashMap<CacheKey, Claim>>,
@@ -70,39 +70,38 @@ struct Claim {
 /// How a request starts: with its answer, or (a claim) with the compile handed to its process.
 enum Start {
     Answer(pb::TorchGraphReply),
-    CompileHere(Box<Grant>),
+    CompileHere(Box<Handover>),
 }
 
-/// A compile handed to a process: this host's holding and the fleet lease, kept while its
-/// stream is open.
-struct Grant {
+/// A compile handed to a process, with its grant (none where the request waited past its bound),
+/// kept while its stream is open.
+struct Handover {
     key: CacheKey,
     claim: Claim,
     timeout: Duration,
-    holding: Option<Holding>,
-    lease: Option<HeldLease>,
+    grant: Option<Grant>,
 }
 
 impl GraphState {
     pub fn new(
-        blobs: Arc<BlobState>,
+        producer: Arc<Producer>,
         ledger: Arc<Ledger>,
         settings: Settings,
         gpus: String,
-        compile_timeout: Duration,
+        limits: &Limits,
+        default_wait: Duration,
     ) -> Self {
-        let max_payload_bytes = blobs.max_artifact_bytes;
         GraphState {
-            blobs,
+            producer,
             ledger,
             settings,
             gpus,
-            compile_timeout,
-            max_payload_bytes,
+            compile_timeout: limits.compile_timeout,
+            max_payload_bytes: limits.max_artifact_bytes,
+            default_wait,
             forward: None,
             claims_allowed: true,
             workers: OnceCell::new(),
-            failures: moka::future::Cache::builder().max_capacity(10_000).time_to_live(Duration::from_secs(60)).build(),
             claims: Mutex::new(HashMap::new()),
         }
     }
@@ -196,47 +195,51 @@ impl GraphState {
         let payload = Bytes::from(std::mem::take(&mut request.payload));
         let (scope, key) = self.key(&environment, &payload);
         let recipe = Recipe::of(&environment, &self.gpus, &payload);
-        if let Some(failed) = self.failures.get(&key).await {
+        // A graph that failed within the negative TTL fails again at once: a herd asking for a
+        // graph that does not compile pays one failure, not one each.
+        if let Some(domain::Answer::Failed { log, compile_micros, tier }) =
+            self.producer.cache().remembered_failure(&key).await
+        {
             self.ledger.count(Outcome::Failed);
-            return Ok(Start::Answer(failed_reply(&failed, &key, Tier::Memory)));
+            return Ok(Start::Answer(failed_reply(log, compile_micros, &key, tier)));
         }
         if !here && request.wait_for_claim_ms > 0 {
             self.wait_for_claim(&key, Duration::from_millis(u64::from(request.wait_for_claim_ms))).await;
         }
         // A graph compile can take minutes: wait for another producer as long as one may take.
-        let wait = timeout.max(self.blobs.default_wait);
-        let (holding, lease, why) = match self.blobs.decide(&scope, &key, wait).await {
+        let wait = timeout.max(self.default_wait);
+        let open = |answer: &domain::Answer| entry::open(answer.artifact()?, &scope.namespace, answer.tier());
+        let (grant, why) = match self.producer.decide(&key, wait, open).await {
             Decision::Found(found) => {
                 self.ledger.count(Outcome::Hit);
                 self.ledger.recipes.saw(&request.job, &request.name, &key, recipe, false);
                 let reply = reply_of_entry(&found, &key);
                 // The stored compile's seconds, as a kernel's hit counts its own.
-                self.blobs.cache.saved(reply.compile_micros);
+                self.producer.cache().saved(reply.compile_micros);
                 return Ok(Start::Answer(reply));
             }
             Decision::Proceed(reason) => {
                 tracing::info!(%key, %reason, job = %request.job, "compiling a torch graph without a lease");
-                (None, None, self.ledger.recipes.saw(&request.job, &request.name, &key, recipe, true))
+                (None, self.ledger.recipes.saw(&request.job, &request.name, &key, recipe, true))
             }
-            Decision::Granted(holding, lease) => {
-                (Some(holding), lease, self.ledger.recipes.saw(&request.job, &request.name, &key, recipe, true))
+            Decision::Granted(grant) => {
+                (Some(grant), self.ledger.recipes.saw(&request.job, &request.name, &key, recipe, true))
             }
         };
         if here {
             let claim = Claim { job: request.job.clone(), name: request.name.clone(), why };
-            return Ok(Start::CompileHere(Box::new(Grant { key, claim, timeout, holding, lease })));
+            return Ok(Start::CompileHere(Box::new(Handover { key, claim, timeout, grant })));
         }
         let reply = match self.workers_to_compile(&environment, &request, &key).await {
             Ok(workers) => Ok(self.produce(workers, &key, payload, timeout, &request, why).await),
             Err(e) => {
                 // Nothing will be published: the waiters must not wait for it.
-                self.blobs.holders.published(&key);
+                self.producer.published(&key);
                 Err(e)
             }
         };
-        drop(holding);
-        if let Some(lease) = lease {
-            lease.release().await;
+        if let Some(grant) = grant {
+            grant.release().await;
         }
         reply.map(Start::Answer)
     }
@@ -245,12 +248,12 @@ impl GraphState {
     /// stored), so that a rank whose compile cannot be shared waits for its twin's instead of
     /// starting a worker's beside it.
     async fn wait_for_claim(&self, key: &CacheKey, bound: Duration) {
-        if self.blobs.cache.local(key).await.is_some() {
+        if self.producer.cache().local(key).await.is_some() {
             return;
         }
         let deadline = Instant::now() + bound;
         while Instant::now() < deadline {
-            if self.blobs.holders.is_held(key) {
+            if self.producer.is_held(key) {
                 return;
             }
             tokio::time::sleep(CLAIM_POLL).await;
@@ -271,7 +274,7 @@ impl GraphState {
             started = self.start(request, here) => started,
             _ = tx.closed() => return,
         };
-        let grant = match started {
+        let handover = match started {
             Err(e) => {
                 let _ = tx.send(Err(e.into())).await;
                 return;
@@ -280,9 +283,9 @@ impl GraphState {
                 let _ = tx.send(Ok(reply)).await;
                 return;
             }
-            Ok(Start::CompileHere(grant)) => grant,
+            Ok(Start::CompileHere(handover)) => handover,
         };
-        let Grant { key, claim, timeout, mut holding, lease } = *grant;
+        let Handover { key, claim, timeout, mut grant } = *handover;
         let (job, name) = (claim.job.clone(), claim.name.clone());
         self.claims.lock().unwrap_or_else(PoisonError::into_inner).insert(key, claim);
         let reply = pb::TorchGraphReply {
@@ -294,8 +297,8 @@ impl GraphState {
         };
         if tx.send(Ok(reply)).await.is_ok() {
             let published = async {
-                match holding.as_mut() {
-                    Some(holding) => holding.published().await,
+                match grant.as_mut() {
+                    Some(grant) => grant.published().await,
                     None => std::future::pending().await,
                 }
             };
@@ -317,9 +320,8 @@ impl GraphState {
                 "the process compiled it and published nothing".into(),
             );
         }
-        drop(holding);
-        if let Some(lease) = lease {
-            lease.release().await;
+        if let Some(grant) = grant {
+            grant.release().await;
         }
     }
 
@@ -345,8 +347,8 @@ impl GraphState {
         ];
         let (sealed, artifact) = entry::seal(key, NAMESPACE, files);
         let stored = Stored { envelope: Bytes::from(sealed), unpacked: Some(Arc::new(artifact)) };
-        self.blobs.cache.store_everywhere(key, stored).await;
-        self.blobs.holders.published(key);
+        self.producer.cache().store_everywhere(key, stored).await;
+        self.producer.published(key);
     }
 
     /// Compiles in a worker and stores a success everywhere (its publish releases the waiters).
@@ -366,10 +368,9 @@ impl GraphState {
             let detail = format!("the compile failed after {seconds:.1} s: {last}");
             self.ledger.event(&request.job, &request.name, &key.to_hex(), "failed", detail);
             self.ledger.count(Outcome::Failed);
-            let answer = Arc::new(answer);
-            self.failures.insert(*key, Arc::clone(&answer)).await;
-            self.blobs.holders.published(key);
-            return failed_reply(&answer, key, Tier::Compiled);
+            self.producer.cache().remember_failure(key, answer.log.clone(), answer.compile_micros).await;
+            self.producer.published(key);
+            return failed_reply(answer.log, answer.compile_micros, key, Tier::Compiled);
         }
         self.ledger.count(Outcome::Compiled);
         let phases: Vec<String> = answer.phases.iter().map(|(step, s)| format!("{step} {s:.2} s")).collect();
@@ -400,13 +401,13 @@ fn declared(r: &pb::TorchGraphRequest) -> Option<Environment> {
     })
 }
 
-fn failed_reply(answer: &Answer, key: &CacheKey, tier: Tier) -> pb::TorchGraphReply {
+fn failed_reply(log: String, compile_micros: u64, key: &CacheKey, tier: Tier) -> pb::TorchGraphReply {
     pb::TorchGraphReply {
         ok: false,
         artifacts: Bytes::new(),
         tier: tier as i32,
-        compile_micros: answer.compile_micros,
-        log: answer.log.clone(),
+        compile_micros,
+        log,
         key: key.to_hex(),
         compile_here: false,
     }

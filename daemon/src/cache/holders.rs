@@ -1,6 +1,7 @@
-//! Single-flight for blobs among the processes of one host.
+//! Single flight among the processes of one host, for what they produce themselves (blobs, torch
+//! graphs).
 //!
-//! The first `LeaseBlob` for a key on this host becomes its holder; later ones wait on the
+//! The first request for a key on this host becomes its holder; later ones wait on the
 //! holder's state. A holding is tied to the holder's open stream: when the stream closes (the
 //! client finished, gave up, or died) the holding drops and its waiters retry at once, instead of
 //! waiting out a lease TTL. A put of the key marks it published, which wakes the waiters to read it.
