@@ -136,43 +136,49 @@ fn absent<T>() -> Result<Response<T>, Status> {
     Err(Status::unimplemented("not part of the floor"))
 }
 
-#[tonic::async_trait]
-impl compiler::Compiler for CannedCompiler {
-    type CompileStream = Events;
-    type WatchStream = Events;
-    type LookupStream = Events;
-    type WarmStream = Pin<Box<dyn Stream<Item = Result<pb::WarmProgress, Status>> + Send>>;
-    type AuditStream = Pin<Box<dyn Stream<Item = Result<pb::AuditResult, Status>> + Send>>;
+/// Writes `$server`'s impl of the tonic `$service` trait: the methods written out in full, then
+/// the RPCs listed under `absent`, which answer [`absent`]. A floor server serves one or two
+/// RPCs, and the trait still asks for all of them.
+macro_rules! floor_service {
+    (
+        $server:ident: $service:path { $($served:tt)* }
+        absent { $($rpc:ident($request:ty) -> $response:ty;)* }
+    ) => {
+        #[tonic::async_trait]
+        impl $service for $server {
+            $($served)*
+            $(
+                async fn $rpc(&self, _: Request<$request>) -> Result<Response<$response>, Status> {
+                    absent()
+                }
+            )*
+        }
+    };
+}
 
-    async fn compile(&self, _: Request<pb::CompileRequest>) -> Result<Response<Events>, Status> {
-        answer(&self.compile)
+floor_service! {
+    CannedCompiler: compiler::Compiler {
+        type CompileStream = Events;
+        type WatchStream = Events;
+        type LookupStream = Events;
+        type WarmStream = Pin<Box<dyn Stream<Item = Result<pb::WarmProgress, Status>> + Send>>;
+        type AuditStream = Pin<Box<dyn Stream<Item = Result<pb::AuditResult, Status>> + Send>>;
+
+        async fn compile(&self, _: Request<pb::CompileRequest>) -> Result<Response<Events>, Status> {
+            answer(&self.compile)
+        }
+        async fn lookup(&self, _: Request<pb::CompileRequest>) -> Result<Response<Events>, Status> {
+            answer(&self.lookup)
+        }
     }
-    async fn lookup(&self, _: Request<pb::CompileRequest>) -> Result<Response<Events>, Status> {
-        answer(&self.lookup)
-    }
-    async fn submit(&self, _: Request<pb::CompileRequest>) -> Result<Response<pb::SubmitResponse>, Status> {
-        absent()
-    }
-    async fn watch(&self, _: Request<pb::WatchRequest>) -> Result<Response<Events>, Status> {
-        absent()
-    }
-    async fn stats(&self, _: Request<pb::StatsRequest>) -> Result<Response<pb::StatsResponse>, Status> {
-        absent()
-    }
-    async fn warm(&self, _: Request<pb::WarmRequest>) -> Result<Response<Self::WarmStream>, Status> {
-        absent()
-    }
-    async fn explain(&self, _: Request<pb::ExplainRequest>) -> Result<Response<pb::ExplainResponse>, Status> {
-        absent()
-    }
-    async fn audit(&self, _: Request<pb::AuditRequest>) -> Result<Response<Self::AuditStream>, Status> {
-        absent()
-    }
-    async fn list_quarantine(
-        &self,
-        _: Request<pb::QuarantineListRequest>,
-    ) -> Result<Response<pb::QuarantineListResponse>, Status> {
-        absent()
+    absent {
+        submit(pb::CompileRequest) -> pb::SubmitResponse;
+        watch(pb::WatchRequest) -> Events;
+        stats(pb::StatsRequest) -> pb::StatsResponse;
+        warm(pb::WarmRequest) -> Self::WarmStream;
+        explain(pb::ExplainRequest) -> pb::ExplainResponse;
+        audit(pb::AuditRequest) -> Self::AuditStream;
+        list_quarantine(pb::QuarantineListRequest) -> pb::QuarantineListResponse;
     }
 }
 
@@ -183,69 +189,30 @@ struct CannedCache {
 
 type CacheStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
-#[tonic::async_trait]
-impl cache::ArtifactCache for CannedCache {
-    type BatchGetStream = CacheStream<pb::CacheGetResponse>;
-    type WatchPublishStream = CacheStream<pb::PublishEvent>;
+floor_service! {
+    CannedCache: cache::ArtifactCache {
+        type BatchGetStream = CacheStream<pb::CacheGetResponse>;
+        type WatchPublishStream = CacheStream<pb::PublishEvent>;
 
-    async fn get(&self, _: Request<pb::CacheGetRequest>) -> Result<Response<pb::CacheGetResponse>, Status> {
-        Ok(Response::new(self.answer.clone()))
+        async fn get(&self, _: Request<pb::CacheGetRequest>) -> Result<Response<pb::CacheGetResponse>, Status> {
+            Ok(Response::new(self.answer.clone()))
+        }
     }
-    async fn batch_get(&self, _: Request<pb::CacheBatchGetRequest>) -> Result<Response<Self::BatchGetStream>, Status> {
-        absent()
-    }
-    async fn put(&self, _: Request<pb::CachePutRequest>) -> Result<Response<pb::CachePutResponse>, Status> {
-        absent()
-    }
-    async fn contains(
-        &self,
-        _: Request<pb::CacheContainsRequest>,
-    ) -> Result<Response<pb::CacheContainsResponse>, Status> {
-        absent()
-    }
-    async fn get_manifest(
-        &self,
-        _: Request<pb::ManifestGetRequest>,
-    ) -> Result<Response<pb::ManifestGetResponse>, Status> {
-        absent()
-    }
-    async fn put_manifest(&self, _: Request<pb::ManifestPutRequest>) -> Result<Response<pb::CachePutResponse>, Status> {
-        absent()
-    }
-    async fn acquire_lease(&self, _: Request<pb::LeaseRequest>) -> Result<Response<pb::LeaseResponse>, Status> {
-        absent()
-    }
-    async fn renew_lease(&self, _: Request<pb::LeaseRequest>) -> Result<Response<pb::LeaseResponse>, Status> {
-        absent()
-    }
-    async fn release_lease(&self, _: Request<pb::LeaseRequest>) -> Result<Response<pb::LeaseResponse>, Status> {
-        absent()
-    }
-    async fn watch_publish(
-        &self,
-        _: Request<pb::WatchPublishRequest>,
-    ) -> Result<Response<Self::WatchPublishStream>, Status> {
-        absent()
-    }
-    async fn cache_stats(&self, _: Request<pb::CacheStatsRequest>) -> Result<Response<pb::CacheStatsResponse>, Status> {
-        absent()
-    }
-    async fn report_host(&self, _: Request<pb::HostReport>) -> Result<Response<pb::HostReportResponse>, Status> {
-        absent()
-    }
-    async fn quarantine(&self, _: Request<pb::QuarantineRequest>) -> Result<Response<pb::QuarantineResponse>, Status> {
-        absent()
-    }
-    async fn list_quarantine(
-        &self,
-        _: Request<pb::QuarantineListRequest>,
-    ) -> Result<Response<pb::QuarantineListResponse>, Status> {
-        absent()
-    }
-    async fn report_torch_job(&self, _: Request<pb::TorchJobReport>) -> Result<Response<pb::TorchJobReturn>, Status> {
-        absent()
-    }
-    async fn list_torch_jobs(&self, _: Request<pb::TorchJobsRequest>) -> Result<Response<pb::TorchJobsReply>, Status> {
-        absent()
+    absent {
+        batch_get(pb::CacheBatchGetRequest) -> Self::BatchGetStream;
+        put(pb::CachePutRequest) -> pb::CachePutResponse;
+        contains(pb::CacheContainsRequest) -> pb::CacheContainsResponse;
+        get_manifest(pb::ManifestGetRequest) -> pb::ManifestGetResponse;
+        put_manifest(pb::ManifestPutRequest) -> pb::CachePutResponse;
+        acquire_lease(pb::LeaseRequest) -> pb::LeaseResponse;
+        renew_lease(pb::LeaseRequest) -> pb::LeaseResponse;
+        release_lease(pb::LeaseRequest) -> pb::LeaseResponse;
+        watch_publish(pb::WatchPublishRequest) -> Self::WatchPublishStream;
+        cache_stats(pb::CacheStatsRequest) -> pb::CacheStatsResponse;
+        report_host(pb::HostReport) -> pb::HostReportResponse;
+        quarantine(pb::QuarantineRequest) -> pb::QuarantineResponse;
+        list_quarantine(pb::QuarantineListRequest) -> pb::QuarantineListResponse;
+        report_torch_job(pb::TorchJobReport) -> pb::TorchJobReturn;
+        list_torch_jobs(pb::TorchJobsRequest) -> pb::TorchJobsReply;
     }
 }
