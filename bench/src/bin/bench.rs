@@ -75,14 +75,39 @@ impl Args {
     }
 }
 
-/// Runs one figure; a failure becomes a section that says so, and the run goes on.
-async fn figure(title: &str, run: impl Future<Output = Result<Section>>) -> Section {
-    eprintln!("kiln-bench: measuring {title} …");
-    let started = std::time::Instant::now();
-    let section = run.await.unwrap_or_else(|e| Section::failed(title, &e));
-    eprintln!("kiln-bench: {title} took {:.0} s", started.elapsed().as_secs_f64());
-    println!("\n## {}\n\n{}", section.title, section.table());
-    section
+/// The sections measured so far, and the figures `--only` asks for.
+struct Figures<'a> {
+    only: Option<&'a str>,
+    sections: Vec<Section>,
+}
+
+impl Figures<'_> {
+    /// Whether `--only` names the letter of the figure titled `title`, e.g. `(h) ptxas`.
+    fn wanted(&self, title: &str) -> bool {
+        let letter = title.chars().nth(1).unwrap_or(' ');
+        self.only.is_none_or(|only| only.contains(letter))
+    }
+
+    /// Runs the figure titled `title` if it is wanted (an unwanted `run` is dropped unpolled); a
+    /// failure becomes a section that says so, and the run goes on.
+    async fn measure(&mut self, title: &str, run: impl Future<Output = Result<Section>>) {
+        if !self.wanted(title) {
+            return;
+        }
+        eprintln!("kiln-bench: measuring {title} …");
+        let started = std::time::Instant::now();
+        let section = run.await.unwrap_or_else(|e| Section::failed(title, &e));
+        eprintln!("kiln-bench: {title} took {:.0} s", started.elapsed().as_secs_f64());
+        println!("\n## {}\n\n{}", section.title, section.table());
+        self.sections.push(section);
+    }
+
+    /// Records the figures titled `titles` as failed for `why`, without running them.
+    fn fail<'t>(&mut self, titles: impl IntoIterator<Item = &'t str>, why: &str) {
+        for title in titles {
+            self.sections.push(Section::failed(title, &anyhow::anyhow!("{why}")));
+        }
+    }
 }
 
 /// The first line of `cmd --version`-style output, or why there is none.
@@ -162,89 +187,50 @@ async fn main() -> Result<()> {
     let mut shared = Shared::default();
     let redis = RedisServer::start(&work.path().join("redis"));
 
-    let wanted = |title: &str| {
-        let letter = title.chars().nth(1).unwrap_or(' ');
-        args.only.as_ref().is_none_or(|only| only.contains(letter))
-    };
-    let mut sections = Vec::new();
-    if wanted("(b)") {
-        sections.push(figure("(b) Cold compile", cold_compile::run(&bench, &mut shared)).await);
-    }
+    let mut figures = Figures { only: args.only.as_deref(), sections: Vec::new() };
+    figures.measure("(b) Cold compile", cold_compile::run(&bench, &mut shared)).await;
     match &redis {
         Ok(redis) => {
-            if wanted("(a)") {
-                sections.push(figure("(a) Warm hit", warm_hit::run(&bench, redis, &mut shared)).await);
-            }
-            if wanted("(c)") {
-                sections.push(figure("(c) Hit throughput", hit_throughput::run(&bench, redis)).await);
-            }
-            if wanted("(d)") {
-                sections.push(figure("(d) sccache + nvcc", sccache_nvcc::run(&bench, redis, &shared)).await);
-            }
+            figures.measure("(a) Warm hit", warm_hit::run(&bench, redis, &mut shared)).await;
+            figures.measure("(c) Hit throughput", hit_throughput::run(&bench, redis)).await;
+            figures.measure("(d) sccache + nvcc", sccache_nvcc::run(&bench, redis, &shared)).await;
         }
-        Err(e) => {
-            for title in ["(a) Warm hit", "(c) Hit throughput", "(d) sccache + nvcc"] {
-                sections.push(Section::failed(title, &anyhow::anyhow!("redis-server could not start: {e:#}")));
-            }
-        }
+        Err(e) => figures.fail(
+            ["(a) Warm hit", "(c) Hit throughput", "(d) sccache + nvcc"],
+            &format!("redis-server could not start: {e:#}"),
+        ),
     }
     // The fleet, over its own Redis and a real kiln-cache.
     let fleet_titles = ["(e) Fleet warm start", "(f) Fleet cold start", "(g) Fleet lookups", "(o) Fleet audit"];
-    if fleet_titles.iter().any(|t| wanted(t)) {
+    if fleet_titles.iter().any(|t| figures.wanted(t)) {
         match Fleet::start(&bench).await {
             Ok(fleet) => {
-                if wanted("(e)") {
-                    sections.push(figure(fleet_titles[0], fleet_warm::run(&bench, &fleet)).await);
-                }
-                if wanted("(f)") {
-                    sections.push(figure(fleet_titles[1], fleet_cold::run(&bench, &fleet)).await);
-                }
-                if wanted("(g)") {
-                    sections.push(figure(fleet_titles[2], fleet_lookups::run(&bench, &fleet)).await);
-                }
-                if wanted("(o)") {
-                    sections.push(figure(fleet_titles[3], audit_cost::run(&bench, &fleet)).await);
-                }
+                figures.measure(fleet_titles[0], fleet_warm::run(&bench, &fleet)).await;
+                figures.measure(fleet_titles[1], fleet_cold::run(&bench, &fleet)).await;
+                figures.measure(fleet_titles[2], fleet_lookups::run(&bench, &fleet)).await;
+                figures.measure(fleet_titles[3], audit_cost::run(&bench, &fleet)).await;
             }
             Err(e) => {
-                for title in fleet_titles.iter().filter(|t| wanted(t)) {
-                    sections.push(Section::failed(*title, &anyhow::anyhow!("the fleet could not start: {e:#}")));
-                }
+                let wanted: Vec<&str> = fleet_titles.into_iter().filter(|t| figures.wanted(t)).collect();
+                figures.fail(wanted, &format!("the fleet could not start: {e:#}"));
             }
         }
     }
     // The Triton and PTX toolchains.
-    if wanted("(h)") {
-        sections.push(figure("(h) Triton compile", triton_compile::run(&bench)).await);
-    }
-    if wanted("(i)") {
-        sections.push(figure("(i) Triton worker pool", triton_pool::run(&bench)).await);
-    }
-    if wanted("(j)") {
-        sections.push(figure("(j) ptxas", ptxas_compile::run(&bench)).await);
-    }
+    figures.measure("(h) Triton compile", triton_compile::run(&bench)).await;
+    figures.measure("(i) Triton worker pool", triton_pool::run(&bench)).await;
+    figures.measure("(j) ptxas", ptxas_compile::run(&bench)).await;
     // The Triton drop-in in a herd of Python processes.
-    if wanted("(k)") {
-        sections
-            .push(figure("(k) Fleet herd", async { tokio::task::block_in_place(|| triton_herd::run(&bench)) }).await);
-    }
+    figures.measure("(k) Fleet herd", async { tokio::task::block_in_place(|| triton_herd::run(&bench)) }).await;
     // Job snapshots.
-    if wanted("(l)") {
-        sections.push(figure("(l) Job snapshots", snapshot_job::run_job_figure(&bench)).await);
-    }
-    if wanted("(m)") {
-        sections.push(figure("(m) Snapshot restore", snapshot_job::run_restore_figure(&bench)).await);
-    }
-    if wanted("(n)") {
-        sections.push(figure("(n) Snapshot restore at fleet scale", snapshot_fleet::run(&bench)).await);
-    }
+    figures.measure("(l) Job snapshots", snapshot_job::run_job_figure(&bench)).await;
+    figures.measure("(m) Snapshot restore", snapshot_job::run_restore_figure(&bench)).await;
+    figures.measure("(n) Snapshot restore at fleet scale", snapshot_fleet::run(&bench)).await;
     // torch.compile through kiln on the training layouts, on the CPU.
-    if wanted("(p)") {
-        sections.push(
-            figure("(p) torch.compile by layout", async { tokio::task::block_in_place(|| torch_layouts::run(&bench)) })
-                .await,
-        );
-    }
+    figures
+        .measure("(p) torch.compile by layout", async { tokio::task::block_in_place(|| torch_layouts::run(&bench)) })
+        .await;
+    let mut sections = figures.sections;
     // Report in the order; (b) ran first so that nothing else had warmed the machine.
     sections.sort_by(|a, b| a.title.cmp(&b.title));
 
