@@ -223,6 +223,13 @@ fn list_or_none(items: &[String]) -> String {
 mod tests {
     use super::*;
 
+    /// Fails naming the first of `needles` that `text` lacks, with the whole text to read.
+    fn assert_contains_all(text: &str, needles: &[&str]) {
+        for needle in needles {
+            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+        }
+    }
+
     fn sample() -> pb::StatsResponse {
         pb::StatsResponse {
             version: "0.1.0".into(),
@@ -311,30 +318,32 @@ mod tests {
     #[test]
     fn stats_show_toolchains_gpus_and_tiers() {
         let text = stats_text(&sample());
-        for needle in [
-            "kilnd version   0.1.0",
-            "default target  sm_90",
-            &"f0".repeat(32),
-            "targets       sm_80 sm_90 sm_90a",
-            "include dirs  /usr/local/cuda/include",
-            "0  NVIDIA H100  sm_90",
-            "75.0%",
-            "1.0 GiB",
-            "2.5 s of compile time saved",
-        ] {
-            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
-        }
+        assert_contains_all(
+            &text,
+            &[
+                "kilnd version   0.1.0",
+                "default target  sm_90",
+                &"f0".repeat(32),
+                "targets       sm_80 sm_90 sm_90a",
+                "include dirs  /usr/local/cuda/include",
+                "0  NVIDIA H100  sm_90",
+                "75.0%",
+                "1.0 GiB",
+                "2.5 s of compile time saved",
+            ],
+        );
     }
 
     #[test]
     fn stats_show_snapshot_saves_restores_and_files() {
         let text = stats_text(&sample());
-        for needle in [
-            "snapshots       3 saves (2 changed, 1 unchanged); 2 restores (1 found, 1 with no snapshot for this host)\n",
-            "snapshot files  7 fetched (5.0 MiB), 3 already present, 1 missing; 3.0 MiB stored\n",
-        ] {
-            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
-        }
+        assert_contains_all(
+            &text,
+            &[
+                "snapshots       3 saves (2 changed, 1 unchanged); 2 restores (1 found, 1 with no snapshot for this host)\n",
+                "snapshot files  7 fetched (5.0 MiB), 3 already present, 1 missing; 3.0 MiB stored\n",
+            ],
+        );
         // Before the toolchains, with the other counters.
         assert!(text.find("snapshot files").unwrap() < text.find("toolchain").unwrap(), "{text}");
     }
@@ -381,15 +390,16 @@ mod tests {
             }],
         };
         let text = stats_text(&pb::StatsResponse { torch_graphs: Some(graphs), ..sample() });
-        for needle in [
-            "torch graphs    3 compiled, 1 failed, 5 from a tier or another's compile\n",
-            "graph fallbacks not_reused 2 (compiled in the process instead)\n",
-            "  job train-gpt2: the compile has not paid for itself yet: 120 steps of the 4000 it needs\n",
-            "    step 15.00 ms eager, 9.00 ms compiled (1.67x)\n",
-            "    120 steps; pays after 4,000\n",
-        ] {
-            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
-        }
+        assert_contains_all(
+            &text,
+            &[
+                "torch graphs    3 compiled, 1 failed, 5 from a tier or another's compile\n",
+                "graph fallbacks not_reused 2 (compiled in the process instead)\n",
+                "  job train-gpt2: the compile has not paid for itself yet: 120 steps of the 4000 it needs\n",
+                "    step 15.00 ms eager, 9.00 ms compiled (1.67x)\n",
+                "    120 steps; pays after 4,000\n",
+            ],
+        );
         assert!(!text.contains("unserializable"), "a reason never taken is left out: {text}");
         let old = stats_text(&pb::StatsResponse { torch_graphs: None, ..sample() });
         assert!(old.contains("torch graphs    not reported"), "{old}");
