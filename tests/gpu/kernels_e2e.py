@@ -288,6 +288,13 @@ def main() -> int:
     return 1 if checks.failed else 0
 
 
+def triton_error(d: Data, family: str, out) -> tuple[float, float]:
+    """A Triton launch's relative error against the float64 reference, and its tolerance: the
+    Triton matmuls take fp16 inputs, so theirs are measured and bounded as fp16."""
+    fp16 = family == "matmul"
+    return rel_err(out, d.ref(family, fp16)), tol_for(family, fp16)
+
+
 def launch(args, checks: common.Checks, report: dict, spec: dict, res_b, wrong, d: Data) -> None:
     if res_b is None:
         checks.record("launches", False, "host B's results are missing")
@@ -325,33 +332,23 @@ def launch(args, checks: common.Checks, report: dict, spec: dict, res_b, wrong, 
         module = load_triton_module(args.work)
         triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
         report["versions"] = {"torch": torch.__version__, "triton": triton.__version__}
+    triton_results = [(k, spec[k.id]["family"]) for k in res_b.kernels if spec[k.id]["toolchain"] == "triton"]
     if module is not None:
-        for k in res_b.kernels:
-            s = spec[k.id]
-            if s["toolchain"] != "triton":
-                continue
+        for k, family in triton_results:
             with checks.guard(f"launch {k.id}"):
-                ck, _, meta = compiled_kernel(module, s["family"], k, args.work)
-                out = run_triton(s["family"], ck, d)
-                fp16 = s["family"] == "matmul"
-                err = rel_err(out, d.ref(s["family"], fp16))
-                tol = tol_for(s["family"], fp16)
+                ck, _, meta = compiled_kernel(module, family, k, args.work)
+                err, tol = triton_error(d, family, run_triton(family, ck, d))
                 launches[k.id] = {"entry": ck.name, "rel_err": err, "tol": tol, "n_regs": getattr(ck, "n_regs", None),
                                   "global_scratch_size": meta.get("global_scratch_size"), "profile_scratch_size": meta.get("profile_scratch_size")}
                 checks.record(f"launch {k.id} (CompiledKernel {ck.name}) matches float64", passes(err, tol), f"rel err {err:.2e} < {tol:.0e}, regs {getattr(ck, 'n_regs', '?')}")
     # The same Triton cubins by hand through CuPy, hidden scratch pointers included: a second
     # launcher for B's bytes, independent of Triton's (which needs a C compiler and Python.h).
     if cl is not None:
-        for k in res_b.kernels:
-            s = spec[k.id]
-            if s["toolchain"] != "triton":
-                continue
+        for k, family in triton_results:
             with checks.guard(f"launch {k.id} through CuPy"):
                 meta = json.loads(k.metadata_json)
-                out = run_triton_cupy(cl, s["family"], cl.function(f"{k.id}_cupy", k.artifact, meta["name"]), meta, d)
-                fp16 = s["family"] == "matmul"
-                err = rel_err(out, d.ref(s["family"], fp16))
-                tol = tol_for(s["family"], fp16)
+                out = run_triton_cupy(cl, family, cl.function(f"{k.id}_cupy", k.artifact, meta["name"]), meta, d)
+                err, tol = triton_error(d, family, out)
                 launches[f"{k.id}_cupy"] = {"entry": meta["name"], "rel_err": err, "tol": tol}
                 checks.record(f"launch {k.id} through CuPy (+2 scratch pointers) matches float64", passes(err, tol), f"rel err {err:.2e} < {tol:.0e}")
     # The wrong capability: a clean driver error, and the context still works.
