@@ -303,15 +303,21 @@ def twins(results: dict[str, dict[str, dict]]) -> str:
     )
 
 
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """The layout job's model and its size: what :class:`Runner` passes it as MODEL, WIDTH, BLOCKS
+    and SEQ, for every harness that runs the job through a Runner."""
+    p.add_argument("--model", default="llama")
+    p.add_argument("--width", type=int, default=1024)
+    p.add_argument("--blocks", type=int, default=4)
+    p.add_argument("--seq", type=int, default=256)
+
+
 def main() -> int:
     p = own_kilnd_parser(__doc__)
     p.add_argument("--gpus", type=int, default=2)
     p.add_argument("--layouts", default="single,ddp,fsdp2,herd")
     p.add_argument("--variants", default=",".join(VARIANTS))
-    p.add_argument("--model", default="llama")
-    p.add_argument("--width", type=int, default=1024)
-    p.add_argument("--blocks", type=int, default=4)
-    p.add_argument("--seq", type=int, default=256)
+    add_model_arguments(p)
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--deadline-s", type=float, default=540)
     p.add_argument("--repeat", type=int, default=1, help="runs of each variant; the table shows each one's median")

@@ -38,7 +38,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from common import cold_graph_kilnd, own_kilnd_parser, write_json  # noqa: E402
-from torch_layouts import Runner  # noqa: E402
+from torch_layouts import Runner, add_model_arguments  # noqa: E402
 
 #: Steps left out of each run's median: the first ten hold the warm-up.
 WARMUP_STEPS = 10
@@ -104,10 +104,7 @@ def within(value: float, target: float, rel: float) -> bool:
 def main() -> int:
     p = own_kilnd_parser(__doc__)
     p.add_argument("--remote", required=True, help="the kiln-cache both kilnds share (the fleet)")
-    p.add_argument("--model", default="llama")
-    p.add_argument("--width", type=int, default=1024)
-    p.add_argument("--blocks", type=int, default=4)
-    p.add_argument("--seq", type=int, default=256)
+    add_model_arguments(p)
     p.add_argument("--async-steps", type=int, default=1500)
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--alternate", type=int, default=3)
