@@ -1,4 +1,4 @@
-"""Checks daemon/src/toolchain/triton_procs.py's scans in this process, standing in for the
+"""Checks daemon/src/runtime/toolchain/triton_procs.py's scans in this process, standing in for the
 Triton worker's zygote: a child subreaper that forks a "compile" which leaves an escapee behind
 (double fork and setsid, the compile itself exited). Run by tests/tests/triton_box.rs; prints one
 JSON line.

@@ -105,9 +105,9 @@ pub struct SourceNames {
     pub by_kernel: HashMap<String, Vec<(String, PathBuf)>>,
 }
 
-/// The name NVRTC gives a CUDA kernel's source in its log (daemon/src/worker/nvrtc_ffi.rs).
+/// The name NVRTC gives a CUDA kernel's source in its log (daemon/src/runtime/worker/nvrtc_ffi.rs).
 pub const NVRTC_SOURCE_NAME: &str = "kernel.cu";
-/// The name of the file ptxas reads a PTX kernel from (daemon/src/toolchain/ptxas.rs).
+/// The name of the file ptxas reads a PTX kernel from (daemon/src/runtime/toolchain/ptxas.rs).
 pub const PTXAS_SOURCE_NAME: &str = "kernel.ptx";
 
 impl SourceNames {

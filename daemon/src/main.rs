@@ -23,7 +23,7 @@ fn main() -> anyhow::Result<()> {
     let flags = Flags::parse();
     if let Some(Command::Worker { nvrtc, builtins, memory_mb }) = &flags.command {
         // A worker is a plain blocking process: no runtime, no logging set-up.
-        std::process::exit(kiln_daemon::worker::process::run(nvrtc, builtins, *memory_mb));
+        std::process::exit(kiln_daemon::runtime::worker::process::run(nvrtc, builtins, *memory_mb));
     }
     kiln_serve::init_tracing();
     let exe = std::env::current_exe().ok();
@@ -35,7 +35,7 @@ fn main() -> anyhow::Result<()> {
     let config = Config::merge(&flags, &file, &Defaults::from_host());
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     if let Some(Command::Check { json }) = flags.command {
-        std::process::exit(runtime.block_on(kiln_daemon::check::run(&config, config_file.as_deref(), json)));
+        std::process::exit(runtime.block_on(kiln_daemon::runtime::check::run(&config, config_file.as_deref(), json)));
     }
     match &config_file {
         Some(path) => tracing::info!(config = %path.display(), "configuration file read"),

@@ -2,7 +2,7 @@
 //! `/metrics`. Label values: `tier` memory|disk|remote, `result` hit|miss|error, `outcome`
 //! ok|failed, `toolchain` nvrtc|ptxas|triton, `direction` read|write.
 
-use crate::store::TierName;
+use crate::domain::TierName;
 use kiln_serve::metrics::TorchJobGauges;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -306,7 +306,7 @@ impl Metrics {
         );
         let m = Metrics { registry, ..m };
         m.zero(&TierName::LOCAL);
-        for toolchain in crate::toolchain::Toolchain::ALL.map(|t| t.as_str()) {
+        for toolchain in crate::runtime::toolchain::Toolchain::ALL.map(|t| t.as_str()) {
             for outcome in ["ok", "failed"] {
                 let _ = m.compiles.get_or_create(&CompileLabels { toolchain, outcome });
             }

@@ -3,29 +3,29 @@
 //! takes bound listeners and a shutdown future, so a test can bind anything and stop the daemon
 //! whenever it likes.
 
-use crate::audit::{self, Auditor};
-use crate::blob::service::{BlobService, BlobState};
-use crate::cache::{Cache, Producer};
 use crate::config::{Config, read_token};
-use crate::engine::{self, Engine};
-use crate::explain::store::RecipeStore;
-use crate::fleet::tier::RemoteTier;
-use crate::fleet::{self, Fleet};
-use crate::gpu::{self, load_check::LoadCheck};
-use crate::graph::forward::Forwarder;
-use crate::graph::ledger::Ledger;
-use crate::graph::service::{GraphService, GraphState};
-use crate::graph::workers;
-use crate::jobs::Jobs;
+use crate::core::audit::{self, Auditor};
+use crate::core::cache::{Cache, Producer};
+use crate::core::engine::{self, Engine};
+use crate::core::explain::store::RecipeStore;
+use crate::core::fleet::tier::RemoteTier;
+use crate::core::fleet::{self, Fleet};
+use crate::core::store::{Store, disk::DiskTier, memory::MemoryTier, tiered::TieredStore};
+use crate::core::torch::forward::Forwarder;
+use crate::core::torch::ledger::Ledger;
+use crate::core::work::Work;
 use crate::listen::TcpSecurity;
 use crate::metrics::Metrics;
-use crate::service::CompilerService;
-use crate::snapshot::service::{SnapshotService, SnapshotState};
-use crate::snapshot::{host, store::SnapshotStore};
+use crate::rpc::blob::service::{BlobService, BlobState};
+use crate::rpc::compiler::CompilerService;
+use crate::rpc::graph::service::{GraphService, GraphState};
+use crate::rpc::jobs::Jobs;
+use crate::rpc::snapshot::service::{SnapshotService, SnapshotState};
+use crate::rpc::snapshot::{host, store::SnapshotStore};
+use crate::runtime::gpu::{self, load_check::LoadCheck};
+use crate::runtime::toolchain::torch;
+use crate::runtime::toolchain::{Compiler, cuda, fix, nvrtc::Nvrtc, ptxas::Ptxas, set::Toolchains, triton};
 use crate::state::State;
-use crate::store::{Store, disk::DiskTier, memory::MemoryTier, tiered::TieredStore};
-use crate::toolchain::{Compiler, cuda, fix, nvrtc::Nvrtc, ptxas::Ptxas, set::Toolchains, triton};
-use crate::work::Work;
 use anyhow::Context;
 use kiln_cache_client::RemoteCache;
 use kiln_proto::Target;
@@ -140,7 +140,7 @@ pub async fn build(config: &Config) -> anyhow::Result<Built> {
         None => (None, None),
         Some(r) => {
             let token = read_token(&r.token).context("--remote-token")?;
-            let host = crate::status::report::wire_name(&crate::host::name());
+            let host = crate::runtime::host::wire_name(&crate::runtime::host::name());
             let client = RemoteCache::connect(&r.uri, &token).context("--remote")?.with_host(&host);
             let tier = RemoteTier::new(client, &r.uri, Arc::clone(&metrics));
             let settings = fleet::Settings {
@@ -186,7 +186,7 @@ pub async fn build(config: &Config) -> anyhow::Result<Built> {
         gpus,
         default_target,
         config: config.clone(),
-        torch_graphs: Arc::new(Ledger::new(Arc::clone(&metrics), &crate::host::name())),
+        torch_graphs: Arc::new(Ledger::new(Arc::clone(&metrics), &crate::runtime::host::name())),
         metrics,
         work,
     };
@@ -213,10 +213,10 @@ pub async fn serve(
     let mut servers = ServerTasks::new();
     if let Some(tier) = &remote {
         let (probed, stopped) = (Arc::clone(tier), stop.clone());
-        let reporter = crate::status::report::run(
+        let reporter = crate::rpc::status::report::run(
             Arc::clone(tier),
             Arc::clone(&state),
-            crate::status::report::Reporter::new(&crate::host::name(), &config.socket),
+            crate::rpc::status::report::Reporter::new(&crate::runtime::host::name(), &config.socket),
             stop.clone(),
         );
         servers.spawn(async move {
@@ -228,7 +228,7 @@ pub async fn serve(
             Ok(())
         });
         if let (Some(auditor), Some(remote)) = (state.cache.fleet().map(Fleet::auditor), config.remote.as_ref()) {
-            let (audited, audits, stopped) = (Arc::clone(&state), Arc::clone(&auditor), stop.clone());
+            let (audited, audits, stopped) = (Arc::clone(&state.engine), Arc::clone(&auditor), stop.clone());
             servers.spawn(async move {
                 audit::run(audited, audits, stopped).await;
                 Ok(())
@@ -268,7 +268,7 @@ pub async fn serve(
     let mut graphs = GraphState::new(
         producer,
         Arc::clone(&state.torch_graphs),
-        workers::Settings { python: config.python.clone(), max_workers: config.torch_workers },
+        torch::Settings { python: config.python.clone(), max_workers: config.torch_workers },
         state.gpus.gpus.iter().map(|g| format!("{} {};", g.name, g.target)).collect(),
         &config.limits,
         default_wait,
@@ -294,7 +294,7 @@ pub async fn serve(
         host: host::environment(&state.gpus, state.default_target, &state.toolchains.nvrtc.version),
         max_file_bytes: config.limits.max_artifact_bytes,
         max_snapshot_bytes: config.limits.max_snapshot_bytes,
-        host_name: crate::host::name(),
+        host_name: crate::runtime::host::name(),
         saving: tokio::sync::Mutex::new(()),
         work: state.work.clone(),
     };
@@ -350,7 +350,7 @@ pub async fn serve(
             let metrics = Arc::clone(&metrics);
             move || metrics.render()
         };
-        let pages = crate::status::routes(Arc::clone(&state));
+        let pages = crate::rpc::status::routes(Arc::clone(&state));
         servers.spawn(async move {
             kiln_serve::serve_metrics(listener, render, pages, stopped).await.map_err(anyhow::Error::from)
         });

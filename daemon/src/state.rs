@@ -4,18 +4,18 @@
 //! [`State`]; the `Compiler` service, `Stats`, `Explain`, the host page and the host report each
 //! take it, and none of them is it.
 
-use crate::cache::Cache;
 use crate::config::Config;
+use crate::core::cache::Cache;
+use crate::core::engine::Engine;
+use crate::core::torch::ledger::Ledger;
+use crate::core::work::Work;
 use crate::domain::{Job, Priority};
-use crate::engine::Engine;
 use crate::error::Error;
-use crate::gpu::GpuProbe;
-use crate::graph::ledger::Ledger;
-use crate::jobs::Jobs;
 use crate::metrics::Metrics;
-use crate::toolchain::set::Toolchains;
-use crate::validate::{self, Context};
-use crate::work::Work;
+use crate::rpc::jobs::Jobs;
+use crate::rpc::validate::{self, Context};
+use crate::runtime::gpu::GpuProbe;
+use crate::runtime::toolchain::set::Toolchains;
 use kiln_proto::Target;
 use kiln_proto::pb;
 use std::sync::Arc;

@@ -380,7 +380,7 @@ async fn function_extents_a_compile_reports_reach_only_its_own_source() {
 fn the_scan_after_a_compile_reads_what_was_created_since_and_falls_back_when_ids_wrap() {
     let out = Command::new(env::python())
         .arg(env::repo_root().join("tests/triton_procs_scan.py"))
-        .arg(env::repo_root().join("daemon/src/toolchain"))
+        .arg(env::repo_root().join("daemon/src/runtime/toolchain"))
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

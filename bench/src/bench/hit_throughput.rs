@@ -151,7 +151,7 @@ pub async fn run(bench: &Bench, redis: &RedisServer) -> Result<Section> {
     Ok(s)
 }
 
-/// Where the disk tier keeps a key's envelope: `<cache-dir>/v1/ab/cd/<key>` (see `daemon/src/store/disk.rs`).
+/// Where the disk tier keeps a key's envelope: `<cache-dir>/v1/ab/cd/<key>` (see `daemon/src/core/store/disk.rs`).
 fn kernel_file(cache_dir: &std::path::Path, key: &str) -> std::path::PathBuf {
     let (a, b) = (key.get(0..2).unwrap_or(""), key.get(2..4).unwrap_or(""));
     cache_dir.join("v1").join(a).join(b).join(key)

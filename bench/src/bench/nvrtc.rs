@@ -1,7 +1,7 @@
 //! NVRTC called directly, in this process: the baseline that kiln's cold-compile overhead is
 //! measured against.
 //!
-//! It loads the libraries the same way kilnd's workers do (daemon/src/worker/nvrtc_ffi.rs):
+//! It loads the libraries the same way kilnd's workers do (daemon/src/runtime/worker/nvrtc_ffi.rs):
 //! `libnvrtc-builtins.so.13.0` and then `libnvrtc.so.13` by absolute path with RTLD_GLOBAL,
 //! before cudarc's first call, because cudarc's loader tries library names only and NVRTC loads
 //! its builtins by name. It passes the same options kilnd's workers pass, so both produce the

@@ -1,9 +1,9 @@
 //! Scenario 4: kilnd killed with SIGKILL while it writes the disk tier, again and again, on the
 //! same directories; then every entry it serves from disk must be right.
 //!
-//! The disk tier writes a temp file, fsyncs it and renames it into place (daemon/src/store/
+//! The disk tier writes a temp file, fsyncs it and renames it into place (daemon/src/core/store/
 //! disk.rs), and every read is verified against the envelope's digest and key
-//! (daemon/src/store/tiered.rs), so a torn write should at worst be dropped, never served. This
+//! (daemon/src/core/store/tiered.rs), so a torn write should at worst be dropped, never served. This
 //! scenario checks that from outside: each round starts kilnd on the same cache directory, sends
 //! a graph of small cold kernels and kills kilnd at a random moment of the compiles and the disk
 //! writes that follow the answer. A last kilnd, with its memory tier off so every hit is read

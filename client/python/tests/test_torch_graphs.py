@@ -432,7 +432,7 @@ def test_the_payload_leaves_out_what_torchs_keys_leave_out() -> None:
 
 
 #: kilnd's torch worker scripts, shipped inside kilnd and written side by side for the worker.
-WORKER_DIR = Path(__file__).parents[3] / "daemon" / "src" / "graph"
+WORKER_DIR = Path(__file__).parents[3] / "daemon" / "src" / "runtime" / "toolchain"
 
 
 def _worker_module(name: str = "torch_worker") -> Any:

@@ -1,13 +1,16 @@
 //! What kilnd works on, once a request has passed validation: a [`Job`] of kernels, each a
 //! [`KernelJob`] with its key already derived and its [`KernelSource`]. `validate/` is the only
 //! place these are made from a wire request; the engine, jobs and `Explain` take them as they are.
-//! What a kernel comes to is an [`Answer`], from the cache or the engine.
+//! What a kernel comes to is an [`Answer`], from the cache or the engine, and a [`TierName`]
+//! names where an answer lives.
 
 pub(crate) mod answer;
 pub(crate) mod source;
+pub(crate) mod tier;
 
 pub use answer::Answer;
 pub use source::{KernelSource, Toolchain};
+pub use tier::TierName;
 
 use kiln_proto::{CacheKey, Target};
 

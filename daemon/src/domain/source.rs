@@ -6,7 +6,7 @@ use kiln_proto::{Fingerprint, KeyInputs, Target};
 /// The toolchains kilnd compiles with, one per kind of source. Its name ([`Toolchain::as_str`])
 /// is the metric label `toolchain`, the key's toolchain field, the artifact's `toolchain` and the
 /// wire's `ToolchainInfo.name`: one spelling, written here only. It lives beside the sources (and
-/// `crate::toolchain` re-exports it) so that the toolchains can take a [`KernelSource`] without an
+/// `crate::runtime::toolchain` re-exports it) so that the toolchains can take a [`KernelSource`] without an
 /// import circle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Toolchain {

@@ -4,7 +4,7 @@
 
 use crate::support::config;
 use crate::{CORPUS, wire};
-use kiln_daemon::{blob, snapshot};
+use kiln_daemon::rpc::{blob, snapshot};
 use kiln_proto::CacheKey;
 use kiln_proto::pb;
 use proptest::prelude::*;

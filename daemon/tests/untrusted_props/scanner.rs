@@ -4,7 +4,7 @@
 
 use crate::CORPUS;
 use crate::support::config;
-use kiln_daemon::toolchain::includes::check;
+use kiln_daemon::runtime::toolchain::includes::check;
 use proptest::prelude::*;
 
 /// Source text as a soup of the pieces the scanner treats specially, and any other characters,
@@ -80,7 +80,7 @@ fn quoted(name: &str, angle: bool) -> String {
 fn regression_multibyte_character_before_a_probe() {
     assert_eq!(
         check("é__has_include"),
-        Err(kiln_daemon::toolchain::includes::IncludeError {
+        Err(kiln_daemon::runtime::toolchain::includes::IncludeError {
             line: 1,
             reason: "computed __has_include is not allowed: name the header in quotes or angle brackets".into(),
         })

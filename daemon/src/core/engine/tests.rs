@@ -1,0 +1,171 @@
+//! The engine over a fake compiler and a memory tier, and for the fleet's part over an in-memory
+//! kiln-cache ([`FakeCache`]) shared by two engines, as two hosts share one kiln-cache.
+
+use super::*;
+use crate::config::{Config, Defaults, FileConfig, Flags};
+use crate::core::audit::{Auditor, Policy};
+use crate::core::fleet::tier::RemoteTier;
+use crate::core::fleet::{self, Fleet};
+use crate::core::store::memory::MemoryTier;
+use crate::core::store::tiered::TieredStore;
+use crate::runtime::toolchain::{CompileFuture, Output};
+use kiln_cache_client::FakeCache;
+use kiln_proto::Fingerprint;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+const FINGERPRINT: Fingerprint = Fingerprint::from_bytes([3; 32]);
+
+/// A compiler that counts its compiles: a source containing `error` fails, any other compiles to
+/// a cubin naming it.
+#[derive(Debug, Default)]
+struct FakeCompiler {
+    compiles: AtomicUsize,
+}
+
+impl FakeCompiler {
+    fn compiles(&self) -> usize {
+        self.compiles.load(Ordering::SeqCst)
+    }
+}
+
+impl Compiler for FakeCompiler {
+    fn compile<'a>(&'a self, source: &'a KernelSource, _: &'a Target, _: Duration) -> CompileFuture<'a> {
+        Box::pin(async move {
+            self.compiles.fetch_add(1, Ordering::SeqCst);
+            let KernelSource::Cuda(cuda) = source else { unreachable!("these tests compile CUDA") };
+            if cuda.source.contains("error") {
+                return Compiled::Failed { log: "kernel.cu(1): error: expected a \";\"".into(), compile_micros: 1500 };
+            }
+            let cubin = format!("cubin of {}", cuda.source).into_bytes();
+            Compiled::Ok(Output { cubin, compile_micros: 2_000_000, ..Default::default() })
+        })
+    }
+
+    fn build_of(&self, _: &KernelSource) -> Option<(Fingerprint, String)> {
+        Some((FINGERPRINT, "fake 1.0".into()))
+    }
+}
+
+fn limits() -> Limits {
+    let defaults = Defaults { socket: "/s".into(), cache_dir: "/c".into(), cores: 2 };
+    Config::merge(&Flags::default(), &FileConfig::default(), &defaults).limits
+}
+
+/// One host: an engine over `compiler`, a memory tier and, with `fleet`, the fleet cache.
+struct Host {
+    engine: Arc<Engine>,
+    compiler: Arc<FakeCompiler>,
+    metrics: Arc<Metrics>,
+}
+
+fn host(fleet: Option<&FakeCache>) -> Host {
+    let limits = limits();
+    let metrics = Arc::new(Metrics::new());
+    let memory = MemoryTier::new(64 << 20, limits.max_artifact_bytes);
+    let store = TieredStore::new(vec![Arc::new(memory)], Arc::clone(&metrics), limits.max_artifact_bytes);
+    let fleet = fleet.map(|cache| {
+        let settings = fleet::Settings {
+            lease_ttl: Duration::from_secs(30),
+            hedge: Duration::from_secs(120),
+            leases: true,
+            negative_ttl: limits.negative_ttl,
+            max_artifact_bytes: limits.max_artifact_bytes,
+        };
+        let tier = RemoteTier::new(cache.clone(), "http://fake:7171", Arc::clone(&metrics));
+        let auditor = Auditor::new(Policy { enabled: false, ..Policy::default() }, Arc::clone(&metrics));
+        Fleet::new(settings, tier, Arc::new(auditor), Arc::clone(&metrics))
+    });
+    let work = Work::default();
+    let cache = Arc::new(Cache::new(store, fleet, Arc::clone(&metrics), work.clone(), limits.negative_ttl));
+    let compiler = Arc::new(FakeCompiler::default());
+    let parts =
+        Parts { recipes: RecipeStore::in_memory(), metrics: Arc::clone(&metrics), concurrency: 2, limits, work };
+    let engine = Arc::new(Engine::new(Arc::clone(&compiler) as Arc<dyn Compiler>, cache, parts));
+    Host { engine, compiler, metrics }
+}
+
+fn target() -> Target {
+    "sm_90".parse().expect("a target")
+}
+
+/// A CUDA kernel keyed as validation keys it, under the fake compiler's fingerprint.
+fn kernel(source: &str) -> KernelJob {
+    let source = KernelSource::Cuda(pb::CudaSource { source: source.into(), ..Default::default() });
+    let key = source.with_key_inputs(&target(), &FINGERPRINT, |k| k.derive());
+    KernelJob { id: "k".into(), key, source, refusal: None }
+}
+
+impl Host {
+    async fn resolve(&self, kernel: &KernelJob) -> Answer {
+        self.engine.resolve("graph", kernel, target(), Priority::Interactive, false).await
+    }
+
+    fn compiled(&self, outcome: &'static str) -> u64 {
+        self.metrics.compiles.get_or_create(&CompileLabels { toolchain: "nvrtc", outcome }).get()
+    }
+}
+
+#[tokio::test]
+async fn a_miss_compiles_once_and_the_next_ask_hits_memory() {
+    let host = host(None);
+    let k = kernel("__global__ void k() {}");
+    let first = host.resolve(&k).await;
+    assert_eq!((first.is_ok(), first.tier()), (true, pb::Tier::Compiled), "{first:?}");
+    assert_eq!(first.artifact().map(|a| &a.bytes[..]), Some(&b"cubin of __global__ void k() {}"[..]));
+    let second = host.resolve(&k).await;
+    assert_eq!((second.is_ok(), second.tier()), (true, pb::Tier::Memory), "{second:?}");
+    assert_eq!(second.artifact().map(|a| a.bytes.clone()), first.artifact().map(|a| a.bytes.clone()));
+    assert_eq!(host.compiler.compiles(), 1, "the hit compiled again");
+    assert_eq!(host.compiled("ok"), 1);
+    assert_eq!(host.metrics.seconds_saved.get(), 2.0, "the hit saved the compile's two seconds");
+    // The compile, not the hit, recorded a miss, with its recipe.
+    let misses = host.engine.misses().recent();
+    assert_eq!(misses.iter().map(|m| (m.key, m.reason.label())).collect::<Vec<_>>(), [(k.key, "new")]);
+}
+
+#[tokio::test]
+async fn a_failed_compile_is_remembered_and_not_paid_again() {
+    let host = host(None);
+    let k = kernel("__global__ void k() { error }");
+    let first = host.resolve(&k).await;
+    let Answer::Failed { log, compile_micros, tier } = &first else { panic!("compiled: {first:?}") };
+    assert!(log.contains("error: expected"), "{log}");
+    assert_eq!((*compile_micros, *tier), (1500, pb::Tier::Compiled));
+    // The negative cache answers the next ask, with the log and what the compile cost.
+    let second = host.resolve(&k).await;
+    let Answer::Failed { log: again, compile_micros, tier } = &second else { panic!("compiled: {second:?}") };
+    assert_eq!((again, *compile_micros, *tier), (log, 1500, pb::Tier::Memory));
+    assert_eq!(host.compiler.compiles(), 1, "a remembered failure was compiled again");
+    assert_eq!((host.compiled("failed"), host.metrics.negative_hits.get()), (1, 1));
+    assert!(host.engine.cache().failed_recently(&k.key));
+}
+
+#[tokio::test]
+async fn a_refused_kernel_never_reaches_the_compiler() {
+    let host = host(None);
+    let k = KernelJob { refusal: Some("#include of a host path".into()), ..kernel("__global__ void k() {}") };
+    let answer = host.resolve(&k).await;
+    assert!(matches!(&answer, Answer::Failed { log, .. } if log == "#include of a host path"), "{answer:?}");
+    assert_eq!(host.compiler.compiles(), 0);
+}
+
+#[tokio::test]
+async fn another_hosts_compile_is_adopted_not_paid_again() {
+    let fleet = FakeCache::default();
+    let (a, b) = (host(Some(&fleet)), host(Some(&fleet)));
+    let ok = kernel("__global__ void k() {}");
+    let broken = kernel("__global__ void k() { error }");
+    assert_eq!(a.resolve(&ok).await.tier(), pb::Tier::Compiled);
+    assert_eq!(a.resolve(&broken).await.tier(), pb::Tier::Compiled);
+    // Host b finds both in the fleet: the artifact, and the failure with its log.
+    let hit = b.resolve(&ok).await;
+    assert_eq!((hit.is_ok(), hit.tier()), (true, pb::Tier::Remote), "{hit:?}");
+    let failed = b.resolve(&broken).await;
+    assert!(matches!(&failed, Answer::Failed { tier: pb::Tier::Remote, log, .. } if log.contains("error")));
+    assert_eq!(b.compiler.compiles(), 0, "host b compiled what host a had published");
+    // The adopted artifact is in b's memory tier now; its failure in b's negative cache.
+    assert_eq!(b.resolve(&ok).await.tier(), pb::Tier::Memory);
+    assert_eq!(b.resolve(&broken).await.tier(), pb::Tier::Memory);
+    assert_eq!((a.compiler.compiles(), b.compiler.compiles()), (2, 0));
+}
