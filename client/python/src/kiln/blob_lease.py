@@ -13,11 +13,12 @@ from typing import cast
 
 import grpc
 
+from ._closing import Closing
 from ._proto import blob_pb2 as bpb
 from .results import BlobEntry, LeaseKind
 
 
-class Lease:
+class Lease(Closing):
     """The answer of :meth:`Client.lease_blob`, holding its stream.
 
     ``kind`` is GRANTED (the caller produces the entry and holds the lease while this object is
@@ -76,12 +77,6 @@ class Lease:
     def close(self) -> None:
         """Releases the lease (if GRANTED and still held); safe to call twice."""
         self._call.cancel()
-
-    def __enter__(self) -> Lease:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"kiln.Lease({self.kind}, reason={self.reason!r})"

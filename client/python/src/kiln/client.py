@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 import grpc
 
 from . import _auth, errors
+from ._closing import Closing
 from ._proto import blob_pb2 as bpb
 from ._proto import blob_pb2_grpc, kiln_pb2_grpc
 from ._proto import kiln_pb2 as pb
@@ -78,7 +79,7 @@ def _ms(seconds: float | None, field: str) -> int:
     return max(1, round(seconds * 1000)) if seconds > 0 else 0
 
 
-class TorchGraphClaim:
+class TorchGraphClaim(Closing):
     """kilnd's answer to :meth:`Client.claim_torch_graph`; where it is ``compile_here``, the
     claim, held until :meth:`close` (a context manager closes it)."""
 
@@ -90,14 +91,8 @@ class TorchGraphClaim:
         """Ends the claim: after a publish, or to hand the compile to whoever asks next."""
         self._call.cancel()
 
-    def __enter__(self) -> TorchGraphClaim:
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class Client:
+class Client(Closing):
     """A connection to one kilnd.
 
     ``uri`` is ``unix:///path``, ``http://host:port`` or ``https://host:port``; left out, it is
@@ -138,12 +133,6 @@ class Client:
     def close(self) -> None:
         """Closes the channel; calls still running (and leases still held) end with it."""
         self._channel.close()
-
-    def __enter__(self) -> Client:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"kiln.Client({self.uri!r})"
