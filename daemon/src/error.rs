@@ -54,6 +54,12 @@ pub enum Error {
          (max_snapshot_mb); nothing was saved"
     )]
     SnapshotTooLarge { job: String, bytes: u64, files: usize, limit: u64 },
+    /// A call kilnd passed on to kiln-cache failed; the answer keeps kiln-cache's code.
+    #[error("the fleet cache: {reason}")]
+    Fleet { code: Code, reason: String },
+    /// A request's own task ended without an answer (it panicked or was cancelled).
+    #[error("the {what}'s task failed: {reason}")]
+    TaskFailed { what: &'static str, reason: String },
 }
 
 /// A bad `field`, and why: the one way a validator reports one.
@@ -75,6 +81,8 @@ impl Error {
             Error::QueueFull { .. } | Error::SnapshotTooLarge { .. } => Code::ResourceExhausted,
             Error::NoJob { .. } => Code::NotFound,
             Error::ManifestUnreadable { .. } => Code::Unavailable,
+            Error::Fleet { code, .. } => *code,
+            Error::TaskFailed { .. } => Code::Internal,
         }
     }
 }

@@ -17,8 +17,7 @@
 //!   their confinement, the GPUs, and `kilnd check`.
 //! - Around them: [`server`] (`build(config)` then `serve(built, listeners, config, shutdown)`,
 //!   the library entry point, which builds every part and hands each what it uses);
-//!   [`state`] (the daemon's state, which every handler, `Stats`, `Explain` and the status pages
-//!   take); [`config`] (flags, `KILN_*` variables, the TOML file, and the pure merge of the
+//!   [`config`] (flags, `KILN_*` variables, the TOML file, and the pure merge of the
 //!   three) and [`config_file`] (which file is read when no `--config` names one); [`listen`]
 //!   and [`auth`] (the TCP listener's tokens and TLS, and which calls a read-only token may
 //!   make); [`domain`] (what kilnd works on: a validated job, its kernels and their sources);
@@ -39,4 +38,3 @@ pub(crate) mod metrics;
 pub mod rpc;
 pub mod runtime;
 pub mod server;
-pub(crate) mod state;

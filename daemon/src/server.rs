@@ -22,10 +22,10 @@ use crate::rpc::graph::service::{GraphService, GraphState};
 use crate::rpc::jobs::Jobs;
 use crate::rpc::snapshot::service::{SnapshotService, SnapshotState};
 use crate::rpc::snapshot::{host, store::SnapshotStore};
+use crate::rpc::state::State;
 use crate::runtime::gpu::{self, load_check::LoadCheck};
 use crate::runtime::toolchain::torch;
 use crate::runtime::toolchain::{Compiler, cuda, fix, nvrtc::Nvrtc, ptxas::Ptxas, set::Toolchains, triton};
-use crate::state::State;
 use anyhow::Context;
 use kiln_cache_client::RemoteCache;
 use kiln_proto::Target;
@@ -227,7 +227,7 @@ pub async fn serve(
             probed.probe(stopped).await;
             Ok(())
         });
-        if let (Some(auditor), Some(remote)) = (state.cache.fleet().map(Fleet::auditor), config.remote.as_ref()) {
+        if let (Some(auditor), Some(remote)) = (state.cache.auditor(), config.remote.as_ref()) {
             let (audited, audits, stopped) = (Arc::clone(&state.engine), Arc::clone(&auditor), stop.clone());
             servers.spawn(async move {
                 audit::run(audited, audits, stopped).await;

@@ -5,7 +5,7 @@
 use crate::domain::{Job, Priority};
 use crate::error::{Error, invalid};
 use crate::rpc::jobs;
-use crate::state::State;
+use crate::rpc::state::State;
 use kiln_proto::pb::{self, compiler_server::Compiler, job_event::Event};
 use std::sync::Arc;
 use std::time::Instant;
@@ -129,12 +129,13 @@ impl Compiler for CompilerService {
         &self,
         request: Request<pb::QuarantineListRequest>,
     ) -> Result<Response<pb::QuarantineListResponse>, Status> {
-        let fleet = self.0.cache.fleet().ok_or(Error::NoFleet { what: "list quarantines of" })?;
-        let req = request.into_inner();
-        let answer = fleet
-            .list_quarantine(req)
+        let answer = self
+            .0
+            .cache
+            .list_quarantine(request.into_inner())
             .await
-            .map_err(|e| Status::new(e.code().unwrap_or(tonic::Code::Unavailable), format!("the fleet cache: {e}")))?;
+            .ok_or(Error::NoFleet { what: "list quarantines of" })?
+            .map_err(|e| Error::Fleet { code: e.code().unwrap_or(tonic::Code::Unavailable), reason: e.to_string() })?;
         Ok(Response::new(answer))
     }
 

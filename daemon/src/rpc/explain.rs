@@ -10,7 +10,7 @@ use crate::core::explain::identity::Identity;
 use crate::core::torch::recipe::Explanation;
 use crate::domain::Priority;
 use crate::error::{Error, invalid};
-use crate::state::State;
+use crate::rpc::state::State;
 use kiln_proto::CacheKey;
 use kiln_proto::pb::{self, KeyRecipe, RecipeBook};
 
@@ -170,9 +170,7 @@ async fn kept_book(engine: &Engine, key: &CacheKey, expect: Expect<'_>) -> Vec<(
     if let Some(found) = engine.recorder().recipes().get(key, expect).await {
         out.push((found, LOCAL));
     }
-    if let Some(fleet) = engine.cache().fleet_up()
-        && let Ok(kiln_cache_client::Lookup::Hit(sealed, _)) = fleet.get_raw(key).await
-    {
+    if let Some(sealed) = engine.cache().fleet_raw(key).await {
         match book::open(key, &sealed, expect) {
             Ok(found) => out.push((found, FLEET)),
             Err(e) => tracing::warn!(%key, error = %e, "a fleet recipe book was refused"),
@@ -244,7 +242,7 @@ async fn explanation(
         key: key.to_hex(),
         cached: held.is_some(),
         tier: held.map_or(pb::Tier::Unspecified, |h| h.tier) as i32,
-        publisher: cache.fleet().and_then(|f| f.publisher_of(key)),
+        publisher: cache.publisher_of(key),
         ..Default::default()
     };
     if let Some(held) = held {

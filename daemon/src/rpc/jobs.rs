@@ -293,10 +293,8 @@ fn offer_to_audit(cache: &Cache, job: &Job, kernel: &KernelJob, answer: &Answer)
     if answer.tier() != pb::Tier::Remote || !answer.is_ok() {
         return;
     }
-    if let Some(fleet) = cache.fleet() {
-        let sample = || Sample { key: kernel.key, source: kernel.source.clone(), target: job.target };
-        fleet.offer_to_audit(sample, &kernel.key);
-    }
+    let sample = || Sample { key: kernel.key, source: kernel.source.clone(), target: job.target };
+    cache.offer_to_audit(sample, &kernel.key);
 }
 
 /// Records the job's start and answers everything the caches hold, with one fleet round trip

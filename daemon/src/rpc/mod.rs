@@ -1,7 +1,9 @@
 //! The RPC surface: what clients and operators call. Each handler validates its request, asks
 //! the core, and answers; none holds a tier or a worker of its own.
 //!
-//! - [`compiler`]: the `kiln.v1.Compiler` handlers over the daemon's `State`.
+//! - [`state`]: the daemon's state, which every handler, `Stats`, `Explain` and the status page
+//!   take: the engine and cache of the core, the jobs, the toolchains and the GPUs.
+//! - [`compiler`]: the `kiln.v1.Compiler` handlers over the `State`.
 //! - [`validate`]: request validation, which turns a wire request into a [`crate::domain::Job`];
 //!   every bad field is INVALID_ARGUMENT naming it.
 //! - [`jobs`]: background jobs and their replayable event streams.
@@ -19,6 +21,7 @@ pub(crate) mod explain;
 pub(crate) mod graph;
 pub(crate) mod jobs;
 pub mod snapshot;
+pub(crate) mod state;
 pub(crate) mod stats;
 pub(crate) mod status;
 pub mod validate;

@@ -1,7 +1,7 @@
 //! The `Stats` answer: read from the metrics and the tiers, so there is one source of truth.
 
 use crate::metrics::Metrics;
-use crate::state::State;
+use crate::rpc::state::State;
 use kiln_proto::pb;
 use prometheus_client::metrics::counter::Counter;
 
@@ -18,6 +18,7 @@ fn counter_value(
 
 pub fn collect(s: &State) -> pb::StatsResponse {
     let m = &s.metrics;
+    let fleet = s.cache.fleet_report();
     let tiers = s
         .cache
         .usage()
@@ -46,10 +47,10 @@ pub fn collect(s: &State) -> pb::StatsResponse {
         compile_seconds_saved: m.seconds_saved.get(),
         concurrency: s.config.concurrency as u32,
         remote: s.config.remote.as_ref().map(|r| r.uri.clone()).unwrap_or_default(),
-        remote_up: s.cache.fleet_up().is_some() && m.remote_up.get() == 1,
-        remote_state: s.cache.fleet().map(|f| f.state_name().to_owned()).unwrap_or_default(),
-        remote_reason: s.cache.fleet().map(|f| f.state_reason()).unwrap_or_default(),
-        audit: s.cache.fleet().map(|f| f.audit_stats()),
+        remote_up: fleet.as_ref().is_some_and(|f| f.usable) && m.remote_up.get() == 1,
+        remote_state: fleet.as_ref().map(|f| f.state.to_owned()).unwrap_or_default(),
+        remote_reason: fleet.as_ref().map(|f| f.reason.clone()).unwrap_or_default(),
+        audit: fleet.map(|f| f.audit),
         snapshots: Some(snapshots(m)),
         recent_misses: recent_misses(s),
         torch_graphs: Some(s.torch_graphs.stats()),

@@ -33,15 +33,16 @@ pub fn start(
     if graphs.is_empty() && kernels.is_empty() {
         return Err(invalid("graph_keys", "give graph keys or kernel keys to warm"));
     }
-    if cache.fleet().is_none() {
+    if !cache.has_fleet() {
         return Err(Error::NoFleet { what: "warm from" });
     }
     let (tx, rx) = mpsc::channel(16);
     work.spawn("warm", async move {
-        let Some(fleet) = cache.fleet() else { return };
         let mut progress = WarmProgress::default();
         for graph in graphs {
-            match fleet.get_manifest(&graph).await {
+            // kilnd's fleet is set at start, so it is still there (checked above).
+            let Some(manifest) = cache.manifest(&graph).await else { return };
+            match manifest {
                 Ok(Some(keys)) => kernels.extend(keys),
                 Ok(None) => progress.unknown_graphs.push(graph.to_hex()),
                 Err(e) => {

@@ -108,7 +108,7 @@ pub fn on_demand(
     tokio_stream::wrappers::ReceiverStream<Result<kiln_proto::pb::AuditResult, tonic::Status>>,
     crate::error::Error,
 > {
-    let Some(auditor) = engine.cache().fleet().map(|f| f.auditor()) else {
+    let Some(auditor) = engine.cache().auditor() else {
         return Err(crate::error::Error::NoFleet { what: "audit" });
     };
     let (tx, rx) = tokio::sync::mpsc::channel(16);

@@ -8,9 +8,11 @@
 //!   host's result, and this host's writes;
 //! - [`publish`]: what goes to the fleet cache: a compile's result and lease, graph manifests,
 //!   and the bound an answer waits for those writes ([`PUBLISH_WAIT`]);
+//! - `fleet_questions.rs`: what the RPC surface asks about the fleet, by name;
 //! - [`produce`]: who produces a missing entry (single flight on this host and in the fleet);
 //!   [`holders`] is its part on this host, tied to the producers' open streams.
 
+mod fleet_questions;
 pub(crate) mod holders;
 pub mod produce;
 pub mod publish;
@@ -100,14 +102,16 @@ impl Cache {
         self.store.remove(key).await;
     }
 
-    /// The fleet, configured (`--remote`), whether or not it answers now.
-    pub fn fleet(&self) -> Option<&Fleet> {
+    /// The fleet, configured (`--remote`), whether or not it answers now. The core's own parts
+    /// (the engine, the audit, the recipe books) call it; the RPC surface asks the cache instead
+    /// (`fleet_questions.rs`).
+    pub(in crate::core) fn fleet(&self) -> Option<&Fleet> {
         self.fleet.as_ref()
     }
 
     /// The fleet, while its breaker lets calls through: a fleet cache believed down is skipped,
     /// not asked and counted as an error on every lookup.
-    pub fn fleet_up(&self) -> Option<&Fleet> {
+    pub(in crate::core) fn fleet_up(&self) -> Option<&Fleet> {
         self.fleet.as_ref().filter(|f| f.usable())
     }
 

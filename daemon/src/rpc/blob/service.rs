@@ -70,7 +70,7 @@ impl BlobState {
         };
         self.metrics.blob_lease(&scope.namespace, "granted");
         let cache = self.producer.cache();
-        let reason = if grant.fleet_leased() || cache.fleet().is_none() {
+        let reason = if grant.fleet_leased() || !cache.has_fleet() {
             String::new()
         } else {
             "the fleet cache is not answering; single-flight covers this host only".to_string()
@@ -78,16 +78,9 @@ impl BlobState {
         if tx.send(event(Kind::Granted, None, reason)).await.is_ok() {
             // A put through another host's kilnd ends this lease too: it arrives as a fleet
             // publish, which is adopted here like any other host's result.
-            let elsewhere = async {
-                match cache.fleet() {
-                    Some(fleet) => fleet.published_elsewhere(&key).await,
-                    None => std::future::pending().await,
-                }
-            };
             let ending = tokio::select! {
                 _ = grant.published() => Some(event(Kind::Published, None, String::new())),
-                found = elsewhere => {
-                    cache.adopt(&key, found).await;
+                _ = cache.published_elsewhere(&key) => {
                     Some(event(Kind::Published, None, "stored through another host".into()))
                 }
                 _ = tokio::time::sleep(hold) => {

@@ -484,7 +484,7 @@ impl pb::torch_graphs_server::TorchGraphs for GraphService {
         let task = tokio::spawn(async move { state.compile(request.into_inner()).await });
         match task.await {
             Ok(reply) => Ok(Response::new(reply?)),
-            Err(e) => Err(Status::internal(format!("the graph's task failed: {e}"))),
+            Err(e) => Err(Error::TaskFailed { what: "graph", reason: e.to_string() }.into()),
         }
     }
 

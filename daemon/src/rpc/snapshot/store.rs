@@ -7,7 +7,6 @@
 //! (their key is their content), so they are read fastest tier first.
 
 use crate::core::cache::{Adopt, Cache};
-use crate::core::fleet::Found;
 use crate::core::store::Stored;
 use crate::rpc::blob::entry;
 use bytes::Bytes;
@@ -67,11 +66,10 @@ impl SnapshotStore {
     /// Which of `digests` the fleet cache holds, asked without downloading anything; `None`
     /// when there is no fleet cache or it does not answer.
     pub async fn fleet_holds(&self, digests: &[[u8; 32]]) -> Option<Vec<bool>> {
-        let fleet = self.cache.fleet_up()?;
         let mut held = Vec::with_capacity(digests.len());
         for chunk in digests.chunks(CONTAINS_CHUNK) {
             let keys: Vec<CacheKey> = chunk.iter().map(snapshot_file_key).collect();
-            held.extend(fleet.contains(&keys).await?);
+            held.extend(self.cache.fleet_contains(&keys).await?);
         }
         Some(held)
     }
@@ -90,9 +88,7 @@ impl SnapshotStore {
             let Some(hit) = self.cache.local(&key).await else { continue };
             let Some(data) = single(&hit.artifact, FILE_NAMESPACE, pb::Tier::Unspecified) else { continue };
             tracing::info!(%key, "snapshot file lost from the fleet cache; stored again");
-            if let Some(fleet) = self.cache.fleet() {
-                fleet.publish(&key, &seal(&key, FILE_NAMESPACE, data).envelope).await;
-            }
+            self.cache.republish(&key, &seal(&key, FILE_NAMESPACE, data).envelope).await;
         }
     }
 
@@ -124,10 +120,7 @@ impl SnapshotStore {
 
     /// The newest copy of a changing entry: the fleet cache's, else this host's.
     async fn read_fresh(&self, key: &CacheKey, namespace: &str) -> Option<Vec<u8>> {
-        if let Some(fleet) = self.cache.fleet_up()
-            && let Some(found @ Found::Artifact(..)) = fleet.fetch(key).await
-        {
-            let answer = self.cache.adopt(key, found).await;
+        if let Some(answer) = self.cache.fresh_from_fleet(key).await {
             return single(answer.artifact()?, namespace, pb::Tier::Remote);
         }
         let hit = self.cache.local(key).await?;

@@ -8,7 +8,7 @@
 pub mod page;
 pub mod report;
 
-use crate::state::State;
+use crate::rpc::state::State;
 use std::sync::Arc;
 
 /// The host page's routes: `/` (HTML) and `/status.json` (the `Stats` answer in proto3 JSON).

@@ -8,8 +8,8 @@
 //! at debug level: the page is a convenience, compiles never depend on it.
 
 use crate::core::fleet::tier::RemoteTier;
+use crate::rpc::state::State;
 use crate::runtime::host::wire_name;
-use crate::state::State;
 use kiln_proto::pb::{self, HostGpu, HostMiss, HostReport, HostToolchain};
 use std::sync::Arc;
 use std::time::Duration;
