@@ -1,6 +1,6 @@
 //! `kiln compile` and `kiln lookup`: send a graph, follow its events to the end.
 
-use super::{load_graph_named, name_files};
+use super::{compile_request, load_graph_named, name_files};
 use crate::artifacts;
 use crate::cli::RunArgs;
 use crate::report::Reporter;
@@ -25,13 +25,8 @@ pub async fn run(daemon: &str, args: RunArgs, mode: Mode) -> anyhow::Result<Exit
         }
     }
     let ids: Vec<String> = graph.kernels.iter().map(|k| k.id.clone()).collect();
-    let request = pb::CompileRequest {
-        graph: Some(graph),
-        // The user is waiting on this, so it goes before background warm-ups.
-        priority: pb::Priority::Interactive as i32,
-        omit_artifacts: args.no_artifacts,
-        ..Default::default()
-    };
+    // The user is waiting on this, so it goes before background warm-ups.
+    let request = compile_request(graph, pb::Priority::Interactive, args.no_artifacts);
     let client = kiln_client::connect(daemon).await?;
     let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
     let reporter = Reporter::new(&args.output, &ids)?.with_names(names.clone());

@@ -65,6 +65,12 @@ fn load_graph_named(args: &GraphArgs) -> anyhow::Result<(pb::CompileGraph, graph
     }
 }
 
+/// A request to compile `graph` at `priority`; with `omit_artifacts` the cubins stay in the
+/// daemon's tiers and only the results come back.
+fn compile_request(graph: pb::CompileGraph, priority: pb::Priority, omit_artifacts: bool) -> pb::CompileRequest {
+    pb::CompileRequest { graph: Some(graph), priority: priority as i32, omit_artifacts, ..Default::default() }
+}
+
 /// An error from the daemon, with the user's file after each `graph.kernels[N]` it names.
 fn name_files(names: &graph::SourceNames, err: anyhow::Error) -> anyhow::Error {
     anyhow::anyhow!(names.error_for(&format!("{err:#}")))

@@ -1,6 +1,6 @@
 //! `kiln submit`: send a graph, print its job id, and leave the daemon to it.
 
-use super::{load_graph_named, name_files};
+use super::{compile_request, load_graph_named, name_files};
 use crate::cli::SubmitArgs;
 use crate::report::print_line;
 use kiln_client::pb;
@@ -8,13 +8,8 @@ use std::process::ExitCode;
 
 pub async fn run(daemon: &str, args: SubmitArgs) -> anyhow::Result<ExitCode> {
     let (graph, names) = load_graph_named(&args.graph)?;
-    let request = pb::CompileRequest {
-        graph: Some(graph),
-        // Nobody waits on a submitted job, so it yields to interactive compiles.
-        priority: pb::Priority::Background as i32,
-        omit_artifacts: args.no_artifacts,
-        ..Default::default()
-    };
+    // Nobody waits on a submitted job, so it yields to interactive compiles.
+    let request = compile_request(graph, pb::Priority::Background, args.no_artifacts);
     let client = kiln_client::connect(daemon).await?;
     let job_id = client.submit(request).await.map_err(|e| name_files(&names, e.into()))?;
     let line = if args.json { serde_json::json!({ "job_id": job_id }).to_string() } else { job_id };
