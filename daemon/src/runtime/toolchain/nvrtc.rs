@@ -28,14 +28,6 @@ impl Protocol for NvrtcProtocol {
     type Request = WorkerRequest;
     type Response = WorkerResponse;
 
-    fn decode_hello(bytes: &[u8]) -> std::io::Result<WorkerHello> {
-        frame::decode(bytes)
-    }
-
-    fn hello_error(hello: &WorkerHello) -> Option<String> {
-        (!hello.error.is_empty()).then(|| hello.error.clone())
-    }
-
     fn encode_request(request: &WorkerRequest) -> std::io::Result<Vec<u8>> {
         Ok(prost::Message::encode_to_vec(request))
     }

@@ -122,14 +122,6 @@ impl Protocol for TorchProtocol {
     type Request = Request;
     type Response = Answer;
 
-    fn decode_hello(bytes: &[u8]) -> std::io::Result<Json> {
-        frame::json_hello(bytes)
-    }
-
-    fn hello_error(hello: &Json) -> Option<String> {
-        frame::json_hello_error(hello)
-    }
-
     fn encode_request(request: &Request) -> std::io::Result<Vec<u8>> {
         let header = serde_json::to_vec(&request.header).map_err(std::io::Error::other)?;
         let len = u32::try_from(header.len()).map_err(std::io::Error::other)?;

@@ -70,14 +70,6 @@ impl Protocol for TritonProtocol {
     type Request = Json;
     type Response = Response;
 
-    fn decode_hello(bytes: &[u8]) -> std::io::Result<Json> {
-        frame::json_hello(bytes)
-    }
-
-    fn hello_error(hello: &Json) -> Option<String> {
-        frame::json_hello_error(hello)
-    }
-
     fn encode_request(request: &Json) -> std::io::Result<Vec<u8>> {
         serde_json::to_vec(request).map_err(std::io::Error::other)
     }

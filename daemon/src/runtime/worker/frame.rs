@@ -19,14 +19,34 @@ pub fn decode<M: Message + Default>(bytes: &[u8]) -> std::io::Result<M> {
     M::decode(bytes).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
-/// The Python workers' (Triton's, torch's) hello: one JSON object.
-pub fn json_hello(bytes: &[u8]) -> std::io::Result<serde_json::Value> {
-    serde_json::from_slice(bytes).map_err(std::io::Error::other)
+/// A worker's first frame, which says what it loaded or why it cannot serve.
+pub trait Hello: Sized + Send {
+    fn decode(bytes: &[u8]) -> std::io::Result<Self>;
+    /// The worker's own report of why it cannot serve, if it says so.
+    fn error(&self) -> Option<String>;
 }
 
-/// The error a Python worker's hello reports, if it says it cannot serve.
-pub fn json_hello_error(hello: &serde_json::Value) -> Option<String> {
-    hello.get("error").and_then(serde_json::Value::as_str).map(String::from)
+/// `kilnd worker`'s hello, in protobuf.
+impl Hello for kiln_proto::pb::WorkerHello {
+    fn decode(bytes: &[u8]) -> std::io::Result<Self> {
+        decode(bytes)
+    }
+
+    fn error(&self) -> Option<String> {
+        (!self.error.is_empty()).then(|| self.error.clone())
+    }
+}
+
+/// The Python workers' (Triton's, torch's) hello: one JSON object, with `error` when it cannot
+/// serve.
+impl Hello for serde_json::Value {
+    fn decode(bytes: &[u8]) -> std::io::Result<Self> {
+        serde_json::from_slice(bytes).map_err(std::io::Error::other)
+    }
+
+    fn error(&self) -> Option<String> {
+        self.get("error").and_then(serde_json::Value::as_str).map(String::from)
+    }
 }
 
 /// A Python worker's answer: a u32 little-endian length, a JSON header of that length, and the

@@ -7,7 +7,7 @@
 //! run at once: a Triton worker costs hundreds of MB, so the pool, not the host, sets the bound.
 
 use super::confine::Confinement;
-use super::frame;
+use super::frame::{self, Hello};
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -18,12 +18,9 @@ use tokio::sync::Semaphore;
 
 /// How the daemon and one kind of worker talk: one hello, then request/response frames.
 pub trait Protocol: Send + Sync + 'static {
-    type Hello: Send;
+    type Hello: Hello;
     type Request: Send + Sync;
     type Response: Send;
-    fn decode_hello(bytes: &[u8]) -> std::io::Result<Self::Hello>;
-    /// The worker's own report of why it cannot serve, if it says so in its hello.
-    fn hello_error(hello: &Self::Hello) -> Option<String>;
     fn encode_request(request: &Self::Request) -> std::io::Result<Vec<u8>>;
     fn decode_response(bytes: &[u8]) -> std::io::Result<Self::Response>;
 }
@@ -110,8 +107,8 @@ impl<P: Protocol> WorkerPool<P> {
             return Err(WorkerFailure::Start("worker pipes missing".into()));
         };
         let hello = tokio::time::timeout(self.spec.start_timeout, frame::read_bytes(&mut stdout)).await;
-        let hello = match hello.map(|r| r.and_then(|b| P::decode_hello(&b))) {
-            Ok(Ok(h)) => match P::hello_error(&h) {
+        let hello = match hello.map(|r| r.and_then(|b| P::Hello::decode(&b))) {
+            Ok(Ok(h)) => match h.error() {
                 None => h,
                 Some(error) => return Err(WorkerFailure::Start(error)),
             },
@@ -207,15 +204,10 @@ mod tests {
     struct Idle;
 
     impl Protocol for Idle {
-        type Hello = Vec<u8>;
+        /// An empty frame decodes as a hello that reports no error.
+        type Hello = kiln_proto::pb::WorkerHello;
         type Request = ();
         type Response = ();
-        fn decode_hello(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
-            Ok(bytes.to_vec())
-        }
-        fn hello_error(_: &Vec<u8>) -> Option<String> {
-            None
-        }
         fn encode_request(_: &()) -> std::io::Result<Vec<u8>> {
             Ok(Vec::new())
         }
