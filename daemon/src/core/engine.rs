@@ -222,8 +222,10 @@ impl Engine {
             compiled
         };
         let record = async {
-            if let Some(recipe) = self.recipe(&kernel.source, &target) {
-                self.recorder.miss(recipe, identity, kernel).await;
+            // The toolchain's build (fingerprint and version) is part of the recipe; a toolchain
+            // that is not running has none, and the miss goes unrecorded.
+            if let Some(build) = self.compiler.build_of(&kernel.source) {
+                self.recorder.miss(self.recorder.recipe(build, &kernel.source, &target), identity, kernel).await;
             }
         };
         let (compiled, ()) = tokio::join!(compile, record);

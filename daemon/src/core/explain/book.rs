@@ -74,6 +74,29 @@ pub fn seal(key: &CacheKey, book: &RecipeBook) -> Option<Vec<u8>> {
     Some(envelope::seal(key, ArtifactMeta { toolchain: LABEL.into(), ..Default::default() }, &bytes))
 }
 
+/// The books a miss of `kernel` keeps, sealed: the identity's, with `recipe` newest among the
+/// `earlier` ones, and the key's own book of one, so a key alone can be explained. A book over
+/// [`MAX_BOOK_BYTES`] is left out.
+pub fn after_miss(
+    identity: &Identity,
+    kernel: &CacheKey,
+    recipe: KeyRecipe,
+    earlier: &[KeyRecipe],
+) -> Vec<(CacheKey, Vec<u8>)> {
+    let pointer = RecipeBook { identity: Some(to_pb(identity)), recipes: vec![recipe.clone()] };
+    let books = [(book_key(identity), merge(identity, recipe, earlier)), (pointer_key(kernel), pointer)];
+    books
+        .into_iter()
+        .filter_map(|(key, book)| match seal(&key, &book) {
+            Some(sealed) => Some((key, sealed)),
+            None => {
+                tracing::debug!(%key, "recipe book over its size bound; not kept");
+                None
+            }
+        })
+        .collect()
+}
+
 /// What a book read back must be.
 #[derive(Debug, Clone, Copy)]
 pub enum Expect<'a> {

@@ -17,7 +17,7 @@ use crate::core::cache::Cache;
 use crate::domain::{KernelJob, KernelSource};
 use crate::metrics::Metrics;
 use bytes::Bytes;
-use kiln_proto::pb::{KeyRecipe, RecipeBook};
+use kiln_proto::pb::KeyRecipe;
 use kiln_proto::{CacheKey, Fingerprint, Target};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -77,24 +77,19 @@ impl Recorder {
         let earlier = self.recipes.get(&key, Expect::BookOf(&identity)).await.map(|b| b.recipes).unwrap_or_default();
         let (reason, detail) = diff::miss_reason(&recipe, &earlier);
         self.misses.record(identity.clone(), kernel.key, kernel.source.toolchain(), reason, detail);
-        let pointer = RecipeBook { identity: Some(book::to_pb(&identity)), recipes: vec![recipe.clone()] };
-        self.keep(&key, &book::merge(&identity, recipe, &earlier)).await;
-        self.keep(&book::pointer_key(&kernel.key), &pointer).await;
+        for (key, sealed) in book::after_miss(&identity, &kernel.key, recipe, &earlier) {
+            self.keep(key, Bytes::from(sealed)).await;
+        }
     }
 
-    /// Keeps a book on this host and publishes it to the fleet cache (last writer wins: the fleet
+    /// Keeps a sealed book on this host and publishes it to the fleet cache (last writer wins: the fleet
     /// holds the recipes of the host that compiled the identity last). The publish runs beside the
     /// compile and is waited for at most `PUBLISH_WAIT`, so a kiln-cache that stopped answering
     /// does not hold up the answer (it goes on in the background).
-    async fn keep(&self, key: &CacheKey, recipes: &RecipeBook) {
-        let Some(sealed) = book::seal(key, recipes) else {
-            tracing::debug!(%key, "recipe book over its size bound; not kept");
-            return;
-        };
-        let sealed = Bytes::from(sealed);
-        self.recipes.put(key, sealed.clone()).await;
+    async fn keep(&self, key: CacheKey, sealed: Bytes) {
+        self.recipes.put(&key, sealed.clone()).await;
         let Some(fleet) = self.cache.fleet_up() else { return };
-        let (fleet, key) = (fleet.clone(), *key);
+        let fleet = fleet.clone();
         self.cache
             .write_to_fleet("recipe-publish", async move {
                 if let Err(e) = fleet.put_raw(&key, sealed.to_vec()).await {
