@@ -269,6 +269,7 @@ impl Cache {
             Found::Artifact(artifact, bytes) => {
                 let artifact: Arc<Artifact> = Arc::from(artifact);
                 let stored = Stored { envelope: Bytes::from(bytes), unpacked: Some(Arc::clone(&artifact)) };
+                self.negative.invalidate(key).await;
                 self.store.put_where(key, stored.clone(), |t| t == TierName::Memory).await;
                 disk.push((*key, stored));
                 self.saved(artifact.meta.compile_micros);
@@ -301,6 +302,8 @@ impl Cache {
     /// disk write ends in an fsync, so it goes on in a tracked task rather than in front of the
     /// answer (shutdown waits for it).
     pub async fn store_locally(&self, key: &CacheKey, stored: Stored) {
+        // A remembered failure of the key would otherwise answer before the artifact does.
+        self.negative.invalidate(key).await;
         self.store.put_where(key, stored.clone(), |t| t == TierName::Memory).await;
         self.write_to_disk(vec![(*key, stored)]);
     }

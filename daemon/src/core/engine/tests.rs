@@ -4,6 +4,7 @@
 use super::*;
 use crate::config::{Config, Defaults, FileConfig, Flags};
 use crate::core::audit::{Auditor, Policy};
+use crate::core::cache::{Decision, Producer};
 use crate::core::fleet::tier::RemoteTier;
 use crate::core::fleet::{self, Fleet};
 use crate::core::store::memory::MemoryTier;
@@ -168,4 +169,67 @@ async fn another_hosts_compile_is_adopted_not_paid_again() {
     assert_eq!(b.resolve(&ok).await.tier(), pb::Tier::Memory);
     assert_eq!(b.resolve(&broken).await.tier(), pb::Tier::Memory);
     assert_eq!((a.compiler.compiles(), b.compiler.compiles()), (2, 0));
+}
+
+/// An artifact sealed under `key`, as a blob or a torch graph is stored.
+fn stored(key: &CacheKey, bytes: &[u8]) -> Stored {
+    let meta = ArtifactMeta { toolchain: "test".into(), ..Default::default() };
+    let sealed = envelope::seal(key, meta.clone(), bytes);
+    Stored { envelope: sealed.into(), unpacked: Some(Arc::new(Artifact { meta, bytes: bytes.to_vec().into() })) }
+}
+
+/// What a producer's caller makes of an answer: its bytes, when it is an artifact.
+fn bytes_of(answer: &Answer) -> Option<Vec<u8>> {
+    answer.artifact().map(|a| a.bytes.to_vec())
+}
+
+#[tokio::test]
+async fn an_artifact_stored_after_a_failure_is_answered_not_the_failure() {
+    let host = host(None);
+    let cache = host.engine.cache();
+    let key = kernel("__global__ void k() {}").key;
+    cache.remember_failure(&key, "it failed once".into(), 10).await;
+    cache.store_locally(&key, stored(&key, b"produced since")).await;
+    let answer = cache.cached_here(&key).await.expect("an answer");
+    assert_eq!(bytes_of(&answer).as_deref(), Some(&b"produced since"[..]), "{answer:?}");
+    assert!(!cache.failed_recently(&key));
+}
+
+#[tokio::test]
+async fn one_producer_is_granted_and_a_second_takes_what_it_stored() {
+    let fleet = FakeCache::default();
+    let (a, b) = (host(Some(&fleet)), host(Some(&fleet)));
+    let producer = Arc::new(Producer::new(Arc::clone(a.engine.cache())));
+    let key = kernel("__global__ void produced() {}").key;
+    let wait = Duration::from_secs(10);
+    let Decision::Granted(grant) = producer.decide(&key, wait, bytes_of).await else { panic!("the first is granted") };
+    assert!(grant.fleet_leased(), "with a fleet, the grant holds its lease");
+    assert!(producer.is_held(&key));
+    let second = {
+        let producer = Arc::clone(&producer);
+        tokio::spawn(async move { producer.decide(&key, wait, bytes_of).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!second.is_finished(), "the second waits on the holder");
+    producer.cache().store_everywhere(&key, stored(&key, b"produced")).await;
+    producer.published(&key);
+    let Decision::Found(found) = second.await.expect("the second's task") else { panic!("the second finds it") };
+    assert_eq!(found, b"produced");
+    grant.release().await;
+    assert!(!producer.is_held(&key));
+    // Another host of the fleet finds it without producing it.
+    let producer = Producer::new(Arc::clone(b.engine.cache()));
+    assert!(matches!(producer.decide(&key, wait, bytes_of).await, Decision::Found(b) if b == b"produced"));
+}
+
+#[tokio::test]
+async fn a_producer_that_waits_past_its_bound_proceeds_without_a_grant() {
+    let host = host(None);
+    let producer = Producer::new(Arc::clone(host.engine.cache()));
+    let key = kernel("__global__ void slow() {}").key;
+    let Decision::Granted(_held) = producer.decide(&key, Duration::from_secs(10), bytes_of).await else {
+        panic!("the first is granted")
+    };
+    let late = producer.decide(&key, Duration::from_millis(50), bytes_of).await;
+    assert!(matches!(&late, Decision::Proceed(why) if why.contains("another process on this host")), "{late:?}");
 }
