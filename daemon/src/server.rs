@@ -254,14 +254,13 @@ pub async fn serve(
         .build_v1()
         .context("building gRPC reflection")?;
     health_reporter.set_serving::<BlobsServer<BlobService>>().await;
-    let producer = Arc::new(Producer::new(Arc::clone(&state.cache)));
     let default_wait = config.remote.as_ref().map_or(BLOB_WAIT_WITHOUT_FLEET, |r| r.hedge);
+    let producer = Arc::new(Producer::new(Arc::clone(&state.cache), default_wait));
     let blobs = BlobState {
         producer: Arc::clone(&producer),
         metrics: Arc::clone(&metrics),
         max_artifact_bytes: config.limits.max_artifact_bytes,
         max_message_bytes: limit as u64,
-        default_wait,
     };
     let blobs = Arc::new(blobs);
     health_reporter.set_serving::<TorchGraphsServer<GraphService>>().await;
@@ -271,7 +270,6 @@ pub async fn serve(
         torch::Settings { python: config.python.clone(), max_workers: config.torch_workers },
         state.gpus.gpus.iter().map(|g| format!("{} {};", g.name, g.target)).collect(),
         &config.limits,
-        default_wait,
     );
     graphs.claims_allowed = config.torch_claims;
     if let Some(tier) = &remote {

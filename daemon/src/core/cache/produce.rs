@@ -84,15 +84,24 @@ impl Grant {
 pub struct Producer {
     cache: Arc<Cache>,
     holders: Arc<Holders>,
+    default_wait: Duration,
 }
 
 impl Producer {
-    pub fn new(cache: Arc<Cache>) -> Self {
-        Producer { cache, holders: Arc::default() }
+    /// `default_wait`: how long a request that names no bound waits for another producer.
+    pub fn new(cache: Arc<Cache>, default_wait: Duration) -> Self {
+        Producer { cache, holders: Arc::default(), default_wait }
     }
 
     pub fn cache(&self) -> &Arc<Cache> {
         &self.cache
+    }
+
+    /// How long a request that names no bound waits for another producer: the fleet's hedge
+    /// bound (a producer on another host is waited for as long as the fleet waits for one), or
+    /// the server's own bound without a fleet.
+    pub fn default_wait(&self) -> Duration {
+        self.default_wait
     }
 
     /// Decides who produces `key` within `wait`: an entry already there (what `open` makes of

@@ -199,7 +199,7 @@ async fn an_artifact_stored_after_a_failure_is_answered_not_the_failure() {
 async fn one_producer_is_granted_and_a_second_takes_what_it_stored() {
     let fleet = FakeCache::default();
     let (a, b) = (host(Some(&fleet)), host(Some(&fleet)));
-    let producer = Arc::new(Producer::new(Arc::clone(a.engine.cache())));
+    let producer = Arc::new(Producer::new(Arc::clone(a.engine.cache()), Duration::from_secs(10)));
     let key = kernel("__global__ void produced() {}").key;
     let wait = Duration::from_secs(10);
     let Decision::Granted(grant) = producer.decide(&key, wait, bytes_of).await else { panic!("the first is granted") };
@@ -218,14 +218,14 @@ async fn one_producer_is_granted_and_a_second_takes_what_it_stored() {
     grant.release().await;
     assert!(!producer.is_held(&key));
     // Another host of the fleet finds it without producing it.
-    let producer = Producer::new(Arc::clone(b.engine.cache()));
+    let producer = Producer::new(Arc::clone(b.engine.cache()), Duration::from_secs(10));
     assert!(matches!(producer.decide(&key, wait, bytes_of).await, Decision::Found(b) if b == b"produced"));
 }
 
 #[tokio::test]
 async fn a_producer_that_waits_past_its_bound_proceeds_without_a_grant() {
     let host = host(None);
-    let producer = Producer::new(Arc::clone(host.engine.cache()));
+    let producer = Producer::new(Arc::clone(host.engine.cache()), Duration::from_secs(10));
     let key = kernel("__global__ void slow() {}").key;
     let Decision::Granted(_held) = producer.decide(&key, Duration::from_secs(10), bytes_of).await else {
         panic!("the first is granted")

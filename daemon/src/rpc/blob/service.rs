@@ -31,8 +31,6 @@ pub struct BlobState {
     pub metrics: Arc<Metrics>,
     pub max_artifact_bytes: u64,
     pub max_message_bytes: u64,
-    /// How long a LeaseBlob with no `wait_ms` waits on another producer: the fleet's hedge bound.
-    pub default_wait: Duration,
 }
 
 fn event(kind: Kind, entry: Option<BlobEntry>, reason: String) -> Result<pb::LeaseBlobEvent, Status> {
@@ -150,7 +148,7 @@ impl pb::blobs_server::Blobs for BlobService {
         let req = request.into_inner();
         let scope = validate::scope(req.scope.as_ref())?;
         validate::caller_key("key", &req.key)?;
-        let wait = validate::duration("wait_ms", req.wait_ms, self.0.default_wait)?;
+        let wait = validate::duration("wait_ms", req.wait_ms, self.0.producer.default_wait())?;
         let hold = validate::duration("hold_ms", req.hold_ms, DEFAULT_HOLD)?;
         let key = scope.key(&req.key);
         let (tx, rx) = mpsc::channel(4);

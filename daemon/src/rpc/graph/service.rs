@@ -1,7 +1,7 @@
 //! The `kiln.v1.TorchGraphs` handlers: validate ([`super::validate`]), key the graph, then answer
 //! it from the tiers, wait on the process or host that compiles it, hand a claim's process the
-//! compile, or compile it in a torch worker, and store it everywhere. Single flight is the named
-//! blobs' (this host's holders, then the fleet lease).
+//! compile, or compile it in a torch worker, and store it everywhere. Single flight is the cache's
+//! `Producer`'s, as for named blobs (this host's holders, then the fleet lease).
 
 use super::validate;
 use crate::config::Limits;
@@ -47,8 +47,6 @@ pub struct GraphState {
     pub gpus: String,
     pub compile_timeout: Duration,
     pub max_payload_bytes: u64,
-    /// The least a request waits for another producer of its graph: the fleet's hedge bound.
-    pub default_wait: Duration,
     /// Sends each process's account on to the fleet ledger; `None` without a fleet cache.
     pub forward: Option<Arc<Forwarder>>,
     /// Whether a process may claim a cold graph and publish its own compile (`torch_claims`).
@@ -89,7 +87,6 @@ impl GraphState {
         settings: Settings,
         gpus: String,
         limits: &Limits,
-        default_wait: Duration,
     ) -> Self {
         GraphState {
             producer,
@@ -98,7 +95,6 @@ impl GraphState {
             gpus,
             compile_timeout: limits.compile_timeout,
             max_payload_bytes: limits.max_artifact_bytes,
-            default_wait,
             forward: None,
             claims_allowed: true,
             workers: OnceCell::new(),
@@ -207,7 +203,7 @@ impl GraphState {
             self.wait_for_claim(&key, Duration::from_millis(u64::from(request.wait_for_claim_ms))).await;
         }
         // A graph compile can take minutes: wait for another producer as long as one may take.
-        let wait = timeout.max(self.default_wait);
+        let wait = timeout.max(self.producer.default_wait());
         let open = |answer: &domain::Answer| entry::open(answer.artifact()?, &scope.namespace, answer.tier());
         let (grant, why) = match self.producer.decide(&key, wait, open).await {
             Decision::Found(found) => {
