@@ -8,6 +8,7 @@ fork-safe: make a new one in a child process.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -381,6 +382,7 @@ class Client(Closing):
         python_version: str = "",
         cuda_version: str = "",
         wait_for_claim: float = 0.0,
+        no_worker: bool = False,
     ) -> TorchGraphAnswer:
         """Compiles one serialized torch.compile graph in kilnd's torch workers, or answers it
         from the caches; waits for the answer (``timeout`` bounds the call, ``compile_timeout`` the
@@ -388,13 +390,16 @@ class Client(Closing):
         The versions besides torch's are the process's environment: with them the graph is keyed
         by it, and a stored answer comes back without kilnd starting a torch worker.
         ``wait_for_claim`` (seconds, at most 10): how long kilnd waits for another process to
-        claim the graph (:meth:`claim_torch_graph`) before its worker compiles it."""
+        claim the graph (:meth:`claim_torch_graph`) before its worker compiles it. With
+        ``no_worker`` no worker compiles it: where nobody has it or claims it, the answer is
+        ``compile_here`` with an empty key (compile it yourself; there is nothing to publish)."""
         from ._proto import graph_pb2
 
         request = self._graph_request(
             graph_pb2, payload, torch_version, job, name, compile_timeout, triton_version, python_version, cuda_version
         )
         request.wait_for_claim_ms = _ms(wait_for_claim, "wait_for_claim")
+        request.no_worker = no_worker
         with self._rpc():
             reply = self._graphs.CompileTorchGraph(request, timeout=self._timeout(timeout))
         return TorchGraphAnswer.from_proto(reply)
@@ -412,6 +417,8 @@ class Client(Closing):
         python_version: str = "",
         cuda_version: str = "",
         prefer_workers: bool = False,
+        answer_within: float | None = None,
+        wait_for_claim: float = 0.0,
     ) -> TorchGraphClaim:
         """:meth:`compile_torch_graph` for a process that can compile the graph itself: where
         nobody has it and nobody compiles it, the answer is ``compile_here`` and the claim is this
@@ -419,19 +426,21 @@ class Client(Closing):
         :meth:`publish_torch_graph` with the answer's key; meanwhile every other process asking
         for the graph waits for that publish, and a claim closed without one releases them. With
         ``prefer_workers``, a graph nobody has is compiled by an idle torch worker of kilnd's and
-        answered, and claimed only where no worker is idle."""
+        answered, and claimed only where no worker is idle. ``answer_within`` (seconds) bounds the
+        wait for the first answer (another process's compile, say) apart from the claim's life:
+        past it the call is cancelled and :class:`errors.DeadlineExceeded` raised.
+        ``wait_for_claim`` (seconds, at most 10): how long kilnd waits for another process to
+        claim the graph before granting this one the claim."""
         from ._proto import graph_pb2
 
         request = self._graph_request(
             graph_pb2, payload, torch_version, job, name, compile_timeout, triton_version, python_version, cuda_version
         )
         request.prefer_workers = prefer_workers
+        request.wait_for_claim_ms = _ms(wait_for_claim, "wait_for_claim")
         with self._rpc():
             call = self._graphs.ClaimTorchGraph(request, timeout=self._timeout(timeout))
-            try:
-                first = next(call)
-            except StopIteration:
-                raise errors.KilnError(None, "kilnd ended a graph's claim without an answer", uri=self.uri) from None
+            first = _first_message(call, answer_within, self.uri)
         return TorchGraphClaim(TorchGraphAnswer.from_proto(first), call)
 
     def publish_torch_graph(self, key: str, artifacts: bytes, compile_seconds: float, *, timeout: float | None = None) -> None:
@@ -573,3 +582,34 @@ class Client(Closing):
         from . import snapshot
 
         return snapshot.show(self, job, keys, timeout=timeout)
+
+
+def _first_message(call: Any, within: float | None, uri: str) -> Any:
+    """The first message of a server stream, waiting at most ``within`` seconds for it (None: as
+    long as the call lasts); past that the call is cancelled."""
+    if within is None:
+        try:
+            return next(call)
+        except StopIteration:
+            raise errors.KilnError(None, "kilnd ended a graph's claim without an answer", uri=uri) from None
+    box: list[Any] = []
+    done = threading.Event()
+
+    def take() -> None:
+        try:
+            box.append(next(call))
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+            box.append(e)
+        finally:
+            done.set()
+
+    threading.Thread(target=take, name="kiln-first-answer", daemon=True).start()
+    if not done.wait(max(within, 0.0)):
+        call.cancel()
+        raise errors.DeadlineExceeded(grpc.StatusCode.DEADLINE_EXCEEDED, f"no answer within {within:.1f} s", uri=uri)
+    first = box[0]
+    if isinstance(first, StopIteration):
+        raise errors.KilnError(None, "kilnd ended a graph's claim without an answer", uri=uri)
+    if isinstance(first, BaseException):
+        raise first
+    return first

@@ -199,7 +199,7 @@ impl GraphState {
             self.ledger.count(Outcome::Failed);
             return Ok(Start::Answer(failed_reply(log, compile_micros, &key, tier)));
         }
-        if !here && request.wait_for_claim_ms > 0 {
+        if request.wait_for_claim_ms > 0 {
             self.wait_for_claim(&key, Duration::from_millis(u64::from(request.wait_for_claim_ms))).await;
         }
         // A graph compile can take minutes: wait for another producer as long as one may take.
@@ -226,6 +226,15 @@ impl GraphState {
             let claim = Claim { job: request.job.clone(), name: request.name.clone(), why };
             return Ok(Start::CompileHere(Box::new(Handover { key, claim, timeout, grant })));
         }
+        if request.no_worker {
+            // The process compiles it for itself and publishes nothing: nobody may wait for it.
+            self.producer.published(&key);
+            if let Some(grant) = grant {
+                grant.release().await;
+            }
+            self.ledger.event(&request.job, &request.name, &key.to_hex(), "in-process", UNSHARED.into());
+            return Ok(Start::Answer(unshared_reply()));
+        }
         let reply = match self.workers_to_compile(&environment, &request, &key).await {
             Ok(workers) => Ok(self.produce(workers, &key, payload, timeout, &request, why).await),
             Err(e) => {
@@ -241,8 +250,9 @@ impl GraphState {
     }
 
     /// Waits up to `bound` for a process on this host to claim `key` (or for its answer to be
-    /// stored), so that a rank whose compile cannot be shared waits for its twin's instead of
-    /// starting a worker's beside it.
+    /// stored): a rank whose compile cannot be shared waits for its twin's instead of compiling
+    /// beside it, and a rank that leaves a DDP piece to the rank it falls to claims it only
+    /// where that rank does not.
     async fn wait_for_claim(&self, key: &CacheKey, bound: Duration) {
         if self.producer.cache().local(key).await.is_some() {
             return;
@@ -395,6 +405,15 @@ fn declared(r: &pb::TorchGraphRequest) -> Option<Environment> {
         python: r.python_version.clone(),
         cuda: r.cuda_version.clone(),
     })
+}
+
+/// Why a graph asked with `no_worker` is compiled by its own process, for the job's events.
+const UNSHARED: &str =
+    "nobody had it or claimed it, and its process cannot share its compile (its code names its GPU): compiled there";
+
+/// The answer to a `no_worker` request nobody has: compile it yourself, share nothing.
+fn unshared_reply() -> pb::TorchGraphReply {
+    pb::TorchGraphReply { ok: true, compile_here: true, tier: Tier::Compiled as i32, ..Default::default() }
 }
 
 fn failed_reply(log: String, compile_micros: u64, key: &CacheKey, tier: Tier) -> pb::TorchGraphReply {

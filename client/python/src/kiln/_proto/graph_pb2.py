@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from . import kiln_pb2 as kiln_dot_v1_dot_kiln__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13kiln/v1/graph.proto\x12\x07kiln.v1\x1a\x12kiln/v1/kiln.proto\"+\n\x17WarmTorchWorkersRequest\x12\x10\n\x08\x61sk_only\x18\x01 \x01(\x08\"=\n\x15WarmTorchWorkersReply\x12\r\n\x05ready\x18\x01 \x01(\x08\x12\x15\n\rtorch_version\x18\x02 \x01(\t\"\xe3\x01\n\x11TorchGraphRequest\x12\x15\n\rtorch_version\x18\x01 \x01(\t\x12\x0f\n\x07payload\x18\x02 \x01(\x0c\x12\x0b\n\x03job\x18\x03 \x01(\t\x12\x0c\n\x04name\x18\x04 \x01(\t\x12\x12\n\ntimeout_ms\x18\x05 \x01(\r\x12\x16\n\x0etriton_version\x18\x06 \x01(\t\x12\x16\n\x0epython_version\x18\x07 \x01(\t\x12\x14\n\x0c\x63uda_version\x18\x08 \x01(\t\x12\x19\n\x11wait_for_claim_ms\x18\t \x01(\r\x12\x16\n\x0eprefer_workers\x18\n \x01(\x08\"R\n\x18PublishTorchGraphRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x11\n\tartifacts\x18\x02 \x01(\x0c\x12\x16\n\x0e\x63ompile_micros\x18\x03 \x01(\x04\"\x18\n\x16PublishTorchGraphReply\"\x95\x01\n\x0fTorchGraphReply\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x11\n\tartifacts\x18\x02 \x01(\x0c\x12\x1b\n\x04tier\x18\x03 \x01(\x0e\x32\r.kiln.v1.Tier\x12\x16\n\x0e\x63ompile_micros\x18\x04 \x01(\x04\x12\x0b\n\x03log\x18\x05 \x01(\t\x12\x0b\n\x03key\x18\x06 \x01(\t\x12\x14\n\x0c\x63ompile_here\x18\x07 \x01(\x08\"\xfe\x01\n\x10TorchGraphReport\x12\x0b\n\x03job\x18\x01 \x01(\t\x12;\n\tfallbacks\x18\x02 \x03(\x0b\x32(.kiln.v1.TorchGraphReport.FallbacksEntry\x12\'\n\x06graphs\x18\x03 \x03(\x0b\x32\x17.kiln.v1.TorchGraphCost\x12\x0f\n\x07process\x18\x04 \x01(\t\x12\x0c\n\x04rank\x18\x05 \x01(\x05\x12\x17\n\x0fstarted_unix_ms\x18\x06 \x01(\x04\x12\r\n\x05\x65nded\x18\x07 \x01(\x08\x1a\x30\n\x0e\x46\x61llbacksEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"M\n\x15TorchGraphReportReply\x12$\n\x03job\x18\x01 \x01(\x0b\x32\x17.kiln.v1.TorchJobReturn\x12\x0e\n\x06source\x18\x02 \x01(\t2\xe3\x03\n\x0bTorchGraphs\x12I\n\x11\x43ompileTorchGraph\x12\x1a.kiln.v1.TorchGraphRequest\x1a\x18.kiln.v1.TorchGraphReply\x12I\n\x0f\x43laimTorchGraph\x12\x1a.kiln.v1.TorchGraphRequest\x1a\x18.kiln.v1.TorchGraphReply0\x01\x12W\n\x11PublishTorchGraph\x12!.kiln.v1.PublishTorchGraphRequest\x1a\x1f.kiln.v1.PublishTorchGraphReply\x12N\n\x11ReportTorchGraphs\x12\x19.kiln.v1.TorchGraphReport\x1a\x1e.kiln.v1.TorchGraphReportReply\x12?\n\tTorchJobs\x12\x19.kiln.v1.TorchJobsRequest\x1a\x17.kiln.v1.TorchJobsReply\x12T\n\x10WarmTorchWorkers\x12 .kiln.v1.WarmTorchWorkersRequest\x1a\x1e.kiln.v1.WarmTorchWorkersReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13kiln/v1/graph.proto\x12\x07kiln.v1\x1a\x12kiln/v1/kiln.proto\"+\n\x17WarmTorchWorkersRequest\x12\x10\n\x08\x61sk_only\x18\x01 \x01(\x08\"=\n\x15WarmTorchWorkersReply\x12\r\n\x05ready\x18\x01 \x01(\x08\x12\x15\n\rtorch_version\x18\x02 \x01(\t\"\xf6\x01\n\x11TorchGraphRequest\x12\x15\n\rtorch_version\x18\x01 \x01(\t\x12\x0f\n\x07payload\x18\x02 \x01(\x0c\x12\x0b\n\x03job\x18\x03 \x01(\t\x12\x0c\n\x04name\x18\x04 \x01(\t\x12\x12\n\ntimeout_ms\x18\x05 \x01(\r\x12\x16\n\x0etriton_version\x18\x06 \x01(\t\x12\x16\n\x0epython_version\x18\x07 \x01(\t\x12\x14\n\x0c\x63uda_version\x18\x08 \x01(\t\x12\x19\n\x11wait_for_claim_ms\x18\t \x01(\r\x12\x16\n\x0eprefer_workers\x18\n \x01(\x08\x12\x11\n\tno_worker\x18\x0b \x01(\x08\"R\n\x18PublishTorchGraphRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x11\n\tartifacts\x18\x02 \x01(\x0c\x12\x16\n\x0e\x63ompile_micros\x18\x03 \x01(\x04\"\x18\n\x16PublishTorchGraphReply\"\x95\x01\n\x0fTorchGraphReply\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x11\n\tartifacts\x18\x02 \x01(\x0c\x12\x1b\n\x04tier\x18\x03 \x01(\x0e\x32\r.kiln.v1.Tier\x12\x16\n\x0e\x63ompile_micros\x18\x04 \x01(\x04\x12\x0b\n\x03log\x18\x05 \x01(\t\x12\x0b\n\x03key\x18\x06 \x01(\t\x12\x14\n\x0c\x63ompile_here\x18\x07 \x01(\x08\"\xfe\x01\n\x10TorchGraphReport\x12\x0b\n\x03job\x18\x01 \x01(\t\x12;\n\tfallbacks\x18\x02 \x03(\x0b\x32(.kiln.v1.TorchGraphReport.FallbacksEntry\x12\'\n\x06graphs\x18\x03 \x03(\x0b\x32\x17.kiln.v1.TorchGraphCost\x12\x0f\n\x07process\x18\x04 \x01(\t\x12\x0c\n\x04rank\x18\x05 \x01(\x05\x12\x17\n\x0fstarted_unix_ms\x18\x06 \x01(\x04\x12\r\n\x05\x65nded\x18\x07 \x01(\x08\x1a\x30\n\x0e\x46\x61llbacksEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"M\n\x15TorchGraphReportReply\x12$\n\x03job\x18\x01 \x01(\x0b\x32\x17.kiln.v1.TorchJobReturn\x12\x0e\n\x06source\x18\x02 \x01(\t2\xe3\x03\n\x0bTorchGraphs\x12I\n\x11\x43ompileTorchGraph\x12\x1a.kiln.v1.TorchGraphRequest\x1a\x18.kiln.v1.TorchGraphReply\x12I\n\x0f\x43laimTorchGraph\x12\x1a.kiln.v1.TorchGraphRequest\x1a\x18.kiln.v1.TorchGraphReply0\x01\x12W\n\x11PublishTorchGraph\x12!.kiln.v1.PublishTorchGraphRequest\x1a\x1f.kiln.v1.PublishTorchGraphReply\x12N\n\x11ReportTorchGraphs\x12\x19.kiln.v1.TorchGraphReport\x1a\x1e.kiln.v1.TorchGraphReportReply\x12?\n\tTorchJobs\x12\x19.kiln.v1.TorchJobsRequest\x1a\x17.kiln.v1.TorchJobsReply\x12T\n\x10WarmTorchWorkers\x12 .kiln.v1.WarmTorchWorkersRequest\x1a\x1e.kiln.v1.WarmTorchWorkersReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,19 +39,19 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WARMTORCHWORKERSREPLY']._serialized_start=97
   _globals['_WARMTORCHWORKERSREPLY']._serialized_end=158
   _globals['_TORCHGRAPHREQUEST']._serialized_start=161
-  _globals['_TORCHGRAPHREQUEST']._serialized_end=388
-  _globals['_PUBLISHTORCHGRAPHREQUEST']._serialized_start=390
-  _globals['_PUBLISHTORCHGRAPHREQUEST']._serialized_end=472
-  _globals['_PUBLISHTORCHGRAPHREPLY']._serialized_start=474
-  _globals['_PUBLISHTORCHGRAPHREPLY']._serialized_end=498
-  _globals['_TORCHGRAPHREPLY']._serialized_start=501
-  _globals['_TORCHGRAPHREPLY']._serialized_end=650
-  _globals['_TORCHGRAPHREPORT']._serialized_start=653
-  _globals['_TORCHGRAPHREPORT']._serialized_end=907
-  _globals['_TORCHGRAPHREPORT_FALLBACKSENTRY']._serialized_start=859
-  _globals['_TORCHGRAPHREPORT_FALLBACKSENTRY']._serialized_end=907
-  _globals['_TORCHGRAPHREPORTREPLY']._serialized_start=909
-  _globals['_TORCHGRAPHREPORTREPLY']._serialized_end=986
-  _globals['_TORCHGRAPHS']._serialized_start=989
-  _globals['_TORCHGRAPHS']._serialized_end=1472
+  _globals['_TORCHGRAPHREQUEST']._serialized_end=407
+  _globals['_PUBLISHTORCHGRAPHREQUEST']._serialized_start=409
+  _globals['_PUBLISHTORCHGRAPHREQUEST']._serialized_end=491
+  _globals['_PUBLISHTORCHGRAPHREPLY']._serialized_start=493
+  _globals['_PUBLISHTORCHGRAPHREPLY']._serialized_end=517
+  _globals['_TORCHGRAPHREPLY']._serialized_start=520
+  _globals['_TORCHGRAPHREPLY']._serialized_end=669
+  _globals['_TORCHGRAPHREPORT']._serialized_start=672
+  _globals['_TORCHGRAPHREPORT']._serialized_end=926
+  _globals['_TORCHGRAPHREPORT_FALLBACKSENTRY']._serialized_start=878
+  _globals['_TORCHGRAPHREPORT_FALLBACKSENTRY']._serialized_end=926
+  _globals['_TORCHGRAPHREPORTREPLY']._serialized_start=928
+  _globals['_TORCHGRAPHREPORTREPLY']._serialized_end=1005
+  _globals['_TORCHGRAPHS']._serialized_start=1008
+  _globals['_TORCHGRAPHS']._serialized_end=1491
 # @@protoc_insertion_point(module_scope)

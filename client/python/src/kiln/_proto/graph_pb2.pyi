@@ -22,7 +22,7 @@ class WarmTorchWorkersReply(_message.Message):
     def __init__(self, ready: _Optional[bool] = ..., torch_version: _Optional[str] = ...) -> None: ...
 
 class TorchGraphRequest(_message.Message):
-    __slots__ = ("torch_version", "payload", "job", "name", "timeout_ms", "triton_version", "python_version", "cuda_version", "wait_for_claim_ms", "prefer_workers")
+    __slots__ = ("torch_version", "payload", "job", "name", "timeout_ms", "triton_version", "python_version", "cuda_version", "wait_for_claim_ms", "prefer_workers", "no_worker")
     TORCH_VERSION_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
@@ -33,6 +33,7 @@ class TorchGraphRequest(_message.Message):
     CUDA_VERSION_FIELD_NUMBER: _ClassVar[int]
     WAIT_FOR_CLAIM_MS_FIELD_NUMBER: _ClassVar[int]
     PREFER_WORKERS_FIELD_NUMBER: _ClassVar[int]
+    NO_WORKER_FIELD_NUMBER: _ClassVar[int]
     torch_version: str
     payload: bytes
     job: str
@@ -43,7 +44,8 @@ class TorchGraphRequest(_message.Message):
     cuda_version: str
     wait_for_claim_ms: int
     prefer_workers: bool
-    def __init__(self, torch_version: _Optional[str] = ..., payload: _Optional[bytes] = ..., job: _Optional[str] = ..., name: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., triton_version: _Optional[str] = ..., python_version: _Optional[str] = ..., cuda_version: _Optional[str] = ..., wait_for_claim_ms: _Optional[int] = ..., prefer_workers: _Optional[bool] = ...) -> None: ...
+    no_worker: bool
+    def __init__(self, torch_version: _Optional[str] = ..., payload: _Optional[bytes] = ..., job: _Optional[str] = ..., name: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., triton_version: _Optional[str] = ..., python_version: _Optional[str] = ..., cuda_version: _Optional[str] = ..., wait_for_claim_ms: _Optional[int] = ..., prefer_workers: _Optional[bool] = ..., no_worker: _Optional[bool] = ...) -> None: ...
 
 class PublishTorchGraphRequest(_message.Message):
     __slots__ = ("key", "artifacts", "compile_micros")
