@@ -111,7 +111,7 @@ def example_input(torch, spec):
         dtype = getattr(torch, spec["dtype"].removeprefix("torch."))
         if not isinstance(dtype, torch.dtype):
             raise ValueError(f"inputs: {spec['dtype']!r} is not a dtype")
-        t = torch.empty_strided(spec["shape"], spec["stride"], dtype=dtype, device=spec["device"])
+        t = strided(torch, spec, dtype)
         if dtype.is_floating_point or dtype.is_complex:
             t.zero_()
         else:
@@ -122,6 +122,19 @@ def example_input(torch, spec):
     if kind in ("int", "float", "bool"):
         return {"int": int, "float": float, "bool": bool}[kind](spec["value"])
     raise ValueError(f"inputs: unsupported input kind {kind!r}")
+
+
+def strided(torch, spec, dtype):
+    """An uninitialised tensor of the spec's shape and strides; where the client's input was a view
+    starting inside its storage (``storage_offset``), a view of a larger buffer starting there."""
+    offset = spec.get("storage_offset", 0)
+    if not isinstance(offset, int) or offset < 0:
+        raise ValueError(f"inputs: storage_offset {offset!r} is not a count of elements")
+    if offset == 0:
+        return torch.empty_strided(spec["shape"], spec["stride"], dtype=dtype, device=spec["device"])
+    span = 1 + sum((size - 1) * stride for size, stride in zip(spec["shape"], spec["stride"]) if size > 0)
+    base = torch.empty(offset + span, dtype=dtype, device=spec["device"])
+    return base.as_strided(spec["shape"], spec["stride"], offset)
 
 
 def typed_like(module, settings):

@@ -42,9 +42,7 @@ def _input_spec(torch: Any, value: Any) -> dict[str, Any]:
             raise Unserializable(f"an input of type {type(value).__name__} (only dense tensors, real or fake, travel)")
         if any(isinstance(s, torch.SymInt) for s in (*value.shape, *value.stride())):
             raise Unserializable("an input with symbolic (dynamic) shape")
-        if value.storage_offset() != 0:
-            raise Unserializable("an input view with a storage offset")
-        return {
+        spec: dict[str, Any] = {
             "kind": "tensor",
             "shape": list(value.shape),
             "stride": list(value.stride()),
@@ -56,6 +54,12 @@ def _input_spec(torch: Any, value: Any) -> dict[str, Any]:
             # the worker makes them fake too, so that the key it saves under is this one.
             "fake": isinstance(value, FakeTensor),
         }
+        # A slice of a batch (``b[:, 1:]``) starts inside its storage: its offset is part of the
+        # metadata torch keys the graph by, so the worker makes an input that starts there too.
+        # Only where it is not 0, so that every other graph's payload reads as it always did.
+        if value.storage_offset() != 0:
+            spec["storage_offset"] = int(value.storage_offset())
+        return spec
     for kind, cls in (("bool", bool), ("int", int), ("float", float)):
         if type(value) is cls:
             return {"kind": kind, "value": value}
