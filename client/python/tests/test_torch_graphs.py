@@ -158,20 +158,66 @@ def test_dynamic_shapes_do_not_travel_and_compile_in_process(graph_kilnd: Kilnd,
     assert graph_requests(graph_kilnd) == before
 
 
-def test_by_default_a_layout_off_the_record_stays_in_the_process_counted_and_quiet(graph_kilnd: Kilnd, tmp_path: Path) -> None:
+def test_by_default_a_graph_goes_to_kilnd_and_a_layout_left_out_is_counted_and_quiet(graph_kilnd: Kilnd, tmp_path: Path) -> None:
+    # KILN_TORCH=1 as a new user sets it, with no KILN_TORCH_GRAPHS: the graph goes to kilnd.
+    sent = run_job(graph_kilnd.uri, tmp_path / "default", KILN_TORCH_GRAPHS="", WIDTH="44")
+    assert sent["graphs"]["fallbacks"] == {} and sent["graphs"]["graphs"][0]["how"] == "kilnd", sent["graphs"]
+    # A setting that names other layouts keeps it home, counted, with no warning.
     before = graph_requests(graph_kilnd)
-    # KILN_TORCH=1 as a new user sets it, with no KILN_TORCH_GRAPHS.
-    r = run_job(graph_kilnd.uri, tmp_path / "default", KILN_TORCH_GRAPHS="")
-    assert r["graphs"]["fallbacks"] == {"layout_off": 1}, r["graphs"]
+    r = run_job(graph_kilnd.uri, tmp_path / "other", KILN_TORCH_GRAPHS="ddp", KILN_TORCH_JOB="stayed-home")
+    assert r["graphs"]["fallbacks"] == {"not_chosen": 1}, r["graphs"]
     (graph,) = r["graphs"]["graphs"]
     assert graph["how"] == "in-process" and len(r["losses"]) == 3, graph
+    # What the process paid is its own compile, and its steps count as compiled ones.
+    assert graph["compile_s"] > 0 and graph["calls"]["compiled"] == 3, graph
     assert graph_requests(graph_kilnd) == before
     assert "instead of by kilnd" not in r["stderr"], r["stderr"][-2000:]
     # The process reported its fallbacks at exit, though none of its graphs reached kilnd.
-    assert metric(graph_kilnd.metrics(), 'kiln_torch_graph_fallbacks_total{reason="layout_off"}') >= 1
-    # A named layout sends it.
-    sent = run_job(graph_kilnd.uri, tmp_path / "named", KILN_TORCH_GRAPHS="single", WIDTH="40")
-    assert sent["graphs"]["fallbacks"] == {} and sent["graphs"]["graphs"][0]["how"] == "kilnd", sent["graphs"]
+    assert metric(graph_kilnd.metrics(), 'kiln_torch_graph_fallbacks_total{reason="not_chosen"}') >= 1
+    # kiln explain says the graph stayed in the process, where it has no key to explain.
+    with kiln.Client(graph_kilnd.uri) as c:
+        (home,) = c.explain(torch_graphs=[("stayed-home", graph["name"])])
+    assert home.reason == "in_process" and "stayed in the process" in home.verdict, home
+
+
+def test_a_waiter_stops_waiting_at_its_bound_and_a_rank_that_cannot_share_is_told_to_compile(graph_kilnd: Kilnd) -> None:
+    import time
+
+    from kiln.torch._answer import bundle
+
+    with kiln.Client(graph_kilnd.uri) as c:
+        held = _claim(c, payload(b"a graph held by a slow process"))
+        assert held.answer.compile_here
+        # Another process's compile that does not land within the bound: the waiter hears so at
+        # the bound (and compiles the graph itself), not when the holder is done.
+        began = time.monotonic()
+        with pytest.raises(kiln.DeadlineExceeded):
+            _claim(c, payload(b"a graph held by a slow process"), answer_within=1.0)
+        assert time.monotonic() - began < 10
+        # A rank that waits for a twin's claim before claiming itself gets the twin's compile.
+        waiter: dict[str, Any] = {}
+        t = threading.Thread(target=lambda: waiter.update(claim=_claim(c, payload(b"a piece of another rank's"), wait_for_claim=5.0)))
+        t.start()
+        twin = _claim(c, payload(b"a piece of another rank's"))
+        assert twin.answer.compile_here
+        c.publish_torch_graph(twin.answer.key, bundle(b"torch's artifacts", []), 1.0)
+        t.join(30)
+        assert waiter["claim"].answer.ok and not waiter["claim"].answer.compile_here, waiter["claim"].answer
+        twin.close()
+        waiter["claim"].close()
+        # A process that cannot share its compile, where nobody has the graph or claims it: it
+        # is told to compile it itself, with nothing to publish, and no worker starts.
+        answer = c.compile_torch_graph(
+            payload(b"a graph on a rank's own GPU"),
+            torch.__version__,
+            triton_version=_triton_version(),
+            python_version=sys.version.split()[0],
+            cuda_version=torch.version.cuda or "",
+            no_worker=True,
+            wait_for_claim=0.2,
+        )
+        assert answer.compile_here and answer.key == "", answer
+        held.close()
 
 
 def payload(graph: bytes, header: dict[str, Any] | None = None) -> bytes:
@@ -570,23 +616,24 @@ INSTALL_ONLY = """
 """
 
 
-def test_a_rank_whose_graphs_stay_in_the_process_does_not_start_the_workers(tmp_path: Path) -> None:
-    # One rank of several (WORLD_SIZE=2) whose layout stays in the process must not take the
-    # host's cores for workers it will not use; one whose layout goes to kilnd starts them.
+def test_only_an_async_process_starts_the_workers(tmp_path: Path) -> None:
+    # A blocking graph nobody has is compiled by its own process, so a blocking process only asks
+    # whether the workers are up (it takes their idle one where they are): starting them would
+    # take the host's cores from the job's own compiles. An async one needs them, and starts them.
     import time
 
     k = Kilnd(tmp_path / "ranks")
     try:
         env = {**os.environ, "KILN_TORCH": "1", "KILN_DAEMON": k.uri, "WORLD_SIZE": "2", "KILN_TORCH_SNAPSHOT": "0"}
-        for graphs, starts in (("single", False), ("ddp", True)):
+        for asynchronous, starts in (("0", False), ("1", True)):
             run = subprocess.run(
-                [sys.executable, "-c", textwrap.dedent(INSTALL_ONLY)], env={**env, "KILN_TORCH_GRAPHS": graphs},
+                [sys.executable, "-c", textwrap.dedent(INSTALL_ONLY)], env={**env, "KILN_TORCH_ASYNC": asynchronous},
                 capture_output=True, text=True, timeout=300,
             )
             assert run.returncode == 0 and run.stdout.strip() == "asked", run.stdout + run.stderr
             deadline = time.monotonic() + (30 if starts else 3)
             while not torch_workers(k.proc.pid) and time.monotonic() < deadline:
                 time.sleep(0.2)
-            assert bool(torch_workers(k.proc.pid)) == starts, f"KILN_TORCH_GRAPHS={graphs}: workers started: {not starts}"
+            assert bool(torch_workers(k.proc.pid)) == starts, f"KILN_TORCH_ASYNC={asynchronous}: workers started: {not starts}"
     finally:
         k.stop()

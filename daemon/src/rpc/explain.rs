@@ -105,25 +105,48 @@ async fn by_torch_names(state: &State, names: &[pb::TorchGraphName]) -> Result<p
     for graph in names {
         let mut answer = match recipes.latest(&graph.job, &graph.name) {
             Some(key) => torch_graph(engine, &key, &graph.job, &graph.name, recipes.explained(&key)).await,
-            None => pb::KernelExplanation {
-                identity: Some(pb::KernelIdentity {
-                    graph: graph.job.clone(),
-                    kernel_id: graph.name.clone(),
-                    kernel_name: String::new(),
-                }),
-                verdict: format!(
-                    "torch graph: unknown: no graph named {:?} of job {:?} was asked for on this kilnd lately",
-                    graph.name, graph.job
-                ),
-                reason: "unknown".into(),
-                ..Default::default()
-            },
+            None => unasked(state, graph),
         };
         // The name the user asked by, as a graph's kernel id is printed.
         answer.id = graph.name.clone();
         kernels.push(answer);
     }
     Ok(pb::ExplainResponse { kernels })
+}
+
+/// A torch graph no process asked kilnd for lately: where the job's processes reported running
+/// it themselves, that it stayed in the process (and how, as the README's fallbacks say why);
+/// otherwise unknown.
+fn unasked(state: &State, graph: &pb::TorchGraphName) -> pb::KernelExplanation {
+    let (verdict, reason) = match state.torch_graphs.stayed_home(&graph.job, &graph.name) {
+        Some((how, processes)) => (
+            format!(
+                "torch graph: stayed in the process: {processes} process(es) of job {:?} ran graph {:?} {}, never asking kilnd \
+                 (a fallback counted by reason in `kiln stats`, or KILN_TORCH_GRAPHS leaving its layout out)",
+                graph.job,
+                graph.name,
+                if how == "eager" { "eagerly" } else { "compiled in the process, as torch would" },
+            ),
+            "in_process",
+        ),
+        None => (
+            format!(
+                "torch graph: unknown: no graph named {:?} of job {:?} was asked for on this kilnd lately",
+                graph.name, graph.job
+            ),
+            "unknown",
+        ),
+    };
+    pb::KernelExplanation {
+        identity: Some(pb::KernelIdentity {
+            graph: graph.job.clone(),
+            kernel_id: graph.name.clone(),
+            kernel_name: String::new(),
+        }),
+        verdict,
+        reason: reason.into(),
+        ..Default::default()
+    }
 }
 
 /// A torch graph's key that kilnd saw lately, as `job`'s graph `name`: whether a cache holds it,

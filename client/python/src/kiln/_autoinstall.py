@@ -89,8 +89,16 @@ def install_hooks() -> None:
     _import_hooks.charge("start", time.perf_counter() - started)
 
 
+def _kiln_itself() -> bool:
+    """Whether this interpreter runs kiln's own command (``python -m kiln doctor``, say): a
+    diagnostic restores and saves no job's snapshot and routes no graph, whatever the job's
+    environment says, so that running it changes nothing."""
+    argv = getattr(sys, "orig_argv", [])
+    return any(argv[i : i + 2] == ["-m", "kiln"] for i in range(len(argv) - 1))
+
+
 # kiln-torch.pth imports this module under KILN_TORCH.
-if os.environ.get(settings.TORCH.name, "0") not in ("", "0"):
+if os.environ.get(settings.TORCH.name, "0") not in ("", "0") and not _kiln_itself():
     try:
         install_hooks()
     except Exception:  # noqa: BLE001

@@ -15,16 +15,22 @@ use std::sync::{Arc, Mutex};
 pub const MAX_JOBS: usize = 64;
 /// Fallback reasons a report may name; any other is counted as `other`, so a client cannot grow
 /// the metrics without bound.
-pub const FALLBACK_REASONS: [&str; 7] = [
+pub const FALLBACK_REASONS: [&str; 9] = [
     "kilnd_unreachable",
     "unserializable",
     "worker_failed",
     "torch_mismatch",
     "not_reused",
     "no_torch_worker",
-    // Not a failure: the graph's layout is not sent to kilnd by the client's setting or default.
-    "layout_off",
+    // Another process's compile did not land within the waiter's bound: it compiled the graph.
+    "late",
+    // Not failures: the graph's code names its own GPU and no twin had it or claimed it (torch's
+    // own compile), or the client's setting leaves its layout out.
+    "unshared",
+    "not_chosen",
 ];
+/// The reasons that are no failure: counted, never an event.
+const QUIET_REASONS: [&str; 2] = ["unshared", "not_chosen"];
 
 #[derive(Debug)]
 pub struct Ledger {
@@ -112,6 +118,24 @@ impl Ledger {
         events.iter().rev().cloned().collect()
     }
 
+    /// How the processes of `job` that reported a graph named `name` ran it where none asked
+    /// kilnd for it: "in-process" (compiled there, as torch would) or "eager" (never compiled),
+    /// with how many processes did so. None where no process reported it, or one was served by
+    /// kilnd. `kiln explain` says so rather than "unknown" for a graph that stayed home.
+    pub fn stayed_home(&self, job: &str, name: &str) -> Option<(String, usize)> {
+        let jobs = self.jobs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let ledger = &jobs.iter().find(|j| j.ledger.job == job)?.ledger;
+        let served: Vec<&str> = ledger
+            .processes
+            .iter()
+            .flat_map(|p| p.graphs.iter())
+            .filter(|g| g.name == name)
+            .map(|g| g.served.as_str())
+            .collect();
+        let home = served.iter().all(|s| matches!(*s, "in-process" | "eager"));
+        (home && !served.is_empty()).then(|| (served[0].to_owned(), served.len()))
+    }
+
     pub fn count(&self, outcome: Outcome) {
         self.metrics.torch_graphs.get_or_create(&ResultLabels { result: outcome.as_str() }).inc();
     }
@@ -123,7 +147,7 @@ impl Ledger {
         for (reason, n) in &report.fallbacks {
             let reason = if FALLBACK_REASONS.contains(&reason.as_str()) { reason.clone() } else { "other".into() };
             self.metrics.torch_graph_fallbacks.get_or_create(&ReasonLabels { reason: reason.clone() }).inc_by(*n);
-            if *n > 0 && reason != "layout_off" {
+            if *n > 0 && !QUIET_REASONS.contains(&reason.as_str()) {
                 let detail = format!("a process of the job compiled {n} graph(s) in-process instead ({reason})");
                 self.event(&report.job, "", "", &format!("fallback:{reason}"), detail);
             }

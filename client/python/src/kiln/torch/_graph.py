@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import functools
 import logging
 import os
@@ -53,6 +54,7 @@ from ._answer import BadBundle, Bundle, place
 from ._answer import parse as parse_bundle
 from ._claim import Grant, compile_to_share
 from ._ledger import GraphRecord, _ledger
+from ._ledger import report_at_exit
 from ._ledger import report_soon as _report_soon
 from ._payload import Unserializable, serialize
 
@@ -66,7 +68,8 @@ COMPILE_WAIT_SECS = float(os.environ.get(settings.TORCH_GRAPH_WAIT_SECS.name) or
 #: trace a graph within a second of each other.
 TWIN_WAIT_SECS = 5.0
 
-#: Why a graph was compiled in-process instead of by kilnd.
+#: Why a graph was compiled in-process instead of by kilnd. Each is counted and named; none
+#: costs the job more than torch's own compile of the graph (plus the round trip that found it).
 FALLBACK_REASONS = (
     "kilnd_unreachable",  # no answer from kilnd (down, or backing off after it was)
     "unserializable",  # the graph or its inputs cannot travel (dynamic shapes, tensor subclasses...)
@@ -74,9 +77,12 @@ FALLBACK_REASONS = (
     "torch_mismatch",  # kilnd's torch workers run another torch
     "not_reused",  # kilnd's artifacts did not give torch a cache hit here
     "no_torch_worker",  # kilnd has no interpreter with torch for its workers
-    "layout_off",  # the graph's layout is not sent to kilnd (see kiln.torch._layout): no warning
+    "late",  # another process's compile of it did not land within the wait bound (wait_bound)
+    "unshared",  # its code names a GPU other than the job's first, and no twin had it or claimed it
+    "not_chosen",  # KILN_TORCH_GRAPHS names other layouts than the graph's: no warning
 )
-
+#: Reasons that are what the user asked for or what torch itself would do: logged, not warned.
+QUIET_REASONS = frozenset({"not_chosen", "unshared"})
 
 
 async_enabled = _layout.async_enabled
@@ -93,8 +99,8 @@ def _fallback(reason: str, detail: object) -> None:
         _ledger.unreported[reason] = _ledger.unreported.get(reason, 0) + 1
     # Reported like every graph's cost, even by a process none of whose graphs reached kilnd.
     _report_soon()
-    if reason == "layout_off":
-        log.info("kiln: a torch.compile graph is compiled in this process: %s", detail)
+    if reason in QUIET_REASONS:
+        log.info("kiln: a torch.compile graph is compiled in this process (%s): %s", reason, detail)
         return
     _fleet.warn_once(
         f"torch-graph:{reason}",
@@ -130,9 +136,54 @@ class _Answer:
     key: str = ""
 
 
-def _ask(payload: bytes, name: str, *, claim: bool = False, prefer_workers: bool = False, wait_for_claim: float = 0.0) -> _Answer | Grant | str:
-    """kilnd's answer (for a ``claim``, maybe the compile itself; with ``prefer_workers``, only
-    where no worker of kilnd's is idle), or the fallback reason (already counted)."""
+@dataclass(frozen=True)
+class _Request:
+    """What this process asks kilnd for one graph, and how.
+
+    ``claim``: the process can share its own compile (its code is what every process of the
+    graph runs), so where nobody has the graph it is granted the claim and compiles it;
+    ``prefer_workers``: where one of kilnd's warm workers is idle, that worker compiles it instead;
+    ``no_worker``: the process cannot share its compile, so it waits ``wait_for_claim`` seconds
+    for a twin's claim and otherwise compiles the graph for itself, as torch would."""
+
+    payload: bytes
+    name: str
+    claim: bool = False
+    prefer_workers: bool = False
+    wait_for_claim: float = 0.0
+    no_worker: bool = False
+
+
+def wait_bound() -> float:
+    """How long a graph waits for another process's compile of it before compiling it itself.
+
+    The waiter would otherwise compile the graph itself, in about the time the process it waits
+    for takes: that one started first, so waiting ends sooner unless it stalls or died. A dead
+    claimant's claim ends with its connection (kilnd hands the compile to the next); the bound
+    covers one that is alive and stuck. ``KILN_TORCH_GRAPH_WAIT_SECS`` sets it; unset, it is
+    twice the longest compile this process has paid itself, and at least :data:`MIN_WAIT_SECS`
+    (a cold GPT-2 graph takes about 30 s on an H100)."""
+    raw = os.environ.get(settings.TORCH_GRAPH_WAIT_SECS.name, "").strip()
+    if raw:
+        try:
+            return max(0.0, float(raw))
+        except ValueError:
+            from .. import _fleet
+
+            _fleet.warn_once("torch-graph-wait", "kiln: %s=%r is not a number of seconds; using the default", settings.TORCH_GRAPH_WAIT_SECS.name, raw)
+    with _ledger.lock:
+        own = [g.phases.get("compile", 0.0) for g in _ledger.graphs]
+    return max(MIN_WAIT_SECS, 2.0 * max(own, default=0.0))
+
+
+#: The shortest default wait for another process's compile (see :func:`wait_bound`).
+MIN_WAIT_SECS = 120.0
+
+
+def _ask(request: _Request, *, bound: float | None = None) -> _Answer | Grant | str:
+    """kilnd's answer (for a ``claim``, maybe the compile itself), or the fallback reason
+    (already counted). ``bound`` (seconds) is how long to wait for the answer: past it the process
+    compiles the graph itself (``late``)."""
     import torch
 
     from .. import _fleet, errors
@@ -144,16 +195,24 @@ def _ask(payload: bytes, name: str, *, claim: bool = False, prefer_workers: bool
         triton_version, python_version, cuda_version = _environment()
         client = _fleet.client()
         ask: Callable[..., Any] = (
-            functools.partial(client.claim_torch_graph, prefer_workers=prefer_workers)
-            if claim
-            else functools.partial(client.compile_torch_graph, wait_for_claim=wait_for_claim)
+            functools.partial(
+                client.claim_torch_graph,
+                prefer_workers=request.prefer_workers,
+                answer_within=bound,
+                wait_for_claim=request.wait_for_claim,
+            )
+            if request.claim
+            else functools.partial(
+                client.compile_torch_graph, wait_for_claim=request.wait_for_claim, no_worker=request.no_worker
+            )
         )
+        timeout = COMPILE_WAIT_SECS if request.claim or bound is None else min(bound + request.wait_for_claim, COMPILE_WAIT_SECS)
         asked = ask(
-            payload,
+            request.payload,
             torch.__version__,
             job=_ledger.job,
-            name=name,
-            timeout=COMPILE_WAIT_SECS,
+            name=request.name,
+            timeout=timeout,
             triton_version=triton_version,
             python_version=python_version,
             cuda_version=cuda_version,
@@ -164,6 +223,9 @@ def _ask(payload: bytes, name: str, *, claim: bool = False, prefer_workers: bool
             asked.close()
             asked = asked.answer
         answer = asked
+    except errors.DeadlineExceeded as e:
+        _fallback("late", f"no answer within {bound or COMPILE_WAIT_SECS:.0f} s ({e.details}); compiled here")
+        return "late"
     except errors.KilnError as e:
         details = e.details or ""
         if any(f"{part}_version" in details for part in ("torch", "triton", "python", "cuda")):
@@ -175,10 +237,13 @@ def _ask(payload: bytes, name: str, *, claim: bool = False, prefer_workers: bool
             reason = "kilnd_unreachable"
         _fallback(reason, details)
         return reason
+    if answer.compile_here:
+        _fallback("unshared", "nobody had it or claimed it, and its code names this process's GPU")
+        return "unshared"
     if not answer.ok:
         last = answer.log.strip().splitlines()[-1:] or ["no log"]
         _fallback("worker_failed", last[0])
-        log.debug("kiln: the torch worker's log for graph %s:\n%s", name, answer.log)
+        log.debug("kiln: the torch worker's log for graph %s:\n%s", request.name, answer.log)
         return "worker_failed"
     try:
         bundle = parse_bundle(answer.artifacts)
@@ -275,59 +340,87 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
     record = GraphRecord(_graph_name(gm))
     with _ledger.lock:
         _ledger.graphs.append(record)
+    report_at_exit()
     started = time.perf_counter()
     layout = _layout.of_graph(torch)
     device = _layout.device_of(example_inputs)
-    refusal = _choice.refusal(layout, device, _workers.were_up)
+
+    def here() -> Any:
+        return inductor(gm, example_inputs)
+
+    refusal = _choice.refusal(layout, device)
     if refusal is not None:
-        _fallback("layout_off", refusal)
-        record.how = "in-process"
-        return _inductor.in_process(lambda: inductor(gm, example_inputs))
+        _fallback("not_chosen", refusal)
+        return _in_process(record, started, gm, here)
     _inductor.pick_vec_isa_early(device)
     try:
         payload = serialize(gm, example_inputs, config)
     except Unserializable as e:
         _fallback("unserializable", e)
-        record.how = "in-process"
-        return _inductor.in_process(lambda: inductor(gm, example_inputs))
+        return _in_process(record, started, gm, here)
     if async_enabled() and not getattr(_blocking, "on", False):
-        return _AsyncGraph(gm, example_inputs, payload, inductor, record, started, waits=False)
-    if layout == "ddp":
-        # Dynamo's DDP optimizer compiles its pieces one after another, tracing the next only when
-        # the last is compiled, so a process compiles them one at a time. Asking kilnd for each
-        # piece as it comes and waiting at its first call has every piece's request out before
-        # the first runs, and kilnd's workers compile them side by side: on the record (2 GPUs)
-        # that is as fast as the ranks compiling their own, where claiming each piece in turn
-        # was slower.
-        return _AsyncGraph(gm, example_inputs, payload, inductor, record, started, waits=True)
+        request = _Request(payload, record.name)
+        return _AsyncGraph(gm, example_inputs, request, inductor, record, started, waits=False)
     # A graph whose payload is its own code (on the CPU, or the job's first GPU) is claimed: where
     # nobody has it, this process compiles it, as torch would, and shares it; one process's graph
     # goes to an idle warm worker of kilnd's first (kiln.torch._claim.mode). A rank on another
-    # GPU waits for its twin's (kilnd's worker compiles it where no twin claims it in time).
+    # GPU cannot share its compile (its code names its GPU): it waits a moment for a twin's
+    # claim, and compiles the graph itself where none comes. No worker compiles a blocking
+    # graph cold beside the job's own compiles unless the setting asks (KILN_TORCH_CLAIM=0).
     how = _claim.mode(layout, device, _workers.were_up)
     shares = how != _claim.WORKERS and _device.moved_index(gm, example_inputs) is None
-    # Where graphs are claimed, a rank on another GPU waits a moment for its twin's claim; where
-    # they are not, nobody will claim it.
-    twin_wait = TWIN_WAIT_SECS if how != _claim.WORKERS and layout != "single" else 0.0
-    answer = _ask(
-        payload, record.name, claim=shares, prefer_workers=how == _claim.IDLE_WORKER, wait_for_claim=0.0 if shares else twin_wait
+    twin_wait = TWIN_WAIT_SECS if not shares and layout != "single" else 0.0
+    request = _Request(
+        payload,
+        record.name,
+        claim=shares,
+        prefer_workers=how == _claim.IDLE_WORKER,
+        wait_for_claim=twin_wait,
+        no_worker=not shares and how != _claim.WORKERS,
     )
-    if isinstance(answer, str):
-        record.how = "in-process"
-        return _inductor.in_process(lambda: inductor(gm, example_inputs))
-    if isinstance(answer, Grant):
-        _inductor.vec_isa_picked()
-        compiled = compile_to_share(torch, answer, record, lambda: _inductor.in_process(lambda: inductor(gm, example_inputs)), COMPILE_WAIT_SECS)
-    else:
-        answered = time.perf_counter()
-        compiled, hit = _load(torch, answer, record, lambda: inductor(gm, example_inputs))
-        if not hit:
-            _fallback("not_reused", "torch's caches missed kilnd's artifacts; compiled here")
-        record.how = "kilnd" if hit else "in-process"
-        record.answered(answer.tier if hit else "", answer.key, answer.compile_s, answered)
-    # What this process paid: its serialization, its wait for kilnd and its load (or its compile).
+    if layout == "ddp":
+        # Dynamo's DDP optimizer traces and compiles its pieces one after another before the
+        # frame runs. Each piece asks kilnd as it is traced and is compiled (or loaded) at its
+        # first call, so every rank has claimed its pieces before the first runs, and compiles
+        # those first (see _Pieces). The ranks of a host trace the same pieces in the same order:
+        # each piece falls to one of them by its number, and the others leave it to that rank for
+        # a moment before claiming it themselves, so the host's ranks split the pieces.
+        if shares and not _falls_to_this_rank(record.name):
+            request = dataclasses.replace(request, wait_for_claim=SPLIT_WAIT_SECS)
+        return _AsyncGraph(gm, example_inputs, request, inductor, record, started, waits=True)
+    return _finish(torch, record, started, gm, _ask(request, bound=wait_bound()), here)
+
+
+#: How long a rank leaves a DDP piece that falls to another rank of its host for that rank to
+#: claim: the ranks trace each piece within a second of each other.
+SPLIT_WAIT_SECS = 2.0
+
+
+def _falls_to_this_rank(name: str) -> bool:
+    """Whether the DDP piece ``name`` (``forward:0/0 bucket 3``) falls to this process among its
+    host's ranks (torchrun's ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE``): piece N to local rank
+    (N - 1) mod the host's ranks."""
+    try:
+        piece = int(name.rsplit(" bucket ", 1)[1])
+        local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0")))
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+    except (IndexError, ValueError):
+        return True
+    return local_world <= 1 or (piece - 1) % local_world == local_rank % local_world
+
+
+def _in_process(record: GraphRecord, started: float, gm: Any, compile_here: Callable[[], Any]) -> Any:
+    """Compiles the graph in this process, as torch would, and charges it to the ledger: a
+    fallback's compile is what the process paid, and its calls are the job's compiled steps."""
+    compiled = _inductor.in_process(compile_here)
+    record.how = "in-process"
+    record.phases["compile"] = time.perf_counter() - started
+    return _ready(record, started, gm, compiled)
+
+
+def _ready(record: GraphRecord, started: float, gm: Any, compiled: Any) -> Any:
     record.compile_s = time.perf_counter() - started
-    record.ready_after_s = time.perf_counter() - started
+    record.ready_after_s = record.compile_s
     _report_soon()
 
     def run(*args: Any) -> Any:
@@ -336,15 +429,88 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
     return run
 
 
+def _finish(torch: Any, record: GraphRecord, started: float, gm: Any, answer: _Answer | Grant | str, here: Callable[[], Any]) -> Any:
+    """The compiled graph from kilnd's answer: a grant compiled here and shared, an answer
+    loaded, or a fallback compiled here."""
+    if isinstance(answer, str):
+        return _in_process(record, started, gm, here)
+    if isinstance(answer, Grant):
+        _inductor.vec_isa_picked()
+        compiled = compile_to_share(torch, answer, record, lambda: _inductor.in_process(here), COMPILE_WAIT_SECS)
+        return _ready(record, started, gm, compiled)
+    answered = time.perf_counter()
+    compiled, hit = _load(torch, answer, record, here)
+    if not hit:
+        _fallback("not_reused", "torch's caches missed kilnd's artifacts; compiled here")
+    record.how = "kilnd" if hit else "in-process"
+    record.answered(answer.tier if hit else "", answer.key, answer.compile_s, answered)
+    return _ready(record, started, gm, compiled)
+
+
+class _Pieces:
+    """The graphs of this process that compile or load at their first call (DDP's pieces), in
+    the order they were traced.
+
+    A piece's first call first compiles every piece this process was granted and has not
+    compiled, in order: the other ranks and hosts wait for those, while this process would
+    otherwise wait for theirs. Then it waits for its own answer (another process's compile),
+    at most :func:`wait_bound` beyond its own compiles, and compiles it itself past that."""
+
+    def __init__(self) -> None:
+        self.changed = threading.Condition()
+        self.pending: list[_AsyncGraph] = []
+
+    def add(self, graph: _AsyncGraph) -> None:
+        with self.changed:
+            self.pending.append(graph)
+
+    def answered(self) -> None:
+        with self.changed:
+            self.changed.notify_all()
+
+    def granted(self) -> list[_AsyncGraph]:
+        with self.changed:
+            return [g for g in self.pending if g.compiled is None and isinstance(g.answer, Grant)]
+
+    def prepare(self, graph: _AsyncGraph) -> None:
+        """Makes ``graph`` ready to run: compiled, loaded or, past the bound, compiled here."""
+        waited = 0.0
+        bound = wait_bound()
+        while graph.compiled is None:
+            for granted in self.granted():
+                granted.swap()
+            if graph.compiled is not None or graph.answer is not None:
+                break
+            if waited >= bound:
+                graph.give_up(bound)
+                break
+            began = time.perf_counter()
+            with self.changed:
+                if graph.answer is None and not self.granted_locked():
+                    self.changed.wait(min(bound - waited, 0.5))
+            waited += time.perf_counter() - began
+        graph.record.compile_s += waited
+        if graph.compiled is None:
+            graph.swap()
+        with self.changed:
+            self.pending = [g for g in self.pending if g.compiled is None]
+
+    def granted_locked(self) -> bool:
+        return any(g.compiled is None and isinstance(g.answer, Grant) for g in self.pending)
+
+
+_pieces = _Pieces()
+
+
 class _AsyncGraph:
     """A graph that runs eagerly until kilnd's compile of it arrives, then compiled; or, when it
-    ``waits``, whose first call waits for that compile instead of running eagerly."""
+    ``waits``, one made ready at its first call instead of running eagerly (:class:`_Pieces`)."""
 
     def __init__(
         self,
         gm: Any,
         example_inputs: list[Any],
-        payload: bytes,
+        request: _Request,
         inductor: Callable[[Any, list[Any]], Any],
         record: GraphRecord,
         started: float,
@@ -361,7 +527,11 @@ class _AsyncGraph:
         self.started = started
         self.waits = waits
         self.compiled: Any = None
-        self.answer: _Answer | str | None = None
+        self.answer: _Answer | Grant | str | None = None
+        #: Set when the first call stopped waiting for the answer: a grant that comes later is
+        #: handed back at once (nobody would compile it).
+        self.abandoned = False
+        self.lock = threading.Lock()
         # Dynamo's tracing context (its fake tensors and the graph's inputs' origins): the
         # compile at the swap runs inside it, as it would have inside Dynamo.
         self.context = torch._guards.TracingContext.try_get()
@@ -372,16 +542,34 @@ class _AsyncGraph:
         record.how = "pending" if waits else "eager"
         # It pays its serialization here and the swap later; a graph that waits, its wait too.
         record.async_compile, record.compile_s = not waits, time.perf_counter() - started
-        self.thread = threading.Thread(target=self._fetch, args=(payload,), name="kiln-graph", daemon=True)
+        if waits:
+            _pieces.add(self)
+        self.thread = threading.Thread(target=self._fetch, args=(request,), name="kiln-graph", daemon=True)
         self.thread.start()
 
-    def _fetch(self, payload: bytes) -> None:
-        answer = _ask(payload, self.record.name)
-        assert not isinstance(answer, Grant), "an async graph never claims"
-        self.answer = answer
+    def _fetch(self, request: _Request) -> None:
+        answer = _ask(request)
+        with self.lock:
+            if self.abandoned:
+                if isinstance(answer, Grant):
+                    answer.claim.close()
+                return
+            self.answer = answer
         self.record.answered_at = time.perf_counter()
+        _pieces.answered()
 
-    def _swap(self) -> None:
+    def give_up(self, bound: float) -> None:
+        """The first call waited ``bound`` seconds for another process's compile: compile here."""
+        with self.lock:
+            if self.answer is not None:
+                return
+            self.abandoned = True
+            self.answer = "late"
+        _fallback("late", f"another process's compile did not land within {bound:.0f} s; compiled here")
+
+    def swap(self) -> None:
+        """Replaces the eager graph with its compile: kilnd's answer loaded, a grant compiled here
+        and shared, or (any fallback) Inductor's compile here."""
         import torch
 
         answer, inputs = self.answer, self.example_inputs or []
@@ -399,12 +587,19 @@ class _AsyncGraph:
                         _fallback("not_reused", "torch's caches missed kilnd's artifacts; compiled here")
                     self.record.how = "kilnd" if hit else "in-process"
                     self.record.answered(answer.tier if hit else "", answer.key, answer.compile_s, swap_started)
+                elif isinstance(answer, Grant):
+                    _inductor.vec_isa_picked()
+                    piece = self._compile(inputs)
+                    compiled = compile_to_share(torch, answer, self.record, lambda: _inductor.in_process(piece), COMPILE_WAIT_SECS)
                 else:
                     compiled = _inductor.in_process(self._compile(inputs))
                     self.record.how = "in-process"
+                    self.record.phases["compile"] = time.perf_counter() - swap_started
         except Exception as e:  # noqa: BLE001 - the graph keeps running eagerly: never a wrong result
             from .. import _fleet
 
+            if isinstance(answer, Grant):
+                answer.claim.close()
             _fleet.warn_once("torch-graph:swap", "kiln: a compiled graph could not replace its eager run (%s); it stays eager", e)
             self.record.how = "eager"
             self.compiled = self.gm
@@ -447,18 +642,27 @@ class _AsyncGraph:
         return compile_piece
 
     def __call__(self, *args: Any) -> Any:
-        if self.compiled is None and self.waits and self.answer is None:
-            waited = time.perf_counter()
-            self.thread.join()
-            self.record.compile_s += time.perf_counter() - waited
+        if self.compiled is None and self.waits:
+            _pieces.prepare(self)
         if self.compiled is None and self.answer is not None:
-            self._swap()
-            # The swap is compile time, not the previous call's.
-            self.record.restart()
+            if not isinstance(self.answer, _Answer):
+                # A failed or refused async compile: the graph stays eager, never compiled on the
+                # training thread (kiln on never stalls a step for a compile).
+                self._stay_eager()
+            else:
+                self.swap()
+                # The swap is compile time, not the previous call's.
+                self.record.restart()
         if self.compiled is None or self.compiled is self.gm:
             self.record.called("eager")
             return self.gm(*args)
         return self.record.run(self.compiled, self.gm, args)
+
+    def _stay_eager(self) -> None:
+        self.record.how = "eager"
+        self.compiled = self.gm
+        self.example_inputs = None
+        self.input_contexts = []
 
 
 # -- installation -----------------------------------------------------------------------------
@@ -497,34 +701,14 @@ def install(job: str) -> bool:
 
     wrapper.__call__ = __call__
     _installed = True
-    # Async graphs and DDP's pieces are compiled by kilnd's workers, which import torch for
-    # seconds: start them now. A single process's graphs go to the workers only where they are
-    # already up (else it compiles them itself), and another rank's are claimed, so for those kiln
-    # only asks: starting the workers would cost a cold host seconds of its cores while the job
-    # imports torch. A DDP job is one of several ranks (torchrun sets WORLD_SIZE); where its
-    # layouts stay in the process (the default), starting the workers would only take its cores.
-    many_ranks = _world_size() > 1 and bool(_choice.layouts & _layout.MANY_RANK_LAYOUTS)
-    workers_needed = async_enabled() or many_ranks
-    if _choice.layouts and (_choice.devices is None or _gpus_seen(torch) > 0):
-        _workers.ask(start=workers_needed)
+    # Async graphs are compiled by kilnd's workers, which import torch for seconds: start them
+    # now. A blocking graph nobody has is compiled by its own process (claimed), or by a worker
+    # only where one was up and idle before the process started, so for those kiln only asks:
+    # starting the workers would cost a cold host seconds of its cores while the job imports
+    # torch and compiles.
+    if _choice.layouts:
+        _workers.ask(start=async_enabled())
     return True
-
-
-def _world_size() -> int:
-    try:
-        return int(os.environ.get("WORLD_SIZE", "1"))
-    except ValueError:
-        return 1
-
-
-def _gpus_seen(torch: Any) -> int:
-    """GPUs this process could compile for, asked through NVML so that CUDA stays uninitialised
-    (-1 where NVML does not answer: no GPU driver). The default sends only GPU graphs, and warming
-    kilnd's workers for a process that has none costs a CPU host seconds of its cores for nothing."""
-    try:
-        return int(torch.cuda._device_count_nvml())
-    except Exception:  # noqa: BLE001 - unknown: warm, as before
-        return 1
 
 
 class _WorkersAtStart:

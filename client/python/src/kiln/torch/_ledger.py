@@ -323,9 +323,11 @@ def _at_exit() -> None:
     ret = report(ended=True)
     if ret is None or os.environ.get(QUIET_ENV, "0") not in ("", "0"):
         return
+    # Every process with a graph prints it, whatever happened to its graphs: a job whose graphs
+    # all compiled in the process is the one whose compile the line is most for.
     with _ledger.lock:
-        through_kilnd = any(g.how == "kilnd" for g in _ledger.graphs)
-    if through_kilnd and ret.graphs:
+        any_graph = bool(_ledger.graphs)
+    if any_graph and ret.graphs:
         print(exit_line(ret), file=sys.stderr, flush=True)
 
 
@@ -337,11 +339,24 @@ _reporter: threading.Thread | None = None
 def report_soon() -> None:
     """Reports in the background, after the graph's first compiled calls have been timed."""
     global _reporter
+    report_at_exit()
     _report_due.set()
     with _report_lock:
         if _reporter is None:
             _reporter = threading.Thread(target=_report_loop, name="kiln-graph-report", daemon=True)
             _reporter.start()
+
+
+_exit_watched = False
+
+
+def report_at_exit() -> None:
+    """Has the process report (and print its line) at exit: called at its first graph, so a
+    process reports whatever became of its graphs (one still running eagerly too)."""
+    global _exit_watched
+    with _report_lock:
+        if not _exit_watched:
+            _exit_watched = True
             atexit.register(_at_exit)
 
 
