@@ -13,10 +13,15 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).with_name("corpus")))
+import common as corpus_common  # noqa: E402 - the corpus's directory is put on the path first
 
 STEPS = int(os.environ.get("STEPS", "3"))
 LAYOUT = os.environ.get("LAYOUT", "single")
@@ -34,25 +39,9 @@ class Block(torch.nn.Module):
         return x + self.down(torch.nn.functional.gelu(self.up(x)))
 
 
-class LlamaBlock(torch.nn.Module):
-    def __init__(self, heads: int = 8) -> None:
-        super().__init__()
-        self.heads = heads
-        self.norm1 = torch.nn.RMSNorm(WIDTH)
-        self.qkv = torch.nn.Linear(WIDTH, 3 * WIDTH, bias=False)
-        self.out = torch.nn.Linear(WIDTH, WIDTH, bias=False)
-        self.norm2 = torch.nn.RMSNorm(WIDTH)
-        self.gate = torch.nn.Linear(WIDTH, 4 * WIDTH, bias=False)
-        self.up = torch.nn.Linear(WIDTH, 4 * WIDTH, bias=False)
-        self.down = torch.nn.Linear(4 * WIDTH, WIDTH, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, d // self.heads).unbind(2)
-        a = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
-        x = x + self.out(a.transpose(1, 2).reshape(b, t, d))
-        h = self.norm2(x)
-        return x + self.down(torch.nn.functional.silu(self.gate(h)) * self.up(h))
+def LlamaBlock() -> torch.nn.Module:
+    """The corpus's Llama-style block (RMSNorm, causal attention, SwiGLU), 8 heads."""
+    return corpus_common.Block(width=WIDTH, heads=8)
 
 
 #: With DEBUG_FX_KEYS=1: each FX graph cache key this process computed, with the hash of each

@@ -1,0 +1,82 @@
+"""The corpus of job shapes (``tests/corpus``) through kilnd with kiln's default (``KILN_TORCH=1``
+and nothing else), on the CPU with a real torch: gloo for DDP and FSDP2, Inductor's C++ backend.
+
+Each shape runs once, in the layout that covers it here (the bench and the GPU run take the whole
+matrix against plain torch.compile, timed). Asserted for each: every graph went through kilnd or
+fell back for a reason the README names (dynamic shapes cannot travel); each distinct graph was
+compiled once across the ranks, by one of them, and loaded by the others, so no rank waited for a
+compile and then paid its own (``late`` never counted); every graph's cost is charged, every
+process printed its line at exit; and the losses are eager torch's, within the tolerance of a
+compiled graph (bf16 autocast: 2e-2 relative; float32: 1e-4).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness import Kilnd
+
+sys.path.insert(0, str(Path(__file__).with_name("corpus")))
+import runner  # noqa: E402 - the corpus's directory is put on the path first
+
+pytest.importorskip("torch", reason="torch is not installed in this interpreter")
+
+#: (shape, layout, ranks, the fallbacks the README names for it). Every layout, every shape.
+CASES = [
+    ("model_compile", "single", 1, {}),
+    ("loss_compile", "ddp", 2, {}),
+    ("loss_compile", "fsdp2", 2, {}),
+    ("block_compile", "fsdp2", 2, {}),
+    ("train_step_compile", "single", 1, {}),
+    ("checkpoint", "single", 1, {}),
+    ("accumulate", "ddp", 2, {}),
+    ("optimizer_compile", "single", 1, {}),
+    # A dimension that changed between calls is dynamic: a graph with a symbolic input cannot
+    # travel, and compiles in the process as torch would.
+    ("dynamic", "single", 1, {"unserializable"}),
+    ("decode", "single", 1, {"unserializable"}),
+]
+#: Shapes under bf16 autocast.
+AUTOCAST = {"loss_compile"}
+
+
+@pytest.fixture(scope="module")
+def corpus_kilnd(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    k = Kilnd(tmp_path_factory.mktemp("corpus-kilnd"))
+    yield k
+    k.stop()
+
+
+@pytest.mark.parametrize(("shape", "layout", "ranks", "named"), CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
+def test_a_job_shape_goes_through_kilnd_by_default(corpus_kilnd: Kilnd, tmp_path: Path, shape: str, layout: str, ranks: int, named: set[str]) -> None:
+    env = {**runner.kiln_env(corpus_kilnd.uri), "KILN_TORCH_SNAPSHOT": "0"}
+    kiln_ranks = runner.run(shape, layout, ranks, tmp_path / "kiln", env)
+    eager = runner.run(shape, layout, ranks, tmp_path / "eager", {"COMPILE": "0"})
+    compiled_by: dict[str, int] = {}
+    for rank, r in enumerate(kiln_ranks):
+        stats = r["graphs"]
+        where = f"rank {rank} of {shape} ({layout}): {stats}\n{r['stderr'][-3000:]}"
+        assert stats["graphs"], where
+        assert set(stats["fallbacks"]) <= named, where
+        assert "late" not in stats["fallbacks"], where
+        for g in stats["graphs"]:
+            # Through kilnd, or a named fallback compiled here; never left eager or pending.
+            assert g["how"] in ("kilnd", "in-process"), where
+            assert g["how"] == "kilnd" or named, where
+            # What the process paid is charged, and its calls counted as compiled steps.
+            assert g["compile_s"] > 0 and g["calls"]["compiled"] > 0, where
+            if g["how"] == "kilnd" and g["tier"] == "compiled":
+                compiled_by[g["key"]] = compiled_by.get(g["key"], 0) + 1
+        # Every process reports at exit, whatever happened.
+        assert "kiln: torch.compile cost this job" in r["stderr"], where
+    # Each distinct graph was compiled by one rank: the others loaded it.
+    assert compiled_by and all(n == 1 for n in compiled_by.values()), compiled_by
+    tolerance = 2e-2 if shape in AUTOCAST else 1e-4
+    for r, e in zip(kiln_ranks, eager, strict=True):
+        assert len(r["losses"]) == len(e["losses"])
+        for got, want in zip(r["losses"], e["losses"], strict=True):
+            assert math.isclose(got, want, rel_tol=tolerance), (shape, layout, r["losses"], e["losses"])
