@@ -7,7 +7,6 @@ hit, async runs eagerly until then, and every fallback compiles in-process, coun
 from __future__ import annotations
 
 import contextlib
-
 import json
 import os
 import pickle

@@ -53,8 +53,7 @@ from . import _claim, _device, _inductor, _layout
 from ._answer import BadBundle, Bundle, place
 from ._answer import parse as parse_bundle
 from ._claim import Grant, compile_to_share
-from ._ledger import GraphRecord, _ledger
-from ._ledger import report_at_exit
+from ._ledger import GraphRecord, _ledger, report_at_exit
 from ._ledger import report_soon as _report_soon
 from ._payload import Unserializable, serialize
 
