@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import CacheServer, Kilnd, Redis
 
 import kiln
+from harness import CacheServer, Kilnd, Redis
 
 
 @pytest.fixture(scope="session")

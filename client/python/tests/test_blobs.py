@@ -149,7 +149,7 @@ def _writer_of(files: dict[str, bytes]) -> set[str]:
     out = set()
     for name, data in files.items():
         if name.startswith("__grp__"):
-            out.add(('"w": "A"' in data.decode() and "A") or "B")
+            out.add('"w": "A"' in data.decode() and "A" or "B")
         else:
             out.add(chr(data[0]))
     return out

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from kiln import explain, results, snapshot_results
+from kiln.torch import results as torch_results
 from kiln._proto import blob_pb2 as bpb
 from kiln._proto import kiln_pb2 as pb
 from kiln._proto import snapshot_pb2 as spb
-from kiln.torch import results as torch_results
 
 #: (dataclass, message, message fields carried differently, dataclass fields beyond the message)
 PAIRS: list[tuple[type, Any, dict[str, str], dict[str, str]]] = [

@@ -174,8 +174,8 @@ def test_a_restore_slower_than_the_wait_bound_is_stopped_before_it_places_anythi
     """The first compile waits at most KILN_TORCH_RESTORE_WAIT_SECS; the restore process is then
     told to stop and places nothing, so the compile never meets files appearing under it. Here it
     waits on the host lock another rank holds."""
-    from kiln._snapshot_place import lock_path, release, try_flock
     from kiln.torch import snapshot as ts
+    from kiln._snapshot_place import lock_path, release, try_flock
 
     job, inductor = f"torch-{uuid.uuid4().hex[:8]}", tmp_path / "ind"
     (inductor / "fxgraph").mkdir(parents=True)

@@ -6,5 +6,6 @@ import os
 
 HAS_TRITON = False
 if os.environ.get("FAKE_TORCH_TRITON") == "1":
+    from triton.runtime.cache import triton_key
 
     HAS_TRITON = True
