@@ -526,6 +526,8 @@ class _AsyncGraph:
         self.started = started
         self.waits = waits
         self.compiled: Any = None
+        #: Whether a call has seen the compiled graph yet.
+        self.swapped = False
         self.answer: _Answer | Grant | str | None = None
         #: Set when the first call stopped waiting for the answer: a grant that comes later is
         #: handed back at once (nobody would compile it).
@@ -555,7 +557,25 @@ class _AsyncGraph:
                 return
             self.answer = answer
         self.record.answered_at = time.perf_counter()
+        if not self.waits and isinstance(answer, _Answer):
+            self._swap_here()
         _pieces.answered()
+
+    def _swap_here(self) -> None:
+        """An async graph's swap, on this background thread: loading kilnd's answer runs
+        AOTAutograd and Inductor again over their filled caches (seconds on a CPU), which on the
+        training thread stalled a step; here the steps run on eagerly meanwhile. Under Dynamo's
+        compile lock, so it never overlaps a compile of the training thread's, on the graph's
+        own GPU (a thread starts on the first)."""
+        import torch
+        from torch._dynamo.convert_frame import compile_lock
+
+        device = _layout.device_of(self.example_inputs or [])
+        index = next((t.device.index for t in self.example_inputs or [] if getattr(t, "device", None) is not None and t.device.type == device), None)
+        with compile_lock:
+            if device == "cuda" and index is not None:
+                torch.cuda.set_device(index)
+            self.swap()
 
     def give_up(self, bound: float) -> None:
         """The first call waited ``bound`` seconds for another process's compile: compile here."""
@@ -643,15 +663,14 @@ class _AsyncGraph:
     def __call__(self, *args: Any) -> Any:
         if self.compiled is None and self.waits:
             _pieces.prepare(self)
-        if self.compiled is None and self.answer is not None:
-            if not isinstance(self.answer, _Answer):
-                # A failed or refused async compile: the graph stays eager, never compiled on the
-                # training thread (kiln on never stalls a step for a compile).
-                self._stay_eager()
-            else:
-                self.swap()
-                # The swap is compile time, not the previous call's.
-                self.record.restart()
+        if self.compiled is None and self.answer is not None and not isinstance(self.answer, _Answer):
+            # A failed or refused async compile: the graph stays eager, never compiled on the
+            # training thread (kiln on never stalls a step for a compile).
+            self._stay_eager()
+        if self.compiled is not None and not self.swapped:
+            # The first compiled call: the time since the last eager call ran the swap's end.
+            self.swapped = True
+            self.record.restart()
         if self.compiled is None or self.compiled is self.gm:
             self.record.called("eager")
             return self.gm(*args)
