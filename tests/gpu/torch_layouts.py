@@ -1,41 +1,54 @@
-"""The training layouts on GPUs: plain torch.compile against kiln, side by side, per layout.
+"""The training layouts on GPUs: plain torch.compile against kiln, side by side, per layout and
+per job shape.
 
-The job is ``client/python/tests/layout_job.py`` (``MODEL=llama``: RMSNorm, causal attention and a
-SwiGLU MLP per block, AdamW, bf16 autocast), one process a rank, one GPU a rank:
+``--shapes`` picks the jobs (default ``layout_job``). ``layout_job`` is
+``client/python/tests/layout_job.py`` (``MODEL=llama``: RMSNorm, causal attention and a SwiGLU MLP
+per block, AdamW, bf16 autocast); any other name is a job of the corpus,
+``client/python/tests/corpus/<shape>.py`` (the ways users call torch.compile: the loss, the model,
+each block, the train step, the optimizer, dynamic shapes, accumulation, checkpointing, a decode
+loop), sized by the ``--corpus-*`` flags. One process a rank, one GPU a rank:
 
 | layout | what runs |
 |---|---|
-| single | one process, ``torch.compile(model)`` |
-| ddp | ``DDP(torch.compile(model), bucket_cap_mb=1)`` over NCCL: Dynamo's DDP optimizer splits the graph |
-| fsdp2 | ``fully_shard`` on each block and the whole, each block ``.compile()``d |
-| herd | 4 single processes at once on GPU 0, each a fresh host of its own |
+| single | one process |
+| ddp | ``DDP(...)`` over NCCL with small buckets: Dynamo's DDP optimizer splits the graph |
+| fsdp2 | ``fully_shard`` on each block and the whole |
+| herd | (``layout_job`` only) 4 single processes at once on GPU 0, each a fresh host of its own |
 
-Per layout, in this order, every variant in fresh processes, each rank with its own cache paths
-(``TORCHINDUCTOR_CACHE_DIR``, ``TRITON_HOME``), fixed per layout and rank and emptied before each
-variant unless said:
+A corpus shape that serves (``decode``) runs in ``single`` only.
+
+Per shape and layout, in this order, every variant in fresh processes, each rank with its own
+cache paths (``TORCHINDUCTOR_CACHE_DIR``, ``TRITON_HOME``), fixed per shape, layout and rank and
+emptied before each variant unless said:
 
 | variant | what runs |
 |---|---|
-| eager | no torch.compile (the async target's baseline) |
+| eager | no torch.compile (the async targets' baseline) |
 | plain | plain torch.compile, cold |
 | warm | plain torch.compile again on the caches ``plain`` left: the warm host |
-| default | ``KILN_TORCH=1`` as a new user sets it (no other kiln variable), a new kilnd: what kiln costs by default |
-| cold | ``KILN_TORCH=1 KILN_TORCH_GRAPHS=1``, a new kilnd (torch workers up, nothing stored): every graph through kilnd |
-| twin | (single, 2 GPUs) ``cold``'s job on cuda:1, on the kilnd ``cold`` filled: the second device's compile |
-| fresh | the same on a fresh host: caches emptied, on the kilnd ``cold`` filled (its graphs and the job's snapshot stored) |
-| async | ``cold`` with ``KILN_TORCH_ASYNC=1`` on a new kilnd |
+| default | ``KILN_TORCH=1`` as a new user sets it, a new kilnd (torch workers up, nothing stored): kiln's cold start, every graph through kilnd |
+| cold | (``layout_job`` only) ``KILN_TORCH=1 KILN_TORCH_GRAPHS=1``, a new kilnd |
+| twin | (``layout_job``, single, 2 GPUs) ``cold``'s job on cuda:1, on the kilnd ``cold`` filled: the second device's compile |
+| fresh | the same on a fresh host: caches emptied, on the kilnd ``cold`` filled (``default`` where ``cold`` does not run: its graphs and the job's snapshot stored) |
+| async | ``KILN_TORCH_ASYNC=1`` on a new kilnd: eager until kilnd's compile is ready |
 
 A run's first step is the slowest rank's (seconds from the job's start, after its imports, to the
 end of its first step); the herd's is the slowest process's. ``compiles / distinct graphs``: the
 kilnd's compiles during ``cold`` over the graphs one rank compiled. Losses: the first ``--steps``
-of ``cold`` against ``plain``, rank 0.
+of ``cold`` against ``plain``, rank 0. ``--repeats N`` runs every variant (or ``--repeat-variants``)
+N times; a variant's figures are those of its run with the median first step, and kiln's cold
+ratio the median of the ratios taken within each repeat.
 
-Writes layouts.json and layouts.md to ``--out``.
+``layouts.md`` has one table for every shape (header ``| shape | layout |``, see
+:func:`shape_table`) and, where ``layout_job`` ran, its table of every variant. Writes
+layouts.json and layouts.md to ``--out``; exit status 3 when a variant was skipped for time.
+``--merge OUT.md A.json B.json ...`` joins several runs' layouts.json into one layouts.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -50,9 +63,51 @@ sys.path.insert(0, str(HERE))
 
 from common import Kilnd, cold_graph_kilnd, metric_sum, own_kilnd_parser, write_json  # noqa: E402
 
-JOB = HERE.parent.parent / "client" / "python" / "tests" / "layout_job.py"
+TESTS = HERE.parent.parent / "client" / "python" / "tests"
+JOB = TESTS / "layout_job.py"
+#: The shape name of ``layout_job.py``, the job this harness measured before the corpus.
+LAYOUT_JOB = "layout_job"
 VARIANTS = ("eager", "plain", "warm", "default", "cold", "twin", "fresh", "async")
+#: What a corpus shape runs: kiln's default is its cold start, so no ``cold`` (and no ``twin``).
+CORPUS_VARIANTS = ("eager", "plain", "warm", "default", "fresh", "async")
+#: The variants that start a kilnd of their own; the others run without kiln, or on a kept one.
+OWN_KILND = ("default", "cold", "async")
 HERD = 4
+
+
+def _corpus_runner():
+    """The corpus's runner module, by its path: its directory also holds a ``common.py`` (the jobs'),
+    which must not shadow this directory's on ``sys.path``."""
+    spec = importlib.util.spec_from_file_location("corpus_runner", TESTS / "corpus" / "runner.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+corpus = _corpus_runner()
+
+
+class OutOfTime(Exception):
+    """A variant that did not fit the run's deadline: skipped (or cut) loudly, never a failure."""
+
+
+def script(shape: str) -> Path:
+    return JOB if shape == LAYOUT_JOB else corpus.HERE / f"{shape}.py"
+
+
+def runs_in(shape: str, layout: str) -> bool:
+    """The herd is ``layout_job``'s (four processes of one job on one GPU); a corpus shape that serves
+    rather than trains (``decode``) runs in one process."""
+    if shape == LAYOUT_JOB:
+        return True
+    return layout != "herd" and (layout == "single" or shape in corpus.TRAINING)
+
+
+def stem(shape: str, layout: str) -> str:
+    """What names a shape's layout on disk (logs, caches, kilnds): the layout alone for
+    ``layout_job``, as before the corpus, so its logs keep their names."""
+    return layout if shape == LAYOUT_JOB else f"{shape}-{layout}"
 
 
 class Runner:
@@ -61,6 +116,8 @@ class Runner:
         self.work: Path = a.work
         self.deadline = time.monotonic() + a.deadline_s
         self.port = 29_400
+        #: "shape layout variant" of each variant skipped or cut for time.
+        self.skipped: list[str] = []
 
     #: Which run of a repeated variant this is (0: the first).
     rep = 0
@@ -71,20 +128,33 @@ class Runner:
     def kilnd(self, tag: str) -> Kilnd:
         return cold_graph_kilnd(self.work, tag, self.a)
 
-    def caches(self, layout: str, rank: int) -> Path:
-        return self.work / "caches" / layout / f"rank{rank}"
+    def caches(self, layout: str, rank: int, shape: str = LAYOUT_JOB) -> Path:
+        return self.work / "caches" / stem(shape, layout) / f"rank{rank}"
 
-    def env(self, layout: str, rank: int, variant: str, kilnd: Kilnd | None, empty: bool) -> dict[str, str]:
+    def sizes(self, shape: str) -> dict[str, str]:
+        """The job's model and sizes: ``layout_job``'s flags, or the corpus's (``corpus/common.py``
+        reads these variables)."""
+        a = self.a
+        if shape == LAYOUT_JOB:
+            return {"MODEL": a.model, "STEPS": str(a.steps), "WIDTH": str(a.width), "BLOCKS": str(a.blocks), "SEQ": str(a.seq)}
+        sizes = {
+            "STEPS": str(a.corpus_steps), "WIDTH": str(a.corpus_width), "BLOCKS": str(a.corpus_blocks), "SEQ": str(a.corpus_seq),
+            "BATCH": str(a.corpus_batch), "VOCAB": str(a.corpus_vocab), "BUCKET_MB": str(a.corpus_bucket_mb),
+        }
+        if a.corpus_mode:
+            sizes["MODE"] = a.corpus_mode
+        return sizes
+
+    def env(self, layout: str, rank: int, variant: str, kilnd: Kilnd | None, empty: bool, shape: str = LAYOUT_JOB) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHINDUCTOR_", "TRITON_", "KILN_", "TORCH_"))}
-        home = self.caches(layout, rank)
+        home = self.caches(layout, rank, shape)
         if empty:
             shutil.rmtree(home, ignore_errors=True)
         home.mkdir(parents=True, exist_ok=True)
         world = 1 if layout in ("single", "herd") else self.a.gpus
         env.update(
             TORCHINDUCTOR_CACHE_DIR=str(home / "inductor"), TRITON_HOME=str(home / "triton-home"), PYTHONUNBUFFERED="1",
-            LAYOUT="single" if layout == "herd" else layout, MODEL=self.a.model, STEPS=str(self.a.steps),
-            WIDTH=str(self.a.width), BLOCKS=str(self.a.blocks), SEQ=str(self.a.seq), DEVICE=self.a.device,
+            LAYOUT="single" if layout == "herd" else layout, DEVICE=self.a.device, **self.sizes(shape),
             RANK=str(1 if variant == "twin" else 0 if layout == "herd" else rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(self.port),
         )
         # The kiln wheel installed with --target: its .pth hook runs through site/sitecustomize.py.
@@ -96,31 +166,34 @@ class Runner:
         env["KILN_GPU_COUNT_DIR"] = str(counts)
         if variant == "eager":
             env["COMPILE"] = "0"
-        if kilnd is not None:
+        if kilnd is not None and shape != LAYOUT_JOB:
+            # kiln as a user turns it on: the flag and the daemon's address, nothing else.
+            env.update(corpus.kiln_env(kilnd.uri))
+        elif kilnd is not None:
             # The twin's snapshot (its device's caches) must not replace the one "fresh" restores.
             job = f"layout-{layout}-twin" if variant == "twin" else f"layout-{layout}"
             env.update(KILN_TORCH="1", KILN_DAEMON=kilnd.uri, KILN_TORCH_JOB=job)
             if variant != "default":
                 env["KILN_TORCH_GRAPHS"] = "1"
-            if variant == "async":
-                env["KILN_TORCH_ASYNC"] = "1"
-        # A probe is kiln cold with a few variables changed (--probe), to measure one part's cost.
+        if kilnd is not None and variant == "async":
+            env["KILN_TORCH_ASYNC"] = "1"
+        # A probe is a kiln variant with a few variables changed (--probe), to measure one part's cost.
         env.update(self.a.probes.get(variant, {}))
         return env
 
-    def run(self, layout: str, variant: str, kilnd: Kilnd | None) -> dict:
+    def run(self, layout: str, variant: str, kilnd: Kilnd | None, shape: str = LAYOUT_JOB) -> dict:
         if time.monotonic() > self.deadline:
-            raise TimeoutError(f"{layout} {variant}: past the deadline")
+            raise OutOfTime("past the deadline")
         self.port += 1
         n = HERD if layout == "herd" else (1 if layout == "single" else self.a.gpus)
         procs = []
         started = time.monotonic()
         for rank in range(n):
             # A repeat's logs sit beside the first run's rather than replacing them.
-            log = self.work / f"{layout}-{variant}{self.tag()}-{rank}.log"
-            env = self.env(layout, rank, variant, kilnd, empty=variant != "warm")
+            log = self.work / f"{stem(shape, layout)}-{variant}{self.tag()}-{rank}.log"
+            env = self.env(layout, rank, variant, kilnd, empty=variant != "warm", shape=shape)
             out = open(log, "wb")
-            procs.append((subprocess.Popen([self.a.python, str(JOB)], env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT), log))
+            procs.append((subprocess.Popen([self.a.python, str(script(shape))], env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT), log))
         ranks = []
         for p, log in procs:
             try:
@@ -128,62 +201,37 @@ class Runner:
             except subprocess.TimeoutExpired:
                 for q, _ in procs:
                     q.kill()
-                raise
+                raise OutOfTime(f"cut at the deadline after {time.monotonic() - started:.0f} s") from None
             text = log.read_text(errors="replace")
             lines = [ln for ln in text.splitlines() if ln.startswith("{")]
             if p.returncode != 0 or not lines:
                 raise RuntimeError(f"{log.name}: exit {p.returncode}\n{text[-3000:]}")
             ranks.append(json.loads(lines[-1]))
-        r = {
-            "layout": layout, "variant": variant, "wall_s": time.monotonic() - started,
-            "first_s": max(x["first"] for x in ranks), "steady_s": statistics.median(x["steady"] for x in ranks),
-            "losses": ranks[0]["losses"], "fallbacks": {}, "graphs": len(ranks[0]["graphs"].get("graphs", [])),
-            "how": {},
-            # What each graph cost the first rank (kilnd's compile, or the wait, and the load).
-            "compile_s": sum(g.get("compile_s", 0.0) for g in ranks[0]["graphs"].get("graphs", [])),
-            # Each rank's own work on its claimed graphs, by step (compile, save, publish), summed
-            # over its graphs: where a cold start through kilnd costs more than torch's own.
-            "phases": [
-                {k: round(sum(g.get("phases", {}).get(k, 0.0) for g in x["graphs"].get("graphs", [])), 3) for k in ("compile", "save", "publish")}
-                for x in ranks
-            ],
-            # Seconds before the first step began, each rank: imports and set-up, not compile.
-            "before_s": [round(x["first"] - x["times"][0], 3) for x in ranks if x.get("times")],
-            # torch's own phase timers in the first rank, seconds by phase.
-            "timed": ranks[0].get("timed", {}),
-            # kiln's own set-up in the first rank, seconds by the import that ran it, and the
-            # snapshot restore as the first compile saw it: where kiln's before_s goes.
-            "setup_s": ranks[0]["graphs"].get("setup_s", {}),
-            "restore": ranks[0]["graphs"].get("restore", {}),
-        }
-        for x in ranks:
-            for reason, count in x["graphs"].get("fallbacks", {}).items():
-                r["fallbacks"][reason] = r["fallbacks"].get(reason, 0) + count
-            for g in x["graphs"].get("graphs", []):
-                r["how"][g["how"]] = r["how"].get(g["how"], 0) + 1
+        r = summary(ranks, n_graphs=len(ranks[0]["graphs"].get("graphs", [])))
+        r.update(shape=shape, layout=layout, variant=variant, wall_s=time.monotonic() - started)
         # Triton compiles in the job's processes (site/sitecustomize.py counts them): none where
         # kilnd's answer was all a process needed.
         r["triton_compiles"] = sum(
             line.startswith("compile ")
             for rank in range(n)
-            for f in (self.caches(layout, rank) / f"counts-{variant}").glob("*.txt")
+            for f in (self.caches(layout, rank, shape) / f"counts-{variant}").glob("*.txt")
             for line in f.read_text().splitlines()
         )
         if kilnd is not None:
             r["kilnd_compiled"] = metric_sum(kilnd.metrics(), "kiln_torch_graphs_total", result="compiled")
-        print(f"    {layout} {variant}: first step {r['first_s']:.2f} s, steady {r['steady_s'] * 1e3:.1f} ms, "
-              f"fallbacks {r['fallbacks']}, how {r['how']}, Triton compiles {r['triton_compiles']}", flush=True)
+        print(f"    {stem(shape, layout)} {variant}: first step {r['first_s']:.2f} s, steady {r['steady_s'] * 1e3:.1f} ms, "
+              f"rank skew {r['skew_s']:.2f} s, fallbacks {r['fallbacks']}, how {r['how']}, Triton compiles {r['triton_compiles']}", flush=True)
         top = sorted(r["timed"].items(), key=lambda kv: -kv[1])[:10]
         print("      torch's timers: " + ", ".join(f"{k} {v:.2f}" for k, v in top) + f"; kiln phases {r['phases']}; before {r['before_s']}; kiln set-up {r['setup_s']}; restore {r['restore']}", flush=True)
         return r
 
-    def layout(self, layout: str) -> dict[str, dict]:
-        """Each variant's run, or with --repeat N the run with the median first step of N, the
+    def layout(self, layout: str, shape: str = LAYOUT_JOB) -> dict[str, dict]:
+        """Each variant's run, or with --repeats N the run with the median first step of N, the
         others' first steps beside it (``runs_first_s``)."""
         runs = []
         for rep in range(self.a.repeat):
             self.rep = rep
-            runs.append(self.layout_once(layout, self.a.variants if rep == 0 else self.a.variants & self.a.repeat_variants))
+            runs.append(self.layout_once(layout, self.a.variants if rep == 0 else self.a.variants & self.a.repeat_variants, shape))
         self.rep = 0
         out: dict[str, dict] = {}
         for variant in runs[0]:
@@ -193,16 +241,22 @@ class Runner:
                 continue
             done.sort(key=lambda r: r["first_s"])
             out[variant] = dict(done[len(done) // 2], runs_first_s=[r["first_s"] for r in done])
-        # Each repeat's kiln cold against the plain cold it ran beside: the targets' ratio is
-        # taken within one run, never across them.
-        pairs = [r["cold"]["first_s"] / r["plain"]["first_s"] for r in runs if "first_s" in r.get("cold", {}) and "first_s" in r.get("plain", {})]
-        if len(pairs) > 1:
-            out["cold"]["paired_ratios"] = pairs
+        # Each repeat's kiln cold start against the plain cold it ran beside: the targets' ratio
+        # is taken within one run, never across them.
+        for kiln in ("cold", "default"):
+            pairs = [r[kiln]["first_s"] / r["plain"]["first_s"] for r in runs if "first_s" in r.get(kiln, {}) and "first_s" in r.get("plain", {})]
+            if len(pairs) > 1:
+                out[kiln]["paired_ratios"] = pairs
         return out
 
-    def layout_once(self, layout: str, chosen: set[str]) -> dict[str, dict]:
+    def layout_once(self, layout: str, chosen: set[str], shape: str = LAYOUT_JOB) -> dict[str, dict]:
         out: dict[str, dict] = {}
-        variants = [v for v in VARIANTS if v in chosen] + [v for v in self.a.probes if v in chosen]
+        order = VARIANTS if shape == LAYOUT_JOB else CORPUS_VARIANTS
+        variants = [v for v in order if v in chosen] + [v for v in self.a.probes if v in chosen]
+        # The kilnd that "fresh" (and "twin") run on: the one "cold" filled, or "default" where
+        # "cold" does not run (every corpus shape: kiln's default is its cold start).
+        filler = "cold" if "cold" in variants else "default"
+        kept: Kilnd | None = None
         for variant in variants:
             if layout == "herd" and variant in ("eager", "warm", "fresh", "async"):
                 continue
@@ -210,36 +264,89 @@ class Runner:
                 continue
             try:
                 if variant in ("eager", "plain", "warm"):
-                    out[variant] = self.run(layout, variant, None)
+                    out[variant] = self.run(layout, variant, None, shape)
                 elif variant in ("fresh", "twin"):
-                    if "cold" in out and self.cold_kilnd is not None:
-                        out[variant] = self.run(layout, variant, self.cold_kilnd)
+                    if filler in out and kept is not None:
+                        out[variant] = self.run(layout, variant, kept, shape)
                 else:
-                    k = self.kilnd(f"{layout}-{variant}{self.tag()}")
+                    if time.monotonic() > self.deadline:
+                        raise OutOfTime("past the deadline")  # before a kilnd starts for nothing
+                    k = self.kilnd(f"{stem(shape, layout)}-{variant}{self.tag()}")
                     try:
-                        out[variant] = self.run(layout, variant, k)
+                        out[variant] = self.run(layout, variant, k, shape)
                     finally:
-                        if variant == "cold":
-                            self.cold_kilnd = k
+                        if variant == filler:
+                            kept = k
                         else:
                             k.stop()
+            except OutOfTime as e:
+                out[variant] = {"skipped": f"for time: {e}"}
+                self.skipped.append(f"{shape} {layout} {variant}")
+                print(f"    {stem(shape, layout)} {variant}: SKIPPED for time ({e})", flush=True)
             except Exception as e:  # noqa: BLE001 - one variant's failure is recorded; the rest still run
                 out[variant] = {"error": f"{type(e).__name__}: {e}"[:2000]}
-                print(f"    {layout} {variant}: FAILED {out[variant]['error'][:500]}", flush=True)
-            if variant == "fresh" and self.cold_kilnd is not None:
-                self.cold_kilnd.stop()
-                self.cold_kilnd = None
-        if self.cold_kilnd is not None:
-            self.cold_kilnd.stop()
-            self.cold_kilnd = None
+                print(f"    {stem(shape, layout)} {variant}: FAILED {out[variant]['error'][:500]}", flush=True)
+            if variant == "fresh" and kept is not None:
+                kept.stop()
+                kept = None
+        if kept is not None:
+            kept.stop()
         return out
 
-    cold_kilnd: Kilnd | None = None
+
+def trace_s(timed: dict[str, float]) -> float:
+    """Dynamo's own time in a process, by torch's timers: every frame's compile
+    (``_compile.compile_inner``) less the backend's share of it (``OutputGraph.call_user_compiler``:
+    AOTAutograd and Inductor). What an async process still pays before its first eager step."""
+    return max(0.0, timed.get("_compile.compile_inner", 0.0) - timed.get("OutputGraph.call_user_compiler", 0.0))
+
+
+def summary(ranks: list[dict], n_graphs: int) -> dict:
+    """One run from its ranks' lines: a run's time is its slowest rank's."""
+    later = [sorted(x["times"][1:]) or [0.0] for x in ranks]
+    r = {
+        "first_s": max(x["first"] for x in ranks),
+        "steady_s": statistics.median(x.get("steady", x.get("median", 0.0)) for x in ranks),
+        # The slowest rank's median and longest step after the first: the async targets' figures.
+        "median_s": max(t[len(t) // 2] for t in later),
+        "longest_later_s": max(t[-1] for t in later),
+        "times": [x["times"] for x in ranks],
+        # Seconds between the first and the last rank's end of the first step (wall clock): how
+        # far one rank's compile held the others up.
+        "skew_s": max(x["first_wall"] for x in ranks) - min(x["first_wall"] for x in ranks) if all(x.get("first_wall") for x in ranks) else 0.0,
+        "trace_s": max(trace_s(x.get("timed", {})) for x in ranks),
+        "losses": ranks[0]["losses"], "rank_losses": [x["losses"] for x in ranks], "fallbacks": {}, "graphs": n_graphs,
+        "how": {},
+        # What each graph cost the first rank (kilnd's compile, or the wait, and the load).
+        "compile_s": sum(g.get("compile_s", 0.0) for g in ranks[0]["graphs"].get("graphs", [])),
+        # Each rank's own work on its claimed graphs, by step (compile, save, publish), summed
+        # over its graphs: where a cold start through kilnd costs more than torch's own.
+        "phases": [
+            {k: round(sum(g.get("phases", {}).get(k, 0.0) for g in x["graphs"].get("graphs", [])), 3) for k in ("compile", "save", "publish")}
+            for x in ranks
+        ],
+        # Seconds before the first step began, each rank: imports and set-up, not compile.
+        "before_s": [round(x["first"] - x["times"][0], 3) for x in ranks if x.get("times")],
+        # torch's own phase timers in the first rank, seconds by phase.
+        "timed": ranks[0].get("timed", {}),
+        # kiln's own set-up in the first rank, seconds by the import that ran it, and the
+        # snapshot restore as the first compile saw it: where kiln's before_s goes.
+        "setup_s": ranks[0]["graphs"].get("setup_s", {}),
+        "restore": ranks[0]["graphs"].get("restore", {}),
+    }
+    for x in ranks:
+        for reason, count in x["graphs"].get("fallbacks", {}).items():
+            r["fallbacks"][reason] = r["fallbacks"].get(reason, 0) + count
+        for g in x["graphs"].get("graphs", []):
+            r["how"][g["how"]] = r["how"].get(g["how"], 0) + 1
+    return r
 
 
 def cell(r: dict | None, base: dict | None = None) -> str:
     if r is None:
         return "not run"
+    if "skipped" in r:
+        return "not run (time)"
     if "error" in r:
         return "failed"
     notes = []
@@ -252,8 +359,8 @@ def cell(r: dict | None, base: dict | None = None) -> str:
 
 
 def cold_cell(cold: dict | None, plain: dict | None) -> str:
-    """Kiln cold, with the median of its ratios to plain taken within each repeat when there are
-    several (the medians of the two columns need not come from one run)."""
+    """A kiln cold start, with the median of its ratios to plain taken within each repeat when there
+    are several (the medians of the two columns need not come from one run)."""
     if cold is None or "paired_ratios" not in cold:
         return cell(cold, plain)
     ratios = cold["paired_ratios"]
@@ -269,6 +376,7 @@ def loss_gap(a: dict | None, b: dict | None) -> str:
 
 
 def table(results: dict[str, dict[str, dict]]) -> str:
+    """``layout_job``'s table of every variant (its ``cold``, ``twin`` and kilnd's compiles)."""
     rows = [
         "| layout | plain cold | kiln default (`KILN_TORCH=1`) | kiln cold (graphs through kilnd) | kiln fresh host | warm host "
         "| eager first step | async first step | compiles / distinct graphs | fallbacks | losses, max relative gap |",
@@ -289,18 +397,114 @@ def table(results: dict[str, dict[str, dict]]) -> str:
     return "\n".join(rows)
 
 
+def ran(*runs: dict | None) -> bool:
+    return all(r is not None and "first_s" in r for r in runs)
+
+
+def against(value: float, target: float, what: str) -> str:
+    """A figure, its ratio to its target, and what the target is made of."""
+    return f"{value:.2f} s ({value / target:.2f}× {what})" if target > 0 else f"{value:.2f} s"
+
+
+def async_first(v: dict[str, dict]) -> str:
+    """Async's first step against eager's plus plain's Dynamo trace: an async process traces every
+    frame as plain does, then runs it eagerly while kilnd compiles."""
+    eager, plain, run = v.get("eager"), v.get("plain"), v.get("async")
+    if not ran(eager, plain, run):
+        return cell(run)
+    return against(run["first_s"], eager["first_s"] + plain["trace_s"], f"eager {eager['first_s']:.2f} + trace {plain['trace_s']:.2f}")
+
+
+def async_later(v: dict[str, dict]) -> str:
+    """Async's longest step after the first (its swap to the compiled graph, or a recompile)
+    against ``max(3 × eager's median step, 0.5 s)``: a hiccup a job should not notice."""
+    eager, run = v.get("eager"), v.get("async")
+    if not ran(eager, run):
+        return cell(run)
+    bound = max(3 * eager["median_s"], 0.5)
+    return against(run["longest_later_s"], bound, f"max(3 × eager median {eager['median_s'] * 1e3:.0f} ms, 0.5 s)")
+
+
+def steps_sum(r: dict, n: int) -> float:
+    """The seconds of a run's first ``n`` steps, its slowest rank's."""
+    return max(sum(t[:n]) for t in r["times"])
+
+
+def async_steps(v: dict[str, dict]) -> str:
+    """Async's first N steps in all (N: the steps every one of the three ran) against the better of
+    eager's and plain's over the same steps: what async saves or costs a short job."""
+    eager, plain, run = v.get("eager"), v.get("plain"), v.get("async")
+    if not ran(eager, plain, run):
+        return cell(run)
+    n = min(len(t) for r in (eager, plain, run) for t in r["times"])
+    best, name = min((steps_sum(eager, n), "eager"), (steps_sum(plain, n), "plain"))
+    return f"N={n}: " + against(steps_sum(run, n), best, f"{name} {best:.2f} s")
+
+
+def kiln_fallbacks(v: dict[str, dict]) -> str:
+    """kiln's fallbacks by reason, summed over the ranks of every kiln variant that ran."""
+    total: dict[str, int] = {}
+    for variant in OWN_KILND + ("fresh",):
+        for reason, count in (v.get(variant) or {}).get("fallbacks", {}).items():
+            total[reason] = total.get(reason, 0) + count
+    return ", ".join(f"{k} {n}" for k, n in sorted(total.items())) or "0"
+
+
+def same_losses(a: dict | None, b: dict | None) -> str:
+    """``equal`` when every rank's losses of ``a`` are exactly ``b``'s, else the largest relative gap."""
+    if not ran(a, b):
+        return "n/a"
+    pairs = [(x, y) for ra, rb in zip(a["rank_losses"], b["rank_losses"], strict=True) for x, y in zip(ra, rb, strict=False)]
+    if all(x == y for x, y in pairs) and [len(x) for x in a["rank_losses"]] == [len(x) for x in b["rank_losses"]]:
+        return "equal"
+    return f"max rel. {max(abs(x - y) / max(abs(y), 1e-6) for x, y in pairs):.1e}"
+
+
+def skew(v: dict[str, dict]) -> str:
+    return " / ".join(f"{r['skew_s']:.2f} s" if ran(r) else "n/a" for r in (v.get("plain"), v.get("default")))
+
+
+def shape_table(results: dict[str, dict[str, dict[str, dict]]]) -> str:
+    """One row per shape and layout: kiln's default cold start against plain torch.compile's, the
+    fresh host against the warm one, async against eager, kiln's fallbacks and the losses."""
+    rows = [
+        (
+            "| shape | layout | plain cold | kiln cold (`KILN_TORCH=1`, new kilnd) | fresh host / warm host "
+            "| async first step (vs eager + plain's Dynamo trace) | async longest later step | async N steps (vs the better of eager and plain) "
+            "| fallbacks (kiln, all ranks) | losses, kiln default vs plain | rank skew, plain / kiln |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for shape, layouts in results.items():
+        for layout, v in layouts.items():
+            plain, default, fresh, warm = v.get("plain"), v.get("default"), v.get("fresh"), v.get("warm")
+            hosts = f"{fresh['first_s'] / warm['first_s']:.2f} ({fresh['first_s']:.2f} s / {warm['first_s']:.2f} s)" if ran(fresh, warm) else cell(fresh)
+            rows.append(
+                f"| {shape} | {layout} | {cell(plain)} | {cold_cell(default, plain)} | {hosts} | {async_first(v)} | {async_later(v)} "
+                f"| {async_steps(v)} | {kiln_fallbacks(v)} | {same_losses(default, plain)} | {skew(v)} |"
+            )
+    return "\n".join(rows)
+
+
 def twins(results: dict[str, dict[str, dict]]) -> str:
     """The second device's compile of one process's graph (cuda:1 after cuda:0 on one kilnd): a
     graph bakes in its device index, so it is compiled again, with the first's Triton kernels."""
     v = results.get("single", {})
     cold, twin = v.get("cold"), v.get("twin")
-    if not cold or not twin or "first_s" not in cold or "first_s" not in twin:
+    if not ran(cold, twin):
         return ""
     return (
         f"\n\nSecond device: one process on cuda:1 after one on cuda:0, on the same kilnd: first step "
         f"{twin['first_s']:.2f} s against {cold['first_s']:.2f} s; the graph cost it {twin['compile_s']:.2f} s "
         f"(kilnd's compile and the load) against {cold['compile_s']:.2f} s.\n"
     )
+
+
+def report(results: dict[str, dict[str, dict[str, dict]]]) -> str:
+    md = shape_table(results)
+    if LAYOUT_JOB in results:
+        md += "\n\n" + table(results[LAYOUT_JOB]) + twins(results[LAYOUT_JOB])
+    return md
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
@@ -312,19 +516,56 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq", type=int, default=256)
 
 
+def add_corpus_arguments(p: argparse.ArgumentParser) -> None:
+    """The corpus shapes' sizes (``corpus/common.py``'s variables). The defaults give a cold first
+    step of about 10-30 s on an H100 (twice ``layout_job``'s blocks and sequence, a 32k vocabulary),
+    and DDP buckets of torch's default size, so the DDP optimizer splits the model as it splits a
+    real one's."""
+    g = p.add_argument_group("corpus shapes")
+    g.add_argument("--corpus-width", type=int, default=1024)
+    g.add_argument("--corpus-blocks", type=int, default=8)
+    g.add_argument("--corpus-seq", type=int, default=512)
+    g.add_argument("--corpus-batch", type=int, default=8)
+    g.add_argument("--corpus-vocab", type=int, default=32768)
+    g.add_argument("--corpus-bucket-mb", type=float, default=25)
+    g.add_argument("--corpus-steps", type=int, default=100, help="steps of every run (async's N steps are these)")
+    g.add_argument("--corpus-mode", default="", help="torch.compile's mode (MODE; default: torch's)")
+
+
+def merge(out: Path, inputs: list[Path]) -> int:
+    """``--merge OUT.md A.json B.json ...``: one layouts.md from several runs' layouts.json (one
+    command's budget holds about two shapes' layouts; a later run's layout replaces an earlier one's)."""
+    results: dict[str, dict[str, dict[str, dict]]] = {}
+    for f in inputs:
+        for shape, layouts in json.loads(f.read_text()).items():
+            results.setdefault(shape, {}).update(layouts)
+    md = report(results)
+    out.write_text(md + "\n")
+    print(md)
+    return 0
+
+
 def main() -> int:
+    if sys.argv[1:2] == ["--merge"]:
+        return merge(Path(sys.argv[2]), [Path(x) for x in sys.argv[3:]])
     p = own_kilnd_parser(__doc__)
     p.add_argument("--gpus", type=int, default=2)
+    p.add_argument(
+        "--shapes",
+        default=LAYOUT_JOB,
+        help=f"jobs to run, comma-separated: {LAYOUT_JOB} or the corpus's ({', '.join(corpus.SHAPES)})",
+    )
     p.add_argument("--layouts", default="single,ddp,fsdp2,herd")
-    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--variants", default=",".join(VARIANTS), help="for a corpus shape, those of " + ",".join(CORPUS_VARIANTS))
     add_model_arguments(p)
+    add_corpus_arguments(p)
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--deadline-s", type=float, default=540)
-    p.add_argument("--repeat", type=int, default=1, help="runs of each variant; the table shows each one's median")
+    p.add_argument("--repeat", "--repeats", type=int, default=1, help="runs of each variant; the table shows each one's median")
     p.add_argument(
         "--repeat-variants",
         default="",
-        help="with --repeat N: only these variants run N times (e.g. plain,cold, the ratio the targets need three of); "
+        help="with --repeats N: only these variants run N times (e.g. plain,default, the ratio the targets need three of); "
         "the others run once. Default: every variant",
     )
     p.add_argument(
@@ -335,6 +576,10 @@ def main() -> int:
         help="one more variant: kiln cold with these variables set, run after the others (to measure what one part costs)",
     )
     a = p.parse_args()
+    shapes = a.shapes.split(",")
+    unknown = [s for s in shapes if s != LAYOUT_JOB and s not in corpus.SHAPES]
+    if unknown:
+        p.error(f"--shapes: not a job: {', '.join(unknown)} ({LAYOUT_JOB} or {', '.join(corpus.SHAPES)})")
     a.probes = {}
     for spec in a.probe:
         name, _, assignments = spec.partition(":")
@@ -344,15 +589,23 @@ def main() -> int:
     a.work.mkdir(parents=True, exist_ok=True)
     a.out.mkdir(parents=True, exist_ok=True)
     runner = Runner(a)
-    results: dict[str, dict[str, dict]] = {}
-    for layout in a.layouts.split(","):
-        print(f"==> layout {layout}", flush=True)
-        results[layout] = runner.layout(layout)
-        write_json(a.out / "layouts.json", results)
-    md = table(results) + twins(results)
+    results: dict[str, dict[str, dict[str, dict]]] = {}
+    for shape in shapes:
+        for layout in a.layouts.split(","):
+            if not runs_in(shape, layout):
+                print(f"==> {shape} {layout}: not a layout of this shape (the herd is {LAYOUT_JOB}'s; decode serves in one process)", flush=True)
+                continue
+            print(f"==> {shape} {layout}", flush=True)
+            results.setdefault(shape, {})[layout] = runner.layout(layout, shape)
+            write_json(a.out / "layouts.json", results)
+            (a.out / "layouts.md").write_text(report(results) + "\n")
+    md = report(results)
+    if runner.skipped:
+        md += "\n\nSkipped for time (not run, or cut at the deadline): " + "; ".join(runner.skipped) + "\n"
+        print(f"!! SKIPPED for time: {'; '.join(runner.skipped)}", flush=True)
     (a.out / "layouts.md").write_text(md + "\n")
     print(md)
-    return 0
+    return 3 if runner.skipped else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,124 @@
+"""A cold fleet starting one job together, on the CPU with a real torch: three kilnd hosts on one
+kiln-cache, each running two gloo ranks of one DDP job (six ranks), with nothing stored anywhere.
+Each distinct graph is compiled once in the whole fleet, by one rank; every other rank loads it;
+and the losses are eager torch's. A host killed while it compiles a graph loses its claim within
+the fleet lease's life, and a rank of another host compiles the graph instead.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness import CacheServer, Kilnd, Redis, metric
+
+sys.path.insert(0, str(Path(__file__).with_name("corpus")))
+import runner  # noqa: E402 - the corpus's directory is put on the path first
+
+pytest.importorskip("torch", reason="torch is not installed in this interpreter")
+
+HOSTS = 3
+RANKS_A_HOST = 2
+#: A fleet lease's life here: a dead host's claim passes to another within it.
+LEASE_TTL_MS = 4000
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Any:
+    redis = Redis(tmp_path / "redis")
+    cache = CacheServer(tmp_path / "kiln-cache", redis)
+    hosts = [Kilnd(tmp_path / f"host-{i}", remote=cache, config=f"lease_ttl_ms = {LEASE_TTL_MS}\n") for i in range(HOSTS)]
+    yield hosts
+    for h in hosts:
+        h.stop()
+    cache.stop()
+    redis.kill9()
+
+
+def start_rank(shape: str, host: Kilnd, rank: int, local_rank: int, world: int, local_world: int, port: int, tmp: Path, **extra: str) -> subprocess.Popen[str]:
+    env = runner.clean_env()
+    env.update(runner.kiln_env(host.uri), KILN_TORCH_SNAPSHOT="0", KILN_TORCH_JOB="fleet-job")
+    env.update(LAYOUT="ddp" if world > 1 else "single", RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(local_rank))
+    env.update(LOCAL_WORLD_SIZE=str(local_world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    env.update(TORCHINDUCTOR_CACHE_DIR=str(tmp / f"inductor-{rank}"), TRITON_CACHE_DIR=str(tmp / f"triton-{rank}"))
+    env.update(extra)
+    return subprocess.Popen(
+        [sys.executable, str(runner.HERE / f"{shape}.py")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+
+
+def result(p: subprocess.Popen[str], what: str) -> dict[str, Any]:
+    out, err = p.communicate(timeout=900)
+    assert p.returncode == 0 and out.strip(), f"{what} exited {p.returncode}:\n{err[-4000:]}"
+    line: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    line["stderr"] = err
+    return line
+
+
+def compiled(hosts: list[Kilnd]) -> float:
+    return sum(metric(h.metrics(), 'kiln_torch_graphs_total{result="compiled"}') for h in hosts)
+
+
+def test_a_cold_fleet_compiles_each_graph_once_and_every_rank_loads_it(fleet: list[Kilnd], tmp_path: Path) -> None:
+    world = HOSTS * RANKS_A_HOST
+    port = runner.free_port()
+    procs = [
+        start_rank("model_compile", fleet[rank // RANKS_A_HOST], rank, rank % RANKS_A_HOST, world, RANKS_A_HOST, port, tmp_path / "kiln")
+        for rank in range(world)
+    ]
+    ranks = [result(p, f"rank {i}") for i, p in enumerate(procs)]
+    by_key: dict[str, int] = {}
+    for rank, r in enumerate(ranks):
+        stats = r["graphs"]
+        where = f"rank {rank}: {stats}\n{r['stderr'][-3000:]}"
+        assert stats["fallbacks"] == {}, where
+        assert stats["graphs"] and all(g["how"] == "kilnd" for g in stats["graphs"]), where
+        for g in stats["graphs"]:
+            by_key.setdefault(g["key"], 0)
+            by_key[g["key"]] += g["tier"] == "compiled"
+    # Each distinct graph (every rank's pieces share their keys) compiled by exactly one rank of
+    # the fleet, and the fleet's compiles are those: no rank compiled a graph another claimed.
+    assert len(by_key) >= 2 and all(n == 1 for n in by_key.values()), by_key
+    assert compiled(fleet) == len(by_key), (compiled(fleet), by_key)
+    # More than one rank compiled: the compile was split, not left to one rank.
+    compilers = {rank for rank, r in enumerate(ranks) for g in r["graphs"]["graphs"] if g["tier"] == "compiled"}
+    assert len(compilers) >= 2, compilers
+    eager = runner.run("model_compile", "ddp", world, tmp_path / "eager", {"COMPILE": "0"})
+    for r, e in zip(ranks, eager, strict=True):
+        assert all(math.isclose(a, b, rel_tol=1e-4) for a, b in zip(r["losses"], e["losses"], strict=True)), (r["losses"], e["losses"])
+
+
+def test_a_host_killed_mid_compile_loses_its_claim_and_another_compiles_the_graph(fleet: list[Kilnd], tmp_path: Path) -> None:
+    doomed, survivor = fleet[0], fleet[1]
+    first = start_rank("model_compile", doomed, 0, 0, 1, 1, runner.free_port(), tmp_path / "doomed")
+    # The doomed host's process holds the claim once it compiles: Inductor writes its C++ then.
+    deadline = time.monotonic() + 300
+    while not list((tmp_path / "doomed" / "inductor-0").rglob("*.cpp")):
+        assert first.poll() is None and time.monotonic() < deadline, "the first process never started compiling"
+        time.sleep(0.2)
+    second = start_rank("model_compile", survivor, 0, 0, 1, 1, runner.free_port(), tmp_path / "survivor")
+    time.sleep(3.0)  # the second asks, and waits for the first's compile
+    os.killpg(first.pid, signal.SIGKILL)
+    doomed.proc.send_signal(signal.SIGKILL)
+    killed = time.monotonic()
+    r = result(second, "the survivor")
+    waited = time.monotonic() - killed
+    stats = r["graphs"]
+    where = f"{stats}\n{r['stderr'][-3000:]}"
+    # It did not give up waiting (late), and its own process compiled the graph once the dead
+    # host's lease expired: the graph was compiled once more, by it.
+    assert stats["fallbacks"] == {}, where
+    (graph,) = stats["graphs"]
+    assert graph["how"] == "kilnd" and graph["tier"] == "compiled", where
+    assert compiled([survivor]) == 1, where
+    # Bounded: the lease's life plus its own compile (charged in its record), with slack for a
+    # loaded 2-core machine.
+    assert waited <= LEASE_TTL_MS / 1000 + graph["compile_s"] + 60, (waited, graph["compile_s"])
