@@ -97,6 +97,11 @@ impl Auditor {
     /// Holds `envelope` (a verified kernel of an unvetted publisher) for this host's compile of
     /// `key`, which [`Auditor::take_held`] compares it with.
     pub fn hold(&self, key: &CacheKey, envelope: Vec<u8>, provenance: Option<Provenance>) {
+        if self.vetting.held.contains_key(key) {
+            // Fetched again on the way to this host's compile (the lease's look): one hold.
+            self.vetting.held.insert(*key, Arc::new(Held { envelope, provenance: provenance.unwrap_or_default() }));
+            return;
+        }
         self.metrics.vetting("held");
         tracing::info!(%key, publisher = ?provenance.as_ref().map(|p| (&p.host, &p.token)), "fleet kernel of an unvetted publisher: compiling it here first");
         let held = Held { envelope, provenance: provenance.unwrap_or_default() };
