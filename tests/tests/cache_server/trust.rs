@@ -219,7 +219,7 @@ fn two_writers(config: &str) -> (kiln_tests::redis::RedisServer, kiln_tests::red
 
 /// Whether kiln-cache answers `k` with a vetted publisher.
 async fn vetted(cache: &kiln_tests::redis::CacheServer, k: &CacheKey) -> bool {
-    match cache.client(READ_TOKEN).get(k).await.unwrap() {
+    match cache.client(READ_TOKEN).get(k).await.expect("kiln-cache answers") {
         Lookup::Hit(_, Some(p)) => p.vetted,
         other => panic!("no artifact under {k}: {other:?}"),
     }
