@@ -10,7 +10,7 @@ use crate::{Acquired, CacheClient, Call, ClientError, Events, Lookup, PublishEve
 use kiln_proto::CacheKey;
 use kiln_proto::pb::{
     HostReport, NegativeEntry, QuarantineListRequest, QuarantineListResponse, QuarantineResponse, TorchJobLedger,
-    TorchJobReturn, TorchJobsReply, TorchProcessCosts,
+    TorchJobReturn, TorchJobsReply, TorchProcessCosts, VouchResponse,
 };
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -261,6 +261,11 @@ impl CacheClient for FakeCache {
 
     fn list_quarantine(&self, _: QuarantineListRequest) -> Call<'_, QuarantineListResponse> {
         self.answer(|_| QuarantineListResponse::default())
+    }
+
+    /// Takes every vouch, but keeps no vetting: its Gets never say vetted.
+    fn vouch<'a>(&'a self, _: &'a CacheKey, _: &'a blake3::Hash) -> Call<'a, VouchResponse> {
+        self.answer(|_| VouchResponse { vetted: true, ..Default::default() })
     }
 
     fn redis_up(&self) -> Call<'_, bool> {

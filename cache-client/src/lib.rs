@@ -296,6 +296,18 @@ impl RemoteCache {
         Ok(self.inner.clone().quarantine(req).await?.into_inner())
     }
 
+    /// Reports that the envelope `served` (blake3) under `key` is what this host's own compile
+    /// of the key's inputs gives: kiln-cache vets its publisher for the fleet, unless it may not
+    /// (the answer says why).
+    pub async fn vouch(&self, key: &CacheKey, served: &blake3::Hash) -> Result<pb::VouchResponse, ClientError> {
+        let req = self.request(pb::VouchRequest {
+            key: key.to_hex(),
+            served_digest: served.to_hex().to_string(),
+            reporter_host: self.host.clone(),
+        });
+        Ok(self.inner.clone().vouch(req).await?.into_inner())
+    }
+
     /// Quarantine records from `since_ms` on, oldest first.
     pub async fn list_quarantine(&self, since_ms: u64, limit: u32) -> Result<pb::QuarantineListResponse, ClientError> {
         self.list_records(pb::QuarantineListRequest { since_ms, limit, conflicts: false }).await

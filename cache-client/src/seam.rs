@@ -9,7 +9,7 @@ use futures_util::Stream;
 use kiln_proto::CacheKey;
 use kiln_proto::pb::{
     HostReport, QuarantineListRequest, QuarantineListResponse, QuarantineResponse, TorchJobReturn, TorchJobsReply,
-    TorchProcessCosts,
+    TorchProcessCosts, VouchResponse,
 };
 use std::future::Future;
 use std::pin::Pin;
@@ -50,6 +50,8 @@ pub trait CacheClient: Send + Sync + std::fmt::Debug {
     ) -> Call<'a, QuarantineResponse>;
     /// The fleet's quarantine records (or conflicting writes) as `request` asks.
     fn list_quarantine(&self, request: QuarantineListRequest) -> Call<'_, QuarantineListResponse>;
+    /// Reports that the envelope `served` under `key` is what this host compiles from its inputs.
+    fn vouch<'a>(&'a self, key: &'a CacheKey, served: &'a blake3::Hash) -> Call<'a, VouchResponse>;
     /// Whether Redis answers kiln-cache (kiln-cache answers while Redis is down): the probe's
     /// question.
     fn redis_up(&self) -> Call<'_, bool>;
@@ -127,6 +129,10 @@ impl CacheClient for RemoteCache {
 
     fn list_quarantine(&self, request: QuarantineListRequest) -> Call<'_, QuarantineListResponse> {
         Box::pin(RemoteCache::list_records(self, request))
+    }
+
+    fn vouch<'a>(&'a self, key: &'a CacheKey, served: &'a blake3::Hash) -> Call<'a, VouchResponse> {
+        Box::pin(RemoteCache::vouch(self, key, served))
     }
 
     fn redis_up(&self) -> Call<'_, bool> {

@@ -78,6 +78,11 @@ pub struct FileConfig {
     pub drain_secs: Option<u64>,
     pub hot_values_mb: Option<u64>,
     pub hot_values_ms: Option<u64>,
+    /// Whose kernels the fleet runs: "first-use" (default), "sample" or "trusted-writers".
+    pub vet: Option<kiln_proto::vet::VetPolicy>,
+    /// Under `vet = "trusted-writers"`: the token ids (`tok-…`) that may put kernels.
+    #[serde(default)]
+    pub trusted_writers: Vec<String>,
 }
 
 impl FileConfig {
@@ -107,6 +112,15 @@ pub enum ConfigError {
     HalfTls,
     #[error("{0}")]
     Limit(&'static str),
+    #[error(
+        "trusted_writers: {0:?} is not a token id (`tok-` and 12 hex characters, as kiln-cache logs and records it; never the token itself)"
+    )]
+    TrustedWriter(String),
+}
+
+/// Whether `s` reads as a token id (`kiln_proto::auth::Caller`'s `tok-` and 12 hex characters).
+fn is_token_id(s: &str) -> bool {
+    s.strip_prefix("tok-").is_some_and(|hex| hex.len() == 12 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// Limits on what one request may ask for.
@@ -150,6 +164,10 @@ pub struct Config {
     /// `hot.rs` for why a fleet restart needs them.
     pub hot_values_bytes: u64,
     pub hot_values_ttl: Duration,
+    /// Whose kernels the fleet runs (see `crate::trust`).
+    pub vet: kiln_proto::vet::VetPolicy,
+    /// The token ids that may put kernels under `trusted-writers`.
+    pub trusted_writers: Vec<String>,
 }
 
 const MIB: u64 = 1024 * 1024;
@@ -206,6 +224,9 @@ impl Config {
                 "max_artifact_mb must not exceed max_message_mb: such an artifact could never arrive",
             ));
         }
+        if let Some(bad) = file.trusted_writers.iter().find(|t| !is_token_id(t)) {
+            return Err(ConfigError::TrustedWriter(bad.clone()));
+        }
         if limits.lease_min > limits.lease_max || limits.negative_ttl > limits.max_negative_ttl {
             return Err(ConfigError::Limit(
                 "a minimum exceeds its maximum (lease_min_ms/lease_max_ms or negative_ttl_secs)",
@@ -226,6 +247,8 @@ impl Config {
             limits,
             hot_values_bytes: file.hot_values_mb.unwrap_or(256) * MIB,
             hot_values_ttl: Duration::from_millis(file.hot_values_ms.unwrap_or(2000)),
+            vet: file.vet.unwrap_or_default(),
+            trusted_writers: file.trusted_writers.clone(),
         })
     }
 }
@@ -320,5 +343,13 @@ mod tests {
         let file = FileConfig { max_artifact_mb: Some(512), ..Default::default() };
         assert!(matches!(Config::merge(&Flags::default(), &file, Some(TOKENS)), Err(ConfigError::Limit(_))));
         assert!(toml::from_str::<FileConfig>("lisen = \"x\"").is_err());
+        let file = FileConfig { trusted_writers: vec!["write-token-0123456789".into()], ..Default::default() };
+        let refused = Config::merge(&Flags::default(), &file, Some(TOKENS)).unwrap_err();
+        assert!(refused.to_string().contains("trusted_writers"), "{refused}");
+        assert!(toml::from_str::<FileConfig>("vet = \"trusted\"").is_err());
+        let file: FileConfig =
+            toml::from_str("vet = \"trusted-writers\"\ntrusted_writers = [\"tok-0123456789ab\"]").unwrap();
+        let c = Config::merge(&Flags::default(), &file, Some(TOKENS)).unwrap();
+        assert_eq!((c.vet, c.trusted_writers.len()), (kiln_proto::vet::VetPolicy::TrustedWriters, 1));
     }
 }

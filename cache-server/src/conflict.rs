@@ -22,9 +22,8 @@ use kiln_proto::envelope::{
     Artifact, INTERNAL_TOOLCHAIN_PREFIX, SNAPSHOT_INDEX_NAMESPACE, SNAPSHOT_MANIFEST_NAMESPACE,
 };
 use kiln_proto::launch::{self, Launch};
-
-/// The toolchain prefix of a blob's envelope (`blob/<namespace>`).
-const BLOB_TOOLCHAIN_PREFIX: &str = "blob/";
+use kiln_proto::vet::BLOB_TOOLCHAIN_PREFIX;
+pub use kiln_proto::vet::is_kernel;
 
 /// How an offered artifact compares with the one its key holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,11 +35,6 @@ pub enum Judgement {
     Update,
     /// Different; `detail` says where. `kernel`: refuse the offer (see the module doc).
     Conflict { detail: String, kernel: bool },
-}
-
-/// Whether an artifact of `toolchain` is a kernel, whose key has one right answer.
-pub fn is_kernel(toolchain: &str) -> bool {
-    !toolchain.starts_with(BLOB_TOOLCHAIN_PREFIX) && !toolchain.starts_with(INTERNAL_TOOLCHAIN_PREFIX)
 }
 
 /// Whether an artifact of `toolchain` is one of kiln's own records that kilnd rewrites under one

@@ -49,6 +49,11 @@ pub enum Error {
         "key {key}: holds a different artifact ({held_by}'s publish; {detail}); a key has one right answer, so this Put was refused and recorded as a conflict for the fleet audit"
     )]
     Conflict { key: String, held_by: String, detail: String },
+    /// Under `vet = "trusted-writers"`, a kernel put with a token not listed.
+    #[error(
+        "envelope: this fleet takes kernels only from the token ids in trusted_writers (vet = \"trusted-writers\"), and {token} is not one; blobs and snapshot files are still taken"
+    )]
+    UntrustedWriter { token: String },
     /// Writers kept replacing the key while this Put judged what it held.
     #[error("key {key}: other writers kept replacing it; retry the Put")]
     Contended { key: String },
@@ -70,6 +75,7 @@ impl Error {
             | Error::BadHolder
             | Error::BadField { .. } => Code::InvalidArgument,
             Error::Auth(e) => e.code(),
+            Error::UntrustedWriter { .. } => Code::PermissionDenied,
             Error::Quarantined { .. } | Error::Conflict { .. } => Code::FailedPrecondition,
             Error::Contended { .. } => Code::Aborted,
             Error::Redis(e) | Error::Announce(e) if is_out_of_memory(e) => Code::ResourceExhausted,

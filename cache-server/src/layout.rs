@@ -126,6 +126,11 @@ pub fn conflict_key(key: &CacheKey) -> String {
 
 pub const CONFLICTS: &str = "kiln:v1:{audit}:conflicts";
 
+/// The fleet's vetting (see `crate::trust`): publishers an auditor vouched for, and publishers
+/// quarantined since, each a set of publisher ids (`<token id> <host>`) in one slot.
+pub const VETTED: &str = "kiln:v1:{trust}:vetted";
+pub const DISTRUSTED: &str = "kiln:v1:{trust}:distrusted";
+
 /// Why a stored value was refused on read. Each means: delete it, count it, answer a miss.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LayoutError {

@@ -43,6 +43,7 @@ pub mod server;
 pub(crate) mod service;
 pub(crate) mod status;
 pub(crate) mod store;
+pub(crate) mod trust;
 pub(crate) mod validate;
 
 pub use kiln_proto::pb;

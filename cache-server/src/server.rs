@@ -12,6 +12,7 @@ use crate::hot::HotValues;
 use crate::metrics::Metrics;
 use crate::service::CacheService;
 use crate::store::Store;
+use crate::trust::Trust;
 use kiln_proto::pb::artifact_cache_server::ArtifactCacheServer;
 use kiln_serve::auth::TokenLayer;
 use std::future::Future;
@@ -94,7 +95,13 @@ pub async fn run(
     background.spawn(redis.clone().watch_topology(stop.clone()));
     background.spawn(crate::status::run_flusher(redis.clone(), Arc::clone(&metrics), stop.clone()));
     background.spawn(crate::status::run_job_exporter(redis.clone(), Arc::clone(&metrics), stop.clone()));
-    let status = Arc::new(crate::status::FleetPage::new(redis));
+    let trust = Arc::new(Trust::new(config.vet, config.trusted_writers.clone()));
+    let vet_warning = trust.warning(config.tokens.is_empty());
+    if let Some(warning) = &vet_warning {
+        tracing::warn!("{warning}");
+    }
+    background.spawn(crate::trust::refresh(Arc::clone(&trust), store.clone(), stop.clone()));
+    let status = Arc::new(crate::status::FleetPage::new(redis).with_vetting(trust.policy(), vet_warning));
     let mode = store.mode();
     let service = Arc::new(CacheService {
         store,
@@ -103,6 +110,7 @@ pub async fn run(
         limits: config.limits.clone(),
         stop: stop.clone(),
         status: Arc::clone(&status),
+        trust,
     });
 
     let limit = config.limits.max_message_bytes;

@@ -14,6 +14,7 @@ mod leases;
 mod ledger;
 mod ops;
 mod quarantine;
+mod vouch;
 mod watch;
 
 pub use ops::{needs, refused};
@@ -24,6 +25,7 @@ use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::status::{FleetPage, hosts};
 use crate::store::Store;
+use crate::trust::Trust;
 use futures_util::Stream;
 use kiln_proto::auth::Caller;
 use kiln_proto::pb::artifact_cache_server::ArtifactCache;
@@ -32,7 +34,7 @@ use kiln_proto::pb::{
     CachePutRequest, CachePutResponse, CacheStatsRequest, CacheStatsResponse, HostReport, HostReportResponse,
     LeaseRequest, LeaseResponse, ManifestGetRequest, ManifestGetResponse, ManifestPutRequest, QuarantineListRequest,
     QuarantineListResponse, QuarantineRequest, QuarantineResponse, TorchJobReport, TorchJobReturn, TorchJobsReply,
-    TorchJobsRequest, WatchPublishRequest,
+    TorchJobsRequest, VouchRequest, VouchResponse, WatchPublishRequest,
 };
 use ops::Op;
 use std::future::Future;
@@ -55,6 +57,8 @@ pub struct CacheService {
     pub stop: CancellationToken,
     /// The fleet status page, which stores host reports.
     pub status: Arc<FleetPage>,
+    /// The fleet's vetting of publishers, and the `vet` policy on Puts.
+    pub trust: Arc<Trust>,
 }
 
 impl CacheService {
@@ -127,6 +131,11 @@ impl ArtifactCache for CacheService {
         request: Request<QuarantineListRequest>,
     ) -> Result<Response<QuarantineListResponse>, Status> {
         self.serve(Op::ListQuarantine, request, |req| self.list_quarantine(req)).await
+    }
+
+    async fn vouch(&self, request: Request<VouchRequest>) -> Result<Response<VouchResponse>, Status> {
+        let caller = caller(&request);
+        self.serve(Op::Vouch, request, |req| self.vouch(req, caller)).await
     }
 
     async fn contains(
@@ -220,6 +229,7 @@ mod tests {
             limits: config.limits,
             stop: CancellationToken::new(),
             status,
+            trust: Arc::new(Trust::new(config.vet, config.trusted_writers.clone())),
         }
     }
 
@@ -252,9 +262,16 @@ mod tests {
             assert_eq!(Op::from_path(&format!("{SERVICE_PATH}{}", op.name())).map(Op::name), Some(op.name()));
             assert_eq!(needs(&format!("{SERVICE_PATH}{}", op.name())), Some(op.needs()));
         }
-        for write in
-            ["Put", "PutManifest", "AcquireLease", "RenewLease", "ReleaseLease", "ReportHost", "ReportTorchJob"]
-        {
+        for write in [
+            "Put",
+            "PutManifest",
+            "AcquireLease",
+            "RenewLease",
+            "ReleaseLease",
+            "ReportHost",
+            "ReportTorchJob",
+            "Vouch",
+        ] {
             assert_eq!(needs(&format!("{SERVICE_PATH}{write}")), Some(Access::Write), "{write}");
         }
         for read in ["Get", "BatchGet", "Contains", "GetManifest", "WatchPublish", "CacheStats", "ListTorchJobs"] {

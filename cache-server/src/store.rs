@@ -14,6 +14,7 @@ mod conflict;
 mod quarantine;
 mod timeline;
 pub mod torch_jobs;
+mod trust;
 
 pub use conflict::newest as newest_conflicts;
 pub use quarantine::{MAX_LIST, Quarantined, newest as newest_quarantines};

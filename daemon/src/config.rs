@@ -118,6 +118,10 @@ pub struct FileConfig {
     pub audit: Option<bool>,
     /// How often the fleet's quarantine list is read.
     pub quarantine_poll_ms: Option<u64>,
+    /// Whose kernels this host runs: "first-use" (default), "sample" or "trusted-writers".
+    pub vet: Option<kiln_proto::vet::VetPolicy>,
+    /// Under `vet = "trusted-writers"`: the token ids (`tok-…`) whose kernels are served.
+    pub trusted_writers: Option<Vec<String>>,
     pub concurrency: Option<usize>,
     pub cuda_root: Option<PathBuf>,
     pub python: Option<PathBuf>,
@@ -229,6 +233,8 @@ pub struct Remote {
     pub leases: bool,
     pub audit: crate::core::audit::Policy,
     pub quarantine_poll: Duration,
+    /// Under `vet = "trusted-writers"`, the token ids whose kernels are served unvetted.
+    pub trusted_writers: Vec<String>,
 }
 
 impl std::fmt::Debug for Remote {
@@ -241,6 +247,7 @@ impl std::fmt::Debug for Remote {
             .field("leases", &self.leases)
             .field("audit", &self.audit)
             .field("quarantine_poll", &self.quarantine_poll)
+            .field("trusted_writers", &self.trusted_writers)
             .finish()
     }
 }
@@ -313,6 +320,7 @@ impl Config {
                 leases: file.fleet_leases.unwrap_or(true),
                 audit: audit_policy(flags, file),
                 quarantine_poll: Duration::from_millis(file.quarantine_poll_ms.unwrap_or(1000).clamp(100, 600_000)),
+                trusted_writers: file.trusted_writers.clone().unwrap_or_default(),
             }),
             concurrency: flags.concurrency.or(file.concurrency).unwrap_or(defaults.cores).max(1),
             cuda_root: flags.cuda_root.clone().or_else(|| file.cuda_root.clone()),
@@ -339,6 +347,7 @@ fn audit_policy(flags: &Flags, file: &FileConfig) -> crate::core::audit::Policy 
         rate: finite(flags.audit_rate.or(file.audit_rate), defaults.rate).clamp(0.0, 1.0),
         cpu_share: finite(file.audit_cpu_share, defaults.cpu_share).clamp(0.001, 1.0),
         enabled: file.audit.unwrap_or(defaults.enabled),
+        vet: file.vet.unwrap_or(defaults.vet),
     }
 }
 

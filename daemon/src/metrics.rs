@@ -148,6 +148,8 @@ pub struct Metrics {
     pub misses: Family<MissLabels, Counter>,
     /// Audits of fleet artifacts by result: clean | mismatch | absent | failed | dropped.
     pub audits: Family<ResultLabels, Counter>,
+    /// Fleet kernels of unvetted publishers: held (compiled here instead), vouched, mismatch.
+    pub vetting: Family<ResultLabels, Counter>,
     /// Audits that found a fleet artifact differing from this host's compile, by its publisher.
     pub audit_mismatches: Family<PublisherLabels, Counter>,
     /// Quarantined keys this host knows of.
@@ -197,6 +199,7 @@ impl Metrics {
             snapshot_restore_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 17)),
             misses: Family::default(),
             audits: Family::default(),
+            vetting: Family::default(),
             audit_mismatches: Family::default(),
             quarantined_keys: Gauge::default(),
             quarantine_refusals: Counter::default(),
@@ -294,6 +297,11 @@ impl Metrics {
         );
         registry.register("audits", "Audits of fleet artifacts by result", m.audits.clone());
         registry.register(
+            "vetting",
+            "Fleet kernels of publishers not yet vetted, compiled here before use, by result",
+            m.vetting.clone(),
+        );
+        registry.register(
             "audit_mismatches",
             "Fleet artifacts that differed from this host's compile of their inputs, by publisher",
             m.audit_mismatches.clone(),
@@ -364,6 +372,10 @@ impl Metrics {
 
     pub fn audit(&self, result: &'static str) {
         self.audits.get_or_create(&ResultLabels { result }).inc();
+    }
+
+    pub fn vetting(&self, result: &'static str) {
+        self.vetting.get_or_create(&ResultLabels { result }).inc();
     }
 
     pub fn audit_mismatch(&self, publisher: &str) {

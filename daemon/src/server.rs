@@ -150,7 +150,13 @@ pub async fn build(config: &Config) -> anyhow::Result<Built> {
                 negative_ttl: config.limits.negative_ttl,
                 max_artifact_bytes: config.limits.max_artifact_bytes,
             };
-            let auditor = Arc::new(Auditor::new(r.audit, Arc::clone(&metrics)));
+            let mut auditor =
+                Auditor::new(r.audit, Arc::clone(&metrics)).with_trusted_writers(r.trusted_writers.clone());
+            if let Some(warning) = auditor.vet_warning(token.is_empty()) {
+                tracing::warn!("{warning}");
+                auditor = auditor.in_anonymous_fleet();
+            }
+            let auditor = Arc::new(auditor);
             let fleet = Fleet::new(settings, Arc::clone(&tier), auditor, Arc::clone(&metrics));
             tracing::info!(uri = %r.uri, leases = r.leases, audit = ?r.audit, "fleet cache configured");
             (Some(tier), Some(fleet))

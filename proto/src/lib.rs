@@ -37,6 +37,7 @@ pub mod probe;
 pub mod target;
 pub mod torch_ledger;
 pub mod units;
+pub mod vet;
 
 /// Generated `kiln.v1` code. Re-exported as `pb`, as tonic-health does, so that domain types stay
 /// apart from wire types.

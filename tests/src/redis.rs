@@ -309,9 +309,17 @@ pub struct CacheServer {
 
 impl CacheServer {
     /// A kilnd host of this fleet cache, writing with [`WRITE_TOKEN`]; `config` adds lines to its
-    /// config file.
+    /// config file. Every such host shares the token, so none can vouch for another (a writer
+    /// cannot vouch for its own token): unless `config` sets `vet`, they serve each other's
+    /// kernels as `vet = "sample"` does, which is what the tests of sharing want. The tests of
+    /// vetting set `vet` and give hosts tokens of their own.
     pub fn host(&self, config: &str) -> crate::daemon::Daemon {
-        crate::daemon::Daemon::start(crate::daemon::Daemon::fleet_options(&self.uri(), WRITE_TOKEN, config))
+        let config = if config.lines().any(|l| l.trim_start().starts_with("vet ")) {
+            config.to_owned()
+        } else {
+            format!("vet = \"sample\"\n{config}")
+        };
+        crate::daemon::Daemon::start(crate::daemon::Daemon::fleet_options(&self.uri(), WRITE_TOKEN, &config))
     }
 
     /// Starts a kiln-cache and waits until it accepts connections and serves `/metrics`.

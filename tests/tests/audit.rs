@@ -21,7 +21,9 @@ use tonic::Code;
 const WRITER_HOST: &str = "gone-bad";
 
 /// Every artifact audited, with all of a CPU, and the quarantine list read often.
-const AUDIT_ALL: &str = "audit_rate = 1.0\naudit_cpu_share = 1.0\nquarantine_poll_ms = 200\n";
+/// Under `vet = "sample"`: these are the tests of the audit after the answer (the vetting
+/// before it is tests/tests/vetting.rs).
+const AUDIT_ALL: &str = "vet = \"sample\"\naudit_rate = 1.0\naudit_cpu_share = 1.0\nquarantine_poll_ms = 200\n";
 
 fn metric(d: &Daemon, series: &str) -> f64 {
     sample(&d.metrics_text(), series).unwrap_or(0.0)

@@ -106,6 +106,8 @@ pub async fn run(bench: &Bench, fleet: &Fleet) -> Result<Section> {
             token: "tok-0123456789ab".into(),
             unix_ms: 1,
             disputed: false,
+            // A vetted publisher's artifact: the hit path kilnd serves from the fleet.
+            vetted: true,
         }),
     };
     let (_floor, floor_uri) = super::floor::cache(canned)?;

@@ -212,6 +212,7 @@ floor_service! {
         report_host(pb::HostReport) -> pb::HostReportResponse;
         quarantine(pb::QuarantineRequest) -> pb::QuarantineResponse;
         list_quarantine(pb::QuarantineListRequest) -> pb::QuarantineListResponse;
+        vouch(pb::VouchRequest) -> pb::VouchResponse;
         report_torch_job(pb::TorchJobReport) -> pb::TorchJobReturn;
         list_torch_jobs(pb::TorchJobsRequest) -> pb::TorchJobsReply;
     }

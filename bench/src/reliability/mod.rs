@@ -26,6 +26,8 @@
 //!     partition, not a kill, under a herd; a replica takes over, the old master rejoins.
 //! 14. [`writer_gone_bad`]: writers publish wrong cubins under right keys, naming their own host,
 //!     none, or an honest host's; refused over honest bytes, caught by the audit where first.
+//! 15. [`publish_first`]: writers that publish first (anonymous, a fresh token, a vetted token
+//!     turned bad) against fresh hosts fetching at once; wrong cubins served, counted.
 //!
 //! Shared pieces: [`graphs`] (the kernels and their reference bytes), [`herd`] (fleet hosts and
 //! a herd on one graph), [`redis_cluster`] (a Redis Cluster as containers), [`load`] (many
@@ -46,6 +48,7 @@ pub mod holder_partition;
 pub mod kill_disk;
 pub mod kilnd_clients;
 pub mod load;
+pub mod publish_first;
 pub mod publisher_lost;
 pub mod redis_cluster;
 pub mod redis_flush;
@@ -117,7 +120,7 @@ impl Run {
 }
 
 /// The scenarios, numbered as in the report.
-pub const SCENARIOS: [&str; 14] = [
+pub const SCENARIOS: [&str; 15] = [
     kilnd_clients::TITLE,
     cache_clients::TITLE,
     soak::TITLE,
@@ -132,6 +135,7 @@ pub const SCENARIOS: [&str; 14] = [
     publisher_lost::TITLE,
     cluster_partition::TITLE,
     writer_gone_bad::TITLE,
+    publish_first::TITLE,
 ];
 
 /// How long scenario `n` (1-based) may run before it is stopped and counted as failed: every
@@ -146,6 +150,8 @@ pub fn bound(n: usize, options: &Options) -> Duration {
         13 => 300,
         // Six cases of a cache, nine kilnds and three herds each.
         14 => 600,
+        // Three cases of a cache and up to eight kilnds each.
+        15 => 300,
         _ => 180,
     };
     Duration::from_secs(secs)
@@ -168,6 +174,7 @@ pub async fn scenario(n: usize, run: &Run, out: &mut Outcome) -> Result<()> {
         12 => publisher_lost::run(run, out).await,
         13 => cluster_partition::run(run, out).await,
         14 => writer_gone_bad::run(run, out).await,
+        15 => publish_first::run(run, out).await,
         _ => Err(anyhow!("there is no scenario {n}")),
     }
 }

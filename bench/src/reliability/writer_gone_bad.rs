@@ -305,7 +305,7 @@ async fn case(
 }
 
 /// What `key` holds, with its provenance; the honest host's publish may still be on its way.
-async fn held(cache: &RemoteCache, key: &CacheKey) -> Result<(Vec<u8>, Option<Provenance>)> {
+pub(super) async fn held(cache: &RemoteCache, key: &CacheKey) -> Result<(Vec<u8>, Option<Provenance>)> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         if let Lookup::Hit(sealed, provenance) = cache.get(key).await? {
@@ -319,7 +319,7 @@ async fn held(cache: &RemoteCache, key: &CacheKey) -> Result<(Vec<u8>, Option<Pr
 }
 
 /// The honest envelope under `key` with the cubin's last byte flipped, sealed under the key.
-async fn wrong_envelope(cache: &RemoteCache, key: &CacheKey) -> Result<Vec<u8>> {
+pub(super) async fn wrong_envelope(cache: &RemoteCache, key: &CacheKey) -> Result<Vec<u8>> {
     let (sealed, _) = held(cache, key).await?;
     let honest = envelope::open(&sealed, key, u64::MAX)?;
     Ok(flipped(key, &honest))
@@ -354,7 +354,7 @@ async fn audits_settled(daemons: &[Kilnd], n: usize) -> Result<usize> {
     }
 }
 
-fn errors(h: &Herd) -> usize {
+pub(super) fn errors(h: &Herd) -> usize {
     h.errors.len() + h.failed_hosts()
 }
 

@@ -11,6 +11,7 @@ use crate::layout::LayoutError;
 use crate::metrics::{ConflictLabels, Metrics};
 use crate::status::tally::now_ms;
 use crate::store::{Entry, Lookup, Refused, Store, Stored};
+use crate::trust::Trust;
 use crate::validate;
 use futures_util::StreamExt;
 use kiln_proto::CacheKey;
@@ -39,20 +40,20 @@ const VERIFY_INLINE_BYTES: usize = 1 << 20;
 impl CacheService {
     pub(super) async fn get(&self, req: CacheGetRequest) -> Result<CacheGetResponse, Error> {
         let key = validate::key("key", &req.key)?;
-        lookup(self.store.clone(), Arc::clone(&self.metrics), key, "get").await
+        lookup(self.store.clone(), Arc::clone(&self.metrics), &self.trust, key, "get").await
     }
 
     pub(super) async fn batch_get(&self, req: CacheBatchGetRequest) -> Result<BatchGetStream, Error> {
         let keys = validate::keys("keys", &req.keys, self.limits.max_batch_keys)?;
-        let (store, metrics) = (self.store.clone(), Arc::clone(&self.metrics));
+        let (store, metrics, trust) = (self.store.clone(), Arc::clone(&self.metrics), Arc::clone(&self.trust));
         let chunks: Vec<Vec<CacheKey>> = keys.chunks(BATCH_CHUNK).map(<[CacheKey]>::to_vec).collect();
         let answers = futures_util::stream::iter(chunks)
             .map(move |chunk| {
-                let (store, metrics) = (store.clone(), Arc::clone(&metrics));
+                let (store, metrics, trust) = (store.clone(), Arc::clone(&metrics), Arc::clone(&trust));
                 async move {
                     let found = store.get_many(&chunk).await;
                     let answers = chunk.into_iter().zip(found).map(|(key, found)| {
-                        let answer = respond(&metrics, key, found, "batch_get");
+                        let answer = respond(&metrics, &trust, key, found, "batch_get");
                         match &answer {
                             Ok(_) => {
                                 metrics.redis_up.set(1);
@@ -95,8 +96,15 @@ impl CacheService {
                     return Err(Error::TooLarge { field: "envelope", size: bytes.len() as u64, limit });
                 }
                 let (bytes, offered) = verify(bytes, key, limit).await?;
-                let provenance =
-                    Provenance { host: req.publisher_host, token: caller.token_id, unix_ms: now_ms(), disputed: false };
+                if conflict::is_kernel(&offered.meta.toolchain) {
+                    self.trust.admits_kernel_from(&caller)?;
+                }
+                let provenance = Provenance {
+                    host: req.publisher_host,
+                    token: caller.token_id,
+                    unix_ms: now_ms(),
+                    ..Default::default()
+                };
                 let judge = |held: &[u8]| match envelope::open(held, &key, limit) {
                     Ok(held) => conflict::judge(&held, &offered),
                     // Verified when it was stored: damaged since, it is no evidence of anything.
@@ -219,16 +227,19 @@ fn corrupt(metrics: &Metrics, key: &CacheKey, why: &LayoutError) {
 pub(super) async fn lookup(
     store: Store,
     metrics: Arc<Metrics>,
+    trust: &Trust,
     key: CacheKey,
     via: &'static str,
 ) -> Result<CacheGetResponse, Error> {
     let found = store.get(&key).await;
-    respond(&metrics, key, found, via)
+    respond(&metrics, trust, key, found, via)
 }
 
-/// One key's answer from what the store `found`, counted for `via`.
+/// One key's answer from what the store `found`, counted for `via`; its provenance says whether
+/// the publisher is vetted, as this replica knows now (never as stored or cached).
 fn respond(
     metrics: &Metrics,
+    trust: &Trust,
     key: CacheKey,
     found: Result<Lookup<Entry>, Error>,
     via: &'static str,
@@ -252,5 +263,6 @@ fn respond(
     if result != "hit" {
         metrics.tally.lookup(result, None);
     }
+    trust.stamp(&mut provenance);
     Ok(CacheGetResponse { key: key.to_hex(), entry, provenance })
 }

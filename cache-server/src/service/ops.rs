@@ -22,12 +22,13 @@ pub(super) enum Op {
     ReportHost,
     Quarantine,
     ListQuarantine,
+    Vouch,
     ReportTorchJob,
     ListTorchJobs,
 }
 
 /// Every `kiln.v1.ArtifactCache` call, for mapping a gRPC path back to its [`Op`].
-pub(super) const OPS: [Op; 16] = [
+pub(super) const OPS: [Op; 17] = [
     Op::Get,
     Op::BatchGet,
     Op::Put,
@@ -42,6 +43,7 @@ pub(super) const OPS: [Op; 16] = [
     Op::ReportHost,
     Op::Quarantine,
     Op::ListQuarantine,
+    Op::Vouch,
     Op::ReportTorchJob,
     Op::ListTorchJobs,
 ];
@@ -87,6 +89,7 @@ impl Op {
             Op::ReportHost => "ReportHost",
             Op::Quarantine => "Quarantine",
             Op::ListQuarantine => "ListQuarantine",
+            Op::Vouch => "Vouch",
             Op::ReportTorchJob => "ReportTorchJob",
             Op::ListTorchJobs => "ListTorchJobs",
         }
@@ -94,7 +97,7 @@ impl Op {
 
     /// Leases are writes: a read-only client holding one would stall every other host. A host
     /// report and a torch job's account write to Redis too, and a quarantine takes an entry out
-    /// of service.
+    /// of service, and a vouch vets a publisher for the fleet.
     pub(super) fn needs(self) -> Access {
         match self {
             Op::Put
@@ -104,7 +107,8 @@ impl Op {
             | Op::ReleaseLease
             | Op::ReportHost
             | Op::ReportTorchJob
-            | Op::Quarantine => Access::Write,
+            | Op::Quarantine
+            | Op::Vouch => Access::Write,
             _ => Access::Read,
         }
     }

@@ -6,6 +6,7 @@ use super::CacheService;
 use crate::error::Error;
 use crate::metrics::PublisherLabels;
 use crate::store::{MAX_LIST, Quarantined};
+use crate::trust::publisher_id;
 use crate::validate;
 use kiln_proto::auth::Caller;
 use kiln_proto::pb::{
@@ -28,6 +29,11 @@ impl CacheService {
         };
         match self.store.quarantine(&key, served, record).await? {
             Quarantined::Now(record) => {
+                // Found wrong once, distrusted everywhere: its other kernels are vetted again
+                // before any host runs them.
+                if let Some(id) = record.publisher.as_ref().and_then(publisher_id) {
+                    self.trust.distrust(&self.store, &id).await?;
+                }
                 let publisher = record.publisher.as_ref().map(|p| p.host.clone()).unwrap_or_default();
                 self.metrics.quarantines.get_or_create(&PublisherLabels { publisher: publisher.clone() }).inc();
                 tracing::warn!(

@@ -8,6 +8,7 @@ use crate::announce::PublishStream;
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::store::Store;
+use crate::trust::Trust;
 use crate::validate;
 use futures_util::StreamExt;
 use kiln_proto::CacheKey;
@@ -32,22 +33,29 @@ impl CacheService {
         if !req.values {
             return Ok(stream);
         }
-        Ok(with_values(stream, watched, self.store.clone(), Arc::clone(&self.metrics)))
+        Ok(with_values(stream, watched, self.store.clone(), Arc::clone(&self.metrics), Arc::clone(&self.trust)))
     }
 }
 
 /// A watch stream that carries entries (`WatchPublishRequest.values`): after each `subscribed`,
 /// a `value` for every watched key that holds an entry; a publish of a key that holds one becomes
 /// its `value`. A read that fails passes the bare event on, so the waiter falls back to a Get.
-fn with_values(stream: PublishStream, watched: Vec<CacheKey>, store: Store, metrics: Arc<Metrics>) -> PublishStream {
+fn with_values(
+    stream: PublishStream,
+    watched: Vec<CacheKey>,
+    store: Store,
+    metrics: Arc<Metrics>,
+    trust: Arc<Trust>,
+) -> PublishStream {
     let expanded = stream.then(move |event| {
-        let (watched, store, metrics) = (watched.clone(), store.clone(), Arc::clone(&metrics));
+        let (watched, store, metrics, trust) =
+            (watched.clone(), store.clone(), Arc::clone(&metrics), Arc::clone(&trust));
         async move {
             let Ok(event) = event else { return vec![event] };
             let value = |key: CacheKey| {
-                let (store, metrics) = (store.clone(), Arc::clone(&metrics));
+                let (store, metrics, trust) = (store.clone(), Arc::clone(&metrics), Arc::clone(&trust));
                 async move {
-                    match lookup(store, metrics, key, "watch").await {
+                    match lookup(store, metrics, &trust, key, "watch").await {
                         Ok(found) if found.entry.is_some() => Some(PublishEvent { event: Some(Event::Value(found)) }),
                         _ => None,
                     }

@@ -58,6 +58,10 @@ pub struct FleetStatus {
     pub window_minutes: u64,
     /// Set when Redis could not be read; the rest is then empty.
     pub redis_error: Option<String>,
+    /// The `vet` policy (whose kernels the fleet runs), and what it cannot give on this server
+    /// (a fleet without tokens has no publisher to vet).
+    pub vet: String,
+    pub vet_warning: Option<String>,
     pub lookups: buckets::Window,
     pub hit_rate: Option<f64>,
     /// What users compile and store: toolchains and blob namespaces.
@@ -154,6 +158,8 @@ impl FleetStatus {
             conflicts: Vec::new(),
             torch_jobs: Vec::new(),
             redis,
+            vet: String::new(),
+            vet_warning: None,
         }
     }
 }
@@ -206,13 +212,20 @@ impl<T: Clone> Cached<T> {
 #[derive(Debug)]
 pub struct FleetPage {
     redis: Redis,
+    /// The `vet` policy and its warning, shown on every page.
+    vet: (String, Option<String>),
     page: Cached<Arc<FleetStatus>>,
     info: Cached<Option<RedisInfo>>,
 }
 
 impl FleetPage {
     pub fn new(redis: Redis) -> Self {
-        FleetPage { redis, page: Cached::new(PAGE_CACHE), info: Cached::new(INFO_CACHE) }
+        FleetPage { redis, vet: Default::default(), page: Cached::new(PAGE_CACHE), info: Cached::new(INFO_CACHE) }
+    }
+
+    /// Shows the `vet` policy, and `warning` when it cannot give what it says.
+    pub fn with_vetting(self, policy: kiln_proto::vet::VetPolicy, warning: Option<String>) -> Self {
+        FleetPage { vet: (policy.to_string(), warning), ..self }
     }
 
     /// The fleet's status, read at most once per [`PAGE_CACHE`].
@@ -243,7 +256,8 @@ impl FleetPage {
                         ..Default::default()
                     },
                 };
-                Arc::new(status)
+                let (vet, vet_warning) = self.vet.clone();
+                Arc::new(FleetStatus { vet, vet_warning, ..status })
             })
             .await
     }

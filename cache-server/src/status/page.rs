@@ -46,6 +46,10 @@ pub fn render(s: &FleetStatus) -> String {
         page.heading("Redis is unreachable");
         page.paragraph(e);
     }
+    if let Some(warning) = &s.vet_warning {
+        page.heading("Publishers cannot be vetted");
+        page.paragraph(warning);
+    }
     let w = &s.lookups;
     page.figures(&[
         ("fleet hit rate", rate(s.hit_rate), "hit-rate"),

@@ -63,13 +63,8 @@ impl Store {
         served: [u8; 32],
         mut record: QuarantineRecord,
     ) -> Result<Quarantined, Error> {
+        let Some(parsed) = self.head_holding(key, served).await? else { return Ok(Quarantined::NotHeld) };
         let mut con = self.redis.clone();
-        let head: Option<Vec<u8>> = redis::cmd("GET").arg(layout::head_key(key)).query_async(&mut con).await?;
-        let Some(head) = head else { return Ok(Quarantined::NotHeld) };
-        let Ok((parsed, _)) = layout::parse_head(&head) else { return Ok(Quarantined::NotHeld) };
-        if parsed.digest != served {
-            return Ok(Quarantined::NotHeld);
-        }
         let now = now_ms();
         record.key = key.to_hex();
         record.served_digest = blake3::Hash::from(served).to_hex().to_string();

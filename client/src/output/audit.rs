@@ -71,7 +71,13 @@ mod tests {
     use super::*;
 
     fn provenance() -> pb::Provenance {
-        pb::Provenance { host: "gpu-7".into(), token: "tok-0123456789ab".into(), unix_ms: 1_000, disputed: false }
+        pb::Provenance {
+            host: "gpu-7".into(),
+            token: "tok-0123456789ab".into(),
+            unix_ms: 1_000,
+            disputed: false,
+            vetted: false,
+        }
     }
 
     #[test]

@@ -230,6 +230,9 @@ impl Engine {
         };
         let (compiled, ()) = tokio::join!(compile, record);
         let (compiled, loaded) = self.load_check(compiled, &target).await;
+        if let Compiled::Ok(output) = &compiled {
+            self.cache.settle_vetting(&kernel.key, output).await;
+        }
         let (answer, for_fleet) = self.publish(&kernel.key, &target, kernel.source.toolchain(), compiled, loaded).await;
         self.cache.hand_to_fleet(kernel.key, for_fleet, lease).await;
         leader.finish(answer.clone());

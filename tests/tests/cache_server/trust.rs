@@ -204,3 +204,71 @@ async fn conflicting_kernel_puts_are_refused_and_recorded() {
     let status: serde_json::Value = serde_json::from_str(&status).unwrap();
     assert_eq!(status["conflicts"].as_array().map(Vec::len), Some(5), "{status}");
 }
+
+/// A second read-write token, for an auditor other than the writer.
+const OTHER_WRITE_TOKEN: &str = "test-other-write-token-0123456789";
+
+/// A kiln-cache taking [`WRITE_TOKEN`] and [`OTHER_WRITE_TOKEN`], with `config`.
+fn two_writers(config: &str) -> (kiln_tests::redis::RedisServer, kiln_tests::redis::CacheServer) {
+    let redis = kiln_tests::redis::RedisServer::start();
+    let mut options = CacheOptions { config: config.into(), ..CacheOptions::new(vec![redis.url()]) };
+    options.tokens.push(format!("write:{OTHER_WRITE_TOKEN}"));
+    let cache = kiln_tests::redis::CacheServer::start(options);
+    (redis, cache)
+}
+
+/// Whether kiln-cache answers `k` with a vetted publisher.
+async fn vetted(cache: &kiln_tests::redis::CacheServer, k: &CacheKey) -> bool {
+    match cache.client(READ_TOKEN).get(k).await.expect("kiln-cache answers") {
+        Lookup::Hit(_, Some(p)) => p.vetted,
+        other => panic!("no artifact under {k}: {other:?}"),
+    }
+}
+
+/// A publisher is vetted for the fleet once another token vouches for bytes the key holds; never
+/// by its own token, nor once any of its bytes is quarantined.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vouches_vet_a_publisher_until_a_quarantine_distrusts_it() {
+    let (_redis, cache) = two_writers("");
+    let writer = cache.client(WRITE_TOKEN).with_host("gpu-1");
+    let auditor = cache.client(OTHER_WRITE_TOKEN).with_host("gpu-2");
+    let (k, k2) = (key("vouched"), key("vouched too"));
+    let (env, env2) = (envelope_of(&k, 300), envelope_of(&k2, 300));
+    writer.put(&k, env.clone()).await.unwrap();
+    writer.put(&k2, env2.clone()).await.unwrap();
+    assert!(!vetted(&cache, &k).await);
+    let own = writer.vouch(&k, &blake3::hash(&env)).await.unwrap();
+    assert!(!own.vetted && own.refused.contains("own token"), "{own:?}");
+    let stale = auditor.vouch(&k, &blake3::hash(b"other bytes")).await.unwrap();
+    assert!(!stale.vetted && stale.publisher.is_none(), "{stale:?}");
+    let (c, msg) = code(auditor.with_host("no spaces").vouch(&k, &blake3::hash(&env)).await);
+    assert!(c == Code::InvalidArgument && msg.contains("reporter_host"), "{msg}");
+    let vouched = cache.client(OTHER_WRITE_TOKEN).with_host("gpu-2").vouch(&k, &blake3::hash(&env)).await.unwrap();
+    assert!(vouched.vetted, "{vouched:?}");
+    assert!(vetted(&cache, &k).await && vetted(&cache, &k2).await, "every artifact of the publisher");
+    // Found wrong once: distrusted for the fleet, and no vouch vets it again.
+    let q = cache.client(OTHER_WRITE_TOKEN).with_host("gpu-2");
+    assert!(q.quarantine(&k2, &blake3::hash(&env2), &blake3::hash(b"right"), "differs").await.unwrap().quarantined);
+    assert!(!vetted(&cache, &k).await, "its other keys are unvetted again");
+    let again = q.vouch(&k, &blake3::hash(&env)).await.unwrap();
+    assert!(!again.vetted && again.refused.contains("quarantined"), "{again:?}");
+}
+
+/// Under `vet = "trusted-writers"`, a kernel put by a token not listed is refused with
+/// PERMISSION_DENIED naming the field; a listed token's kernels are taken and vetted, and
+/// anyone's blobs are still taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trusted_writers_alone_publish_kernels() {
+    let trusted = kiln_proto::auth::Caller::of(OTHER_WRITE_TOKEN).token_id;
+    let (_redis, cache) = two_writers(&format!("vet = \"trusted-writers\"\ntrusted_writers = [\"{trusted}\"]\n"));
+    let k = key("trusted writers");
+    let (c, msg) = code(cache.client(WRITE_TOKEN).put(&k, envelope_of(&k, 100)).await);
+    assert!(c == Code::PermissionDenied && msg.contains("trusted_writers"), "{msg}");
+    cache.client(OTHER_WRITE_TOKEN).put(&k, envelope_of(&k, 100)).await.unwrap();
+    assert!(vetted(&cache, &k).await, "a trusted writer is vetted");
+    let blob = key("a blob");
+    let meta = ArtifactMeta { toolchain: "blob/triton".into(), ..Default::default() };
+    cache.client(WRITE_TOKEN).put(&blob, envelope::seal(&blob, meta, b"blob bytes")).await.unwrap();
+    let text = cache.metrics_text();
+    assert_eq!(sample(&text, "kiln_server_requests_total{op=\"Put\",code=\"permission_denied\"}"), Some(1.0));
+}

@@ -296,6 +296,9 @@ class Provenance:
     #: Another writer offered different bytes under this key and was refused: the held artifact is
     #: audited at its next fetch.
     disputed: bool = False
+    #: kiln-cache says some host vouched for this publisher and none found it wrong since:
+    #: under ``vet = "first-use"`` its kernels are run without being compiled here first.
+    vetted: bool = False
 
     @classmethod
     def from_proto(cls, m: pb.Provenance) -> Provenance:
@@ -318,6 +321,10 @@ class AuditStats:
     #: Quarantine records this host knows of.
     quarantined_keys: int = 0
     publishers_audited: list[str] = field(default_factory=list)
+    #: The ``vet`` policy (``first-use``, ``sample``, ``trusted-writers``); empty with the audit off.
+    vet: str = ""
+    #: What the policy cannot give on this host (a fleet without tokens), when it cannot.
+    vet_warning: str = ""
 
     @classmethod
     def from_proto(cls, m: pb.AuditStats) -> AuditStats:

@@ -27,6 +27,7 @@ pub mod compare;
 pub mod publisher;
 pub mod quarantine;
 mod run;
+pub mod vetting;
 
 pub use run::{on_demand, run};
 
@@ -58,13 +59,15 @@ pub struct Policy {
     pub rate: f64,
     /// The share of one CPU audits may use, in (0, 1].
     pub cpu_share: f64,
-    /// Off: nothing is audited (quarantines are still obeyed).
+    /// Off: nothing is audited (quarantines are still obeyed), nor vetted before use.
     pub enabled: bool,
+    /// Whose fleet kernels run before this host compiled them (see [`vetting`]).
+    pub vet: kiln_proto::vet::VetPolicy,
 }
 
 impl Default for Policy {
     fn default() -> Self {
-        Policy { rate: 0.02, cpu_share: 0.05, enabled: true }
+        Policy { rate: 0.02, cpu_share: 0.05, enabled: true, vet: kiln_proto::vet::VetPolicy::default() }
     }
 }
 
@@ -122,6 +125,8 @@ pub struct Auditor {
     /// Who published what this host fetched lately.
     provenance: moka::sync::Cache<CacheKey, Arc<Provenance>>,
     pub quarantine: Quarantine,
+    /// Fleet kernels of unvetted publishers held for this host's compile, and the `vet` policy.
+    vetting: vetting::Vetting,
     counts: Counts,
     metrics: Arc<Metrics>,
 }
@@ -148,6 +153,7 @@ impl Auditor {
             own_account: moka::sync::Cache::new(PROVENANCE_KEPT),
             provenance: moka::sync::Cache::new(PROVENANCE_KEPT),
             quarantine: Quarantine::new(Arc::clone(&metrics)),
+            vetting: vetting::Vetting::new(policy.vet, []),
             counts: Counts::default(),
             metrics,
         }
@@ -155,6 +161,25 @@ impl Auditor {
 
     pub fn policy(&self) -> Policy {
         self.policy
+    }
+
+    /// Serves the kernels of these token ids unvetted, under `vet = "trusted-writers"`.
+    pub fn with_trusted_writers(self, tokens: impl IntoIterator<Item = String>) -> Self {
+        Auditor { vetting: vetting::Vetting::new(self.policy.vet, tokens), ..self }
+    }
+
+    /// Says, from now on, that this host is in a fleet without tokens (see [`Auditor::vet_warning`]).
+    pub fn in_anonymous_fleet(mut self) -> Self {
+        self.vetting.warning = self.vet_warning(true);
+        self
+    }
+
+    /// What the `vet` policy cannot give on this host: with no token of its own, kilnd is in a
+    /// fleet without tokens, whose publishers are anonymous. `None` when it can.
+    pub fn vet_warning(&self, anonymous_fleet: bool) -> Option<String> {
+        let vets = self.policy.enabled && self.vetting.policy().vets_before_use();
+        (vets && anonymous_fleet)
+            .then(|| format!("vet = \"{}\": {}", self.vetting.policy(), kiln_proto::vet::ANONYMOUS_FLEET_WARNING))
     }
 
     /// Remembers who published `key`, as the fleet said when this host fetched it.
@@ -330,6 +355,8 @@ impl Auditor {
             dropped: self.counts.dropped.load(Ordering::Relaxed),
             quarantined_keys: self.quarantine.len() as u64,
             publishers_audited: publishers,
+            vet: if self.policy.enabled { self.vetting.policy().to_string() } else { String::new() },
+            vet_warning: self.vetting.warning.clone().unwrap_or_default(),
         }
     }
 }
@@ -352,7 +379,7 @@ mod tests {
     }
 
     fn by(host: &str, token: &str) -> Option<Provenance> {
-        Some(Provenance { host: host.into(), token: token.into(), unix_ms: 1, disputed: false })
+        Some(Provenance { host: host.into(), token: token.into(), unix_ms: 1, disputed: false, vetted: false })
     }
 
     fn from(host: &str) -> Option<Provenance> {
@@ -361,7 +388,7 @@ mod tests {
 
     /// An auditor that audits only what it must (rate 0), and its queue.
     fn strict() -> (Auditor, mpsc::Receiver<(Sample, Claim)>) {
-        let auditor = Auditor::new(Policy { rate: 0.0, cpu_share: 1.0, enabled: true }, Arc::default());
+        let auditor = Auditor::new(Policy { rate: 0.0, cpu_share: 1.0, ..Policy::default() }, Arc::default());
         let queued = auditor.take_receiver().unwrap_or_else(|| unreachable!());
         (auditor, queued)
     }
@@ -474,7 +501,7 @@ mod tests {
 
     #[test]
     fn a_dropped_audit_is_tried_again() {
-        let auditor = Auditor::new(Policy { rate: 0.0, cpu_share: 1.0, enabled: true }, Arc::default());
+        let auditor = Auditor::new(Policy { rate: 0.0, cpu_share: 1.0, ..Policy::default() }, Arc::default());
         let _queued = auditor.take_receiver();
         for n in 0..QUEUE as u8 {
             auditor.saw(&sample(n).key, None);
@@ -489,7 +516,7 @@ mod tests {
 
     #[test]
     fn rate_one_audits_everything_until_the_queue_is_full() {
-        let auditor = Auditor::new(Policy { rate: 1.0, cpu_share: 1.0, enabled: true }, Arc::default());
+        let auditor = Auditor::new(Policy { rate: 1.0, cpu_share: 1.0, ..Policy::default() }, Arc::default());
         let _queued = auditor.take_receiver();
         for n in 0..(QUEUE as u8 + 3) {
             auditor.consider(|| sample(n), &sample(n).key);

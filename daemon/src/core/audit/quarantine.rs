@@ -105,6 +105,13 @@ pub async fn poll<F, Fut>(
                     tracing::warn!(%key, "the fleet quarantined this key: dropping this host's copy");
                     drop_key(key).await;
                 }
+                // Found wrong anywhere, distrusted here: what this host took of the publisher is
+                // dropped too, and vetted again before it is run.
+                for record in &answer.records {
+                    for key in auditor.distrust(record.publisher.as_ref()) {
+                        drop_key(key).await;
+                    }
+                }
                 if !answer.more {
                     break;
                 }

@@ -96,6 +96,14 @@ impl Cache {
         }
     }
 
+    /// Compares a fleet kernel held back from an unvetted publisher under `key` with this host's
+    /// compile of it, `compiled` (see `crate::core::audit::vetting`).
+    pub async fn settle_vetting(&self, key: &CacheKey, compiled: &crate::runtime::toolchain::Output) {
+        if let Some(fleet) = self.fleet() {
+            fleet.settle_vetting(key, compiled).await;
+        }
+    }
+
     /// Drops `key` from this host's tiers and negative cache: the fleet quarantined it.
     pub async fn forget(&self, key: &CacheKey) {
         self.negative.invalidate(key).await;

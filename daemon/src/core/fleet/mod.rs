@@ -28,6 +28,7 @@
 
 mod calls;
 pub mod lease;
+mod settle;
 #[cfg(test)]
 mod tests;
 pub mod tier;
@@ -130,7 +131,8 @@ impl Fleet {
                     if let Some(found) = self.fetch(key).await {
                         return Claim::Found(found);
                     }
-                    if present_but_unreadable {
+                    // An unvetted publisher's kernel: this host compiles it now, and compares.
+                    if present_but_unreadable || self.audit.holds(key) {
                         return Claim::Compile(None);
                     }
                     present_but_unreadable = true;
@@ -242,6 +244,12 @@ impl Fleet {
                 None
             }
             Lookup::Hit(bytes, provenance) => match self.open(key, &bytes) {
+                Ok(artifact) if self.audit.must_vet(&artifact.meta.toolchain, provenance.as_ref()) => {
+                    // Not run before it is vetted: a miss, compiled here and compared after.
+                    self.audit.hold(key, bytes, provenance);
+                    self.metrics.lookup(TierName::Remote, "miss");
+                    None
+                }
                 Ok(artifact) => {
                     self.audit.saw(key, provenance);
                     self.metrics.lookup(TierName::Remote, "hit");

@@ -231,6 +231,15 @@ impl RemoteTier {
         self.call(self.client.quarantine(key, served, audited, detail)).await
     }
 
+    /// Reports that the envelope `served` under `key` is what this host compiles from its inputs.
+    pub async fn vouch(
+        &self,
+        key: &CacheKey,
+        served: &blake3::Hash,
+    ) -> Result<kiln_proto::pb::VouchResponse, ClientError> {
+        self.call(self.client.vouch(key, served)).await
+    }
+
     /// The fleet's quarantine records from `since_ms` on, at most `limit` (0: the server's most),
     /// or its conflicting writes (`request.conflicts`).
     pub async fn list_quarantine(

@@ -47,6 +47,13 @@ fn render_at(s: &StatsResponse, m: &Metrics, now: u64) -> String {
         if !s.remote_reason.is_empty() {
             page.paragraph(&format!("why: {}", s.remote_reason));
         }
+        if let Some(audit) = s.audit.as_ref().filter(|a| !a.vet.is_empty()) {
+            page.paragraph(&format!("vetting of fleet kernels: {}", audit.vet));
+            if !audit.vet_warning.is_empty() {
+                page.heading("Publishers cannot be vetted");
+                page.paragraph(&audit.vet_warning);
+            }
+        }
     }
 
     page.heading("Tiers");

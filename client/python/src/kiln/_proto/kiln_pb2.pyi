@@ -69,16 +69,18 @@ class AuditResult(_message.Message):
     def __init__(self, id: _Optional[str] = ..., key: _Optional[str] = ..., verdict: _Optional[str] = ..., publisher: _Optional[_Union[Provenance, _Mapping]] = ..., detail: _Optional[str] = ..., quarantined: _Optional[bool] = ...) -> None: ...
 
 class Provenance(_message.Message):
-    __slots__ = ("host", "token", "unix_ms", "disputed")
+    __slots__ = ("host", "token", "unix_ms", "disputed", "vetted")
     HOST_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     DISPUTED_FIELD_NUMBER: _ClassVar[int]
+    VETTED_FIELD_NUMBER: _ClassVar[int]
     host: str
     token: str
     unix_ms: int
     disputed: bool
-    def __init__(self, host: _Optional[str] = ..., token: _Optional[str] = ..., unix_ms: _Optional[int] = ..., disputed: _Optional[bool] = ...) -> None: ...
+    vetted: bool
+    def __init__(self, host: _Optional[str] = ..., token: _Optional[str] = ..., unix_ms: _Optional[int] = ..., disputed: _Optional[bool] = ..., vetted: _Optional[bool] = ...) -> None: ...
 
 class QuarantineRecord(_message.Message):
     __slots__ = ("key", "publisher", "reporter_host", "reporter_token", "unix_ms", "served_digest", "audited_digest", "detail")
@@ -595,7 +597,7 @@ class StatsResponse(_message.Message):
     def __init__(self, version: _Optional[str] = ..., toolchains: _Optional[_Iterable[_Union[ToolchainInfo, _Mapping]]] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., default_target: _Optional[str] = ..., tiers: _Optional[_Iterable[_Union[TierStats, _Mapping]]] = ..., compiles_ok: _Optional[int] = ..., compiles_failed: _Optional[int] = ..., queue_depth: _Optional[int] = ..., inflight_compiles: _Optional[int] = ..., jobs_total: _Optional[int] = ..., compile_seconds_saved: _Optional[float] = ..., concurrency: _Optional[int] = ..., remote: _Optional[str] = ..., remote_up: _Optional[bool] = ..., snapshots: _Optional[_Union[SnapshotStats, _Mapping]] = ..., recent_misses: _Optional[_Iterable[_Union[RecentMiss, _Mapping]]] = ..., torch_graphs: _Optional[_Union[TorchGraphStats, _Mapping]] = ..., remote_state: _Optional[str] = ..., remote_reason: _Optional[str] = ..., audit: _Optional[_Union[AuditStats, _Mapping]] = ...) -> None: ...
 
 class AuditStats(_message.Message):
-    __slots__ = ("rate", "cpu_share", "clean", "mismatched", "failed", "dropped", "quarantined_keys", "publishers_audited")
+    __slots__ = ("rate", "cpu_share", "clean", "mismatched", "failed", "dropped", "quarantined_keys", "publishers_audited", "vet", "vet_warning")
     RATE_FIELD_NUMBER: _ClassVar[int]
     CPU_SHARE_FIELD_NUMBER: _ClassVar[int]
     CLEAN_FIELD_NUMBER: _ClassVar[int]
@@ -604,6 +606,8 @@ class AuditStats(_message.Message):
     DROPPED_FIELD_NUMBER: _ClassVar[int]
     QUARANTINED_KEYS_FIELD_NUMBER: _ClassVar[int]
     PUBLISHERS_AUDITED_FIELD_NUMBER: _ClassVar[int]
+    VET_FIELD_NUMBER: _ClassVar[int]
+    VET_WARNING_FIELD_NUMBER: _ClassVar[int]
     rate: float
     cpu_share: float
     clean: int
@@ -612,7 +616,9 @@ class AuditStats(_message.Message):
     dropped: int
     quarantined_keys: int
     publishers_audited: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, rate: _Optional[float] = ..., cpu_share: _Optional[float] = ..., clean: _Optional[int] = ..., mismatched: _Optional[int] = ..., failed: _Optional[int] = ..., dropped: _Optional[int] = ..., quarantined_keys: _Optional[int] = ..., publishers_audited: _Optional[_Iterable[str]] = ...) -> None: ...
+    vet: str
+    vet_warning: str
+    def __init__(self, rate: _Optional[float] = ..., cpu_share: _Optional[float] = ..., clean: _Optional[int] = ..., mismatched: _Optional[int] = ..., failed: _Optional[int] = ..., dropped: _Optional[int] = ..., quarantined_keys: _Optional[int] = ..., publishers_audited: _Optional[_Iterable[str]] = ..., vet: _Optional[str] = ..., vet_warning: _Optional[str] = ...) -> None: ...
 
 class TorchGraphStats(_message.Message):
     __slots__ = ("compiled", "failed", "hits", "fallbacks", "jobs")

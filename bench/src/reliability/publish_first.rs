@@ -1,0 +1,126 @@
+//! Writers that publish first, against fresh hosts that fetch at once (`vet = "first-use"`):
+//! an anonymous writer (a kiln-cache without tokens), a writer with a fresh token, and a writer
+//! whose token the fleet vetted clean before it turned bad. Counted: wrong cubins served to any
+//! host in the herd that fetches the writer's bytes first.
+
+use super::graphs;
+use super::herd;
+use super::report::Outcome;
+use super::writer_gone_bad::{errors, held, wrong_envelope};
+use super::{Run, blocking};
+use anyhow::{Context, Result};
+use kiln_proto::CacheKey;
+use kiln_proto::pb;
+use kiln_tests::redis::{CacheOptions, CacheServer, RedisServer, WRITE_TOKEN};
+use std::time::{Duration, Instant};
+
+pub const TITLE: &str = "Writers that publish first: anonymous, a fresh token, a vetted token turned bad";
+const TAG: &str = "kiln-reliability publish first";
+const HOSTS: usize = 3;
+/// Keys the writer publishes first (and, for the turncoat, as many it publishes honestly before).
+const KERNELS: usize = 4;
+/// The writer's own read-write token.
+const ROGUE_TOKEN: &str = "kiln-reliability-publish-first-token-0123456789";
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Writer {
+    /// No tokens in the fleet: nothing names the writer.
+    Anonymous,
+    /// A token nobody has vetted.
+    FreshToken,
+    /// A token the fleet vetted on honest publishes, that then publishes wrong bytes.
+    Turncoat,
+}
+
+impl Writer {
+    fn label(self) -> &'static str {
+        match self {
+            Writer::Anonymous => "anonymous (no tokens)",
+            Writer::FreshToken => "a fresh token",
+            Writer::Turncoat => "a vetted token turned bad",
+        }
+    }
+}
+
+pub async fn run(run: &Run, out: &mut Outcome) -> Result<()> {
+    out.method = vec![format!(
+        "Three cases, each on a private redis-server and kiln-cache. One honest kilnd compiles a cold {}-kernel \
+         graph; the artifacts of {KERNELS} keys are deleted in Redis (as an eviction would) and the writer publishes \
+         the honest envelope with the cubin's last byte flipped under each, first. The turncoat first republishes \
+         the other {KERNELS} keys' honest bytes under its own token, and a herd of {HOSTS} fresh hosts vets it on \
+         them before it turns. Then {HOSTS} fresh kilnd hosts (`vet = \"first-use\"`, `audit_rate = 0`) herd on the \
+         writer's keys at once; every answer is compared with a separate kilnd's compile.",
+        2 * KERNELS
+    )];
+    let reference = graphs::reference(run, "publish-first", &graphs::graph(TAG, 0..2 * KERNELS)).await?;
+    let mut token_wrong = 0;
+    let mut errs = 0;
+    for writer in [Writer::Anonymous, Writer::FreshToken, Writer::Turncoat] {
+        let (wrong, e, took) =
+            case(run, writer, &reference).await.with_context(|| format!("case {}", writer.label()))?;
+        out.figure(
+            format!("{}: wrong cubins served in the herd that fetched first", writer.label()),
+            format!("{wrong} of {} (the herd took {:.2} s)", HOSTS * KERNELS, took.as_secs_f64()),
+        );
+        if writer == Writer::FreshToken {
+            token_wrong += wrong;
+        }
+        errs += e;
+    }
+    out.check("every host gets every kernel, no call fails", errs, errs == 0);
+    out.check("a fresh token's first publish: wrong cubins served", token_wrong, token_wrong == 0);
+    Ok(())
+}
+
+/// One writer: the wrong cubins served in the first herd on its keys, the herds' errors, and how
+/// long that herd took.
+async fn case(run: &Run, writer: Writer, reference: &graphs::Artifacts) -> Result<(usize, usize, Duration)> {
+    let name = format!("publish-first-{writer:?}").to_lowercase();
+    let redis = blocking(RedisServer::start).await?;
+    let mut options = CacheOptions::new(vec![redis.url()]);
+    if writer == Writer::Anonymous {
+        options.tokens.clear();
+        options.config = "insecure_no_auth = true\n".into();
+    } else {
+        options.tokens.push(format!("write:{ROGUE_TOKEN}"));
+    }
+    let cache = blocking(move || CacheServer::start(options)).await?;
+    let uri = cache.uri();
+    let (vetting, bad_keys) = (graphs::graph(TAG, 0..KERNELS), graphs::graph(TAG, KERNELS..2 * KERNELS));
+    let honest = herd::hosts(run, &format!("{name}-honest"), 1, &uri).await?;
+    let job = honest[0].connect().await?.compile(graphs::graph(TAG, 0..2 * KERNELS)).await?.collect().await?;
+    let keys = graphs::keys(&job);
+    let keys_of = |req: &pb::CompileRequest| -> Result<Vec<CacheKey>> {
+        graphs::ids(req)
+            .iter()
+            .map(|id| keys.get(id).context("a kernel key")?.parse().context("a kernel key"))
+            .collect()
+    };
+    let reader = cache.client(WRITE_TOKEN);
+    let bad = cache.client(if writer == Writer::Anonymous { WRITE_TOKEN } else { ROGUE_TOKEN }).with_host("writer");
+    let config = "vet = \"first-use\"\naudit_rate = 0.0\naudit_cpu_share = 1.0\nquarantine_poll_ms = 500\n";
+    let mut e = 0;
+    if writer == Writer::Turncoat {
+        for key in keys_of(&vetting)? {
+            let (sealed, _) = held(&reader, &key).await?;
+            redis.cli(&["DEL", &format!("kiln:v1:{{{key}}}:a")]);
+            bad.put(&key, sealed).await.with_context(|| format!("the turncoat's honest publish of {key}"))?;
+        }
+        let vetters = herd::hosts_with(run, &format!("{name}-vetters"), HOSTS, &uri, config).await?;
+        e += errors(&herd::herd(&vetters, &vetting, 0).await);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    for key in keys_of(&bad_keys)? {
+        let wrong = wrong_envelope(&reader, &key).await?;
+        redis.cli(&["DEL", &format!("kiln:v1:{{{key}}}:a")]);
+        bad.put(&key, wrong).await.with_context(|| format!("the writer's first publish of {key}"))?;
+    }
+    let daemons = herd::hosts_with(run, &format!("{name}-herd"), HOSTS, &uri, config).await?;
+    let started = Instant::now();
+    let first = herd::herd(&daemons, &bad_keys, 0).await;
+    let took = started.elapsed();
+    let wrong = first.wrong(reference);
+    e += errors(&first);
+    drop((daemons, honest, cache, redis));
+    Ok((wrong, e, took))
+}
