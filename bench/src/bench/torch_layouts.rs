@@ -1,8 +1,8 @@
-//! (p) torch.compile on the CPU, by training layout: plain torch.compile against kiln, side by
-//! side. The GPU run's harness (`tests/gpu/torch_layouts.py`) with `--device cpu`: gloo between
-//! the ranks and Inductor's C++ backend, a small MLP job (`client/python/tests/layout_job.py`),
-//! every variant in fresh processes with its caches emptied and a new kilnd: one process
-//! (`single`), DDP with 2 ranks and FSDP2 with 2 ranks.
+//! (p) torch.compile on the CPU, by job shape and training layout: plain torch.compile against
+//! kiln's default, side by side. The GPU run's harness (`tests/gpu/torch_layouts.py`) with
+//! `--device cpu`: gloo between the ranks and Inductor's C++ backend, jobs of the corpus
+//! (`client/python/tests/corpus`) at tiny sizes, every variant in fresh processes with its caches
+//! emptied and a new kilnd: one process (`single`), DDP with 2 ranks and FSDP2 with 2 ranks.
 
 use super::report::{Row, Section, Target, Value};
 use super::triton_kernels::python;
@@ -11,16 +11,19 @@ use anyhow::{Context, Result, ensure};
 use serde_json::Value as Json;
 use std::process::Command;
 
-const TITLE: &str = "(p) torch.compile on the CPU by layout: kiln against plain torch.compile";
+const TITLE: &str = "(p) torch.compile on the CPU by job shape and layout: kiln against plain torch.compile";
 const LAYOUTS: &str = "single,ddp,fsdp2";
+/// The corpus's shapes measured: the compiled model, and the compiled loss function around a
+/// wrapped model (autocast, a graph break, slices of one batch).
+const SHAPES: &str = "model_compile,loss_compile";
 
 /// A variant's first step in seconds, or why there is none.
-fn first_step(layouts: &Json, layout: &str, variant: &str) -> Result<Value, String> {
-    let v = &layouts[layout][variant];
+fn first_step(runs: &Json, variant: &str) -> Result<Value, String> {
+    let v = &runs[variant];
     if let Some(e) = v.get("error").and_then(Json::as_str) {
         return Err(e.lines().next().unwrap_or(e).to_string());
     }
-    v.get("first_s").and_then(Json::as_f64).map(Value::Seconds).ok_or_else(|| format!("{layout} {variant}: not run"))
+    v.get("first_s").and_then(Json::as_f64).map(Value::Seconds).ok_or_else(|| format!("{variant}: not run"))
 }
 
 pub fn run(bench: &Bench) -> Result<Section> {
@@ -41,8 +44,9 @@ pub fn run(bench: &Bench) -> Result<Section> {
         .arg(work.join("run"))
         .arg("--out")
         .arg(&out)
-        .args(["--device", "cpu", "--model", "mlp", "--width", "512", "--blocks", "1", "--steps", "3"])
-        .args(["--target", TARGET, "--gpus", "2", "--layouts", LAYOUTS, "--deadline-s", "2400"])
+        .args(["--device", "cpu", "--shapes", SHAPES, "--corpus-width", "64", "--corpus-blocks", "2"])
+        .args(["--corpus-seq", "16", "--corpus-batch", "4", "--corpus-vocab", "4096", "--corpus-bucket-mb", "1"])
+        .args(["--corpus-steps", "3", "--target", TARGET, "--gpus", "2", "--layouts", LAYOUTS, "--deadline-s", "3600"])
         .status()
         .context("running tests/gpu/torch_layouts.py")?;
     ensure!(status.success(), "tests/gpu/torch_layouts.py exited with {status}");
@@ -51,41 +55,44 @@ pub fn run(bench: &Bench) -> Result<Section> {
 
     let mut s = Section::new(TITLE);
     s.method = vec![
-        "`tests/gpu/torch_layouts.py --device cpu`: `client/python/tests/layout_job.py` (one block of two 512-wide \
-         linear layers, SGD, 3 steps), torch 2.11 on the CPU (Inductor's C++ backend; gloo between 2 ranks for DDP, \
-         whose optimizer splits the graph into pieces, and for FSDP2, each block `fully_shard`ed and compiled). Every variant in fresh processes with emptied caches; each \
-         kiln variant on a new kilnd, its torch workers up before the job starts. A first step is the slowest \
-         rank's, from the job's start (after its imports) to the end of its first step."
+        "`tests/gpu/torch_layouts.py --device cpu --shapes model_compile,loss_compile`: the corpus's compiled model \
+         and compiled loss function (bf16 autocast, a graph break, inputs sliced from one batch) around a tiny \
+         Llama-style model (2 blocks 64 wide, a 4096-token vocabulary so that DDP's 1 MiB buckets split it, AdamW, \
+         3 steps), torch 2.11 on the CPU (Inductor's C++ backend; gloo between 2 ranks for DDP and FSDP2). Every \
+         variant in fresh processes with emptied caches; each kiln variant on a new kilnd. A first step is the \
+         slowest rank's, from the job's start (after its imports) to the end of its first step."
             .into(),
         "Variants: plain torch.compile cold; the warm host (plain again on plain's caches); `KILN_TORCH=1` alone \
-         (the default: graphs stay in the process); kiln cold (`KILN_TORCH_GRAPHS=1`, every graph through kilnd); \
-         a fresh host on the kilnd the cold run filled; async (`KILN_TORCH_ASYNC=1`) against eager. One run each: \
-         the CPU run is the layouts' smoke figure; the GPU's are in the GPU section below."
+         (kiln's default: every graph through kilnd) on a new kilnd; a fresh host on the kilnd the default run \
+         filled; async (`KILN_TORCH_ASYNC=1`) against eager. One run each: the CPU run is the shapes' smoke \
+         figure; the GPU's are in the GPU section below."
             .into(),
     ];
-    for layout in LAYOUTS.split(',') {
-        let f = |variant: &str| first_step(&layouts, layout, variant);
-        // (measurement, kiln's variant, baseline, baseline's variant, target ratio)
-        let pairs = [
-            ("kiln cold", "cold", "plain torch.compile, cold", "plain", 1.0),
-            ("`KILN_TORCH=1` alone", "default", "plain, cold", "plain", 1.0),
-            ("kiln fresh host", "fresh", "warm host", "warm", 0.85),
-            ("async", "async", "eager, first step", "eager", 1.5),
-        ];
-        for (what, variant, baseline, base_variant, ratio) in pairs {
-            s.rows.push(
-                Row::new(format!("{layout}: {what}, first step"), f(variant), baseline, f(base_variant))
-                    .with_target(Target::RatioAtMost(ratio)),
-            );
-        }
-        for variant in ["default", "cold", "fresh", "async"] {
-            let v = &layouts[layout][variant];
-            s.notes.push(format!(
-                "{layout} {variant}: fallbacks {}, graphs by how {}, kilnd's compiles so far {}.",
-                v.get("fallbacks").map_or("n/a".into(), Json::to_string),
-                v.get("how").map_or("n/a".into(), Json::to_string),
-                v.get("kilnd_compiled").map_or("n/a".into(), Json::to_string),
-            ));
+    for shape in SHAPES.split(',') {
+        for layout in LAYOUTS.split(',') {
+            let runs = &layouts[shape][layout];
+            let f = |variant: &str| first_step(runs, variant);
+            // (measurement, kiln's variant, baseline, baseline's variant, target ratio)
+            let pairs = [
+                ("`KILN_TORCH=1` alone, cold", "default", "plain torch.compile, cold", "plain", 1.0),
+                ("kiln fresh host", "fresh", "warm host", "warm", 0.85),
+                ("async", "async", "eager, first step", "eager", 1.5),
+            ];
+            for (what, variant, baseline, base_variant, ratio) in pairs {
+                s.rows.push(
+                    Row::new(format!("{shape}, {layout}: {what}, first step"), f(variant), baseline, f(base_variant))
+                        .with_target(Target::RatioAtMost(ratio)),
+                );
+            }
+            for variant in ["default", "fresh", "async"] {
+                let v = &runs[variant];
+                s.notes.push(format!(
+                    "{shape} {layout} {variant}: fallbacks {}, graphs by how {}, kilnd's compiles so far {}.",
+                    v.get("fallbacks").map_or("n/a".into(), Json::to_string),
+                    v.get("how").map_or("n/a".into(), Json::to_string),
+                    v.get("kilnd_compiled").map_or("n/a".into(), Json::to_string),
+                ));
+            }
         }
     }
     Ok(s)

@@ -28,7 +28,7 @@ TORCH = Setting("KILN_TORCH", "unset", "`1` installs kiln.torch at interpreter s
 TORCH_JOB = Setting(
     "KILN_TORCH_JOB", "the main script", "the job's name: its snapshot's, and its ledger's across processes, ranks, hosts and restarts"
 )
-TORCH_GRAPHS = Setting("KILN_TORCH_GRAPHS", "the record's layouts", "which layouts' graphs go to kilnd (`0`: none, `1`: all, or names)")
+TORCH_GRAPHS = Setting("KILN_TORCH_GRAPHS", "1", "which layouts' graphs go to kilnd (`0`: none, `1`: all, or names)")
 TORCH_ASYNC = Setting(
     "KILN_TORCH_ASYNC", "0", "`1`: a graph runs eagerly until kilnd's compile of it is ready (and its eager step is measured for free)"
 )
@@ -39,7 +39,11 @@ TORCH_CLAIM = Setting(
     "kilnd's torch workers compile it; unset: an idle worker for one process's graphs where the workers were up before it "
     "started, a claim otherwise",
 )
-TORCH_GRAPH_WAIT_SECS = Setting("KILN_TORCH_GRAPH_WAIT_SECS", "1800", "how long a graph waits for kilnd's compile before compiling itself")
+TORCH_GRAPH_WAIT_SECS = Setting(
+    "KILN_TORCH_GRAPH_WAIT_SECS",
+    "twice the longest compile the process paid, at least 120",
+    "how long a blocking graph waits for another process's compile of it before compiling it itself",
+)
 TORCH_MEASURE = Setting(
     "KILN_TORCH_MEASURE",
     "0",

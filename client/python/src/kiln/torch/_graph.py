@@ -60,8 +60,10 @@ from ._payload import Unserializable, serialize
 log = logging.getLogger("kiln")
 
 ASYNC_ENV = settings.TORCH_ASYNC.name
-#: How long a blocking graph waits for kilnd (a cold GPT-2 graph takes tens of seconds).
-COMPILE_WAIT_SECS = float(os.environ.get(settings.TORCH_GRAPH_WAIT_SECS.name) or settings.TORCH_GRAPH_WAIT_SECS.default)
+#: The longest a graph's call to kilnd lasts: a claim's life while its process compiles and
+#: publishes, and an async graph's wait for kilnd's workers (a cold GPT-2 graph takes tens of
+#: seconds). A blocking wait for another process's compile is bounded by :func:`wait_bound`.
+COMPILE_WAIT_SECS = 1800.0
 #: How long a rank whose compile cannot be shared (its graph is on another GPU than the job's
 #: first) has kilnd wait for a twin's claim before a worker compiles the graph: the ranks of a job
 #: trace a graph within a second of each other.
