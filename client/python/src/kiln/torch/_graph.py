@@ -384,9 +384,10 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
         # frame runs. Each piece asks kilnd as it is traced and is compiled (or loaded) at its
         # first call, so every rank has claimed its pieces before the first runs, and compiles
         # those first (see _Pieces). The ranks of a host trace the same pieces in the same order:
+        # where each can share its compile (on the CPU; on GPUs only the first GPU's rank can),
         # each piece falls to one of them by its number, and the others leave it to that rank for
         # a moment before claiming it themselves, so the host's ranks split the pieces.
-        if shares and not _falls_to_this_rank(record.name):
+        if shares and device == "cpu" and not _falls_to_this_rank(record.name):
             request = dataclasses.replace(request, wait_for_claim=SPLIT_WAIT_SECS)
         return _AsyncGraph(gm, example_inputs, request, inductor, record, started, waits=True)
     return _finish(torch, record, started, gm, _ask(request, bound=wait_bound()), here)
