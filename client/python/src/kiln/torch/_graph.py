@@ -270,7 +270,7 @@ def _environment() -> tuple[str, str, str]:
     return triton_version, sys.version.split()[0], torch.version.cuda or ""
 
 
-def _load(torch: Any, answer: _Answer, record: GraphRecord, compile_in_process: Callable[[], Any]) -> tuple[Any, bool]:
+def _load(torch: Any, answer: _Answer, record: GraphRecord, inputs: list[Any], compile_in_process: Callable[[], Any]) -> tuple[Any, bool]:
     """Loads kilnd's artifacts and lets Inductor find them: (compiled, whether torch used them).
 
     torch hits at one of two levels. A graph hits AOTAutograd's cache, a DDP piece too (the
@@ -293,7 +293,7 @@ def _load(torch: Any, answer: _Answer, record: GraphRecord, compile_in_process: 
 
     before = lookups()
     _inductor.pool_off()
-    _inductor.vec_isa_picked()
+    _inductor.vec_isa_picked(inputs)
     compiled = compile_in_process()
     aot_misses, fx_misses, fx_hits = (after - was for after, was in zip(lookups(), before, strict=True))
     # Code generation is what a miss would cost: Inductor found the graph's code (an AOTAutograd
@@ -353,7 +353,7 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
     if refusal is not None:
         _fallback("not_chosen", refusal)
         return _in_process(record, started, gm, here)
-    _inductor.pick_vec_isa_early(device)
+    _inductor.pick_vec_isa_early(example_inputs)
     try:
         payload = serialize(gm, example_inputs, config)
     except Unserializable as e:
@@ -390,7 +390,7 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
         if shares and device == "cpu" and not _falls_to_this_rank(record.name):
             request = dataclasses.replace(request, wait_for_claim=SPLIT_WAIT_SECS)
         return _AsyncGraph(gm, example_inputs, request, inductor, record, started, waits=True)
-    return _finish(torch, record, started, gm, _ask(request, bound=wait_bound()), here)
+    return _finish(torch, record, started, gm, example_inputs, _ask(request, bound=wait_bound()), here)
 
 
 #: How long a rank leaves a DDP piece that falls to another rank of its host for that rank to
@@ -431,17 +431,19 @@ def _ready(record: GraphRecord, started: float, gm: Any, compiled: Any) -> Any:
     return run
 
 
-def _finish(torch: Any, record: GraphRecord, started: float, gm: Any, answer: _Answer | Grant | str, here: Callable[[], Any]) -> Any:
+def _finish(
+    torch: Any, record: GraphRecord, started: float, gm: Any, inputs: list[Any], answer: _Answer | Grant | str, here: Callable[[], Any]
+) -> Any:
     """The compiled graph from kilnd's answer: a grant compiled here and shared, an answer
     loaded, or a fallback compiled here."""
     if isinstance(answer, str):
         return _in_process(record, started, gm, here)
     if isinstance(answer, Grant):
-        _inductor.vec_isa_picked()
+        _inductor.vec_isa_picked(inputs)
         compiled = compile_to_share(torch, answer, record, lambda: _inductor.in_process(here), COMPILE_WAIT_SECS)
         return _ready(record, started, gm, compiled)
     answered = time.perf_counter()
-    compiled, hit = _load(torch, answer, record, here)
+    compiled, hit = _load(torch, answer, record, inputs, here)
     if not hit:
         _fallback("not_reused", "torch's caches missed kilnd's artifacts; compiled here")
     record.how = "kilnd" if hit else "in-process"
@@ -604,13 +606,13 @@ class _AsyncGraph:
         try:
             with context:
                 if isinstance(answer, _Answer):
-                    compiled, hit = _load(torch, answer, self.record, self._compile(inputs))
+                    compiled, hit = _load(torch, answer, self.record, inputs, self._compile(inputs))
                     if not hit:
                         _fallback("not_reused", "torch's caches missed kilnd's artifacts; compiled here")
                     self.record.how = "kilnd" if hit else "in-process"
                     self.record.answered(answer.tier if hit else "", answer.key, answer.compile_s, swap_started)
                 elif isinstance(answer, Grant):
-                    _inductor.vec_isa_picked()
+                    _inductor.vec_isa_picked(inputs)
                     piece = self._compile(inputs)
                     compiled = compile_to_share(torch, answer, self.record, lambda: _inductor.in_process(piece), COMPILE_WAIT_SECS)
                 else:

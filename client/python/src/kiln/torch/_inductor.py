@@ -58,15 +58,17 @@ def same_ptxas() -> None:
 _vec_isa_pick: threading.Thread | None = None
 
 
-def pick_vec_isa_early(device_type: str) -> None:
+def pick_vec_isa_early(example_inputs: list[Any]) -> None:
     """Starts Inductor's pick of the CPU's vector instructions in the background at a process's
-    first CPU graph. Inductor picks once per process, the first time it builds or loads C++: it
+    first CPU graph: one with a tensor input on the CPU. A graph with no tensor input at all (a
+    resume function after a graph break that holds only Python values, say) is no CPU graph: on
+    a GPU host it builds no C++, and picking for it cost a DDP rank 50 s on the record. Inductor picks once per process, the first time it builds or loads C++: it
     builds a test program for each candidate and loads each in a fresh interpreter that imports
     torch, seconds of subprocesses (7.4 s on a 2-core host). A process loading kilnd's answer
     would pay them after its wait; picked meanwhile, they cost it nothing. Mostly the pick
     waits on its subprocesses, so the thread holds the GIL little."""
     global _vec_isa_pick
-    if device_type != "cpu" or _vec_isa_pick is not None:
+    if _vec_isa_pick is not None or not cpu_graph(example_inputs):
         return
 
     def pick() -> None:
@@ -81,7 +83,13 @@ def pick_vec_isa_early(device_type: str) -> None:
     _vec_isa_pick.start()
 
 
-def vec_isa_picked() -> None:
-    """Waits for :func:`pick_vec_isa_early`'s pick, so that Inductor does not pick again beside it."""
-    if _vec_isa_pick is not None:
+def cpu_graph(example_inputs: list[Any]) -> bool:
+    """Whether a graph computes on the CPU: a tensor input of it is there."""
+    return any(getattr(getattr(t, "device", None), "type", None) == "cpu" for t in example_inputs)
+
+
+def vec_isa_picked(example_inputs: list[Any]) -> None:
+    """Waits for :func:`pick_vec_isa_early`'s pick before a CPU graph compiles or loads, so that
+    Inductor does not pick again beside it; any other graph goes on."""
+    if _vec_isa_pick is not None and cpu_graph(example_inputs):
         _vec_isa_pick.join()
