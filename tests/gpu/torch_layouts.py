@@ -68,8 +68,8 @@ JOB = TESTS / "layout_job.py"
 #: The shape name of ``layout_job.py``, the job this harness measured before the corpus.
 LAYOUT_JOB = "layout_job"
 VARIANTS = ("eager", "plain", "warm", "default", "cold", "twin", "fresh", "async")
-#: What a corpus shape runs: kiln's default is its cold start, so no ``cold`` (and no ``twin``).
-CORPUS_VARIANTS = ("eager", "plain", "warm", "default", "fresh", "async")
+#: What a corpus shape runs: kiln's default, and ``cold`` (every graph through kilnd); no ``twin``.
+CORPUS_VARIANTS = ("eager", "plain", "warm", "default", "cold", "fresh", "async")
 #: The variants that start a kilnd of their own; the others run without kiln, or on a kept one.
 OWN_KILND = ("default", "cold", "async")
 HERD = 4
@@ -167,8 +167,11 @@ class Runner:
         if variant == "eager":
             env["COMPILE"] = "0"
         if kilnd is not None and shape != LAYOUT_JOB:
-            # kiln as a user turns it on: the flag and the daemon's address, nothing else.
+            # kiln as a user turns it on: the flag and the daemon's address, nothing else; "cold"
+            # sends every graph through kilnd (KILN_TORCH_GRAPHS=1).
             env.update(corpus.kiln_env(kilnd.uri))
+            if variant == "cold":
+                env["KILN_TORCH_GRAPHS"] = "1"
         elif kilnd is not None:
             # The twin's snapshot (its device's caches) must not replace the one "fresh" restores.
             job = f"layout-{layout}-twin" if variant == "twin" else f"layout-{layout}"
@@ -254,7 +257,7 @@ class Runner:
         order = VARIANTS if shape == LAYOUT_JOB else CORPUS_VARIANTS
         variants = [v for v in order if v in chosen] + [v for v in self.a.probes if v in chosen]
         # The kilnd that "fresh" (and "twin") run on: the one "cold" filled, or "default" where
-        # "cold" does not run (every corpus shape: kiln's default is its cold start).
+        # "cold" does not run.
         filler = "cold" if "cold" in variants else "default"
         kept: Kilnd | None = None
         for variant in variants:
@@ -469,18 +472,19 @@ def shape_table(results: dict[str, dict[str, dict[str, dict]]]) -> str:
     fresh host against the warm one, async against eager, kiln's fallbacks and the losses."""
     rows = [
         (
-            "| shape | layout | plain cold | kiln cold (`KILN_TORCH=1`, new kilnd) | fresh host / warm host "
+            "| shape | layout | plain cold | kiln cold (`KILN_TORCH=1`, new kilnd) | graphs on (`KILN_TORCH_GRAPHS=1`, new kilnd) | fresh host / warm host "
             "| async first step (vs eager + plain's Dynamo trace) | async longest later step | async N steps (vs the better of eager and plain) "
             "| fallbacks (kiln, all ranks) | losses, kiln default vs plain | rank skew, plain / kiln |"
         ),
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for shape, layouts in results.items():
         for layout, v in layouts.items():
             plain, default, fresh, warm = v.get("plain"), v.get("default"), v.get("fresh"), v.get("warm")
             hosts = f"{fresh['first_s'] / warm['first_s']:.2f} ({fresh['first_s']:.2f} s / {warm['first_s']:.2f} s)" if ran(fresh, warm) else cell(fresh)
             rows.append(
-                f"| {shape} | {layout} | {cell(plain)} | {cold_cell(default, plain)} | {hosts} | {async_first(v)} | {async_later(v)} "
+                f"| {shape} | {layout} | {cell(plain)} | {cold_cell(default, plain)} | {cold_cell(v.get('cold'), plain)} | {hosts} "
+                f"| {async_first(v)} | {async_later(v)} "
                 f"| {async_steps(v)} | {kiln_fallbacks(v)} | {same_losses(default, plain)} | {skew(v)} |"
             )
     return "\n".join(rows)

@@ -1,5 +1,6 @@
-"""The corpus of job shapes (``tests/corpus``) through kilnd with kiln's default (``KILN_TORCH=1``
-and nothing else), on the CPU with a real torch: gloo for DDP and FSDP2, Inductor's C++ backend.
+"""The corpus of job shapes (``tests/corpus``) with every graph through kilnd (``KILN_TORCH=1
+KILN_TORCH_GRAPHS=1``), on the CPU with a real torch: gloo for DDP and FSDP2, Inductor's C++
+backend.
 
 Each shape runs once, in the layout that covers it here (the bench and the GPU run take the whole
 matrix against plain torch.compile, timed). Asserted for each: every graph went through kilnd or
@@ -20,6 +21,8 @@ from typing import Any
 import pytest
 from harness import Kilnd
 
+import kiln
+
 sys.path.insert(0, str(Path(__file__).with_name("corpus")))
 import runner  # noqa: E402 - the corpus's directory is put on the path first
 
@@ -27,14 +30,14 @@ pytest.importorskip("torch", reason="torch is not installed in this interpreter"
 
 #: (shape, layout, ranks, the fallbacks the README names for it). Every layout, every shape.
 CASES = [
-    ("model_compile", "single", 1, {}),
-    ("loss_compile", "ddp", 2, {}),
-    ("loss_compile", "fsdp2", 2, {}),
-    ("block_compile", "fsdp2", 2, {}),
-    ("train_step_compile", "single", 1, {}),
-    ("checkpoint", "single", 1, {}),
-    ("accumulate", "ddp", 2, {}),
-    ("optimizer_compile", "single", 1, {}),
+    ("model_compile", "single", 1, set()),
+    ("loss_compile", "ddp", 2, set()),
+    ("loss_compile", "fsdp2", 2, set()),
+    ("block_compile", "fsdp2", 2, set()),
+    ("train_step_compile", "single", 1, set()),
+    ("checkpoint", "single", 1, set()),
+    ("accumulate", "ddp", 2, set()),
+    ("optimizer_compile", "single", 1, set()),
     # A dimension that changed between calls is dynamic: a graph with a symbolic input cannot
     # travel, and compiles in the process as torch would.
     ("dynamic", "single", 1, {"unserializable"}),
@@ -52,8 +55,9 @@ def corpus_kilnd(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 @pytest.mark.parametrize(("shape", "layout", "ranks", "named"), CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
-def test_a_job_shape_goes_through_kilnd_by_default(corpus_kilnd: Kilnd, tmp_path: Path, shape: str, layout: str, ranks: int, named: set[str]) -> None:
-    env = {**runner.kiln_env(corpus_kilnd.uri), "KILN_TORCH_SNAPSHOT": "0"}
+def test_a_job_shape_goes_through_kilnd(corpus_kilnd: Kilnd, tmp_path: Path, shape: str, layout: str, ranks: int, named: set[str]) -> None:
+    job = f"corpus-{shape}-{layout}"
+    env = {**runner.kiln_env(corpus_kilnd.uri), "KILN_TORCH_SNAPSHOT": "0", "KILN_TORCH_JOB": job, "KILN_TORCH_GRAPHS": "1"}
     kiln_ranks = runner.run(shape, layout, ranks, tmp_path / "kiln", env)
     eager = runner.run(shape, layout, ranks, tmp_path / "eager", {"COMPILE": "0"})
     compiled_by: dict[str, int] = {}
@@ -75,6 +79,14 @@ def test_a_job_shape_goes_through_kilnd_by_default(corpus_kilnd: Kilnd, tmp_path
         assert "kiln: torch.compile cost this job" in r["stderr"], where
     # Each distinct graph was compiled by one rank: the others loaded it.
     assert compiled_by and all(n == 1 for n in compiled_by.values()), compiled_by
+    # The job's ledger agrees with the job's own clock: every process counted, and no more
+    # compile charged than its processes spent up to their first steps' ends (a fallback compile
+    # counted as an eager step once made a run read 200x faster than it was).
+    with kiln.Client(corpus_kilnd.uri) as c:
+        (ret,) = c.torch_jobs(job).jobs
+    assert ret.processes == ranks and ret.ended, ret
+    assert 0 < ret.compile_s <= sum(r["first"] for r in kiln_ranks), (ret.compile_s, [r["first"] for r in kiln_ranks])
+    assert ret.steps == sum(len(r["losses"]) for r in kiln_ranks) or shape in ("accumulate", "decode", "dynamic"), (ret.steps, ret)
     tolerance = 2e-2 if shape in AUTOCAST else 1e-4
     for r, e in zip(kiln_ranks, eager, strict=True):
         assert len(r["losses"]) == len(e["losses"])

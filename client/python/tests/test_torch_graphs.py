@@ -157,25 +157,31 @@ def test_dynamic_shapes_do_not_travel_and_compile_in_process(graph_kilnd: Kilnd,
     assert graph_requests(graph_kilnd) == before
 
 
-def test_by_default_a_graph_goes_to_kilnd_and_a_layout_left_out_is_counted_and_quiet(graph_kilnd: Kilnd, tmp_path: Path) -> None:
-    # KILN_TORCH=1 as a new user sets it, with no KILN_TORCH_GRAPHS: the graph goes to kilnd.
-    sent = run_job(graph_kilnd.uri, tmp_path / "default", KILN_TORCH_GRAPHS="", WIDTH="44")
-    assert sent["graphs"]["fallbacks"] == {} and sent["graphs"]["graphs"][0]["how"] == "kilnd", sent["graphs"]
-    # A setting that names other layouts keeps it home, counted, with no warning.
+def test_by_default_a_layout_off_the_record_stays_in_the_process_counted_and_quiet(graph_kilnd: Kilnd, tmp_path: Path) -> None:
     before = graph_requests(graph_kilnd)
-    r = run_job(graph_kilnd.uri, tmp_path / "other", KILN_TORCH_GRAPHS="ddp", KILN_TORCH_JOB="stayed-home")
-    assert r["graphs"]["fallbacks"] == {"not_chosen": 1}, r["graphs"]
+    # KILN_TORCH=1 as a new user sets it, with no KILN_TORCH_GRAPHS: the record keeps CPU graphs home.
+    r = run_job(graph_kilnd.uri, tmp_path / "default", KILN_TORCH_GRAPHS="")
+    assert r["graphs"]["fallbacks"] == {"layout_off": 1}, r["graphs"]
     (graph,) = r["graphs"]["graphs"]
     assert graph["how"] == "in-process" and len(r["losses"]) == 3, graph
     # What the process paid is its own compile, and its steps count as compiled ones.
     assert graph["compile_s"] > 0 and graph["calls"]["compiled"] == 3, graph
     assert graph_requests(graph_kilnd) == before
     assert "instead of by kilnd" not in r["stderr"], r["stderr"][-2000:]
-    # The process reported its fallbacks at exit, though none of its graphs reached kilnd.
-    assert metric(graph_kilnd.metrics(), 'kiln_torch_graph_fallbacks_total{reason="not_chosen"}') >= 1
-    # kiln explain says the graph stayed in the process, where it has no key to explain.
+    # The process reported its fallbacks at exit, though none of its graphs reached kilnd, and
+    # printed its line.
+    assert metric(graph_kilnd.metrics(), 'kiln_torch_graph_fallbacks_total{reason="layout_off"}') >= 1
+    assert "kiln: torch.compile cost this job" in r["stderr"], r["stderr"][-2000:]
+    # A named layout sends it.
+    sent = run_job(graph_kilnd.uri, tmp_path / "named", KILN_TORCH_GRAPHS="single", WIDTH="40")
+    assert sent["graphs"]["fallbacks"] == {} and sent["graphs"]["graphs"][0]["how"] == "kilnd", sent["graphs"]
+    # A setting that names other layouts keeps it home, counted apart, with no warning; and kiln
+    # explain says the graph stayed in the process, where it has no key to explain.
+    other = run_job(graph_kilnd.uri, tmp_path / "other", KILN_TORCH_GRAPHS="ddp", KILN_TORCH_JOB="stayed-home")
+    assert other["graphs"]["fallbacks"] == {"not_chosen": 1}, other["graphs"]
+    assert "instead of by kilnd" not in other["stderr"], other["stderr"][-2000:]
     with kiln.Client(graph_kilnd.uri) as c:
-        (home,) = c.explain(torch_graphs=[("stayed-home", graph["name"])])
+        (home,) = c.explain(torch_graphs=[("stayed-home", other["graphs"]["graphs"][0]["name"])])
     assert home.reason == "in_process" and "stayed in the process" in home.verdict, home
 
 
@@ -623,7 +629,7 @@ def test_only_an_async_process_starts_the_workers(tmp_path: Path) -> None:
 
     k = Kilnd(tmp_path / "ranks")
     try:
-        env = {**os.environ, "KILN_TORCH": "1", "KILN_DAEMON": k.uri, "WORLD_SIZE": "2", "KILN_TORCH_SNAPSHOT": "0"}
+        env = {**os.environ, "KILN_TORCH": "1", "KILN_DAEMON": k.uri, "WORLD_SIZE": "2", "KILN_TORCH_SNAPSHOT": "0", "KILN_TORCH_GRAPHS": "1"}
         for asynchronous, starts in (("0", False), ("1", True)):
             run = subprocess.run(
                 [sys.executable, "-c", textwrap.dedent(INSTALL_ONLY)], env={**env, "KILN_TORCH_ASYNC": asynchronous},

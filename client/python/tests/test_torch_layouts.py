@@ -130,27 +130,36 @@ def test_an_async_ddp_job_swaps_each_piece_in_and_trains_on(layout_kilnd: Kilnd,
         assert r["losses"][-1] < r["losses"][0], r["losses"]
 
 
-def test_every_layout_goes_to_kilnd_by_default_and_the_setting_narrows_it(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_layouts_sent_to_kilnd_follow_the_setting_and_default_to_the_record(monkeypatch: pytest.MonkeyPatch) -> None:
     from kiln.torch import _layout as layout
 
     monkeypatch.delenv(layout.GRAPHS_ENV, raising=False)
     monkeypatch.delenv("KILN_TORCH_ASYNC", raising=False)
     default = layout.chosen()
-    # By default every layout, blocking or async: the graph path never costs more than torch's
-    # own compile, so there is no layout to keep home.
-    assert default == layout.Choice(frozenset(layout.LAYOUTS))
-    assert all(default.sends(name) for name in layout.LAYOUTS)
+    assert default == layout.Choice(layout.DEFAULT_LAYOUTS, layout.DEFAULT_DEVICES, layout.DEFAULT_WARM_ONLY, by_default=True)
+    # By default only the layouts the record shows no slower than plain's cold start, on GPUs,
+    # and one process's only where kilnd's torch workers were up before it started.
+    assert {name for name in layout.LAYOUTS if default.sends(name, "cuda")} == set(layout.DEFAULT_LAYOUTS) == {"single"}
+    assert not any(default.sends(name, "cpu") for name in layout.LAYOUTS)
+    assert not default.sends("single", "cuda", lambda: False)
+    assert "torch_prestart" in (default.refusal("single", "cuda", lambda: False) or "")
+    assert "KILN_TORCH_GRAPHS=1" in (default.refusal("ddp", "cuda") or "")
+    # An async graph never waits for kilnd: every layout goes, unless the setting says otherwise.
     monkeypatch.setenv("KILN_TORCH_ASYNC", "1")
-    assert layout.chosen() == default
+    assert all(layout.chosen().sends(name, device) for name in layout.LAYOUTS for device in ("cuda", "cpu"))
+    monkeypatch.setenv(layout.GRAPHS_ENV, "0")
+    assert layout.chosen().layouts == frozenset()
     monkeypatch.delenv("KILN_TORCH_ASYNC")
-    for value, want in [("0", set()), ("1", set(layout.LAYOUTS)), (" ddp, single ", {"ddp", "single"}), ("", set(layout.LAYOUTS))]:
+    for value, want in [("0", set()), ("1", set(layout.LAYOUTS)), (" ddp, single ", {"ddp", "single"})]:
         monkeypatch.setenv(layout.GRAPHS_ENV, value)
-        chosen = layout.chosen()
-        assert chosen == layout.Choice(frozenset(want)), value
-        assert [name for name in layout.LAYOUTS if chosen.sends(name)] == [n for n in layout.LAYOUTS if n in want], value
-    # A layout left out says why, naming the setting.
+        assert layout.chosen() == layout.Choice(frozenset(want)), value
+        assert all(layout.chosen().sends(name, "cpu") == (name in want) for name in layout.LAYOUTS), value
+    monkeypatch.setenv(layout.GRAPHS_ENV, "")
+    assert layout.chosen() == default
+    # A layout the setting leaves out says so, and is counted apart from the record's default.
     monkeypatch.setenv(layout.GRAPHS_ENV, "single")
     assert "KILN_TORCH_GRAPHS='single' leaves out ddp graphs" in (layout.chosen().refusal("ddp", "cuda") or "")
+    assert (layout.chosen().reason, default.reason) == ("not_chosen", "layout_off")
     monkeypatch.setenv(layout.GRAPHS_ENV, "ddp,fsdp")
     with pytest.raises(layout.BadSetting, match="fsdp"):
         layout.chosen()

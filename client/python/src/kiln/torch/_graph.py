@@ -81,9 +81,11 @@ FALLBACK_REASONS = (
     "late",  # another process's compile of it did not land within the wait bound (wait_bound)
     "unshared",  # its code names a GPU other than the job's first, and no twin had it or claimed it
     "not_chosen",  # KILN_TORCH_GRAPHS names other layouts than the graph's: no warning
+    "layout_off",  # by default, the graph's layout stays in the process (kiln.torch._layout): no warning
 )
-#: Reasons that are what the user asked for or what torch itself would do: logged, not warned.
-QUIET_REASONS = frozenset({"not_chosen", "unshared"})
+#: Reasons that are what the user asked for, the record's default, or what torch itself would
+#: do: logged, not warned.
+QUIET_REASONS = frozenset({"not_chosen", "layout_off", "unshared"})
 
 
 async_enabled = _layout.async_enabled
@@ -349,9 +351,9 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
     def here() -> Any:
         return inductor(gm, example_inputs)
 
-    refusal = _choice.refusal(layout, device)
+    refusal = _choice.refusal(layout, device, _workers.were_up)
     if refusal is not None:
-        _fallback("not_chosen", refusal)
+        _fallback(_choice.reason, refusal)
         return _in_process(record, started, gm, here)
     _inductor.pick_vec_isa_early(example_inputs)
     try:
@@ -729,9 +731,19 @@ def install(job: str) -> bool:
     # only where one was up and idle before the process started, so for those kiln only asks:
     # starting the workers would cost a cold host seconds of its cores while the job imports
     # torch and compiles.
-    if _choice.layouts:
+    if _choice.layouts and (_choice.devices is None or _gpus_seen(torch) > 0):
         _workers.ask(start=async_enabled())
     return True
+
+
+def _gpus_seen(torch: Any) -> int:
+    """GPUs this process could compile for, asked through NVML so that CUDA stays uninitialised
+    (-1 where NVML does not answer: no GPU driver). The default sends only GPU graphs, and asking
+    kilnd about its workers for a process that has none is a round trip for nothing."""
+    try:
+        return int(torch.cuda._device_count_nvml())
+    except Exception:  # noqa: BLE001 - unknown: ask, as before
+        return 1
 
 
 class _WorkersAtStart:
