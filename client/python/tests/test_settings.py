@@ -59,3 +59,13 @@ def test_the_readme_tables_are_the_list() -> None:
         start = lines.index("| variable | default | meaning |") + 2
         rows = lines[start : start + next(i for i, line in enumerate(lines[start:]) if not line.startswith("|"))]
         assert rows == expected, f"{readme}'s table of the variables differs from kiln.settings"
+
+
+def test_a_default_in_seconds_is_the_one_the_code_uses() -> None:
+    """The modules take their defaults in seconds from here (``float(setting.default)``), so a
+    default that does not read as a number would fail them at import."""
+    from kiln import triton
+    from kiln.torch import snapshot
+
+    assert triton.DEFAULT_WAIT_SECS == float(settings.TRITON_WAIT_SECS.default) == 60.0
+    assert snapshot.DEFAULT_WAIT_SECS == float(settings.TORCH_RESTORE_WAIT_SECS.default) == 120.0
