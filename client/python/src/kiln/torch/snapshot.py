@@ -72,7 +72,7 @@ STOP_SECS = 2.0
 
 
 def enabled() -> bool:
-    return os.environ.get(SWITCH_ENV, "1") != "0"
+    return settings.TORCH_SNAPSHOT.switch()
 
 
 def wait_secs() -> float:
