@@ -53,12 +53,12 @@ def test_kiln_doctor_shows_every_variable(monkeypatch, tmp_path) -> None:
 
 
 def test_the_readme_tables_are_the_list() -> None:
-    expected = [f"| `{s.name}` | {s.default} | {s.meaning} |" for s in settings.SETTINGS]
+    expected = settings.readme_table()
     for readme in READMES:
         lines = readme.read_text().splitlines()
-        start = lines.index("| variable | default | meaning |") + 2
+        start = lines.index(expected[0])
         rows = lines[start : start + next(i for i, line in enumerate(lines[start:]) if not line.startswith("|"))]
-        assert rows == expected, f"{readme}'s table of the variables differs from kiln.settings"
+        assert rows == expected, f"{readme}'s table of the variables differs from kiln.settings (python -m kiln.settings prints it)"
 
 
 def test_a_default_in_seconds_is_the_one_the_code_uses() -> None:
@@ -69,3 +69,21 @@ def test_a_default_in_seconds_is_the_one_the_code_uses() -> None:
 
     assert triton.DEFAULT_WAIT_SECS == float(settings.TRITON_WAIT_SECS.default) == 60.0
     assert snapshot.DEFAULT_WAIT_SECS == float(settings.TORCH_RESTORE_WAIT_SECS.default) == 120.0
+
+
+def test_a_switch_reads_as_the_modules_always_read_it(monkeypatch) -> None:
+    """Off by default (``0`` or unset): on unless unset, empty or ``0``. On by default (``1``):
+    off only at ``0``. Values count as written."""
+    off_by_default, on_by_default = settings.TORCH_QUIET, settings.TORCH_SNAPSHOT
+    assert (off_by_default.default, on_by_default.default) == ("0", "1")
+    for setting in (off_by_default, on_by_default):
+        monkeypatch.delenv(setting.name, raising=False)
+    assert not off_by_default.switch() and on_by_default.switch()
+    expected = {"": (False, True), "0": (False, False), "1": (True, True), "yes": (True, True), " 0": (True, True)}
+    for value, (off_reads, on_reads) in expected.items():
+        monkeypatch.setenv(off_by_default.name, value)
+        monkeypatch.setenv(on_by_default.name, value)
+        assert (off_by_default.switch(), on_by_default.switch()) == (off_reads, on_reads), repr(value)
+    # KILN_TORCH's default reads "unset" in the table: off by default.
+    monkeypatch.delenv(settings.TORCH.name, raising=False)
+    assert not settings.TORCH.switch()

@@ -102,3 +102,13 @@ FOREIGN: dict[str, str | None] = {
     "TORCHINDUCTOR_CACHE_DIR": None,
     "TRITON_CACHE_DIR": None,
 }
+
+
+def readme_table() -> list[str]:
+    """The README's table of the variables, row by row, as both READMEs carry it (a test checks
+    them against it): ``python -m kiln.settings`` prints it to paste."""
+    return ["| variable | default | meaning |", "|---|---|---|"] + [f"| `{s.name}` | {s.default} | {s.meaning} |" for s in SETTINGS]
+
+
+if __name__ == "__main__":
+    print("\n".join(readme_table()))
