@@ -17,6 +17,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ],
         ["."],
     )?;
+    std::fs::write(out.join("calls.rs"), calls_macros(&fds)?)?;
     let descriptor_path = out.join("kiln_v1_descriptor.bin");
     std::fs::write(&descriptor_path, fds.encode_to_vec())?;
 
@@ -36,4 +37,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=kiln/v1/snapshot.proto");
     println!("cargo:rerun-if-changed=kiln/v1/graph.proto");
     Ok(())
+}
+
+/// For each service the servers keep a table of calls for, a macro that hands every rpc of the
+/// proto, in its order, to a macro of the caller's: `kiln_proto::artifact_cache_calls!(m)` is
+/// `m! { Get, BatchGet, ... }`. A table built from it has one entry per rpc by construction,
+/// and a `match` over it without a wildcard makes the compiler ask about each new one.
+fn calls_macros(fds: &prost_types::FileDescriptorSet) -> Result<String, Box<dyn std::error::Error>> {
+    const TABLES: [(&str, &str); 1] = [("ArtifactCache", "artifact_cache_calls")];
+    let mut text = String::new();
+    for (service, macro_name) in TABLES {
+        let found = fds.file.iter().flat_map(|f| &f.service).find(|s| s.name() == service);
+        let Some(found) = found else { return Err(format!("no service {service} in kiln.v1").into()) };
+        let calls: Vec<&str> = found.method.iter().map(|m| m.name()).collect();
+        text += &format!(
+            "/// Hands every rpc of `kiln.v1.{service}`, in the proto's order, to `$callback!`.\n\
+             #[macro_export]\nmacro_rules! {macro_name} {{\n    ($callback:ident) => {{\n        \
+             $callback! {{ {} }}\n    }};\n}}\n",
+            calls.join(", ")
+        );
+    }
+    Ok(text)
 }

@@ -13,6 +13,10 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// How long a value a BatchGet read stays in memory when the file does not say
+/// (`hot_values_ms`); the benchmark's restart model reads it from here.
+pub const DEFAULT_HOT_VALUES: Duration = Duration::from_millis(2000);
+
 /// `kiln-cache` command line. Every flag has a `KILN_CACHE_*` variable.
 #[derive(Debug, Clone, Default, Parser)]
 #[command(name = "kiln-cache", version, about = "kiln fleet cache server: artifacts, manifests and leases over Redis")]
@@ -246,7 +250,7 @@ impl Config {
             drain: Duration::from_secs(file.drain_secs.unwrap_or(10)),
             limits,
             hot_values_bytes: file.hot_values_mb.unwrap_or(256) * MIB,
-            hot_values_ttl: Duration::from_millis(file.hot_values_ms.unwrap_or(2000)),
+            hot_values_ttl: file.hot_values_ms.map_or(DEFAULT_HOT_VALUES, Duration::from_millis),
             vet: file.vet.unwrap_or_default(),
             trusted_writers: file.trusted_writers.clone(),
         })

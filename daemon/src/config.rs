@@ -231,7 +231,7 @@ pub struct Remote {
     pub lease_ttl: Duration,
     pub hedge: Duration,
     pub leases: bool,
-    pub audit: crate::core::audit::Policy,
+    pub audit: crate::domain::AuditPolicy,
     pub quarantine_poll: Duration,
     /// Under `vet = "trusted-writers"`, the token ids whose kernels are served unvetted.
     pub trusted_writers: Vec<String>,
@@ -340,10 +340,10 @@ impl Config {
 
 /// The audit settings, each clamped to its range (a rate of 3 audits everything; a share of 0
 /// would never audit, so it is at least 0.001).
-fn audit_policy(flags: &Flags, file: &FileConfig) -> crate::core::audit::Policy {
-    let defaults = crate::core::audit::Policy::default();
+fn audit_policy(flags: &Flags, file: &FileConfig) -> crate::domain::AuditPolicy {
+    let defaults = crate::domain::AuditPolicy::default();
     let finite = |v: Option<f64>, default: f64| v.filter(|v| v.is_finite()).unwrap_or(default);
-    crate::core::audit::Policy {
+    crate::domain::AuditPolicy {
         rate: finite(flags.audit_rate.or(file.audit_rate), defaults.rate).clamp(0.0, 1.0),
         cpu_share: finite(file.audit_cpu_share, defaults.cpu_share).clamp(0.001, 1.0),
         enabled: file.audit.unwrap_or(defaults.enabled),

@@ -22,10 +22,16 @@ pub fn beside(exe: &Path) -> Option<PathBuf> {
 /// The file to read: `explicit` when given (it must then exist: reading it reports it), else the
 /// first of [`beside`] `exe` and [`SYSTEM`] that is a file, else none.
 pub fn locate(explicit: Option<&Path>, exe: Option<&Path>) -> Option<PathBuf> {
+    locate_with(explicit, exe, Path::new(SYSTEM))
+}
+
+/// [`locate`] with the system's file at `system`, so a test decides whether it exists rather
+/// than finding whatever this host has.
+fn locate_with(explicit: Option<&Path>, exe: Option<&Path>, system: &Path) -> Option<PathBuf> {
     if let Some(path) = explicit {
         return Some(path.to_path_buf());
     }
-    exe.and_then(beside).into_iter().chain([PathBuf::from(SYSTEM)]).find(|p| p.is_file())
+    exe.and_then(beside).into_iter().chain([system.to_path_buf()]).find(|p| p.is_file())
 }
 
 #[cfg(test)]
@@ -38,13 +44,16 @@ mod tests {
         let prefix = tempfile::tempdir().unwrap();
         let exe = prefix.path().join("bin/kilnd");
         let own = prefix.path().join("etc/kiln/kilnd.toml");
+        let system = prefix.path().join("system/kilnd.toml");
         assert_eq!(beside(&exe), Some(own.clone()));
-        let without = locate(None, Some(&exe));
-        assert!(without.is_none() || without == Some(PathBuf::from(SYSTEM)), "{without:?}");
+        assert_eq!(locate_with(None, Some(&exe), &system), None);
+        std::fs::create_dir_all(system.parent().unwrap()).unwrap();
+        std::fs::write(&system, "").unwrap();
+        assert_eq!(locate_with(None, Some(&exe), &system), Some(system.clone()));
         std::fs::create_dir_all(own.parent().unwrap()).unwrap();
         std::fs::write(&own, "").unwrap();
-        assert_eq!(locate(None, Some(&exe)), Some(own));
+        assert_eq!(locate_with(None, Some(&exe), &system), Some(own));
         let flag = Path::new("/elsewhere/kilnd.toml");
-        assert_eq!(locate(Some(flag), Some(&exe)), Some(flag.to_path_buf()));
+        assert_eq!(locate_with(Some(flag), Some(&exe), &system), Some(flag.to_path_buf()));
     }
 }

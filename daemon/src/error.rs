@@ -11,7 +11,7 @@
 //! refused): they are shown in logs, `Stats` and artifacts, and never matched on or mapped to a
 //! gRPC code.
 
-use crate::runtime::toolchain::Toolchain;
+use crate::domain::Toolchain;
 use kiln_proto::CacheKey;
 use tonic::{Code, Status};
 

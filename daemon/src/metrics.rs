@@ -314,7 +314,7 @@ impl Metrics {
         );
         let m = Metrics { registry, ..m };
         m.zero(&TierName::LOCAL);
-        for toolchain in crate::runtime::toolchain::Toolchain::ALL.map(|t| t.as_str()) {
+        for toolchain in crate::domain::Toolchain::ALL.map(|t| t.as_str()) {
             for outcome in ["ok", "failed"] {
                 let _ = m.compiles.get_or_create(&CompileLabels { toolchain, outcome });
             }

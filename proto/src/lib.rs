@@ -39,6 +39,10 @@ pub mod torch_ledger;
 pub mod units;
 pub mod vet;
 
+// The services' call lists as macros (`artifact_cache_calls!`), generated from the protos by
+// build.rs, for tables that must name every rpc.
+include!(concat!(env!("OUT_DIR"), "/calls.rs"));
+
 /// Generated `kiln.v1` code. Re-exported as `pb`, as tonic-health does, so that domain types stay
 /// apart from wire types.
 #[allow(clippy::all, missing_debug_implementations)]

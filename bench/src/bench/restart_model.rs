@@ -30,8 +30,9 @@ pub const SNAPSHOT_MB: f64 = 200.0;
 pub const DEADLINE_S: f64 = 10.0;
 /// Assumed, not measured: a server's network interface, in MB/s (25 Gb/s).
 const NIC_MBPS: f64 = 3125.0;
-/// kiln-cache's default `hot_values_ms`, in seconds.
-const HOT_LIFETIME_S: f64 = 2.0;
+/// kiln-cache's default `hot_values_ms`, in seconds: the server's own constant, so the model
+/// follows a change of it.
+const HOT_LIFETIME_S: f64 = kiln_cache_server::config::DEFAULT_HOT_VALUES.as_secs_f64();
 
 /// One load's result: bytes moved in `secs`, and each server's CPU seconds meanwhile.
 #[derive(Debug, Clone, Copy)]

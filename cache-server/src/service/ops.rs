@@ -6,47 +6,34 @@ use crate::auth::Access;
 use crate::metrics::Metrics;
 use tonic::Code;
 
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Op {
-    Get,
-    BatchGet,
-    Put,
-    Contains,
-    GetManifest,
-    PutManifest,
-    AcquireLease,
-    RenewLease,
-    ReleaseLease,
-    WatchPublish,
-    CacheStats,
-    ReportHost,
-    Quarantine,
-    ListQuarantine,
-    Vouch,
-    ReportTorchJob,
-    ListTorchJobs,
+/// Defines [`Op`], one variant per rpc of `kiln.v1.ArtifactCache`, with [`OPS`] and
+/// [`Op::name`] from the same list.
+macro_rules! ops {
+    ($($call:ident),* $(,)?) => {
+        /// A `kiln.v1.ArtifactCache` call.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub(super) enum Op {
+            $($call),*
+        }
+
+        /// Every `kiln.v1.ArtifactCache` call, for mapping a gRPC path back to its [`Op`].
+        pub(super) const OPS: &[Op] = &[$(Op::$call),*];
+
+        impl Op {
+            /// The call's name, as its gRPC path and the request metrics spell it.
+            pub(super) fn name(self) -> &'static str {
+                match self {
+                    $(Op::$call => stringify!($call)),*
+                }
+            }
+        }
+    };
 }
 
-/// Every `kiln.v1.ArtifactCache` call, for mapping a gRPC path back to its [`Op`].
-pub(super) const OPS: [Op; 17] = [
-    Op::Get,
-    Op::BatchGet,
-    Op::Put,
-    Op::Contains,
-    Op::GetManifest,
-    Op::PutManifest,
-    Op::AcquireLease,
-    Op::RenewLease,
-    Op::ReleaseLease,
-    Op::WatchPublish,
-    Op::CacheStats,
-    Op::ReportHost,
-    Op::Quarantine,
-    Op::ListQuarantine,
-    Op::Vouch,
-    Op::ReportTorchJob,
-    Op::ListTorchJobs,
-];
+// The calls are cache.proto's, listed by kiln-proto's build: a call added there is an `Op` here,
+// routed and counted by its name, and `Op::needs` does not compile until it says what the call
+// needs.
+kiln_proto::artifact_cache_calls!(ops);
 
 /// The service's gRPC path prefix.
 pub(super) const SERVICE_PATH: &str = "/kiln.v1.ArtifactCache/";
@@ -70,34 +57,13 @@ pub fn refused(metrics: &Metrics, path: &str, code: Code) {
 impl Op {
     pub(super) fn from_path(path: &str) -> Option<Op> {
         let method = path.strip_prefix(SERVICE_PATH)?;
-        OPS.into_iter().find(|op| op.name() == method)
-    }
-
-    pub(super) fn name(self) -> &'static str {
-        match self {
-            Op::Get => "Get",
-            Op::BatchGet => "BatchGet",
-            Op::Put => "Put",
-            Op::Contains => "Contains",
-            Op::GetManifest => "GetManifest",
-            Op::PutManifest => "PutManifest",
-            Op::AcquireLease => "AcquireLease",
-            Op::RenewLease => "RenewLease",
-            Op::ReleaseLease => "ReleaseLease",
-            Op::WatchPublish => "WatchPublish",
-            Op::CacheStats => "CacheStats",
-            Op::ReportHost => "ReportHost",
-            Op::Quarantine => "Quarantine",
-            Op::ListQuarantine => "ListQuarantine",
-            Op::Vouch => "Vouch",
-            Op::ReportTorchJob => "ReportTorchJob",
-            Op::ListTorchJobs => "ListTorchJobs",
-        }
+        OPS.iter().copied().find(|op| op.name() == method)
     }
 
     /// Leases are writes: a read-only client holding one would stall every other host. A host
     /// report and a torch job's account write to Redis too, and a quarantine takes an entry out
-    /// of service, and a vouch vets a publisher for the fleet.
+    /// of service, and a vouch vets a publisher for the fleet. No wildcard: a new call is
+    /// decided here.
     pub(super) fn needs(self) -> Access {
         match self {
             Op::Put
@@ -109,7 +75,14 @@ impl Op {
             | Op::ReportTorchJob
             | Op::Quarantine
             | Op::Vouch => Access::Write,
-            _ => Access::Read,
+            Op::Get
+            | Op::BatchGet
+            | Op::Contains
+            | Op::GetManifest
+            | Op::WatchPublish
+            | Op::CacheStats
+            | Op::ListQuarantine
+            | Op::ListTorchJobs => Access::Read,
         }
     }
 }

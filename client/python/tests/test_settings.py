@@ -34,14 +34,56 @@ def test_every_variable_the_code_reads_is_on_the_list() -> None:
     assert len(listed) == len(settings.SETTINGS), "a variable is listed twice"
 
 
-def test_kiln_doctor_shows_every_variable() -> None:
-    assert [s.name for s in settings.SETTINGS] == [n for n in doctor.SWITCHES if n.startswith("KILN_")]
+def test_kiln_doctor_shows_every_variable(monkeypatch, tmp_path) -> None:
+    """Each variable set to a value of its own comes out of doctor's report as ``NAME=value``:
+    what a user reads, not the list doctor is built from."""
+    values = {s.name: f"value-{i}" for i, s in enumerate(settings.SETTINGS)}
+    # A socket nobody listens on, and the torch path off: the report needs neither kilnd nor torch.
+    values.update({settings.DAEMON.name: f"unix://{tmp_path}/none.sock", settings.TORCH.name: "0"})
+    # The files are read when the client connects: they exist, and the path is the value shown.
+    for setting in (settings.TOKEN_FILE, settings.CA_FILE):
+        (tmp_path / setting.name).write_text("a-token-of-this-test\n")
+        values[setting.name] = str(tmp_path / setting.name)
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(doctor, "_probe_import", lambda module: {"importable": False, "error": "not asked"})
+    shown = doctor.render(doctor.gather(timeout=1.0)).splitlines()
+    missing = [name for name, value in values.items() if f"  {name}={value}" not in shown]
+    assert not missing, f"kiln doctor does not show {missing}"
 
 
 def test_the_readme_tables_are_the_list() -> None:
-    expected = [f"| `{s.name}` | {s.default} | {s.meaning} |" for s in settings.SETTINGS]
+    expected = settings.readme_table()
     for readme in READMES:
         lines = readme.read_text().splitlines()
-        start = lines.index("| variable | default | meaning |") + 2
+        start = lines.index(expected[0])
         rows = lines[start : start + next(i for i, line in enumerate(lines[start:]) if not line.startswith("|"))]
-        assert rows == expected, f"{readme}'s table of the variables differs from kiln.settings"
+        assert rows == expected, f"{readme}'s table of the variables differs from kiln.settings (python -m kiln.settings prints it)"
+
+
+def test_a_default_in_seconds_is_the_one_the_code_uses() -> None:
+    """The modules take their defaults in seconds from here (``float(setting.default)``), so a
+    default that does not read as a number would fail them at import."""
+    from kiln import triton
+    from kiln.torch import snapshot
+
+    assert triton.DEFAULT_WAIT_SECS == float(settings.TRITON_WAIT_SECS.default) == 60.0
+    assert snapshot.DEFAULT_WAIT_SECS == float(settings.TORCH_RESTORE_WAIT_SECS.default) == 120.0
+
+
+def test_a_switch_reads_as_the_modules_always_read_it(monkeypatch) -> None:
+    """Off by default (``0`` or unset): on unless unset, empty or ``0``. On by default (``1``):
+    off only at ``0``. Values count as written."""
+    off_by_default, on_by_default = settings.TORCH_QUIET, settings.TORCH_SNAPSHOT
+    assert (off_by_default.default, on_by_default.default) == ("0", "1")
+    for setting in (off_by_default, on_by_default):
+        monkeypatch.delenv(setting.name, raising=False)
+    assert not off_by_default.switch() and on_by_default.switch()
+    expected = {"": (False, True), "0": (False, False), "1": (True, True), "yes": (True, True), " 0": (True, True)}
+    for value, (off_reads, on_reads) in expected.items():
+        monkeypatch.setenv(off_by_default.name, value)
+        monkeypatch.setenv(on_by_default.name, value)
+        assert (off_by_default.switch(), on_by_default.switch()) == (off_reads, on_reads), repr(value)
+    # KILN_TORCH's default reads "unset" in the table: off by default.
+    monkeypatch.delenv(settings.TORCH.name, raising=False)
+    assert not settings.TORCH.switch()

@@ -105,7 +105,7 @@ def test_a_herd_of_two_processes_pays_one_compile_and_the_other_gets_torchs_own_
             claimed.append(name)
             assert r["aot"].get("autograd_cache_miss") == 1, r["aot"]
             # Its own work, step by step: where a cold start through kilnd would lose time.
-            assert graph["phases"]["compile"] > 0 and graph["phases"]["save"] >= 0, graph
+            assert graph["phases"]["compile"] > 0 and graph["phases"]["save"] > 0, graph
         else:
             # ...and the other waited for its publish, which torch found as its own AOTAutograd
             # cache entry: nothing compiled there.

@@ -5,10 +5,12 @@
 //! names where an answer lives.
 
 pub(crate) mod answer;
+pub(crate) mod audit;
 pub(crate) mod source;
 pub(crate) mod tier;
 
 pub use answer::Answer;
+pub use audit::AuditPolicy;
 pub use source::{KernelSource, Toolchain};
 pub use tier::TierName;
 

@@ -23,7 +23,6 @@ is left alone; nothing here raises into the job.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from collections.abc import Callable
 from types import ModuleType
@@ -98,7 +97,7 @@ def _kiln_itself() -> bool:
 
 
 # kiln-torch.pth imports this module under KILN_TORCH.
-if os.environ.get(settings.TORCH.name, "0") not in ("", "0") and not _kiln_itself():
+if settings.TORCH.switch() and not _kiln_itself():
     try:
         install_hooks()
     except Exception:  # noqa: BLE001

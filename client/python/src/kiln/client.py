@@ -19,6 +19,7 @@ from ._closing import Closing
 from ._proto import blob_pb2 as bpb
 from ._proto import blob_pb2_grpc, kiln_pb2_grpc
 from ._proto import kiln_pb2 as pb
+from ._torch_results import TorchGraphAnswer, TorchGraphCost, TorchJobReturn, TorchJobs
 from .blob_lease import Lease
 from .explain import Explanation
 from .graph import Graph, Kernel
@@ -40,7 +41,6 @@ from .snapshot_results import (
     SnapshotProgress,
     SnapshotSummary,
 )
-from .torch.results import TorchGraphAnswer, TorchGraphCost, TorchJobReturn, TorchJobs
 
 if TYPE_CHECKING:
     from . import snapshot

@@ -14,8 +14,8 @@ from typing import Any
 from ._from_proto import from_message
 from ._proto import blob_pb2 as bpb
 from ._proto import kiln_pb2 as pb
+from ._torch_results import TorchGraphStats
 from .tier import Tier as Tier
-from .torch.results import TorchGraphStats
 
 
 class Outcome(enum.IntEnum):

@@ -1,6 +1,7 @@
 """Every environment variable kiln's Python side reads: its name, its default and what it does.
 
-The one list. ``kiln doctor`` shows each one's value from it, the README's table of a job's
+The one list. Each is declared once here, and the switches are read here (:meth:`Setting.switch`).
+``kiln doctor`` shows each one's value from it, the README's table of a job's
 variables is checked against it by a test, and so is every ``KILN_*`` name the package's code
 reads: a variable added without a line here fails the suite. The modules that read a variable
 keep their own name for it (``kiln.torch._graph.ASYNC_ENV``), taken from here.
@@ -8,6 +9,7 @@ keep their own name for it (``kiln.torch._graph.ASYNC_ENV``), taken from here.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 
@@ -19,6 +21,19 @@ class Setting:
     default: str
     #: What it does, in one line.
     meaning: str
+
+    def value(self) -> str | None:
+        """The variable as set, or None."""
+        return os.environ.get(self.name)
+
+    def switch(self) -> bool:
+        """The variable read as a switch, the one way the modules read their switches: one whose
+        default is ``1`` is off only at ``0``; any other (``0`` or unset by default) is on unless
+        it is unset, empty or ``0``. The value counts as written: `` 0`` is not ``0``."""
+        value = os.environ.get(self.name)
+        if self.default == "1":
+            return value != "0"
+        return value not in (None, "", "0")
 
 
 DAEMON = Setting("KILN_DAEMON", "the local socket", "kilnd's address: `unix:///path` or `http(s)://host:port`")
@@ -91,3 +106,13 @@ FOREIGN: dict[str, str | None] = {
     "TORCHINDUCTOR_CACHE_DIR": None,
     "TRITON_CACHE_DIR": None,
 }
+
+
+def readme_table() -> list[str]:
+    """The README's table of the variables, row by row, as both READMEs carry it (a test checks
+    them against it): ``python -m kiln.settings`` prints it to paste."""
+    return ["| variable | default | meaning |", "|---|---|---|"] + [f"| `{s.name}` | {s.default} | {s.meaning} |" for s in SETTINGS]
+
+
+if __name__ == "__main__":
+    print("\n".join(readme_table()))

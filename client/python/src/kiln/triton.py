@@ -77,7 +77,7 @@ NAMESPACE = "triton"
 GROUP_PREFIX = "__grp__"
 WAIT_ENV = settings.TRITON_WAIT_SECS.name
 HOLD_ENV = settings.TRITON_HOLD_SECS.name
-DEFAULT_WAIT_SECS = 60.0
+DEFAULT_WAIT_SECS = float(settings.TRITON_WAIT_SECS.default)
 
 #: Deadlines of the unary calls: a hung kilnd costs a lookup this much once, then kiln backs off.
 GET_TIMEOUT_SECS = 60.0

@@ -31,6 +31,7 @@ pub mod vetting;
 
 pub use run::{on_demand, run};
 
+pub use crate::domain::AuditPolicy as Policy;
 use crate::domain::KernelSource;
 use crate::metrics::Metrics;
 use kiln_proto::pb::{AuditStats, Provenance};
@@ -50,26 +51,6 @@ const PROVENANCE_KEPT: u64 = 100_000;
 /// Artifacts held back per publisher while its first audit runs; one queue's worth, as all of
 /// them are queued at once if it is found wrong.
 const HELD_BACK: usize = QUEUE;
-
-/// How much auditing a host does.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Policy {
-    /// The fraction of fleet artifacts audited besides the first artifact of a publisher not yet
-    /// audited clean and every anonymous artifact: 0 audits only those, 1 audits everything.
-    pub rate: f64,
-    /// The share of one CPU audits may use, in (0, 1].
-    pub cpu_share: f64,
-    /// Off: nothing is audited (quarantines are still obeyed), nor vetted before use.
-    pub enabled: bool,
-    /// Whose fleet kernels run before this host compiled them (see [`vetting`]).
-    pub vet: kiln_proto::vet::VetPolicy,
-}
-
-impl Default for Policy {
-    fn default() -> Self {
-        Policy { rate: 0.02, cpu_share: 0.05, enabled: true, vet: kiln_proto::vet::VetPolicy::default() }
-    }
-}
 
 /// One artifact to check: its key and the inputs it must compile from.
 #[derive(Debug, Clone)]

@@ -113,7 +113,7 @@ mod tests {
         let Some(filter) = super::Filter::build() else { return };
         // SAFETY: the child calls only async-signal-safe functions (seccomp, socket, _exit).
         let pid = unsafe { libc::fork() };
-        assert!(pid >= 0);
+        assert!(pid >= 0, "fork failed"); // can fail: fork returns -1 when it cannot fork
         if pid == 0 {
             let code = if filter.install().is_err() {
                 10

@@ -104,7 +104,7 @@ def check_version(version: str, *, allow_untested: bool = False) -> None:
     m = re.match(r"(\d+)\.(\d+)", version)
     if m and (int(m.group(1)), int(m.group(2))) in TESTED_VERSIONS:
         return
-    if allow_untested or os.environ.get(UNTESTED_ENV, "0") not in ("", "0"):
+    if allow_untested or settings.TORCH_UNTESTED.switch():
         from .. import _fleet
 
         _fleet.warn_once("torch-untested", "kiln: torch %s is untested (tested: %s); installing anyway", version, tested_versions_text())

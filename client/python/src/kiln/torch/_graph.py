@@ -709,7 +709,7 @@ def install(job: str) -> bool:
     except _layout.BadSetting as e:
         _fleet.warn_once("torch-graph-setting", "kiln: %s; every graph compiles in this process", e)
         return False
-    if os.environ.get(_layout.GRAPHS_ENV, "").strip() == "0":
+    if _layout.switched_off():
         return False
     import torch
 

@@ -109,6 +109,12 @@ def async_enabled() -> bool:
     return os.environ.get(settings.TORCH_ASYNC.name, "0").strip() not in ("", "0")
 
 
+def switched_off() -> bool:
+    """Whether ``KILN_TORCH_GRAPHS=0`` turns the graph path off altogether (not merely leaves
+    every layout out): read here, with the rest of the variable, so one module owns it."""
+    return os.environ.get(GRAPHS_ENV, "").strip() == "0"
+
+
 def chosen() -> Choice:
     """The graphs that go to kilnd in this process."""
     value = os.environ.get(GRAPHS_ENV)

@@ -321,7 +321,7 @@ def exit_line(r: Any) -> str:
 
 def _at_exit() -> None:
     ret = report(ended=True)
-    if ret is None or os.environ.get(QUIET_ENV, "0") not in ("", "0"):
+    if ret is None or settings.TORCH_QUIET.switch():
         return
     # Every process with a graph prints it, whatever happened to its graphs: a job whose graphs
     # all compiled in the process is the one whose compile the line is most for.

@@ -60,7 +60,7 @@ TRITON_KEY_HOLDERS = ("triton.runtime.cache", "triton.runtime.autotuner", "torch
 
 
 def enabled() -> bool:
-    return os.environ.get(SWITCH_ENV, "1") != "0"
+    return settings.TORCH_SOURCE_KEYS.switch()
 
 
 def package_dir(name: str) -> str | None:

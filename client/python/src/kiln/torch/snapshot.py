@@ -60,7 +60,7 @@ log = logging.getLogger("kiln")
 
 SWITCH_ENV = settings.TORCH_SNAPSHOT.name
 WAIT_ENV = settings.TORCH_RESTORE_WAIT_SECS.name
-DEFAULT_WAIT_SECS = 120.0
+DEFAULT_WAIT_SECS = float(settings.TORCH_RESTORE_WAIT_SECS.default)
 #: How long exit waits for a save in flight, and for its own.
 EXIT_SAVE_SECS = 120.0
 #: Quiet time after a compile before a save starts.
@@ -72,7 +72,7 @@ STOP_SECS = 2.0
 
 
 def enabled() -> bool:
-    return os.environ.get(SWITCH_ENV, "1") != "0"
+    return settings.TORCH_SNAPSHOT.switch()
 
 
 def wait_secs() -> float:
