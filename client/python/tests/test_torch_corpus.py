@@ -58,6 +58,9 @@ def corpus_kilnd(tmp_path_factory: pytest.TempPathFactory) -> Any:
 def test_a_job_shape_goes_through_kilnd(corpus_kilnd: Kilnd, tmp_path: Path, shape: str, layout: str, ranks: int, named: set[str]) -> None:
     job = f"corpus-{shape}-{layout}"
     env = {**runner.kiln_env(corpus_kilnd.uri), "KILN_TORCH_SNAPSHOT": "0", "KILN_TORCH_JOB": job, "KILN_TORCH_GRAPHS": "1"}
+    # A 2-core machine under CI's other tests can take minutes over a compile: the wait bound is
+    # tested by itself (test_torch_graphs.py); here a waiter waits as long as the compile takes.
+    env["KILN_TORCH_GRAPH_WAIT_SECS"] = "1800"
     kiln_ranks = runner.run(shape, layout, ranks, tmp_path / "kiln", env)
     eager = runner.run(shape, layout, ranks, tmp_path / "eager", {"COMPILE": "0"})
     compiled_by: dict[str, int] = {}

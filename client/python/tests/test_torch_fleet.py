@@ -46,6 +46,9 @@ def fleet(tmp_path: Path) -> Any:
 def start_rank(shape: str, host: Kilnd, rank: int, local_rank: int, world: int, local_world: int, port: int, tmp: Path, **extra: str) -> subprocess.Popen[str]:
     env = runner.clean_env()
     env.update(runner.kiln_env(host.uri), KILN_TORCH_SNAPSHOT="0", KILN_TORCH_JOB="fleet-job", KILN_TORCH_GRAPHS="1")
+    # A 2-core machine under CI's other tests can take minutes over a compile: the wait bound is
+    # tested by itself (test_torch_graphs.py); here a waiter waits as long as the compile takes.
+    env.update(KILN_TORCH_GRAPH_WAIT_SECS="1800")
     env.update(LAYOUT="ddp" if world > 1 else "single", RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(local_rank))
     env.update(LOCAL_WORLD_SIZE=str(local_world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     env.update(TORCHINDUCTOR_CACHE_DIR=str(tmp / f"inductor-{rank}"), TRITON_CACHE_DIR=str(tmp / f"triton-{rank}"))

@@ -5,7 +5,7 @@ import torch
 
 job = common.start()
 net = common.wrap(job, common.model(job))
-opt = torch.optim.AdamW(net.parameters(), lr=torch.tensor(1e-3), foreach=True)
+opt = torch.optim.AdamW(net.parameters(), lr=1e-3, foreach=True)
 
 
 class CompiledStep:

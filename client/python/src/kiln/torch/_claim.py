@@ -116,6 +116,8 @@ def compile_to_share(torch: Any, grant: Grant, record: GraphRecord, compile_here
     record.how = "kilnd"
     record.answered("compiled", grant.key, seconds, time.perf_counter())
     if saved is None:
+        # Nothing to share (a graph that generated no code, say): compiled here, as torch would.
+        record.how, record.tier = "in-process", ""
         grant.claim.close()
         log.info("kiln: torch saved no cache artifacts for graph %s (is Inductor's FX graph cache off?): not shared", record.name)
         return compiled
