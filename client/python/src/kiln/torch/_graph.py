@@ -566,6 +566,9 @@ class _AsyncGraph:
         self.record.answered_at = time.perf_counter()
         if not self.waits and isinstance(answer, _Answer):
             self._swap_here()
+            # The load ran on this host's cores beside the eager steps: the compile's window,
+            # which makes the eager samples taken in it contended, lasts until it is done.
+            self.record.answered_at = time.perf_counter()
         _pieces.answered()
 
     def _swap_here(self) -> None:
