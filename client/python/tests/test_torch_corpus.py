@@ -68,12 +68,14 @@ def test_a_job_shape_goes_through_kilnd(corpus_kilnd: Kilnd, tmp_path: Path, sha
         stats = r["graphs"]
         where = f"rank {rank} of {shape} ({layout}): {stats}\n{r['stderr'][-3000:]}"
         assert stats["graphs"], where
-        assert set(stats["fallbacks"]) <= named, where
+        # unshared: a graph whose compile left torch nothing to share (the resume function after
+        # a graph break that generates no code), compiled here as torch would.
+        assert set(stats["fallbacks"]) <= named | {"unshared"}, where
         assert "late" not in stats["fallbacks"], where
         for g in stats["graphs"]:
             # Through kilnd, or a named fallback compiled here; never left eager or pending.
             assert g["how"] in ("kilnd", "in-process"), where
-            assert g["how"] == "kilnd" or named, where
+            assert g["how"] == "kilnd" or set(stats["fallbacks"]), where
             # What the process paid is charged, and its calls counted as compiled steps.
             assert g["compile_s"] > 0 and g["calls"]["compiled"] > 0, where
             if g["how"] == "kilnd" and g["tier"] == "compiled":

@@ -79,7 +79,7 @@ FALLBACK_REASONS = (
     "not_reused",  # kilnd's artifacts did not give torch a cache hit here
     "no_torch_worker",  # kilnd has no interpreter with torch for its workers
     "late",  # another process's compile of it did not land within the wait bound (wait_bound)
-    "unshared",  # its code names a GPU other than the job's first, and no twin had it or claimed it
+    "unshared",  # its code names its own GPU and no twin had it, or its compile left nothing to share
     "not_chosen",  # KILN_TORCH_GRAPHS names other layouts than the graph's: no warning
     "layout_off",  # by default, the graph's layout stays in the process (kiln.torch._layout): no warning
 )
@@ -413,6 +413,13 @@ def _falls_to_this_rank(name: str) -> bool:
     return local_world <= 1 or (piece - 1) % local_world == local_rank % local_world
 
 
+def _nothing_shared(record: GraphRecord) -> None:
+    """Counts a claimed graph whose compile left torch no cache artifacts to share (one that
+    generated no code): compiled here as torch would, and nobody else's to load."""
+    if record.how == "in-process":
+        _fallback("unshared", "its compile left no cache artifacts to share")
+
+
 def _in_process(record: GraphRecord, started: float, gm: Any, compile_here: Callable[[], Any]) -> Any:
     """Compiles the graph in this process, as torch would, and charges it to the ledger: a
     fallback's compile is what the process paid, and its calls are the job's compiled steps."""
@@ -443,6 +450,7 @@ def _finish(
     if isinstance(answer, Grant):
         _inductor.vec_isa_picked(inputs)
         compiled = compile_to_share(torch, answer, record, lambda: _inductor.in_process(here), COMPILE_WAIT_SECS)
+        _nothing_shared(record)
         return _ready(record, started, gm, compiled)
     answered = time.perf_counter()
     compiled, hit = _load(torch, answer, record, inputs, here)
@@ -620,6 +628,7 @@ class _AsyncGraph:
                     _inductor.vec_isa_picked(inputs)
                     piece = self._compile(inputs)
                     compiled = compile_to_share(torch, answer, self.record, lambda: _inductor.in_process(piece), COMPILE_WAIT_SECS)
+                    _nothing_shared(self.record)
                 else:
                     compiled = _inductor.in_process(self._compile(inputs))
                     self.record.how = "in-process"
