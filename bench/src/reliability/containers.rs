@@ -226,18 +226,24 @@ impl ContainerFleet {
         Ok(fleet)
     }
 
-    /// The configuration files every container mounts read-only at /etc/kiln.
+    /// The configuration files every container mounts read-only at /etc/kiln. Every host shares
+    /// one token, under which no host can vouch for another's kernels, so the fleet audits by
+    /// sample (`vet = "sample"`, as before vetting): these scenarios measure serving across hosts;
+    /// vetting has its own (`publish_first`), with a token per writer.
     fn write_configs(&self) -> Result<()> {
         let etc = self.dir.join("etc");
         std::fs::write(etc.join("tokens"), format!("write:{TOKEN}\n"))?;
         std::fs::write(etc.join("token"), TOKEN)?;
         std::fs::write(
             etc.join("kiln-cache.toml"),
-            format!("listen = \"0.0.0.0:7171\"\nmetrics = \"0.0.0.0:9465\"\n{}", self.layout.cache_config),
+            format!(
+                "listen = \"0.0.0.0:7171\"\nmetrics = \"0.0.0.0:9465\"\nvet = \"sample\"\n{}",
+                self.layout.cache_config
+            ),
         )?;
         std::fs::write(
             etc.join("kilnd.toml"),
-            format!("metrics = \"0.0.0.0:9464\"\ntarget = \"sm_90\"\n{}", self.layout.kilnd_config),
+            format!("metrics = \"0.0.0.0:9464\"\ntarget = \"sm_90\"\nvet = \"sample\"\n{}", self.layout.kilnd_config),
         )?;
         // kiln-cache runs as 65532 and reads these through a read-only mount.
         for f in ["tokens", "token", "kiln-cache.toml", "kilnd.toml"] {
