@@ -37,7 +37,10 @@ CASES = [
     ("model_compile", "single", 1, set()),
     ("loss_compile", "ddp", 2, set()),
     ("block_compile", "fsdp2", 2, set()),
-    ("optimizer_compile", "single", 1, set()),
+    # The compiled optimizer step's graph holds the optimizer's state through a weak dictionary
+    # that torch's graph pickler cannot write: it compiles in the process, named, before any
+    # round trip (the model's graph goes through kilnd).
+    ("optimizer_compile", "single", 1, {"unserializable"}),
     # A dimension that changed between calls is dynamic: a graph with a symbolic input cannot
     # travel, and compiles in the process as torch would.
     ("dynamic", "single", 1, {"unserializable"}),
@@ -85,13 +88,16 @@ def test_a_job_shape_goes_through_kilnd(corpus_kilnd: Kilnd, tmp_path: Path, sha
     # Each distinct graph was compiled by one rank: the others loaded it.
     assert compiled_by and all(n == 1 for n in compiled_by.values()), compiled_by
     # The job's ledger agrees with the job's own clock: every process counted, and no more
-    # compile charged than its processes spent up to their first steps' ends (a fallback compile
-    # counted as an eager step once made a run read 200x faster than it was).
+    # compile charged than its processes ran, from their start to their last step's end (a
+    # fallback compile counted as an eager step once made a run read 200x faster than it was).
     with kiln.Client(corpus_kilnd.uri) as c:
         (ret,) = c.torch_jobs(job).jobs
+    ran = [r["first"] + sum(r["times"][1:]) for r in kiln_ranks]
     assert ret.processes == ranks and ret.ended, ret
-    assert 0 < ret.compile_s <= sum(r["first"] for r in kiln_ranks), (ret.compile_s, [r["first"] for r in kiln_ranks])
-    assert ret.steps == sum(len(r["losses"]) for r in kiln_ranks) or shape in ("accumulate", "decode", "dynamic"), (ret.steps, ret)
+    assert 0 < ret.compile_s <= sum(ran), (ret.compile_s, ran)
+    # Every process's steps counted (a graph that runs twice a step, as one compile of two equal
+    # blocks does, counts twice: the ledger counts a process's busiest graph's calls).
+    assert ret.steps >= sum(len(r["losses"]) for r in kiln_ranks) or shape in ("decode", "dynamic"), (ret.steps, ret)
     tolerance = 2e-2 if shape in AUTOCAST else 1e-4
     for r, e in zip(kiln_ranks, eager, strict=True):
         assert len(r["losses"]) == len(e["losses"])
