@@ -85,8 +85,9 @@ def test_a_job_shape_goes_through_kilnd(corpus_kilnd: Kilnd, tmp_path: Path, sha
                 compiled_by[g["key"]] = compiled_by.get(g["key"], 0) + 1
         # Every process reports at exit, whatever happened.
         assert "kiln: torch.compile cost this job" in r["stderr"], where
-    # Each distinct graph was compiled by one rank: the others loaded it.
-    assert compiled_by and all(n == 1 for n in compiled_by.values()), compiled_by
+    # No graph was compiled twice: one rank compiled it and the others loaded it, or an earlier
+    # job of this kilnd had (the compiled model's graph is also the optimizer job's).
+    assert all(n == 1 for n in compiled_by.values()), compiled_by
     # The job's ledger agrees with the job's own clock: every process counted, and no more
     # compile charged than its processes ran, from their start to their last step's end (a
     # fallback compile counted as an eager step once made a run read 200x faster than it was).
