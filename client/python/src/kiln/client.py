@@ -391,8 +391,9 @@ class Client(Closing):
         by it, and a stored answer comes back without kilnd starting a torch worker.
         ``wait_for_claim`` (seconds, at most 10): how long kilnd waits for another process to
         claim the graph (:meth:`claim_torch_graph`) before its worker compiles it. With
-        ``no_worker`` no worker compiles it: where nobody has it or claims it, the answer is
-        ``compile_here`` with an empty key (compile it yourself; there is nothing to publish)."""
+        ``no_worker`` no worker compiles it and kilnd waits for nobody's compile of it: where no
+        tier holds it, the answer is ``compile_here`` with an empty key (compile it yourself;
+        there is nothing to publish)."""
         from ._proto import graph_pb2
 
         request = self._graph_request(

@@ -199,21 +199,24 @@ impl GraphState {
             self.ledger.count(Outcome::Failed);
             return Ok(Start::Answer(failed_reply(log, compile_micros, &key, tier)));
         }
+        let open = |answer: &domain::Answer| entry::open(answer.artifact()?, &scope.namespace, answer.tier());
+        if request.no_worker {
+            // The process cannot share its compile, and compiles the graph as fast as one that
+            // started it beside it would: it takes a stored answer, and otherwise compiles for
+            // itself at once. Waiting for another's compile would add its publish and the load.
+            if let Some(found) = self.producer.cache().cached(&key).await.as_ref().and_then(open) {
+                return Ok(Start::Answer(self.found(&request, &key, recipe, &found)));
+            }
+            self.ledger.event(&request.job, &request.name, &key.to_hex(), "in-process", UNSHARED.into());
+            return Ok(Start::Answer(unshared_reply()));
+        }
         if request.wait_for_claim_ms > 0 {
             self.wait_for_claim(&key, Duration::from_millis(u64::from(request.wait_for_claim_ms))).await;
         }
         // A graph compile can take minutes: wait for another producer as long as one may take.
         let wait = timeout.max(self.producer.default_wait());
-        let open = |answer: &domain::Answer| entry::open(answer.artifact()?, &scope.namespace, answer.tier());
         let (grant, why) = match self.producer.decide(&key, wait, open).await {
-            Decision::Found(found) => {
-                self.ledger.count(Outcome::Hit);
-                self.ledger.recipes.saw(&request.job, &request.name, &key, recipe, false);
-                let reply = reply_of_entry(&found, &key);
-                // The stored compile's seconds, as a kernel's hit counts its own.
-                self.producer.cache().saved(reply.compile_micros);
-                return Ok(Start::Answer(reply));
-            }
+            Decision::Found(found) => return Ok(Start::Answer(self.found(&request, &key, recipe, &found))),
             Decision::Proceed(reason) => {
                 tracing::info!(%key, %reason, job = %request.job, "compiling a torch graph without a lease");
                 (None, self.ledger.recipes.saw(&request.job, &request.name, &key, recipe, true))
@@ -225,15 +228,6 @@ impl GraphState {
         if here {
             let claim = Claim { job: request.job.clone(), name: request.name.clone(), why };
             return Ok(Start::CompileHere(Box::new(Handover { key, claim, timeout, grant })));
-        }
-        if request.no_worker {
-            // The process compiles it for itself and publishes nothing: nobody may wait for it.
-            self.producer.published(&key);
-            if let Some(grant) = grant {
-                grant.release().await;
-            }
-            self.ledger.event(&request.job, &request.name, &key.to_hex(), "in-process", UNSHARED.into());
-            return Ok(Start::Answer(unshared_reply()));
         }
         let reply = match self.workers_to_compile(&environment, &request, &key).await {
             Ok(workers) => Ok(self.produce(workers, &key, payload, timeout, &request, why).await),
@@ -247,6 +241,22 @@ impl GraphState {
             grant.release().await;
         }
         reply.map(Start::Answer)
+    }
+
+    /// The reply for a graph found stored, counted as a hit.
+    fn found(
+        &self,
+        request: &pb::TorchGraphRequest,
+        key: &CacheKey,
+        recipe: Recipe,
+        found: &pb::BlobEntry,
+    ) -> pb::TorchGraphReply {
+        self.ledger.count(Outcome::Hit);
+        self.ledger.recipes.saw(&request.job, &request.name, key, recipe, false);
+        let reply = reply_of_entry(found, key);
+        // The stored compile's seconds, as a kernel's hit counts its own.
+        self.producer.cache().saved(reply.compile_micros);
+        reply
     }
 
     /// Waits up to `bound` for a process on this host to claim `key` (or for its answer to be
