@@ -42,6 +42,7 @@ one warning. :func:`stats` says what this process restored and saved.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import hashlib
 import json
@@ -50,6 +51,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
@@ -96,7 +98,9 @@ class _State:
         self.save_thread: threading.Thread | None = None
         #: Signals compile starts and ends to the save thread (under ``lock``).
         self.changed = threading.Condition(self.lock)
-        self.compiling = False
+        #: Compiles running in this process now: Dynamo's (its callbacks pair at the outermost
+        #: frame) and kiln's own outside Dynamo's window (:func:`compiling`).
+        self.compiling = 0
         self.last_compile = 0.0
         self.dirty = False
         #: (root, path, size, mtime) of every file at the last save, or at the first compile.
@@ -310,14 +314,15 @@ def _saver() -> None:
 
 def compile_started() -> None:
     with _state.changed:
-        _state.compiling = True
+        _state.compiling += 1
 
 
 def request_save() -> None:
-    """Saves in the background once no compile has run for ``SAVE_DELAY_SECS`` (coalesced: one
-    save at a time, one more if asked meanwhile)."""
+    """Ends a compile; saves in the background once no compile has run for ``SAVE_DELAY_SECS``
+    (coalesced: one save at a time, one more if asked meanwhile)."""
     with _state.changed:
-        _state.compiling = False
+        # An end without its start (callbacks hooked in mid-compile) ends nothing more.
+        _state.compiling = max(0, _state.compiling - 1)
         _state.last_compile = time.monotonic()
         _state.changed.notify_all()
         if not _state.joined or _state.job is None:
@@ -327,6 +332,19 @@ def request_save() -> None:
             return
         _state.save_thread = threading.Thread(target=_saver, name="kiln-snapshot-save", daemon=True)
         _state.save_thread.start()
+
+
+@contextlib.contextmanager
+def compiling() -> Iterator[None]:
+    """Marks a compile kiln runs outside Dynamo's compile window (a DDP piece compiled or
+    loaded at its first call, an async graph's swap): no save starts while it runs. A save walks,
+    hashes and uploads the cache directories on a thread of this process, and beside a compile it
+    took the interpreter from it: on the record a DDP rank's compile ran 1.5-1.8 times slower."""
+    compile_started()
+    try:
+        yield
+    finally:
+        request_save()
 
 
 def wait_for_saves(timeout: float | None = None) -> bool:
