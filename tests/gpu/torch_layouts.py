@@ -390,7 +390,7 @@ def table(results: dict[str, dict[str, dict]]) -> str:
         ratio = "n/a"
         if cold and "kilnd_compiled" in cold and cold.get("graphs"):
             ratio = f"{cold['kilnd_compiled']:.0f} / {cold['graphs']} = {cold['kilnd_compiled'] / cold['graphs']:.2f}"
-        fallbacks = {k: n for r in v.values() for k, n in r.get("fallbacks", {}).items() if k != "layout_off"}
+        fallbacks = {k: n for r in v.values() for k, n in r.get("fallbacks", {}).items()}
         rows.append(
             f"| {layout} | {cell(plain)} | {cell(v.get('default'), plain)} | {cold_cell(cold, plain)} "
             f"| {cell(v.get('fresh'), v.get('warm'))} | {cell(v.get('warm'))} | {cell(v.get('eager'))} "

@@ -130,36 +130,23 @@ def test_an_async_ddp_job_swaps_each_piece_in_and_trains_on(layout_kilnd: Kilnd,
         assert r["losses"][-1] < r["losses"][0], r["losses"]
 
 
-def test_the_layouts_sent_to_kilnd_follow_the_setting_and_default_to_the_record(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_layout_goes_to_kilnd_by_default_and_the_setting_narrows_it(monkeypatch: pytest.MonkeyPatch) -> None:
     from kiln.torch import _layout as layout
 
     monkeypatch.delenv(layout.GRAPHS_ENV, raising=False)
     monkeypatch.delenv("KILN_TORCH_ASYNC", raising=False)
     default = layout.chosen()
-    assert default == layout.Choice(layout.DEFAULT_LAYOUTS, layout.DEFAULT_DEVICES, layout.DEFAULT_WARM_ONLY, by_default=True)
-    # By default only the layouts the record shows no slower than plain's cold start, on GPUs,
-    # and one process's only where kilnd's torch workers were up before it started.
-    assert {name for name in layout.LAYOUTS if default.sends(name, "cuda")} == set(layout.DEFAULT_LAYOUTS) == {"single"}
-    assert not any(default.sends(name, "cpu") for name in layout.LAYOUTS)
-    assert not default.sends("single", "cuda", lambda: False)
-    assert "torch_prestart" in (default.refusal("single", "cuda", lambda: False) or "")
-    assert "KILN_TORCH_GRAPHS=1" in (default.refusal("ddp", "cuda") or "")
-    # An async graph never waits for kilnd: every layout goes, unless the setting says otherwise.
-    monkeypatch.setenv("KILN_TORCH_ASYNC", "1")
-    assert all(layout.chosen().sends(name, device) for name in layout.LAYOUTS for device in ("cuda", "cpu"))
-    monkeypatch.setenv(layout.GRAPHS_ENV, "0")
-    assert layout.chosen().layouts == frozenset()
-    monkeypatch.delenv("KILN_TORCH_ASYNC")
-    for value, want in [("0", set()), ("1", set(layout.LAYOUTS)), (" ddp, single ", {"ddp", "single"})]:
+    assert default == layout.Choice(frozenset(layout.LAYOUTS))
+    assert all(default.sends(name) for name in layout.LAYOUTS)
+    for value, want in [("0", set()), ("1", set(layout.LAYOUTS)), (" ddp, single ", {"ddp", "single"}), ("", set(layout.LAYOUTS))]:
         monkeypatch.setenv(layout.GRAPHS_ENV, value)
         assert layout.chosen() == layout.Choice(frozenset(want)), value
-        assert all(layout.chosen().sends(name, "cpu") == (name in want) for name in layout.LAYOUTS), value
-    monkeypatch.setenv(layout.GRAPHS_ENV, "")
-    assert layout.chosen() == default
-    # A layout the setting leaves out says so, and is counted apart from the record's default.
+        assert all(layout.chosen().sends(name) == (name in want) for name in layout.LAYOUTS), value
+    # A layout the setting leaves out says so, and is counted as such.
     monkeypatch.setenv(layout.GRAPHS_ENV, "single")
-    assert "KILN_TORCH_GRAPHS='single' leaves out ddp graphs" in (layout.chosen().refusal("ddp", "cuda") or "")
-    assert (layout.chosen().reason, default.reason) == ("not_chosen", "layout_off")
+    assert "KILN_TORCH_GRAPHS='single' leaves out ddp graphs" in (layout.chosen().refusal("ddp") or "")
+    assert layout.chosen().refusal("single") is None
+    assert layout.chosen().reason == "not_chosen"
     monkeypatch.setenv(layout.GRAPHS_ENV, "ddp,fsdp")
     with pytest.raises(layout.BadSetting, match="fsdp"):
         layout.chosen()
@@ -181,21 +168,15 @@ def test_ddp_pieces_fall_to_the_ranks_of_a_host_in_turn(monkeypatch: pytest.Monk
     assert all(_graph._falls_to_this_rank(f"forward:0/0 bucket {n}") for n in (1, 2, 3))
 
 
-def test_one_process_gpu_graph_goes_to_an_idle_warm_worker_and_the_rest_are_claimed(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_cold_graph_is_claimed_unless_the_setting_leaves_it_to_kilnds_workers(monkeypatch: pytest.MonkeyPatch) -> None:
     from kiln.torch import _claim as claim
 
     monkeypatch.delenv("KILN_TORCH_CLAIM", raising=False)
-    up, down = (lambda: True), (lambda: False)
-    # Unset, the record decides: kilnd's warm workers beat a claim for one process's GPU graph.
-    assert claim.mode("single", "cuda", up) == claim.IDLE_WORKER
-    assert claim.mode("single", "cuda", down) == claim.CLAIM, "workers starting now would compete with the compile"
-    assert claim.mode("single", "cpu", up) == claim.IDLE_WORKER
-    assert claim.mode("multi-rank", "cuda", up) == claim.mode("ddp", "cuda", up) == claim.CLAIM
-    # Set, the variable decides for every graph.
-    monkeypatch.setenv("KILN_TORCH_CLAIM", "0")
-    assert {claim.mode(name, "cuda", up) for name in ("single", "multi-rank", "ddp")} == {claim.WORKERS}
+    assert claim.mode() == claim.CLAIM
     monkeypatch.setenv("KILN_TORCH_CLAIM", "1")
-    assert {claim.mode(name, "cuda", up) for name in ("single", "multi-rank", "ddp")} == {claim.CLAIM}
+    assert claim.mode() == claim.CLAIM
+    monkeypatch.setenv("KILN_TORCH_CLAIM", "0")
+    assert claim.mode() == claim.WORKERS
 
 
 def test_a_claim_shares_the_cxx_its_compile_built_and_nothing_older(tmp_path: Path) -> None:

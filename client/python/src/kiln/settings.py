@@ -43,16 +43,15 @@ TORCH = Setting("KILN_TORCH", "unset", "`1` installs kiln.torch at interpreter s
 TORCH_JOB = Setting(
     "KILN_TORCH_JOB", "the main script", "the job's name: its snapshot's, and its ledger's across processes, ranks, hosts and restarts"
 )
-TORCH_GRAPHS = Setting("KILN_TORCH_GRAPHS", "the record's layouts", "which layouts' graphs go to kilnd (`0`: none, `1`: all, or names)")
+TORCH_GRAPHS = Setting("KILN_TORCH_GRAPHS", "1", "which layouts' graphs go to kilnd (`0`: none, `1`: all, or names)")
 TORCH_ASYNC = Setting(
     "KILN_TORCH_ASYNC", "0", "`1`: a graph runs eagerly until kilnd's compile of it is ready (and its eager step is measured for free)"
 )
 TORCH_CLAIM = Setting(
     "KILN_TORCH_CLAIM",
-    "by layout",
+    "1",
     "`1`: a blocking graph nobody has is compiled in its own process, as torch would, and shared through kilnd; `0`: "
-    "kilnd's torch workers compile it; unset: an idle worker for one process's graphs where the workers were up before it "
-    "started, a claim otherwise",
+    "kilnd's torch workers compile it",
 )
 TORCH_GRAPH_WAIT_SECS = Setting(
     "KILN_TORCH_GRAPH_WAIT_SECS",

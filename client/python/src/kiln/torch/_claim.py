@@ -5,8 +5,7 @@ kilnd grants the claim (``ClaimTorchGraph``) where no tier holds the graph and n
 it; the claim lasts as long as its stream. The process compiles with its own warm compile pool,
 takes the artifacts of this compile alone and the C++ it built, and publishes them
 (``PublishTorchGraph``) from a background thread while its first step runs; the waiters load
-them. One process's graph goes to kilnd's warm workers instead (:func:`enabled`);
-``KILN_TORCH_CLAIM=0`` leaves every compile to kilnd's workers, ``1`` claims every one.
+them. ``KILN_TORCH_CLAIM=0`` leaves every compile to kilnd's workers instead (:func:`mode`).
 """
 
 from __future__ import annotations
@@ -65,33 +64,19 @@ def _backward_now() -> Iterator[None]:
 
 
 #: How a cold graph that nobody has is compiled (:func:`mode`): in this process, as torch would,
-#: and shared; by kilnd's torch workers; or by an idle one of kilnd's torch workers, and in this
-#: process where none is idle.
+#: and shared; or by kilnd's torch workers.
 CLAIM = "claim"
 WORKERS = "workers"
-IDLE_WORKER = "idle-worker"
-#: The devices whose one-process graphs go to an idle worker when ``KILN_TORCH_CLAIM`` is unset:
-#: the GPU's record above, and the CPU's (2 cores, Inductor's C++ backend, tests/gpu/torch_layouts.py
-#: on the CPU, each ratio within one run): through the workers 0.53, 0.68 and 0.55 of plain's
-#: cold first step, claimed 0.88, 0.94 and 0.96.
-IDLE_WORKER_DEVICES = frozenset({"cuda", "cpu"})
 
 
-def mode(layout: str, device_type: str, workers_were_up: Callable[[], bool]) -> str:
-    """How this process has a cold graph of ``layout`` on ``device_type`` compiled.
-    ``KILN_TORCH_CLAIM=1`` claims every one and ``0`` leaves every one to kilnd's workers; unset,
-    the record decides (tests/gpu/RESULTS.md, runs 48 and 49): one process's GPU graph goes to an
-    idle worker where the workers were up before it started (their compile pool is warm, where the
-    process's own starts with its compile: 0.96 of plain torch's cold first step, against 1.08 for
-    a claim; with no worker idle, kilnd grants the claim instead of queueing the graph; likewise
-    on the CPU, :data:`IDLE_WORKER_DEVICES`), and every other graph is claimed (FSDP2 1.05,
-    against 1.40 and 1.73 through the workers)."""
-    value = os.environ.get(settings.TORCH_CLAIM.name, "").strip()
-    if value:
-        return WORKERS if value == "0" else CLAIM
-    if layout == "single" and device_type in IDLE_WORKER_DEVICES and workers_were_up():
-        return IDLE_WORKER
-    return CLAIM
+def mode() -> str:
+    """How this process has a cold graph compiled. Claimed, unless ``KILN_TORCH_CLAIM=0`` leaves
+    every one to kilnd's workers. The process's own compile is torch's, with its traced graph and
+    its own compile pool; a worker must rebuild both and send the result back, and on the record
+    (tests/gpu/RESULTS.md) even a warm worker's compile of one process's graph cost that process
+    1.01-1.12 of plain torch.compile's cold first step, where workers started for the job would
+    also take its cores."""
+    return WORKERS if os.environ.get(settings.TORCH_CLAIM.name, "").strip() == "0" else CLAIM
 
 
 def compile_to_share(torch: Any, grant: Grant, record: GraphRecord, compile_here: Callable[[], Any], publish_timeout: float) -> Any:

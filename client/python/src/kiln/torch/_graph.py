@@ -49,7 +49,7 @@ from typing import Any
 
 from .. import settings
 from ..client import TorchGraphClaim
-from . import _claim, _device, _inductor, _layout
+from . import _claim, _device, _inductor, _layout, snapshot
 from ._answer import BadBundle, Bundle, place
 from ._answer import parse as parse_bundle
 from ._claim import Grant, compile_to_share
@@ -64,10 +64,6 @@ ASYNC_ENV = settings.TORCH_ASYNC.name
 #: publishes, and an async graph's wait for kilnd's workers (a cold GPT-2 graph takes tens of
 #: seconds). A blocking wait for another process's compile is bounded by :func:`wait_bound`.
 COMPILE_WAIT_SECS = 1800.0
-#: How long a rank whose compile cannot be shared (its graph is on another GPU than the job's
-#: first) has kilnd wait for a twin's claim before a worker compiles the graph: the ranks of a job
-#: trace a graph within a second of each other.
-TWIN_WAIT_SECS = 5.0
 
 #: Why a graph was compiled in-process instead of by kilnd. Each is counted and named; none
 #: costs the job more than torch's own compile of the graph (plus the round trip that found it).
@@ -79,13 +75,11 @@ FALLBACK_REASONS = (
     "not_reused",  # kilnd's artifacts did not give torch a cache hit here
     "no_torch_worker",  # kilnd has no interpreter with torch for its workers
     "late",  # another process's compile of it did not land within the wait bound (wait_bound)
-    "unshared",  # its code names its own GPU and no twin had it, or its compile left nothing to share
+    "unshared",  # its code names its own GPU and no tier had it, or its compile left nothing to share
     "not_chosen",  # KILN_TORCH_GRAPHS names other layouts than the graph's: no warning
-    "layout_off",  # by default, the graph's layout stays in the process (kiln.torch._layout): no warning
 )
-#: Reasons that are what the user asked for, the record's default, or what torch itself would
-#: do: logged, not warned.
-QUIET_REASONS = frozenset({"not_chosen", "layout_off", "unshared"})
+#: Reasons that are what the user asked for, or what torch itself would do: logged, not warned.
+QUIET_REASONS = frozenset({"not_chosen", "unshared"})
 
 
 async_enabled = _layout.async_enabled
@@ -145,14 +139,12 @@ class _Request:
 
     ``claim``: the process can share its own compile (its code is what every process of the
     graph runs), so where nobody has the graph it is granted the claim and compiles it;
-    ``prefer_workers``: where one of kilnd's warm workers is idle, that worker compiles it instead;
-    ``no_worker``: the process cannot share its compile, so it waits ``wait_for_claim`` seconds
-    for a twin's claim and otherwise compiles the graph for itself, as torch would."""
+    ``no_worker``: the process cannot share its compile, so it takes a stored answer and
+    otherwise compiles the graph for itself at once, as torch would."""
 
     payload: bytes
     name: str
     claim: bool = False
-    prefer_workers: bool = False
     wait_for_claim: float = 0.0
     no_worker: bool = False
 
@@ -200,7 +192,6 @@ def _ask(request: _Request, *, bound: float | None = None) -> _Answer | Grant | 
         ask: Callable[..., Any] = (
             functools.partial(
                 client.claim_torch_graph,
-                prefer_workers=request.prefer_workers,
                 answer_within=bound,
                 wait_for_claim=request.wait_for_claim,
             )
@@ -351,7 +342,7 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
     def here() -> Any:
         return inductor(gm, example_inputs)
 
-    refusal = _choice.refusal(layout, device, _workers.were_up)
+    refusal = _choice.refusal(layout)
     if refusal is not None:
         _fallback(_choice.reason, refusal)
         return _in_process(record, started, gm, here)
@@ -365,21 +356,19 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
         request = _Request(payload, record.name)
         return _AsyncGraph(gm, example_inputs, request, inductor, record, started, waits=False)
     # A graph whose payload is its own code (on the CPU, or the job's first GPU) is claimed: where
-    # nobody has it, this process compiles it, as torch would, and shares it; one process's graph
-    # goes to an idle warm worker of kilnd's first (kiln.torch._claim.mode). A rank on another
-    # GPU cannot share its compile (its code names its GPU): it waits a moment for a twin's
-    # claim, and compiles the graph itself where none comes. No worker compiles a blocking
-    # graph cold beside the job's own compiles unless the setting asks (KILN_TORCH_CLAIM=0).
-    how = _claim.mode(layout, device, _workers.were_up)
-    shares = how != _claim.WORKERS and _device.moved_index(gm, example_inputs) is None
-    twin_wait = TWIN_WAIT_SECS if not shares and layout != "single" else 0.0
+    # nobody has it, this process compiles it, as torch would, and shares it. A rank on another
+    # GPU cannot share its compile (its code names its GPU): it loads a stored answer, and
+    # otherwise compiles the graph itself at once. Its twin on the first GPU traces the graph
+    # beside it, so waiting for the twin's compile would only add its publish and the load. No
+    # worker compiles a blocking graph cold beside the job's own compiles unless the setting asks
+    # (KILN_TORCH_CLAIM=0).
+    how = _claim.mode()
+    shares = how == _claim.CLAIM and _device.moved_index(gm, example_inputs) is None
     request = _Request(
         payload,
         record.name,
         claim=shares,
-        prefer_workers=how == _claim.IDLE_WORKER,
-        wait_for_claim=twin_wait,
-        no_worker=not shares and how != _claim.WORKERS,
+        no_worker=not shares and how == _claim.CLAIM,
     )
     if layout == "ddp":
         # Dynamo's DDP optimizer traces and compiles its pieces one after another before the
@@ -488,6 +477,10 @@ class _Pieces:
 
     def prepare(self, graph: _AsyncGraph) -> None:
         """Makes ``graph`` ready to run: compiled, loaded or, past the bound, compiled here."""
+        with snapshot.compiling():
+            self._prepare(graph)
+
+    def _prepare(self, graph: _AsyncGraph) -> None:
         waited = 0.0
         bound = wait_bound()
         while graph.compiled is None:
@@ -607,6 +600,10 @@ class _AsyncGraph:
     def swap(self) -> None:
         """Replaces the eager graph with its compile: kilnd's answer loaded, a grant compiled here
         and shared, or (any fallback) Inductor's compile here."""
+        with snapshot.compiling():
+            self._swap()
+
+    def _swap(self) -> None:
         import torch
 
         answer, inputs = self.answer, self.example_inputs or []
@@ -739,61 +736,18 @@ def install(job: str) -> bool:
     wrapper.__call__ = __call__
     _installed = True
     # Async graphs are compiled by kilnd's workers, which import torch for seconds: start them
-    # now. A blocking graph nobody has is compiled by its own process (claimed), or by a worker
-    # only where one was up and idle before the process started, so for those kiln only asks:
-    # starting the workers would cost a cold host seconds of its cores while the job imports
-    # torch and compiles.
-    if _choice.layouts and (_choice.devices is None or _gpus_seen(torch) > 0):
-        _workers.ask(start=async_enabled())
+    # now, in the background. A blocking graph nobody has is compiled by its own process: workers
+    # started for it would take its cores while it imports torch and compiles.
+    if _choice.layouts and async_enabled():
+        threading.Thread(target=_start_workers, name="kiln-graph-warm", daemon=True).start()
     return True
 
 
-def _gpus_seen(torch: Any) -> int:
-    """GPUs this process could compile for, asked through NVML so that CUDA stays uninitialised
-    (-1 where NVML does not answer: no GPU driver). The default sends only GPU graphs, and asking
-    kilnd about its workers for a process that has none is a round trip for nothing."""
+def _start_workers() -> None:
+    from .. import _fleet, errors
+
     try:
-        return int(torch.cuda._device_count_nvml())
-    except Exception:  # noqa: BLE001 - unknown: ask, as before
-        return 1
-
-
-class _WorkersAtStart:
-    """Whether kilnd's torch workers were up when this process installed kiln, asked in the
-    background while it sets up (and, where its graphs need them, started). A single process's
-    graphs go to workers that were up before it (:mod:`kiln.torch._layout`, :mod:`kiln.torch._claim`):
-    their compile pools are warm, where workers started for it would compete with its compile."""
-
-    def __init__(self) -> None:
-        self._answered = threading.Event()
-        self._asked = False
-        self.up = False
-
-    def ask(self, *, start: bool) -> None:
-        if self._asked:
-            return
-        self._asked = True
-        threading.Thread(target=self._ask, args=(start,), name="kiln-graph-warm", daemon=True).start()
-
-    def _ask(self, start: bool) -> None:
-        from .. import _fleet, errors
-
-        try:
-            if _fleet.available():
-                self.up = _fleet.client().warm_torch_workers(start=start, timeout=5.0) is not None
-        except errors.KilnError as e:
-            log.debug("kiln: kilnd did not say whether its torch workers are up: %s", e)
-        finally:
-            self._answered.set()
-
-    def were_up(self) -> bool:
-        """The answer (False where nobody asked, or kilnd did not answer within seconds)."""
-        if not self._asked:
-            return False
-        self._answered.wait(WORKERS_ANSWER_SECS)
-        return self.up
-
-
-#: How long a graph waits for kilnd's answer on its workers (asked at install, long before).
-WORKERS_ANSWER_SECS = 5.0
-_workers = _WorkersAtStart()
+        if _fleet.available():
+            _fleet.client().warm_torch_workers(start=True, timeout=5.0)
+    except errors.KilnError as e:
+        log.debug("kiln: kilnd did not start its torch workers: %s", e)
