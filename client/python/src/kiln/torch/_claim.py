@@ -10,6 +10,7 @@ them. ``KILN_TORCH_CLAIM=0`` leaves every compile to kilnd's workers instead (:f
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import inspect
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import settings
+from . import _first_backward
 from ._answer import bundle as make_bundle
 from ._answer import native_files
 from ._ledger import GraphRecord
@@ -79,17 +81,22 @@ def mode() -> str:
     return WORKERS if os.environ.get(settings.TORCH_CLAIM.name, "").strip() == "0" else CLAIM
 
 
-def compile_to_share(torch: Any, grant: Grant, record: GraphRecord, compile_here: Callable[[], Any], publish_timeout: float) -> Any:
+def compile_to_share(
+    torch: Any, grant: Grant, record: GraphRecord, compile_here: Callable[[], Any], publish_timeout: float, *, backward_now: bool = True
+) -> Any:
     """Compiles a claimed graph here, as torch would (with this process's own compile pool), and
     publishes what it left in the background: torch's cache artifacts of this compile alone and
     the C++ it built. The claim ends when the publish lands (or fails, or the compile does),
-    releasing the processes that wait for it."""
+    releasing the processes that wait for it. ``backward_now``: AOTAutograd compiles the graph's
+    backward with its forward, so that the publish comes at once (a DDP piece's waiters block in
+    collectives until it does); without it the backward compiles at the first backward, as torch
+    would, and the claim is published then (:mod:`kiln.torch._first_backward`)."""
     from torch._inductor.runtime.cache_dir_utils import cache_dir
     from torch.compiler._cache import CacheArtifactManager
 
     began, wall = time.perf_counter(), time.time()
     try:
-        with CacheArtifactManager.with_fresh_cache(), _backward_now():
+        with CacheArtifactManager.with_fresh_cache(), _backward_now() if backward_now else _first_backward.aot_key() as keys:
             compiled = compile_here()
             compiled_at = time.perf_counter()
             saved = torch.compiler.save_cache_artifacts()
@@ -107,9 +114,47 @@ def compile_to_share(torch: Any, grant: Grant, record: GraphRecord, compile_here
         log.info("kiln: torch saved no cache artifacts for graph %s (is Inductor's FX graph cache off?): not shared", record.name)
         return compiled
     directory = cache_dir()
-    publish = threading.Thread(target=_publish, args=(grant, record, saved[0], directory, wall, seconds, publish_timeout), name="kiln-graph-publish", daemon=True)
-    publish.start()
+
+    def publish(artifacts: bytes) -> None:
+        args = (grant, record, artifacts, directory, wall, seconds, publish_timeout)
+        _publishes.start(threading.Thread(target=_publish, args=args, name="kiln-graph-publish", daemon=True))
+
+    if not backward_now and keys and not _first_backward.saved_entry(saved):
+        _first_backward.wait(keys[-1], _first_backward.Pending(publish, grant.claim.close, saved[0], 0))
+    else:
+        publish(saved[0])
     return compiled
+
+
+class _Publishes:
+    """The publishes in flight, which the process's exit waits for (at most
+    :data:`EXIT_WAIT_SECS`): a short job, or one whose graphs publish at their first backward,
+    would otherwise end before its compiles are shared."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.threads: list[threading.Thread] = []
+        self.registered = False
+
+    def start(self, thread: threading.Thread) -> None:
+        with self.lock:
+            self.threads = [t for t in self.threads if t.is_alive()] + [thread]
+            if not self.registered:
+                atexit.register(self.wait)
+                self.registered = True
+        thread.start()
+
+    def wait(self) -> None:
+        deadline = time.monotonic() + EXIT_WAIT_SECS
+        with self.lock:
+            threads = list(self.threads)
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+
+
+#: The longest a process's exit waits for its publishes in flight.
+EXIT_WAIT_SECS = 30.0
+_publishes = _Publishes()
 
 
 def _publish(grant: Grant, record: GraphRecord, artifacts: bytes, directory: str, since: float, seconds: float, timeout: float) -> None:

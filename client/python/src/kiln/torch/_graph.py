@@ -381,7 +381,10 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
         if shares and device == "cpu" and not _falls_to_this_rank(record.name):
             request = dataclasses.replace(request, wait_for_claim=SPLIT_WAIT_SECS)
         return _AsyncGraph(gm, example_inputs, request, inductor, record, started, waits=True)
-    return _finish(torch, record, started, gm, example_inputs, _ask(request, bound=wait_bound()), here)
+    # One process's graph compiles its backward at its first backward, as torch would; the
+    # ranks of a job block in collectives while they wait, so theirs publish at once.
+    answer = _ask(request, bound=wait_bound())
+    return _finish(torch, record, started, gm, example_inputs, answer, here, backward_now=layout != "single")
 
 
 #: How long a rank leaves a DDP piece that falls to another rank of its host for that rank to
@@ -430,7 +433,15 @@ def _ready(record: GraphRecord, started: float, gm: Any, compiled: Any) -> Any:
 
 
 def _finish(
-    torch: Any, record: GraphRecord, started: float, gm: Any, inputs: list[Any], answer: _Answer | Grant | str, here: Callable[[], Any]
+    torch: Any,
+    record: GraphRecord,
+    started: float,
+    gm: Any,
+    inputs: list[Any],
+    answer: _Answer | Grant | str,
+    here: Callable[[], Any],
+    *,
+    backward_now: bool,
 ) -> Any:
     """The compiled graph from kilnd's answer: a grant compiled here and shared, an answer
     loaded, or a fallback compiled here."""
@@ -438,7 +449,7 @@ def _finish(
         return _in_process(record, started, gm, here)
     if isinstance(answer, Grant):
         _inductor.vec_isa_picked(inputs)
-        compiled = compile_to_share(torch, answer, record, lambda: _inductor.in_process(here), COMPILE_WAIT_SECS)
+        compiled = compile_to_share(torch, answer, record, lambda: _inductor.in_process(here), COMPILE_WAIT_SECS, backward_now=backward_now)
         _nothing_shared(record)
         return _ready(record, started, gm, compiled)
     answered = time.perf_counter()
