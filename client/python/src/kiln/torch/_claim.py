@@ -40,7 +40,7 @@ class Grant:
 
 
 @contextlib.contextmanager
-def _backward_now() -> Iterator[None]:
+def backward_now() -> Iterator[None]:
     """AOTAutograd compiles a graph's backward with its forward, not at its first backward: its
     cache entry, which the other processes load, is saved only once both exist. functorch's config
     switch for it is part of AOTAutograd's cache key, which must stay the one every process
@@ -82,12 +82,12 @@ def mode() -> str:
 
 
 def compile_to_share(
-    torch: Any, grant: Grant, record: GraphRecord, compile_here: Callable[[], Any], publish_timeout: float, *, backward_now: bool = True
+    torch: Any, grant: Grant, record: GraphRecord, compile_here: Callable[[], Any], publish_timeout: float, *, backward_at_once: bool = True
 ) -> Any:
     """Compiles a claimed graph here, as torch would (with this process's own compile pool), and
     publishes what it left in the background: torch's cache artifacts of this compile alone and
     the C++ it built. The claim ends when the publish lands (or fails, or the compile does),
-    releasing the processes that wait for it. ``backward_now``: AOTAutograd compiles the graph's
+    releasing the processes that wait for it. ``backward_at_once``: AOTAutograd compiles the graph's
     backward with its forward, so that the publish comes at once (a DDP piece's waiters block in
     collectives until it does); without it the backward compiles at the first backward, as torch
     would, and the claim is published then (:mod:`kiln.torch._first_backward`)."""
@@ -96,7 +96,7 @@ def compile_to_share(
 
     began, wall = time.perf_counter(), time.time()
     try:
-        with CacheArtifactManager.with_fresh_cache(), _backward_now() if backward_now else _first_backward.aot_key() as keys:
+        with CacheArtifactManager.with_fresh_cache(), backward_now() if backward_at_once else _first_backward.aot_key() as keys:
             compiled = compile_here()
             compiled_at = time.perf_counter()
             saved = torch.compiler.save_cache_artifacts()
@@ -119,7 +119,7 @@ def compile_to_share(
         args = (grant, record, artifacts, directory, wall, seconds, publish_timeout)
         _publishes.start(threading.Thread(target=_publish, args=args, name="kiln-graph-publish", daemon=True))
 
-    if not backward_now and keys and not _first_backward.saved_entry(saved):
+    if not backward_at_once and keys and not _first_backward.saved_entry(saved):
         _first_backward.wait(keys[-1], _first_backward.Pending(publish, grant.claim.close, saved[0], 0))
     else:
         publish(saved[0])
