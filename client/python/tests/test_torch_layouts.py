@@ -130,19 +130,25 @@ def test_an_async_ddp_job_swaps_each_piece_in_and_trains_on(layout_kilnd: Kilnd,
         assert r["losses"][-1] < r["losses"][0], r["losses"]
 
 
-def test_every_layout_goes_to_kilnd_by_default_and_the_setting_narrows_it(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_layouts_sent_to_kilnd_follow_the_setting_and_default_to_the_record(monkeypatch: pytest.MonkeyPatch) -> None:
     from kiln.torch import _layout as layout
 
     monkeypatch.delenv(layout.GRAPHS_ENV, raising=False)
     monkeypatch.delenv("KILN_TORCH_ASYNC", raising=False)
     default = layout.chosen()
-    assert default == layout.Choice(frozenset(layout.LAYOUTS))
-    assert all(default.sends(name) for name in layout.LAYOUTS)
-    for value, want in [("0", set()), ("1", set(layout.LAYOUTS)), (" ddp, single ", {"ddp", "single"}), ("", set(layout.LAYOUTS))]:
+    # By default, one process's graphs and FSDP2's: the layouts the record shows no slower than
+    # plain torch.compile's cold start. DDP's pieces stay home, counted as layout_off, quietly.
+    assert default == layout.Choice(frozenset({"single", "multi-rank"}), by_default=True)
+    assert {name for name in layout.LAYOUTS if default.sends(name)} == {"single", "multi-rank"}
+    assert "KILN_TORCH_GRAPHS=1 sends them" in (default.refusal("ddp") or "")
+    assert default.reason == "layout_off"
+    for value, want in [("0", set()), ("1", set(layout.LAYOUTS)), (" ddp, single ", {"ddp", "single"})]:
         monkeypatch.setenv(layout.GRAPHS_ENV, value)
         assert layout.chosen() == layout.Choice(frozenset(want)), value
         assert all(layout.chosen().sends(name) == (name in want) for name in layout.LAYOUTS), value
-    # A layout the setting leaves out says so, and is counted as such.
+    monkeypatch.setenv(layout.GRAPHS_ENV, "")
+    assert layout.chosen() == default
+    # A layout the setting leaves out says so, and is counted apart from the default's.
     monkeypatch.setenv(layout.GRAPHS_ENV, "single")
     assert "KILN_TORCH_GRAPHS='single' leaves out ddp graphs" in (layout.chosen().refusal("ddp") or "")
     assert layout.chosen().refusal("single") is None

@@ -43,7 +43,9 @@ TORCH = Setting("KILN_TORCH", "unset", "`1` installs kiln.torch at interpreter s
 TORCH_JOB = Setting(
     "KILN_TORCH_JOB", "the main script", "the job's name: its snapshot's, and its ledger's across processes, ranks, hosts and restarts"
 )
-TORCH_GRAPHS = Setting("KILN_TORCH_GRAPHS", "1", "which layouts' graphs go to kilnd (`0`: none, `1`: all, or names)")
+TORCH_GRAPHS = Setting(
+    "KILN_TORCH_GRAPHS", "single,multi-rank", "which layouts' graphs go to kilnd (`0`: none, `1`: all, or names)"
+)
 TORCH_ASYNC = Setting(
     "KILN_TORCH_ASYNC", "0", "`1`: a graph runs eagerly until kilnd's compile of it is ready (and its eager step is measured for free)"
 )

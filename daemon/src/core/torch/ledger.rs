@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 pub const MAX_JOBS: usize = 64;
 /// Fallback reasons a report may name; any other is counted as `other`, so a client cannot grow
 /// the metrics without bound.
-pub const FALLBACK_REASONS: [&str; 9] = [
+pub const FALLBACK_REASONS: [&str; 10] = [
     "kilnd_unreachable",
     "unserializable",
     "worker_failed",
@@ -25,12 +25,13 @@ pub const FALLBACK_REASONS: [&str; 9] = [
     // Another process's compile did not land within the waiter's bound: it compiled the graph.
     "late",
     // Not failures: the graph's code names its own GPU and no tier had it (torch's own compile),
-    // or the client's setting leaves its layout out.
+    // the client's setting leaves its layout out, or its default does.
     "unshared",
     "not_chosen",
+    "layout_off",
 ];
 /// The reasons that are no failure: counted, never an event.
-const QUIET_REASONS: [&str; 2] = ["unshared", "not_chosen"];
+const QUIET_REASONS: [&str; 3] = ["unshared", "not_chosen", "layout_off"];
 
 #[derive(Debug)]
 pub struct Ledger {

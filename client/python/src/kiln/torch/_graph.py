@@ -77,9 +77,11 @@ FALLBACK_REASONS = (
     "late",  # another process's compile of it did not land within the wait bound (wait_bound)
     "unshared",  # its code names its own GPU and no tier had it, or its compile left nothing to share
     "not_chosen",  # KILN_TORCH_GRAPHS names other layouts than the graph's: no warning
+    "layout_off",  # by default, the graph's layout stays in the process (kiln.torch._layout): no warning
 )
-#: Reasons that are what the user asked for, or what torch itself would do: logged, not warned.
-QUIET_REASONS = frozenset({"not_chosen", "unshared"})
+#: Reasons that are what the user asked for, the default, or what torch itself would do: logged,
+#: not warned.
+QUIET_REASONS = frozenset({"not_chosen", "layout_off", "unshared"})
 
 
 async_enabled = _layout.async_enabled
