@@ -142,6 +142,12 @@ def test_the_layouts_sent_to_kilnd_follow_the_setting_and_default_to_the_record(
     assert {name for name in layout.LAYOUTS if default.sends(name)} == {"single", "multi-rank"}
     assert "KILN_TORCH_GRAPHS=1 sends them" in (default.refusal("ddp") or "")
     assert default.reason == "layout_off"
+    # An async graph never waits for kilnd: every layout goes, unless the setting says otherwise.
+    monkeypatch.setenv("KILN_TORCH_ASYNC", "1")
+    assert all(layout.chosen().sends(name) for name in layout.LAYOUTS)
+    monkeypatch.setenv(layout.GRAPHS_ENV, "0")
+    assert layout.chosen().layouts == frozenset()
+    monkeypatch.delenv("KILN_TORCH_ASYNC")
     for value, want in [("0", set()), ("1", set(layout.LAYOUTS)), (" ddp, single ", {"ddp", "single"})]:
         monkeypatch.setenv(layout.GRAPHS_ENV, value)
         assert layout.chosen() == layout.Choice(frozenset(want)), value

@@ -6,7 +6,7 @@ plain torch.compile's: one process's graphs and FSDP2's (``multi-rank``). DDP's 
 the process by default, as plain torch's would (counted as ``layout_off``); the job's snapshots
 still make a fresh host as warm as the one that compiled. ``KILN_TORCH_GRAPHS`` decides instead:
 
-- unset: :data:`DEFAULT_LAYOUTS`; ``1``: every layout; ``0``: none (the graph path is off: every
+- unset: :data:`DEFAULT_LAYOUTS` (every layout with ``KILN_TORCH_ASYNC=1``); ``1``: every layout; ``0``: none (the graph path is off: every
   graph compiles in the process; snapshots and the Triton kernel cache stay on);
 - a comma-separated list of layout names (``single,ddp``): those; a graph of a layout it leaves
   out compiles in the process, counted as ``not_chosen``.
@@ -90,7 +90,9 @@ def chosen() -> Choice:
     """The graphs that go to kilnd in this process."""
     value = (os.environ.get(GRAPHS_ENV) or "").strip()
     if value == "":
-        return Choice(DEFAULT_LAYOUTS, by_default=True)
+        # An async graph runs eagerly until kilnd's compile arrives: sending it never makes a step
+        # wait for a compile, where keeping it in the process would.
+        return Choice(frozenset(LAYOUTS) if async_enabled() else DEFAULT_LAYOUTS, by_default=True)
     if value == "1":
         return Choice(frozenset(LAYOUTS))
     if value == "0":
