@@ -539,7 +539,19 @@ async fn a_leader_cut_off_from_the_fleet_answers_its_client_at_once() {
     assert_eq!(job.kernels[0].outcome(), Outcome::Ok, "{}", job.kernels[0].log);
     assert_eq!(job.kernels[0].tier(), Tier::Compiled);
     assert!(waited < Duration::from_secs(3), "the answer waited {waited:?} after the compile for a frozen fleet");
-    // The publish went on in the background and landed once the cache ran again.
+    // The publish went on in the background and lands once the cache runs again (its retry may
+    // still be on its way when the cache wakes: on a loaded host it took seconds).
+    let key: kiln_proto::CacheKey = job.kernels[0].key.parse().unwrap();
+    let reader = cache.client(READ_TOKEN);
+    let landed = Instant::now() + Duration::from_secs(60);
+    loop {
+        let got = reader.get(&key).await;
+        if matches!(got, Ok(kiln_cache_client::Lookup::Hit(..))) {
+            break;
+        }
+        assert!(Instant::now() < landed, "A's publish never reached the fleet: {got:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let job_b = compile_job(&b.client().await, req).await;
     assert_eq!(job_b.kernels[0].tier(), Tier::Remote, "B compiled: A's publish never reached the fleet");
     assert_eq!(job_b.kernels[0].artifact, job.kernels[0].artifact);
