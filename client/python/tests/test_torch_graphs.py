@@ -160,7 +160,8 @@ def test_dynamic_shapes_do_not_travel_and_compile_in_process(graph_kilnd: Kilnd,
 def test_by_default_every_graph_goes_through_kilnd_and_a_setting_keeps_some_home(graph_kilnd: Kilnd, tmp_path: Path) -> None:
     # KILN_TORCH=1 as a new user sets it, with no KILN_TORCH_GRAPHS and no KILN_TORCH_CLAIM: the
     # process claims its graph, compiles it as torch would, and shares it.
-    r = run_job(graph_kilnd.uri, tmp_path / "default", KILN_TORCH_GRAPHS="", KILN_TORCH_CLAIM="")
+    # A width of its own: a graph no earlier test of this kilnd compiled.
+    r = run_job(graph_kilnd.uri, tmp_path / "default", KILN_TORCH_GRAPHS="", KILN_TORCH_CLAIM="", WIDTH="36")
     assert r["graphs"]["fallbacks"] == {}, r["graphs"]
     (graph,) = r["graphs"]["graphs"]
     assert graph["how"] == "kilnd" and graph["tier"] == "compiled" and len(r["losses"]) == 3, graph
@@ -168,10 +169,12 @@ def test_by_default_every_graph_goes_through_kilnd_and_a_setting_keeps_some_home
     assert graph["phases"].get("compile", 0) > 0 and graph["calls"]["compiled"] == 3, graph
     assert "kiln: torch.compile cost this job" in r["stderr"], r["stderr"][-2000:]
     # The next process loads it.
-    again = run_job(graph_kilnd.uri, tmp_path / "again", KILN_TORCH_GRAPHS="", KILN_TORCH_CLAIM="")
+    again = run_job(graph_kilnd.uri, tmp_path / "again", KILN_TORCH_GRAPHS="", KILN_TORCH_CLAIM="", WIDTH="36")
     (loaded,) = again["graphs"]["graphs"]
     assert again["graphs"]["fallbacks"] == {} and loaded["how"] == "kilnd" and loaded["tier"] != "compiled", loaded
     assert "compile" not in loaded["phases"] and again["losses"] == r["losses"], (loaded, again["losses"], r["losses"])
+    # The claim was published at the first backward, with AOTAutograd's entry (the backward too).
+    assert again["aot"].get("autograd_cache_hit") == 1 and not again["aot"].get("autograd_cache_miss"), again["aot"]
     # A named layout sends it.
     sent = run_job(graph_kilnd.uri, tmp_path / "named", KILN_TORCH_GRAPHS="single", WIDTH="40")
     assert sent["graphs"]["fallbacks"] == {} and sent["graphs"]["graphs"][0]["how"] == "kilnd", sent["graphs"]

@@ -103,7 +103,7 @@ def _torch_graph_check(uri: str, timeout: float) -> dict[str, Any]:
 
     from . import errors
     from .client import Client
-    from .torch._graph import _environment
+    from .torch._ask import environment
     from .torch._payload import serialize
 
     payloads: list[bytes] = []
@@ -115,7 +115,7 @@ def _torch_graph_check(uri: str, timeout: float) -> dict[str, Any]:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     x = torch.randn(16, 16, device=device, requires_grad=True)
     torch.compile(lambda t: torch.nn.functional.gelu(t).sum(), backend=capture)(x)
-    triton, python, cuda = _environment()
+    triton, python, cuda = environment()
     started = time.perf_counter()
     try:
         with Client(uri) as client:

@@ -31,9 +31,10 @@ these are private torch interfaces that change between releases; ``allow_unteste
 
 The rest of the integration lives beside this module: :mod:`kiln.torch.snapshot` (the job's
 cache directories restored and saved), :mod:`kiln.torch.results` (typed results of kilnd's graph
-calls) and private modules: the graph path (``_graph``, ``_claim``, ``_layout``, ``_inductor``,
-``_payload``, ``_device``, ``_answer``), the process's ledger (``_ledger``) and the snapshot's
-job, restore process and source keys (``_job``, ``_restore``, ``_source_keys``).
+calls) and private modules: the graph path (``_graph``, ``_ask``, ``_deferred``, ``_claim``,
+``_first_backward``, ``_layout``, ``_inductor``, ``_payload``, ``_device``, ``_answer``), the
+process's ledger (``_ledger``) and the snapshot's job, restore process and source keys (``_job``,
+``_restore``, ``_source_keys``).
 """
 
 from __future__ import annotations

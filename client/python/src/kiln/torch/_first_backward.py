@@ -9,8 +9,10 @@ load, only once both exist; so a one-process graph's claim stays open after its 
 and is published when AOTAutograd saves the entry: this module watches those saves, matched to
 the claim by AOTAutograd's key, which the forward compile computes.
 
-A claim whose backward never comes (a training graph only evaluated) is let go after
-:data:`GIVE_UP_SECS`: its waiters then compile the graph themselves.
+A graph whose backward compiled without AOTAutograd saving an entry (a compile torch's caches
+bypass) is published when Dynamo's lazy-backward compile ends, with what it left; a claim whose
+backward never comes (a training graph only evaluated) is let go after :data:`GIVE_UP_SECS`: its
+waiters then compile the graph themselves.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ class Pending:
     forward: bytes
     #: How many artifacts the process had recorded when the forward compile ended.
     mark: int
+    #: Dynamo's compile id of the graph (its lazy backward compiles under the same).
+    compile_id: str = ""
     timer: threading.Timer | None = field(default=None, repr=False)
 
 
@@ -90,12 +94,32 @@ def _give_up(key: str) -> None:
 
 
 def _saved(key: str) -> None:
-    """AOTAutograd saved the entry of ``key``: publish its claim, with the forward's artifacts and
-    those recorded since (the backward's and the entry)."""
+    """AOTAutograd saved the entry of ``key``: publish its claim."""
     with _lock:
         pending = _pending.pop(key, None)
-    if pending is None:
-        return
+    if pending is not None:
+        _settle(pending)
+
+
+def _backward_compiled(args: Any) -> None:
+    """Dynamo's compile callback: a lazy backward compile ended. A claim of that compile still
+    pending saved no entry: publish what its compiles left. Runs inside torch's compile, so it
+    never raises."""
+    try:
+        if getattr(getattr(args, "callback_trigger", None), "name", "") != "LAZY_BACKWARD":
+            return
+        with _lock:
+            keys = [k for k, p in _pending.items() if p.compile_id and p.compile_id == str(args.compile_id)]
+            settled = [_pending.pop(k) for k in keys]
+        for pending in settled:
+            _settle(pending)
+    except Exception:  # noqa: BLE001 - never a reason to fail the job's backward
+        log.warning("kiln: settling a claimed torch.compile graph after its backward failed", exc_info=True)
+
+
+def _settle(pending: Pending) -> None:
+    """Publishes a claim with the forward's artifacts and those recorded since (the backward's,
+    and AOTAutograd's entry where it saved one)."""
     if pending.timer is not None:
         pending.timer.cancel()
     try:
@@ -142,10 +166,19 @@ def _install() -> None:
     @functools.wraps(save)
     def save_and_tell(key: str, *args: Any, **kwargs: Any) -> Any:
         result = save(key, *args, **kwargs)
-        if _pending:
-            _saved(key)
+        try:
+            if _pending:
+                _saved(key)
+        except Exception:  # noqa: BLE001 - never a reason to fail the job's compile
+            log.warning("kiln: publishing a claimed torch.compile graph after its backward failed", exc_info=True)
         return result
 
     autograd_cache.autograd_cache_key = autograd_cache_key
     autograd_cache.AOTAutogradCache.save = staticmethod(save_and_tell)  # type: ignore[method-assign]
+    try:
+        from torch._dynamo import callback
+
+        callback.on_compile_end(_backward_compiled)
+    except (ImportError, AttributeError):  # a torch without the callbacks: the entry's save alone
+        log.debug("kiln: Dynamo has no compile-end callbacks", exc_info=True)
     _installed = True

@@ -1,0 +1,268 @@
+"""Graphs compiled or loaded after Dynamo's compile returned: DDP's pieces, made ready at their
+first call once every piece this process was granted is compiled (:class:`Pieces`), and async
+graphs, which run eagerly until kilnd's answer arrives (:class:`AsyncGraph`)."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from . import _claim, _inductor, _layout, snapshot
+from ._ask import COMPILE_WAIT_SECS, Answer, Request, ask, fallback, load, nothing_shared, wait_bound
+from ._claim import Grant, compile_to_share
+from ._ledger import GraphRecord
+from ._ledger import report_soon as _report_soon
+
+
+class Pieces:
+    """The graphs of this process that compile or load at their first call (DDP's pieces), in
+    the order they were traced.
+
+    A piece's first call first compiles every piece this process was granted and has not
+    compiled, in order: the other ranks and hosts wait for those, while this process would
+    otherwise wait for theirs. Then it waits for its own answer (another process's compile),
+    at most :func:`wait_bound` beyond its own compiles, and compiles it itself past that."""
+
+    def __init__(self) -> None:
+        self.changed = threading.Condition()
+        self.pending: list[AsyncGraph] = []
+
+    def add(self, graph: AsyncGraph) -> None:
+        with self.changed:
+            self.pending.append(graph)
+
+    def answered(self) -> None:
+        with self.changed:
+            self.changed.notify_all()
+
+    def granted(self) -> list[AsyncGraph]:
+        with self.changed:
+            return [g for g in self.pending if g.compiled is None and isinstance(g.answer, Grant)]
+
+    def prepare(self, graph: AsyncGraph) -> None:
+        """Makes ``graph`` ready to run: compiled, loaded or, past the bound, compiled here."""
+        with snapshot.compiling():
+            self._prepare(graph)
+
+    def _prepare(self, graph: AsyncGraph) -> None:
+        waited = 0.0
+        bound = wait_bound()
+        while graph.compiled is None:
+            for granted in self.granted():
+                granted.swap()
+            if graph.compiled is not None or graph.answer is not None:
+                break
+            if waited >= bound:
+                graph.give_up(bound)
+                break
+            began = time.perf_counter()
+            with self.changed:
+                if graph.answer is None and not self.granted_locked():
+                    self.changed.wait(min(bound - waited, 0.5))
+            waited += time.perf_counter() - began
+        graph.record.compile_s += waited
+        if graph.compiled is None:
+            graph.swap()
+        with self.changed:
+            self.pending = [g for g in self.pending if g.compiled is None]
+
+    def granted_locked(self) -> bool:
+        return any(g.compiled is None and isinstance(g.answer, Grant) for g in self.pending)
+
+
+pieces = Pieces()
+
+
+class AsyncGraph:
+    """A graph that runs eagerly until kilnd's compile of it arrives, then compiled; or, when it
+    ``waits``, one made ready at its first call instead of running eagerly (:class:`Pieces`)."""
+
+    def __init__(
+        self,
+        gm: Any,
+        example_inputs: list[Any],
+        request: Request,
+        inductor: Callable[[Any, list[Any]], Any],
+        record: GraphRecord,
+        started: float,
+        waits: bool,
+    ) -> None:
+        import torch
+
+        self.gm = gm
+        # Dynamo's own inputs, kept until the swap: its tracing context knows them (and that their
+        # shapes are static), where the next call's tensors would be traced as dynamic.
+        self.example_inputs: list[Any] | None = example_inputs
+        self.inductor = inductor
+        self.record = record
+        self.started = started
+        self.waits = waits
+        self.compiled: Any = None
+        #: Whether a call has seen the compiled graph yet.
+        self.swapped = False
+        self.answer: Answer | Grant | str | None = None
+        #: Set when the first call stopped waiting for the answer: a grant that comes later is
+        #: handed back at once (nobody would compile it).
+        self.abandoned = False
+        self.lock = threading.Lock()
+        # Dynamo's tracing context (its fake tensors and the graph's inputs' origins): the
+        # compile at the swap runs inside it, as it would have inside Dynamo.
+        self.context = torch._guards.TracingContext.try_get()
+        # How Dynamo fakified each input (static shapes, mostly). Dynamo forgets this when its
+        # compile returns; without it the swap's AOTAutograd would make every dimension dynamic.
+        known = self.context.tensor_to_context if self.context is not None else {}
+        self.input_contexts = [(t, known[t]) for t in example_inputs if isinstance(t, torch.Tensor) and t in known]
+        record.how = "pending" if waits else "eager"
+        # It pays its serialization here and the swap later; a graph that waits, its wait too.
+        record.async_compile, record.compile_s = not waits, time.perf_counter() - started
+        if waits:
+            pieces.add(self)
+        self.thread = threading.Thread(target=self._fetch, args=(request,), name="kiln-graph", daemon=True)
+        self.thread.start()
+
+    def _fetch(self, request: Request) -> None:
+        answer = ask(request)
+        with self.lock:
+            if self.abandoned:
+                if isinstance(answer, Grant):
+                    answer.claim.close()
+                return
+            self.answer = answer
+        self.record.answered_at = time.perf_counter()
+        if not self.waits and isinstance(answer, Answer):
+            self._swap_here()
+            # The load ran on this host's cores beside the eager steps: the compile's window,
+            # which makes the eager samples taken in it contended, lasts until it is done.
+            self.record.answered_at = time.perf_counter()
+        pieces.answered()
+
+    def _swap_here(self) -> None:
+        """An async graph's swap, on this background thread: loading kilnd's answer runs
+        AOTAutograd and Inductor again over their filled caches (seconds on a CPU), which on the
+        training thread stalled a step; here the steps run on eagerly meanwhile. Under Dynamo's
+        compile lock, so it never overlaps a compile of the training thread's, on the graph's
+        own GPU (a thread starts on the first)."""
+        import torch
+        from torch._dynamo.convert_frame import compile_lock
+
+        device = _layout.device_of(self.example_inputs or [])
+        index = next((t.device.index for t in self.example_inputs or [] if getattr(t, "device", None) is not None and t.device.type == device), None)
+        with compile_lock:
+            if device == "cuda" and index is not None:
+                torch.cuda.set_device(index)
+            self.swap()
+
+    def give_up(self, bound: float) -> None:
+        """The first call waited ``bound`` seconds for another process's compile: compile here."""
+        with self.lock:
+            if self.answer is not None:
+                return
+            self.abandoned = True
+            self.answer = "late"
+        fallback("late", f"another process's compile did not land within {bound:.0f} s; compiled here")
+
+    def swap(self) -> None:
+        """Replaces the eager graph with its compile: kilnd's answer loaded, a grant compiled here
+        and shared, or (any fallback) Inductor's compile here."""
+        with snapshot.compiling():
+            self._swap()
+
+    def _swap(self) -> None:
+        import torch
+
+        answer, inputs = self.answer, self.example_inputs or []
+        self.example_inputs = None
+        swap_started = time.perf_counter()
+        context = torch._guards.tracing(self.context) if self.context is not None else contextlib.nullcontext()
+        if self.context is not None:
+            for tensor, symbolic in self.input_contexts:
+                self.context.tensor_to_context[tensor] = symbolic
+        try:
+            with context:
+                if isinstance(answer, Answer):
+                    compiled, hit = load(torch, answer, self.record, inputs, self._compile(inputs))
+                    if not hit:
+                        fallback("not_reused", "torch's caches missed kilnd's artifacts; compiled here")
+                    self.record.how = "kilnd" if hit else "in-process"
+                    self.record.answered(answer.tier if hit else "", answer.key, answer.compile_s, swap_started)
+                elif isinstance(answer, Grant):
+                    _inductor.vec_isa_picked(inputs)
+                    piece = self._compile(inputs)
+                    compiled = compile_to_share(torch, answer, self.record, lambda: _inductor.in_process(piece), COMPILE_WAIT_SECS)
+                    nothing_shared(self.record)
+                else:
+                    piece = self._compile(inputs)
+                    compiled = _inductor.in_process(_claim.backward_with_forward(piece) if self.waits else piece)
+                    self.record.how = "in-process"
+                    self.record.phases["compile"] = time.perf_counter() - swap_started
+        except Exception as e:  # noqa: BLE001 - the graph keeps running eagerly: never a wrong result
+            from .. import _fleet
+
+            if isinstance(answer, Grant):
+                answer.claim.close()
+            _fleet.warn_once("torch-graph:swap", "kiln: a compiled graph could not replace its eager run (%s); it stays eager", e)
+            self.record.how = "eager"
+            self.compiled = self.gm
+            return
+        finally:
+            # As Dynamo does after its compile: weak references here block swap_tensors.
+            known: Any = self.context.tensor_to_context if self.context is not None else {}
+            for tensor, _ in self.input_contexts:
+                known.pop(tensor, None)
+            self.input_contexts = []
+        self.record.compile_s += time.perf_counter() - swap_started
+        self.record.ready_after_s = time.perf_counter() - self.started
+        self.compiled = compiled
+        _report_soon()
+
+    def _compile(self, inputs: list[Any]) -> Callable[[], Any]:
+        """Inductor's compile of the graph, as Dynamo would have run it. A piece of Dynamo's DDP
+        optimizer compiles under a tracing context of its own: AOTAutograd compiles a piece's
+        backward at its first backward, from the forward's metadata the DDP optimizer stacks in
+        the context as it compiles each piece (and it compiled none here). One stack entry a piece
+        keeps pieces swapped at different steps from taking each other's."""
+        import torch
+
+        context = self.context
+        ddp = getattr(context, "ddp_optimizer_ctx", None)
+        if context is None or ddp is None:
+            return lambda: self.inductor(self.gm, inputs)
+
+        def compile_piece() -> Any:
+            own = copy.copy(context)
+            own.fakify_first_call = False
+            own.ddp_optimizer_ctx = type(ddp)()
+            with torch._guards.tracing(own):
+                compiled = self.inductor(self.gm, inputs)
+            if own.fw_metadata is not None:
+                own.ddp_optimizer_ctx.curr_bucket = 0
+                own.ddp_optimizer_ctx.metadata_per_bucket = [own.fw_metadata]
+            return compiled
+
+        return compile_piece
+
+    def __call__(self, *args: Any) -> Any:
+        if self.compiled is None and self.waits:
+            pieces.prepare(self)
+        if self.compiled is None and self.answer is not None and not isinstance(self.answer, Answer):
+            # A failed or refused async compile: the graph stays eager, never compiled on the
+            # training thread (kiln on never stalls a step for a compile).
+            self._stay_eager()
+        if self.compiled is not None and not self.swapped:
+            # The first compiled call: the time since the last eager call ran the swap's end.
+            self.swapped = True
+            self.record.restart()
+        if self.compiled is None or self.compiled is self.gm:
+            self.record.called("eager")
+            return self.gm(*args)
+        return self.record.run(self.compiled, self.gm, args)
+
+    def _stay_eager(self) -> None:
+        self.record.how = "eager"
+        self.compiled = self.gm
+        self.example_inputs = None
+        self.input_contexts = []
