@@ -26,8 +26,8 @@ emptied before each variant unless said:
 | eager | no torch.compile (the async targets' baseline) |
 | plain | plain torch.compile, cold |
 | warm | plain torch.compile again on the caches ``plain`` left: the warm host |
-| default | ``KILN_TORCH=1`` as a new user sets it, a new kilnd (torch workers up, nothing stored): kiln's cold start, every graph through kilnd |
-| cold | (``layout_job`` only) ``KILN_TORCH=1 KILN_TORCH_GRAPHS=1``, a new kilnd |
+| default | ``KILN_TORCH=1`` as a new user sets it, a new kilnd (torch workers up, nothing stored): kiln's cold start, the graphs of the layouts the default sends (DDP's pieces compile in the process) |
+| cold | ``KILN_TORCH=1 KILN_TORCH_GRAPHS=1``, a new kilnd: every graph through kilnd |
 | twin | (``layout_job``, single, 2 GPUs) ``cold``'s job on cuda:1, on the kilnd ``cold`` filled: the second device's compile |
 | fresh | the same on a fresh host: caches emptied, on the kilnd ``cold`` filled (``default`` where ``cold`` does not run: its graphs and the job's snapshot stored) |
 | async | ``KILN_TORCH_ASYNC=1`` on a new kilnd: eager until kilnd's compile is ready |
