@@ -33,10 +33,11 @@ LAYOUTS = ("single", "ddp", "multi-rank")
 MANY_RANK_LAYOUTS: frozenset[str] = frozenset({"ddp", "multi-rank"})
 #: Layouts sent when ``KILN_TORCH_GRAPHS`` is unset. On the record (2 H200s, the corpus's compiled
 #: loss function, torch 2.11, cold first step against plain torch.compile's within one run): one
-#: process 1.02 and 0.82, FSDP2 0.90. DDP's pieces 1.21 and 1.24 (0.84 once): a piece's backward
-#: must compile with its forward to be shared (other hosts' ranks wait for it in collectives), and
-#: that runs while Inductor's compile pool is still starting, where torch compiles it at the first
-#: backward; kept in the process they cost 0.86-1.00.
+#: process 1.02, 0.82 and 0.82, FSDP2 0.90 and 1.09 (its compile step 0.72-0.94). DDP's pieces
+#: 1.21 and 1.24 (0.84 once): a piece's backward must compile with its forward to be shared
+#: (other hosts' ranks wait for it in collectives), and that runs while Inductor's compile pool is
+#: still starting, where torch compiles it at the first backward; kept in the process they cost
+#: 0.86-1.00.
 DEFAULT_LAYOUTS: frozenset[str] = frozenset({"single", "multi-rank"})
 
 
