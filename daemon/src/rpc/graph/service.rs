@@ -260,9 +260,8 @@ impl GraphState {
     }
 
     /// Waits up to `bound` for a process on this host to claim `key` (or for its answer to be
-    /// stored): a rank whose compile cannot be shared waits for its twin's instead of compiling
-    /// beside it, and a rank that leaves a DDP piece to the rank it falls to claims it only
-    /// where that rank does not.
+    /// stored): a rank that leaves a DDP piece to the rank it falls to claims it only where that
+    /// rank does not, so that the ranks of a host split the pieces.
     async fn wait_for_claim(&self, key: &CacheKey, bound: Duration) {
         if self.producer.cache().local(key).await.is_some() {
             return;
