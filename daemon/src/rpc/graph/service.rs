@@ -418,7 +418,7 @@ fn declared(r: &pb::TorchGraphRequest) -> Option<Environment> {
 
 /// Why a graph asked with `no_worker` is compiled by its own process, for the job's events.
 const UNSHARED: &str =
-    "nobody had it or claimed it, and its process cannot share its compile (its code names its GPU): compiled there";
+    "no tier had it, and its process cannot share its compile (its code names its GPU): compiled there, as torch would";
 
 /// The answer to a `no_worker` request nobody has: compile it yourself, share nothing.
 fn unshared_reply() -> pb::TorchGraphReply {

@@ -185,7 +185,7 @@ def ask(request: Request, *, bound: float | None = None) -> Answer | Grant | str
         fallback(reason, details)
         return reason
     if answer.compile_here:
-        fallback("unshared", "nobody had it or claimed it, and its code names this process's GPU")
+        fallback("unshared", "no tier had it, and its code names this process's GPU: compiled here, as torch would")
         return "unshared"
     if not answer.ok:
         last = answer.log.strip().splitlines()[-1:] or ["no log"]
