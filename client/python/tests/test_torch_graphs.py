@@ -215,27 +215,12 @@ def test_a_waiter_stops_waiting_at_its_bound_and_a_rank_that_cannot_share_is_tol
         waiter["claim"].close()
         # A process that cannot share its compile, where nobody has the graph or claims it: it
         # is told to compile it itself, with nothing to publish, and no worker starts.
-        answer = c.compile_torch_graph(
-            payload(b"a graph on a rank's own GPU"),
-            torch.__version__,
-            triton_version=_triton_version(),
-            python_version=sys.version.split()[0],
-            cuda_version=torch.version.cuda or "",
-            no_worker=True,
-            wait_for_claim=0.2,
-        )
+        answer = _unshared(c, payload(b"a graph on a rank's own GPU"), wait_for_claim=0.2)
         assert answer.compile_here and answer.key == "", answer
         # Nor does it wait for another process's compile of it: that process traced the graph
         # beside it, and waiting would only add the publish and the load to its own compile.
         began = time.monotonic()
-        beside = c.compile_torch_graph(
-            payload(b"a graph held by a slow process"),
-            torch.__version__,
-            triton_version=_triton_version(),
-            python_version=sys.version.split()[0],
-            cuda_version=torch.version.cuda or "",
-            no_worker=True,
-        )
+        beside = _unshared(c, payload(b"a graph held by a slow process"))
         assert beside.compile_here and beside.key == "", beside
         assert time.monotonic() - began < 10
         held.close()
@@ -256,6 +241,13 @@ def test_another_torch_is_refused_naming_the_field(graph_kilnd: Kilnd) -> None:
 def _claim(c: kiln.Client, data: bytes, **kw: Any) -> Any:
     return c.claim_torch_graph(
         data, torch.__version__, triton_version=_triton_version(), python_version=sys.version.split()[0], cuda_version=torch.version.cuda or "", timeout=60, **kw
+    )
+
+
+def _unshared(c: kiln.Client, data: bytes, **kw: Any) -> Any:
+    """A graph asked for by a process that cannot share its compile (``no_worker``)."""
+    return c.compile_torch_graph(
+        data, torch.__version__, triton_version=_triton_version(), python_version=sys.version.split()[0], cuda_version=torch.version.cuda or "", no_worker=True, **kw
     )
 
 
