@@ -45,7 +45,7 @@ def fleet(tmp_path: Path) -> Any:
 
 def start_rank(shape: str, host: Kilnd, rank: int, local_rank: int, world: int, local_world: int, port: int, tmp: Path, **extra: str) -> subprocess.Popen[str]:
     env = runner.clean_env()
-    env.update(runner.kiln_env(host.uri), KILN_TORCH_SNAPSHOT="0", KILN_TORCH_JOB="fleet-job", KILN_TORCH_GRAPHS="1")
+    env.update(runner.kiln_env(host.uri), KILN_TORCH_SNAPSHOT="0", KILN_TORCH_JOB="fleet-job", KILN_TORCH_GRAPHS="1", KILN_TORCH_SPLIT="1")
     # A 2-core machine under CI's other tests can take minutes over a compile: the wait bound is
     # tested by itself (test_torch_graphs.py); here a waiter waits as long as the compile takes.
     env.update(KILN_TORCH_GRAPH_WAIT_SECS="1800")

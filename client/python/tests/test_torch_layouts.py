@@ -72,9 +72,9 @@ def layout_kilnd(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 @pytest.mark.parametrize("layout", ["ddp", "fsdp2"])
-def test_every_piece_of_a_distributed_layout_goes_through_kilnd_once(layout_kilnd: Kilnd, tmp_path: Path, layout: str) -> None:
+def test_a_split_cold_compile_sends_every_piece_through_kilnd_once(layout_kilnd: Kilnd, tmp_path: Path, layout: str) -> None:
     before = metric(layout_kilnd.metrics(), 'kiln_torch_graphs_total{result="compiled"}')
-    ranks = run_ranks(layout, tmp_path / "kiln", 2, layout_kilnd.uri)
+    ranks = run_ranks(layout, tmp_path / "kiln", 2, layout_kilnd.uri, KILN_TORCH_SPLIT="1")
     compiled = metric(layout_kilnd.metrics(), 'kiln_torch_graphs_total{result="compiled"}') - before
     ranks_claims = 0
     for rank, r in enumerate(ranks):
@@ -115,6 +115,43 @@ def test_every_piece_of_a_distributed_layout_goes_through_kilnd_once(layout_kiln
         assert r["losses"] == p["losses"], (r["losses"], p["losses"])
 
 
+@pytest.mark.parametrize("layout", ["ddp", "fsdp2"])
+def test_by_default_a_rank_compiles_as_torch_would_and_the_next_run_loads_every_piece(tmp_path: Path, layout: str) -> None:
+    kilnd = Kilnd(tmp_path / "kilnd")
+    try:
+        # The default: every layout goes, and a rank waits for nobody's compile.
+        cold = run_ranks(layout, tmp_path / "cold", 2, kilnd.uri, KILN_TORCH_GRAPHS="", KILN_TORCH_SPLIT="")
+        compiled = metric(kilnd.metrics(), 'kiln_torch_graphs_total{result="compiled"}')
+        claims = 0
+        for rank, r in enumerate(cold):
+            stats = r["graphs"]
+            where = (rank, stats, r["stderr"][-3000:])
+            # A piece another rank was compiling is compiled here too (unshared), never waited for.
+            assert set(stats["fallbacks"]) <= {"unshared"}, where
+            assert all(g["how"] in ("kilnd", "in-process") for g in stats["graphs"]), where
+            claims += sum(g["tier"] == "compiled" for g in stats["graphs"])
+        # Each claim was granted once, and shared: kilnd counted it when its process published it,
+        # after the piece's first backward.
+        assert claims >= 1 and compiled == claims, (compiled, claims)
+        # A second run on this host (new processes, empty Inductor caches) loads every piece,
+        # its backward too: the claims were published with the backward's compile.
+        warm = run_ranks(layout, tmp_path / "warm", 2, kilnd.uri, KILN_TORCH_GRAPHS="", KILN_TORCH_SPLIT="")
+        for rank, r in enumerate(warm):
+            stats = r["graphs"]
+            where = (rank, stats, r["caches"], r["stderr"][-3000:])
+            assert stats["fallbacks"] == {}, where
+            assert all(g["how"] == "kilnd" and g["tier"] != "compiled" for g in stats["graphs"]), where
+            assert r["caches"].get("fxgraph_cache_miss", 0) == 0, where
+            assert r["caches"].get("fxgraph_cache_hit", 0) >= 2 * len(stats["graphs"]), where
+            assert built_here(r["cache"], {f for g in stats["graphs"] for f in g["native_files"]}) == [], where
+        assert metric(kilnd.metrics(), 'kiln_torch_graphs_total{result="compiled"}') == compiled
+        plain = run_ranks(layout, tmp_path / "plain", 2, None)
+        for c, w, p in zip(cold, warm, plain, strict=True):
+            assert c["losses"] == p["losses"] == w["losses"], (c["losses"], w["losses"], p["losses"])
+    finally:
+        kilnd.stop()
+
+
 def test_an_async_ddp_job_swaps_each_piece_in_and_trains_on(layout_kilnd: Kilnd, tmp_path: Path) -> None:
     # Each piece's backward is compiled at its first backward, from forward metadata that Dynamo's
     # DDP optimizer stacks only for the pieces it compiled itself: a piece swapped in later must
@@ -130,21 +167,18 @@ def test_an_async_ddp_job_swaps_each_piece_in_and_trains_on(layout_kilnd: Kilnd,
         assert r["losses"][-1] < r["losses"][0], r["losses"]
 
 
-def test_the_layouts_sent_to_kilnd_follow_the_setting_and_default_to_the_record(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_layouts_sent_to_kilnd_follow_the_setting_and_default_to_every_layout(monkeypatch: pytest.MonkeyPatch) -> None:
     from kiln.torch import _layout as layout
 
     monkeypatch.delenv(layout.GRAPHS_ENV, raising=False)
     monkeypatch.delenv("KILN_TORCH_ASYNC", raising=False)
     default = layout.chosen()
-    # By default, one process's graphs and FSDP2's: the layouts the record shows no slower than
-    # plain torch.compile's cold start. DDP's pieces stay home, counted as layout_off, quietly.
-    assert default == layout.Choice(frozenset({"single", "multi-rank"}), by_default=True)
-    assert {name for name in layout.LAYOUTS if default.sends(name)} == {"single", "multi-rank"}
-    assert "KILN_TORCH_GRAPHS=1 sends them" in (default.refusal("ddp") or "")
-    assert default.reason == "layout_off"
-    # An async graph never waits for kilnd: every layout goes, unless the setting says otherwise.
+    # By default every layout's graphs go: a rank waits for nobody (see the split test below),
+    # so sending a graph cannot make its cold start slower than torch's.
+    assert default == layout.Choice(frozenset(layout.LAYOUTS))
+    assert all(default.sends(name) for name in layout.LAYOUTS)
     monkeypatch.setenv("KILN_TORCH_ASYNC", "1")
-    assert all(layout.chosen().sends(name) for name in layout.LAYOUTS)
+    assert layout.chosen() == default
     monkeypatch.setenv(layout.GRAPHS_ENV, "0")
     assert layout.chosen().layouts == frozenset()
     monkeypatch.delenv("KILN_TORCH_ASYNC")
@@ -154,11 +188,10 @@ def test_the_layouts_sent_to_kilnd_follow_the_setting_and_default_to_the_record(
         assert all(layout.chosen().sends(name) == (name in want) for name in layout.LAYOUTS), value
     monkeypatch.setenv(layout.GRAPHS_ENV, "")
     assert layout.chosen() == default
-    # A layout the setting leaves out says so, and is counted apart from the default's.
+    # A layout the setting leaves out says so.
     monkeypatch.setenv(layout.GRAPHS_ENV, "single")
     assert "KILN_TORCH_GRAPHS='single' leaves out ddp graphs" in (layout.chosen().refusal("ddp") or "")
     assert layout.chosen().refusal("single") is None
-    assert layout.chosen().reason == "not_chosen"
     monkeypatch.setenv(layout.GRAPHS_ENV, "ddp,fsdp")
     with pytest.raises(layout.BadSetting, match="fsdp"):
         layout.chosen()

@@ -25,11 +25,12 @@ class TorchGraphAnswer:
     tier: Tier
     #: What the compile cost in kilnd's worker, even on a hit.
     compile_seconds: float
-    #: The worker's log: the error and its traceback when not ok.
+    #: The worker's log: the error and its traceback when not ok; with ``compile_here`` and no
+    #: ``key``, why the process compiles the graph for itself.
     log: str
     key: str
-    #: :meth:`kiln.Client.claim_torch_graph` only: nobody has the graph, and this process
-    #: compiles it and publishes it under ``key`` (the other fields are empty).
+    #: Nobody has the graph stored, and this process compiles it: a claim publishes it under
+    #: ``key``; with ``key`` empty (``no_worker``), for itself alone.
     compile_here: bool = False
 
     @classmethod

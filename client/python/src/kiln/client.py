@@ -420,6 +420,7 @@ class Client(Closing):
         prefer_workers: bool = False,
         answer_within: float | None = None,
         wait_for_claim: float = 0.0,
+        no_worker: bool = False,
     ) -> TorchGraphClaim:
         """:meth:`compile_torch_graph` for a process that can compile the graph itself: where
         nobody has it and nobody compiles it, the answer is ``compile_here`` and the claim is this
@@ -431,7 +432,9 @@ class Client(Closing):
         wait for the first answer (another process's compile, say) apart from the claim's life:
         past it the call is cancelled and :class:`errors.DeadlineExceeded` raised.
         ``wait_for_claim`` (seconds, at most 10): how long kilnd waits for another process to
-        claim the graph before granting this one the claim."""
+        claim the graph before granting this one the claim. ``no_worker``: kilnd waits for
+        nobody's compile: where another process or host compiles the graph, the answer is
+        ``compile_here`` with an empty key (compile it for yourself; publish nothing)."""
         from ._proto import graph_pb2
 
         request = self._graph_request(
@@ -439,6 +442,7 @@ class Client(Closing):
         )
         request.prefer_workers = prefer_workers
         request.wait_for_claim_ms = _ms(wait_for_claim, "wait_for_claim")
+        request.no_worker = no_worker
         with self._rpc():
             call = self._graphs.ClaimTorchGraph(request, timeout=self._timeout(timeout))
             first = _first_message(call, answer_within, self.uri)

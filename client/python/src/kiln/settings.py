@@ -55,6 +55,13 @@ TORCH_CLAIM = Setting(
     "`1`: a blocking graph nobody has is compiled in its own process, as torch would, and shared through kilnd; `0`: "
     "kilnd's torch workers compile it",
 )
+TORCH_SPLIT = Setting(
+    "KILN_TORCH_SPLIT",
+    "0",
+    "`1`: the ranks and hosts of a job split its cold compile: a rank waits for a graph another claimed, compiled with "
+    "its backward at once; `0`: a rank waits for nobody, compiles a graph nobody stored as torch would, and shares it "
+    "after its first backward",
+)
 TORCH_GRAPH_WAIT_SECS = Setting(
     "KILN_TORCH_GRAPH_WAIT_SECS",
     "twice the longest compile the process paid, at least 120",
@@ -88,6 +95,7 @@ SETTINGS: tuple[Setting, ...] = (
     TORCH_GRAPHS,
     TORCH_ASYNC,
     TORCH_CLAIM,
+    TORCH_SPLIT,
     TORCH_GRAPH_WAIT_SECS,
     TORCH_MEASURE,
     TORCH_QUIET,

@@ -31,7 +31,20 @@ impl Cache {
     /// while this one waited, adopted here. Without a fleet there is nothing to claim.
     pub async fn claim_or_hit(&self, key: &CacheKey) -> Claimed {
         let Some(fleet) = self.fleet() else { return Claimed::Lease(None) };
-        match fleet.claim(key).await {
+        let claim = fleet.claim(key).await;
+        self.claimed(key, claim).await
+    }
+
+    /// [`Cache::claim_or_hit`] for a caller that waits for nobody: None where another host
+    /// holds the fleet's lease on `key` now.
+    pub async fn try_claim_or_hit(&self, key: &CacheKey) -> Option<Claimed> {
+        let Some(fleet) = self.fleet() else { return Some(Claimed::Lease(None)) };
+        let claim = fleet.try_claim(key).await?;
+        Some(self.claimed(key, claim).await)
+    }
+
+    async fn claimed(&self, key: &CacheKey, claim: Claim) -> Claimed {
+        match claim {
             Claim::Compile(lease) => Claimed::Lease(lease),
             Claim::Found(found) => Claimed::Hit(self.adopt(key, found).await),
         }
@@ -125,17 +138,43 @@ impl Producer {
             };
             return match tokio::time::timeout(left, self.cache.claim_or_hit(key)).await {
                 Err(_) => Decision::Proceed(format!("waited {wait:?} for another host")),
-                Ok(Claimed::Lease(lease)) => Decision::Granted(Grant { holding, lease }),
-                Ok(Claimed::Hit(answer)) => {
-                    if answer.is_ok() {
-                        self.holders.published(key);
-                    }
-                    match open(&answer) {
-                        Some(found) => Decision::Found(found),
-                        None => Decision::Granted(Grant { holding, lease: None }),
-                    }
-                }
+                Ok(claimed) => self.granted(key, holding, claimed, &open),
             };
+        }
+    }
+
+    /// [`Producer::decide`] for a caller that waits for nobody: None where another process on
+    /// this host or another host produces `key` now (the caller produces it for itself alone).
+    /// Never [`Decision::Proceed`].
+    pub async fn decide_now<T>(&self, key: &CacheKey, open: impl Fn(&Answer) -> Option<T>) -> Option<Decision<T>> {
+        if let Some(found) = self.cache.cached(key).await.as_ref().and_then(&open) {
+            return Some(Decision::Found(found));
+        }
+        let Try::Held(holding) = self.holders.try_hold(key) else { return None };
+        let claimed = self.cache.try_claim_or_hit(key).await?;
+        Some(self.granted(key, holding, claimed, &open))
+    }
+
+    /// This host's holding of `key` and the fleet's word on it: the grant, or another host's
+    /// result (a result `open` refuses is produced again, under this holding).
+    fn granted<T>(
+        &self,
+        key: &CacheKey,
+        holding: Holding,
+        claimed: Claimed,
+        open: impl Fn(&Answer) -> Option<T>,
+    ) -> Decision<T> {
+        match claimed {
+            Claimed::Lease(lease) => Decision::Granted(Grant { holding, lease }),
+            Claimed::Hit(answer) => {
+                if answer.is_ok() {
+                    self.holders.published(key);
+                }
+                match open(&answer) {
+                    Some(found) => Decision::Found(found),
+                    None => Decision::Granted(Grant { holding, lease: None }),
+                }
+            }
         }
     }
 

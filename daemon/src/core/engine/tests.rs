@@ -233,3 +233,26 @@ async fn a_producer_that_waits_past_its_bound_proceeds_without_a_grant() {
     let late = producer.decide(&key, Duration::from_millis(50), bytes_of).await;
     assert!(matches!(&late, Decision::Proceed(why) if why.contains("another process on this host")), "{late:?}");
 }
+
+#[tokio::test]
+async fn a_producer_that_waits_for_nobody_is_granted_a_free_key_and_told_of_a_held_one() {
+    let fleet = FakeCache::default();
+    let (a, b) = (host(Some(&fleet)), host(Some(&fleet)));
+    let here = Producer::new(Arc::clone(a.engine.cache()), Duration::from_secs(10));
+    let there = Producer::new(Arc::clone(b.engine.cache()), Duration::from_secs(10));
+    let key = kernel("__global__ void raced() {}").key;
+    let Some(Decision::Granted(grant)) = here.decide_now(&key, bytes_of).await else { panic!("a free key is granted") };
+    assert!(grant.fleet_leased(), "with a fleet, the grant holds its lease");
+    // Held on this host, or by another host's lease: no decision, at once (the test's own
+    // timeout is the bound: a wait would be the hedge's 10 s).
+    let started = std::time::Instant::now();
+    assert!(here.decide_now(&key, bytes_of).await.is_none(), "held on this host");
+    assert!(there.decide_now(&key, bytes_of).await.is_none(), "held by another host's lease");
+    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    here.cache().store_everywhere(&key, stored(&key, b"produced")).await;
+    here.published(&key);
+    grant.release().await;
+    // Stored: both find it.
+    assert!(matches!(here.decide_now(&key, bytes_of).await, Some(Decision::Found(b)) if b == b"produced"));
+    assert!(matches!(there.decide_now(&key, bytes_of).await, Some(Decision::Found(b)) if b == b"produced"));
+}

@@ -105,15 +105,26 @@ impl Fleet {
     /// Decides who compiles `key`: this host (with the lease, or without one when the fleet
     /// cache is down or the hedge bound passed) or another host, whose result comes back.
     pub async fn claim(&self, key: &CacheKey) -> Claim {
+        // A patient claim always decides: past the hedge bound it compiles here.
+        self.claim_within(key, true).await.unwrap_or(Claim::Compile(None))
+    }
+
+    /// [`Fleet::claim`] for a caller that waits for nobody: None where another host holds the
+    /// lease now (the caller compiles for itself and shares nothing).
+    pub async fn try_claim(&self, key: &CacheKey) -> Option<Claim> {
+        self.claim_within(key, false).await
+    }
+
+    async fn claim_within(&self, key: &CacheKey, patient: bool) -> Option<Claim> {
         if !self.leases {
-            return Claim::Compile(None);
+            return Some(Claim::Compile(None));
         }
         let started = Instant::now();
         let mut waited = false;
         let mut present_but_unreadable = false;
         loop {
             if !self.tier.usable() {
-                return Claim::Compile(None);
+                return Some(Claim::Compile(None));
             }
             let holder = new_holder();
             match self.tier.acquire_lease(key, &holder, self.lease_ttl).await {
@@ -121,7 +132,7 @@ impl Fleet {
                     self.metrics.lease(if waited { LeaseResult::Takeover } else { LeaseResult::Acquired });
                     // The server checked in the same step that nothing is stored under the key.
                     let lease = HeldLease::start(*key, holder, Arc::clone(&self.tier), self.lease_ttl);
-                    return Claim::Compile(Some(lease));
+                    return Some(Claim::Compile(Some(lease)));
                 }
                 // Another host published since this request's first look: read it, once. An
                 // entry that reads as a miss (damaged, so deleted; or a negative entry that just
@@ -129,20 +140,21 @@ impl Fleet {
                 Ok(Acquired::Present) => {
                     self.metrics.lease(LeaseResult::Present);
                     if let Some(found) = self.fetch(key).await {
-                        return Claim::Found(found);
+                        return Some(Claim::Found(found));
                     }
                     // An unvetted publisher's kernel: this host compiles it now, and compares.
                     if present_but_unreadable || self.audit.holds(key) {
-                        return Claim::Compile(None);
+                        return Some(Claim::Compile(None));
                     }
                     present_but_unreadable = true;
                     continue;
                 }
+                Ok(Acquired::Held) if !patient => return None,
                 Ok(Acquired::Held) => {}
                 Err(e) => {
                     tracing::warn!(%key, error = %e, "fleet lease unavailable; compiling here");
                     self.metrics.lease(LeaseResult::Error);
-                    return Claim::Compile(None);
+                    return Some(Claim::Compile(None));
                 }
             }
             if !waited {
@@ -150,14 +162,14 @@ impl Fleet {
                 waited = true;
             }
             match self.wait_for_publish(key, started).await {
-                Wait::Found(found) => return Claim::Found(*found),
+                Wait::Found(found) => return Some(Claim::Found(*found)),
                 Wait::RetryLease => continue,
                 Wait::Hedge => {
                     self.metrics.lease(LeaseResult::Timeout);
                     tracing::warn!(%key, bound = ?self.hedge, "waited past the hedge bound; compiling here too");
-                    return Claim::Compile(None);
+                    return Some(Claim::Compile(None));
                 }
-                Wait::Unavailable => return Claim::Compile(None),
+                Wait::Unavailable => return Some(Claim::Compile(None)),
             }
         }
     }

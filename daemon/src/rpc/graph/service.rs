@@ -201,14 +201,28 @@ impl GraphState {
         }
         let open = |answer: &domain::Answer| entry::open(answer.artifact()?, &scope.namespace, answer.tier());
         if request.no_worker {
-            // The process cannot share its compile, and compiles the graph as fast as one that
-            // started it beside it would: it takes a stored answer, and otherwise compiles for
-            // itself at once. Waiting for another's compile would add its publish and the load.
-            if let Some(found) = self.producer.cache().cached(&key).await.as_ref().and_then(open) {
-                return Ok(Start::Answer(self.found(&request, &key, recipe, &found)));
-            }
-            self.ledger.event(&request.job, &request.name, &key.to_hex(), "in-process", UNSHARED.into());
-            return Ok(Start::Answer(unshared_reply()));
+            // The process compiles the graph as fast as torch would: it takes a stored answer,
+            // and otherwise compiles it at once. Waiting for another's compile would add its
+            // publish and the load (a rank's twin on another GPU traces it beside it), and on
+            // hosts that start together each would wait on the others' lazy compiles. A claim
+            // nobody else holds is granted, so that its compile is shared.
+            let decided = if here {
+                self.producer.decide_now(&key, open).await
+            } else {
+                self.producer.cache().cached(&key).await.as_ref().and_then(open).map(Decision::Found)
+            };
+            let why = match decided {
+                Some(Decision::Found(found)) => return Ok(Start::Answer(self.found(&request, &key, recipe, &found))),
+                Some(Decision::Granted(grant)) => {
+                    let why = self.ledger.recipes.saw(&request.job, &request.name, &key, recipe, true);
+                    let claim = Claim { job: request.job.clone(), name: request.name.clone(), why };
+                    return Ok(Start::CompileHere(Box::new(Handover { key, claim, timeout, grant: Some(grant) })));
+                }
+                Some(Decision::Proceed(_)) | None if here => BUSY,
+                Some(Decision::Proceed(_)) | None => UNSHARED,
+            };
+            self.ledger.event(&request.job, &request.name, &key.to_hex(), "in-process", why.into());
+            return Ok(Start::Answer(unshared_reply(why)));
         }
         if request.wait_for_claim_ms > 0 {
             self.wait_for_claim(&key, Duration::from_millis(u64::from(request.wait_for_claim_ms))).await;
@@ -416,13 +430,21 @@ fn declared(r: &pb::TorchGraphRequest) -> Option<Environment> {
     })
 }
 
-/// Why a graph asked with `no_worker` is compiled by its own process, for the job's events.
+/// Why a graph asked with `no_worker` is compiled by its own process, for the job's events and
+/// the process's own fallback.
 const UNSHARED: &str =
     "no tier had it, and its process cannot share its compile (its code names its GPU): compiled there, as torch would";
+const BUSY: &str = "no tier had it, and another process or host was compiling it: compiled here too, as torch would, rather than waiting";
 
-/// The answer to a `no_worker` request nobody has: compile it yourself, share nothing.
-fn unshared_reply() -> pb::TorchGraphReply {
-    pb::TorchGraphReply { ok: true, compile_here: true, tier: Tier::Compiled as i32, ..Default::default() }
+/// The answer to a `no_worker` request nobody has stored: compile it yourself, share nothing.
+fn unshared_reply(why: &str) -> pb::TorchGraphReply {
+    pb::TorchGraphReply {
+        ok: true,
+        compile_here: true,
+        tier: Tier::Compiled as i32,
+        log: why.into(),
+        ..Default::default()
+    }
 }
 
 fn failed_reply(log: String, compile_micros: u64, key: &CacheKey, tier: Tier) -> pb::TorchGraphReply {

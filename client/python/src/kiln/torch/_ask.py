@@ -42,13 +42,14 @@ FALLBACK_REASONS = (
     "not_reused",  # kilnd's artifacts did not give torch a cache hit here
     "no_torch_worker",  # kilnd has no interpreter with torch for its workers
     "late",  # another process's compile of it did not land within the wait bound (wait_bound)
-    "unshared",  # its code names its own GPU and no tier had it, or its compile left nothing to share
+    # no tier had it, and it was not shared: its code names its own GPU, another process or host
+    # was compiling it (a rank waits for nobody), or its compile left nothing to share
+    "unshared",
     "not_chosen",  # KILN_TORCH_GRAPHS names other layouts than the graph's: no warning
-    "layout_off",  # by default, the graph's layout stays in the process (kiln.torch._layout): no warning
 )
 #: Reasons that are what the user asked for, the default, or what torch itself would do: logged,
 #: not warned.
-QUIET_REASONS = frozenset({"not_chosen", "layout_off", "unshared"})
+QUIET_REASONS = frozenset({"not_chosen", "unshared"})
 
 
 def fallback(reason: str, detail: object) -> None:
@@ -92,8 +93,9 @@ class Request:
 
     ``claim``: the process can share its own compile (its code is what every process of the
     graph runs), so where nobody has the graph it is granted the claim and compiles it;
-    ``no_worker``: the process cannot share its compile, so it takes a stored answer and
-    otherwise compiles the graph for itself at once, as torch would."""
+    ``no_worker``: the process waits for nobody's compile: it takes a stored answer, or (with
+    ``claim``) the claim where nobody else holds one, and otherwise compiles the graph for itself
+    at once, as torch would."""
 
     payload: bytes
     name: str
@@ -147,6 +149,7 @@ def ask(request: Request, *, bound: float | None = None) -> Answer | Grant | str
                 client.claim_torch_graph,
                 answer_within=bound,
                 wait_for_claim=request.wait_for_claim,
+                no_worker=request.no_worker,
             )
             if request.claim
             else functools.partial(
@@ -165,7 +168,7 @@ def ask(request: Request, *, bound: float | None = None) -> Answer | Grant | str
             cuda_version=cuda_version,
         )
         if isinstance(asked, TorchGraphClaim):
-            if asked.answer.compile_here:
+            if asked.answer.compile_here and asked.answer.key:
                 return Grant(asked, asked.answer.key)
             asked.close()
             asked = asked.answer
@@ -185,7 +188,7 @@ def ask(request: Request, *, bound: float | None = None) -> Answer | Grant | str
         fallback(reason, details)
         return reason
     if answer.compile_here:
-        fallback("unshared", "no tier had it, and its code names this process's GPU: compiled here, as torch would")
+        fallback("unshared", answer.log or "no tier had it, and nobody could share its compile: compiled here, as torch would")
         return "unshared"
     if not answer.ok:
         last = answer.log.strip().splitlines()[-1:] or ["no log"]

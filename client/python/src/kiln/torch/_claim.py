@@ -94,6 +94,25 @@ def mode() -> str:
     return WORKERS if os.environ.get(settings.TORCH_CLAIM.name, "").strip() == "0" else CLAIM
 
 
+def splits() -> bool:
+    """Whether the ranks and hosts of this job split its cold compile (``KILN_TORCH_SPLIT=1``):
+    a rank waits for a graph another rank or host claimed rather than compile it too. Off by
+    default, a rank waits for nobody and compiles what nobody stored exactly as torch would, so
+    kiln cannot make its cold start slower: waiting pays off only where another rank started the
+    compile well before, and ranks that start together would instead wait on each other's
+    compiles, which torch runs lazily (a backward compiles at the first backward)."""
+    return os.environ.get(settings.TORCH_SPLIT.name, "").strip() == "1"
+
+
+def has_backward(torch: Any, gm: Any, inputs: list[Any]) -> bool:
+    """Whether AOTAutograd compiles a backward for this graph: grad is on and an input or a
+    parameter requires it. A graph without one is published as soon as its forward compiled."""
+    if not torch.is_grad_enabled():
+        return False
+    tensors = [t for t in inputs if isinstance(t, torch.Tensor)] + list(gm.parameters())
+    return any(t.requires_grad for t in tensors)
+
+
 def compile_to_share(
     torch: Any, grant: Grant, record: GraphRecord, compile_here: Callable[[], Any], publish_timeout: float, *, backward_at_once: bool = True
 ) -> Any:
@@ -109,7 +128,7 @@ def compile_to_share(
 
     began, wall = time.perf_counter(), time.time()
     try:
-        with CacheArtifactManager.with_fresh_cache(), backward_now() if backward_at_once else _first_backward.aot_key() as keys:
+        with CacheArtifactManager.with_fresh_cache(), backward_now() if backward_at_once else _first_backward.forward_compile() as drawn:
             compiled = compile_here()
             compiled_at = time.perf_counter()
             saved = torch.compiler.save_cache_artifacts()
@@ -132,9 +151,8 @@ def compile_to_share(
         args = (grant, record, artifacts, directory, wall, seconds, publish_timeout)
         _publishes.start(threading.Thread(target=_publish, args=args, name="kiln-graph-publish", daemon=True))
 
-    if not backward_at_once and keys and not _first_backward.saved_entry(saved):
-        compile_id = str(torch._guards.CompileContext.current_compile_id())
-        _first_backward.wait(keys[-1], _first_backward.Pending(publish, grant.claim.close, saved[0], 0, compile_id))
+    if drawn and not _first_backward.saved_entry(saved):
+        _first_backward.wait(_first_backward.Pending(publish, grant.claim.close, saved[0], drawn))
     else:
         publish(saved[0])
     return compiled

@@ -1,18 +1,19 @@
-"""Claims published at their graph's first backward, for one process's graphs.
+"""Claims published at their graph's first backward.
 
 torch compiles a training graph's backward lazily, at its first backward, and a claimed graph is
-compiled here as torch would. Compiling the backward with the forward instead (what a DDP piece
-needs, whose waiters block in collectives) puts it where Inductor's compile pool is still
-starting, and on 2 H200s a one-process job's backward compile then took 5.35 s against 3.17 s
-(1.21x plain's cold first step). AOTAutograd saves the graph's cache entry, which the others
-load, only once both exist; so a one-process graph's claim stays open after its forward compile,
-and is published when AOTAutograd saves the entry: this module watches those saves, matched to
-the claim by AOTAutograd's key, which the forward compile computes.
+compiled here as torch would. Compiling the backward with the forward instead puts it where
+Inductor's compile pool is still starting, and on 2 H200s a one-process job's backward compile
+then took 5.35 s against 3.17 s (1.21x plain's cold first step). The backward's artifacts, and
+AOTAutograd's cache entry, exist only once it compiled; so a claim stays open after its forward
+compile and is published when the backward's compile ends. This module watches those compiles:
+each is AOTAutograd's, numbered by its ``aot_id`` (a counter AOTAutograd draws from for each graph
+it compiles, which names the graph's backward compile too), and Dynamo reports its end
+(a ``LAZY_BACKWARD`` compile callback). Where the number cannot be read (another torch), the
+claim is published when AOTAutograd saves the entry, matched by AOTAutograd's key; a graph
+with neither is published at once, with its forward alone.
 
-A graph whose backward compiled without AOTAutograd saving an entry (a compile torch's caches
-bypass) is published when Dynamo's lazy-backward compile ends, with what it left; a claim whose
-backward never comes (a training graph only evaluated) is let go after :data:`GIVE_UP_SECS`: its
-waiters then compile the graph themselves.
+A claim whose backward never comes (a training graph only evaluated) is let go after
+:data:`GIVE_UP_SECS`: its waiters then compile the graph themselves.
 """
 
 from __future__ import annotations
@@ -32,38 +33,66 @@ GIVE_UP_SECS = 600.0
 
 
 @dataclass
+class Compiled:
+    """What one claimed forward compile drew from AOTAutograd: its cache keys and its graphs'
+    ``aot_id``s (normally one of each; a compile that bypassed AOTAutograd's cache has no key)."""
+
+    keys: list[str] = field(default_factory=list)
+    aot_ids: list[int] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.keys or self.aot_ids)
+
+
+@dataclass
 class Pending:
     """A claim whose forward compiled here and whose backward has not yet."""
 
-    #: Called with the graph's artifacts (forward and backward) once AOTAutograd saved its entry.
+    #: Called with the graph's artifacts (forward and backward) once the backward compiled.
     publish: Callable[[bytes], None]
     #: Called when the claim is let go without a publish.
     release: Callable[[], None]
     #: The forward compile's artifacts.
     forward: bytes
-    #: How many artifacts the process had recorded when the forward compile ended.
-    mark: int
-    #: Dynamo's compile id of the graph (its lazy backward compiles under the same).
-    compile_id: str = ""
+    compiled: Compiled = field(default_factory=Compiled)
+    #: How many artifacts the process had recorded when the backward compile began (or, before
+    #: it begins, when the forward compile ended): those after it are the backward's.
+    mark: int = 0
     timer: threading.Timer | None = field(default=None, repr=False)
 
 
 _lock = threading.Lock()
-_pending: dict[str, Pending] = {}
-_keys = threading.local()
+_pending: list[Pending] = []
+_compiling = threading.local()
 
 
 @contextlib.contextmanager
-def aot_key() -> Iterator[list[str]]:
-    """Collects the AOTAutograd keys computed on this thread inside the block: the claimed
-    compile's own."""
+def forward_compile() -> Iterator[Compiled]:
+    """Collects what AOTAutograd draws on this thread inside the block: the claimed compile's own
+    keys and ``aot_id``s (Dynamo compiles under one lock, so the ids drawn meanwhile are its)."""
     _install()
-    keys: list[str] = []
-    _keys.current = keys
+    compiled = Compiled()
+    _compiling.current = compiled
+    first = _next_aot_id()
     try:
-        yield keys
+        yield compiled
     finally:
-        _keys.current = None
+        _compiling.current = None
+        last = _next_aot_id()
+        if first is not None and last is not None:
+            compiled.aot_ids = list(range(first, last))
+
+
+def _next_aot_id() -> int | None:
+    """The ``aot_id`` AOTAutograd gives the next graph it compiles, read without drawing it (an
+    ``itertools.count`` shows its next value as ``count(N)``); None on a torch without it."""
+    try:
+        from torch._functorch import aot_autograd
+
+        text = repr(aot_autograd.AOT_COUNTER)
+        return int(text[text.index("(") + 1 : text.index(")")].split(",")[0])
+    except (ImportError, AttributeError, ValueError):
+        return None
 
 
 def saved_entry(artifacts: Any) -> bool:
@@ -73,53 +102,86 @@ def saved_entry(artifacts: Any) -> bool:
     return bool(getattr(info, "aot_autograd_artifacts", None))
 
 
-def wait(key: str, pending: Pending) -> None:
-    """Holds ``pending`` until AOTAutograd saves the entry of ``key``."""
+def wait(pending: Pending) -> None:
+    """Holds ``pending`` until its graph's backward compiled."""
     from torch.compiler._cache import CacheArtifactManager
 
     pending.mark = len(CacheArtifactManager._seen_artifacts)
-    pending.timer = threading.Timer(GIVE_UP_SECS, _give_up, args=(key,))
+    pending.timer = threading.Timer(GIVE_UP_SECS, _give_up, args=(pending,))
     pending.timer.daemon = True
     with _lock:
-        _pending[key] = pending
+        _pending.append(pending)
     pending.timer.start()
 
 
-def _give_up(key: str) -> None:
+def _take(match: Callable[[Pending], bool]) -> list[Pending]:
     with _lock:
-        pending = _pending.pop(key, None)
-    if pending is not None:
+        taken = [p for p in _pending if match(p)]
+        _pending[:] = [p for p in _pending if not match(p)]
+    return taken
+
+
+def _give_up(pending: Pending) -> None:
+    if _take(lambda p: p is pending):
         log.info("kiln: a claimed torch.compile graph saw no backward within %.0f s: let go, not shared", GIVE_UP_SECS)
         pending.release()
 
 
-def _saved(key: str) -> None:
-    """AOTAutograd saved the entry of ``key``: publish its claim."""
-    with _lock:
-        pending = _pending.pop(key, None)
-    if pending is not None:
-        _settle(pending)
+def _backward_aot_id() -> int | None:
+    """The ``aot_id`` of the backward AOTAutograd compiles now (it names it ``<id>_backward``)."""
+    try:
+        from torch._functorch._aot_autograd import logging_utils
+
+        (name,) = logging_utils.graph_being_compiled
+        number, _, kind = name.partition("_")
+        return int(number) if kind == "backward" else None
+    except (ImportError, AttributeError, ValueError):
+        return None
+
+
+def _lazy_backward(args: Any) -> bool:
+    return getattr(getattr(args, "callback_trigger", None), "name", "") == "LAZY_BACKWARD"
+
+
+def _backward_starts(args: Any) -> None:
+    """Dynamo's compile callback: a lazy backward compile begins. What is recorded from here on
+    is that backward's (and AOTAutograd's entry of its graph). Never raises."""
+    try:
+        aot_id = _backward_aot_id() if _lazy_backward(args) else None
+        if aot_id is None:
+            return
+        from torch.compiler._cache import CacheArtifactManager
+
+        with _lock:
+            for p in _pending:
+                if aot_id in p.compiled.aot_ids:
+                    p.mark = len(CacheArtifactManager._seen_artifacts)
+    except Exception:  # noqa: BLE001 - never a reason to fail the job's backward
+        log.warning("kiln: following a claimed torch.compile graph's backward failed", exc_info=True)
 
 
 def _backward_compiled(args: Any) -> None:
-    """Dynamo's compile callback: a lazy backward compile ended. A claim of that compile still
-    pending saved no entry: publish what its compiles left. Runs inside torch's compile, so it
-    never raises."""
+    """Dynamo's compile callback: a lazy backward compile ended; a claim of that graph is
+    published. Runs inside torch's compile, so it never raises."""
     try:
-        if getattr(getattr(args, "callback_trigger", None), "name", "") != "LAZY_BACKWARD":
-            return
-        with _lock:
-            keys = [k for k, p in _pending.items() if p.compile_id and p.compile_id == str(args.compile_id)]
-            settled = [_pending.pop(k) for k in keys]
-        for pending in settled:
-            _settle(pending)
+        aot_id = _backward_aot_id() if _lazy_backward(args) else None
+        if aot_id is not None:
+            for pending in _take(lambda p: aot_id in p.compiled.aot_ids):
+                _settle(pending)
     except Exception:  # noqa: BLE001 - never a reason to fail the job's backward
         log.warning("kiln: settling a claimed torch.compile graph after its backward failed", exc_info=True)
 
 
+def _saved(key: str) -> None:
+    """AOTAutograd saved the entry of ``key``: publish its claim, where the backward's compile
+    could not be followed by number."""
+    for pending in _take(lambda p: not p.compiled.aot_ids and key in p.compiled.keys):
+        _settle(pending)
+
+
 def _settle(pending: Pending) -> None:
-    """Publishes a claim with the forward's artifacts and those recorded since (the backward's,
-    and AOTAutograd's entry where it saved one)."""
+    """Publishes a claim with the forward's artifacts and its backward's (and AOTAutograd's entry
+    where it saved one)."""
     if pending.timer is not None:
         pending.timer.cancel()
     try:
@@ -146,7 +208,8 @@ _installed = False
 
 def _install() -> None:
     """Wraps AOTAutograd's key function (to learn a claim's key) and its cache save (to learn when
-    the entry exists); each wrapper only reports, and calls torch's own."""
+    the entry exists), and follows Dynamo's lazy backward compiles; each wrapper only reports,
+    and calls torch's own."""
     global _installed
     if _installed:
         return
@@ -158,9 +221,9 @@ def _install() -> None:
     @functools.wraps(key_of)
     def autograd_cache_key(*args: Any, **kwargs: Any) -> Any:
         result = key_of(*args, **kwargs)
-        keys = getattr(_keys, "current", None)
-        if keys is not None:
-            keys.append(result[0])
+        compiled = getattr(_compiling, "current", None)
+        if compiled is not None:
+            compiled.keys.append(result[0])
         return result
 
     @functools.wraps(save)
@@ -178,7 +241,8 @@ def _install() -> None:
     try:
         from torch._dynamo import callback
 
+        callback.on_compile_start(_backward_starts)
         callback.on_compile_end(_backward_compiled)
     except (ImportError, AttributeError):  # a torch without the callbacks: the entry's save alone
-        log.debug("kiln: Dynamo has no compile-end callbacks", exc_info=True)
+        log.debug("kiln: Dynamo has no compile callbacks", exc_info=True)
     _installed = True

@@ -119,7 +119,7 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
 
     refusal = _choice.refusal(layout)
     if refusal is not None:
-        fallback(_choice.reason, refusal)
+        fallback("not_chosen", refusal)
         return _in_process(record, started, gm, here)
     _inductor.pick_vec_isa_early(example_inputs)
     try:
@@ -134,17 +134,23 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
     # nobody has it, this process compiles it, as torch would, and shares it. A rank on another
     # GPU cannot share its compile (its code names its GPU): it loads a stored answer, and
     # otherwise compiles the graph itself at once. Its twin on the first GPU traces the graph
-    # beside it, so waiting for the twin's compile would only add its publish and the load. No
+    # beside it, so waiting for the twin's compile would only add its publish and the load. A
+    # rank waits for nobody unless the job splits its cold compile (see _claim.splits). No
     # worker compiles a blocking graph cold beside the job's own compiles unless the setting asks
     # (KILN_TORCH_CLAIM=0).
     how = _claim.mode()
     shares = how == _claim.CLAIM and _device.moved_index(gm, example_inputs) is None
+    waits = layout == "single" or _claim.splits()
     request = Request(
         payload,
         record.name,
         claim=shares,
-        no_worker=not shares and how == _claim.CLAIM,
+        no_worker=how == _claim.CLAIM and not (shares and waits),
     )
+    if not waits:
+        # Exactly torch's compile, on torch's schedule (a backward at the first backward), for
+        # every rank: a claim is shared once its backward has compiled too.
+        return _finish(torch, record, started, gm, example_inputs, ask(request), here, backward_now=False)
     if layout == "ddp":
         # Dynamo's DDP optimizer traces and compiles its pieces one after another before the
         # frame runs. Each piece asks kilnd as it is traced and is compiled (or loaded) at its
@@ -218,7 +224,8 @@ def _finish(
         return _in_process(record, started, gm, here, backward_now=backward_now)
     if isinstance(answer, Grant):
         _inductor.vec_isa_picked(inputs)
-        compiled = compile_to_share(torch, answer, record, lambda: _inductor.in_process(here), COMPILE_WAIT_SECS, backward_at_once=backward_now)
+        at_once = backward_now or not _claim.has_backward(torch, gm, inputs)
+        compiled = compile_to_share(torch, answer, record, lambda: _inductor.in_process(here), COMPILE_WAIT_SECS, backward_at_once=at_once)
         nothing_shared(record)
         return _ready(record, started, gm, compiled)
     answered = time.perf_counter()
