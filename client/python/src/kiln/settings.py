@@ -44,7 +44,7 @@ TORCH_JOB = Setting(
     "KILN_TORCH_JOB", "the main script", "the job's name: its snapshot's, and its ledger's across processes, ranks, hosts and restarts"
 )
 TORCH_GRAPHS = Setting(
-    "KILN_TORCH_GRAPHS", "single,multi-rank", "which layouts' graphs go to kilnd (`0`: none, `1`: all, or names)"
+    "KILN_TORCH_GRAPHS", "every layout", "which layouts' graphs go to kilnd (`0`: none, `1`: all, or names)"
 )
 TORCH_ASYNC = Setting(
     "KILN_TORCH_ASYNC", "0", "`1`: a graph runs eagerly until kilnd's compile of it is ready (and its eager step is measured for free)"
