@@ -11,6 +11,7 @@ use crate::core::explain::store::RecipeStore;
 use crate::core::fleet::tier::RemoteTier;
 use crate::core::fleet::{self, Fleet};
 use crate::core::store::{Store, disk::DiskTier, memory::MemoryTier, tiered::TieredStore};
+use crate::core::torch::engine::GraphEngine;
 use crate::core::torch::forward::Forwarder;
 use crate::core::torch::ledger::Ledger;
 use crate::core::work::Work;
@@ -18,7 +19,7 @@ use crate::listen::TcpSecurity;
 use crate::metrics::Metrics;
 use crate::rpc::blob::service::{BlobService, BlobState};
 use crate::rpc::compiler::CompilerService;
-use crate::rpc::graph::service::{GraphService, GraphState};
+use crate::rpc::graph::service::GraphService;
 use crate::rpc::jobs::Jobs;
 use crate::rpc::snapshot::service::{SnapshotService, SnapshotState};
 use crate::rpc::snapshot::{host, store::SnapshotStore};
@@ -270,7 +271,7 @@ pub async fn serve(
     };
     let blobs = Arc::new(blobs);
     health_reporter.set_serving::<TorchGraphsServer<GraphService>>().await;
-    let mut graphs = GraphState::new(
+    let mut graphs = GraphEngine::new(
         producer,
         Arc::clone(&state.torch_graphs),
         torch::Settings { python: config.python.clone(), max_workers: config.torch_workers },

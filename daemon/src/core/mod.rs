@@ -13,6 +13,7 @@
 //! - [`work`]: background work that shutdown waits for, counted by kind.
 
 pub(crate) mod audit;
+pub mod blob;
 pub(crate) mod cache;
 pub mod concurrency;
 pub(crate) mod engine;

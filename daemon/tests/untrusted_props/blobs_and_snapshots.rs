@@ -4,6 +4,7 @@
 
 use crate::support::config;
 use crate::{CORPUS, wire};
+use kiln_daemon::core::blob::entry;
 use kiln_daemon::rpc::{blob, snapshot};
 use kiln_proto::CacheKey;
 use kiln_proto::pb;
@@ -21,18 +22,18 @@ proptest! {
         ns in "[a-z]{1,6}", other in "[a-z]{1,6}",
         files in prop::collection::vec((".{0,8}", prop::collection::vec(any::<u8>(), 0..16)), 0..4),
     ) {
-        let meta = pb::ArtifactMeta { toolchain: blob::entry::toolchain_label(&ns), raw_bytes: bytes.len() as u64, ..Default::default() };
+        let meta = pb::ArtifactMeta { toolchain: entry::toolchain_label(&ns), raw_bytes: bytes.len() as u64, ..Default::default() };
         let artifact = kiln_proto::envelope::Artifact { meta, bytes: bytes.into() };
-        if let Some(entry) = blob::entry::open(&artifact, &ns, pb::Tier::Disk) {
+        if let Some(entry) = entry::open(&artifact, &ns, pb::Tier::Disk) {
             prop_assert!(entry.found);
         }
         if other != ns {
-            prop_assert!(blob::entry::open(&artifact, &other, pb::Tier::Disk).is_none());
+            prop_assert!(entry::open(&artifact, &other, pb::Tier::Disk).is_none());
         }
         // What seal makes, open gives back, under its namespace only.
         let files: Vec<pb::BlobFile> = files.into_iter().map(|(name, data)| pb::BlobFile { name, data }).collect();
-        let (_, sealed) = blob::entry::seal(&CacheKey::from_bytes([7; 32]), &ns, files.clone());
-        prop_assert_eq!(blob::entry::open(&sealed, &ns, pb::Tier::Memory).unwrap().files, files);
+        let (_, sealed) = entry::seal(&CacheKey::from_bytes([7; 32]), &ns, files.clone());
+        prop_assert_eq!(entry::open(&sealed, &ns, pb::Tier::Memory).unwrap().files, files);
     }
 
     /// Blob requests' fields: each passes exactly when it keeps the rules (a scope passes

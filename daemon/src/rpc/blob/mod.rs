@@ -2,12 +2,10 @@
 //! themselves, stored in the same tiers, envelope, limits and fleet leases as cubins.
 //!
 //! - [`validate`]: every request field checked, INVALID_ARGUMENT naming it.
-//! - [`entry`]: a blob entry (one file or a group) as an envelope payload.
 //! - [`service`]: the `kiln.v1.Blobs` handlers.
 //!
-//! A group is stored as one envelope under one key, so a reader sees all of one writer's files
+//! A group is stored as one envelope under one key ([`crate::core::blob::entry`]), so a reader sees all of one writer's files
 //! or none: two writers of one group can never interleave, whatever the tier.
 
-pub mod entry;
 pub(crate) mod service;
 pub mod validate;

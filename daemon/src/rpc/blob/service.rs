@@ -1,8 +1,9 @@
 //! The `kiln.v1.Blobs` handlers: validation, the tiers through the cache, and leases that live
 //! exactly as long as the client's stream.
 
-use super::entry;
-use super::validate::{self, Scope};
+use super::validate;
+use crate::core::blob::Scope;
+use crate::core::blob::entry;
 use crate::core::cache::{Decision, Producer};
 use crate::core::store::Stored;
 use crate::domain::Answer;

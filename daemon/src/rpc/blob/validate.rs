@@ -1,9 +1,8 @@
 //! Validation of `kiln.v1.Blobs` requests. Caller strings are bounded and checked here; none of
 //! them ever becomes a path or a Redis key (only the blake3 of them does).
 
+use crate::core::blob::Scope;
 use crate::error::{Error, invalid};
-use kiln_proto::CacheKey;
-use kiln_proto::key::blob_key;
 use kiln_proto::pb::{BlobFile, BlobScope};
 use std::collections::HashSet;
 use std::time::Duration;
@@ -16,20 +15,6 @@ pub(crate) const MAX_FILES: usize = 256;
 pub(crate) const MAX_FILE_NAME: usize = 255;
 /// The longest wait or hold a client may ask for.
 pub const MAX_WAIT: Duration = Duration::from_secs(3600);
-
-/// A checked namespace and tool version.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Scope {
-    pub namespace: String,
-    pub tool_version: String,
-}
-
-impl Scope {
-    /// The stored key of one of this scope's caller keys.
-    pub(crate) fn key(&self, caller_key: &[u8]) -> CacheKey {
-        blob_key(&self.namespace, &self.tool_version, caller_key)
-    }
-}
 
 pub fn scope(scope: Option<&BlobScope>) -> Result<Scope, Error> {
     let scope = scope.ok_or_else(|| invalid("scope", "missing"))?;

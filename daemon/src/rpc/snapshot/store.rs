@@ -6,9 +6,9 @@
 //! a host's own tiers may hold an older copy than another host saved since. Files never change
 //! (their key is their content), so they are read fastest tier first.
 
+use crate::core::blob::entry;
 use crate::core::cache::{Adopt, Cache};
 use crate::core::store::Stored;
-use crate::rpc::blob::entry;
 use bytes::Bytes;
 use kiln_proto::CacheKey;
 use kiln_proto::envelope::{self, Artifact};
