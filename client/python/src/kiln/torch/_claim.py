@@ -101,7 +101,7 @@ def splits() -> bool:
     kiln cannot make its cold start slower: waiting pays off only where another rank started the
     compile well before, and ranks that start together would instead wait on each other's
     compiles, which torch runs lazily (a backward compiles at the first backward)."""
-    return os.environ.get(settings.TORCH_SPLIT.name, "").strip() == "1"
+    return settings.TORCH_SPLIT.switch()
 
 
 def has_backward(torch: Any, gm: Any, inputs: list[Any]) -> bool:
