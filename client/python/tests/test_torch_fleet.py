@@ -1,7 +1,9 @@
-"""A cold fleet starting one job together, on the CPU with a real torch: three kilnd hosts on one
-kiln-cache, each running two gloo ranks of one DDP job (six ranks), with nothing stored anywhere.
-Each distinct graph is compiled once in the whole fleet, by one rank; every other rank loads it;
-and the losses are eager torch's. A host killed while it compiles a graph loses its claim within
+"""A cold fleet starting one job together, on the CPU with a real torch: kilnd hosts on one
+kiln-cache, each running two gloo ranks of one DDP job, with nothing stored anywhere. By default a
+rank waits for nobody: a graph another host compiles is compiled here too, each graph is claimed
+once in the fleet, and a fresh host loads every graph. With the compile split
+(``KILN_TORCH_SPLIT=1``, three hosts, six ranks) each distinct graph is compiled once in the whole
+fleet, by one rank; every other rank loads it; and the losses are eager torch's. A host killed while it compiles a graph loses its claim within
 the fleet lease's life, and a rank of another host compiles the graph instead.
 """
 
@@ -97,6 +99,41 @@ def test_a_cold_fleet_compiles_each_graph_once_and_every_rank_loads_it(fleet: li
     eager = runner.run("model_compile", "ddp", world, tmp_path / "eager", {"COMPILE": "0"})
     for r, e in zip(ranks, eager, strict=True):
         assert all(math.isclose(a, b, rel_tol=1e-4) for a, b in zip(r["losses"], e["losses"], strict=True)), (r["losses"], e["losses"])
+
+
+def test_by_default_hosts_starting_together_wait_for_nobody_and_a_fresh_host_loads_every_graph(fleet: list[Kilnd], tmp_path: Path) -> None:
+    world = 2 * RANKS_A_HOST
+    default = {"KILN_TORCH_GRAPHS": "", "KILN_TORCH_SPLIT": ""}
+    port = runner.free_port()
+    procs = [
+        start_rank("model_compile", fleet[rank // RANKS_A_HOST], rank, rank % RANKS_A_HOST, world, RANKS_A_HOST, port, tmp_path / "together", **default)
+        for rank in range(world)
+    ]
+    ranks = [result(p, f"rank {i}") for i, p in enumerate(procs)]
+    claims: dict[str, int] = {}
+    for rank, r in enumerate(ranks):
+        stats = r["graphs"]
+        where = f"rank {rank}: {stats}\n{r['stderr'][-3000:]}"
+        # A graph another rank or host was compiling is compiled here too, as torch would, never
+        # waited for (no `late`); each one claimed is claimed once in the whole fleet.
+        assert set(stats["fallbacks"]) <= {"unshared"}, where
+        for g in stats["graphs"]:
+            claims[g["key"]] = claims.get(g["key"], 0) + (g["how"] == "kilnd" and g["tier"] == "compiled")
+    assert claims and all(n <= 1 for n in claims.values()), claims
+    shared = sum(claims.values())
+    assert shared >= 1 and compiled(fleet) == shared, (compiled(fleet), claims)
+    # A fresh host (its own kilnd and empty caches, the job's four ranks on it) loads every graph
+    # the first two published, backward included, from the fleet: it compiles nothing.
+    port = runner.free_port()
+    started = [start_rank("model_compile", fleet[2], rank, rank, world, world, port, tmp_path / "fresh", **default) for rank in range(world)]
+    fresh = [result(p, f"fresh rank {rank}") for rank, p in enumerate(started)]
+    for rank, r in enumerate(fresh):
+        stats = r["graphs"]
+        where = f"fresh rank {rank}: {stats}\n{r['stderr'][-3000:]}"
+        assert stats["fallbacks"] == {} and all(g["how"] == "kilnd" and g["tier"] != "compiled" for g in stats["graphs"]), where
+    assert compiled(fleet) == shared, (compiled(fleet), shared)
+    for r, f in zip(ranks, fresh, strict=True):
+        assert all(math.isclose(a, b, rel_tol=1e-4) for a, b in zip(r["losses"], f["losses"], strict=True)), (r["losses"], f["losses"])
 
 
 def test_a_host_killed_mid_compile_loses_its_claim_and_another_compiles_the_graph(fleet: list[Kilnd], tmp_path: Path) -> None:
