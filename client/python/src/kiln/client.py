@@ -8,7 +8,6 @@ fork-safe: make a new one in a child process.
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -19,7 +18,8 @@ from ._closing import Closing
 from ._proto import blob_pb2 as bpb
 from ._proto import blob_pb2_grpc, kiln_pb2_grpc
 from ._proto import kiln_pb2 as pb
-from ._torch_results import TorchGraphAnswer, TorchGraphCost, TorchJobReturn, TorchJobs
+from ._torch_calls import TorchGraphCalls
+from ._wire import milliseconds
 from .blob_lease import Lease
 from .explain import Explanation
 from .graph import Graph, Kernel
@@ -72,28 +72,7 @@ def _files(files: Mapping[str, bytes] | bytes) -> list[bpb.BlobFile]:
     return [bpb.BlobFile(name=name, data=bytes(data)) for name, data in files.items()]
 
 
-def _ms(seconds: float | None, field: str) -> int:
-    if seconds is None:
-        return 0
-    if seconds < 0:
-        raise ValueError(f"{field}: must not be negative")
-    return max(1, round(seconds * 1000)) if seconds > 0 else 0
-
-
-class TorchGraphClaim(Closing):
-    """kilnd's answer to :meth:`Client.claim_torch_graph`; where it is ``compile_here``, the
-    claim, held until :meth:`close` (a context manager closes it)."""
-
-    def __init__(self, answer: TorchGraphAnswer, call: Any) -> None:
-        self.answer = answer
-        self._call = call
-
-    def close(self) -> None:
-        """Ends the claim: after a publish, or to hand the compile to whoever asks next."""
-        self._call.cancel()
-
-
-class Client(Closing):
+class Client(TorchGraphCalls, Closing):
     """A connection to one kilnd.
 
     ``uri`` is ``unix:///path``, ``http://host:port`` or ``https://host:port``; left out, it is
@@ -342,8 +321,8 @@ class Client(Closing):
         request = bpb.LeaseBlobRequest(
             scope=_scope(namespace, tool_version),
             key=_key_bytes(key),
-            wait_ms=_ms(wait, "wait"),
-            hold_ms=_ms(hold, "hold"),
+            wait_ms=milliseconds(wait, "wait"),
+            hold_ms=milliseconds(hold, "hold"),
         )
         call = self._blobs.LeaseBlob(request, timeout=timeout)
         try:
@@ -358,179 +337,6 @@ class Client(Closing):
             call.cancel()
             raise
         return Lease(call, first, self.uri)
-
-    # -- torch.compile graphs (kiln.torch's graph path; the stubs are imported on first use) --
-
-    @property
-    def _graphs(self) -> Any:
-        if self._graphs_stub is None:
-            from ._proto import graph_pb2_grpc
-
-            self._graphs_stub = graph_pb2_grpc.TorchGraphsStub(self._channel)
-        return self._graphs_stub
-
-    def compile_torch_graph(
-        self,
-        payload: bytes,
-        torch_version: str,
-        *,
-        job: str = "",
-        name: str = "",
-        compile_timeout: float | None = None,
-        timeout: float | None = None,
-        triton_version: str = "",
-        python_version: str = "",
-        cuda_version: str = "",
-        wait_for_claim: float = 0.0,
-        no_worker: bool = False,
-    ) -> TorchGraphAnswer:
-        """Compiles one serialized torch.compile graph in kilnd's torch workers, or answers it
-        from the caches; waits for the answer (``timeout`` bounds the call, ``compile_timeout`` the
-        compile, ``None`` for kilnd's). The payload is what :mod:`kiln.torch._graph` writes.
-        The versions besides torch's are the process's environment: with them the graph is keyed
-        by it, and a stored answer comes back without kilnd starting a torch worker.
-        ``wait_for_claim`` (seconds, at most 10): how long kilnd waits for another process to
-        claim the graph (:meth:`claim_torch_graph`) before its worker compiles it. With
-        ``no_worker`` no worker compiles it and kilnd waits for nobody's compile of it: where no
-        tier holds it, the answer is ``compile_here`` with an empty key (compile it yourself;
-        there is nothing to publish)."""
-        from ._proto import graph_pb2
-
-        request = self._graph_request(
-            graph_pb2, payload, torch_version, job, name, compile_timeout, triton_version, python_version, cuda_version
-        )
-        request.wait_for_claim_ms = _ms(wait_for_claim, "wait_for_claim")
-        request.no_worker = no_worker
-        with self._rpc():
-            reply = self._graphs.CompileTorchGraph(request, timeout=self._timeout(timeout))
-        return TorchGraphAnswer.from_proto(reply)
-
-    def claim_torch_graph(
-        self,
-        payload: bytes,
-        torch_version: str,
-        *,
-        job: str = "",
-        name: str = "",
-        compile_timeout: float | None = None,
-        timeout: float | None = None,
-        triton_version: str = "",
-        python_version: str = "",
-        cuda_version: str = "",
-        prefer_workers: bool = False,
-        answer_within: float | None = None,
-        wait_for_claim: float = 0.0,
-        no_worker: bool = False,
-    ) -> TorchGraphClaim:
-        """:meth:`compile_torch_graph` for a process that can compile the graph itself: where
-        nobody has it and nobody compiles it, the answer is ``compile_here`` and the claim is this
-        process's until :meth:`TorchGraphClaim.close`. It compiles the graph, then calls
-        :meth:`publish_torch_graph` with the answer's key; meanwhile every other process asking
-        for the graph waits for that publish, and a claim closed without one releases them. With
-        ``prefer_workers``, a graph nobody has is compiled by an idle torch worker of kilnd's and
-        answered, and claimed only where no worker is idle. ``answer_within`` (seconds) bounds the
-        wait for the first answer (another process's compile, say) apart from the claim's life:
-        past it the call is cancelled and :class:`errors.DeadlineExceeded` raised.
-        ``wait_for_claim`` (seconds, at most 10): how long kilnd waits for another process to
-        claim the graph before granting this one the claim. ``no_worker``: kilnd waits for
-        nobody's compile: where another process or host compiles the graph, the answer is
-        ``compile_here`` with an empty key (compile it for yourself; publish nothing)."""
-        from ._proto import graph_pb2
-
-        request = self._graph_request(
-            graph_pb2, payload, torch_version, job, name, compile_timeout, triton_version, python_version, cuda_version
-        )
-        request.prefer_workers = prefer_workers
-        request.wait_for_claim_ms = _ms(wait_for_claim, "wait_for_claim")
-        request.no_worker = no_worker
-        with self._rpc():
-            call = self._graphs.ClaimTorchGraph(request, timeout=self._timeout(timeout))
-            first = _first_message(call, answer_within, self.uri)
-        return TorchGraphClaim(TorchGraphAnswer.from_proto(first), call)
-
-    def publish_torch_graph(self, key: str, artifacts: bytes, compile_seconds: float, *, timeout: float | None = None) -> None:
-        """Stores what this process compiled under the key its claim was granted: in kilnd's
-        tiers and the fleet, for every process waiting for it and every later one."""
-        from ._proto import graph_pb2
-
-        request = graph_pb2.PublishTorchGraphRequest(key=key, artifacts=artifacts, compile_micros=int(max(compile_seconds, 0.0) * 1e6))
-        with self._rpc():
-            self._graphs.PublishTorchGraph(request, timeout=self._timeout(timeout))
-
-    @staticmethod
-    def _graph_request(
-        graph_pb2: Any,
-        payload: bytes,
-        torch_version: str,
-        job: str,
-        name: str,
-        compile_timeout: float | None,
-        triton_version: str,
-        python_version: str,
-        cuda_version: str,
-    ) -> Any:
-        return graph_pb2.TorchGraphRequest(
-            torch_version=torch_version,
-            triton_version=triton_version,
-            python_version=python_version,
-            cuda_version=cuda_version,
-            payload=payload,
-            job=job,
-            name=name,
-            timeout_ms=_ms(compile_timeout, "compile_timeout"),
-        )
-
-    def warm_torch_workers(self, *, start: bool = True, timeout: float | None = None) -> str | None:
-        """Asks kilnd to start its torch workers now, in the background, so that the first
-        graph does not pay their import of torch. Returns the workers' torch version when they
-        were already up, else None (they are starting). With ``start=False`` kilnd only says
-        whether they are up."""
-        from ._proto import graph_pb2
-
-        with self._rpc():
-            request = graph_pb2.WarmTorchWorkersRequest(ask_only=not start)
-            reply = self._graphs.WarmTorchWorkers(request, timeout=self._timeout(timeout))
-        return reply.torch_version if reply.ready else None
-
-    def report_torch_graphs(
-        self,
-        job: str,
-        fallbacks: Mapping[str, int],
-        graphs: Sequence[TorchGraphCost],
-        *,
-        process: str = "",
-        rank: int = -1,
-        started_unix_ms: int = 0,
-        ended: bool = False,
-        timeout: float | None = None,
-    ) -> TorchJobReturn:
-        """Reports a process's fallbacks (since its last report) and its graphs' costs (from its
-        start, under ``process``, a random id new each time it starts: kilnd and the fleet keep
-        each process's latest account); returns whether compiling paid off for the job, as the
-        fleet reckons it (kilnd's own figures when it cannot reach the fleet cache)."""
-        from ._proto import graph_pb2
-
-        request = graph_pb2.TorchGraphReport(
-            job=job,
-            fallbacks=dict(fallbacks),
-            graphs=[g.to_proto() for g in graphs],
-            process=process,
-            rank=rank,
-            started_unix_ms=started_unix_ms,
-            ended=ended,
-        )
-        with self._rpc():
-            reply = self._graphs.ReportTorchGraphs(request, timeout=self._timeout(timeout))
-        return TorchJobReturn.from_proto(reply.job)
-
-    def torch_jobs(self, job: str = "", *, limit: int = 0, timeout: float | None = None) -> TorchJobs:
-        """torch.compile jobs' returns, most recently reported first (one job's when ``job`` is
-        given): the fleet ledger's, or this kilnd's without a fleet cache (``source`` says)."""
-        from ._proto import kiln_pb2
-
-        with self._rpc():
-            reply = self._graphs.TorchJobs(kiln_pb2.TorchJobsRequest(job=job, limit=limit), timeout=self._timeout(timeout))
-        return TorchJobs.from_proto(reply)
 
     # -- Snapshots (the algorithm is in kiln.snapshot, imported on first use: the Triton and
     # torch integrations, which need only blobs, import this module inside a job's compile) --
@@ -587,34 +393,3 @@ class Client(Closing):
         from . import snapshot
 
         return snapshot.show(self, job, keys, timeout=timeout)
-
-
-def _first_message(call: Any, within: float | None, uri: str) -> Any:
-    """The first message of a server stream, waiting at most ``within`` seconds for it (None: as
-    long as the call lasts); past that the call is cancelled."""
-    if within is None:
-        try:
-            return next(call)
-        except StopIteration:
-            raise errors.KilnError(None, "kilnd ended a graph's claim without an answer", uri=uri) from None
-    box: list[Any] = []
-    done = threading.Event()
-
-    def take() -> None:
-        try:
-            box.append(next(call))
-        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
-            box.append(e)
-        finally:
-            done.set()
-
-    threading.Thread(target=take, name="kiln-first-answer", daemon=True).start()
-    if not done.wait(max(within, 0.0)):
-        call.cancel()
-        raise errors.DeadlineExceeded(grpc.StatusCode.DEADLINE_EXCEEDED, f"no answer within {within:.1f} s", uri=uri)
-    first = box[0]
-    if isinstance(first, StopIteration):
-        raise errors.KilnError(None, "kilnd ended a graph's claim without an answer", uri=uri)
-    if isinstance(first, BaseException):
-        raise first
-    return first

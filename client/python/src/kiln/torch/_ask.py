@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import settings
-from ..client import TorchGraphClaim
+from .._torch_calls import TorchGraphClaim
 from . import _inductor
 from ._answer import BadBundle, Bundle, place
 from ._answer import parse as parse_bundle
