@@ -6,70 +6,22 @@ hit, async runs eagerly until then, and every fallback compiles in-process, coun
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import pickle
 import struct
-import subprocess
 import sys
-import textwrap
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+from graph_job import run_job
 from harness import Kilnd, metric
 
 import kiln
 
 torch = pytest.importorskip("torch", reason="torch is not installed in this interpreter")
-
-JOB = """
-    import json, os, sys, time, torch
-    import kiln.torch
-    from torch._dynamo.utils import counters
-    started = time.perf_counter()
-    torch.manual_seed(0)
-    w = int(os.environ.get("WIDTH", "64"))
-    model = torch.nn.Sequential(torch.nn.Linear(64, w), torch.nn.GELU(), torch.nn.Linear(w, 8))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    step = torch.compile(model, dynamic=os.environ.get("DYNAMIC") == "1")
-    x = torch.randn(4, 8, 64)  # 3-D: a linear layer's output is then a view, which must travel too
-    losses, first = [], None
-    for i in range(int(os.environ.get("STEPS", "3"))):
-        loss = step(x).pow(2).mean()
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        losses.append(loss.item())
-        if first is None:
-            first = time.perf_counter() - started
-        # STOP_WHEN_COMPILED=N: end once N calls ran compiled, however long kilnd's compile took.
-        stop = int(os.environ.get("STOP_WHEN_COMPILED", "0"))
-        if stop and sum(g["calls"].get("compiled", 0) for g in kiln.torch.graph_stats()["graphs"]) >= stop:
-            break
-        time.sleep(float(os.environ.get("SLEEP", "0")))
-    print(json.dumps({"losses": losses, "first": first, "aot": dict(counters["aot_autograd"]),
-                      "graphs": kiln.torch.graph_stats()}))
-"""
-
-
-def run_job(uri: str, tmp: Path, **env_extra: str) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHINDUCTOR_", "TRITON_", "KILN_TORCH", "KILN_DAEMON"))}
-    env.update(KILN_TORCH="1", KILN_TORCH_GRAPHS="1", KILN_TORCH_SNAPSHOT="0", KILN_DAEMON=uri, TORCHINDUCTOR_CACHE_DIR=str(tmp / "inductor"))
-    # A cold graph is claimed, whether or not this module's kilnd has its workers up by then
-    # (a test of the workers' path says KILN_TORCH_CLAIM="" or "0").
-    env.update(KILN_TORCH_CLAIM="1")
-    # Only the graph path: torch's remote caches through kiln are tested in test_torch_real.py.
-    env.update(TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE="0", TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE="0")
-    env.update(env_extra)
-    run = subprocess.run([sys.executable, "-c", textwrap.dedent(JOB)], env=env, capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, run.stderr[-4000:]
-    out: dict[str, Any] = json.loads(run.stdout.strip().splitlines()[-1])
-    out["stderr"] = run.stderr
-    return out
-
 
 def graphs_count(kilnd: Kilnd, result: str) -> float:
     return metric(kilnd.metrics(), f'kiln_torch_graphs_total{{result="{result}"}}')
@@ -422,173 +374,6 @@ def test_a_report_of_bad_costs_names_the_field(graph_kilnd: Kilnd) -> None:
     assert metric(graph_kilnd.metrics(), 'kiln_torch_graph_fallbacks_total{reason="not_reused"}') >= 1
 
 
-def torch_workers(pid: int) -> list[str]:
-    """The command lines of ``pid``'s children that run torch workers (Linux)."""
-    lines = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        for child in (task / "children").read_text().split():
-            with contextlib.suppress(OSError):
-                lines.append(Path(f"/proc/{child}/cmdline").read_text().replace("\0", " "))
-    return [line for line in lines if "torch_worker" in line]
-
-
-def test_warm_starts_the_workers_in_the_background_and_answers_at_once(tmp_path: Path) -> None:
-    import time
-
-    k = Kilnd(tmp_path / "warm")
-    try:
-        with kiln.Client(k.uri) as c:
-            # Asking only starts nothing: a process that would not use them must not pay for them.
-            assert c.warm_torch_workers(start=False) is None
-            time.sleep(1.0)
-            assert c.warm_torch_workers(start=False) is None and not torch_workers(k.proc.pid), "asking started the workers"
-            started = time.monotonic()
-            assert c.warm_torch_workers() is None  # not up yet: starting now
-            assert time.monotonic() - started < 2.0, "the call waited for the workers"
-            deadline = time.monotonic() + 30
-            while not torch_workers(k.proc.pid) and time.monotonic() < deadline:
-                time.sleep(0.2)
-            assert torch_workers(k.proc.pid), "warming started no worker"
-            deadline = time.monotonic() + 300
-            while (version := c.warm_torch_workers()) is None and time.monotonic() < deadline:
-                time.sleep(0.5)
-            assert version == torch.__version__
-            assert c.warm_torch_workers(start=False) == version
-    finally:
-        k.stop()
-
-
-def test_a_worker_whose_host_sets_another_cxx_still_answers_with_the_process_key(tmp_path: Path) -> None:
-    # Inductor's cpp.cxx (a tuple) comes from CXX and is in torch's key: the process's value must
-    # reach the worker as a tuple, or every graph misses on a host where kilnd's CXX differs.
-    k = Kilnd(tmp_path / "cxx", extra_env={"CXX": "/usr/bin/g++"})
-    try:
-        with pytest.MonkeyPatch.context() as mp:
-            mp.delenv("CXX", raising=False)  # run_job's process inherits this environment
-            # The worker compiles it: the process claims nothing.
-            r = run_job(k.uri, tmp_path / "job", WIDTH="40", KILN_TORCH_CLAIM="0")
-        assert r["graphs"]["fallbacks"] == {}, r["stderr"][-3000:]
-        assert r["aot"].get("autograd_cache_hit") == 1, r["aot"]
-    finally:
-        k.stop()
-
-
-def test_the_payload_leaves_out_what_torchs_keys_leave_out() -> None:
-    # This process's compile threads, cache switches and absolute paths stay home: torch's own
-    # keys skip them, and sending them would split one graph's key between hosts.
-    import torch._inductor.config as inductor_config
-
-    from kiln.torch._payload import _changed_config
-
-    sent = _changed_config(inductor_config)
-    assert "compile_threads" not in sent and "fx_graph_remote_cache" not in sent
-    assert not any(name.startswith(("trace.", "cuda.cutlass_dir")) for name in sent)
-    assert "max_autotune" in sent and "cpp.cxx" in sent  # what torch keys on does travel
-
-
-#: kilnd's torch worker scripts, shipped inside kilnd and written side by side for the worker.
-WORKER_DIR = Path(__file__).parents[3] / "daemon" / "src" / "runtime" / "toolchain"
-
-
-def _worker_module(name: str = "torch_worker") -> Any:
-    """One of kilnd's torch worker scripts, imported here as a module, with its directory on the
-    path as the worker has it (the worker imports the payload reader beside it)."""
-    import importlib.util
-
-    if str(WORKER_DIR) not in sys.path:
-        sys.path.insert(0, str(WORKER_DIR))
-    spec = importlib.util.spec_from_file_location(f"kiln_{name}", WORKER_DIR / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    worker = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(worker)
-    return worker
-
-
-def test_an_answer_bundles_alike_from_a_worker_and_from_a_claim() -> None:
-    # A worker's answer and a claiming process's publish are one format, written on both sides.
-    from kiln.torch import _answer
-
-    worker = _worker_module()
-    files = [("ab/kernel.so", b"ELF"), ("cd/header.gch", b"GCH")]
-    assert worker.BUNDLE_MAGIC == _answer.MAGIC
-    assert worker.bundle(b"artifacts", files) == _answer.bundle(b"artifacts", files)
-    parsed = _answer.parse(worker.bundle(b"artifacts", files))
-    assert (parsed.artifacts, parsed.files) == (b"artifacts", files)
-    # The files a worker sends are the files a process places.
-    assert all(name.endswith(worker.NATIVE_SUFFIXES) for name, _ in files)
-
-
-def test_the_payload_kiln_writes_is_what_the_worker_reads() -> None:
-    # The two sides of the payload ship apart (the worker inside kilnd): a key or a version that
-    # one side changes alone fails here, not as a setting silently dropped from every compile.
-    import torch
-
-    from kiln.torch import _payload
-
-    worker = _worker_module("torch_payload_reader")
-    assert worker.PAYLOAD_VERSION == _payload.PAYLOAD_VERSION
-
-    captured: list[bytes] = []
-
-    def backend(gm: Any, inputs: list[Any]) -> Any:
-        captured.append(_payload.serialize(gm, inputs, {"max_autotune": False}))
-        return gm
-
-    net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU())
-    x = torch.randn(2, 8)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        torch.compile(net, backend=backend)(x)
-    torch._dynamo.reset()
-    header, graph = worker.decode_payload(captured[0])
-    assert set(header) == worker.HEADER_KEYS
-    assert set(header["ambient"]) == worker.AMBIENT_KEYS
-    assert worker.apply_ambient(torch, header["ambient"]) == [("cpu", torch.bfloat16)]
-    torch.set_autocast_cache_enabled(True)
-    made = [worker.example_input(torch, s) for s in header["inputs"]]
-    sent = [*net.parameters(), x]
-    assert sorted((tuple(t.shape), t.dtype) for t in made) == sorted((tuple(t.shape), t.dtype) for t in sent)
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    gm, sources = worker.restricted_loads(graph, FakeTensorMode())
-    assert isinstance(gm, torch.fx.GraphModule) and len(sources) == len(made)
-    # A key one side adds alone is refused by name, as a client newer than its kilnd would be.
-    n = struct.unpack("<I", captured[0][:4])[0]
-    extra = json.dumps(dict(header, ambient=dict(header["ambient"], new_state=1))).encode()
-    with pytest.raises(ValueError, match=r"ambient\.new_state"):
-        worker.decode_payload(struct.pack("<I", len(extra)) + extra + captured[0][4 + n :])
-
-
-def test_a_spares_compile_pool_starts_at_the_lowest_priority_and_its_compile_keeps_its_own() -> None:
-    # A spare starts its pool while the job that asked for the last compile runs its first steps:
-    # the pool's processes (each imports torch) must take only cores the job leaves idle.
-    path = WORKER_DIR / "torch_worker.py"
-    script = textwrap.dedent(
-        f"""
-        import importlib.util, json, os, sys
-        sys.path.insert(0, {str(WORKER_DIR)!r})
-        spec = importlib.util.spec_from_file_location("kiln_torch_worker", {str(path)!r})
-        worker = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(worker)
-        worker.start_compile_pool()
-        children = []
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                fields = open(f"/proc/{{pid}}/stat").read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == os.getpid():
-                children.append(int(fields[16]))  # the nice value
-        print(json.dumps({{"own": os.getpriority(os.PRIO_PROCESS, 0), "pool": children, "nice": worker.POOL_NICE}}))
-        """
-    )
-    env = dict(os.environ, TORCHINDUCTOR_COMPILE_THREADS="2", TORCH_WARM_POOL="1")
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    seen = json.loads(out.stdout.strip().splitlines()[-1])
-    assert seen["pool"], f"Inductor started no compile pool (is triton installed?): {out.stderr[-2000:]}"
-    assert seen["own"] == 0 and set(seen["pool"]) == {seen["nice"]} and seen["nice"] == 19, seen
-
-
 def test_kiln_explain_says_why_a_torch_graph_missed(graph_kilnd: Kilnd, tmp_path: Path) -> None:
     # The same job's graph, first as it was, then with one Inductor setting changed: the second
     # key is new to kilnd, and explain names the setting, where a key alone says only "new bytes".
@@ -614,34 +399,3 @@ def test_kiln_explain_says_why_a_torch_graph_missed(graph_kilnd: Kilnd, tmp_path
     with kiln.Client(graph_kilnd.uri) as c:
         events = [m for m in c.stats().recent_misses if m.key == g2["key"]]
     assert events and "max_autotune_pointwise" in events[0].detail, events
-
-
-INSTALL_ONLY = """
-    import time
-    import torch._dynamo  # runs kiln's hook: kiln.torch._graph.install
-    time.sleep(2)  # an async process's request to start the workers is on its way
-    print("installed")
-"""
-
-
-def test_only_an_async_process_starts_the_workers(tmp_path: Path) -> None:
-    # A blocking graph nobody has is compiled by its own process, so a blocking process leaves
-    # the workers be: starting them would take the host's cores from the job's own compiles. An
-    # async one needs them, and starts them.
-    import time
-
-    k = Kilnd(tmp_path / "ranks")
-    try:
-        env = {**os.environ, "KILN_TORCH": "1", "KILN_DAEMON": k.uri, "WORLD_SIZE": "2", "KILN_TORCH_SNAPSHOT": "0", "KILN_TORCH_GRAPHS": "1"}
-        for asynchronous, starts in (("0", False), ("1", True)):
-            run = subprocess.run(
-                [sys.executable, "-c", textwrap.dedent(INSTALL_ONLY)], env={**env, "KILN_TORCH_ASYNC": asynchronous},
-                capture_output=True, text=True, timeout=300,
-            )
-            assert run.returncode == 0 and run.stdout.strip() == "installed", run.stdout + run.stderr
-            deadline = time.monotonic() + (30 if starts else 3)
-            while not torch_workers(k.proc.pid) and time.monotonic() < deadline:
-                time.sleep(0.2)
-            assert bool(torch_workers(k.proc.pid)) == starts, f"KILN_TORCH_ASYNC={asynchronous}: workers started: {not starts}"
-    finally:
-        k.stop()

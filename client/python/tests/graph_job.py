@@ -1,0 +1,57 @@
+"""A small training job with a compiled model, run in its own process with kiln.torch on: the job
+the graph path's tests run against a kilnd."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+JOB = """
+    import json, os, sys, time, torch
+    import kiln.torch
+    from torch._dynamo.utils import counters
+    started = time.perf_counter()
+    torch.manual_seed(0)
+    w = int(os.environ.get("WIDTH", "64"))
+    model = torch.nn.Sequential(torch.nn.Linear(64, w), torch.nn.GELU(), torch.nn.Linear(w, 8))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = torch.compile(model, dynamic=os.environ.get("DYNAMIC") == "1")
+    x = torch.randn(4, 8, 64)  # 3-D: a linear layer's output is then a view, which must travel too
+    losses, first = [], None
+    for i in range(int(os.environ.get("STEPS", "3"))):
+        loss = step(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+        if first is None:
+            first = time.perf_counter() - started
+        # STOP_WHEN_COMPILED=N: end once N calls ran compiled, however long kilnd's compile took.
+        stop = int(os.environ.get("STOP_WHEN_COMPILED", "0"))
+        if stop and sum(g["calls"].get("compiled", 0) for g in kiln.torch.graph_stats()["graphs"]) >= stop:
+            break
+        time.sleep(float(os.environ.get("SLEEP", "0")))
+    print(json.dumps({"losses": losses, "first": first, "aot": dict(counters["aot_autograd"]),
+                      "graphs": kiln.torch.graph_stats()}))
+"""
+
+
+def run_job(uri: str, tmp: Path, **env_extra: str) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHINDUCTOR_", "TRITON_", "KILN_TORCH", "KILN_DAEMON"))}
+    env.update(KILN_TORCH="1", KILN_TORCH_GRAPHS="1", KILN_TORCH_SNAPSHOT="0", KILN_DAEMON=uri, TORCHINDUCTOR_CACHE_DIR=str(tmp / "inductor"))
+    # A cold graph is claimed, whether or not this module's kilnd has its workers up by then
+    # (a test of the workers' path says KILN_TORCH_CLAIM="" or "0").
+    env.update(KILN_TORCH_CLAIM="1")
+    # Only the graph path: torch's remote caches through kiln are tested in test_torch_real.py.
+    env.update(TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE="0", TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE="0")
+    env.update(env_extra)
+    run = subprocess.run([sys.executable, "-c", textwrap.dedent(JOB)], env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-4000:]
+    out: dict[str, Any] = json.loads(run.stdout.strip().splitlines()[-1])
+    out["stderr"] = run.stderr
+    return out
