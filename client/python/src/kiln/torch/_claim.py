@@ -15,7 +15,6 @@ import contextlib
 import functools
 import inspect
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -91,7 +90,7 @@ def mode() -> str:
     (tests/gpu/RESULTS.md) even a warm worker's compile of one process's graph cost that process
     1.01-1.12 of plain torch.compile's cold first step, where workers started for the job would
     also take its cores."""
-    return WORKERS if os.environ.get(settings.TORCH_CLAIM.name, "").strip() == "0" else CLAIM
+    return CLAIM if settings.TORCH_CLAIM.switch() else WORKERS
 
 
 def splits() -> bool:

@@ -62,7 +62,7 @@ class Choice:
 
 def async_enabled() -> bool:
     """Whether ``KILN_TORCH_ASYNC`` asks for async graphs."""
-    return os.environ.get(settings.TORCH_ASYNC.name, "0").strip() not in ("", "0")
+    return settings.TORCH_ASYNC.switch()
 
 
 def switched_off() -> bool:
