@@ -97,7 +97,7 @@ def splits() -> bool:
     """Whether the ranks and hosts of this job split its cold compile (``KILN_TORCH_SPLIT=1``):
     a rank waits for a graph another rank or host claimed rather than compile it too. Off by
     default, a rank waits for nobody and compiles what nobody stored exactly as torch would, so
-    kiln cannot make its cold start slower: waiting pays off only where another rank started the
+    no wait can make its cold start slower: waiting pays off only where another rank started the
     compile well before, and ranks that start together would instead wait on each other's
     compiles, which torch runs lazily (a backward compiles at the first backward)."""
     return settings.TORCH_SPLIT.switch()

@@ -3,8 +3,8 @@
 ``KILN_TORCH=1`` alone sends the graphs of every layout. A rank waits for nobody's compile
 (unless the job splits its cold compile, ``KILN_TORCH_SPLIT=1``): it loads what kilnd has stored,
 and otherwise compiles the graph as torch would, on torch's schedule, sharing it once its
-backward compiled too; so the graph path cannot make a cold start slower than plain
-torch.compile's, and a restarted or added host loads what the first compiled.
+backward compiled too; so no rank waits on another's compile (what kiln adds is its own work
+beside the compile), and a restarted or added host loads what the first compiled.
 ``KILN_TORCH_GRAPHS`` narrows it:
 
 - unset or ``1``: every layout; ``0``: none (the graph path is off: every graph compiles in the
