@@ -97,6 +97,20 @@ def model() -> torch.nn.Module:
     return torch.nn.Sequential(*[block() for _ in range(int(os.environ.get("BLOCKS", "2")))])
 
 
+def every_rank_swapped() -> bool:
+    """STOP_WHEN_SWAPPED=1 (async jobs): whether every rank has run each of its graphs compiled,
+    agreed across the ranks so that they stop at the same step (after at least 3; STEPS is the
+    cap)."""
+    import kiln.torch
+
+    graphs = kiln.torch.graph_stats()["graphs"]
+    mine = torch.tensor([1 if graphs and all(g["calls"].get("compiled", 0) > 0 for g in graphs) else 0])
+    if dist.is_initialized():
+        dist.all_reduce(mine, op=dist.ReduceOp.MIN)
+    time.sleep(float(os.environ.get("SLEEP", "0")))
+    return bool(mine.item())
+
+
 def main() -> None:
     started = time.perf_counter()
     if os.environ.get("PROBE_LAZY_BACKWARD") == "1":
@@ -155,6 +169,8 @@ def main() -> None:
         times.append(time.perf_counter() - t0)
         if first is None:
             first = time.perf_counter() - started
+        if os.environ.get("STOP_WHEN_SWAPPED") == "1" and len(losses) >= 3 and every_rank_swapped():
+            break
     stats: dict[str, object] = {}
     if os.environ.get("KILN_TORCH", "0") not in ("", "0"):
         import kiln.torch

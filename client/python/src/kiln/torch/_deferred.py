@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import _claim, _inductor, _layout, snapshot
+from . import _claim, _device, _inductor, _layout, snapshot
 from ._ask import COMPILE_WAIT_SECS, Answer, Request, ask, fallback, load, nothing_shared, wait_bound
 from ._claim import Grant, compile_to_share
 from ._ledger import GraphRecord
@@ -105,6 +105,9 @@ class AsyncGraph:
         #: Whether a call has seen the compiled graph yet.
         self.swapped = False
         self.answer: Answer | Grant | str | None = None
+        #: Set at the graph's second call: the first step has run, so the training thread has
+        #: traced the frames around this graph and no longer needs Dynamo's compile lock.
+        self.second_call = threading.Event()
         #: Set when the first call stopped waiting for the answer: a grant that comes later is
         #: handed back at once (nobody would compile it).
         self.abandoned = False
@@ -116,6 +119,11 @@ class AsyncGraph:
         # compile returns; without it the swap's AOTAutograd would make every dimension dynamic.
         known = self.context.tensor_to_context if self.context is not None else {}
         self.input_contexts = [(t, known[t]) for t in example_inputs if isinstance(t, torch.Tensor) and t in known]
+        #: Whether loading kilnd's answer traces the graph again (AOTAutograd's make_fx): a DDP
+        #: piece, whose AOTAutograd cache torch bypasses, or a graph moved from another GPU's key.
+        #: Tracing patches torch's module calls process-wide, so such a load beside the training
+        #: thread's eager calls breaks them: it runs on the training thread, at a call.
+        self.load_traces = getattr(self.context, "ddp_optimizer_ctx", None) is not None or bool(_device.graph_device(example_inputs))
         record.how = "pending" if waits else "eager"
         # It pays its serialization here and the swap later; a graph that waits, its wait too.
         record.async_compile, record.compile_s = not waits, time.perf_counter() - started
@@ -133,7 +141,12 @@ class AsyncGraph:
                 return
             self.answer = answer
         self.record.answered_at = time.perf_counter()
-        if not self.waits and isinstance(answer, Answer):
+        if not self.waits and isinstance(answer, Answer) and not self.load_traces:
+            # The load takes Dynamo's compile lock: taken while the first step still traces the
+            # frames around this graph (a graph break's resume, DDP's pieces), it stalled that
+            # step for the whole load. After the first step the training thread traces nothing
+            # new, so the load only shares the cores with the eager steps.
+            self.second_call.wait()
             self._swap_here()
             # The load ran on this host's cores beside the eager steps: the compile's window,
             # which makes the eager samples taken in it contended, lasts until it is done.
@@ -141,14 +154,17 @@ class AsyncGraph:
         pieces.answered()
 
     def _swap_here(self) -> None:
-        """An async graph's swap, on this background thread: loading kilnd's answer runs
-        AOTAutograd and Inductor again over their filled caches (seconds on a CPU), which on the
-        training thread stalled a step; here the steps run on eagerly meanwhile. Under Dynamo's
-        compile lock, so it never overlaps a compile of the training thread's, on the graph's
-        own GPU (a thread starts on the first)."""
+        """An async graph's swap, on the fetching thread where the load does not trace (loading
+        kilnd's answer runs AOTAutograd and Inductor again over their filled caches, which on
+        the training thread stalled a step; there the steps run on eagerly meanwhile), else on
+        the training thread. Under Dynamo's compile lock, so it never overlaps a compile of the
+        training thread's, on the graph's own GPU (a thread starts on the first)."""
         import torch
         from torch._dynamo.convert_frame import compile_lock
 
+        # Inductor's CPU vector-instruction pick compiles test programs for seconds: waited for
+        # outside the lock, so that the training thread's tracing never waits on it.
+        _inductor.vec_isa_picked(self.example_inputs or [])
         device = _layout.device_of(self.example_inputs or [])
         index = next((t.device.index for t in self.example_inputs or [] if getattr(t, "device", None) is not None and t.device.type == device), None)
         with compile_lock:
@@ -248,6 +264,10 @@ class AsyncGraph:
     def __call__(self, *args: Any) -> Any:
         if self.compiled is None and self.waits:
             pieces.prepare(self)
+        if self.compiled is None and self.load_traces and isinstance(self.answer, Answer):
+            # Between two calls of this graph the training thread traces nothing: the load runs
+            # here, once, under Dynamo's lock.
+            self._swap_here()
         if self.compiled is None and self.answer is not None and not isinstance(self.answer, Answer):
             # A failed or refused async compile: the graph stays eager, never compiled on the
             # training thread (kiln on never stalls a step for a compile).
@@ -257,6 +277,8 @@ class AsyncGraph:
             self.swapped = True
             self.record.restart()
         if self.compiled is None or self.compiled is self.gm:
+            if self.record.calls["eager"] >= 1:
+                self.second_call.set()
             self.record.called("eager")
             return self.gm(*args)
         return self.record.run(self.compiled, self.gm, args)
