@@ -225,7 +225,7 @@ class Runner:
         print(f"    {stem(shape, layout)} {variant}: first step {r['first_s']:.2f} s, steady {r['steady_s'] * 1e3:.1f} ms, "
               f"rank skew {r['skew_s']:.2f} s, fallbacks {r['fallbacks']}, how {r['how']}, Triton compiles {r['triton_compiles']}", flush=True)
         top = sorted(r["timed"].items(), key=lambda kv: -kv[1])[:10]
-        print("      torch's timers: " + ", ".join(f"{k} {v:.2f}" for k, v in top) + f"; kiln phases {r['phases']}; before {r['before_s']}; kiln set-up {r['setup_s']}; restore {r['restore']}", flush=True)
+        print("      torch's timers: " + ", ".join(f"{k} {v:.2f}" for k, v in top) + f"; kiln phases {r['phases']}; before {r['before_s']} ({r.get('marks', {})}); kiln set-up {r['setup_s']}; restore {r['restore']}", flush=True)
         return r
 
     def layout(self, layout: str, shape: str = LAYOUT_JOB) -> dict[str, dict]:
@@ -335,6 +335,8 @@ def summary(ranks: list[dict], n_graphs: int) -> dict:
         # kiln's own set-up in the first rank, seconds by the import that ran it, and the
         # snapshot restore as the first compile saw it: where kiln's before_s goes.
         "setup_s": ranks[0]["graphs"].get("setup_s", {}),
+        # The first rank's set-up by point (seconds from its start): where before_s goes.
+        "marks": ranks[0].get("marks", {}),
         "restore": ranks[0]["graphs"].get("restore", {}),
     }
     for x in ranks:

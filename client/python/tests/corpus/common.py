@@ -108,6 +108,16 @@ class Model(torch.nn.Module):
         return self.head(self.norm(x))  # type: ignore[no-any-return]
 
 
+#: Seconds from the job's start to each point of its set-up (``mark``): where the time before
+#: the first step goes, in the job's line.
+MARKS: dict[str, float] = {}
+_T0 = time.perf_counter()
+
+
+def mark(name: str) -> None:
+    MARKS[name] = round(time.perf_counter() - _T0, 3)
+
+
 @dataclass
 class Job:
     """The job's place: its device and rank, and what it wrapped the model in."""
@@ -124,17 +134,20 @@ class Job:
 
 def start() -> Job:
     """The process's device and rank; joins the process group of a distributed layout."""
-    started = time.perf_counter()
+    global _T0
+    started = _T0 = time.perf_counter()
     cuda = os.environ.get("DEVICE") == "cuda"
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     device = torch.device("cuda", rank % torch.cuda.device_count()) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
+        mark("device")
     if LAYOUT not in ("single", "ddp", "fsdp2"):
         raise SystemExit(f"LAYOUT={LAYOUT!r}: single, ddp or fsdp2")
     if LAYOUT != "single":
         dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world, device_id=device if cuda else None)
+        mark("process group")
     return Job(device, rank, world, started)
 
 
@@ -143,9 +156,11 @@ def model(job: Job, *, checkpointed: bool = False, compile_blocks: bool = False)
     each block (``block.compile()``, as torchtitan does) before the layout wraps it."""
     torch.manual_seed(0)
     net = Model(checkpointed).to(job.device)
+    mark("model")
     if compile_blocks and COMPILE:
         for block in net.blocks:
             block.compile()
+        mark("torch.compile")
     return net
 
 
@@ -154,13 +169,14 @@ def wrap(job: Job, net: torch.nn.Module) -> torch.nn.Module:
     if LAYOUT == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
-        return DistributedDataParallel(net, bucket_cap_mb=BUCKET_MB)
-    if LAYOUT == "fsdp2":
+        net = DistributedDataParallel(net, bucket_cap_mb=BUCKET_MB)
+    elif LAYOUT == "fsdp2":
         from torch.distributed.fsdp import fully_shard
 
         for block in net.blocks:  # type: ignore[union-attr]
             fully_shard(block)
-        return fully_shard(net)  # type: ignore[no-any-return]
+        net = fully_shard(net)
+    mark("wrapped")
     return net
 
 
@@ -170,7 +186,11 @@ def compiled(fn: Callable[..., Any], **kwargs: Any) -> Callable[..., Any]:
     mode = os.environ.get("MODE")
     if mode:
         kwargs.setdefault("mode", mode)
-    return torch.compile(fn, **kwargs) if COMPILE else fn
+    if not COMPILE:
+        return fn
+    out = torch.compile(fn, **kwargs)
+    mark("torch.compile")
+    return out
 
 
 def batch(job: Job, step: int, seq: int = SEQ) -> torch.Tensor:
@@ -221,6 +241,8 @@ class Steps:
 
     def run(self, step: Callable[[int], torch.Tensor], steps: int = STEPS) -> None:
         for i in range(steps):
+            if i == 0:
+                mark("step 0")
             began = time.perf_counter()
             loss = step(i)
             self.losses.append(float(loss.item()))
@@ -252,6 +274,7 @@ class Steps:
             "graphs": stats,
             "caches": caches,
             "timed": timed,
+            "marks": MARKS,
             **extra,
         }
         print(json.dumps(line), flush=True)
