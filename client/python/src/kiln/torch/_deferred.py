@@ -77,6 +77,24 @@ class Pieces:
 pieces = Pieces()
 
 
+class Turns:
+    """Swaps on the training thread, spaced out: after one that took d seconds (its load and
+    first compiled call), the next waits d seconds, so that the swaps of a DDP job's pieces,
+    answered together, stall many steps a little instead of one step for all of them."""
+
+    def __init__(self) -> None:
+        self.next_at = 0.0
+
+    def free(self) -> bool:
+        return time.perf_counter() >= self.next_at
+
+    def took(self, seconds: float) -> None:
+        self.next_at = time.perf_counter() + seconds
+
+
+turns = Turns()
+
+
 class AsyncGraph:
     """A graph that runs eagerly until kilnd's compile of it arrives, then compiled; or, when it
     ``waits``, one made ready at its first call instead of running eagerly (:class:`Pieces`)."""
@@ -119,11 +137,11 @@ class AsyncGraph:
         # compile returns; without it the swap's AOTAutograd would make every dimension dynamic.
         known = self.context.tensor_to_context if self.context is not None else {}
         self.input_contexts = [(t, known[t]) for t in example_inputs if isinstance(t, torch.Tensor) and t in known]
-        #: Whether loading kilnd's answer traces the graph again (AOTAutograd's make_fx): a DDP
-        #: piece, whose AOTAutograd cache torch bypasses, or a graph moved from another GPU's key.
-        #: Tracing patches torch's module calls process-wide, so such a load beside the training
-        #: thread's eager calls breaks them: it runs on the training thread, at a call.
-        self.load_traces = getattr(self.context, "ddp_optimizer_ctx", None) is not None or bool(_device.graph_device(example_inputs))
+        #: Whether the swap runs on the training thread, at a call: a graph moved from another
+        #: GPU's key, whose load traces it again (make_fx patches torch's module calls
+        #: process-wide), and a DDP piece, whose load on the fetching thread broke the eager steps
+        #: beside it ("using FX to symbolically trace a dynamo-optimized function").
+        self.swaps_at_call = getattr(self.context, "ddp_optimizer_ctx", None) is not None or bool(_device.graph_device(example_inputs))
         record.how = "pending" if waits else "eager"
         # It pays its serialization here and the swap later; a graph that waits, its wait too.
         record.async_compile, record.compile_s = not waits, time.perf_counter() - started
@@ -141,7 +159,7 @@ class AsyncGraph:
                 return
             self.answer = answer
         self.record.answered_at = time.perf_counter()
-        if not self.waits and isinstance(answer, Answer) and not self.load_traces:
+        if not self.waits and isinstance(answer, Answer) and not self.swaps_at_call:
             # The load takes Dynamo's compile lock: taken while the first step still traces the
             # frames around this graph (a graph break's resume, DDP's pieces), it stalled that
             # step for the whole load. After the first step the training thread traces nothing
@@ -264,10 +282,18 @@ class AsyncGraph:
     def __call__(self, *args: Any) -> Any:
         if self.compiled is None and self.waits:
             pieces.prepare(self)
-        if self.compiled is None and self.load_traces and isinstance(self.answer, Answer):
+        if self.compiled is None and self.swaps_at_call and isinstance(self.answer, Answer) and turns.free():
             # Between two calls of this graph the training thread traces nothing: the load runs
-            # here, once, under Dynamo's lock.
+            # here, once, under Dynamo's lock, and the first compiled call (Triton's autotuning
+            # benchmarks) right after it. Several pieces answered together take turns.
+            began = time.perf_counter()
             self._swap_here()
+            if self.compiled is None:
+                self._stay_eager()
+            try:
+                return self(*args)
+            finally:
+                turns.took(time.perf_counter() - began)
         if self.compiled is None and self.answer is not None and not isinstance(self.answer, Answer):
             # A failed or refused async compile: the graph stays eager, never compiled on the
             # training thread (kiln on never stalls a step for a compile).
