@@ -294,7 +294,19 @@ def _save_if_changed() -> None:
         })
 
 
+def _lowest_priority() -> None:
+    """Makes the calling thread the host's last claim on a core (nice 19; on Linux a thread has
+    its own). A save walks and hashes the cache directories while the job's other ranks may still
+    compile: on a 2-core machine a DDP rank's save, taken while it waited for its peer, ran in the
+    middle of that peer's compile, which every rank then waited for."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (AttributeError, OSError):  # not Linux, or not allowed: it runs at the job's priority
+        pass
+
+
 def _saver() -> None:
+    _lowest_priority()
     while True:
         with _state.changed:
             while True:
