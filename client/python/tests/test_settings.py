@@ -87,3 +87,32 @@ def test_a_switch_reads_as_the_modules_always_read_it(monkeypatch) -> None:
     # KILN_TORCH's default reads "unset" in the table: off by default.
     monkeypatch.delenv(settings.TORCH.name, raising=False)
     assert not settings.TORCH.switch()
+
+
+def test_a_number_reads_as_the_modules_read_it(monkeypatch, caplog) -> None:
+    """Unset or blank: the caller's default. A number: itself, never below 0. Anything else: the
+    default, with one warning that names the variable. Every module reads its numbers this way."""
+    from kiln import triton
+    from kiln.torch import _ledger, snapshot
+
+    wait = settings.TRITON_WAIT_SECS
+    for value, want in [(None, 60.0), ("", 60.0), ("  ", 60.0), ("2.5", 2.5), (" 7 ", 7.0), ("-3", 0.0)]:
+        if value is None:
+            monkeypatch.delenv(wait.name, raising=False)
+        else:
+            monkeypatch.setenv(wait.name, value)
+        assert wait.number(60.0) == triton.wait_secs() == want, repr(value)
+    monkeypatch.setenv(wait.name, "soon")
+    with caplog.at_level("WARNING", logger="kiln"):
+        assert triton.wait_secs() == 60.0 and triton.wait_secs() == 60.0
+    assert [r.getMessage() for r in caplog.records if wait.name in r.getMessage()] == [
+        f"kiln: {wait.name}='soon' is not a number; using 60.0"
+    ]
+    # The hold defaults to the wait; the others to their declared defaults.
+    monkeypatch.setenv(wait.name, "9")
+    monkeypatch.delenv(settings.TRITON_HOLD_SECS.name, raising=False)
+    assert triton.hold_secs() == 9.0
+    monkeypatch.setenv(settings.TORCH_RESTORE_WAIT_SECS.name, "x")
+    assert snapshot.wait_secs() == 120.0
+    monkeypatch.setenv(settings.TORCH_MEASURE.name, "3")
+    assert _ledger.measure_calls() == 3

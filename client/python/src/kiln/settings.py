@@ -1,6 +1,7 @@
 """Every environment variable kiln's Python side reads: its name, its default and what it does.
 
-The one list. Each is declared once here, and the switches are read here (:meth:`Setting.switch`).
+The one list. Each is declared once here, and read here: switches by :meth:`Setting.switch`,
+numbers by :meth:`Setting.number`.
 ``kiln doctor`` shows each one's value from it, the README's table of a job's
 variables is checked against it by a test, and so is every ``KILN_*`` name the package's code
 reads: a variable added without a line here fails the suite. The modules that read a variable
@@ -34,6 +35,21 @@ class Setting:
         if self.default == "1":
             return value != "0"
         return value not in (None, "", "0")
+
+    def number(self, default: float) -> float:
+        """The variable read as a number of seconds or calls, at least 0, the one way the modules
+        read their numbers: unset or blank gives ``default``, and so does a value that is not a
+        number, with one warning naming the variable."""
+        raw = (os.environ.get(self.name) or "").strip()
+        if not raw:
+            return default
+        try:
+            return max(0.0, float(raw))
+        except ValueError:
+            from . import _fleet
+
+            _fleet.warn_once(f"setting:{self.name}", "kiln: %s=%r is not a number; using %s", self.name, raw, default)
+            return default
 
 
 DAEMON = Setting("KILN_DAEMON", "the local socket", "kilnd's address: `unix:///path` or `http(s)://host:port`")

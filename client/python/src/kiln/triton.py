@@ -84,28 +84,14 @@ GET_TIMEOUT_SECS = 60.0
 PUT_TIMEOUT_SECS = 120.0
 
 
-def _env_secs(name: str, default: float) -> float:
-    raw = os.environ.get(name, "")
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        from . import _fleet
-
-        _fleet.warn_once(f"env:{name}", "kiln: %s=%r is not a number of seconds; using %s", name, raw, default)
-        return default
-    return max(value, 0.0)
-
-
 def wait_secs() -> float:
     """How long a lookup that missed waits for another producer of the kernel."""
-    return _env_secs(WAIT_ENV, DEFAULT_WAIT_SECS)
+    return settings.TRITON_WAIT_SECS.number(DEFAULT_WAIT_SECS)
 
 
 def hold_secs() -> float:
     """How long a compile may hold a kernel's lease."""
-    return _env_secs(HOLD_ENV, wait_secs())
+    return settings.TRITON_HOLD_SECS.number(wait_secs())
 
 
 class _Leases:

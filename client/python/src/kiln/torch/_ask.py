@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -113,17 +112,9 @@ def wait_bound() -> float:
     covers one that is alive and stuck. ``KILN_TORCH_GRAPH_WAIT_SECS`` sets it; unset, it is
     twice the longest compile this process has paid itself, and at least :data:`MIN_WAIT_SECS`
     (a cold GPT-2 graph takes about 30 s on an H100)."""
-    raw = os.environ.get(settings.TORCH_GRAPH_WAIT_SECS.name, "").strip()
-    if raw:
-        try:
-            return max(0.0, float(raw))
-        except ValueError:
-            from .. import _fleet
-
-            _fleet.warn_once("torch-graph-wait", "kiln: %s=%r is not a number of seconds; using the default", settings.TORCH_GRAPH_WAIT_SECS.name, raw)
     with _ledger.lock:
         own = [g.phases.get("compile", 0.0) for g in _ledger.graphs]
-    return max(MIN_WAIT_SECS, 2.0 * max(own, default=0.0))
+    return settings.TORCH_GRAPH_WAIT_SECS.number(max(MIN_WAIT_SECS, 2.0 * max(own, default=0.0)))
 
 
 #: The shortest default wait for another process's compile (see :func:`wait_bound`).

@@ -57,14 +57,7 @@ STORED_TIERS = ("memory", "disk", "remote")
 
 def measure_calls() -> int:
     """``KILN_TORCH_MEASURE``: eager calls to run of each graph after its compile (0: off)."""
-    raw = os.environ.get(MEASURE_ENV, "").strip()
-    try:
-        return max(0, int(raw)) if raw else 0
-    except ValueError:
-        from .. import _fleet
-
-        _fleet.warn_once("torch-measure", "kiln: %s=%r is not a number of calls; not measuring", MEASURE_ENV, raw)
-        return 0
+    return int(settings.TORCH_MEASURE.number(0))
 
 
 @dataclass

@@ -78,10 +78,7 @@ def enabled() -> bool:
 
 
 def wait_secs() -> float:
-    try:
-        return max(0.0, float(os.environ.get(WAIT_ENV) or DEFAULT_WAIT_SECS))
-    except ValueError:
-        return DEFAULT_WAIT_SECS
+    return settings.TORCH_RESTORE_WAIT_SECS.number(DEFAULT_WAIT_SECS)
 
 
 class _State:
