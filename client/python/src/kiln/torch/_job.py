@@ -117,10 +117,10 @@ def job_at_startup(argv: list[str], orig_argv: list[str] | None = None) -> str |
         module = main_module(sys.orig_argv if orig_argv is None else orig_argv)
         if module is None or module.partition(".")[0] in HELPER_PACKAGES | sys.stdlib_module_names:
             return None
-        return os.environ.get(JOB_ENV)
+        return settings.TORCH_JOB.value()
     if not argv or argv[0] in ("", "-c", "-"):
         return None
-    return os.environ.get(JOB_ENV) or job_of_script(argv[0])
+    return settings.TORCH_JOB.value() or job_of_script(argv[0])
 
 
 def main_module(orig_argv: list[str]) -> str | None:
@@ -147,9 +147,7 @@ def main_module(orig_argv: list[str]) -> str | None:
 
 def job_now() -> str | None:
     """The job once the main module runs: ``KILN_TORCH_JOB``, else ``__main__``'s file."""
-    if os.environ.get(JOB_ENV):
-        return os.environ[JOB_ENV]
-    return job_of_script(getattr(sys.modules.get("__main__"), "__file__", None))
+    return settings.TORCH_JOB.value() or job_of_script(getattr(sys.modules.get("__main__"), "__file__", None))
 
 
 def _version(dist: str) -> str:

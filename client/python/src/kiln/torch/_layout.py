@@ -22,7 +22,6 @@ The layouts, as the backend sees a graph:
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,7 +51,7 @@ class Choice:
         """Why a graph of ``layout`` stays in the process, or None: it goes."""
         if layout in self.layouts:
             return None
-        return f"{GRAPHS_ENV}={os.environ.get(GRAPHS_ENV, '')!r} leaves out {layout} graphs: compiled in the process"
+        return f"{GRAPHS_ENV}={settings.TORCH_GRAPHS.value() or ''!r} leaves out {layout} graphs: compiled in the process"
 
     def describe(self) -> str:
         if not self.layouts:
@@ -68,12 +67,12 @@ def async_enabled() -> bool:
 def switched_off() -> bool:
     """Whether ``KILN_TORCH_GRAPHS=0`` turns the graph path off altogether (not merely leaves
     every layout out): read here, with the rest of the variable, so one module owns it."""
-    return os.environ.get(GRAPHS_ENV, "").strip() == "0"
+    return (settings.TORCH_GRAPHS.value() or "").strip() == "0"
 
 
 def chosen() -> Choice:
     """The graphs that go to kilnd in this process."""
-    value = (os.environ.get(GRAPHS_ENV) or "").strip()
+    value = (settings.TORCH_GRAPHS.value() or "").strip()
     if value in ("", "1"):
         return Choice(frozenset(LAYOUTS))
     if value == "0":
