@@ -176,7 +176,7 @@ class AsyncGraph:
         kilnd's answer runs AOTAutograd and Inductor again over their filled caches, which on
         the training thread stalled a step; there the steps run on eagerly meanwhile), else on
         the training thread. Under Dynamo's compile lock, so it never overlaps a compile of the
-        training thread's, on the graph's own GPU (a thread starts on the first)."""
+        training thread's, on the graph's own GPU."""
         import torch
         from torch._dynamo.convert_frame import compile_lock
 
@@ -185,9 +185,10 @@ class AsyncGraph:
         _inductor.vec_isa_picked(self.example_inputs or [])
         device = _layout.device_of(self.example_inputs or [])
         index = next((t.device.index for t in self.example_inputs or [] if getattr(t, "device", None) is not None and t.device.type == device), None)
-        with compile_lock:
-            if device == "cuda" and index is not None:
-                torch.cuda.set_device(index)
+        # The graph's own GPU for the load, and the thread's current one back after it: on the
+        # training thread the job's choice of device stays its own.
+        on_device = torch.cuda.device(index) if device == "cuda" and index is not None else contextlib.nullcontext()
+        with compile_lock, on_device:
             self.swap()
 
     def give_up(self, bound: float) -> None:
