@@ -288,7 +288,12 @@ class AsyncGraph:
             # here, once, under Dynamo's lock, and the first compiled call (Triton's autotuning
             # benchmarks) right after it. Several pieces answered together take turns.
             began = time.perf_counter()
-            self._swap_here()
+            try:
+                self._swap_here()
+            except Exception as e:  # noqa: BLE001 - on the training thread: never into the step
+                from .. import _fleet
+
+                _fleet.warn_once("torch-graph:swap", "kiln: a compiled graph could not replace its eager run (%s); it stays eager", e)
             if self.compiled is None:
                 self._stay_eager()
             try:
