@@ -29,6 +29,7 @@ from types import ModuleType
 
 from . import settings
 from ._import_hooks import watch
+from ._warn import warn_once
 
 log = logging.getLogger("kiln")
 
@@ -41,9 +42,7 @@ def _version_ok() -> bool:
     try:
         kt.check_version(str(version))
     except kt.UnsupportedTorchVersion as e:
-        from . import _fleet
-
-        _fleet.warn_once("torch-version", "kiln: KILN_TORCH is set but kiln stays off: %s", e)
+        warn_once("torch-version", "kiln: KILN_TORCH is set but kiln stays off: %s", e)
         return False
     return True
 

@@ -22,7 +22,7 @@ from typing import TypeVar
 
 import grpc
 
-from . import errors
+from . import _warn, errors
 from .client import Client
 
 log = logging.getLogger("kiln")
@@ -47,7 +47,6 @@ class _State:
         self.client: Client | None = None
         self.down_until = 0.0
         self.warned_down = False
-        self.warned: set[str] = set()
         #: Clients of a parent process, inherited by fork: kept alive, never used or closed.
         self.orphans: list[Client] = []
         #: A forked child whose new client has not answered yet (see :func:`_retry_after_fork`).
@@ -68,7 +67,7 @@ def _check_fork() -> None:
                 _state.pid = os.getpid()
                 _state.down_until = 0.0
                 _state.warned_down = False
-                _state.warned = set()
+                _warn.forget()
 
 
 def client() -> Client:
@@ -87,15 +86,6 @@ def available() -> bool:
     """False while kiln is backing off after kilnd failed to answer."""
     _check_fork()
     return time.monotonic() >= _state.down_until
-
-
-def warn_once(topic: str, message: str, *args: object) -> None:
-    """One warning per topic per process."""
-    with _state.lock:
-        if topic in _state.warned:
-            return
-        _state.warned.add(topic)
-    log.warning(message, *args)
 
 
 def failed(error: BaseException, what: str) -> None:
@@ -118,13 +108,9 @@ def failed(error: BaseException, what: str) -> None:
             log.debug("kiln: kilnd still unreachable at %s: %s", uri, error.details)
         return
     if isinstance(error, errors.KilnError):
-        warn_once(f"{what}:{error.code}", "kiln: %s failed, treated as a miss: %s", what, error)
+        _warn.warn_once(f"{what}:{error.code}", "kiln: %s failed, treated as a miss: %s", what, error)
     else:
-        with _state.lock:
-            first = f"bug:{what}" not in _state.warned
-            _state.warned.add(f"bug:{what}")
-        if first:
-            log.warning("kiln: %s failed unexpectedly, treated as a miss", what, exc_info=error)
+        _warn.warn_once(f"bug:{what}", "kiln: %s failed unexpectedly, treated as a miss", what, exc_info=error)
 
 
 def _retry_after_fork(error: BaseException) -> bool:
@@ -175,4 +161,4 @@ def reset_for_tests() -> None:
         _state.client = None
         _state.down_until = 0.0
         _state.warned_down = False
-        _state.warned = set()
+    _warn.forget()

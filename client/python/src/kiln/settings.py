@@ -10,10 +10,10 @@ keep their own name for it (``kiln.torch._graph.ASYNC_ENV``), taken from here.
 
 from __future__ import annotations
 
-import logging
 import os
-import threading
 from dataclasses import dataclass
+
+from ._warn import warn_once
 
 
 @dataclass(frozen=True)
@@ -48,18 +48,8 @@ class Setting:
         try:
             return max(0.0, float(raw))
         except ValueError:
-            with _warned_lock:
-                first = self.name not in _warned
-                _warned.add(self.name)
-            if first:
-                logging.getLogger("kiln").warning("kiln: %s=%r is not a number; using %s", self.name, raw, default)
+            warn_once(self.name, "kiln: %s=%r is not a number; using %s", self.name, raw, default)
             return default
-
-
-#: The variables already warned about in this process (this module imports no other of kiln's:
-#: every module reads it).
-_warned: set[str] = set()
-_warned_lock = threading.Lock()
 
 
 DAEMON = Setting("KILN_DAEMON", "the local socket", "kilnd's address: `unix:///path` or `http(s)://host:port`")

@@ -47,6 +47,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from .. import settings
+from .._warn import warn_once
 
 if TYPE_CHECKING:
     from ..results import BlobEntry
@@ -106,9 +107,7 @@ def check_version(version: str, *, allow_untested: bool = False) -> None:
     if m and (int(m.group(1)), int(m.group(2))) in TESTED_VERSIONS:
         return
     if allow_untested or settings.TORCH_UNTESTED.switch():
-        from .. import _fleet
-
-        _fleet.warn_once("torch-untested", "kiln: torch %s is untested (tested: %s); installing anyway", version, tested_versions_text())
+        warn_once("torch-untested", "kiln: torch %s is untested (tested: %s); installing anyway", version, tested_versions_text())
         return
     raise UnsupportedTorchVersion(
         f"kiln.torch is tested with torch {tested_versions_text()}, and this is torch {version}: its remote-cache "

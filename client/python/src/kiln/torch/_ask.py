@@ -17,6 +17,7 @@ from typing import Any
 
 from .. import settings
 from .._torch_calls import TorchGraphClaim
+from .._warn import warn_once
 from . import _inductor
 from ._answer import BadBundle, Bundle, place
 from ._answer import parse as parse_bundle
@@ -52,8 +53,6 @@ QUIET_REASONS = frozenset({"not_chosen", "unshared"})
 
 
 def fallback(reason: str, detail: object) -> None:
-    from .. import _fleet
-
     with _ledger.lock:
         _ledger.fallbacks[reason] = _ledger.fallbacks.get(reason, 0) + 1
         _ledger.unreported[reason] = _ledger.unreported.get(reason, 0) + 1
@@ -62,7 +61,7 @@ def fallback(reason: str, detail: object) -> None:
     if reason in QUIET_REASONS:
         log.info("kiln: a torch.compile graph is compiled in this process (%s): %s", reason, detail)
         return
-    _fleet.warn_once(
+    warn_once(
         f"torch-graph:{reason}",
         "kiln: a torch.compile graph is compiled in this process instead of by kilnd (%s): %s",
         reason,

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import settings
+from .._warn import warn_once
 from . import _first_backward
 from ._answer import bundle as make_bundle
 from ._answer import native_files
@@ -200,6 +201,6 @@ def _publish(grant: Grant, record: GraphRecord, artifacts: bytes, directory: str
         _fleet.client().publish_torch_graph(grant.key, data, seconds, timeout=timeout)
         record.phases["publish"] = time.perf_counter() - began
     except (errors.KilnError, OSError) as e:
-        _fleet.warn_once("torch-graph:publish", "kiln: a torch.compile graph compiled here was not shared through kilnd: %s", e)
+        warn_once("torch-graph:publish", "kiln: a torch.compile graph compiled here was not shared through kilnd: %s", e)
     finally:
         grant.claim.close()

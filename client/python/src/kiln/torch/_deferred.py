@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .._warn import warn_once
 from . import _claim, _device, _inductor, _layout, snapshot
 from ._ask import COMPILE_WAIT_SECS, Answer, Request, ask, fallback, load, nothing_shared, wait_bound
 from ._claim import Grant, compile_to_share
@@ -235,11 +236,9 @@ class AsyncGraph:
                     self.record.how = "in-process"
                     self.record.phases["compile"] = time.perf_counter() - swap_started
         except Exception as e:  # noqa: BLE001 - the graph keeps running eagerly: never a wrong result
-            from .. import _fleet
-
             if isinstance(answer, Grant):
                 answer.claim.close()
-            _fleet.warn_once("torch-graph:swap", "kiln: a compiled graph could not replace its eager run (%s); it stays eager", e)
+            warn_once("torch-graph:swap", "kiln: a compiled graph could not replace its eager run (%s); it stays eager", e)
             self.record.how = "eager"
             self.compiled = self.gm
             return
@@ -291,9 +290,7 @@ class AsyncGraph:
             try:
                 self._swap_here()
             except Exception as e:  # noqa: BLE001 - on the training thread: never into the step
-                from .. import _fleet
-
-                _fleet.warn_once("torch-graph:swap", "kiln: a compiled graph could not replace its eager run (%s); it stays eager", e)
+                warn_once("torch-graph:swap", "kiln: a compiled graph could not replace its eager run (%s); it stays eager", e)
             if self.compiled is None:
                 self._stay_eager()
             try:

@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import settings
+from .._warn import warn_once
 from . import _claim, _device, _inductor, _layout
 from ._ask import COMPILE_WAIT_SECS, Answer, Request, ask, fallback, load, nothing_shared, wait_bound
 from ._claim import Grant, compile_to_share
@@ -249,12 +250,10 @@ def install(job: str) -> bool:
     whether it is installed (``KILN_TORCH_GRAPHS=0``, or a value that names no layout, leaves it
     out). Graphs of layouts that stay in the process still pass through, to be counted."""
     global _installed, _choice
-    from .. import _fleet
-
     try:
         _choice = _layout.chosen()
     except _layout.BadSetting as e:
-        _fleet.warn_once("torch-graph-setting", "kiln: %s; every graph compiles in this process", e)
+        warn_once("torch-graph-setting", "kiln: %s; every graph compiles in this process", e)
         return False
     if _layout.switched_off():
         return False
