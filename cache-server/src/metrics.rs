@@ -42,33 +42,42 @@ kiln_serve::label_sets! {
     ConflictLabels { publisher: String, outcome: &'static str }
 }
 
-/// Every metric kiln-cache exports. Cloning a metric shares its value.
-#[derive(Debug)]
-pub struct Metrics {
-    registry: Registry,
-    pub requests: Family<RequestLabels, Counter>,
-    /// All requests, for `CacheStats` (a sum over the family would walk every label set).
-    pub requests_all: Counter,
-    pub redis_errors: Counter,
-    pub redis_up: Gauge,
-    pub pubsub_up: Gauge,
-    pub integrity_failures: Counter,
-    pub artifact_bytes: Family<DirectionLabels, Counter>,
-    pub watch_streams: Gauge,
-    pub lookups: Family<LookupLabels, Counter>,
-    /// Keys quarantined through this replica, by who published the bad bytes (host name).
-    pub quarantines: Family<PublisherLabels, Counter>,
-    /// Puts refused because their bytes were quarantined under the key.
-    pub quarantined_puts: Counter,
-    /// Puts that offered other bytes than the key held, by the offering writer's token id (a
-    /// configured token's, or `anonymous`: bounded, unlike host names, which writers choose).
-    pub conflicting_puts: Family<ConflictLabels, Counter>,
-    /// The fleet ledger's torch.compile jobs (see the module's documentation).
-    pub torch_jobs: TorchJobGauges,
-    /// The jobs exported now, so those that left the ledger lose their series.
-    torch_jobs_exported: Mutex<HashSet<String>>,
-    /// The status page's counts, not yet flushed to Redis.
-    pub tally: crate::status::tally::Tally,
+kiln_serve::metric_set! {
+    /// Every metric kiln-cache exports. Cloning a metric shares its value.
+    pub struct Metrics {
+        pub requests: Family<RequestLabels, Counter> => "requests", "RPCs by operation and gRPC code";
+        pub redis_errors: Counter => "redis_errors", "Redis commands that failed";
+        pub redis_up: Gauge => "redis_up", "1 while Redis answers, 0 while it does not";
+        pub pubsub_up: Gauge => "pubsub_up", "1 while the publish subscription is live";
+        pub integrity_failures: Counter
+            => "integrity_failures", "Stored values refused on read and deleted: bad digest, wrong key, missing piece";
+        pub artifact_bytes: Family<DirectionLabels, Counter>
+            => "artifact_bytes", "Envelope bytes put (in) and served (out)";
+        pub watch_streams: Gauge => "watch_streams", "Open WatchPublish streams";
+        pub lookups: Family<LookupLabels, Counter>
+            => "lookups", "Keys read, by the RPC that read them and the result";
+        /// Keys quarantined through this replica, by who published the bad bytes (host name).
+        pub quarantines: Family<PublisherLabels, Counter>
+            => "quarantines", "Keys an auditor quarantined through this replica, by the host that published them";
+        /// Puts refused because their bytes were quarantined under the key.
+        pub quarantined_puts: Counter
+            => "quarantined_puts", "Puts refused because the same bytes were quarantined under the key";
+        /// Puts that offered other bytes than the key held, by the offering writer's token id (a
+        /// configured token's, or `anonymous`: bounded, unlike host names, which writers choose).
+        pub conflicting_puts: Family<ConflictLabels, Counter>
+            => "conflicting_puts",
+            "Puts that offered other bytes than the key held (refused for kernels), by the offering token id";
+        /// The fleet ledger's torch.compile jobs (see the module's documentation).
+        pub torch_jobs: TorchJobGauges = TorchJobGauges::new(true)
+            => "torch_job",
+            "Eager over compiled step time of a torch.compile job, in the fleet ledger (no series until measured)";
+        /// All requests, for `CacheStats` (a sum over the family would walk every label set).
+        pub requests_all: Counter;
+        /// The jobs exported now, so those that left the ledger lose their series.
+        torch_jobs_exported: Mutex<HashSet<String>>;
+        /// The status page's counts, not yet flushed to Redis.
+        pub tally: crate::status::tally::Tally;
+    }
 }
 
 impl Default for Metrics {
@@ -79,57 +88,7 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
-        let m = Metrics {
-            registry: Registry::default(),
-            requests: Family::default(),
-            requests_all: Counter::default(),
-            redis_errors: Counter::default(),
-            redis_up: Gauge::default(),
-            pubsub_up: Gauge::default(),
-            integrity_failures: Counter::default(),
-            artifact_bytes: Family::default(),
-            watch_streams: Gauge::default(),
-            lookups: Family::default(),
-            quarantines: Family::default(),
-            quarantined_puts: Counter::default(),
-            conflicting_puts: Family::default(),
-            torch_jobs: TorchJobGauges::new(true),
-            torch_jobs_exported: Mutex::default(),
-            tally: Default::default(),
-        };
-        let mut registry = Registry::with_prefix("kiln_server");
-        registry.register("requests", "RPCs by operation and gRPC code", m.requests.clone());
-        registry.register("redis_errors", "Redis commands that failed", m.redis_errors.clone());
-        registry.register("redis_up", "1 while Redis answers, 0 while it does not", m.redis_up.clone());
-        registry.register("pubsub_up", "1 while the publish subscription is live", m.pubsub_up.clone());
-        registry.register(
-            "integrity_failures",
-            "Stored values refused on read and deleted: bad digest, wrong key, missing piece",
-            m.integrity_failures.clone(),
-        );
-        registry.register("artifact_bytes", "Envelope bytes put (in) and served (out)", m.artifact_bytes.clone());
-        registry.register("watch_streams", "Open WatchPublish streams", m.watch_streams.clone());
-        registry.register("lookups", "Keys read, by the RPC that read them and the result", m.lookups.clone());
-        registry.register(
-            "quarantines",
-            "Keys an auditor quarantined through this replica, by the host that published them",
-            m.quarantines.clone(),
-        );
-        registry.register(
-            "quarantined_puts",
-            "Puts refused because the same bytes were quarantined under the key",
-            m.quarantined_puts.clone(),
-        );
-        registry.register(
-            "conflicting_puts",
-            "Puts that offered other bytes than the key held (refused for kernels), by the offering token id",
-            m.conflicting_puts.clone(),
-        );
-        m.torch_jobs.register(
-            &mut registry,
-            "Eager over compiled step time of a torch.compile job, in the fleet ledger (no series until measured)",
-        );
-        Metrics { registry, ..m }
+        Metrics::registered(Registry::with_prefix("kiln_server"))
     }
 
     /// Sets the per-job series to `jobs` (the fleet ledger's most recent), removing those of jobs

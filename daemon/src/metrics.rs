@@ -95,68 +95,98 @@ fn compile_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.01, 2.0, 18))
 }
 
-/// Every metric kilnd exports. Cloning a metric shares its value, so holders update in place.
-#[derive(Debug)]
-pub struct Metrics {
-    registry: Registry,
-    pub lookups: Family<LookupLabels, Counter>,
-    /// Writes by tier and result (ok | error): a full disk or a full Redis shows here.
-    pub writes: Family<LookupLabels, Counter>,
-    pub compiles: Family<CompileLabels, Counter>,
-    pub compile_seconds: Family<ToolchainLabels, Histogram, fn() -> Histogram>,
-    pub seconds_saved: Counter<f64, AtomicU64>,
-    pub queue_depth: Gauge,
-    pub inflight: Gauge,
-    pub artifact_bytes: Family<BytesLabels, Counter>,
-    pub integrity_failures: Family<TierLabels, Counter>,
-    pub negative_hits: Counter,
-    pub jobs: Counter,
-    pub leases: Family<LeaseLabels, Counter>,
-    /// 1 while the fleet cache answers, 0 while it does not (absent without --remote).
-    pub remote_up: Gauge,
-    /// Writes to the fleet cache that an answer stopped waiting for after `PUBLISH_WAIT`
-    /// (they went on in the background): a slow or cut-off kiln-cache shows here.
-    pub fleet_writes_backgrounded: Counter,
-    /// Fresh cubins by load-check result: loaded | skipped | refused (exported as
-    /// `kiln_gpu_validations_total`, its name since before the load check was called so).
-    pub load_checks: Family<ResultLabels, Counter>,
-    pub blob_lookups: Family<BlobLookupLabels, Counter>,
-    pub blob_puts: Family<NamespaceLabels, Counter>,
-    /// torch.compile graph requests by result: compiled | failed | hit | refused.
-    pub torch_graphs: Family<ResultLabels, Counter>,
-    /// In-process compiles that jobs reported instead of kilnd's, by reason.
-    pub torch_graph_fallbacks: Family<ReasonLabels, Counter>,
-    /// Per job (the 64 most recently reported): eager over compiled step time, the steps after
-    /// which the compile pays for itself (each only once known), the compile seconds paid, and
-    /// those the caches saved it (stored compile times of its warm graphs).
-    pub torch_jobs: TorchJobGauges,
-    pub blob_put_bytes: Family<NamespaceLabels, Counter>,
-    pub blob_leases: Family<BlobLeaseLabels, Counter>,
-    /// Snapshot saves by result: changed | unchanged | refused.
-    pub snapshot_saves: Family<ResultLabels, Counter>,
-    /// Snapshot lookups for a restore by result: found | missing.
-    pub snapshot_restores: Family<ResultLabels, Counter>,
-    /// Files of restores by result: fetched | present | missing.
-    pub snapshot_restore_files: Family<ResultLabels, Counter>,
-    /// Snapshot file bytes by direction: in (stored) | out (sent to a restore).
-    pub snapshot_bytes: Family<DirectionLabels, Counter>,
-    /// How long kilnd took to send one restore's files.
-    pub snapshot_restore_seconds: Histogram,
-    /// Misses that led to a compile, by reason (`explain::misses::MissReason`); counted by
-    /// `MissLog::record` only, so the metric and the list of recent misses agree, and each
-    /// reason's series started at zero by `MissLog::new`.
-    pub misses: Family<MissLabels, Counter>,
-    /// Audits of fleet artifacts by result: clean | mismatch | absent | failed | dropped.
-    pub audits: Family<ResultLabels, Counter>,
-    /// Fleet kernels of unvetted publishers: held (compiled here instead), vouched, mismatch.
-    pub vetting: Family<ResultLabels, Counter>,
-    /// Audits that found a fleet artifact differing from this host's compile, by its publisher.
-    pub audit_mismatches: Family<PublisherLabels, Counter>,
-    /// Quarantined keys this host knows of.
-    pub quarantined_keys: Gauge,
-    /// Fleet answers refused because they are bytes the fleet quarantined.
-    pub quarantine_refusals: Counter,
-    namespaces: std::sync::Mutex<std::collections::HashSet<String>>,
+kiln_serve::metric_set! {
+    /// Every metric kilnd exports. Cloning a metric shares its value, so holders update in place.
+    pub struct Metrics {
+        pub lookups: Family<LookupLabels, Counter> => "cache_lookups", "Cache lookups by tier and result";
+        /// Writes by tier and result (ok | error): a full disk or a full Redis shows here.
+        pub writes: Family<LookupLabels, Counter> => "cache_writes", "Cache writes by tier and result";
+        pub compiles: Family<CompileLabels, Counter> => "compiles", "Compiles by toolchain and outcome";
+        pub compile_seconds: Family<ToolchainLabels, Histogram, fn() -> Histogram>
+            = Family::new_with_constructor(compile_histogram)
+            => "compile_seconds", "Time one compile took";
+        pub seconds_saved: Counter<f64, AtomicU64>
+            => "compile_seconds_saved", "Compile seconds that cache hits did not pay";
+        pub queue_depth: Gauge => "queue_depth", "Compiles waiting for a slot";
+        pub inflight: Gauge => "inflight_compiles", "Compiles running now";
+        pub artifact_bytes: Family<BytesLabels, Counter>
+            => "artifact_bytes", "Envelope bytes read from and written to each tier";
+        pub integrity_failures: Family<TierLabels, Counter>
+            => "integrity_failures", "Envelopes refused on read: bad digest, wrong key, bad frame";
+        pub negative_hits: Counter
+            => "negative_cache_hits", "Requests answered by a remembered compile failure";
+        pub jobs: Counter => "jobs", "Jobs accepted";
+        /// torch.compile graph requests by result: compiled | failed | hit | refused.
+        pub torch_graphs: Family<ResultLabels, Counter>
+            => "torch_graphs", "torch.compile graph requests: compiled, failed, hit, refused";
+        /// In-process compiles that jobs reported instead of kilnd's, by reason.
+        pub torch_graph_fallbacks: Family<ReasonLabels, Counter>
+            => "torch_graph_fallbacks", "In-process torch.compile compiles that jobs reported, by reason";
+        /// Per job (the 64 most recently reported): eager over compiled step time, the steps after
+        /// which the compile pays for itself (each only once known), the compile seconds paid, and
+        /// those the caches saved it (stored compile times of its warm graphs).
+        pub torch_jobs: TorchJobGauges = TorchJobGauges::new(false)
+            => "torch_job", "Eager over compiled step time, per job measured both ways (no series until then)";
+        pub leases: Family<LeaseLabels, Counter>
+            => "lease", "Fleet leases: acquired, waited, takeover, present, timeout, error";
+        /// Fresh cubins by load-check result: loaded | skipped | refused (exported as
+        /// `kiln_gpu_validations_total`, its name since before the load check was called so).
+        pub load_checks: Family<ResultLabels, Counter>
+            => "gpu_validations", "Fresh cubins checked on a local GPU: loaded, skipped, refused";
+        pub blob_lookups: Family<BlobLookupLabels, Counter>
+            => "blob_lookups", "Named-blob lookups by namespace, tier and result";
+        pub blob_puts: Family<NamespaceLabels, Counter> => "blob_puts", "Named blobs stored, by namespace";
+        pub blob_put_bytes: Family<NamespaceLabels, Counter>
+            => "blob_put_bytes", "Bytes of named blobs stored, by namespace";
+        pub blob_leases: Family<BlobLeaseLabels, Counter>
+            => "blob_leases", "Named-blob leases: granted, found while waiting, proceed without, expired";
+        /// Snapshot saves by result: changed | unchanged | refused.
+        pub snapshot_saves: Family<ResultLabels, Counter>
+            => "snapshot_saves", "Job snapshot saves: changed, unchanged, refused";
+        /// Snapshot lookups for a restore by result: found | missing.
+        pub snapshot_restores: Family<ResultLabels, Counter>
+            => "snapshot_restores", "Job snapshot lookups for a restore: found, missing";
+        /// Files of restores by result: fetched | present | missing.
+        pub snapshot_restore_files: Family<ResultLabels, Counter>
+            => "snapshot_restore_files",
+            "Files of snapshot restores: fetched, present at the client, missing in every tier";
+        /// Snapshot file bytes by direction: in (stored) | out (sent to a restore).
+        pub snapshot_bytes: Family<DirectionLabels, Counter>
+            => "snapshot_bytes", "Snapshot file bytes stored (in) and sent to restores (out)";
+        /// How long kilnd took to send one restore's files.
+        pub snapshot_restore_seconds: Histogram
+            // 1 ms to about a minute.
+            = Histogram::new(exponential_buckets(0.001, 2.0, 17))
+            => "snapshot_restore_seconds", "Time kilnd took to send one restore's files";
+        /// Misses that led to a compile, by reason (`explain::misses::MissReason`); counted by
+        /// `MissLog::record` only, so the metric and the list of recent misses agree, and each
+        /// reason's series started at zero by `MissLog::new`.
+        pub misses: Family<MissLabels, Counter>
+            => "misses",
+            "Misses that led to a compile, by the first input that differs from the nearest earlier recipe";
+        /// Audits of fleet artifacts by result: clean | mismatch | absent | failed | dropped.
+        pub audits: Family<ResultLabels, Counter> => "audits", "Audits of fleet artifacts by result";
+        /// Fleet kernels of unvetted publishers: held (compiled here instead), vouched, mismatch.
+        pub vetting: Family<ResultLabels, Counter>
+            => "vetting", "Fleet kernels of publishers not yet vetted, compiled here before use, by result";
+        /// Audits that found a fleet artifact differing from this host's compile, by its publisher.
+        pub audit_mismatches: Family<PublisherLabels, Counter>
+            => "audit_mismatches",
+            "Fleet artifacts that differed from this host's compile of their inputs, by publisher";
+        /// Quarantined keys this host knows of.
+        pub quarantined_keys: Gauge => "quarantined_keys", "Quarantined keys this host knows of";
+        /// Fleet answers refused because they are bytes the fleet quarantined.
+        pub quarantine_refusals: Counter
+            => "quarantine_refusals", "Fleet answers refused because the fleet quarantined those bytes";
+        /// 1 while the fleet cache answers, 0 while it does not (registered by
+        /// [`Metrics::enable_remote_up`], so absent without --remote).
+        pub remote_up: Gauge;
+        /// Writes to the fleet cache that an answer stopped waiting for after `PUBLISH_WAIT`
+        /// (they went on in the background): a slow or cut-off kiln-cache shows here. Registered
+        /// with `remote_up`.
+        pub fleet_writes_backgrounded: Counter;
+        namespaces: std::sync::Mutex<std::collections::HashSet<String>>;
+    }
 }
 
 impl Default for Metrics {
@@ -167,152 +197,7 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("kiln");
-        let m = Metrics {
-            lookups: Family::default(),
-            writes: Family::default(),
-            compiles: Family::default(),
-            compile_seconds: Family::new_with_constructor(compile_histogram),
-            seconds_saved: Counter::default(),
-            queue_depth: Gauge::default(),
-            inflight: Gauge::default(),
-            artifact_bytes: Family::default(),
-            integrity_failures: Family::default(),
-            negative_hits: Counter::default(),
-            jobs: Counter::default(),
-            leases: Family::default(),
-            remote_up: Gauge::default(),
-            fleet_writes_backgrounded: Counter::default(),
-            load_checks: Family::default(),
-            blob_lookups: Family::default(),
-            blob_puts: Family::default(),
-            blob_put_bytes: Family::default(),
-            blob_leases: Family::default(),
-            torch_graphs: Family::default(),
-            torch_graph_fallbacks: Family::default(),
-            torch_jobs: TorchJobGauges::new(false),
-            snapshot_saves: Family::default(),
-            snapshot_restores: Family::default(),
-            snapshot_restore_files: Family::default(),
-            snapshot_bytes: Family::default(),
-            // 1 ms to about a minute.
-            snapshot_restore_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 17)),
-            misses: Family::default(),
-            audits: Family::default(),
-            vetting: Family::default(),
-            audit_mismatches: Family::default(),
-            quarantined_keys: Gauge::default(),
-            quarantine_refusals: Counter::default(),
-            namespaces: Default::default(),
-            registry: Registry::default(),
-        };
-        registry.register("cache_lookups", "Cache lookups by tier and result", m.lookups.clone());
-        registry.register("cache_writes", "Cache writes by tier and result", m.writes.clone());
-        registry.register("compiles", "Compiles by toolchain and outcome", m.compiles.clone());
-        registry.register("compile_seconds", "Time one compile took", m.compile_seconds.clone());
-        registry.register(
-            "compile_seconds_saved",
-            "Compile seconds that cache hits did not pay",
-            m.seconds_saved.clone(),
-        );
-        registry.register("queue_depth", "Compiles waiting for a slot", m.queue_depth.clone());
-        registry.register("inflight_compiles", "Compiles running now", m.inflight.clone());
-        registry.register(
-            "artifact_bytes",
-            "Envelope bytes read from and written to each tier",
-            m.artifact_bytes.clone(),
-        );
-        registry.register(
-            "integrity_failures",
-            "Envelopes refused on read: bad digest, wrong key, bad frame",
-            m.integrity_failures.clone(),
-        );
-        registry.register(
-            "negative_cache_hits",
-            "Requests answered by a remembered compile failure",
-            m.negative_hits.clone(),
-        );
-        registry.register("jobs", "Jobs accepted", m.jobs.clone());
-        registry.register(
-            "torch_graphs",
-            "torch.compile graph requests: compiled, failed, hit, refused",
-            m.torch_graphs.clone(),
-        );
-        registry.register(
-            "torch_graph_fallbacks",
-            "In-process torch.compile compiles that jobs reported, by reason",
-            m.torch_graph_fallbacks.clone(),
-        );
-        m.torch_jobs.register(
-            &mut registry,
-            "Eager over compiled step time, per job measured both ways (no series until then)",
-        );
-        registry.register(
-            "lease",
-            "Fleet leases: acquired, waited, takeover, present, timeout, error",
-            m.leases.clone(),
-        );
-        registry.register(
-            "gpu_validations",
-            "Fresh cubins checked on a local GPU: loaded, skipped, refused",
-            m.load_checks.clone(),
-        );
-        registry.register("blob_lookups", "Named-blob lookups by namespace, tier and result", m.blob_lookups.clone());
-        registry.register("blob_puts", "Named blobs stored, by namespace", m.blob_puts.clone());
-        registry.register("blob_put_bytes", "Bytes of named blobs stored, by namespace", m.blob_put_bytes.clone());
-        registry.register(
-            "blob_leases",
-            "Named-blob leases: granted, found while waiting, proceed without, expired",
-            m.blob_leases.clone(),
-        );
-        registry.register(
-            "snapshot_saves",
-            "Job snapshot saves: changed, unchanged, refused",
-            m.snapshot_saves.clone(),
-        );
-        registry.register(
-            "snapshot_restores",
-            "Job snapshot lookups for a restore: found, missing",
-            m.snapshot_restores.clone(),
-        );
-        registry.register(
-            "snapshot_restore_files",
-            "Files of snapshot restores: fetched, present at the client, missing in every tier",
-            m.snapshot_restore_files.clone(),
-        );
-        registry.register(
-            "snapshot_bytes",
-            "Snapshot file bytes stored (in) and sent to restores (out)",
-            m.snapshot_bytes.clone(),
-        );
-        registry.register(
-            "snapshot_restore_seconds",
-            "Time kilnd took to send one restore's files",
-            m.snapshot_restore_seconds.clone(),
-        );
-        registry.register(
-            "misses",
-            "Misses that led to a compile, by the first input that differs from the nearest earlier recipe",
-            m.misses.clone(),
-        );
-        registry.register("audits", "Audits of fleet artifacts by result", m.audits.clone());
-        registry.register(
-            "vetting",
-            "Fleet kernels of publishers not yet vetted, compiled here before use, by result",
-            m.vetting.clone(),
-        );
-        registry.register(
-            "audit_mismatches",
-            "Fleet artifacts that differed from this host's compile of their inputs, by publisher",
-            m.audit_mismatches.clone(),
-        );
-        registry.register("quarantined_keys", "Quarantined keys this host knows of", m.quarantined_keys.clone());
-        registry.register(
-            "quarantine_refusals",
-            "Fleet answers refused because the fleet quarantined those bytes",
-            m.quarantine_refusals.clone(),
-        );
-        let m = Metrics { registry, ..m };
+        let m = Metrics::registered(Registry::with_prefix("kiln"));
         m.zero(&TierName::LOCAL);
         for toolchain in crate::domain::Toolchain::ALL.map(|t| t.as_str()) {
             for outcome in ["ok", "failed"] {

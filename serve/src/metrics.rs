@@ -1,11 +1,15 @@
 //! What both daemons' Prometheus metrics share: the label sets they both use, and the per-job
 //! torch.compile gauges, which kilnd exports for this host's processes and kiln-cache for the
-//! fleet ledger's jobs, with the same names and the same rule for what is known.
+//! fleet ledger's jobs, with the same names and the same rule for what is known; and [`set`],
+//! which declares each daemon's metrics struct.
+
+pub mod set;
 
 use kiln_proto::pb::TorchJobReturn;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+use set::Register;
 use std::sync::atomic::AtomicU64;
 
 /// Declares Prometheus label sets: each a struct with the derives a [`Family`] key needs, so that
@@ -55,33 +59,6 @@ impl TorchJobGauges {
         TorchJobGauges { steps: with_steps.then(JobGauge::default), ..Default::default() }
     }
 
-    /// Registers the gauges in `registry`; `speedup_help` says whose jobs they are.
-    pub fn register(&self, registry: &mut Registry, speedup_help: &'static str) {
-        for (name, help, family) in [
-            ("torch_job_speedup", speedup_help, &self.speedup),
-            (
-                "torch_job_break_even_steps",
-                "Steps after which a job's compile pays for itself (no series while unknown or when it never does)",
-                &self.break_even_steps,
-            ),
-            (
-                "torch_job_compile_seconds",
-                "Compile seconds charged to a job: cold compiles once per graph, and its processes' own",
-                &self.compile_seconds,
-            ),
-            (
-                "torch_job_saved_seconds",
-                "Compile seconds the caches saved a job: the stored compile time of each graph taken warm",
-                &self.saved_seconds,
-            ),
-        ] {
-            registry.register(name, help, family.clone());
-        }
-        if let Some(steps) = &self.steps {
-            registry.register("torch_job_steps", "Steps a job's processes ran, added up", steps.clone());
-        }
-    }
-
     /// Every family, in the order [`TorchJobGauges::set`] gives their figures.
     fn families(&self) -> impl Iterator<Item = &JobGauge> {
         [&self.speedup, &self.break_even_steps, &self.compile_seconds, &self.saved_seconds]
@@ -116,6 +93,36 @@ impl TorchJobGauges {
         let labels = JobLabels { torch_job: job.to_owned() };
         for family in self.families() {
             family.remove(&labels);
+        }
+    }
+}
+
+/// The gauges register several families: `name` is their prefix (`<name>_speedup`, …), and
+/// `help` the speedup's, which says whose jobs they are.
+impl Register for TorchJobGauges {
+    fn register(&self, registry: &mut Registry, name: &'static str, help: &'static str) {
+        for (suffix, help, family) in [
+            ("speedup", help, &self.speedup),
+            (
+                "break_even_steps",
+                "Steps after which a job's compile pays for itself (no series while unknown or when it never does)",
+                &self.break_even_steps,
+            ),
+            (
+                "compile_seconds",
+                "Compile seconds charged to a job: cold compiles once per graph, and its processes' own",
+                &self.compile_seconds,
+            ),
+            (
+                "saved_seconds",
+                "Compile seconds the caches saved a job: the stored compile time of each graph taken warm",
+                &self.saved_seconds,
+            ),
+        ] {
+            registry.register(format!("{name}_{suffix}"), help, family.clone());
+        }
+        if let Some(steps) = &self.steps {
+            registry.register(format!("{name}_steps"), "Steps a job's processes ran, added up", steps.clone());
         }
     }
 }
