@@ -5,6 +5,7 @@ of their jobs. The stubs are imported on first use, as the graph path is."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -36,7 +37,6 @@ class TorchGraphCalls:
 
     uri: str
     _channel: grpc.Channel
-    _graphs_stub: Any
 
     def _rpc(self) -> contextlib.AbstractContextManager[None]:
         raise NotImplementedError
@@ -44,14 +44,11 @@ class TorchGraphCalls:
     def _timeout(self, timeout: float | None) -> float | None:
         raise NotImplementedError
 
-
-    @property
+    @functools.cached_property
     def _graphs(self) -> Any:
-        if self._graphs_stub is None:
-            from ._proto import graph_pb2_grpc
+        from ._proto import graph_pb2_grpc
 
-            self._graphs_stub = graph_pb2_grpc.TorchGraphsStub(self._channel)
-        return self._graphs_stub
+        return graph_pb2_grpc.TorchGraphsStub(self._channel)
 
     def compile_torch_graph(
         self,

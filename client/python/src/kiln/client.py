@@ -8,6 +8,7 @@ fork-safe: make a new one in a child process.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -105,8 +106,6 @@ class Client(TorchGraphCalls, Closing):
         self._channel = _auth.with_token(channel, token)
         self._compiler = kiln_pb2_grpc.CompilerStub(self._channel)
         self._blobs = blob_pb2_grpc.BlobsStub(self._channel)
-        self._snapshots_stub: Any = None
-        self._graphs_stub: Any = None
 
     # -- lifecycle --
 
@@ -341,13 +340,11 @@ class Client(TorchGraphCalls, Closing):
     # -- Snapshots (the algorithm is in kiln.snapshot, imported on first use: the Triton and
     # torch integrations, which need only blobs, import this module inside a job's compile) --
 
-    @property
+    @functools.cached_property
     def _snapshots(self) -> Any:
-        if self._snapshots_stub is None:
-            from ._proto import snapshot_pb2_grpc
+        from ._proto import snapshot_pb2_grpc
 
-            self._snapshots_stub = snapshot_pb2_grpc.SnapshotsStub(self._channel)
-        return self._snapshots_stub
+        return snapshot_pb2_grpc.SnapshotsStub(self._channel)
 
     def snapshot_save(
         self,
