@@ -1,21 +1,14 @@
 //! CUDA C++ kernels for NVRTC: source, headers by content, allowlisted options, name
 //! expressions, and the include check that keeps host paths out of the compiler.
 
-use super::Context;
-use crate::domain::{KernelJob, KernelSource};
+use super::{Checked, Context};
+use crate::domain::KernelSource;
 use crate::error::{Error, invalid};
 use crate::runtime::toolchain::{includes, options};
-use kiln_proto::Target;
 use kiln_proto::pb;
 use std::collections::HashMap;
 
-pub(super) fn kernel(
-    id: &str,
-    c: &pb::CudaSource,
-    target: &Target,
-    field: &str,
-    ctx: &Context<'_>,
-) -> Result<KernelJob, Error> {
+pub(super) fn check<'a>(c: &pb::CudaSource, field: &str, ctx: &Context<'a>) -> Result<Checked<'a>, Error> {
     if c.source.is_empty() {
         return Err(invalid(format!("{field}.source"), "empty"));
     }
@@ -63,7 +56,5 @@ pub(super) fn kernel(
     let refusal = std::iter::once(("source", c.source.as_str()))
         .chain(c.headers.iter().map(|h| (h.name.as_str(), h.content.as_str())))
         .find_map(|(name, text)| includes::check(text).err().map(|e| format!("refused before compiling: {name}: {e}")));
-    let source = KernelSource::Cuda(c.clone());
-    let key = source.with_key_inputs(target, ctx.nvrtc_fingerprint, |k| k.derive());
-    Ok(KernelJob { id: id.to_string(), key, source, refusal })
+    Ok(Checked { source: KernelSource::Cuda(c.clone()), fingerprint: ctx.nvrtc_fingerprint, refusal })
 }

@@ -7,8 +7,7 @@ mod ptx;
 mod triton;
 
 use crate::config::Limits;
-use crate::domain::Job;
-use crate::domain::Priority;
+use crate::domain::{Job, KernelJob, KernelSource, Priority};
 use crate::error::{Error, invalid};
 use crate::runtime::toolchain::Toolchain;
 use kiln_proto::pb::{self, kernel::Source};
@@ -65,15 +64,32 @@ pub fn request(req: &pb::CompileRequest, ctx: &Context<'_>, default_priority: Pr
                 format!("duplicate id `{}` (also graph.kernels[{first}])", k.id),
             ));
         }
-        let kernel = match &k.source {
-            Some(Source::Cuda(c)) => cuda::kernel(&k.id, c, &target, &format!("{field}.cuda"), ctx)?,
-            Some(Source::Ptx(p)) => ptx::kernel(&k.id, p, &target, &format!("{field}.ptx"), ctx)?,
-            Some(Source::Triton(t)) => triton::kernel(&k.id, t, &target, &format!("{field}.triton"), ctx)?,
+        let checked = match &k.source {
+            Some(Source::Cuda(c)) => cuda::check(c, &format!("{field}.cuda"), ctx)?,
+            Some(Source::Ptx(p)) => ptx::check(p, &format!("{field}.ptx"), ctx)?,
+            Some(Source::Triton(t)) => triton::check(t, &format!("{field}.triton"), ctx)?,
             None => return Err(invalid(format!("{field}.source"), "required: set one of cuda, ptx, triton")),
         };
-        kernels.push(kernel);
+        kernels.push(checked.job(&k.id, &target));
     }
     Ok(Job { name: graph.name.clone(), target, kernels, priority, omit_artifacts: req.omit_artifacts })
+}
+
+/// A kernel source that passed its checks, with the fingerprint of the toolchain that compiles
+/// it: what its key is derived from.
+struct Checked<'a> {
+    source: KernelSource,
+    fingerprint: &'a Fingerprint,
+    /// Why the source may not be compiled at all, for a kernel that fails without compiling.
+    refusal: Option<String>,
+}
+
+impl Checked<'_> {
+    /// The kernel `id` of the job, for `target`, its key derived.
+    fn job(self, id: &str, target: &Target) -> KernelJob {
+        let key = self.source.with_key_inputs(target, self.fingerprint, |k| k.derive());
+        KernelJob { id: id.to_string(), key, source: self.source, refusal: self.refusal }
+    }
 }
 
 /// Whether any kernel of the request is Triton (the pool must be started before validation).

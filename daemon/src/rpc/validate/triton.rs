@@ -2,11 +2,10 @@
 //! values, argument attributes and options. Every field goes into the key, through a canonical
 //! list of option strings (see [`crate::domain::source::triton_key_options`]).
 
-use super::{Context, text, unavailable};
-use crate::domain::{KernelJob, KernelSource};
+use super::{Checked, Context, text, unavailable};
+use crate::domain::KernelSource;
 use crate::error::{Error, invalid};
 use crate::runtime::toolchain::Toolchain;
-use kiln_proto::Target;
 use kiln_proto::pb::{self, triton_constexpr::Value};
 use std::collections::HashMap;
 
@@ -17,13 +16,7 @@ fn identifier(s: &str) -> bool {
         && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
-pub(super) fn kernel(
-    id: &str,
-    t: &pb::TritonSource,
-    target: &Target,
-    field: &str,
-    ctx: &Context<'_>,
-) -> Result<KernelJob, Error> {
+pub(super) fn check<'a>(t: &pb::TritonSource, field: &str, ctx: &Context<'a>) -> Result<Checked<'a>, Error> {
     let fingerprint = ctx.triton.map_err(|why| unavailable(field, Toolchain::Triton, why))?;
     text(&format!("{field}.source"), &t.source, ctx)?;
     if !identifier(&t.kernel_name) {
@@ -92,7 +85,5 @@ pub(super) fn kernel(
             return Err(invalid(format!("{f}.maxnreg"), "must be at most 255"));
         }
     }
-    let source = KernelSource::Triton(t.clone());
-    let key = source.with_key_inputs(target, fingerprint, |k| k.derive());
-    Ok(KernelJob { id: id.to_string(), key, source, refusal: None })
+    Ok(Checked { source: KernelSource::Triton(t.clone()), fingerprint, refusal: None })
 }
