@@ -20,6 +20,7 @@ from graph_job import run_job
 from harness import Kilnd, metric
 
 import kiln
+from kiln._torch_calls import TorchGraphRequest
 
 torch = pytest.importorskip("torch", reason="torch is not installed in this interpreter")
 
@@ -185,22 +186,25 @@ def payload(graph: bytes, header: dict[str, Any] | None = None) -> bytes:
 
 def test_another_torch_is_refused_naming_the_field(graph_kilnd: Kilnd) -> None:
     with kiln.Client(graph_kilnd.uri) as c, pytest.raises(kiln.FailedPrecondition, match="torch_version"):
-        c.compile_torch_graph(payload(b"x"), "1.0.0")
+        c.compile_torch_graph(TorchGraphRequest(payload(b"x"), "1.0.0"))
     with kiln.Client(graph_kilnd.uri) as c, pytest.raises(kiln.InvalidArgument, match="payload: must be"):
-        c.compile_torch_graph(b"", torch.__version__)
+        c.compile_torch_graph(TorchGraphRequest(b"", torch.__version__))
 
 
-def _claim(c: kiln.Client, data: bytes, **kw: Any) -> Any:
-    return c.claim_torch_graph(
-        data, torch.__version__, triton_version=_triton_version(), python_version=sys.version.split()[0], cuda_version=torch.version.cuda or "", timeout=60, **kw
+def _graph(data: bytes, **fields: Any) -> TorchGraphRequest:
+    """``data`` as this process asks for it: keyed by its Triton, Python and CUDA too."""
+    return TorchGraphRequest(
+        data, torch.__version__, triton_version=_triton_version(), python_version=sys.version.split()[0], cuda_version=torch.version.cuda or "", **fields
     )
 
 
-def _unshared(c: kiln.Client, data: bytes, **kw: Any) -> Any:
+def _claim(c: kiln.Client, data: bytes, wait_for_claim: float = 0.0, **kw: Any) -> Any:
+    return c.claim_torch_graph(_graph(data, wait_for_claim=wait_for_claim), timeout=60, **kw)
+
+
+def _unshared(c: kiln.Client, data: bytes, **fields: Any) -> Any:
     """A graph asked for by a process that cannot share its compile (``no_worker``)."""
-    return c.compile_torch_graph(
-        data, torch.__version__, triton_version=_triton_version(), python_version=sys.version.split()[0], cuda_version=torch.version.cuda or "", no_worker=True, **kw
-    )
+    return c.compile_torch_graph(_graph(data, no_worker=True, **fields))
 
 
 def test_a_claim_holds_the_others_until_its_publish_and_a_closed_one_hands_it_on(graph_kilnd: Kilnd) -> None:
@@ -315,7 +319,7 @@ def test_a_publish_needs_an_open_claim_and_a_bundle_that_reads(graph_kilnd: Kiln
         c.publish_torch_graph(claim.answer.key, b"artifacts", 1.0)
         claim.close()
         with pytest.raises(kiln.InvalidArgument, match="wait_for_claim_ms: at most"):
-            c.compile_torch_graph(payload(b"x"), torch.__version__, wait_for_claim=11.0)
+            c.compile_torch_graph(TorchGraphRequest(payload(b"x"), torch.__version__, wait_for_claim=11.0))
 
 
 class Escape:
@@ -333,11 +337,13 @@ def test_another_python_is_refused_at_compile_naming_the_field(graph_kilnd: Kiln
 
     with kiln.Client(graph_kilnd.uri) as c, pytest.raises(kiln.FailedPrecondition, match="python_version"):
         c.compile_torch_graph(
-            payload(b"another python"),
-            torch.__version__,
-            triton_version=_triton_version(),
-            python_version="2.7.18",
-            cuda_version=torch.version.cuda or "",
+            TorchGraphRequest(
+                payload(b"another python"),
+                torch.__version__,
+                triton_version=_triton_version(),
+                python_version="2.7.18",
+                cuda_version=torch.version.cuda or "",
+            )
         )
     assert sys.version.split()[0] != "2.7.18"
 
@@ -355,9 +361,9 @@ def test_a_hostile_payload_is_refused_by_the_worker_and_remembered(graph_kilnd: 
     evil = payload(pickle.dumps(Escape(witness)))
     failed = graphs_count(graph_kilnd, "failed")
     with kiln.Client(graph_kilnd.uri) as c:
-        answer = c.compile_torch_graph(evil, torch.__version__, timeout=300)
+        answer = c.compile_torch_graph(TorchGraphRequest(evil, torch.__version__), timeout=300)
         assert not answer.ok and "which a graph never needs" in answer.log, answer.log[-2000:]
-        again = c.compile_torch_graph(evil, torch.__version__, timeout=300)
+        again = c.compile_torch_graph(TorchGraphRequest(evil, torch.__version__), timeout=300)
     assert not again.ok and again.tier == kiln.Tier.MEMORY, "a failed compile is remembered, not paid again"
     assert not witness.exists()
     assert graphs_count(graph_kilnd, "failed") == failed + 2

@@ -8,6 +8,7 @@ import contextlib
 import functools
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -16,6 +17,46 @@ from . import errors
 from ._closing import Closing
 from ._torch_results import TorchGraphAnswer, TorchGraphCost, TorchJobReturn, TorchJobs
 from ._wire import milliseconds
+
+
+@dataclass(frozen=True)
+class TorchGraphRequest:
+    """One torch.compile graph as this process asks kilnd for it (:meth:`Client.compile_torch_graph`,
+    :meth:`Client.claim_torch_graph`). The payload is what :mod:`kiln.torch._graph` writes. The
+    versions besides torch's are the process's environment: with them the graph is keyed by it,
+    and a stored answer comes back without kilnd starting a torch worker. ``compile_timeout``
+    bounds the compile (``None`` for kilnd's bound). ``wait_for_claim`` (seconds, at most 10): how
+    long kilnd waits for another process to claim the graph before its worker compiles it (before
+    granting this one the claim, for a claim). With ``no_worker`` kilnd waits for nobody's compile
+    of it and no worker compiles it: where no tier holds it, the answer is ``compile_here`` with
+    an empty key (compile it for yourself; there is nothing to publish)."""
+
+    payload: bytes
+    torch_version: str
+    job: str = ""
+    name: str = ""
+    compile_timeout: float | None = None
+    triton_version: str = ""
+    python_version: str = ""
+    cuda_version: str = ""
+    wait_for_claim: float = 0.0
+    no_worker: bool = False
+
+    def to_proto(self) -> Any:
+        from ._proto import graph_pb2
+
+        return graph_pb2.TorchGraphRequest(
+            torch_version=self.torch_version,
+            triton_version=self.triton_version,
+            python_version=self.python_version,
+            cuda_version=self.cuda_version,
+            payload=self.payload,
+            job=self.job,
+            name=self.name,
+            timeout_ms=milliseconds(self.compile_timeout, "compile_timeout"),
+            wait_for_claim_ms=milliseconds(self.wait_for_claim, "wait_for_claim"),
+            no_worker=self.no_worker,
+        )
 
 
 class TorchGraphClaim(Closing):
@@ -50,58 +91,22 @@ class TorchGraphCalls:
 
         return graph_pb2_grpc.TorchGraphsStub(self._channel)
 
-    def compile_torch_graph(
-        self,
-        payload: bytes,
-        torch_version: str,
-        *,
-        job: str = "",
-        name: str = "",
-        compile_timeout: float | None = None,
-        timeout: float | None = None,
-        triton_version: str = "",
-        python_version: str = "",
-        cuda_version: str = "",
-        wait_for_claim: float = 0.0,
-        no_worker: bool = False,
-    ) -> TorchGraphAnswer:
+    def compile_torch_graph(self, graph: TorchGraphRequest, *, timeout: float | None = None) -> TorchGraphAnswer:
         """Compiles one serialized torch.compile graph in kilnd's torch workers, or answers it
-        from the caches; waits for the answer (``timeout`` bounds the call, ``compile_timeout`` the
-        compile, ``None`` for kilnd's). The payload is what :mod:`kiln.torch._graph` writes.
-        The versions besides torch's are the process's environment: with them the graph is keyed
-        by it, and a stored answer comes back without kilnd starting a torch worker.
-        ``wait_for_claim`` (seconds, at most 10): how long kilnd waits for another process to
-        claim the graph (:meth:`claim_torch_graph`) before its worker compiles it. With
-        ``no_worker`` no worker compiles it and kilnd waits for nobody's compile of it: where no
-        tier holds it, the answer is ``compile_here`` with an empty key (compile it yourself;
-        there is nothing to publish)."""
-        from ._proto import graph_pb2
-
-        request = self._graph_request(
-            graph_pb2, payload, torch_version, job, name, compile_timeout, triton_version, python_version, cuda_version
-        )
-        request.wait_for_claim_ms = milliseconds(wait_for_claim, "wait_for_claim")
-        request.no_worker = no_worker
+        from the caches; waits for the answer (``timeout`` bounds the call, ``None`` for the
+        client's default)."""
+        request = graph.to_proto()
         with self._rpc():
             reply = self._graphs.CompileTorchGraph(request, timeout=self._timeout(timeout))
         return TorchGraphAnswer.from_proto(reply)
 
     def claim_torch_graph(
         self,
-        payload: bytes,
-        torch_version: str,
+        graph: TorchGraphRequest,
         *,
-        job: str = "",
-        name: str = "",
-        compile_timeout: float | None = None,
         timeout: float | None = None,
-        triton_version: str = "",
-        python_version: str = "",
-        cuda_version: str = "",
         prefer_workers: bool = False,
         answer_within: float | None = None,
-        wait_for_claim: float = 0.0,
-        no_worker: bool = False,
     ) -> TorchGraphClaim:
         """:meth:`compile_torch_graph` for a process that can compile the graph itself: where
         nobody has it and nobody compiles it, the answer is ``compile_here`` and the claim is this
@@ -111,19 +116,11 @@ class TorchGraphCalls:
         ``prefer_workers``, a graph nobody has is compiled by an idle torch worker of kilnd's and
         answered, and claimed only where no worker is idle. ``answer_within`` (seconds) bounds the
         wait for the first answer (another process's compile, say) apart from the claim's life:
-        past it the call is cancelled and :class:`errors.DeadlineExceeded` raised.
-        ``wait_for_claim`` (seconds, at most 10): how long kilnd waits for another process to
-        claim the graph before granting this one the claim. ``no_worker``: kilnd waits for
-        nobody's compile: where another process or host compiles the graph, the answer is
+        past it the call is cancelled and :class:`errors.DeadlineExceeded` raised. With the
+        graph's ``no_worker``, where another process or host compiles the graph, the answer is
         ``compile_here`` with an empty key (compile it for yourself; publish nothing)."""
-        from ._proto import graph_pb2
-
-        request = self._graph_request(
-            graph_pb2, payload, torch_version, job, name, compile_timeout, triton_version, python_version, cuda_version
-        )
+        request = graph.to_proto()
         request.prefer_workers = prefer_workers
-        request.wait_for_claim_ms = milliseconds(wait_for_claim, "wait_for_claim")
-        request.no_worker = no_worker
         with self._rpc():
             call = self._graphs.ClaimTorchGraph(request, timeout=self._timeout(timeout))
             first = _first_message(call, answer_within, self.uri)
@@ -137,29 +134,6 @@ class TorchGraphCalls:
         request = graph_pb2.PublishTorchGraphRequest(key=key, artifacts=artifacts, compile_micros=int(max(compile_seconds, 0.0) * 1e6))
         with self._rpc():
             self._graphs.PublishTorchGraph(request, timeout=self._timeout(timeout))
-
-    @staticmethod
-    def _graph_request(
-        graph_pb2: Any,
-        payload: bytes,
-        torch_version: str,
-        job: str,
-        name: str,
-        compile_timeout: float | None,
-        triton_version: str,
-        python_version: str,
-        cuda_version: str,
-    ) -> Any:
-        return graph_pb2.TorchGraphRequest(
-            torch_version=torch_version,
-            triton_version=triton_version,
-            python_version=python_version,
-            cuda_version=cuda_version,
-            payload=payload,
-            job=job,
-            name=name,
-            timeout_ms=milliseconds(compile_timeout, "compile_timeout"),
-        )
 
     def warm_torch_workers(self, *, start: bool = True, timeout: float | None = None) -> str | None:
         """Asks kilnd to start its torch workers now, in the background, so that the first

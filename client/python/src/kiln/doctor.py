@@ -102,6 +102,7 @@ def _torch_graph_check(uri: str, timeout: float) -> dict[str, Any]:
     import torch
 
     from . import errors
+    from ._torch_calls import TorchGraphRequest
     from .client import Client
     from .torch._ask import environment
     from .torch._payload import serialize
@@ -119,16 +120,16 @@ def _torch_graph_check(uri: str, timeout: float) -> dict[str, Any]:
     started = time.perf_counter()
     try:
         with Client(uri) as client:
-            answer = client.compile_torch_graph(
+            graph = TorchGraphRequest(
                 payloads[0],
                 torch.__version__,
                 job="kiln-doctor",
                 name="doctor:tiny",
-                timeout=timeout,
                 triton_version=triton,
                 python_version=python,
                 cuda_version=cuda,
             )
+            answer = client.compile_torch_graph(graph, timeout=timeout)
     except errors.KilnError as e:
         return {"ok": False, "device": device, "error": str(e)}
     seconds = time.perf_counter() - started

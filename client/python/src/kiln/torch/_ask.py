@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import settings
-from .._torch_calls import TorchGraphClaim
+from .._torch_calls import TorchGraphClaim, TorchGraphRequest
+from .._torch_results import TorchGraphAnswer
 from .._warn import warn_once
 from . import _inductor
 from ._answer import BadBundle, Bundle, place
@@ -134,28 +135,22 @@ def ask(request: Request, *, bound: float | None = None) -> Answer | Grant | str
     try:
         triton_version, python_version, cuda_version = environment()
         client = _fleet.client()
-        ask: Callable[..., Any] = (
-            functools.partial(
-                client.claim_torch_graph,
-                answer_within=bound,
-                wait_for_claim=request.wait_for_claim,
-                no_worker=request.no_worker,
-            )
-            if request.claim
-            else functools.partial(
-                client.compile_torch_graph, wait_for_claim=request.wait_for_claim, no_worker=request.no_worker
-            )
-        )
-        timeout = COMPILE_WAIT_SECS if request.claim or bound is None else min(bound + request.wait_for_claim, COMPILE_WAIT_SECS)
-        asked = ask(
+        graph = TorchGraphRequest(
             request.payload,
             torch.__version__,
             job=_ledger.job,
             name=request.name,
-            timeout=timeout,
             triton_version=triton_version,
             python_version=python_version,
             cuda_version=cuda_version,
+            wait_for_claim=request.wait_for_claim,
+            no_worker=request.no_worker,
+        )
+        timeout = COMPILE_WAIT_SECS if request.claim or bound is None else min(bound + request.wait_for_claim, COMPILE_WAIT_SECS)
+        asked: TorchGraphClaim | TorchGraphAnswer = (
+            client.claim_torch_graph(graph, timeout=timeout, answer_within=bound)
+            if request.claim
+            else client.compile_torch_graph(graph, timeout=timeout)
         )
         if isinstance(asked, TorchGraphClaim):
             if asked.answer.compile_here and asked.answer.key:
