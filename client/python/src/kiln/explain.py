@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ._from_proto import from_message
 from ._proto import kiln_pb2 as pb
 from .results import Provenance, Tier, _enum
 
@@ -58,5 +59,5 @@ class Explanation:
             kernel_name=m.identity.kernel_name,
             nearest_from=m.nearest_from,
             differences=[Difference(reason=d.reason, text=d.text) for d in m.differences],
-            publisher=Provenance.from_proto(m.publisher) if m.HasField("publisher") else None,
+            publisher=from_message(Provenance, m.publisher) if m.HasField("publisher") else None,
         )

@@ -260,10 +260,6 @@ class RecentMiss:
     detail: str
     key: str
 
-    @classmethod
-    def from_proto(cls, m: pb.RecentMiss) -> RecentMiss:
-        return from_message(cls, m)
-
 
 @dataclass(frozen=True)
 class SnapshotStats:
@@ -278,10 +274,6 @@ class SnapshotStats:
     files_missing: int = 0
     bytes_fetched: int = 0
     bytes_stored: int = 0
-
-    @classmethod
-    def from_proto(cls, m: pb.SnapshotStats) -> SnapshotStats:
-        return from_message(cls, m)
 
 
 @dataclass(frozen=True)
@@ -299,10 +291,6 @@ class Provenance:
     #: kiln-cache says some host vouched for this publisher and none found it wrong since:
     #: under ``vet = "first-use"`` its kernels are run without being compiled here first.
     vetted: bool = False
-
-    @classmethod
-    def from_proto(cls, m: pb.Provenance) -> Provenance:
-        return from_message(cls, m)
 
 
 @dataclass(frozen=True)
@@ -378,8 +366,8 @@ class Stats:
             ],
             gpus=[from_message(Gpu, g) for g in m.gpus],
             tiers=[from_message(TierStats, t) for t in m.tiers],
-            recent_misses=[RecentMiss.from_proto(r) for r in m.recent_misses],
-            snapshots=SnapshotStats.from_proto(m.snapshots),
+            recent_misses=[from_message(RecentMiss, r) for r in m.recent_misses],
+            snapshots=from_message(SnapshotStats, m.snapshots),
             torch_graphs=_torch_graph_stats(m),
             audit=AuditStats.from_proto(m.audit) if m.HasField("audit") else None,
         )

@@ -21,10 +21,6 @@ class SnapshotRoot:
     #: Absolute, symlinks not resolved: a JIT cache is often valid only at this path.
     path: str
 
-    @classmethod
-    def from_proto(cls, m: spb.SnapshotRoot) -> SnapshotRoot:
-        return from_message(cls, m)
-
 
 @dataclass(frozen=True)
 class SnapshotFile:
@@ -62,7 +58,7 @@ class SnapshotSummary:
     @classmethod
     def from_proto(cls, m: spb.SnapshotSummary) -> SnapshotSummary:
         return from_message(
-            cls, m, environment=dict(m.environment), roots=[SnapshotRoot.from_proto(r) for r in m.roots]
+            cls, m, environment=dict(m.environment), roots=[from_message(SnapshotRoot, r) for r in m.roots]
         )
 
 
@@ -85,7 +81,7 @@ class SnapshotManifest:
             cls,
             m,
             environment=dict(m.environment),
-            roots=[SnapshotRoot.from_proto(r) for r in m.roots],
+            roots=[from_message(SnapshotRoot, r) for r in m.roots],
             files=[SnapshotFile.from_proto(f) for f in m.files],
         )
 
