@@ -15,18 +15,16 @@ from ._from_proto import from_message
 from ._proto import blob_pb2 as bpb
 from ._proto import kiln_pb2 as pb
 from ._torch_results import TorchGraphStats
+from ._wire import WireEnum
 from .tier import Tier as Tier
 
 
-class Outcome(enum.IntEnum):
+class Outcome(WireEnum):
     UNSPECIFIED = pb.OUTCOME_UNSPECIFIED
     OK = pb.OUTCOME_OK
     FAILED = pb.OUTCOME_FAILED
     #: Lookup only: the kernel is in no tier.
     MISS = pb.OUTCOME_MISS
-
-    def __str__(self) -> str:
-        return self.name.lower()
 
 
 class Priority(enum.IntEnum):
@@ -408,7 +406,7 @@ class BlobEntry:
         return cls(files={f.name: bytes(f.data) for f in m.files}, tier=_enum(Tier, m.tier))
 
 
-class LeaseKind(enum.IntEnum):
+class LeaseKind(WireEnum):
     UNSPECIFIED = bpb.LeaseBlobEvent.KIND_UNSPECIFIED
     #: The caller produces the entry; it holds the lease while the stream is open.
     GRANTED = bpb.LeaseBlobEvent.KIND_GRANTED
@@ -420,6 +418,3 @@ class LeaseKind(enum.IntEnum):
     PUBLISHED = bpb.LeaseBlobEvent.KIND_PUBLISHED
     #: After GRANTED: the hold bound passed with no put; the lease is released.
     EXPIRED = bpb.LeaseBlobEvent.KIND_EXPIRED
-
-    def __str__(self) -> str:
-        return self.name.lower()

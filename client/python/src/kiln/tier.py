@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import enum
-
 from ._proto import kiln_pb2 as pb
+from ._wire import WireEnum
 
 
-class Tier(enum.IntEnum):
+class Tier(WireEnum):
     UNSPECIFIED = pb.TIER_UNSPECIFIED
     MEMORY = pb.TIER_MEMORY
     DISK = pb.TIER_DISK
@@ -16,6 +15,3 @@ class Tier(enum.IntEnum):
     COMPILED = pb.TIER_COMPILED
     #: This request waited on a compile another request had started.
     JOINED = pb.TIER_JOINED
-
-    def __str__(self) -> str:
-        return self.name.lower()
