@@ -168,11 +168,7 @@ impl Daemon {
 
     /// SIGTERM, then wait; asserts a clean exit within `bound`.
     pub fn stop_within(mut self, bound: Duration) {
-        let mut child = self.child.take().expect("running");
-        crate::procs::signal(child.id(), "TERM");
-        let status = crate::procs::wait_or_kill(&mut child, bound)
-            .unwrap_or_else(|| panic!("kilnd did not exit within {bound:?} of SIGTERM"));
-        assert!(status.success(), "kilnd exited with {status} after SIGTERM");
+        crate::procs::terminate(self.child.take().expect("running"), "kilnd", bound);
     }
 
     pub fn stop(self) {

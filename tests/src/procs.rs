@@ -76,3 +76,12 @@ pub fn wait_or_kill(child: &mut std::process::Child, bound: std::time::Duration)
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// SIGTERM to `child`, then asserts that it exits with status 0 within `bound`; `name` says
+/// which daemon it is in the failure.
+pub fn terminate(mut child: std::process::Child, name: &str, bound: std::time::Duration) {
+    signal(child.id(), "TERM");
+    let status =
+        wait_or_kill(&mut child, bound).unwrap_or_else(|| panic!("{name} did not exit within {bound:?} of SIGTERM"));
+    assert!(status.success(), "{name} exited with {status} after SIGTERM");
+}

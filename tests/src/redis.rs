@@ -444,11 +444,7 @@ impl CacheServer {
 
     /// SIGTERM, then asserts exit status 0 within `bound`.
     pub fn stop_within(mut self, bound: Duration) {
-        let mut child = self.child.take().expect("running");
-        crate::procs::signal(child.id(), "TERM");
-        let status = crate::procs::wait_or_kill(&mut child, bound)
-            .unwrap_or_else(|| panic!("kiln-cache did not exit within {bound:?} of SIGTERM"));
-        assert!(status.success(), "kiln-cache exited with {status} after SIGTERM");
+        crate::procs::terminate(self.child.take().expect("running"), "kiln-cache", bound);
     }
 
     pub fn stop(self) {
