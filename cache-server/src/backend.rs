@@ -172,13 +172,8 @@ impl Redis {
     /// for a standalone Redis.
     pub async fn watch_topology(self, stop: tokio_util::sync::CancellationToken) {
         let Redis::Cluster(handle) = self else { return };
-        let mut tick = tokio::time::interval(TOPOLOGY_EVERY);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tick.tick() => {}
-            }
+        let mut every = kiln_serve::every::Every::new(TOPOLOGY_EVERY, stop);
+        while every.tick().await {
             let (mut connection, ping) = (handle.connection(), redis::cmd("PING"));
             match tokio::time::timeout(TOPOLOGY_EVERY, ping.query_async::<Value>(&mut connection)).await {
                 Ok(Ok(_)) => {}

@@ -5,6 +5,7 @@
 //! - [`init_tracing`]: logging to stderr, filtered by `KILN_LOG` (default `info`).
 //! - [`shutdown_signal`]: resolves on SIGTERM or SIGINT.
 //! - [`arm_stop_deadline`]: a daemon told to stop exits by a deadline, whatever still runs.
+//! - [`every::Every`]: the clock of a periodic task, which ticks until the daemon stops.
 //! - [`render`]: a Prometheus registry as the text exposition; [`metrics`]: the label sets and
 //!   per-job torch.compile gauges both daemons export.
 //! - [`status_routes`]: a status page's `/` (HTML) and `/status.json` routes over one snapshot.
@@ -22,6 +23,7 @@
 
 pub mod auth;
 pub mod config_keys;
+pub mod every;
 pub mod html;
 pub mod metrics;
 pub mod tcp;

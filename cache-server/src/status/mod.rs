@@ -28,6 +28,7 @@ use crate::backend::Redis;
 use crate::metrics::Metrics;
 use kiln_proto::envelope;
 use kiln_proto::pb::{ConflictRecord, HostMiss, HostReport, QuarantineRecord, TorchJobReturn};
+use kiln_serve::every::Every;
 use redis_info::RedisInfo;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -283,13 +284,8 @@ impl FleetPage {
 /// [`JOBS_EXPORT_EVERY`] until `stop`. Its own read, not the page's: a page cached here would be
 /// stale for the next view. While Redis cannot be read the last figures stay.
 pub async fn run_job_exporter(redis: Redis, metrics: Arc<Metrics>, stop: CancellationToken) {
-    let mut tick = tokio::time::interval(JOBS_EXPORT_EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tick.tick() => {}
-        }
+    let mut every = Every::new(JOBS_EXPORT_EVERY, stop);
+    while every.tick().await {
         match crate::store::torch_jobs::list(&redis, "", PAGE_JOBS).await {
             Ok(jobs) => metrics.export_torch_jobs(&jobs),
             Err(e) => tracing::debug!(error = %e, "the torch job metrics were not refreshed"),
@@ -301,13 +297,9 @@ pub async fn run_job_exporter(redis: Redis, metrics: Arc<Metrics>, stop: Cancell
 /// so a replica that shuts down loses nothing it counted. A flush that fails is put back and
 /// retried with the next.
 pub async fn run_flusher(redis: Redis, metrics: Arc<Metrics>, stop: CancellationToken) {
-    let mut tick = tokio::time::interval(FLUSH_EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut every = Every::new(FLUSH_EVERY, stop);
     loop {
-        let stopping = tokio::select! {
-            _ = stop.cancelled() => true,
-            _ = tick.tick() => false,
-        };
+        let stopping = !every.tick().await;
         let pending = metrics.tally.take();
         if !pending.is_empty()
             && let Err(e) = store::flush(&redis, &pending, tally::now_ms()).await

@@ -5,6 +5,7 @@
 
 use crate::core::fleet::tier::RemoteTier;
 use kiln_proto::pb;
+use kiln_serve::every::Every;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -107,13 +108,8 @@ impl Forwarder {
 
     /// Tries what was kept every [`RETRY_EVERY`] until `stop`.
     pub async fn run(self: Arc<Self>, stop: CancellationToken) {
-        let mut tick = tokio::time::interval(RETRY_EVERY);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tick.tick() => {}
-            }
+        let mut every = Every::new(RETRY_EVERY, stop);
+        while every.tick().await {
             if self.waiting() > 0 {
                 self.flush().await;
             }

@@ -11,6 +11,7 @@ use crate::core::fleet::tier::RemoteTier;
 use crate::rpc::state::State;
 use crate::runtime::host::wire_name;
 use kiln_proto::pb::{self, HostGpu, HostMiss, HostReport, HostToolchain};
+use kiln_serve::every::Every;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -118,14 +119,9 @@ fn nonempty(s: String) -> String {
 
 /// Reports every [`REPORT_EVERY`] until `stop`, the first at once.
 pub async fn run(tier: Arc<RemoteTier>, state: Arc<State>, who: Reporter, stop: CancellationToken) {
-    let mut tick = tokio::time::interval(REPORT_EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut every = Every::new(REPORT_EVERY, stop);
     let mut failing = false;
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tick.tick() => {}
-        }
+    while every.tick().await {
         let report = build(&who, &crate::rpc::stats::collect(&state));
         match tier.report_host(report).await {
             Ok(_) => failing = false,
