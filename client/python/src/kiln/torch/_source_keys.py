@@ -45,8 +45,9 @@ import importlib.util
 import json
 import os
 import sys
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import settings
 
@@ -146,10 +147,7 @@ def _imported_from(name: str, directory: str) -> ModuleType | None:
     return module
 
 
-def _give_torch_key(key_hex: str, directory: str) -> str:
-    codecache = _imported_from("torch._inductor.codecache", directory)
-    if codecache is None:
-        return "not given: torch._inductor.codecache not imported from the fingerprinted torch"
+def _give_torch_key(key_hex: str, codecache: ModuleType) -> str:
     torch_key = getattr(codecache, "torch_key", None)
     setter = getattr(torch_key, "set", None)
     if setter is None:
@@ -161,10 +159,7 @@ def _give_torch_key(key_hex: str, directory: str) -> str:
     return "given"
 
 
-def _give_triton_key(key: str, directory: str) -> str:
-    cache = _imported_from("triton.runtime.cache", directory)
-    if cache is None:
-        return "not given: triton.runtime.cache not imported from the fingerprinted Triton"
+def _give_triton_key(key: str, cache: ModuleType) -> str:
     original = getattr(cache, "triton_key", None)
     info = getattr(original, "cache_info", None)
     if info is None:
@@ -184,29 +179,51 @@ def _give_triton_key(key: str, directory: str) -> str:
     return "given"
 
 
+class _Giver(NamedTuple):
+    """How one package's key is given: to the module that computes it, once that module is
+    imported from the fingerprinted package."""
+
+    module: str
+    #: The package as the reasons name it.
+    package: str
+    give: Callable[[str, ModuleType], str]
+
+
+_GIVERS = {
+    "torch": _Giver("torch._inductor.codecache", "torch", _give_torch_key),
+    "triton": _Giver("triton.runtime.cache", "Triton", _give_triton_key),
+}
+
+
 def give(keys: dict[str, dict[str, str]]) -> dict[str, str]:
     """At the first compile, before any cache key: hands torch and Triton the remembered values.
     Says what became of each."""
     out = {}
-    givers = {"torch": _give_torch_key, "triton": _give_triton_key}
     for name, entry in keys.items():
-        if name in givers:
+        if name in _GIVERS:
             try:
-                out[name] = givers[name](entry["key"], entry["dir"])
+                out[name] = _give(_GIVERS[name], entry["key"], entry["dir"])
             except Exception as e:  # noqa: BLE001 - the compile computes the key itself
                 out[name] = f"not given: {type(e).__name__}: {e}"
     return out
 
 
+def _give(giver: _Giver, key: str, directory: str) -> str:
+    module = _imported_from(giver.module, directory)
+    if module is None:
+        return f"not given: {giver.module} not imported from the fingerprinted {giver.package}"
+    return giver.give(key, module)
+
+
 def _current(prints: dict[str, dict[str, str]]) -> dict[str, str]:
     """The values this process has computed (or was given), for the packages fingerprinted."""
     out = {}
-    codecache = _imported_from("torch._inductor.codecache", prints["torch"]["dir"]) if "torch" in prints else None
+    codecache = _imported_from(_GIVERS["torch"].module, prints["torch"]["dir"]) if "torch" in prints else None
     if codecache is not None:
         value = codecache.torch_key()  # memoized: the compile computed it
         if isinstance(value, bytes):
             out["torch"] = value.hex()
-    cache = _imported_from("triton.runtime.cache", prints["triton"]["dir"]) if "triton" in prints else None
+    cache = _imported_from(_GIVERS["triton"].module, prints["triton"]["dir"]) if "triton" in prints else None
     if cache is not None:
         fn = getattr(cache, "triton_key", None)
         info = getattr(fn, "cache_info", None)
