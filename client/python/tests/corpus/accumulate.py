@@ -38,6 +38,4 @@ def step(i: int) -> torch.Tensor:
     return total
 
 
-steps = common.Steps(job)
-steps.run(step)
-steps.done()
+common.run_steps(job, step)

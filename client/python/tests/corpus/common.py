@@ -219,9 +219,15 @@ def train(job: Job, loss_of: Callable[[torch.Tensor], torch.Tensor], opt: torch.
         opt.zero_grad()
         return loss
 
-    done = Steps(job)
-    done.run(step, steps)
-    done.done()
+    run_steps(job, step, steps)
+
+
+def run_steps(job: Job, step: Callable[[int], torch.Tensor], steps: int = STEPS) -> None:
+    """``step`` run ``steps`` times, timed, then the job's line: a script's loop where it has
+    nothing of its own to add to the line."""
+    timed = Steps(job)
+    timed.run(step, steps)
+    timed.done()
 
 
 def next_token_loss(forward: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:

@@ -26,6 +26,4 @@ def step(i: int) -> torch.Tensor:
     return loss
 
 
-steps = common.Steps(job)
-steps.run(step, steps=max(common.STEPS, len(LENGTHS) + 1))
-steps.done()
+common.run_steps(job, step, steps=max(common.STEPS, len(LENGTHS) + 1))

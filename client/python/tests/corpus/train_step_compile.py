@@ -24,6 +24,4 @@ def step(i: int) -> torch.Tensor:
     return loss
 
 
-steps = common.Steps(job)
-steps.run(step)
-steps.done()
+common.run_steps(job, step)
