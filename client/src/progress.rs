@@ -80,14 +80,17 @@ pub struct TransferBar {
 }
 
 impl TransferBar {
-    /// A bar that draws only when `wanted` (no `--json`) and stderr is a terminal.
-    pub fn new(wanted: bool) -> Arc<TransferBar> {
+    /// Runs `transfer` with a bar that draws only when `wanted` (no `--json`) and stderr is a
+    /// terminal, and removes the bar before the result, whatever it is, comes back to be printed.
+    pub async fn around<T, F: Future<Output = T>>(wanted: bool, transfer: impl FnOnce(Arc<TransferBar>) -> F) -> T {
         let bar = (wanted && std::io::stderr().is_terminal()).then(|| ProgressBar::new(0));
-        Arc::new(TransferBar { bar, in_bytes: AtomicBool::new(false) })
+        let bar = Arc::new(TransferBar { bar, in_bytes: AtomicBool::new(false) });
+        let result = transfer(Arc::clone(&bar)).await;
+        bar.finish();
+        result
     }
 
-    /// Removes the bar before the result is printed.
-    pub fn finish(&self) {
+    fn finish(&self) {
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();
         }

@@ -24,10 +24,7 @@ pub async fn run(daemon: &str, command: SnapshotCommand) -> anyhow::Result<ExitC
 async fn save(daemon: &str, args: SnapshotSaveArgs) -> anyhow::Result<ExitCode> {
     let id = args.id.id()?;
     let client = kiln_client::connect(daemon).await?;
-    let bar = TransferBar::new(!args.json);
-    let saved = snapshot::save(&client, &id, &args.roots, bar.clone()).await;
-    bar.finish();
-    let report = saved?;
+    let report = TransferBar::around(!args.json, |bar| snapshot::save(&client, &id, &args.roots, bar)).await?;
     print_line(&if args.json { out::save_json(&report).to_string() } else { out::save_text(&report) })?;
     Ok(ExitCode::SUCCESS)
 }
@@ -35,9 +32,7 @@ async fn save(daemon: &str, args: SnapshotSaveArgs) -> anyhow::Result<ExitCode> 
 async fn restore(daemon: &str, args: SnapshotRestoreArgs) -> anyhow::Result<ExitCode> {
     let id = args.id.id()?;
     let client = kiln_client::connect(daemon).await?;
-    let bar = TransferBar::new(!args.json);
-    let restored = snapshot::restore(&client, &id, &args.roots, bar.clone()).await;
-    bar.finish();
+    let restored = TransferBar::around(!args.json, |bar| snapshot::restore(&client, &id, &args.roots, bar)).await;
     let report = match restored? {
         RestoreOutcome::NotFound { host_environment } => return not_found(&id, &host_environment, args.json),
         RestoreOutcome::Restored(report) => report,
