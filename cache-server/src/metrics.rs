@@ -127,11 +127,6 @@ impl Metrics {
     pub fn bytes(&self, direction: &'static str, n: usize) {
         self.artifact_bytes.get_or_create(&DirectionLabels { direction }).inc_by(n as u64);
     }
-
-    /// The Prometheus text exposition.
-    pub fn render(&self) -> String {
-        kiln_serve::render(&self.registry)
-    }
 }
 
 #[cfg(test)]

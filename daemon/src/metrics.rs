@@ -342,11 +342,6 @@ impl Metrics {
     pub fn integrity_failures_of(&self, tier: TierName) -> u64 {
         self.integrity_failures.get_or_create(&TierLabels { tier: tier.as_str() }).get()
     }
-
-    /// The Prometheus text exposition.
-    pub fn render(&self) -> String {
-        kiln_serve::render(&self.registry)
-    }
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ impl<T: Metric + Clone> Register for T {
 /// `Default`; one without a name is not registered by `registered` (a metric registered only in
 /// some configurations, or state beside the metrics). `registered(registry)` builds the struct
 /// and registers the named fields in `registry`, in the order listed, which is the order
-/// `/metrics` shows them in.
+/// `render()`, the text `/metrics` serves, shows them in.
 #[macro_export]
 macro_rules! metric_set {
     (
@@ -47,6 +47,11 @@ macro_rules! metric_set {
                 let mut m = $name { registry, $($field: $crate::__metric_start!($($start)?),)* };
                 $($($crate::metrics::set::Register::register(&m.$field, &mut m.registry, $metric, $help);)?)*
                 m
+            }
+
+            /// The Prometheus text exposition.
+            pub fn render(&self) -> String {
+                $crate::render(&self.registry)
             }
         }
     };
@@ -84,7 +89,7 @@ mod tests {
         let m = Sample::registered(Registry::with_prefix("t"));
         m.second.inc();
         m.unregistered.inc();
-        let text = crate::render(&m.registry);
+        let text = m.render();
         let (second, first) = (text.find("t_second_total 1").unwrap(), text.find("t_first 0").unwrap());
         assert!(second < first, "{text}");
         assert!(!text.contains("unregistered"), "{text}");
