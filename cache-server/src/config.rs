@@ -82,7 +82,8 @@ pub struct FileConfig {
     pub drain_secs: Option<u64>,
     pub hot_values_mb: Option<u64>,
     pub hot_values_ms: Option<u64>,
-    /// Whose kernels the fleet runs: "first-use" (default), "sample" or "trusted-writers".
+    /// Whose kernels the fleet runs: "first-use" (default), "sample", "trusted-writers"
+    /// or "confirmed" (see `kiln_proto::vet::VetPolicy`).
     pub vet: Option<kiln_proto::vet::VetPolicy>,
     /// Under `vet = "trusted-writers"`: the token ids (`tok-…`) that may put kernels.
     #[serde(default)]

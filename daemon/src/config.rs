@@ -118,7 +118,8 @@ pub struct FileConfig {
     pub audit: Option<bool>,
     /// How often the fleet's quarantine list is read.
     pub quarantine_poll_ms: Option<u64>,
-    /// Whose kernels this host runs: "first-use" (default), "sample" or "trusted-writers".
+    /// Whose kernels this host runs: "first-use" (default), "sample", "trusted-writers"
+    /// or "confirmed" (see `kiln_proto::vet::VetPolicy`).
     pub vet: Option<kiln_proto::vet::VetPolicy>,
     /// Under `vet = "trusted-writers"`: the token ids (`tok-…`) whose kernels are served.
     pub trusted_writers: Option<Vec<String>>,

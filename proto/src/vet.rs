@@ -19,6 +19,13 @@ pub enum VetPolicy {
     FirstUse,
     /// Every fleet kernel is served; the audit samples them after the answer.
     Sample,
+    /// Vetting per artifact rather than per publisher: a fleet kernel is run only once a host
+    /// holding another token compiled its key and found the same bytes (kiln-cache marks the
+    /// artifact `confirmed`). Until then it is a miss, vetted as under `FirstUse`. A publisher
+    /// vetted clean that turns bad is caught before its first bad artifact runs anywhere; the
+    /// cost is one more compile of every key in the fleet (its first fetcher's) instead of one
+    /// per publisher. Only two tokens acting together can make a host run wrong bytes.
+    Confirmed,
     /// kiln-cache takes kernels only from the token ids listed in `trusted_writers`; kilnd serves
     /// those publishers' kernels and vets every other publisher as `FirstUse` does.
     TrustedWriters,
@@ -31,6 +38,7 @@ impl VetPolicy {
             VetPolicy::FirstUse => "first-use",
             VetPolicy::Sample => "sample",
             VetPolicy::TrustedWriters => "trusted-writers",
+            VetPolicy::Confirmed => "confirmed",
         }
     }
 
@@ -54,7 +62,10 @@ impl std::str::FromStr for VetPolicy {
             "first-use" => Ok(VetPolicy::FirstUse),
             "sample" => Ok(VetPolicy::Sample),
             "trusted-writers" => Ok(VetPolicy::TrustedWriters),
-            other => Err(format!("vet: {other:?} is not one of \"first-use\", \"sample\", \"trusted-writers\"")),
+            "confirmed" => Ok(VetPolicy::Confirmed),
+            other => Err(format!(
+                "vet: {other:?} is not one of \"first-use\", \"sample\", \"trusted-writers\", \"confirmed\""
+            )),
         }
     }
 }
@@ -81,12 +92,13 @@ mod tests {
 
     #[test]
     fn policies_parse_by_their_config_names_and_default_to_first_use() {
-        for p in [VetPolicy::FirstUse, VetPolicy::Sample, VetPolicy::TrustedWriters] {
+        for p in [VetPolicy::FirstUse, VetPolicy::Sample, VetPolicy::TrustedWriters, VetPolicy::Confirmed] {
             assert_eq!(p.as_str().parse::<VetPolicy>(), Ok(p));
         }
         assert_eq!(VetPolicy::default(), VetPolicy::FirstUse);
         assert!("first_use".parse::<VetPolicy>().unwrap_err().contains("vet"));
         assert!(!VetPolicy::Sample.vets_before_use() && VetPolicy::TrustedWriters.vets_before_use());
+        assert!(VetPolicy::Confirmed.vets_before_use());
         assert!(is_kernel("nvrtc") && !is_kernel("blob/triton") && !is_kernel("kiln/recipes"));
     }
 }

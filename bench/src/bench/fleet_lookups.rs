@@ -105,9 +105,11 @@ pub async fn run(bench: &Bench, fleet: &Fleet) -> Result<Section> {
             host: "bench-host".into(),
             token: "tok-0123456789ab".into(),
             unix_ms: 1,
-            disputed: false,
-            // A vetted publisher's artifact: the hit path kilnd serves from the fleet.
+            // A vetted publisher's artifact, confirmed by a second token: the hit path kilnd
+            // serves from the fleet under every vetting policy.
             vetted: true,
+            confirmed: true,
+            ..Default::default()
         }),
     };
     let (_floor, floor_uri) = super::floor::cache(canned)?;

@@ -1,7 +1,8 @@
 //! The vouch handler: an auditor's report that the artifact under a key is what the key's inputs
 //! compile to on its host, which vets the publisher of those bytes for the fleet (see
-//! `crate::trust`). The publisher is read from the key's head, never taken from the report, so a
-//! host can vouch only for bytes it was served; and a writer cannot vouch for itself.
+//! `crate::trust`) and confirms the artifact itself: two tokens agree on it. The publisher is
+//! read from the key's head, never taken from the report, so a host can vouch only for bytes it
+//! was served; and a writer cannot vouch for itself.
 
 use super::CacheService;
 use crate::error::Error;
@@ -28,7 +29,8 @@ impl CacheService {
             return Ok(refused(Some(publisher), "quarantined before: a publisher found wrong stays distrusted"));
         }
         self.trust.vouch(&self.store, &id).await?;
-        tracing::info!(%key, publisher = %id, reporter = %req.reporter_host, "vouched for: an audit found the same bytes");
+        let confirmed = self.store.confirm(&key, served).await?;
+        tracing::info!(%key, publisher = %id, reporter = %req.reporter_host, confirmed, "vouched for: an audit found the same bytes");
         Ok(VouchResponse { vetted: true, publisher: Some(publisher), refused: String::new() })
     }
 }

@@ -35,12 +35,18 @@ impl Store {
     /// artifact disputed in its provenance.
     pub(super) async fn dispute(&self, key: &CacheKey, head: &[u8], record: &ConflictRecord) -> Result<(), Error> {
         let provenance = Provenance { disputed: true, ..record.held.clone().unwrap_or_default() };
-        if let Some(marked) = layout::restamp(head, &provenance.encode_to_vec()) {
-            let mut con = self.redis.clone();
-            RESTAMP.key(layout::head_key(key)).arg(head).arg(marked).invoke_async::<i64>(&mut con).await?;
-            self.hot.forget(key);
-        }
+        self.restamp(key, head, &provenance).await?;
         self.record_conflict(key, record).await
+    }
+
+    /// Gives the artifact whose head is `head` another `provenance`, only while `key` still holds
+    /// that head; whether it did.
+    pub(super) async fn restamp(&self, key: &CacheKey, head: &[u8], provenance: &Provenance) -> Result<bool, Error> {
+        let Some(marked) = layout::restamp(head, &provenance.encode_to_vec()) else { return Ok(false) };
+        let mut con = self.redis.clone();
+        let done: i64 = RESTAMP.key(layout::head_key(key)).arg(head).arg(marked).invoke_async(&mut con).await?;
+        self.hot.forget(key);
+        Ok(done == 1)
     }
 
     /// Keeps `record` as `key`'s latest conflict, and indexes it.

@@ -71,13 +71,7 @@ mod tests {
     use super::*;
 
     fn provenance() -> pb::Provenance {
-        pb::Provenance {
-            host: "gpu-7".into(),
-            token: "tok-0123456789ab".into(),
-            unix_ms: 1_000,
-            disputed: false,
-            vetted: false,
-        }
+        pb::Provenance { host: "gpu-7".into(), token: "tok-0123456789ab".into(), unix_ms: 1_000, ..Default::default() }
     }
 
     #[test]

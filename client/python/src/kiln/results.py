@@ -307,7 +307,8 @@ class AuditStats:
     #: Quarantine records this host knows of.
     quarantined_keys: int = 0
     publishers_audited: list[str] = field(default_factory=list)
-    #: The ``vet`` policy (``first-use``, ``sample``, ``trusted-writers``); empty with the audit off.
+    #: The ``vet`` policy (``first-use``, ``sample``, ``trusted-writers``, ``confirmed``); empty
+    #: with the audit off.
     vet: str = ""
     #: What the policy cannot give on this host (a fleet without tokens), when it cannot.
     vet_warning: str = ""

@@ -360,7 +360,7 @@ mod tests {
     }
 
     fn by(host: &str, token: &str) -> Option<Provenance> {
-        Some(Provenance { host: host.into(), token: token.into(), unix_ms: 1, disputed: false, vetted: false })
+        Some(Provenance { host: host.into(), token: token.into(), unix_ms: 1, ..Default::default() })
     }
 
     fn from(host: &str) -> Option<Provenance> {

@@ -82,7 +82,7 @@ mod tests {
     use super::*;
 
     fn provenance(host: &str, token: &str) -> Provenance {
-        Provenance { host: host.into(), token: token.into(), unix_ms: 7, disputed: false, vetted: false }
+        Provenance { host: host.into(), token: token.into(), unix_ms: 7, ..Default::default() }
     }
 
     #[test]

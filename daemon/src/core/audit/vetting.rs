@@ -88,6 +88,10 @@ impl Auditor {
         if p.disputed || super::lock(&self.distrusted).contains(&publisher) {
             return true;
         }
+        if vetting.policy == VetPolicy::Confirmed {
+            // Per artifact: a publisher vetted on other keys says nothing of these bytes.
+            return !p.confirmed;
+        }
         let trusted = p.vetted
             || super::lock(&self.audited).contains(&publisher)
             || (vetting.policy == VetPolicy::TrustedWriters && vetting.trusted_writers.contains(&p.token));
@@ -144,7 +148,7 @@ mod tests {
     use crate::core::audit::{Policy, Verdict};
 
     fn by(host: &str, token: &str, vetted: bool) -> Provenance {
-        Provenance { host: host.into(), token: token.into(), unix_ms: 1, disputed: false, vetted }
+        Provenance { host: host.into(), token: token.into(), unix_ms: 1, vetted, ..Default::default() }
     }
 
     fn auditor(vet: VetPolicy, trusted: &[&str]) -> Auditor {
@@ -178,6 +182,19 @@ mod tests {
         let trusted = auditor(VetPolicy::TrustedWriters, &["tok-ci"]);
         assert!(!trusted.must_vet("ptxas", Some(&by("builder", "tok-ci", false))));
         assert!(trusted.must_vet("ptxas", Some(&by("gpu-1", "tok-a", false))));
+    }
+
+    #[test]
+    fn confirmed_runs_only_artifacts_a_second_token_agreed_on_whoever_published_them() {
+        let a = auditor(VetPolicy::Confirmed, &[]);
+        let vetted = by("gpu-1", "tok-a", true);
+        a.record(&Verdict::Clean, &Claim::Sampled, Some(&vetted));
+        assert!(a.must_vet("nvrtc", Some(&vetted)), "a publisher vetted on other keys turned bad on this one");
+        let confirmed = Provenance { confirmed: true, ..by("gpu-1", "tok-a", false) };
+        assert!(!a.must_vet("nvrtc", Some(&confirmed)), "another token found these bytes");
+        assert!(a.must_vet("nvrtc", Some(&Provenance { disputed: true, ..confirmed.clone() })), "under suspicion");
+        a.distrust(Some(&confirmed));
+        assert!(a.must_vet("nvrtc", Some(&confirmed)), "quarantined anywhere outweighs confirmed");
     }
 
     #[test]

@@ -69,18 +69,20 @@ class AuditResult(_message.Message):
     def __init__(self, id: _Optional[str] = ..., key: _Optional[str] = ..., verdict: _Optional[str] = ..., publisher: _Optional[_Union[Provenance, _Mapping]] = ..., detail: _Optional[str] = ..., quarantined: _Optional[bool] = ...) -> None: ...
 
 class Provenance(_message.Message):
-    __slots__ = ("host", "token", "unix_ms", "disputed", "vetted")
+    __slots__ = ("host", "token", "unix_ms", "disputed", "vetted", "confirmed")
     HOST_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     DISPUTED_FIELD_NUMBER: _ClassVar[int]
     VETTED_FIELD_NUMBER: _ClassVar[int]
+    CONFIRMED_FIELD_NUMBER: _ClassVar[int]
     host: str
     token: str
     unix_ms: int
     disputed: bool
     vetted: bool
-    def __init__(self, host: _Optional[str] = ..., token: _Optional[str] = ..., unix_ms: _Optional[int] = ..., disputed: _Optional[bool] = ..., vetted: _Optional[bool] = ...) -> None: ...
+    confirmed: bool
+    def __init__(self, host: _Optional[str] = ..., token: _Optional[str] = ..., unix_ms: _Optional[int] = ..., disputed: _Optional[bool] = ..., vetted: _Optional[bool] = ..., confirmed: _Optional[bool] = ...) -> None: ...
 
 class QuarantineRecord(_message.Message):
     __slots__ = ("key", "publisher", "reporter_host", "reporter_token", "unix_ms", "served_digest", "audited_digest", "detail")
