@@ -289,6 +289,9 @@ class Provenance:
     #: kiln-cache says some host vouched for this publisher and none found it wrong since:
     #: under ``vet = "first-use"`` its kernels are run without being compiled here first.
     vetted: bool = False
+    #: kiln-cache says a host holding another token compiled this key to exactly these bytes:
+    #: under ``vet = "confirmed"`` only such kernels are run without being compiled here first.
+    confirmed: bool = False
 
 
 @dataclass(frozen=True)
