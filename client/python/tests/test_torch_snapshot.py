@@ -248,3 +248,33 @@ def test_helper_processes_restore_only_if_they_compile(tmp_path: Path, monkeypat
         assert _job.job_at_startup(["-m"], orig) is None, orig
     monkeypatch.delenv(_job.JOB_ENV)
     assert _job.job_at_startup(["-m"], ["python", "-m", "train"]) is None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a thread has its own nice value only on Linux")
+def test_the_save_runs_on_a_thread_at_the_lowest_priority_and_leaves_the_job_s_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import threading
+
+    import kiln.torch.snapshot as ts
+
+    seen: list[tuple[int, int]] = []
+
+    def record() -> None:
+        seen.append((threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
+
+    state = ts._State()
+    state.joined, state.job = True, "nice-test"
+    monkeypatch.setattr(ts, "_state", state)
+    monkeypatch.setattr(ts, "SAVE_DELAY_SECS", 0.0)
+    monkeypatch.setattr(ts, "_save_if_changed", record)
+    before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    ts.compile_started()
+    ts.request_save()
+    saver = state.save_thread
+    assert saver is not None, "a save was scheduled"
+    saver.join(timeout=30)
+    assert not saver.is_alive()
+    assert len(seen) == 1 and seen[0][0] != threading.get_native_id(), seen
+    assert seen[0][1] == 19, f"the save ran at nice {seen[0][1]}"
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before, "the job's own thread changed"
