@@ -68,18 +68,25 @@ def result(p: subprocess.Popen[str], what: str) -> dict[str, Any]:
     return line
 
 
+def run_ranks(hosts: list[Kilnd], ranks_a_host: int, tmp: Path, label: str = "rank", **extra: str) -> list[dict[str, Any]]:
+    """The job started at once on ``hosts``, ``ranks_a_host`` ranks on each (rank 0 on the first
+    host), and each rank's result once all have exited."""
+    world = len(hosts) * ranks_a_host
+    port = runner.free_port()
+    procs = [
+        start_rank("model_compile", hosts[rank // ranks_a_host], rank, rank % ranks_a_host, world, ranks_a_host, port, tmp, **extra)
+        for rank in range(world)
+    ]
+    return [result(p, f"{label} {rank}") for rank, p in enumerate(procs)]
+
+
 def compiled(hosts: list[Kilnd]) -> float:
     return sum(metric(h.metrics(), 'kiln_torch_graphs_total{result="compiled"}') for h in hosts)
 
 
 def test_a_cold_fleet_compiles_each_graph_once_and_every_rank_loads_it(fleet: list[Kilnd], tmp_path: Path) -> None:
     world = HOSTS * RANKS_A_HOST
-    port = runner.free_port()
-    procs = [
-        start_rank("model_compile", fleet[rank // RANKS_A_HOST], rank, rank % RANKS_A_HOST, world, RANKS_A_HOST, port, tmp_path / "kiln")
-        for rank in range(world)
-    ]
-    ranks = [result(p, f"rank {i}") for i, p in enumerate(procs)]
+    ranks = run_ranks(fleet, RANKS_A_HOST, tmp_path / "kiln")
     by_key: dict[str, int] = {}
     for rank, r in enumerate(ranks):
         stats = r["graphs"]
@@ -102,14 +109,8 @@ def test_a_cold_fleet_compiles_each_graph_once_and_every_rank_loads_it(fleet: li
 
 
 def test_by_default_hosts_starting_together_wait_for_nobody_and_a_fresh_host_loads_every_graph(fleet: list[Kilnd], tmp_path: Path) -> None:
-    world = 2 * RANKS_A_HOST
     default = {"KILN_TORCH_GRAPHS": "", "KILN_TORCH_SPLIT": ""}
-    port = runner.free_port()
-    procs = [
-        start_rank("model_compile", fleet[rank // RANKS_A_HOST], rank, rank % RANKS_A_HOST, world, RANKS_A_HOST, port, tmp_path / "together", **default)
-        for rank in range(world)
-    ]
-    ranks = [result(p, f"rank {i}") for i, p in enumerate(procs)]
+    ranks = run_ranks(fleet[:2], RANKS_A_HOST, tmp_path / "together", **default)
     claims: dict[str, int] = {}
     for rank, r in enumerate(ranks):
         stats = r["graphs"]
@@ -124,9 +125,7 @@ def test_by_default_hosts_starting_together_wait_for_nobody_and_a_fresh_host_loa
     assert shared >= 1 and compiled(fleet) == shared, (compiled(fleet), claims)
     # A fresh host (its own kilnd and empty caches, the job's four ranks on it) loads every graph
     # the first two published, backward included, from the fleet: it compiles nothing.
-    port = runner.free_port()
-    started = [start_rank("model_compile", fleet[2], rank, rank, world, world, port, tmp_path / "fresh", **default) for rank in range(world)]
-    fresh = [result(p, f"fresh rank {rank}") for rank, p in enumerate(started)]
+    fresh = run_ranks(fleet[2:], len(ranks), tmp_path / "fresh", "fresh rank", **default)
     for rank, r in enumerate(fresh):
         stats = r["graphs"]
         where = f"fresh rank {rank}: {stats}\n{r['stderr'][-3000:]}"
