@@ -11,12 +11,11 @@
 use super::kilnd::KilndOptions;
 use super::nvrtc::Nvrtc;
 use super::report::{Row, Section, Target, Value};
-use super::{Bench, GRAPH_KERNELS, Shared, TARGET, check_job};
+use super::{Bench, GRAPH_KERNELS, Shared, TARGET, check_job, work_queue};
 use anyhow::{Context, Result, ensure};
 use kiln_proto::pb;
 use kiln_tests::kernels;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const TITLE: &str = "(b) Cold compile: kilnd against NVRTC called directly";
@@ -43,25 +42,10 @@ async fn kiln_round(client: &kiln_client::Client, sources: &[String]) -> Result<
 /// Compiles every source with `threads` threads pulling from one queue, as kilnd's scheduler
 /// hands kernels to its workers.
 fn direct_round(nvrtc: &Nvrtc, sources: &[String], threads: usize) -> Result<(Duration, Vec<Vec<u8>>)> {
-    let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<Result<Vec<u8>>>>> = Mutex::new((0..sources.len()).map(|_| None).collect());
     let start = Instant::now();
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(src) = sources.get(i) else { break };
-                    let cubin = nvrtc.compile(src, TARGET);
-                    results.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(cubin);
-                }
-            });
-        }
-    });
+    let cubins = work_queue::run(sources.len(), threads, |i| nvrtc.compile(&sources[i], TARGET));
     let elapsed = start.elapsed();
-    let results = results.into_inner().unwrap_or_else(|p| p.into_inner());
-    let cubins = results.into_iter().map(|r| r.context("a source was not compiled")?).collect::<Result<_>>()?;
-    Ok((elapsed, cubins))
+    Ok((elapsed, cubins.into_iter().collect::<Result<_>>()?))
 }
 
 async fn direct(nvrtc: &Arc<Nvrtc>, sources: Vec<String>, threads: usize) -> Result<(Duration, Vec<Vec<u8>>)> {

@@ -21,6 +21,7 @@
 //!   plain torch.compile.
 //! - [`kilnd`], [`redis`], [`sccache`]: the processes the figures need, started privately.
 //! - [`source_tree`]: the kernels as `.cu` files, built one process per file like `make -j`.
+//! - [`work_queue`]: items done by a fixed number of threads pulling from one queue.
 //! - [`samples`], [`report`], [`machine`]: percentiles, tables, and what the run ran on.
 
 pub mod audit_cost;
@@ -51,6 +52,7 @@ pub mod triton_herd;
 pub mod triton_kernels;
 pub mod triton_pool;
 pub mod warm_hit;
+pub mod work_queue;
 
 use anyhow::{Context, Result, ensure};
 use kiln_proto::pb;

@@ -2,12 +2,10 @@
 //! process per file with a fixed number at a time, as `make -j` does: the way a build system
 //! drives nvcc, sccache, or the `kiln compile` CLI.
 
-use super::{Bench, GRAPH_KERNELS};
+use super::{Bench, GRAPH_KERNELS, work_queue};
 use anyhow::{Context, Result, ensure};
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// The `.cu` files and where their cubins go.
@@ -54,32 +52,14 @@ impl SourceTree {
         check: &(dyn Fn(usize, &str) -> Result<()> + Sync),
     ) -> Result<Duration> {
         self.clear()?;
-        let next = AtomicUsize::new(0);
-        let errors = Mutex::new(Vec::new());
         let start = Instant::now();
-        std::thread::scope(|scope| {
-            for _ in 0..jobs {
-                scope.spawn(|| {
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        if i >= self.sources.len() {
-                            break;
-                        }
-                        let result = make(i).output().map_err(anyhow::Error::from).and_then(|out| {
-                            ensure!(out.status.success(), "add_{i}: {}", String::from_utf8_lossy(&out.stderr).trim());
-                            check(i, &String::from_utf8_lossy(&out.stdout))
-                        });
-                        if let Err(e) = result {
-                            errors.lock().unwrap_or_else(|p| p.into_inner()).push(e);
-                        }
-                    }
-                });
-            }
+        let results = work_queue::run(self.sources.len(), jobs, |i| {
+            let out = make(i).output()?;
+            ensure!(out.status.success(), "add_{i}: {}", String::from_utf8_lossy(&out.stderr).trim());
+            check(i, &String::from_utf8_lossy(&out.stdout))
         });
         let elapsed = start.elapsed();
-        if let Some(e) = errors.into_inner().unwrap_or_else(|p| p.into_inner()).into_iter().next() {
-            return Err(e);
-        }
+        results.into_iter().collect::<Result<()>>()?;
         self.check_cubins()?;
         Ok(elapsed)
     }
