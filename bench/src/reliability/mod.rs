@@ -27,7 +27,8 @@
 //! 14. [`writer_gone_bad`]: writers publish wrong cubins under right keys, naming their own host,
 //!     none, or an honest host's; refused over honest bytes, caught by the audit where first.
 //! 15. [`publish_first`]: writers that publish first (anonymous, a fresh token, a vetted token
-//!     turned bad) against fresh hosts fetching at once; wrong cubins served, counted.
+//!     turned bad) against fresh hosts fetching at once, under `first-use` and `confirmed`;
+//!     wrong cubins served, counted.
 //!
 //! Shared pieces: [`graphs`] (the kernels and their reference bytes), [`herd`] (fleet hosts and
 //! a herd on one graph), [`redis_cluster`] (a Redis Cluster as containers), [`load`] (many
@@ -150,8 +151,8 @@ pub fn bound(n: usize, options: &Options) -> Duration {
         13 => 300,
         // Six cases of a cache, nine kilnds and three herds each.
         14 => 600,
-        // Three cases of a cache and up to eight kilnds each.
-        15 => 300,
+        // Five cases of a cache and up to eight kilnds each.
+        15 => 480,
         _ => 180,
     };
     Duration::from_secs(secs)

@@ -1,7 +1,8 @@
-//! Writers that publish first, against fresh hosts that fetch at once (`vet = "first-use"`):
-//! an anonymous writer (a kiln-cache without tokens), a writer with a fresh token, and a writer
-//! whose token the fleet vetted clean before it turned bad. Counted: wrong cubins served to any
-//! host in the herd that fetches the writer's bytes first.
+//! Writers that publish first, against fresh hosts that fetch at once: an anonymous writer (a
+//! kiln-cache without tokens), a writer with a fresh token, and a writer whose token the fleet
+//! vetted clean before it turned bad, each under `vet = "first-use"`; then the two token-holding
+//! writers under `vet = "confirmed"`. Counted: wrong cubins served to any host in the herd that
+//! fetches the writer's bytes first.
 
 use super::graphs;
 use super::herd;
@@ -15,6 +16,15 @@ use kiln_tests::redis::{CacheOptions, CacheServer, RedisServer, WRITE_TOKEN};
 use std::time::{Duration, Instant};
 
 pub const TITLE: &str = "Writers that publish first: anonymous, a fresh token, a vetted token turned bad";
+/// The cases run: each writer kind under the default policy, and the token holders under the
+/// per-artifact one.
+const CASES: [(Writer, &str); 5] = [
+    (Writer::Anonymous, "first-use"),
+    (Writer::FreshToken, "first-use"),
+    (Writer::Turncoat, "first-use"),
+    (Writer::FreshToken, "confirmed"),
+    (Writer::Turncoat, "confirmed"),
+];
 const TAG: &str = "kiln-reliability publish first";
 const HOSTS: usize = 3;
 /// Keys the writer publishes first (and, for the turncoat, as many it publishes honestly before).
@@ -44,38 +54,41 @@ impl Writer {
 
 pub async fn run(run: &Run, out: &mut Outcome) -> Result<()> {
     out.method = vec![format!(
-        "Three cases, each on a private redis-server and kiln-cache. One honest kilnd compiles a cold {}-kernel \
+        "Five cases, each on a private redis-server and kiln-cache. One honest kilnd compiles a cold {}-kernel \
          graph; the artifacts of {KERNELS} keys are deleted in Redis (as an eviction would) and the writer publishes \
          the honest envelope with the cubin's last byte flipped under each, first. The turncoat first republishes \
          the other {KERNELS} keys' honest bytes under its own token, and a herd of {HOSTS} fresh hosts vets it on \
-         them before it turns. Then {HOSTS} fresh kilnd hosts (`vet = \"first-use\"`, `audit_rate = 0`) herd on the \
-         writer's keys at once; every answer is compared with a separate kilnd's compile.",
+         them before it turns. Then {HOSTS} fresh kilnd hosts (`audit_rate = 0`) herd on the writer's keys at once; \
+         every answer is compared with a separate kilnd's compile. Every host of a case runs its `vet`: the three \
+         writers under `first-use`, then the two token holders under `confirmed`.",
         2 * KERNELS
     )];
     let reference = graphs::reference(run, "publish-first", &graphs::graph(TAG, 0..2 * KERNELS)).await?;
-    let mut token_wrong = 0;
-    let mut errs = 0;
-    for writer in [Writer::Anonymous, Writer::FreshToken, Writer::Turncoat] {
+    let (mut fresh_wrong, mut confirmed_wrong, mut errs) = (0, 0, 0);
+    for (writer, vet) in CASES {
         let (wrong, e, took) =
-            case(run, writer, &reference).await.with_context(|| format!("case {}", writer.label()))?;
+            case(run, writer, vet, &reference).await.with_context(|| format!("case {} under {vet}", writer.label()))?;
         out.figure(
-            format!("{}: wrong cubins served in the herd that fetched first", writer.label()),
+            format!("{}, `vet = \"{vet}\"`: wrong cubins served in the herd that fetched first", writer.label()),
             format!("{wrong} of {} (the herd took {:.2} s)", HOSTS * KERNELS, took.as_secs_f64()),
         );
-        if writer == Writer::FreshToken {
-            token_wrong += wrong;
+        match (writer, vet) {
+            (Writer::FreshToken, "first-use") => fresh_wrong += wrong,
+            (_, "confirmed") => confirmed_wrong += wrong,
+            _ => {}
         }
         errs += e;
     }
     out.check("every host gets every kernel, no call fails", errs, errs == 0);
-    out.check("a fresh token's first publish: wrong cubins served", token_wrong, token_wrong == 0);
+    out.check("a fresh token's first publish under first-use: wrong cubins served", fresh_wrong, fresh_wrong == 0);
+    out.check("every token-holding writer under confirmed: wrong cubins served", confirmed_wrong, confirmed_wrong == 0);
     Ok(())
 }
 
 /// One writer: the wrong cubins served in the first herd on its keys, the herds' errors, and how
 /// long that herd took.
-async fn case(run: &Run, writer: Writer, reference: &graphs::Artifacts) -> Result<(usize, usize, Duration)> {
-    let name = format!("publish-first-{writer:?}").to_lowercase();
+async fn case(run: &Run, writer: Writer, vet: &str, reference: &graphs::Artifacts) -> Result<(usize, usize, Duration)> {
+    let name = format!("publish-first-{writer:?}-{vet}").to_lowercase();
     let redis = blocking(RedisServer::start).await?;
     let mut options = CacheOptions::new(vec![redis.url()]);
     if writer == Writer::Anonymous {
@@ -98,7 +111,8 @@ async fn case(run: &Run, writer: Writer, reference: &graphs::Artifacts) -> Resul
     };
     let reader = cache.client(WRITE_TOKEN);
     let bad = cache.client(if writer == Writer::Anonymous { WRITE_TOKEN } else { ROGUE_TOKEN }).with_host("writer");
-    let config = "vet = \"first-use\"\naudit_rate = 0.0\naudit_cpu_share = 1.0\nquarantine_poll_ms = 500\n";
+    let config = format!("vet = \"{vet}\"\naudit_rate = 0.0\naudit_cpu_share = 1.0\nquarantine_poll_ms = 500\n");
+    let config = config.as_str();
     let mut e = 0;
     if writer == Writer::Turncoat {
         for key in keys_of(&vetting)? {
