@@ -14,6 +14,11 @@ use anyhow::{Context, Result, anyhow};
 use kiln_cache_client::RemoteCache;
 use kiln_tests::redis::{CacheOptions, CacheServer, WRITE_TOKEN};
 
+/// The read-write token of the fresh hosts that take what a filler published: another token than
+/// the filler's, as on a fleet where each host has its own, so that their audits can vouch for
+/// the filler (a writer cannot vouch for its own token).
+pub const FRESH_HOST_TOKEN: &str = "bench-fresh-host-token-0123456789";
+
 /// Redis plus kiln-cache, stopped on drop.
 #[derive(Debug)]
 pub struct Fleet {
@@ -37,7 +42,9 @@ impl Fleet {
     pub async fn start(bench: &Bench) -> Result<Fleet> {
         let redis = RedisServer::start(&bench.dir("fleet-redis")?).context("starting the fleet's redis-server")?;
         let url = format!("unix://{}", redis.socket.display());
-        let cache = tokio::task::spawn_blocking(move || CacheServer::start(CacheOptions::new(vec![url])))
+        let mut options = CacheOptions::new(vec![url]);
+        options.tokens.push(format!("write:{FRESH_HOST_TOKEN}"));
+        let cache = tokio::task::spawn_blocking(move || CacheServer::start(options))
             .await
             .map_err(|e| anyhow!("kiln-cache did not start: {}", panic_text(e)))?;
         Ok(Fleet { redis, cache })
@@ -47,6 +54,14 @@ impl Fleet {
     /// read-write token; `config` adds lines to its config file.
     pub fn kilnd_options(&self, concurrency: usize, config: &str) -> KilndOptions {
         host_options(&self.cache.uri(), concurrency, config)
+    }
+
+    /// [`Fleet::kilnd_options`] for a fresh host with [`FRESH_HOST_TOKEN`].
+    pub fn fresh_host_options(&self, concurrency: usize, config: &str) -> KilndOptions {
+        let mut options = self.kilnd_options(concurrency, config);
+        options.env.retain(|(name, _)| name != "KILN_REMOTE_TOKEN");
+        options.env.push(("KILN_REMOTE_TOKEN".into(), FRESH_HOST_TOKEN.into()));
+        options
     }
 
     /// A fresh kilnd host of this fleet at the machine's concurrency, in the scratch directory

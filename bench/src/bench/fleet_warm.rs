@@ -7,12 +7,19 @@
 //! must come from the remote tier. After each sample, a plain Redis client fetches the same 64
 //! stored values (`kiln:v1:{<key>}:a`, the envelopes kiln-cache reads) in one pipelined round
 //! trip, so the baseline is sampled in the same stretch of time as kiln.
+//!
+//! The fresh hosts hold another token than the filler's, as each host of a fleet does, and one
+//! untimed host vets the filler before the clock starts (its compile of every key vouches for
+//! the publisher and confirms each artifact): what is timed is a vetted publisher's hit path,
+//! under each vetting policy and with the audit off.
 
 use super::fleet::{Fleet, artifact_key};
 use super::report::{Row, Section, Target};
 use super::samples::Samples;
 use super::{Bench, GRAPH_KERNELS, check_job, graph_request};
 use anyhow::{Context, Result};
+use kiln_cache_client::Lookup;
+use kiln_proto::CacheKey;
 use kiln_proto::pb;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -20,6 +27,10 @@ use std::time::{Duration, Instant};
 const TITLE: &str = "(e) Fleet: warm start of a 64-kernel graph from the remote tier";
 /// The target: at most this many times pipelined Redis GETs of the same stored values.
 const OVER_REDIS: f64 = 4.0;
+/// Config lines of a host that runs only artifacts a second token confirmed.
+const CONFIRMED: &str = "vet = \"confirmed\"\n";
+/// How long the vetting host's vouches may take to land in kiln-cache.
+const VOUCHED_WITHIN: Duration = Duration::from_secs(30);
 
 pub async fn run(bench: &Bench, fleet: &Fleet) -> Result<Section> {
     let samples = bench.options.fleet_warm_samples;
@@ -49,6 +60,7 @@ pub async fn run(bench: &Bench, fleet: &Fleet) -> Result<Section> {
     let job = filler.connect().await?.compile(graph_request()).await?.collect().await.context("cold fill")?;
     check_job(&job, GRAPH_KERNELS, None)?;
     filler.stop().await?;
+    vet_the_filler(bench, fleet, &job).await?;
     let keys: Vec<Vec<u8>> = job.kernels.iter().map(|k| artifact_key(&k.key)).collect();
     let mut redis = fleet.redis.connect()?;
     let stored = redis.get_all(&keys).context("the filler's kernels are not in Redis")?;
@@ -61,7 +73,7 @@ pub async fn run(bench: &Bench, fleet: &Fleet) -> Result<Section> {
     let shm = std::path::Path::new("/dev/shm");
     let tmpfs = shm.is_dir().then(|| shm.join(format!("kiln-bench-fleet-warm-{}", std::process::id())));
     let (mut kiln, mut base, mut starts, mut on_tmpfs) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let (mut seconds, mut primed, mut unaudited) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut seconds, mut primed, mut unaudited, mut confirmed) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for i in 0..samples {
         let one = sample(bench, fleet, &bench.dir(&format!("fleet-warm-{i}"))?, i, false, "").await?;
         kiln.push(one.first);
@@ -79,6 +91,8 @@ pub async fn run(bench: &Bench, fleet: &Fleet) -> Result<Section> {
         primed.push(sample(bench, fleet, &bench.dir(&format!("fleet-warm-primed-{i}"))?, i, true, "").await?.first);
         let dir = bench.dir(&format!("fleet-warm-unaudited-{i}"))?;
         unaudited.push(sample(bench, fleet, &dir, i, false, "audit = false\n").await?.first);
+        let dir = bench.dir(&format!("fleet-warm-confirmed-{i}"))?;
+        confirmed.push(sample(bench, fleet, &dir, i, false, CONFIRMED).await?.first);
     }
     let (kiln, base) = (Samples::new(kiln), Samples::new(base));
     for (pct, name) in [(50.0, "p50"), (99.0, "p99")] {
@@ -123,19 +137,36 @@ pub async fn run(bench: &Bench, fleet: &Fleet) -> Result<Section> {
     );
     s.notes.push(format!("second `Compile`: {}; primed first `Compile`: {}", seconds.summary(), primed.summary()));
     let unaudited = Samples::new(unaudited);
+    let confirmed = Samples::new(confirmed);
     s.rows.push(Row::new(
-        "fresh daemon, first `Compile`, fleet audit at its default, p50",
+        "fresh daemon, first `Compile`, fleet audit and vetting at their defaults (`vet = \"first-use\"`), p50",
         kiln.figure(50.0),
         "the same with the audit off (`audit = false`), p50",
         unaudited.figure(50.0),
     ));
+    s.rows.push(Row::new(
+        "the same under `vet = \"confirmed\"` (every artifact confirmed), p50",
+        confirmed.figure(50.0),
+        "the same with the audit off (`audit = false`), p50",
+        unaudited.figure(50.0),
+    ));
     s.method.push(
-        "The fleet audit's cost on this path, side by side: every kiln sample above runs kilnd's default audit \
-         (each fetched kernel is offered to it: 2% of them, and the publisher's first, are recompiled at \
-         background priority within 5% of a CPU); after each, one more fresh daemon with `audit = false`."
+        "The fresh hosts hold another read-write token than the filler's, as each host of a fleet does. Before \
+         the clock starts, one more fresh host under `vet = \"confirmed\"` compiles the graph (every kernel is \
+         held back and compiled there) and vouches for each: the filler's publisher is vetted and every artifact \
+         confirmed. The timed samples are a vetted publisher's hit path."
+            .into(),
+    );
+    s.method.push(
+        "The fleet audit's and vetting's cost on this path, side by side: every kiln sample above runs kilnd's \
+         default audit and vetting (each fetched kernel is offered to the audit: 2% of them, and the \
+         publisher's first, are recompiled at background priority within 5% of a CPU; each is served only if \
+         kiln-cache says its publisher is vetted); after each, one more fresh daemon with `audit = false`, and \
+         one under `vet = \"confirmed\"` (served only if kiln-cache says the artifact is confirmed)."
             .into(),
     );
     s.notes.push(format!("audit off: {}", unaudited.summary()));
+    s.notes.push(format!("`vet = \"confirmed\"`: {}", confirmed.summary()));
     let starts = Samples::new(starts);
     s.notes.push(format!(
         "Not timed, for context: starting each fresh kilnd until it answered took {}.",
@@ -172,7 +203,7 @@ fn primer() -> pb::CompileRequest {
 /// `config`: lines for its configuration file.
 async fn sample(bench: &Bench, fleet: &Fleet, dir: &Path, i: usize, primed: bool, config: &str) -> Result<Sample> {
     let started = Instant::now();
-    let daemon = bench.start_kilnd(dir, &fleet.kilnd_options(bench.cores, config)).await?;
+    let daemon = bench.start_kilnd(dir, &fleet.fresh_host_options(bench.cores, config)).await?;
     let client = daemon.connect().await?;
     let start_up = started.elapsed();
     if primed {
@@ -190,4 +221,32 @@ async fn sample(bench: &Bench, fleet: &Fleet, dir: &Path, i: usize, primed: bool
     daemon.stop().await?;
     std::fs::remove_dir_all(dir).ok();
     Ok(Sample { first, second, start_up })
+}
+
+/// Vets the filler's publish before the clock starts: a fresh host (another token) under
+/// `vet = "confirmed"` compiles every kernel of `filled` itself and vouches for each; this waits
+/// until kiln-cache answers every key confirmed, by a vetted publisher.
+async fn vet_the_filler(bench: &Bench, fleet: &Fleet, filled: &kiln_client::CompletedJob) -> Result<()> {
+    let dir = bench.dir("fleet-warm-vetter")?;
+    let vetter = bench.start_kilnd(&dir, &fleet.fresh_host_options(bench.cores, CONFIRMED)).await?;
+    let job = vetter.connect().await?.compile(graph_request()).await?.collect().await.context("the vetting host")?;
+    check_job(&job, GRAPH_KERNELS, Some(pb::Tier::Compiled)).context("the vetting host compiles every kernel")?;
+    vetter.stop().await?;
+    let reader = fleet.client()?;
+    let deadline = Instant::now() + VOUCHED_WITHIN;
+    for kernel in &filled.kernels {
+        let key: CacheKey = kernel.key.parse().context("a kernel key")?;
+        loop {
+            if let Lookup::Hit(_, Some(p)) = reader.get(&key).await?
+                && p.confirmed
+                && p.vetted
+            {
+                break;
+            }
+            anyhow::ensure!(Instant::now() < deadline, "kiln-cache never said {key} was confirmed and vetted");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    std::fs::remove_dir_all(dir).ok();
+    Ok(())
 }
