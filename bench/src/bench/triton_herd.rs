@@ -68,24 +68,16 @@ pub fn run(bench: &Bench) -> Result<Section> {
         let json = herd(bench, preinit)?;
         let label = if preinit { ", triton_key() before the barrier" } else { "" };
         let (kiln_cold, peer_cold) = (pick(&json, "kiln", "cold")?, pick(&json, "Triton Redis (patched)", "cold")?);
+        // One figure of the cold phase (`name` in the herd's JSON), kiln's beside the peer's.
+        let cold = |measurement: &str, name: &str, value: fn(f64) -> Value| -> Result<Row> {
+            let (kiln, peer) = (value(field(kiln_cold, name)?), value(field(peer_cold, name)?));
+            Ok(Row::new(format!("{measurement}, cold{label}"), Ok(kiln), "Triton Redis backend", Ok(peer)))
+        };
         let kernels = field(kiln_cold, "kernels")? as u64;
+        s.rows.push(cold("total compiles", "compiles", Value::Count)?.with_target(Target::CountEquals(kernels)));
         s.rows.push(
-            Row::new(
-                format!("total compiles, cold{label}"),
-                Ok(Value::Count(field(kiln_cold, "compiles")?)),
-                "Triton Redis backend",
-                Ok(Value::Count(field(peer_cold, "compiles")?)),
-            )
-            .with_target(Target::CountEquals(kernels)),
-        );
-        s.rows.push(
-            Row::new(
-                format!("wall time until all have every kernel, cold{label}"),
-                Ok(Value::Seconds(field(kiln_cold, "wall_secs")?)),
-                "Triton Redis backend",
-                Ok(Value::Seconds(field(peer_cold, "wall_secs")?)),
-            )
-            .with_target(Target::RatioAtMost(TARGET_RATIO)),
+            cold("wall time until all have every kernel", "wall_secs", Value::Seconds)?
+                .with_target(Target::RatioAtMost(TARGET_RATIO)),
         );
         let peer_warm = pick(&json, "Triton Redis (patched)", "warm")?;
         for phase in ["warm (same host)", "warm (fresh host, from the fleet)"] {
