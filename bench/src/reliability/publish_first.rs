@@ -4,15 +4,13 @@
 //! writers under `vet = "confirmed"`. Counted: wrong cubins served to any host in the herd that
 //! fetches the writer's bytes first.
 
+use super::Run;
 use super::graphs;
 use super::herd;
 use super::report::Outcome;
-use super::writer_gone_bad::{errors, held, wrong_envelope};
-use super::{Run, blocking};
+use super::writer_gone_bad::{Honest, errors, held, private_cache, wrong_envelope};
 use anyhow::{Context, Result};
-use kiln_proto::CacheKey;
-use kiln_proto::pb;
-use kiln_tests::redis::{CacheOptions, CacheServer, RedisServer, WRITE_TOKEN};
+use kiln_tests::redis::WRITE_TOKEN;
 use std::time::{Duration, Instant};
 
 pub const TITLE: &str = "Writers that publish first: anonymous, a fresh token, a vetted token turned bad";
@@ -89,33 +87,17 @@ pub async fn run(run: &Run, out: &mut Outcome) -> Result<()> {
 /// long that herd took.
 async fn case(run: &Run, writer: Writer, vet: &str, reference: &graphs::Artifacts) -> Result<(usize, usize, Duration)> {
     let name = format!("publish-first-{writer:?}-{vet}").to_lowercase();
-    let redis = blocking(RedisServer::start).await?;
-    let mut options = CacheOptions::new(vec![redis.url()]);
-    if writer == Writer::Anonymous {
-        options.tokens.clear();
-        options.config = "insecure_no_auth = true\n".into();
-    } else {
-        options.tokens.push(format!("write:{ROGUE_TOKEN}"));
-    }
-    let cache = blocking(move || CacheServer::start(options)).await?;
+    let (redis, cache) = private_cache((writer != Writer::Anonymous).then_some(ROGUE_TOKEN)).await?;
     let uri = cache.uri();
     let (vetting, bad_keys) = (graphs::graph(TAG, 0..KERNELS), graphs::graph(TAG, KERNELS..2 * KERNELS));
-    let honest = herd::hosts(run, &format!("{name}-honest"), 1, &uri).await?;
-    let job = honest[0].connect().await?.compile(graphs::graph(TAG, 0..2 * KERNELS)).await?.collect().await?;
-    let keys = graphs::keys(&job);
-    let keys_of = |req: &pb::CompileRequest| -> Result<Vec<CacheKey>> {
-        graphs::ids(req)
-            .iter()
-            .map(|id| keys.get(id).context("a kernel key")?.parse().context("a kernel key"))
-            .collect()
-    };
+    let honest = Honest::compile(run, &name, &uri, graphs::graph(TAG, 0..2 * KERNELS)).await?;
     let reader = cache.client(WRITE_TOKEN);
     let bad = cache.client(if writer == Writer::Anonymous { WRITE_TOKEN } else { ROGUE_TOKEN }).with_host("writer");
     let config = format!("vet = \"{vet}\"\naudit_rate = 0.0\naudit_cpu_share = 1.0\nquarantine_poll_ms = 500\n");
     let config = config.as_str();
     let mut e = 0;
     if writer == Writer::Turncoat {
-        for key in keys_of(&vetting)? {
+        for key in honest.keys_of(&vetting)? {
             let (sealed, _) = held(&reader, &key).await?;
             redis.cli(&["DEL", &format!("kiln:v1:{{{key}}}:a")]);
             bad.put(&key, sealed).await.with_context(|| format!("the turncoat's honest publish of {key}"))?;
@@ -124,7 +106,7 @@ async fn case(run: &Run, writer: Writer, vet: &str, reference: &graphs::Artifact
         e += errors(&herd::herd(&vetters, &vetting, 0).await);
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
-    for key in keys_of(&bad_keys)? {
+    for key in honest.keys_of(&bad_keys)? {
         let wrong = wrong_envelope(&reader, &key).await?;
         redis.cli(&["DEL", &format!("kiln:v1:{{{key}}}:a")]);
         bad.put(&key, wrong).await.with_context(|| format!("the writer's first publish of {key}"))?;

@@ -17,6 +17,7 @@ use kiln_proto::CacheKey;
 use kiln_proto::envelope;
 use kiln_proto::pb::{self, Provenance};
 use kiln_tests::redis::{CacheOptions, CacheServer, RedisServer, WRITE_TOKEN};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 pub const TITLE: &str = "A writer gone bad: declared, anonymous and spoofed, with tokens and without";
@@ -182,28 +183,12 @@ async fn case(
 ) -> Result<()> {
     tally.cases += 1;
     let name = format!("gone-bad-{}-{}", writer.label(), if tokens { "tokens" } else { "open" });
-    let redis = blocking(RedisServer::start).await?;
-    let mut options = CacheOptions::new(vec![redis.url()]);
-    if tokens {
-        options.tokens.push(format!("write:{ROGUE_TOKEN}"));
-    } else {
-        options.tokens.clear();
-        options.config = "insecure_no_auth = true\n".into();
-    }
-    let cache = blocking(move || CacheServer::start(options)).await?;
+    let (redis, cache) = private_cache(tokens.then_some(ROGUE_TOKEN)).await?;
     let uri = cache.uri();
     let over_honest = graphs::graph(TAG, 0..KERNELS);
     let first_publish = graphs::graph(TAG, KERNELS..2 * KERNELS);
-    let honest = herd::hosts(run, &format!("{name}-honest"), 1, &uri).await?;
-    let job = honest[0].connect().await?.compile(graphs::graph(TAG, 0..2 * KERNELS)).await?.collect().await?;
-    let keys = graphs::keys(&job);
-    let keys_of = |req: &pb::CompileRequest| -> Result<Vec<CacheKey>> {
-        graphs::ids(req)
-            .iter()
-            .map(|id| keys.get(id).context("a kernel key")?.parse().context("a kernel key"))
-            .collect()
-    };
-    let (keys_a, keys_b) = (keys_of(&over_honest)?, keys_of(&first_publish)?);
+    let honest = Honest::compile(run, &name, &uri, graphs::graph(TAG, 0..2 * KERNELS)).await?;
+    let (keys_a, keys_b) = (honest.keys_of(&over_honest)?, honest.keys_of(&first_publish)?);
     let reader = cache.client(WRITE_TOKEN);
     let (_, honest_by) = held(&reader, &keys_a[0]).await?;
     let honest_host = honest_by.map(|p| p.host).unwrap_or_default();
@@ -302,6 +287,46 @@ async fn case(
     }
     drop((daemons, honest, cache, redis));
     Ok(())
+}
+
+/// A private Redis and kiln-cache for one case: with `rogue`, the writer's own read-write token,
+/// among the tokens; without one, no tokens at all, open to anyone (`insecure_no_auth`).
+pub(super) async fn private_cache(rogue: Option<&str>) -> Result<(RedisServer, CacheServer)> {
+    let redis = blocking(RedisServer::start).await?;
+    let mut options = CacheOptions::new(vec![redis.url()]);
+    match rogue {
+        Some(token) => options.tokens.push(format!("write:{token}")),
+        None => {
+            options.tokens.clear();
+            options.config = "insecure_no_auth = true\n".into();
+        }
+    }
+    let cache = blocking(move || CacheServer::start(options)).await?;
+    Ok((redis, cache))
+}
+
+/// One honest kilnd that compiled a graph through the fleet cache, and its kernels' keys. The
+/// host is held to the end of the case: its publish of what it compiled may still be on its way.
+pub(super) struct Honest {
+    _host: Vec<Kilnd>,
+    keys: BTreeMap<String, String>,
+}
+
+impl Honest {
+    /// Starts the host `{name}-honest` on the kiln-cache at `uri` and compiles `req` on it.
+    pub(super) async fn compile(run: &Run, name: &str, uri: &str, req: pb::CompileRequest) -> Result<Honest> {
+        let host = herd::hosts(run, &format!("{name}-honest"), 1, uri).await?;
+        let job = host[0].connect().await?.compile(req).await?.collect().await?;
+        Ok(Honest { _host: host, keys: graphs::keys(&job) })
+    }
+
+    /// The cache keys of `req`'s kernels, as the honest host's compile named them.
+    pub(super) fn keys_of(&self, req: &pb::CompileRequest) -> Result<Vec<CacheKey>> {
+        graphs::ids(req)
+            .iter()
+            .map(|id| self.keys.get(id).context("a kernel key")?.parse().context("a kernel key"))
+            .collect()
+    }
 }
 
 /// What `key` holds, with its provenance; the honest host's publish may still be on its way.
