@@ -33,6 +33,8 @@ pub mod config_file;
 pub mod core;
 pub mod domain;
 pub mod error;
+#[cfg(test)]
+pub(crate) mod fixtures;
 pub mod listen;
 pub(crate) mod metrics;
 pub mod rpc;

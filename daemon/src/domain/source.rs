@@ -159,19 +159,7 @@ pub(crate) fn triton_key_options(t: &pb::TritonSource) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn sample() -> pb::TritonSource {
-        pb::TritonSource {
-            source: "src".into(),
-            kernel_name: "k".into(),
-            signature: vec![
-                pb::TritonArg { name: "x".into(), r#type: "*fp32".into() },
-                pb::TritonArg { name: "BLOCK".into(), r#type: "constexpr".into() },
-            ],
-            constexprs: vec![pb::TritonConstexpr { name: "BLOCK".into(), value: Some(Value::IntValue(1024)) }],
-            ..Default::default()
-        }
-    }
+    use crate::fixtures::triton_source as sample;
 
     #[test]
     fn typed_constexprs_and_options_change_the_key_options() {

@@ -258,9 +258,7 @@ fn declared(r: &pb::TorchGraphRequest) -> Option<Environment> {
 mod tests {
     use super::*;
 
-    fn request() -> pb::TorchGraphRequest {
-        pb::TorchGraphRequest { torch_version: "2.11.0".into(), payload: vec![1], ..Default::default() }
-    }
+    use crate::fixtures::torch_graph_request as request;
 
     #[test]
     fn the_declared_environment_keys_the_graph_and_names_a_difference() {

@@ -99,9 +99,7 @@ pub(super) fn report(r: &pb::TorchGraphReport) -> Result<(), Error> {
 mod tests {
     use super::*;
 
-    fn sample() -> pb::TorchGraphRequest {
-        pb::TorchGraphRequest { torch_version: "2.11.0".into(), payload: vec![1], ..Default::default() }
-    }
+    use crate::fixtures::torch_graph_request as sample;
 
     #[test]
     fn every_bad_field_is_named() {

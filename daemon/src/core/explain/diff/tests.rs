@@ -104,23 +104,8 @@ fn new_evicted_and_the_nearest_recipe() {
     assert_eq!(texts(&d), vec![("options", "options: -O3 removed")]);
 }
 
-fn triton() -> pb::TritonSource {
-    pb::TritonSource {
-        source: "import triton".into(),
-        kernel_name: "add".into(),
-        signature: vec![
-            pb::TritonArg { name: "x".into(), r#type: "*fp32".into() },
-            pb::TritonArg { name: "BLOCK".into(), r#type: "constexpr".into() },
-        ],
-        constexprs: vec![pb::TritonConstexpr { name: "BLOCK".into(), value: Some(Value::IntValue(1024)) }],
-        attributes: vec![],
-        options: Some(pb::TritonOptions { num_warps: 4, ..Default::default() }),
-        want_ptx: false,
-    }
-}
-
 fn triton_recipe(change: impl FnOnce(&mut pb::TritonSource)) -> KeyRecipe {
-    let mut t = triton();
+    let mut t = crate::fixtures::triton_source();
     change(&mut t);
     recipe_of(KernelSource::Triton(t), "sm_90", 3)
 }
