@@ -374,6 +374,16 @@ mod tests {
         (auditor, queued)
     }
 
+    /// A [`strict`] auditor that audited key 0 of `publisher` clean, so vouches for it: its next
+    /// artifact is not audited.
+    fn vouching_for(publisher: Option<Provenance>) -> (Auditor, mpsc::Receiver<(Sample, Claim)>) {
+        let (auditor, mut queued) = strict();
+        let claim = fetch(&auditor, &mut queued, 0, publisher.clone()).unwrap_or(Claim::Sampled);
+        auditor.record(&Verdict::Clean, &claim, publisher.as_ref());
+        assert_eq!(fetch(&auditor, &mut queued, 1, publisher), None, "vouched for");
+        (auditor, queued)
+    }
+
     /// Fetches key `n`, published as `provenance` says; the claim it was queued for, if any.
     fn fetch(
         auditor: &Auditor,
@@ -457,10 +467,7 @@ mod tests {
 
     #[test]
     fn a_disputed_artifact_is_audited_on_its_next_fetch_whoever_published_it() {
-        let (auditor, mut queued) = strict();
-        let claim = fetch(&auditor, &mut queued, 0, by("gpu-1", "tok-honest")).unwrap_or(Claim::Sampled);
-        auditor.record(&Verdict::Clean, &claim, by("gpu-1", "tok-honest").as_ref());
-        assert_eq!(fetch(&auditor, &mut queued, 1, by("gpu-1", "tok-honest")), None, "vouched for");
+        let (auditor, mut queued) = vouching_for(by("gpu-1", "tok-honest"));
         let disputed = by("gpu-1", "tok-honest").map(|p| Provenance { disputed: true, ..p });
         let claim = fetch(&auditor, &mut queued, 1, disputed.clone());
         assert!(matches!(claim, Some(Claim::Artifact((_, _, true)))), "{claim:?}");
@@ -469,10 +476,7 @@ mod tests {
 
     #[test]
     fn an_honest_name_behind_another_token_is_a_new_publisher() {
-        let (auditor, mut queued) = strict();
-        let claim = fetch(&auditor, &mut queued, 0, by("gpu-1", "tok-honest")).unwrap_or(Claim::Sampled);
-        auditor.record(&Verdict::Clean, &claim, by("gpu-1", "tok-honest").as_ref());
-        assert_eq!(fetch(&auditor, &mut queued, 1, by("gpu-1", "tok-honest")), None, "vouched for");
+        let (auditor, mut queued) = vouching_for(by("gpu-1", "tok-honest"));
         let spoofed = fetch(&auditor, &mut queued, 2, by("gpu-1", "tok-rogue"));
         let expected = Publisher { token: "tok-rogue".into(), host: "gpu-1".into() };
         assert_eq!(spoofed, Some(Claim::NewPublisher(expected)), "the honest name does not vouch for another token");
