@@ -132,46 +132,45 @@ mod tests {
         Directive { name: name.into(), delimiter: Delimiter::Angle }
     }
 
+    /// Each case: what it shows, a source text, and the directives a preprocessor would follow.
     #[test]
-    fn finds_both_kinds_and_tolerates_spacing() {
-        let text = "#include \"a.h\"\n  #  include <b/c.h>\n#include\t\"d.h\" // trailing\nint x;\n";
-        assert_eq!(directives(text), vec![quoted("a.h"), angle("b/c.h"), quoted("d.h")]);
-    }
-
-    #[test]
-    fn ignores_includes_in_comments() {
-        let text = "// #include \"line.h\"\n/* #include \"block.h\"\n #include <x.h> */\n#include \"real.h\"\n";
-        assert_eq!(directives(text), vec![quoted("real.h")]);
-    }
-
-    #[test]
-    fn text_after_a_multiline_comment_continues_its_first_line() {
-        // As in C: the comment becomes one space, so the directive is not at the start of a line.
-        let text = "int x; /* a\n */ #include \"not.h\"\n/* b\n */ #include \"yes.h\"\n";
-        assert_eq!(directives(text), vec![quoted("yes.h")]);
-    }
-
-    #[test]
-    fn comment_markers_inside_literals_are_not_comments() {
-        let text = "const char* u = \"http://x/*\";\n#include \"a.h\"\nchar c = '\"';\n#include \"b.h\"\n";
-        assert_eq!(directives(text), vec![quoted("a.h"), quoted("b.h")]);
-    }
-
-    #[test]
-    fn digit_separators_do_not_open_literals() {
-        let text = "int n = 1'000;\n#include \"a.h\"\n";
-        assert_eq!(directives(text), vec![quoted("a.h")]);
-    }
-
-    #[test]
-    fn joins_continued_lines() {
-        let text = "#include \\\n  \"split.h\"\n#inc\\\nlude <joined.h>\n";
-        assert_eq!(directives(text), vec![quoted("split.h"), angle("joined.h")]);
-    }
-
-    #[test]
-    fn skips_what_is_not_a_plain_include() {
-        let text = "#include_next <n.h>\n#include MACRO\n#include \"\"\n#include \"open\n#define include \"x.h\"\n";
-        assert_eq!(directives(text), vec![]);
+    fn finds_the_includes_a_preprocessor_would_follow() {
+        let cases = [
+            (
+                "both kinds, with any spacing",
+                "#include \"a.h\"\n  #  include <b/c.h>\n#include\t\"d.h\" // trailing\nint x;\n",
+                vec![quoted("a.h"), angle("b/c.h"), quoted("d.h")],
+            ),
+            (
+                "includes in comments are ignored",
+                "// #include \"line.h\"\n/* #include \"block.h\"\n #include <x.h> */\n#include \"real.h\"\n",
+                vec![quoted("real.h")],
+            ),
+            (
+                // As in C: the comment becomes one space, so the directive is not at the start of a line.
+                "text after a multi-line comment continues its first line",
+                "int x; /* a\n */ #include \"not.h\"\n/* b\n */ #include \"yes.h\"\n",
+                vec![quoted("yes.h")],
+            ),
+            (
+                "comment markers inside literals are not comments",
+                "const char* u = \"http://x/*\";\n#include \"a.h\"\nchar c = '\"';\n#include \"b.h\"\n",
+                vec![quoted("a.h"), quoted("b.h")],
+            ),
+            ("digit separators do not open literals", "int n = 1'000;\n#include \"a.h\"\n", vec![quoted("a.h")]),
+            (
+                "continued lines are joined",
+                "#include \\\n  \"split.h\"\n#inc\\\nlude <joined.h>\n",
+                vec![quoted("split.h"), angle("joined.h")],
+            ),
+            (
+                "what is not a plain include is skipped",
+                "#include_next <n.h>\n#include MACRO\n#include \"\"\n#include \"open\n#define include \"x.h\"\n",
+                vec![],
+            ),
+        ];
+        for (what, text, found) in cases {
+            assert_eq!(directives(text), found, "{what}");
+        }
     }
 }
