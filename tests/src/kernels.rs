@@ -30,6 +30,11 @@ pub fn cuda(source: &str) -> pb::CudaSource {
     pb::CudaSource { source: source.into(), ..Default::default() }
 }
 
+/// [`cuda`] with one header, given by its content as a client sends it, under `name`.
+pub fn cuda_with_header(source: &str, name: &str, content: &str) -> pb::CudaSource {
+    pb::CudaSource { headers: vec![pb::Header { name: name.into(), content: content.into() }], ..cuda(source) }
+}
+
 pub fn kernel(id: &str, source: pb::CudaSource) -> pb::Kernel {
     pb::Kernel { id: id.into(), source: Some(Source::Cuda(source)) }
 }

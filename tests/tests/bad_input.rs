@@ -75,10 +75,11 @@ async fn no_target_and_no_gpu_says_to_pass_a_target() {
 async fn host_paths_in_includes_are_failed_outcomes_without_contents() {
     let d = Daemon::start(Options::default());
     let client = d.client().await;
-    let evil_header = pb::CudaSource {
-        headers: vec![pb::Header { name: "innocent.h".into(), content: "#include \"/etc/passwd\"\n".into() }],
-        ..cuda("#include \"innocent.h\"\nextern \"C\" __global__ void k() {}\n")
-    };
+    let evil_header = cuda_with_header(
+        "#include \"innocent.h\"\nextern \"C\" __global__ void k() {}\n",
+        "innocent.h",
+        "#include \"/etc/passwd\"\n",
+    );
     let req = request(
         "sm_90",
         vec![

@@ -83,10 +83,11 @@ async fn name_expressions_return_lowered_names() {
 async fn headers_by_content_and_compile_errors_with_logs() {
     let d = Daemon::start(Options::default());
     let client = d.client().await;
-    let with_header = pb::CudaSource {
-        headers: vec![pb::Header { name: "scale.h".into(), content: "#define SCALE 3.0f\n".into() }],
-        ..cuda("#include \"scale.h\"\nextern \"C\" __global__ void s(float* x) { x[0] *= SCALE; }\n")
-    };
+    let with_header = cuda_with_header(
+        "#include \"scale.h\"\nextern \"C\" __global__ void s(float* x) { x[0] *= SCALE; }\n",
+        "scale.h",
+        "#define SCALE 3.0f\n",
+    );
     let broken = cuda("extern \"C\" __global__ void b(float* x) { x[0] = undefined_name; }\n");
     let job =
         compile_job(&client, request("sm_90", vec![kernel("scaled", with_header), kernel("broken", broken.clone())]))
