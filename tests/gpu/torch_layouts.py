@@ -322,7 +322,7 @@ def summary(ranks: list[dict], n_graphs: int) -> dict:
         # Each rank's own work on its claimed graphs, by step (compile, save, publish), summed
         # over its graphs: where a cold start through kilnd costs more than torch's own.
         "phases": [
-            {k: round(sum(g.get("phases", {}).get(k, 0.0) for g in x["graphs"].get("graphs", [])), 3) for k in ("compile", "save", "publish")}
+            {k: round(sum(g.get("phases", {}).get(k, 0.0) for g in x["graphs"].get("graphs", [])), 3) for k in ("prepare", "ask", "compile", "save", "publish")}
             for x in ranks
         ],
         # Seconds before the first step began, each rank: imports and set-up, not compile.

@@ -123,10 +123,14 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
         fallback("not_chosen", refusal)
         return _in_process(record, started, gm, here)
     _inductor.pick_vec_isa_early(example_inputs)
+    unserializable: Unserializable | None = None
     try:
         payload = serialize(gm, example_inputs, config)
     except Unserializable as e:
-        fallback("unserializable", e)
+        unserializable = e
+    record.phases["prepare"] = time.perf_counter() - started
+    if unserializable is not None:
+        fallback("unserializable", unserializable)
         return _in_process(record, started, gm, here)
     if async_enabled() and not getattr(_blocking, "on", False):
         request = Request(payload, record.name)
@@ -151,7 +155,7 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
     if not waits:
         # Exactly torch's compile, on torch's schedule (a backward at the first backward), for
         # every rank: a claim is shared once its backward has compiled too.
-        return _finish(torch, record, started, gm, example_inputs, ask(request), here, backward_now=False)
+        return _finish(torch, record, started, gm, example_inputs, _asked(record, request), here, backward_now=False)
     if layout == "ddp":
         # Dynamo's DDP optimizer traces and compiles its pieces one after another before the
         # frame runs. Each piece asks kilnd as it is traced and is compiled (or loaded) at its
@@ -165,8 +169,18 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
         return AsyncGraph(gm, example_inputs, request, inductor, record, started, waits=True)
     # One process's graph compiles its backward at its first backward, as torch would; the
     # ranks of a job block in collectives while they wait, so theirs publish at once.
-    answer = ask(request, bound=wait_bound())
+    answer = _asked(record, request, bound=wait_bound())
     return _finish(torch, record, started, gm, example_inputs, answer, here, backward_now=layout != "single")
+
+
+def _asked(record: GraphRecord, request: Request, *, bound: float | None = None) -> Answer | Grant | str:
+    """:func:`ask`, its round trip (and any wait for another process's compile) charged to the
+    graph's ``ask`` phase."""
+    began = time.perf_counter()
+    try:
+        return ask(request, bound=bound)
+    finally:
+        record.phases["ask"] = time.perf_counter() - began
 
 
 #: How long a rank leaves a DDP piece that falls to another rank of its host for that rank to

@@ -81,10 +81,13 @@ class GraphRecord:
     ready_after_s: float | None = None
     #: Compiled C++ kilnd's answer carried, by path under Inductor's cache (none on a GPU, mostly).
     native_files: list[str] = field(default_factory=list)
-    #: Seconds of each step of this process's own work on the graph, where it did more than load
-    #: an answer: a claimed graph's ``compile`` (Inductor, here), ``save`` (torch's artifacts of
-    #: it) and ``publish`` (the C++ found, the bundle and the RPC, in the background). Where a
-    #: cold start through kilnd costs more than torch's own, these say which part.
+    #: Seconds of each step of this process's own work on the graph: ``prepare`` (kiln's work
+    #: before it asks kilnd: the graph's layout and device, the payload's pickle, or the attempt
+    #: that found it cannot travel), ``ask`` (the round trip, and any wait for another process's
+    #: compile), and where it did more than load an answer, a claimed graph's ``compile``
+    #: (Inductor, here), ``save`` (torch's artifacts of it) and ``publish`` (the C++ found, the
+    #: bundle and the RPC, in the background). Where a cold start through kilnd costs more than
+    #: torch's own, these say which part.
     phases: dict[str, float] = field(default_factory=dict)
     #: When the graph was first asked for, and when kilnd's answer (or its fallback) came back.
     created: float = field(default_factory=time.perf_counter)
