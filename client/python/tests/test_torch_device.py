@@ -213,3 +213,29 @@ def test_a_job_with_kiln_takes_moved_entries_from_its_first_graph_on(tmp_path: P
     env.update(KILN_TORCH="1", KILN_DAEMON=f"unix://{tmp_path}/none.sock", TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300, check=True)
     assert out.stdout.split() == ["True", "install.<locals>.prepare_key"], out.stderr[-2000:]
+
+
+def test_a_graph_holding_the_job_s_state_as_constants_is_refused_before_its_pickle() -> None:
+    """A compiled optimizer step's graph holds the optimizer's moments as its own constants: the
+    payload would carry them whole, so it is refused by their size, naming it, before the pickle
+    copies them; a graph whose constants are small still travels."""
+    import time
+
+    from kiln.torch._payload import MAX_CONSTANT_BYTES, Unserializable
+
+    def graph(numel: int) -> tuple[Any, list[Any]]:
+        """``x + state``, ``state`` a constant of ``numel`` floats read by a ``get_attr`` node."""
+        root = torch.nn.Module()
+        root.state = torch.zeros(numel)
+        g = torch.fx.Graph()
+        g.output(g.call_function(torch.add, (g.placeholder("x"), g.get_attr("state"))))
+        return torch.fx.GraphModule(root, g), [torch.zeros(numel)]
+
+    assert serialize(*graph(16), {})
+    big = MAX_CONSTANT_BYTES // 4 + 1
+    began = time.perf_counter()
+    with pytest.raises(Unserializable, match="64 MiB") as refused:
+        serialize(*graph(big), {})
+    assert "constants" in str(refused.value)
+    # Refused by its size, not by the pickle: one pass over the graph's nodes.
+    assert time.perf_counter() - began < 1.0

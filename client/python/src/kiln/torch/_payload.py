@@ -30,6 +30,29 @@ class Unserializable(Exception):
     """The graph or its inputs cannot be sent to kilnd."""
 
 
+#: Tensor bytes a graph may hold as its own constants (``get_attr``) and still travel. A model's
+#: parameters reach a graph as inputs, described by their metadata alone; a graph that holds
+#: this much as constants carries the job's live state (a compiled optimizer step holds every
+#: moment of its optimizer), which the pickle would copy off the GPU whole (4 s of a 2-H200 job's
+#: first step, on the record) to make a payload past kilnd's limit (``max_artifact_mb``, 128 MiB
+#: by default).
+MAX_CONSTANT_BYTES = 64 << 20
+
+
+def _constant_bytes(torch: Any, gm: Any) -> int:
+    """The bytes of the distinct tensors ``gm``'s ``get_attr`` nodes read."""
+    seen: set[int] = set()
+    total = 0
+    for node in gm.graph.find_nodes(op="get_attr"):
+        value = gm
+        for part in str(node.target).split("."):
+            value = getattr(value, part, None)
+        if isinstance(value, torch.Tensor) and id(value) not in seen:
+            seen.add(id(value))
+            total += value.numel() * value.element_size()
+    return total
+
+
 
 def _input_spec(torch: Any, value: Any) -> dict[str, Any]:
     if isinstance(value, torch.Tensor):
@@ -181,6 +204,12 @@ def _serialize(gm: Any, example_inputs: list[Any], config_patches: dict[str, Any
     inputs = [_input_spec(torch, v) for v in example_inputs]
     if getattr(gm, "_source_to_user_stacks", None):
         raise Unserializable("a graph with user stack summaries (an export graph)")
+    constants = _constant_bytes(torch, gm)
+    if constants > MAX_CONSTANT_BYTES:
+        raise Unserializable(
+            f"the graph holds {constants / 2**20:.0f} MiB of tensors as its own constants (the job's state, "
+            f"such as an optimizer's): more than a payload carries ({MAX_CONSTANT_BYTES >> 20} MiB)"
+        )
     placeholders = list(gm.graph.find_nodes(op="placeholder"))
     sources = [getattr(n, "_dynamo_source", None) for n in placeholders]
     header = {
