@@ -34,8 +34,12 @@ PY_LINT_PACKAGES=(
 # torch for kiln.torch's tests with a real torch: PyPI's build, the GPU hosts' version. It runs
 # on the CPU (Inductor's C++ backend), so the graph path, async and every fallback are tested
 # here; its CUDA libraries come along as its dependencies (about 4.6 GB, under a minute to install).
+#
+# transformers: the corpus's model from a library people use (client/python/tests/corpus/hf_llama.py,
+# built from its config with random weights, so nothing is downloaded at run time).
 PY_TORCH_PACKAGES=(
   torch==2.11.0
+  transformers==5.24.0
 )
 
 # The browser test of the status pages (tests/browser) drives Debian's chromium through its

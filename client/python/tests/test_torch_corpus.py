@@ -31,7 +31,7 @@ pytest.importorskip("torch", reason="torch is not installed in this interpreter"
 #: (shape, layout, ranks, the fallbacks the README names for it): every layout, and the shapes
 #: whose graphs differ most (a compiled model, a compiled loss function with a graph break and
 #: sliced inputs under DDP, per-block compiles under FSDP2, a compiled optimizer step, dynamic
-#: shapes, a KV-cache decode loop). The rest of the corpus (train step, checkpointing,
+#: shapes, a KV-cache decode loop, a Hugging Face model). The rest of the corpus (train step, checkpointing,
 #: accumulation) runs in the bench and on the GPU, keeping CI within its time.
 CASES = [
     ("model_compile", "single", 1, set()),
@@ -45,6 +45,8 @@ CASES = [
     # travel, and compiles in the process as torch would.
     ("dynamic", "single", 1, {"unserializable"}),
     ("decode", "single", 1, {"unserializable"}),
+    # A model nobody here wrote: Hugging Face's LlamaForCausalLM from its config.
+    ("hf_llama", "single", 1, set()),
 ]
 #: Shapes under bf16 autocast.
 AUTOCAST = {"loss_compile"}

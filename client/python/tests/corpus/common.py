@@ -164,8 +164,9 @@ def model(job: Job, *, checkpointed: bool = False, compile_blocks: bool = False)
     return net
 
 
-def wrap(job: Job, net: torch.nn.Module) -> torch.nn.Module:
-    """The model in the job's layout: itself, DDP, or FSDP2 on each block and the whole."""
+def wrap(job: Job, net: torch.nn.Module, blocks: torch.nn.ModuleList | None = None) -> torch.nn.Module:
+    """The model in the job's layout: itself, DDP, or FSDP2 on each block (``blocks``, by
+    default the corpus model's own) and the whole."""
     if LAYOUT == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
@@ -173,7 +174,7 @@ def wrap(job: Job, net: torch.nn.Module) -> torch.nn.Module:
     elif LAYOUT == "fsdp2":
         from torch.distributed.fsdp import fully_shard
 
-        for block in net.blocks:  # type: ignore[union-attr]
+        for block in net.blocks if blocks is None else blocks:  # type: ignore[union-attr]
             fully_shard(block)
         net = fully_shard(net)
     mark("wrapped")
