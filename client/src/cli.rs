@@ -259,7 +259,7 @@ pub struct OutputArgs {
 
 #[derive(Debug, Args)]
 pub struct RoiArgs {
-    /// One job (as kiln.torch names it: KILN_JOB, or the script's name) instead of every job.
+    /// One job (as kiln.torch names it: KILN_TORCH_JOB, or the script's name) instead of every job.
     #[arg(long, value_name = "NAME")]
     pub job: Option<String>,
     /// Print the answer as one JSON object, in the proto3 JSON mapping.
