@@ -116,6 +116,9 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
     device = _layout.device_of(example_inputs)
 
     def here() -> Any:
+        # Every compile here waits for kiln's early pick of the CPU's vector instructions: beside
+        # it, Inductor would pick again, a second round of subprocesses that each import torch.
+        _inductor.vec_isa_picked(example_inputs)
         return inductor(gm, example_inputs)
 
     refusal = _choice.refusal(layout)
