@@ -250,7 +250,6 @@ def test_helper_processes_restore_only_if_they_compile(tmp_path: Path, monkeypat
     assert _job.job_at_startup(["-m"], ["python", "-m", "train"]) is None
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a thread has its own nice value only on Linux")
 def test_the_save_runs_on_a_thread_at_the_lowest_priority_and_leaves_the_job_s_alone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -238,7 +238,7 @@ class AsyncGraph:
         except Exception as e:  # noqa: BLE001 - the graph keeps running eagerly: never a wrong result
             if isinstance(answer, Grant):
                 answer.claim.close()
-            warn_once("torch-graph:swap", "kiln: a compiled graph could not replace its eager run (%s); it stays eager", e)
+            _swap_failed(e)
             self.record.how = "eager"
             self.compiled = self.gm
             return
@@ -290,7 +290,7 @@ class AsyncGraph:
             try:
                 self._swap_here()
             except Exception as e:  # noqa: BLE001 - on the training thread: never into the step
-                warn_once("torch-graph:swap", "kiln: a compiled graph could not replace its eager run (%s); it stays eager", e)
+                _swap_failed(e)
             if self.compiled is None:
                 self._stay_eager()
             try:
@@ -317,3 +317,8 @@ class AsyncGraph:
         self.compiled = self.gm
         self.example_inputs = None
         self.input_contexts = []
+
+
+def _swap_failed(e: BaseException) -> None:
+    """Warns, once a process, that a graph's swap failed and it stays eager."""
+    warn_once("torch-graph:swap", "kiln: a compiled graph could not replace its eager run (%s); it stays eager", e)
