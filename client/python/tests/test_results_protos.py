@@ -19,48 +19,58 @@ from kiln._proto import blob_pb2 as bpb
 from kiln._proto import kiln_pb2 as pb
 from kiln._proto import snapshot_pb2 as spb
 
-#: (dataclass, message, message fields carried differently, dataclass fields beyond the message)
-PAIRS: list[tuple[type, Any, dict[str, str], dict[str, str]]] = [
-    (results.KernelAttributes, pb.KernelAttributes, {}, {}),
-    (results.KernelResult, pb.KernelResult, {}, {}),
-    (results.Queued, pb.Queued, {}, {"job_id": "from the event that carries it"}),
-    (results.Started, pb.Started, {}, {"job_id": "from the event that carries it"}),
-    (results.JobDone, pb.JobDone, {}, {"job_id": "from the event that carries it"}),
-    (results.ToolchainInfo, pb.ToolchainInfo, {}, {}),
-    (results.Gpu, pb.Gpu, {}, {}),
-    (results.TierStats, pb.TierStats, {}, {}),
-    (results.RecentMiss, pb.RecentMiss, {}, {}),
-    (results.SnapshotStats, pb.SnapshotStats, {}, {}),
-    (results.Stats, pb.StatsResponse, {}, {}),
-    (results.AuditStats, pb.AuditStats, {}, {}),
-    (results.Provenance, pb.Provenance, {}, {}),
-    (results.WarmProgress, pb.WarmProgress, {}, {}),
-    (results.BlobEntry, bpb.BlobEntry, {"found": "a miss is None, not an entry"}, {}),
-    (snapshot_results.SnapshotRoot, spb.SnapshotRoot, {}, {}),
-    (snapshot_results.SnapshotFile, spb.SnapshotFile, {}, {}),
-    (snapshot_results.SnapshotSummary, spb.SnapshotSummary, {}, {}),
-    (snapshot_results.SnapshotManifest, spb.SnapshotManifest, {}, {}),
-    (torch_results.TorchGraphCost, pb.TorchGraphCost, {}, {}),
-    (torch_results.TorchJobReturn, pb.TorchJobReturn, {}, {}),
-    (torch_results.TorchGraphStats, pb.TorchGraphStats, {}, {}),
-    (explain.Difference, pb.Difference, {}, {}),
-    (
-        explain.Explanation,
-        pb.KernelExplanation,
-        {
-            "identity": "flattened into graph, kernel_id and kernel_name",
-            "nearest": "the recipes are for kiln explain's own printing, not the typed answer",
-            "recipe": "the recipes are for kiln explain's own printing, not the typed answer",
-        },
-        {"graph": "identity.graph", "kernel_id": "identity.kernel_id", "kernel_name": "identity.kernel_name"},
-    ),
+#: Each result dataclass and the message it mirrors.
+PAIRS: list[tuple[type, Any]] = [
+    (results.KernelAttributes, pb.KernelAttributes),
+    (results.KernelResult, pb.KernelResult),
+    (results.Queued, pb.Queued),
+    (results.Started, pb.Started),
+    (results.JobDone, pb.JobDone),
+    (results.ToolchainInfo, pb.ToolchainInfo),
+    (results.Gpu, pb.Gpu),
+    (results.TierStats, pb.TierStats),
+    (results.RecentMiss, pb.RecentMiss),
+    (results.SnapshotStats, pb.SnapshotStats),
+    (results.Stats, pb.StatsResponse),
+    (results.AuditStats, pb.AuditStats),
+    (results.Provenance, pb.Provenance),
+    (results.WarmProgress, pb.WarmProgress),
+    (results.BlobEntry, bpb.BlobEntry),
+    (snapshot_results.SnapshotRoot, spb.SnapshotRoot),
+    (snapshot_results.SnapshotFile, spb.SnapshotFile),
+    (snapshot_results.SnapshotSummary, spb.SnapshotSummary),
+    (snapshot_results.SnapshotManifest, spb.SnapshotManifest),
+    (torch_results.TorchGraphCost, pb.TorchGraphCost),
+    (torch_results.TorchJobReturn, pb.TorchJobReturn),
+    (torch_results.TorchGraphStats, pb.TorchGraphStats),
+    (explain.Difference, pb.Difference),
+    (explain.Explanation, pb.KernelExplanation),
 ]
 
+#: The message fields a dataclass carries differently (or not at all), and why.
+ELSEWHERE: dict[type, dict[str, str]] = {
+    results.BlobEntry: {"found": "a miss is None, not an entry"},
+    explain.Explanation: {
+        "identity": "flattened into graph, kernel_id and kernel_name",
+        "nearest": "the recipes are for kiln explain's own printing, not the typed answer",
+        "recipe": "the recipes are for kiln explain's own printing, not the typed answer",
+    },
+}
 
-@pytest.mark.parametrize("dataclass, message, elsewhere, beyond", PAIRS, ids=[p[0].__name__ for p in PAIRS])
-def test_each_dataclass_carries_its_message(dataclass: type, message: Any, elsewhere: dict[str, str], beyond: dict[str, str]) -> None:
+#: The dataclass fields beyond the message, and where they come from.
+BEYOND: dict[type, dict[str, str]] = {
+    results.Queued: {"job_id": "from the event that carries it"},
+    results.Started: {"job_id": "from the event that carries it"},
+    results.JobDone: {"job_id": "from the event that carries it"},
+    explain.Explanation: {"graph": "identity.graph", "kernel_id": "identity.kernel_id", "kernel_name": "identity.kernel_name"},
+}
+
+
+@pytest.mark.parametrize("dataclass, message", PAIRS, ids=[p[0].__name__ for p in PAIRS])
+def test_each_dataclass_carries_its_message(dataclass: type, message: Any) -> None:
     ours = {f.name for f in dataclasses.fields(dataclass)}
     theirs = {f.name for f in message.DESCRIPTOR.fields}
+    elsewhere, beyond = ELSEWHERE.get(dataclass, {}), BEYOND.get(dataclass, {})
     assert theirs - ours == set(elsewhere), f"{message.DESCRIPTOR.full_name} fields {sorted(theirs - ours)} missing from {dataclass.__name__}"
     assert ours - theirs == set(beyond), f"{dataclass.__name__} fields {sorted(ours - theirs)} not in {message.DESCRIPTOR.full_name}"
 
@@ -133,7 +143,7 @@ def _protobuf_leftovers(obj: Any, path: str) -> list[str]:
     return []
 
 
-@pytest.mark.parametrize("dataclass, message", [(p[0], p[1]) for p in PAIRS if hasattr(p[0], "from_proto")], ids=lambda x: getattr(x, "__name__", ""))
+@pytest.mark.parametrize("dataclass, message", [p for p in PAIRS if hasattr(p[0], "from_proto")], ids=lambda x: getattr(x, "__name__", ""))
 def test_a_result_built_from_a_full_message_holds_plain_python_values(dataclass: type, message: Any) -> None:
     # from_proto copies same-named fields as they are: a repeated field or map left out of its
     # conversions would hand the caller protobuf's container instead of a list or a dict.
