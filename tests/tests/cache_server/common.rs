@@ -1,11 +1,11 @@
 //! What every test here shares: keys and envelopes made from names, a Redis and a kiln-cache
 //! started together, and short readings of errors, watch events and Redis keys.
 
-use kiln_cache_client::{ClientError, Lookup, PublishEvent, PublishStream};
+use kiln_cache_client::{ClientError, Lookup, PublishEvent, PublishStream, RemoteCache};
 use kiln_proto::CacheKey;
 use kiln_proto::envelope;
 use kiln_proto::pb::ArtifactMeta;
-use kiln_tests::redis::{CacheOptions, CacheServer, RedisServer};
+use kiln_tests::redis::{CacheOptions, CacheServer, RedisServer, WRITE_TOKEN};
 use std::time::Duration;
 use tonic::Code;
 
@@ -28,10 +28,37 @@ pub(crate) fn start() -> (RedisServer, CacheServer) {
 }
 
 /// [`start`], with `config` as kiln-cache's config file.
-pub(crate) fn start_with(config: &str) -> (RedisServer, CacheServer) {
+fn start_with(config: &str) -> (RedisServer, CacheServer) {
     let redis = RedisServer::start();
     let cache = CacheServer::start(CacheOptions { config: config.into(), ..CacheOptions::new(vec![redis.url()]) });
     (redis, cache)
+}
+
+/// [`start`], and a client with the write token: what a test of the entries themselves needs.
+pub(crate) fn start_writing() -> (RedisServer, CacheServer, RemoteCache) {
+    start_writing_with("")
+}
+
+/// [`start_writing`], with `config` as kiln-cache's config file.
+pub(crate) fn start_writing_with(config: &str) -> (RedisServer, CacheServer, RemoteCache) {
+    let (redis, cache) = start_with(config);
+    let writer = cache.client(WRITE_TOKEN);
+    (redis, cache, writer)
+}
+
+/// [`start`], and a writing client for each of `hosts`, which it names as its host: the
+/// publishers whose provenance a test follows.
+pub(crate) fn start_writers<const N: usize>(hosts: [&str; N]) -> (RedisServer, CacheServer, [RemoteCache; N]) {
+    let (redis, cache) = start();
+    let writers = hosts.map(|host| cache.client(WRITE_TOKEN).with_host(host));
+    (redis, cache, writers)
+}
+
+/// Two kiln-cache replicas over one Redis.
+pub(crate) fn start_replicas() -> (RedisServer, CacheServer, CacheServer) {
+    let (redis, a) = start();
+    let b = CacheServer::start(CacheOptions::new(vec![redis.url()]));
+    (redis, a, b)
 }
 
 pub(crate) fn code(r: Result<impl std::fmt::Debug, ClientError>) -> (Code, String) {

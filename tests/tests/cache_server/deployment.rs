@@ -1,7 +1,7 @@
 //! kiln-cache as it is deployed: through a Redis outage and before Redis is up, as replicas over
 //! one Redis, over TLS, and over a Redis Cluster.
 
-use crate::common::{MIB, code, envelope_of, head, key, next, start};
+use crate::common::{MIB, code, envelope_of, head, key, next, start_replicas, start_writing};
 use kiln_cache_client::{Acquired, ClientOptions, Lookup, PublishEvent, new_holder};
 use kiln_proto::CacheKey;
 use kiln_tests::http::sample;
@@ -11,8 +11,7 @@ use tonic::Code;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_outage_is_unavailable_and_recovers_without_a_restart() {
-    let (mut redis, mut cache) = start();
-    let c = cache.client(WRITE_TOKEN);
+    let (mut redis, mut cache, c) = start_writing();
     let (k, later) = (key("before"), key("after"));
     // gRPC health follows Redis, with no token (what an orchestrator's probe sends).
     let channel = tonic::transport::Endpoint::from_shared(cache.uri()).unwrap().connect_lazy();
@@ -80,8 +79,7 @@ async fn redis_outage_is_unavailable_and_recovers_without_a_restart() {
 /// Replicas keep no state of their own: a put through one is served and announced by another.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_share_one_redis() {
-    let (redis, a) = start();
-    let b = CacheServer::start(CacheOptions::new(vec![redis.url()]));
+    let (_redis, a, b) = start_replicas();
     let k = key("replicated");
     let mut watch = b.client(READ_TOKEN).watch_publish(&[k], false).await.unwrap();
     assert_eq!(next(&mut watch, Duration::from_secs(5)).await, PublishEvent::Subscribed);

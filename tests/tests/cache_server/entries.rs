@@ -2,20 +2,21 @@
 //! Contains), concurrent writers, the requests refused before Redis, BatchGet's recent values,
 //! graph manifests, and damaged values deleted and answered as misses.
 
-use crate::common::{MIB, code, corrupt, envelope_of, envelopes, head, key, start, start_with};
+use crate::common::{
+    MIB, code, corrupt, envelope_of, envelopes, head, key, start_replicas, start_writing, start_writing_with,
+};
 use kiln_cache_client::{Lookup, new_holder};
 use kiln_proto::CacheKey;
 use kiln_proto::envelope;
 use kiln_proto::pb::ArtifactMeta;
 use kiln_tests::http::sample;
-use kiln_tests::redis::{CacheOptions, CacheServer, READ_TOKEN, WRITE_TOKEN};
+use kiln_tests::redis::{READ_TOKEN, WRITE_TOKEN};
 use std::time::Duration;
 use tonic::Code;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn put_and_get_small_and_chunked_envelopes() {
-    let (redis, cache) = start();
-    let c = cache.client(WRITE_TOKEN);
+    let (redis, cache, c) = start_writing();
     let (small, big) = (key("small"), key("big"));
     let (small_env, big_env) = (envelope_of(&small, 1000), envelope_of(&big, 3 * MIB + 123));
     assert_eq!(c.get(&small).await.unwrap(), Lookup::Miss);
@@ -56,8 +57,7 @@ async fn put_and_get_small_and_chunked_envelopes() {
 /// writer's envelope whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_writers_never_mix_pieces() {
-    let (redis, cache) = start();
-    let other = CacheServer::start(CacheOptions::new(vec![redis.url()]));
+    let (_redis, cache, other) = start_replicas();
     let k = key("contended");
     let versions: Vec<Vec<u8>> = (0..3)
         .map(|v| {
@@ -117,8 +117,7 @@ async fn concurrent_writers_never_mix_pieces() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_are_invalid_argument_naming_the_field() {
-    let (_redis, cache) = start();
-    let c = cache.client(WRITE_TOKEN);
+    let (_redis, cache, c) = start_writing();
     let k = key("k");
     let mut bad = envelope_of(&k, 500);
     bad[100] ^= 1;
@@ -155,8 +154,7 @@ async fn bad_requests_are_invalid_argument_naming_the_field() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversize_envelopes_are_refused() {
-    let (_redis, cache) = start_with("max_artifact_mb = 1\n");
-    let c = cache.client(WRITE_TOKEN);
+    let (_redis, cache, c) = start_writing_with("max_artifact_mb = 1\n");
     let k = key("huge");
     let (c1, msg) = code(c.put(&k, envelope_of(&k, 2 * MIB)).await);
     assert!(c1 == Code::InvalidArgument && msg.contains("envelope:") && msg.contains("limit"), "{msg}");
@@ -165,8 +163,7 @@ async fn oversize_envelopes_are_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batch_get_answers_in_order_with_misses_and_negatives() {
-    let (_redis, cache) = start();
-    let c = cache.client(WRITE_TOKEN);
+    let (_redis, cache, c) = start_writing();
     // More keys than kiln-cache reads in one pipelined round trip, so answers from several
     // chunks must come back in order; key 9 is stored in pieces (over 1 MiB).
     let keys: Vec<CacheKey> = (0..21).map(|i| key(&format!("batch {i}"))).collect();
@@ -202,8 +199,7 @@ async fn batch_get_answers_in_order_with_misses_and_negatives() {
 /// reach Redis once per replica. A Put through the replica replaces its copy at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batch_get_serves_recent_values_from_memory_and_puts_replace_them() {
-    let (redis, cache) = start_with("hot_values_ms = 1500\n");
-    let c = cache.client(WRITE_TOKEN);
+    let (redis, cache, c) = start_writing_with("hot_values_ms = 1500\n");
     let (k, big) = (key("hot"), key("hot and big"));
     let (first, second, chunked) = (envelope_of(&k, 1000), envelope_of(&k, 1200), envelope_of(&big, 2 * MIB + 9));
     c.put(&k, first.clone()).await.unwrap();
@@ -227,8 +223,7 @@ async fn batch_get_serves_recent_values_from_memory_and_puts_replace_them() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn manifests_round_trip() {
-    let (_redis, cache) = start();
-    let c = cache.client(WRITE_TOKEN);
+    let (_redis, cache, c) = start_writing();
     let graph = key("graph");
     let kernels = vec![key("a"), key("b"), key("a")];
     assert_eq!(c.get_manifest(&graph).await.unwrap(), None);
@@ -243,8 +238,7 @@ async fn manifests_round_trip() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn damaged_or_misplaced_values_are_deleted_counted_and_missed() {
-    let (redis, cache) = start();
-    let c = cache.client(WRITE_TOKEN);
+    let (redis, cache, c) = start_writing();
     let (small, big, source, copy) = (key("small"), key("big"), key("source"), key("copy"));
     c.put(&small, envelope_of(&small, 1000)).await.unwrap();
     c.put(&big, envelope_of(&big, 2 * MIB + 500)).await.unwrap();

@@ -1,17 +1,16 @@
 //! Leases, which let one host compile a key while the others wait, and the watches the waiters
 //! hear a publish on, with the entries or without.
 
-use crate::common::{MIB, code, envelope_of, key, next, start, value_of};
+use crate::common::{MIB, code, envelope_of, key, next, start_writing, value_of};
 use kiln_cache_client::{Acquired, Lookup, PublishEvent, new_holder};
 use kiln_tests::http::sample;
-use kiln_tests::redis::{READ_TOKEN, WRITE_TOKEN};
+use kiln_tests::redis::READ_TOKEN;
 use std::time::{Duration, Instant};
 use tonic::Code;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_belong_to_their_holder_and_expire() {
-    let (redis, cache) = start();
-    let c = cache.client(WRITE_TOKEN);
+    let (redis, cache, c) = start_writing();
     let k = key("lease");
     let (a, b) = (new_holder(), new_holder());
     let ttl = Duration::from_secs(30);
@@ -50,8 +49,7 @@ async fn leases_belong_to_their_holder_and_expire() {
 /// entry sent counts as one `watch` lookup, none as a Get.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watches_with_values_carry_the_entries() {
-    let (_redis, cache) = start();
-    let c = cache.client(WRITE_TOKEN);
+    let (_redis, cache, c) = start_writing();
     let (there, later, failed, released) = (key("v there"), key("v later"), key("v failed"), key("v released"));
     let env = envelope_of(&there, 100);
     c.put(&there, env.clone()).await.unwrap();
@@ -77,8 +75,7 @@ async fn watches_with_values_carry_the_entries() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watchers_hear_publishes_and_shutdown_ends_their_streams() {
-    let (_redis, cache) = start();
-    let c = cache.client(WRITE_TOKEN);
+    let (_redis, cache, c) = start_writing();
     let (k, other, failed) = (key("watched"), key("unwatched"), key("failed"));
     let mut watch = cache.client(READ_TOKEN).watch_publish(&[k, failed], false).await.unwrap();
     assert_eq!(next(&mut watch, Duration::from_secs(5)).await, PublishEvent::Subscribed);

@@ -1,7 +1,7 @@
 //! Whom kiln-cache trusts with what: tokens (read-only ones cannot write), each artifact's
 //! provenance, an auditor's quarantine of bad bytes, and conflicting puts refused and recorded.
 
-use crate::common::{MIB, code, envelope_of, head, key, start};
+use crate::common::{MIB, code, envelope_of, head, key, start, start_writers};
 use kiln_cache_client::Lookup;
 use kiln_proto::CacheKey;
 use kiln_proto::envelope;
@@ -41,8 +41,7 @@ async fn tokens_are_required_and_read_only_tokens_cannot_write() {
 /// never the token; through Get, BatchGet and a watch's values alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn artifacts_carry_their_provenance() {
-    let (_redis, cache) = start();
-    let writer = cache.client(WRITE_TOKEN).with_host("gpu-7.example");
+    let (_redis, cache, [writer]) = start_writers(["gpu-7.example"]);
     let (small, big) = (key("provenance small"), key("provenance big"));
     let before = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
     writer.put(&small, envelope_of(&small, 100)).await.unwrap();
@@ -65,9 +64,7 @@ async fn artifacts_carry_their_provenance() {
 /// the same bytes published again, while other bytes under the key are accepted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quarantine_takes_bad_bytes_out_of_service_and_keeps_them_out() {
-    let (redis, cache) = start();
-    let bad = cache.client(WRITE_TOKEN).with_host("bad-host");
-    let auditor = cache.client(WRITE_TOKEN).with_host("auditor");
+    let (redis, cache, [bad, auditor]) = start_writers(["bad-host", "auditor"]);
     let (k, big) = (key("quarantine"), key("quarantine big"));
     let (wrong, right) = (envelope_of(&k, 500), envelope::seal(&k, ArtifactMeta::default(), b"the right bytes"));
     bad.put(&k, wrong.clone()).await.unwrap();
@@ -124,9 +121,7 @@ async fn quarantine_takes_bad_bytes_out_of_service_and_keeps_them_out() {
 /// labelled so cannot replace a kernel, nor a blob unrecorded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conflicting_kernel_puts_are_refused_and_recorded() {
-    let (redis, cache) = start();
-    let honest = cache.client(WRITE_TOKEN).with_host("gpu-1");
-    let rogue = cache.client(WRITE_TOKEN).with_host("rogue");
+    let (redis, cache, [honest, rogue]) = start_writers(["gpu-1", "rogue"]);
     for (k, size) in [(key("conflict"), 3000), (key("conflict chunked"), 2 * MIB + 5)] {
         let held = envelope_of(&k, size);
         honest.put(&k, held.clone()).await.unwrap();
