@@ -7,7 +7,7 @@ use kiln_proto::pb::{Outcome, Tier, kernel::Source};
 use kiln_tests::daemon::{Daemon, Options, compile_job, lookup_job};
 use kiln_tests::http::sample;
 use kiln_tests::kernels::*;
-use kiln_tests::redis::{CacheOptions, CacheServer, READ_TOKEN, WRITE_TOKEN, fleet};
+use kiln_tests::redis::{CacheOptions, CacheServer, READ_TOKEN, RedisServer, WRITE_TOKEN, fleet};
 use kiln_tests::toolkits;
 use std::time::{Duration, Instant};
 
@@ -31,6 +31,21 @@ fn hosts(n: usize, cache: &CacheServer, dir: &std::path::Path, config: &str) -> 
 
 fn metric(d: &Daemon, series: &str) -> f64 {
     sample(&d.metrics_text(), series).unwrap_or(0.0)
+}
+
+/// Two hosts over a fleet of their own, both with `config`: a lease's holder and its waiter.
+fn holder_and_waiter(config: &str) -> (RedisServer, CacheServer, Daemon, Daemon) {
+    let (redis, cache) = fleet();
+    let (holder, waiter) = (cache.host(config), cache.host(config));
+    (redis, cache, holder, waiter)
+}
+
+/// Returns once `holder`'s host has a compile running; fails at `deadline`.
+async fn until_compiling(holder: &kiln_client::Client, deadline: Instant) {
+    while holder.stats().await.unwrap().inflight_compiles < 1 {
+        assert!(Instant::now() < deadline, "A never started compiling");
+        tokio::task::yield_now().await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -136,18 +151,12 @@ async fn four_hosts_compile_each_kernel_once_across_the_fleet() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_holder_is_taken_over_by_exactly_one_waiter() {
-    let (_redis, cache) = fleet();
-    let config = "lease_ttl_ms = 1500\nhedge_secs = 600\n";
-    let a = cache.host(config);
-    let b = cache.host(config);
+    let (_redis, _cache, a, b) = holder_and_waiter("lease_ttl_ms = 1500\nhedge_secs = 600\n");
     let req = request("sm_90", vec![kernel("slow", cuda(&format!("// takeover\n{}", slow_kernel(3000))))]);
     let ca = a.client().await;
     ca.submit(req.clone()).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while ca.stats().await.unwrap().inflight_compiles < 1 {
-        assert!(Instant::now() < deadline, "A never started compiling");
-        tokio::task::yield_now().await;
-    }
+    until_compiling(&ca, deadline).await;
     let waiter = {
         let uri = b.uri();
         let req = req.clone();
@@ -169,11 +178,8 @@ async fn a_dead_holder_is_taken_over_by_exactly_one_waiter() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_compile_releases_every_waiter_with_its_log() {
-    let (_redis, cache) = fleet();
     // A long TTL: waiters that finish well inside it were released by the failure itself.
-    let config = "lease_ttl_ms = 30000\n";
-    let a = cache.host(config);
-    let b = cache.host(config);
+    let (_redis, cache, a, b) = holder_and_waiter("lease_ttl_ms = 30000\n");
     // Slow in Triton's front end, then a failed static assert at the end.
     let source = format!(
         "{}\n@triton.jit\ndef doomed(x_ptr, BLOCK: tl.constexpr):\n    x = tl.load(x_ptr + tl.arange(0, BLOCK))\n    for i in tl.static_range(2500):\n        x = x * 1.0001 + i\n    tl.static_assert(BLOCK < 0, \"doomed by design\")\n    tl.store(x_ptr + tl.arange(0, BLOCK), x)\n",
@@ -183,11 +189,7 @@ async fn a_failed_compile_releases_every_waiter_with_its_log() {
     let req = request("sm_90", vec![any_kernel("doomed", Source::Triton(t))]);
     let ca = a.client().await;
     let job_a = ca.submit(req.clone()).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while ca.stats().await.unwrap().inflight_compiles < 1 {
-        assert!(Instant::now() < deadline, "A never started compiling");
-        tokio::task::yield_now().await;
-    }
+    until_compiling(&ca, Instant::now() + Duration::from_secs(60)).await;
     let started = Instant::now();
     let waited = compile_job(&b.client().await, req).await;
     let elapsed = started.elapsed();
@@ -480,18 +482,11 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 /// A waiter past the hedge bound compiles by itself and says so in its metrics.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_past_the_hedge_bound_compiles_itself() {
-    let (_redis, cache) = fleet();
-    let config = "lease_ttl_ms = 60000\nhedge_secs = 1\n";
-    let a = cache.host(config);
-    let b = cache.host(config);
+    let (_redis, _cache, a, b) = holder_and_waiter("lease_ttl_ms = 60000\nhedge_secs = 1\n");
     let req = request("sm_90", vec![kernel("slow", cuda(&format!("// hedge\n{}", slow_kernel(24_000))))]);
     let ca = a.client().await;
     let job_a = ca.submit(req.clone()).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while ca.stats().await.unwrap().inflight_compiles < 1 {
-        assert!(Instant::now() < deadline, "A never started compiling");
-        tokio::task::yield_now().await;
-    }
+    until_compiling(&ca, Instant::now() + Duration::from_secs(30)).await;
     let job_b = compile_job(&b.client().await, req).await;
     assert_eq!(job_b.kernels[0].outcome(), Outcome::Ok);
     assert_eq!(metric(&b, "kiln_lease_total{result=\"timeout\"}"), 1.0, "{}", b.metrics_text());
