@@ -59,6 +59,25 @@ fn kind(e: &pb::LeaseBlobEvent) -> Kind {
     Kind::try_from(e.kind).unwrap()
 }
 
+/// Drops `held`, the lease of `key`, while `waiter` waits for it (holding it `hold_ms` once
+/// granted), and returns the waiter's lease, which must be granted within `within` of the drop.
+async fn handed_over(
+    held: tonic::Streaming<pb::LeaseBlobEvent>,
+    mut waiter: BlobsClient<Transport>,
+    key: &'static [u8],
+    hold_ms: u32,
+    within: Duration,
+) -> tonic::Streaming<pb::LeaseBlobEvent> {
+    let waiting = tokio::spawn(async move { lease(&mut waiter, key, 30_000, hold_ms).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let dropped = Instant::now();
+    drop(held);
+    let (granted, first) = waiting.await.unwrap();
+    assert_eq!(kind(&first), Kind::Granted, "{first:?}");
+    assert!(dropped.elapsed() < within, "took {:?}", dropped.elapsed());
+    granted
+}
+
 #[tokio::test]
 async fn groups_and_single_files_round_trip_through_memory_and_disk() {
     let dir = tempfile::tempdir().unwrap();
@@ -164,14 +183,7 @@ async fn a_holder_that_goes_away_releases_at_once_and_a_hung_one_at_its_hold_bou
     let mut a = blobs(&d).await;
     let (held, first) = lease(&mut a, b"X", 0, 0).await;
     assert_eq!(kind(&first), Kind::Granted);
-    let mut b = blobs(&d).await;
-    let waiter = tokio::spawn(async move { lease(&mut b, b"X", 30_000, 400).await });
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let dropped = Instant::now();
-    drop(held);
-    let (mut held, first) = waiter.await.unwrap();
-    assert_eq!(kind(&first), Kind::Granted, "{first:?}");
-    assert!(dropped.elapsed() < Duration::from_secs(2), "took {:?}", dropped.elapsed());
+    let mut held = handed_over(held, blobs(&d).await, b"X", 400, Duration::from_secs(2)).await;
     // This holder never puts: its lease ends at hold_ms = 400 with EXPIRED.
     let e = held.message().await.unwrap().unwrap();
     assert_eq!(kind(&e), Kind::Expired, "{e:?}");
@@ -238,14 +250,7 @@ async fn across_hosts_one_producer_and_a_dead_one_releases_the_fleet_at_once() {
     // other host is granted well inside the 20 s lease TTL.
     let (held, first) = lease(&mut blobs(&a).await, b"D", 0, 0).await;
     assert_eq!(kind(&first), Kind::Granted);
-    let mut cb = blobs(&b).await;
-    let waiter = tokio::spawn(async move { lease(&mut cb, b"D", 30_000, 0).await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let dropped = Instant::now();
-    drop(held);
-    let (_held, first) = waiter.await.unwrap();
-    assert_eq!(kind(&first), Kind::Granted, "{first:?}");
-    assert!(dropped.elapsed() < Duration::from_secs(3), "took {:?}", dropped.elapsed());
+    let _held = handed_over(held, blobs(&b).await, b"D", 0, Duration::from_secs(3)).await;
     // A third host with an empty directory reads both from the fleet in one call.
     let c = host();
     let got = get(&mut blobs(&c).await, "triton", "3.6.0", &[b"F", b"D"]).await;
