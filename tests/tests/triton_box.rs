@@ -40,6 +40,20 @@ async fn compile_block(d: &Daemon, id: &str, prefix: &str, block: i64) -> kiln_p
     job.collect().await.unwrap().kernels.remove(0)
 }
 
+/// Asserts that `d` still compiles an ordinary module, whatever the module before it did.
+async fn assert_still_serves_triton(d: &Daemon) {
+    let after = compile_module(d, "after", "").await;
+    assert_eq!(after.outcome(), Outcome::Ok, "kilnd stopped serving Triton: {}", after.log);
+}
+
+/// Polls `done` every 10 ms until it holds or a second has passed; the caller asserts after.
+async fn up_to_a_second(mut done: impl FnMut() -> bool) {
+    let bound = std::time::Instant::now() + Duration::from_secs(1);
+    while !done() && std::time::Instant::now() < bound {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// The one Triton worker of `d`.
 fn zygote(d: &Daemon) -> u32 {
     let workers = procs::triton_workers(d.pid());
@@ -212,8 +226,7 @@ if leaks:
     listeners.assert_untouched();
     assert!(!written.exists(), "{} was written", written.display());
     assert!(!Path::new(&in_tmp).exists(), "{in_tmp} was written");
-    let after = compile_module(&d, "after", "").await;
-    assert_eq!(after.outcome(), Outcome::Ok, "kilnd stopped serving Triton: {}", after.log);
+    assert_still_serves_triton(&d).await;
     d.stop();
 }
 
@@ -270,10 +283,7 @@ raise RuntimeError(f"ESCAPEE {{escapee}}")
     let next = compile_module(&d, "next", "x = 1\n").await;
     assert_eq!(next.outcome(), Outcome::Ok, "{}", next.log);
     assert!(procs::killed_or_gone(escapee), "the escapee {escapee} was not killed before the next compile ran");
-    let bound = std::time::Instant::now() + Duration::from_secs(1);
-    while Path::new(&format!("/proc/{escapee}")).exists() && std::time::Instant::now() < bound {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    up_to_a_second(|| !Path::new(&format!("/proc/{escapee}")).exists()).await;
     assert!(!Path::new(&format!("/proc/{escapee}")).exists(), "the escapee {escapee} outlived its compile");
     assert_eq!(procs::named(&name), Vec::<u32>::new(), "a process named {name} outlived its compile");
     // What the worker has left, once it has reaped the last compile's child (while it waits
@@ -287,17 +297,13 @@ raise RuntimeError(f"ESCAPEE {{escapee}}")
             .collect();
         (children.len() <= 1 && names.iter().all(|n| n == "kiln-spare"), format!("{children:?} {names:?}"))
     };
-    let bound = std::time::Instant::now() + Duration::from_secs(1);
-    while !spares_only().0 && std::time::Instant::now() < bound {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    up_to_a_second(|| spares_only().0).await;
     let (ok, children) = spares_only();
     assert!(ok, "the worker has children other than its spare: {children}");
     // Past the escapee's sleep: nothing connects.
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert_eq!(listener.accept().err().map(|e| e.kind()), Some(ErrorKind::WouldBlock), "the escapee connected");
-    let after = compile_module(&d, "after", "").await;
-    assert_eq!(after.outcome(), Outcome::Ok, "{}", after.log);
+    assert_still_serves_triton(&d).await;
     d.stop();
 }
 
