@@ -8,11 +8,11 @@ use kiln_proto::key::snapshot_file_key;
 use kiln_tests::daemon::{Daemon, Options};
 use kiln_tests::env;
 use kiln_tests::http::sample;
-use kiln_tests::redis::{CacheServer, WRITE_TOKEN, fleet};
+use kiln_tests::redis::{CacheServer, RedisServer, WRITE_TOKEN, fleet};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -21,6 +21,13 @@ fn host(cache: &CacheServer, target: &str) -> Daemon {
     let mut options = Daemon::fleet_options(&cache.uri(), WRITE_TOKEN, "");
     options.target = Some(target.into());
     Daemon::start(options)
+}
+
+/// A fleet (a Redis and a kiln-cache) with a host for each of `targets`.
+fn fleet_hosts<const N: usize>(targets: [&str; N]) -> (RedisServer, CacheServer, [Daemon; N]) {
+    let (redis, cache) = fleet();
+    let hosts = targets.map(|target| host(&cache, target));
+    (redis, cache, hosts)
 }
 
 /// `kiln ARGS` against `d`, not yet run.
@@ -93,6 +100,15 @@ fn write_files(root: &Path, files: &[(&str, &[u8], u32)]) {
         std::fs::write(&path, data).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode)).unwrap();
     }
+}
+
+/// A fresh directory holding the snapshot root `name`, with `files` written under it as
+/// [`write_files`] does; the directory goes when the returned `TempDir` drops.
+fn root_with(name: &str, files: &[(&str, &[u8], u32)]) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join(name);
+    write_files(&root, files);
+    (dir, root)
 }
 
 /// Every file under `root` but kiln's own hidden names: relative path and full path.
@@ -174,12 +190,9 @@ fn metric(text: &str, series: &str) -> f64 {
 
 #[test]
 fn a_fresh_host_restores_byte_identical_files_with_modes_through_the_fleet() {
-    let (_redis, cache) = fleet();
-    let (a, b) = (host(&cache, "sm_90"), host(&cache, "sm_90"));
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("triton");
-    write_files(
-        &root,
+    let (_redis, cache, [a, b]) = fleet_hosts(["sm_90", "sm_90"]);
+    let (dir, root) = root_with(
+        "triton",
         &[
             ("kernel.py", b"import triton\n", 0o644),
             ("bin/launcher.so", &bytes(1, 300_000), 0o755),
@@ -248,9 +261,7 @@ fn a_fresh_host_restores_byte_identical_files_with_modes_through_the_fleet() {
 #[test]
 fn a_snapshot_saved_without_a_fleet_reaches_it_on_the_next_save() {
     let (_redis, cache) = fleet();
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("triton");
-    write_files(&root, &[("a.cubin", &bytes(7, 10_000), 0o644), ("b/c.json", b"{}", 0o600)]);
+    let (dir, root) = root_with("triton", &[("a.cubin", &bytes(7, 10_000), 0o644), ("b/c.json", b"{}", 0o600)]);
     let saved = tree(&root);
     // Host A saves while it has no fleet, then comes back with one and saves again: nothing
     // changed here, yet the fleet gets the snapshot.
@@ -285,9 +296,7 @@ fn a_snapshot_saved_without_a_fleet_reaches_it_on_the_next_save() {
 #[test]
 fn saves_are_a_union_and_a_restore_never_overwrites() {
     let d = Daemon::start(Options::default());
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("cache");
-    write_files(&root, &[("a", b"a1", 0o644), ("sub/b", b"b1", 0o644)]);
+    let (dir, root) = root_with("cache", &[("a", b"a1", 0o644), ("sub/b", b"b1", 0o644)]);
     save(&d, "union", &[&root]).ok();
     std::fs::remove_file(root.join("a")).unwrap();
     write_files(&root, &[("sub/b", b"b2", 0o644), ("c", b"c1", 0o755)]);
@@ -329,9 +338,7 @@ fn saves_are_a_union_and_a_restore_never_overwrites() {
 #[test]
 fn a_restore_that_would_restore_nothing_exits_2_naming_the_roots() {
     let d = Daemon::start(Options::default());
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("cache");
-    write_files(&root, &[("a", b"a1", 0o644)]);
+    let (dir, root) = root_with("cache", &[("a", b"a1", 0o644)]);
     save(&d, "one-root", &[&root]).ok();
 
     // A name the snapshot lacks: exit 2, the snapshot's roots named, nothing written.
@@ -406,12 +413,10 @@ fn a_restore_killed_mid_write_leaves_only_whole_files_and_the_next_one_completes
 
 #[test]
 fn a_corrupted_file_in_redis_is_refused_never_written_reported_missing_and_put_back_by_its_holder() {
-    let (redis, cache) = fleet();
-    let (a, b) = (host(&cache, "sm_90"), host(&cache, "sm_90"));
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("inductor");
+    let (redis, cache, [a, b]) = fleet_hosts(["sm_90", "sm_90"]);
     let bad = bytes(7, 200_000);
-    write_files(&root, &[("good-1", b"good one", 0o644), ("bad", &bad, 0o644), ("good-2", b"good two", 0o644)]);
+    let (dir, root) =
+        root_with("inductor", &[("good-1", b"good one", 0o644), ("bad", &bad, 0o644), ("good-2", b"good two", 0o644)]);
     save(&a, "poisoned", &[&root]).ok();
 
     // Flip one byte in the middle of the stored value of `bad`.
@@ -451,9 +456,7 @@ fn a_corrupted_file_in_redis_is_refused_never_written_reported_missing_and_put_b
 #[test]
 fn a_snapshot_over_max_snapshot_mb_is_refused_with_a_clear_error() {
     let d = Daemon::start(Options { config: "max_snapshot_mb = 1\n".into(), ..Options::default() });
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("big");
-    write_files(&root, &[("a", &bytes(1, 1 << 20), 0o644), ("b", &bytes(2, 1 << 20), 0o644)]);
+    let (_dir, root) = root_with("big", &[("a", &bytes(1, 1 << 20), 0o644), ("b", &bytes(2, 1 << 20), 0o644)]);
     let out = kiln_command(&d, &["snapshot", "save", "--job", "big", root.to_str().unwrap()]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
@@ -496,11 +499,8 @@ fn eight_restores_racing_on_one_host_fetch_once() {
 
 #[test]
 fn a_snapshot_for_another_gpu_target_is_never_restored() {
-    let (_redis, cache) = fleet();
-    let (sm80, sm90) = (host(&cache, "sm_80"), host(&cache, "sm_90"));
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("triton");
-    write_files(&root, &[("k.cubin", b"sm_80 code", 0o644)]);
+    let (_redis, cache, [sm80, sm90]) = fleet_hosts(["sm_80", "sm_90"]);
+    let (dir, root) = root_with("triton", &[("k.cubin", b"sm_80 code", 0o644)]);
     let saved = save(&sm80, "gpu", &[&root]);
     assert_eq!(saved.ok()["changed"], true);
 
@@ -523,9 +523,7 @@ fn a_snapshot_for_another_gpu_target_is_never_restored() {
 #[test]
 fn list_and_show_describe_the_stored_snapshot() {
     let d = Daemon::start(Options::default());
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("vllm");
-    write_files(&root, &[("x", b"xx", 0o640)]);
+    let (_dir, root) = root_with("vllm", &[("x", b"xx", 0o640)]);
     let run = kiln(&d, &["snapshot", "save", "--json", "--job", "lj", "--key", "model=llama", root.to_str().unwrap()]);
     let key = run.ok()["key"].as_str().unwrap().to_string();
     let listed = kiln(&d, &["snapshot", "list", "--json", "--job", "lj"]);
