@@ -70,7 +70,8 @@ const PREFIXED: &[&str] = &[
     "--ptxas-options=",
 ];
 
-/// ptxas options that are safe to forward (no file output, no paths).
+/// ptxas options that are safe to forward (no file output, no paths): what NVRTC's `-Xptxas=`
+/// may pass, and, with [`PTXAS_EXACT`]'s, what a PTX kernel may.
 const PTXAS_OK: &[&str] = &[
     "-O0",
     "-O1",
@@ -108,7 +109,7 @@ pub fn nvrtc_allowed() -> String {
 
 /// The ptxas options a client may pass for a PTX kernel, in words.
 pub fn ptxas_allowed() -> String {
-    let mut list: Vec<String> = PTXAS_EXACT.iter().map(|o| (*o).to_owned()).collect();
+    let mut list: Vec<String> = PTXAS_OK.iter().chain(PTXAS_EXACT).map(|o| (*o).to_owned()).collect();
     list.extend(PTXAS_VALUE.iter().map(|p| {
         let values = match *p {
             p if p.contains("maxrregcount") => "N",
@@ -210,7 +211,7 @@ pub fn check_ptxas(option: &str) -> Result<(), OptionError> {
     if path_like.iter().any(|p| option.starts_with(p)) {
         return Err(OptionError::Path(shown(option)));
     }
-    if PTXAS_EXACT.contains(&option) {
+    if PTXAS_OK.contains(&option) || PTXAS_EXACT.contains(&option) {
         return Ok(());
     }
     let value = PTXAS_VALUE.iter().find_map(|p| option.strip_prefix(p).map(|v| (*p, v)));
@@ -223,22 +224,12 @@ pub fn check_ptxas(option: &str) -> Result<(), OptionError> {
     if ok { Ok(()) } else { Err(OptionError::NotAllowedPtxas(shown(option))) }
 }
 
-/// ptxas options allowed exactly as written.
+/// ptxas options a PTX kernel may pass exactly as written, besides [`PTXAS_OK`]'s.
 const PTXAS_EXACT: &[&str] = &[
-    "-O0",
-    "-O1",
-    "-O2",
-    "-O3",
-    "-v",
-    "--verbose",
     "-lineinfo",
     "--generate-line-info",
     "-g",
     "--device-debug",
-    "--warn-on-spills",
-    "-warn-spills",
-    "--warn-on-local-memory-usage",
-    "-warn-lmem-usage",
     "--warn-on-double-precision-use",
     "-warn-double-usage",
     "--disable-optimizer-constants",
@@ -321,7 +312,7 @@ mod tests {
     #[test]
     fn the_readme_lists_every_allowed_option() {
         let readme = include_str!("../../../../README.md");
-        for option in EXACT.iter().chain(PREFIXED).chain(PTXAS_EXACT).chain(PTXAS_VALUE) {
+        for option in EXACT.iter().chain(PREFIXED).chain(PTXAS_OK).chain(PTXAS_EXACT).chain(PTXAS_VALUE) {
             assert!(readme.contains(&format!("`{option}")), "README.md does not list `{option}`");
         }
     }
