@@ -13,7 +13,7 @@
 //!   for one key.
 //!
 //! - `kiln_server_torch_job_speedup{torch_job}`, `..._break_even_steps`, `..._compile_seconds`,
-//!   `..._saved_seconds`, `..._steps` (each by `torch_job`): the fleet ledger's torch.compile jobs (the
+//!   `..._saved_seconds`, `..._first_step_skew_seconds`, `..._steps` (each by `torch_job`): the fleet ledger's torch.compile jobs (the
 //!   [`crate::status::PAGE_JOBS`] most recently reported), refreshed with the fleet page. A job
 //!   not measured both ways has no speedup series, and one that never pays no break-even series:
 //!   a 0 would read as a measured figure.

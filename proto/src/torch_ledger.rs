@@ -29,7 +29,7 @@ mod merge;
 mod tests;
 mod words;
 
-pub use check::{Invalid, SERVED, check_graph, check_job, check_process, check_process_id};
+pub use check::{Invalid, SERVED, check_first_step, check_graph, check_job, check_process, check_process_id};
 pub use merge::{fold, job_return, record, warm, weighted_median};
 pub use words::{thousands, verdict};
 

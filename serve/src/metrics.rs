@@ -49,6 +49,9 @@ pub struct TorchJobGauges {
     pub break_even_steps: JobGauge,
     pub compile_seconds: JobGauge,
     pub saved_seconds: JobGauge,
+    /// The spread of the latest start's first-step ends across its processes (rank skew): no
+    /// series with fewer than two processes.
+    pub first_step_skew_seconds: JobGauge,
     /// Steps a job's processes ran; only kiln-cache exports it (kilnd's host page shows them).
     pub steps: Option<JobGauge>,
 }
@@ -61,9 +64,15 @@ impl TorchJobGauges {
 
     /// Every family, in the order [`TorchJobGauges::set`] gives their figures.
     fn families(&self) -> impl Iterator<Item = &JobGauge> {
-        [&self.speedup, &self.break_even_steps, &self.compile_seconds, &self.saved_seconds]
-            .into_iter()
-            .chain(&self.steps)
+        [
+            &self.speedup,
+            &self.break_even_steps,
+            &self.compile_seconds,
+            &self.saved_seconds,
+            &self.first_step_skew_seconds,
+        ]
+        .into_iter()
+        .chain(&self.steps)
     }
 
     /// Sets `job`'s series to its figures, removing those it does not know.
@@ -74,6 +83,7 @@ impl TorchJobGauges {
             (job.break_even_steps > 0.0).then_some(job.break_even_steps),
             Some(job.compile_s),
             Some(job.saved_s),
+            (job.first_step_processes > 1).then_some(job.first_step_skew_s),
             Some(job.steps as f64),
         ];
         for (family, figure) in self.families().zip(figures) {
@@ -117,6 +127,11 @@ impl Register for TorchJobGauges {
                 "saved_seconds",
                 "Compile seconds the caches saved a job: the stored compile time of each graph taken warm",
                 &self.saved_seconds,
+            ),
+            (
+                "first_step_skew_seconds",
+                "Rank skew: the spread of first-step ends across the processes of a job's latest start",
+                &self.first_step_skew_seconds,
             ),
         ] {
             registry.register(format!("{name}_{suffix}"), help, family.clone());

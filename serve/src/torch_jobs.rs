@@ -7,7 +7,7 @@ use kiln_proto::pb::TorchJobReturn;
 use kiln_proto::torch_ledger::thousands;
 
 /// The table's columns.
-pub const HEADERS: [&str; 11] = [
+pub const HEADERS: [&str; 12] = [
     "job",
     "eager step ms",
     "compiled step ms",
@@ -18,6 +18,7 @@ pub const HEADERS: [&str; 11] = [
     "steps",
     "break-even steps",
     "processes",
+    "rank skew s",
     "verdict",
 ];
 
@@ -53,6 +54,9 @@ pub fn rows(jobs: &[TorchJobReturn]) -> Vec<Row> {
             } else {
                 j.processes.to_string()
             };
+            // The spread of first-step ends needs two processes of one start.
+            let skew =
+                if j.first_step_processes > 1 { format!("{:.2}", j.first_step_skew_s) } else { "—".to_owned() };
             Row::new(vec![
                 name.into(),
                 Cell::from(eager).id(id(i, "eager")),
@@ -64,6 +68,7 @@ pub fn rows(jobs: &[TorchJobReturn]) -> Vec<Row> {
                 Cell::from(j.steps).id(id(i, "steps")),
                 Cell::from(break_even).id(id(i, "break-even")),
                 Cell::from(processes).id(id(i, "processes")),
+                Cell::from(skew).id(id(i, "skew")),
                 Cell::from(j.verdict.as_str()).id(id(i, "verdict")).flagged(losing),
             ])
             .key(name)
@@ -94,6 +99,8 @@ mod tests {
             processes: 3,
             folded_processes: 1,
             eager_basis: "contended".into(),
+            first_step_skew_s: 1.5,
+            first_step_processes: if ended { 2 } else { 1 },
             ..Default::default()
         };
         let mut page = Page::new("t", "s", 5);
@@ -103,6 +110,8 @@ mod tests {
         assert!(html.contains("<td id=\"torch-job-0-eager\">20.00 (contended)</td>"), "{html}");
         assert!(html.contains("<td id=\"torch-job-0-processes\">3 (1 folded)</td>"), "{html}");
         assert!(html.contains("<td id=\"torch-job-1-speedup\">—</td>"), "{html}");
+        assert!(html.contains("<td id=\"torch-job-0-skew\" class=\"n\">1.50</td>"), "{html}");
+        assert!(html.contains("<td id=\"torch-job-1-skew\">—</td>"), "{html}");
         assert!(html.contains("<td id=\"torch-job-2-break-even\" class=\"n\">100</td>"), "{html}");
         assert_eq!(html.matches("<tr data-key").count(), 3);
         assert_eq!(html.matches("class=\"flag\"><td>").count(), 2, "{html}");

@@ -61,7 +61,8 @@ async fn every_metric_the_dashboard_queries_is_exported() {
     let lease = LeaseBlobRequest { scope, key: b"k".to_vec(), wait_ms: 0, hold_ms: 0 };
     blobs.lease_blob(lease).await.unwrap().into_inner().message().await.unwrap();
     // The per-job torch.compile series exist once a job has reported (kilnd forwards it to the
-    // fleet ledger), measured both ways and paying (a break-even).
+    // fleet ledger), measured both ways and paying (a break-even), from two ranks that ended
+    // their first steps (a rank skew).
     let graph = TorchGraphCost {
         name: "g".into(),
         eager_calls: 10,
@@ -72,15 +73,19 @@ async fn every_metric_the_dashboard_queries_is_exported() {
         compile_s: 1.0,
         ..Default::default()
     };
-    let report = TorchGraphReport {
-        job: "dashboard".into(),
-        process: "dashboard-0001".into(),
-        rank: -1,
-        graphs: vec![graph],
-        ..Default::default()
-    };
-    let reply = TorchGraphsClient::new(kilnd.client().await.channel()).report_torch_graphs(report).await.unwrap();
-    assert_eq!(reply.into_inner().source, "fleet", "kilnd forwarded the report to kiln-cache");
+    for rank in 0..2 {
+        let report = TorchGraphReport {
+            job: "dashboard".into(),
+            process: format!("dashboard-000{rank}"),
+            rank,
+            graphs: vec![graph.clone()],
+            started_unix_ms: 1_000,
+            first_step_unix_ms: 2_000 + 500 * rank as u64,
+            ..Default::default()
+        };
+        let reply = TorchGraphsClient::new(kilnd.client().await.channel()).report_torch_graphs(report).await.unwrap();
+        assert_eq!(reply.into_inner().source, "fleet", "kilnd forwarded the report to kiln-cache");
+    }
     let mut exported = families(&kilnd.metrics_text());
     exported.extend(families(&cache.metrics_text()));
     let queried = queried_names(&dashboard);

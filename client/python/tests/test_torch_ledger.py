@@ -114,6 +114,11 @@ def test_three_runs_of_one_job_give_one_fleet_row_that_merges_them(fleet: Fleet,
     row = fleet_row(b)
     assert row.processes == 4 and row.ended, row
     assert row.steps == sum(steps_of(r) for r in runs), row
+    # Rank skew: the two processes that started together, not the earlier runs' (whose first
+    # steps ended before they started).
+    ends = [both[n]["graphs"]["first_step_unix_ms"] for n in ("rank0", "rank1")]
+    assert all(ends) and row.first_step_processes == 2, (ends, row)
+    assert row.first_step_skew_s == pytest.approx(abs(ends[0] - ends[1]) / 1e3), (ends, row)
     # The cold compile counted once, whichever host compiled it; every stored answer saved it.
     assert row.cold_compile_s == pytest.approx(stored), row
     warm_hits = sum(1 for r in runs for g in r["graphs"]["graphs"] if g["tier"] in ("memory", "disk", "remote"))

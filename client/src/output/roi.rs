@@ -39,6 +39,13 @@ pub fn job_text(job: &pb::TorchJobReturn, indent: &str) -> String {
     };
     let ended = if job.ended { "; ended" } else { "" };
     let _ = writeln!(text, "{indent}  {} steps{processes}{pays}{ended}", thousands(job.steps));
+    if job.first_step_processes > 1 {
+        let _ = writeln!(
+            text,
+            "{indent}  first steps ended within {:.2} s of each other across the latest start's {} processes (rank skew)",
+            job.first_step_skew_s, job.first_step_processes
+        );
+    }
     text
 }
 
@@ -100,6 +107,11 @@ mod tests {
              compile 18.3 s: 18.0 s cold (once per graph), 0.3 s the processes' own; the caches saved 40.1 s\n  \
              1,500 steps by 3 processes; pays after 1,656\n"
         );
+        let skewed = pb::TorchJobReturn { first_step_skew_s: 1.234, first_step_processes: 4, ..job() };
+        assert!(job_text(&skewed, "").ends_with(
+            "pays after 1,656\n  first steps ended within 1.23 s of each other across the latest start's 4 processes \
+             (rank skew)\n"
+        ));
         let contended = pb::TorchJobReturn { eager_basis: "contended".into(), ..job() };
         assert!(job_text(&contended, "").contains("eager (timed while a compile ran on the host)"));
     }

@@ -38,6 +38,15 @@ pub fn check_process_id(field: &str, id: &str) -> Result<(), Invalid> {
     Ok(())
 }
 
+/// When a process's first step ended: 0 (not yet), or not before the process started (which a
+/// report then must say: a ledger fills in a missing start with the time it hears of it).
+pub fn check_first_step(field: &str, started_unix_ms: u64, first_step_unix_ms: u64) -> Result<(), Invalid> {
+    if first_step_unix_ms != 0 && (started_unix_ms == 0 || first_step_unix_ms < started_unix_ms) {
+        return Err(invalid(field, "must be 0 (not yet), or not before a started_unix_ms that is set"));
+    }
+    Ok(())
+}
+
 /// The `served` values a graph may carry.
 pub const SERVED: [&str; 8] = ["", "cold", "memory", "disk", "remote", "joined", "in-process", "eager"];
 
@@ -82,6 +91,7 @@ pub fn check_process(field: &str, p: &TorchProcessCosts) -> Result<(), Invalid> 
     if p.rank < -1 {
         return Err(invalid(format!("{field}.rank"), "must be -1 (unknown) or more"));
     }
+    check_first_step(&format!("{field}.first_step_unix_ms"), p.started_unix_ms, p.first_step_unix_ms)?;
     if p.graphs.len() > MAX_REPORT_GRAPHS {
         return Err(invalid(format!("{field}.graphs"), format!("more than {MAX_REPORT_GRAPHS} graphs")));
     }

@@ -164,6 +164,31 @@ pub fn weighted_median(values: &[(f64, u64)]) -> f64 {
     v[v.len() - 1].0
 }
 
+/// The first-step ends (ms) of the job's latest start: of each rank's newest process that has
+/// ended its first step (every process apart where the rank is unknown), those whose first step
+/// ended after the latest such process started. A start's ranks meet in collectives at their
+/// first step, so none ends it before the last of them has started; an earlier start's processes
+/// ended theirs before the restart began.
+fn latest_start_first_steps(processes: &[TorchProcessCosts]) -> Vec<u64> {
+    let mut newest: BTreeMap<i32, &TorchProcessCosts> = BTreeMap::new();
+    let mut unranked = Vec::new();
+    for p in processes.iter().filter(|p| p.first_step_unix_ms > 0) {
+        if p.rank < 0 {
+            unranked.push(p);
+            continue;
+        }
+        let held = newest.entry(p.rank).or_insert(p);
+        if p.started_unix_ms > held.started_unix_ms {
+            *held = p;
+        }
+    }
+    let candidates: Vec<&TorchProcessCosts> = newest.into_values().chain(unranked).collect();
+    let Some(latest) = candidates.iter().map(|p| p.started_unix_ms).max() else {
+        return Vec::new();
+    };
+    candidates.iter().map(|p| p.first_step_unix_ms).filter(|end| *end >= latest).collect()
+}
+
 /// One graph's figures across processes.
 #[derive(Default)]
 struct Merged {
@@ -274,7 +299,14 @@ pub fn job_return(ledger: &TorchJobLedger) -> TorchJobReturn {
         folded_processes: folded.map_or(0, |f| f.folded),
         updated_unix_ms: all.iter().map(|p| p.updated_unix_ms).max().unwrap_or(0),
         ended: !all.is_empty() && all.iter().all(|p| p.ended),
+        first_step_skew_s: 0.0,
+        first_step_processes: 0,
     };
+    let ends = latest_start_first_steps(&ledger.processes);
+    if let (Some(first), Some(last)) = (ends.iter().min(), ends.iter().max()) {
+        r.first_step_processes = ends.len() as u64;
+        r.first_step_skew_s = if ends.len() > 1 { (last - first) as f64 / 1e3 } else { 0.0 };
+    }
     let measured_eager = r.graphs.iter().any(|g| eager_of(g) > 0.0);
     r.verdict = verdict(&r, measured_eager);
     r

@@ -200,3 +200,51 @@ fn every_bad_field_is_named() {
     assert!(check_job("job", &"j".repeat(257), 0).is_err());
     assert!(check_job("job", "", 1).is_err());
 }
+
+/// A rank's process that started at `started` and ended its first step at `first_step` (ms).
+fn ranked(id: &str, rank: i32, started: u64, first_step: u64) -> TorchProcessCosts {
+    TorchProcessCosts {
+        rank,
+        started_unix_ms: started,
+        first_step_unix_ms: first_step,
+        ..process(id, vec![graph("g", 0.0, 0.01, 10)])
+    }
+}
+
+#[test]
+fn rank_skew_is_the_spread_of_the_latest_starts_first_steps() {
+    // Four ranks of one start: the spread of their first steps, whatever order they report in.
+    let start = vec![
+        ranked("p-000001", 0, 1_000, 31_000),
+        ranked("p-000002", 1, 1_200, 32_500),
+        ranked("p-000003", 2, 1_100, 30_900),
+        ranked("p-000004", 3, 1_300, 31_400),
+    ];
+    let r = job_return(&ledger(start.clone()));
+    assert_eq!(r.first_step_processes, 4);
+    assert!((r.first_step_skew_s - 1.6).abs() < 1e-9, "{}", r.first_step_skew_s);
+    // A restart of ranks 0 and 1 (their peers not reported yet): the old processes of those ranks
+    // and of ranks 2 and 3, whose first steps ended before the restart, are left out.
+    let mut again = start;
+    again.push(ranked("p-000005", 0, 90_000, 95_000));
+    again.push(ranked("p-000006", 1, 90_400, 95_250));
+    let r = job_return(&ledger(again.clone()));
+    assert_eq!(r.first_step_processes, 2);
+    assert!((r.first_step_skew_s - 0.25).abs() < 1e-9, "{}", r.first_step_skew_s);
+    // A process still in its first step counts once it has ended it; one process has no spread.
+    again.push(ranked("p-000007", 2, 90_600, 0));
+    assert_eq!(job_return(&ledger(again)).first_step_processes, 2);
+    let alone = job_return(&ledger(vec![ranked("p-000008", -1, 5, 500)]));
+    assert_eq!((alone.first_step_processes, alone.first_step_skew_s), (1, 0.0));
+    assert_eq!(job_return(&ledger(vec![ranked("p-000009", 0, 5, 0)])).first_step_processes, 0);
+}
+
+#[test]
+fn a_first_step_before_its_process_started_is_refused_by_name() {
+    let bad = ranked("p-000001", 0, 2_000, 1_000);
+    let err = check_process("process", &bad).unwrap_err();
+    assert_eq!(err.field, "process.first_step_unix_ms");
+    assert!(check_process("process", &ranked("p-000001", 0, 0, 1_000)).is_err());
+    assert!(check_process("process", &ranked("p-000001", 0, 2_000, 0)).is_ok());
+    assert!(check_process("process", &ranked("p-000001", 0, 2_000, 2_000)).is_ok());
+}

@@ -156,12 +156,14 @@ class TorchGraphCalls:
         process: str = "",
         rank: int = -1,
         started_unix_ms: int = 0,
+        first_step_unix_ms: int = 0,
         ended: bool = False,
         timeout: float | None = None,
     ) -> TorchJobReturn:
         """Reports a process's fallbacks (since its last report) and its graphs' costs (from its
         start, under ``process``, a random id new each time it starts: kilnd and the fleet keep
-        each process's latest account); returns whether compiling paid off for the job, as the
+        each process's latest account; ``first_step_unix_ms``, when its first step ended, gives
+        the job's rank skew); returns whether compiling paid off for the job, as the
         fleet reckons it (kilnd's own figures when it cannot reach the fleet cache)."""
         from ._proto import graph_pb2
 
@@ -172,6 +174,7 @@ class TorchGraphCalls:
             process=process,
             rank=rank,
             started_unix_ms=started_unix_ms,
+            first_step_unix_ms=first_step_unix_ms,
             ended=ended,
         )
         with self._rpc():

@@ -103,6 +103,10 @@ class TorchJobReturn:
     updated_unix_ms: int = 0
     #: Whether every process of the job reported its exit.
     ended: bool = False
+    #: Rank skew: the spread of first-step ends across the processes of the job's latest start
+    #: (``first_step_processes`` of them; 0 with fewer than two).
+    first_step_skew_s: float = 0.0
+    first_step_processes: int = 0
 
     @classmethod
     def from_proto(cls, m: pb.TorchJobReturn) -> TorchJobReturn:

@@ -188,6 +188,7 @@ impl Ledger {
             ended: r.ended,
             graphs: r.graphs.clone(),
             folded: 0,
+            first_step_unix_ms: r.first_step_unix_ms,
         }
     }
 

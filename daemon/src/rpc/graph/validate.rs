@@ -83,6 +83,7 @@ pub(super) fn report(r: &pb::TorchGraphReport) -> Result<(), Error> {
     if r.rank < -1 {
         return Err(invalid("rank", "must be -1 (unknown) or more"));
     }
+    torch_ledger::check_first_step("first_step_unix_ms", r.started_unix_ms, r.first_step_unix_ms).map_err(named)?;
     if r.fallbacks.len() > 64 {
         return Err(invalid("fallbacks", "more than 64 reasons"));
     }
@@ -123,6 +124,9 @@ mod tests {
             ..Default::default()
         };
         assert!(report(&bad).unwrap_err().to_string().starts_with("graphs[0].compile_s:"));
+        let early = pb::TorchGraphReport { started_unix_ms: 2_000, first_step_unix_ms: 1_999, ..Default::default() };
+        assert!(report(&early).unwrap_err().to_string().starts_with("first_step_unix_ms:"));
+        assert!(report(&pb::TorchGraphReport { first_step_unix_ms: 2_000, ..early }).is_ok());
     }
 
     #[test]

@@ -80,7 +80,7 @@ class TorchGraphReply(_message.Message):
     def __init__(self, ok: _Optional[bool] = ..., artifacts: _Optional[bytes] = ..., tier: _Optional[_Union[_kiln_pb2.Tier, str]] = ..., compile_micros: _Optional[int] = ..., log: _Optional[str] = ..., key: _Optional[str] = ..., compile_here: _Optional[bool] = ...) -> None: ...
 
 class TorchGraphReport(_message.Message):
-    __slots__ = ("job", "fallbacks", "graphs", "process", "rank", "started_unix_ms", "ended")
+    __slots__ = ("job", "fallbacks", "graphs", "process", "rank", "started_unix_ms", "ended", "first_step_unix_ms")
     class FallbacksEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -95,6 +95,7 @@ class TorchGraphReport(_message.Message):
     RANK_FIELD_NUMBER: _ClassVar[int]
     STARTED_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     ENDED_FIELD_NUMBER: _ClassVar[int]
+    FIRST_STEP_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     job: str
     fallbacks: _containers.ScalarMap[str, int]
     graphs: _containers.RepeatedCompositeFieldContainer[_kiln_pb2.TorchGraphCost]
@@ -102,7 +103,8 @@ class TorchGraphReport(_message.Message):
     rank: int
     started_unix_ms: int
     ended: bool
-    def __init__(self, job: _Optional[str] = ..., fallbacks: _Optional[_Mapping[str, int]] = ..., graphs: _Optional[_Iterable[_Union[_kiln_pb2.TorchGraphCost, _Mapping]]] = ..., process: _Optional[str] = ..., rank: _Optional[int] = ..., started_unix_ms: _Optional[int] = ..., ended: _Optional[bool] = ...) -> None: ...
+    first_step_unix_ms: int
+    def __init__(self, job: _Optional[str] = ..., fallbacks: _Optional[_Mapping[str, int]] = ..., graphs: _Optional[_Iterable[_Union[_kiln_pb2.TorchGraphCost, _Mapping]]] = ..., process: _Optional[str] = ..., rank: _Optional[int] = ..., started_unix_ms: _Optional[int] = ..., ended: _Optional[bool] = ..., first_step_unix_ms: _Optional[int] = ...) -> None: ...
 
 class TorchGraphReportReply(_message.Message):
     __slots__ = ("job", "source")

@@ -678,7 +678,7 @@ class TorchGraphCost(_message.Message):
     def __init__(self, name: _Optional[str] = ..., eager_calls: _Optional[int] = ..., compiled_calls: _Optional[int] = ..., eager_median_s: _Optional[float] = ..., compiled_median_s: _Optional[float] = ..., compile_s: _Optional[float] = ..., key: _Optional[str] = ..., served: _Optional[str] = ..., stored_compile_s: _Optional[float] = ..., async_compile: _Optional[bool] = ..., eager_samples: _Optional[int] = ..., eager_contended_samples: _Optional[int] = ..., eager_contended_median_s: _Optional[float] = ..., compiled_samples: _Optional[int] = ..., measured_calls: _Optional[int] = ...) -> None: ...
 
 class TorchJobReturn(_message.Message):
-    __slots__ = ("job", "eager_step_s", "compiled_step_s", "speedup", "compile_s", "break_even_steps", "steps", "verdict", "graphs", "cold_compile_s", "process_compile_s", "saved_s", "eager_basis", "processes", "folded_processes", "updated_unix_ms", "ended")
+    __slots__ = ("job", "eager_step_s", "compiled_step_s", "speedup", "compile_s", "break_even_steps", "steps", "verdict", "graphs", "cold_compile_s", "process_compile_s", "saved_s", "eager_basis", "processes", "folded_processes", "updated_unix_ms", "ended", "first_step_skew_s", "first_step_processes")
     JOB_FIELD_NUMBER: _ClassVar[int]
     EAGER_STEP_S_FIELD_NUMBER: _ClassVar[int]
     COMPILED_STEP_S_FIELD_NUMBER: _ClassVar[int]
@@ -696,6 +696,8 @@ class TorchJobReturn(_message.Message):
     FOLDED_PROCESSES_FIELD_NUMBER: _ClassVar[int]
     UPDATED_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     ENDED_FIELD_NUMBER: _ClassVar[int]
+    FIRST_STEP_SKEW_S_FIELD_NUMBER: _ClassVar[int]
+    FIRST_STEP_PROCESSES_FIELD_NUMBER: _ClassVar[int]
     job: str
     eager_step_s: float
     compiled_step_s: float
@@ -713,10 +715,12 @@ class TorchJobReturn(_message.Message):
     folded_processes: int
     updated_unix_ms: int
     ended: bool
-    def __init__(self, job: _Optional[str] = ..., eager_step_s: _Optional[float] = ..., compiled_step_s: _Optional[float] = ..., speedup: _Optional[float] = ..., compile_s: _Optional[float] = ..., break_even_steps: _Optional[float] = ..., steps: _Optional[int] = ..., verdict: _Optional[str] = ..., graphs: _Optional[_Iterable[_Union[TorchGraphCost, _Mapping]]] = ..., cold_compile_s: _Optional[float] = ..., process_compile_s: _Optional[float] = ..., saved_s: _Optional[float] = ..., eager_basis: _Optional[str] = ..., processes: _Optional[int] = ..., folded_processes: _Optional[int] = ..., updated_unix_ms: _Optional[int] = ..., ended: _Optional[bool] = ...) -> None: ...
+    first_step_skew_s: float
+    first_step_processes: int
+    def __init__(self, job: _Optional[str] = ..., eager_step_s: _Optional[float] = ..., compiled_step_s: _Optional[float] = ..., speedup: _Optional[float] = ..., compile_s: _Optional[float] = ..., break_even_steps: _Optional[float] = ..., steps: _Optional[int] = ..., verdict: _Optional[str] = ..., graphs: _Optional[_Iterable[_Union[TorchGraphCost, _Mapping]]] = ..., cold_compile_s: _Optional[float] = ..., process_compile_s: _Optional[float] = ..., saved_s: _Optional[float] = ..., eager_basis: _Optional[str] = ..., processes: _Optional[int] = ..., folded_processes: _Optional[int] = ..., updated_unix_ms: _Optional[int] = ..., ended: _Optional[bool] = ..., first_step_skew_s: _Optional[float] = ..., first_step_processes: _Optional[int] = ...) -> None: ...
 
 class TorchProcessCosts(_message.Message):
-    __slots__ = ("process", "host", "rank", "started_unix_ms", "updated_unix_ms", "steps", "ended", "graphs", "folded")
+    __slots__ = ("process", "host", "rank", "started_unix_ms", "updated_unix_ms", "steps", "ended", "graphs", "folded", "first_step_unix_ms")
     PROCESS_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
@@ -726,6 +730,7 @@ class TorchProcessCosts(_message.Message):
     ENDED_FIELD_NUMBER: _ClassVar[int]
     GRAPHS_FIELD_NUMBER: _ClassVar[int]
     FOLDED_FIELD_NUMBER: _ClassVar[int]
+    FIRST_STEP_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     process: str
     host: str
     rank: int
@@ -735,7 +740,8 @@ class TorchProcessCosts(_message.Message):
     ended: bool
     graphs: _containers.RepeatedCompositeFieldContainer[TorchGraphCost]
     folded: int
-    def __init__(self, process: _Optional[str] = ..., host: _Optional[str] = ..., rank: _Optional[int] = ..., started_unix_ms: _Optional[int] = ..., updated_unix_ms: _Optional[int] = ..., steps: _Optional[int] = ..., ended: _Optional[bool] = ..., graphs: _Optional[_Iterable[_Union[TorchGraphCost, _Mapping]]] = ..., folded: _Optional[int] = ...) -> None: ...
+    first_step_unix_ms: int
+    def __init__(self, process: _Optional[str] = ..., host: _Optional[str] = ..., rank: _Optional[int] = ..., started_unix_ms: _Optional[int] = ..., updated_unix_ms: _Optional[int] = ..., steps: _Optional[int] = ..., ended: _Optional[bool] = ..., graphs: _Optional[_Iterable[_Union[TorchGraphCost, _Mapping]]] = ..., folded: _Optional[int] = ..., first_step_unix_ms: _Optional[int] = ...) -> None: ...
 
 class TorchJobLedger(_message.Message):
     __slots__ = ("job", "processes", "folded", "folded_ids")

@@ -103,6 +103,7 @@ class GraphRecord:
     def called(self, mode: str) -> None:
         now = time.perf_counter()
         if self._last is not None:
+            _ledger.first_step_ended()
             samples = self.samples[self._last[0]]
             samples.append((now, now - self._last[1]))
             if len(samples) > MAX_SAMPLES:
@@ -203,6 +204,13 @@ class _Ledger:
         #: This process, as the ledgers know it: a random id new at each start.
         self.process = secrets.token_hex(8)
         self.started_unix_ms = int(time.time() * 1000)
+        #: When the process's first step ended, by its clock: the first time one of its graphs was
+        #: called again (0 until then). The job's ledger spreads these across ranks: rank skew.
+        self.first_step_unix_ms = 0
+
+    def first_step_ended(self) -> None:
+        if not self.first_step_unix_ms:
+            self.first_step_unix_ms = max(int(time.time() * 1000), self.started_unix_ms)
 
     def compiling(self) -> bool:
         """Whether a compile this process asked for is still in flight."""
@@ -237,6 +245,7 @@ def stats() -> dict[str, Any]:
         return {
             "fallbacks": {k: v for k, v in _ledger.fallbacks.items() if v},
             "process": _ledger.process,
+            "first_step_unix_ms": _ledger.first_step_unix_ms,
             "setup_s": {k: round(v, 4) for k, v in _import_hooks.spent.items()},
             "graphs": [
                 {
@@ -276,6 +285,7 @@ def report(*, ended: bool = False) -> Any:
             process=_ledger.process,
             rank=rank(),
             started_unix_ms=_ledger.started_unix_ms,
+            first_step_unix_ms=_ledger.first_step_unix_ms,
             ended=ended,
             timeout=10,
         ),
