@@ -22,6 +22,8 @@ from typing import Any
 import pytest
 from harness import CacheServer, Kilnd, Redis, metric
 
+import kiln
+
 sys.path.insert(0, str(Path(__file__).with_name("corpus")))
 import runner  # noqa: E402 - the corpus's directory is put on the path first
 
@@ -103,6 +105,13 @@ def test_a_cold_fleet_compiles_each_graph_once_and_every_rank_loads_it(fleet: li
     # More than one rank compiled: the compile was split, not left to one rank.
     compilers = {rank for rank, r in enumerate(ranks) for g in r["graphs"]["graphs"] if g["tier"] == "compiled"}
     assert len(compilers) >= 2, compilers
+    # Rank skew, as the fleet ledger reckons it: the spread of the six ranks' first-step ends.
+    ends = [r["graphs"]["first_step_unix_ms"] for r in ranks]
+    with kiln.Client(fleet[0].uri) as c:
+        answer = c.torch_jobs("fleet-job")
+    (job,) = answer.jobs
+    assert answer.source == "fleet" and job.first_step_processes == world, (answer.source, job)
+    assert job.first_step_skew_s == pytest.approx((max(ends) - min(ends)) / 1e3), (ends, job)
     eager = runner.run("model_compile", "ddp", world, tmp_path / "eager", {"COMPILE": "0"})
     for r, e in zip(ranks, eager, strict=True):
         assert all(math.isclose(a, b, rel_tol=1e-4) for a, b in zip(r["losses"], e["losses"], strict=True)), (r["losses"], e["losses"])
