@@ -164,29 +164,16 @@ pub fn weighted_median(values: &[(f64, u64)]) -> f64 {
     v[v.len() - 1].0
 }
 
-/// The first-step ends (ms) of the job's latest start: of each rank's newest process that has
-/// ended its first step (every process apart where the rank is unknown), those whose first step
-/// ended after the latest such process started. A start's ranks meet in collectives at their
-/// first step, so none ends it before the last of them has started; an earlier start's processes
+/// The first-step ends (ms) of the job's latest start: those that ended after the latest start
+/// of a process that has ended its first step. A start's ranks meet in collectives at their first
+/// step, so none ends it before the last of them has started, while an earlier start's processes
 /// ended theirs before the restart began.
 fn latest_start_first_steps(processes: &[TorchProcessCosts]) -> Vec<u64> {
-    let mut newest: BTreeMap<i32, &TorchProcessCosts> = BTreeMap::new();
-    let mut unranked = Vec::new();
-    for p in processes.iter().filter(|p| p.first_step_unix_ms > 0) {
-        if p.rank < 0 {
-            unranked.push(p);
-            continue;
-        }
-        let held = newest.entry(p.rank).or_insert(p);
-        if p.started_unix_ms > held.started_unix_ms {
-            *held = p;
-        }
-    }
-    let candidates: Vec<&TorchProcessCosts> = newest.into_values().chain(unranked).collect();
-    let Some(latest) = candidates.iter().map(|p| p.started_unix_ms).max() else {
+    let stepped: Vec<&TorchProcessCosts> = processes.iter().filter(|p| p.first_step_unix_ms > 0).collect();
+    let Some(latest) = stepped.iter().map(|p| p.started_unix_ms).max() else {
         return Vec::new();
     };
-    candidates.iter().map(|p| p.first_step_unix_ms).filter(|end| *end >= latest).collect()
+    stepped.iter().map(|p| p.first_step_unix_ms).filter(|end| *end >= latest).collect()
 }
 
 /// One graph's figures across processes.

@@ -234,6 +234,10 @@ fn rank_skew_is_the_spread_of_the_latest_starts_first_steps() {
     // A process still in its first step counts once it has ended it; one process has no spread.
     again.push(ranked("p-000007", 2, 90_600, 0));
     assert_eq!(job_return(&ledger(again)).first_step_processes, 2);
+    // Two worlds of one job started together (each host its own rank 0): both count.
+    let twins = job_return(&ledger(vec![ranked("p-000010", 0, 10, 900), ranked("p-000011", 0, 20, 1_400)]));
+    assert_eq!(twins.first_step_processes, 2);
+    assert!((twins.first_step_skew_s - 0.5).abs() < 1e-9, "{}", twins.first_step_skew_s);
     let alone = job_return(&ledger(vec![ranked("p-000008", -1, 5, 500)]));
     assert_eq!((alone.first_step_processes, alone.first_step_skew_s), (1, 0.0));
     assert_eq!(job_return(&ledger(vec![ranked("p-000009", 0, 5, 0)])).first_step_processes, 0);
