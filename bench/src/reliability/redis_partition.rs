@@ -124,11 +124,7 @@ pub async fn run(run: &Run, out: &mut Outcome) -> Result<()> {
             Err(e) => failed.push(format!("{label}: {e:#}")),
         }
     }
-    out.check(
-        "no call fails, cut off or not",
-        if failed.is_empty() { "0".into() } else { failed.join("; ") },
-        failed.is_empty(),
-    );
+    out.check_none_failed("no call fails, cut off or not", &failed);
     out.check("wrong bytes = 0", wrong, wrong == 0);
     out.check(
         "kiln-cache reports Redis down while cut off, and up again once healed",

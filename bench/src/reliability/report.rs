@@ -51,6 +51,13 @@ impl Outcome {
         self.checks.push(Check { condition: condition.into(), observed: observed.to_string(), passed });
     }
 
+    /// Records that no call failed, where `failed` names each failed call and why: the observed
+    /// cell is "0 failed", or the failures themselves, so a failed run says which calls failed.
+    pub fn check_none_failed(&mut self, condition: impl Into<String>, failed: &[String]) {
+        let observed = if failed.is_empty() { "0 failed".into() } else { failed.join("; ") };
+        self.check(condition, observed, failed.is_empty());
+    }
+
     /// The scenario did not run to its end: an error or its time bound.
     pub fn aborted(&mut self, why: &str) {
         self.check("the scenario runs to its end within its time bound", why, false);
@@ -192,6 +199,15 @@ mod tests {
             replace_section(middle, "## Reliability\n\nnew\n"),
             "# t\n\n## Reliability\n\nnew\n\n## GPU\n\nkept\n"
         );
+    }
+
+    #[test]
+    fn failed_calls_are_named_in_the_observed_cell() {
+        let mut o = Outcome::new("x");
+        o.check_none_failed("no call fails", &[]);
+        o.check_none_failed("no call fails", &["B: timed out".into(), "C: refused".into()]);
+        let observed: Vec<(&str, bool)> = o.checks.iter().map(|c| (c.observed.as_str(), c.passed)).collect();
+        assert_eq!(observed, [("0 failed", true), ("B: timed out; C: refused", false)]);
     }
 
     #[test]
