@@ -1,9 +1,21 @@
 //! Which keys a config file struct accepts, read from its `Deserialize` impl, so a test can
 //! check that a shipped example config lists every one of them: an example that claims every
-//! key but lacks some sends users to the source.
+//! key but lacks some sends users to the source. [`assert_documented`] is that test, and the
+//! one on `--help`, as both daemons run them.
 
 use serde::de::{self, Deserialize, Deserializer, Visitor};
 use std::fmt;
+
+/// Panics unless a daemon's flags `F` and config file `T` are documented for users: its `--help`
+/// holds no rustdoc link (``[`Config::merge`]`` in a flag's doc comment reads as noise there),
+/// and `example`, the shipped example config at `example_path`, lists every key of `T`.
+pub fn assert_documented<'de, F: clap::CommandFactory, T: Deserialize<'de>>(example_path: &str, example: &str) {
+    let mut command = F::command();
+    let help = command.render_long_help().to_string();
+    assert!(!help.contains("[`"), "{} --help holds a rustdoc link:\n{help}", command.get_name());
+    let missing = missing_from(example, &keys::<T>());
+    assert!(missing.is_empty(), "{example_path} does not list {missing:?}");
+}
 
 /// The field names serde's derive gives `T` (its `FIELDS`), in declaration order.
 pub fn keys<'de, T: Deserialize<'de>>() -> Vec<&'static str> {
@@ -77,6 +89,43 @@ mod tests {
     struct Sample {
         alpha: Option<u32>,
         tokens: Vec<String>,
+    }
+
+    /// Flags with a rustdoc link in a doc comment, where `--help` shows it as it is.
+    #[derive(clap::Parser)]
+    #[command(name = "sample")]
+    #[allow(dead_code)]
+    struct SampleFlags {
+        /// Read by [`Sample`].
+        #[arg(long)]
+        alpha: Option<u32>,
+    }
+
+    /// The same flags, their help in plain text.
+    #[derive(clap::Parser)]
+    #[command(name = "sample")]
+    #[allow(dead_code)]
+    struct PlainFlags {
+        /// The alpha setting.
+        #[arg(long)]
+        alpha: Option<u32>,
+    }
+
+    #[test]
+    fn plain_help_and_a_full_example_are_documented() {
+        assert_documented::<PlainFlags, Sample>("sample.toml", "# alpha = 1\n# [[tokens]]\n");
+    }
+
+    #[test]
+    #[should_panic(expected = "sample.toml does not list [\"tokens\"]")]
+    fn an_example_without_a_key_is_not() {
+        assert_documented::<PlainFlags, Sample>("sample.toml", "# alpha = 1\n");
+    }
+
+    #[test]
+    #[should_panic(expected = "sample --help holds a rustdoc link")]
+    fn a_rustdoc_link_in_help_is_not() {
+        assert_documented::<SampleFlags, Sample>("sample.toml", "# alpha = 1\n# [[tokens]]\n");
     }
 
     #[test]

@@ -15,8 +15,8 @@
 //!   sends the socket path, which h2 refuses).
 //! - [`html`]: the status pages' HTML builder, which escapes every text it is given.
 //! - [`auth`]: the bearer-token layer in front of both daemons' gRPC services.
-//! - [`config_keys`]: the keys a config file accepts, for tests that the shipped examples list
-//!   every one.
+//! - [`config_keys`]: the keys a config file accepts, and the test both daemons run that their
+//!   shipped example configs list every one and their `--help` reads as plain text.
 //!
 //! kiln-proto stays free of axum, the socket filter and the pages: the clients link it, and they
 //! serve nothing.
