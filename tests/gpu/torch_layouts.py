@@ -125,8 +125,12 @@ class Runner:
     def kilnd(self, tag: str) -> Kilnd:
         return cold_graph_kilnd(self.work, tag, self.a)
 
+    #: The host whose ranks :meth:`launch` starts, where several start at once (their caches and
+    #: logs apart); empty for one host.
+    host = ""
+
     def caches(self, layout: str, rank: int, shape: str = LAYOUT_JOB) -> Path:
-        return self.work / "caches" / stem(shape, layout) / f"rank{rank}"
+        return self.work / "caches" / stem(shape, layout) / (f"{self.host}-rank{rank}" if self.host else f"rank{rank}")
 
     def sizes(self, shape: str) -> dict[str, str]:
         """The job's model and sizes: ``layout_job``'s flags, or the corpus's (``corpus/common.py``
@@ -181,19 +185,24 @@ class Runner:
         env.update(self.a.probes.get(variant, {}))
         return env
 
-    def run(self, layout: str, variant: str, kilnd: Kilnd | None, shape: str = LAYOUT_JOB) -> dict:
+    def launch(self, layout: str, variant: str, kilnd: Kilnd | None, shape: str = LAYOUT_JOB) -> list[tuple[subprocess.Popen, Path]]:
+        """Starts the layout's ranks (on this runner's ``host``) and returns them with their logs."""
         if time.monotonic() > self.deadline:
             raise OutOfTime("past the deadline")
         self.port += 1
         n = HERD if layout == "herd" else (1 if layout == "single" else self.a.gpus)
         procs = []
-        started = time.monotonic()
         for rank in range(n):
             # A repeat's logs sit beside the first run's rather than replacing them.
-            log = self.work / f"{stem(shape, layout)}-{variant}{self.tag()}-{rank}.log"
+            host = f"-{self.host}" if self.host else ""
+            log = self.work / f"{stem(shape, layout)}-{variant}{self.tag()}{host}-{rank}.log"
             env = self.env(layout, rank, variant, kilnd, empty=variant != "warm", shape=shape)
             out = open(log, "wb")
             procs.append((subprocess.Popen([self.a.python, str(script(shape))], env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT), log))
+        return procs
+
+    def collect(self, procs: list[tuple[subprocess.Popen, Path]], started: float) -> list[dict]:
+        """Each rank's result line once it exits; a rank past the deadline stops them all."""
         ranks = []
         for p, log in procs:
             try:
@@ -207,6 +216,13 @@ class Runner:
             if p.returncode != 0 or not lines:
                 raise RuntimeError(f"{log.name}: exit {p.returncode}\n{text[-3000:]}")
             ranks.append(json.loads(lines[-1]))
+        return ranks
+
+    def run(self, layout: str, variant: str, kilnd: Kilnd | None, shape: str = LAYOUT_JOB) -> dict:
+        started = time.monotonic()
+        procs = self.launch(layout, variant, kilnd, shape)
+        ranks = self.collect(procs, started)
+        n = len(procs)
         r = summary(ranks, n_graphs=len(ranks[0]["graphs"].get("graphs", [])))
         r.update(shape=shape, layout=layout, variant=variant, wall_s=time.monotonic() - started)
         # Triton compiles in the job's processes (site/sitecustomize.py counts them): none where

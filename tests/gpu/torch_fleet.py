@@ -1,0 +1,246 @@
+"""A cold fleet on GPUs: several "hosts" start one job at the same moment, plain torch.compile
+against kiln, side by side.
+
+Each host is a kilnd of its own (its own cache directory, its torch workers up) on one fleet
+cache (a kiln-cache over a redis-server, both new and empty for every variant), and runs the job
+as a world of its own: one process, or DDP or FSDP2 over ``--gpus`` ranks (the hosts share the
+GPUs: host A's rank 1 and host B's rank 1 both run on GPU 1). Every rank of every host has its
+own Inductor and Triton directories, emptied first. Per shape, layout and repeat:
+
+| variant | what runs |
+|---|---|
+| plain | plain torch.compile on every host at once: every rank compiles every graph |
+| default | ``KILN_TORCH=1`` as a new user sets it: a rank waits for nobody |
+| split | ``KILN_TORCH_SPLIT=1`` besides: each graph claimed once in the fleet, every other rank waits for it and loads it |
+
+Figures, each ratio within one repeat, the median over ``--repeat``:
+
+- **first step**: the slowest rank's (seconds from its start, after its imports, to the end of its
+  first step), and each rank's against plain's slowest;
+- **compiles / distinct graphs**: every compile in the fleet (a rank's own, shared or not, and a
+  kilnd worker's) over the distinct graphs the ranks ran (their keys, the device index taken out);
+  plain's is the number of ranks, since torch compiles every graph in every rank;
+- **skew**: the spread of first-step ends (wall clock) across every rank of every host, and kiln's
+  ledger's own figure (``first_step_skew_s``, from the ranks' reports).
+
+Writes fleet.json and fleet.md (one table, header ``| hosts | layout |``) to ``--out``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from common import Kilnd, cold_graph_kilnd, free_ports, own_kilnd_parser, wait_for, write_json  # noqa: E402
+from torch_layouts import OutOfTime, Runner, add_corpus_arguments, add_model_arguments, corpus, stem, summary  # noqa: E402
+
+VARIANTS = ("plain", "default", "split")
+#: What a variant adds to kiln's default (``corpus.kiln_env``).
+KILN_VARIANTS = {"default": {}, "split": {"KILN_TORCH_SPLIT": "1"}}
+
+
+class Fleet:
+    """A new, empty fleet cache: a redis-server on a Unix socket and a kiln-cache over it."""
+
+    def __init__(self, work: Path, a) -> None:
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        self.work = work
+        sock = work / "redis.sock"
+        self.redis = subprocess.Popen(
+            [a.redis_server, "--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700", "--save", "", "--appendonly", "no", "--dir", str(work)],
+            stdout=open(work / "redis.log", "wb"), stderr=subprocess.STDOUT,
+        )
+        wait_for("redis-server", sock.exists, 30, self.redis, work / "redis.log")
+        port, metrics = free_ports(2)
+        (work / "empty.toml").write_text("")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
+        env["KILN_LOG"] = "info"
+        self.cache = subprocess.Popen(
+            [a.kiln_cache, "--listen", f"127.0.0.1:{port}", "--redis", f"unix://{sock}", "--insecure-no-auth",
+             "--metrics", f"127.0.0.1:{metrics}", "--config", str(work / "empty.toml")],
+            env=env, stdout=open(work / "kiln-cache.log", "wb"), stderr=subprocess.STDOUT,
+        )
+        def listening() -> bool:
+            with socket.socket() as s:
+                return s.connect_ex(("127.0.0.1", port)) == 0
+
+        wait_for("kiln-cache", listening, 30, self.cache, work / "kiln-cache.log")
+        self.uri = f"http://127.0.0.1:{port}"
+
+    def stop(self) -> None:
+        for p in (self.cache, self.redis):
+            p.terminate()
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def compiles(ranks: list[dict]) -> tuple[int, int]:
+    """Compiles in the fleet (each rank's graph compiled in its process, or by a kilnd for it) and
+    the distinct graphs the ranks ran, from the ranks' own records."""
+    graphs = [g for x in ranks for g in x["graphs"].get("graphs", [])]
+    done = sum(g["how"] == "in-process" or (g["how"] == "kilnd" and g["tier"] == "compiled") for g in graphs)
+    return done, len({g["key"] or g["name"] for g in graphs})
+
+
+def ledger_skew(kilnd: Kilnd) -> tuple[float, int] | None:
+    """The fleet ledger's rank skew of the job, and the processes it spans."""
+    import kiln
+
+    with kiln.Client(kilnd.uri) as c:
+        jobs = c.torch_jobs().jobs
+    return (jobs[0].first_step_skew_s, jobs[0].first_step_processes) if jobs else None
+
+
+def run_once(runner: Runner, a, shape: str, layout: str, variant: str) -> dict:
+    """One variant on every host at once: the figures of the fleet."""
+    label = f"{stem(shape, layout)}-{variant}{runner.tag()}"
+    fleet = Fleet(runner.work / f"fleet-{label}", a) if variant != "plain" else None
+    kilnds: list[Kilnd | None] = [None] * a.hosts
+    try:
+        if fleet is not None:
+            kilnds = [cold_graph_kilnd(runner.work, f"{label}-h{h}", a, remote=fleet.uri) for h in range(a.hosts)]
+        started = time.monotonic()
+        launched = []
+        for h, k in enumerate(kilnds):
+            runner.host = f"h{h}"
+            launched.append(runner.launch(layout, variant, k, shape))
+        runner.host = ""
+        hosts = [runner.collect(procs, started) for procs in launched]
+        ranks = [x for host in hosts for x in host]
+        r = summary(ranks, n_graphs=len(ranks[0]["graphs"].get("graphs", [])))
+        r.update(shape=shape, layout=layout, variant=variant, hosts=a.hosts, wall_s=time.monotonic() - started)
+        r["rank_first_s"] = [[x["first"] for x in host] for host in hosts]
+        if fleet is None:
+            r["compiles"], r["distinct"] = len(ranks), 1
+        else:
+            r["compiles"], r["distinct"] = compiles(ranks)
+            assert kilnds[0] is not None
+            r["ledger_skew"] = ledger_skew(kilnds[0])
+        print(f"    {label}: first steps {r['rank_first_s']}, compiles {r['compiles']} of {r['distinct']} graphs, skew {r['skew_s']:.2f} s "
+              f"(ledger {r.get('ledger_skew')}), fallbacks {r['fallbacks']}, how {r['how']}", flush=True)
+        return r
+    finally:
+        runner.host = ""
+        for k in kilnds:
+            if k is not None:
+                k.stop()
+        if fleet is not None:
+            fleet.stop()
+
+
+def layout_runs(runner: Runner, a, shape: str, layout: str) -> dict[str, dict]:
+    """Each variant's figures: the median over the repeats, and each repeat's ratios against the
+    plain fleet it ran beside."""
+    reps: list[dict[str, dict]] = []
+    for rep in range(a.repeat):
+        runner.rep = rep
+        out: dict[str, dict] = {}
+        for variant in a.variants:
+            try:
+                out[variant] = run_once(runner, a, shape, layout, variant)
+            except OutOfTime as e:
+                out[variant] = {"skipped": f"for time: {e}"}
+                runner.skipped.append(f"{shape} {layout} {variant}")
+                print(f"    {stem(shape, layout)} {variant}: SKIPPED for time ({e})", flush=True)
+            except Exception as e:  # noqa: BLE001 - one variant's failure is recorded; the rest still run
+                out[variant] = {"error": f"{type(e).__name__}: {e}"[:2000]}
+                print(f"    {stem(shape, layout)} {variant}: FAILED {out[variant]['error'][:500]}", flush=True)
+        reps.append(out)
+    runner.rep = 0
+    merged: dict[str, dict] = {}
+    for variant in a.variants:
+        done = sorted((r[variant] for r in reps if "first_s" in r.get(variant, {})), key=lambda r: r["first_s"])
+        if not done:
+            merged[variant] = reps[0].get(variant, {})
+            continue
+        m = dict(done[len(done) // 2], runs_first_s=[r["first_s"] for r in done])
+        paired = [(r[variant], r["plain"]) for r in reps if "first_s" in r.get(variant, {}) and "first_s" in r.get("plain", {})]
+        if paired and variant != "plain":
+            m["ratios"] = [k["first_s"] / p["first_s"] for k, p in paired]
+            m["ratio"] = statistics.median(m["ratios"])
+            # Every rank's first step against the plain fleet's slowest rank, the worst of them.
+            m["rank_ratio"] = statistics.median(max(f for host in k["rank_first_s"] for f in host) / p["first_s"] for k, p in paired)
+            m["plain_skew_s"] = statistics.median(p["skew_s"] for _, p in paired)
+        merged[variant] = m
+    return merged
+
+
+def table(results: dict[str, dict[str, dict[str, dict]]], hosts: int) -> str:
+    rows = [
+        "| hosts | layout | shape | kiln | first step, slowest rank (s) | first step / plain | compiles / distinct graphs | skew kiln (s) | skew plain (s) | ledger skew (s) | fallbacks | repeats |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for shape, layouts in results.items():
+        for layout, variants in layouts.items():
+            plain = variants.get("plain", {})
+            if "first_s" in plain:
+                rows.append(
+                    f"| {hosts} | {layout} | {shape} | plain | {plain['first_s']:.2f} | 1.00 | {plain['compiles']} / 1 (every rank) | "
+                    f"{plain['skew_s']:.2f} | {plain['skew_s']:.2f} | — | — | {len(plain.get('runs_first_s', [1]))} |"
+                )
+            for variant, r in variants.items():
+                if variant == "plain":
+                    continue
+                if "first_s" not in r:
+                    rows.append(f"| {hosts} | {layout} | {shape} | {variant} | {r.get('error') or r.get('skipped', 'not run')} | | | | | | | |")
+                    continue
+                ratio = f"{r['ratio']:.2f}" if "ratio" in r else "—"
+                ledger = r.get("ledger_skew")
+                ledger_text = f"{ledger[0]:.2f} over {ledger[1]}" if ledger else "—"
+                per_graph = r["compiles"] / r["distinct"] if r["distinct"] else 0.0
+                rows.append(
+                    f"| {hosts} | {layout} | {shape} | {variant} | {r['first_s']:.2f} | {ratio} | {r['compiles']} / {r['distinct']} = {per_graph:.2f} | "
+                    f"{r['skew_s']:.2f} | {r.get('plain_skew_s', float('nan')):.2f} | {ledger_text} | {r['fallbacks'] or 0} | {len(r['runs_first_s'])} |"
+                )
+    return "\n".join(rows)
+
+
+def main() -> int:
+    p = own_kilnd_parser(__doc__)
+    p.add_argument("--gpus", type=int, default=2, help="ranks of a host's DDP or FSDP2 world (the hosts share the GPUs)")
+    p.add_argument("--hosts", type=int, default=2)
+    p.add_argument("--redis-server", default=shutil.which("redis-server") or "redis-server")
+    p.add_argument("--kiln-cache", required=True)
+    p.add_argument("--shapes", default="model_compile", help=f"corpus jobs, comma-separated ({', '.join(corpus.SHAPES)})")
+    p.add_argument("--layouts", default="single,ddp")
+    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--repeat", "--repeats", type=int, default=1)
+    p.add_argument("--deadline-s", type=float, default=540)
+    add_model_arguments(p)
+    add_corpus_arguments(p)
+    a = p.parse_args()
+    a.variants = [v for v in VARIANTS if v in a.variants.split(",")]
+    a.probes = KILN_VARIANTS
+    a.steps = a.corpus_steps
+    a.work.mkdir(parents=True, exist_ok=True)
+    a.out.mkdir(parents=True, exist_ok=True)
+    runner = Runner(a)
+    results: dict[str, dict[str, dict[str, dict]]] = {}
+    for shape in a.shapes.split(","):
+        for layout in a.layouts.split(","):
+            print(f"==> {a.hosts} hosts at once: {shape} {layout}", flush=True)
+            results.setdefault(shape, {})[layout] = layout_runs(runner, a, shape, layout)
+            write_json(a.out / "fleet.json", results)
+            (a.out / "fleet.md").write_text(table(results, a.hosts) + "\n")
+    md = table(results, a.hosts)
+    if runner.skipped:
+        md += "\n\nSkipped for time: " + "; ".join(runner.skipped) + "\n"
+    (a.out / "fleet.md").write_text(md + "\n")
+    print(md)
+    return 3 if runner.skipped else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
