@@ -13,6 +13,8 @@
 //! - [`paths`]: the default socket and cache locations, shared by kilnd and its clients.
 //! - [`probe`]: the tiny kernels `kilnd check` and `kiln doctor` compile to prove a toolchain.
 //! - [`units`]: sizes as kiln writes them for people, in the CLI and on the status pages.
+//! - `fixtures` (with the `fixtures` feature, for tests): sample messages for the tests of the
+//!   crates that render them.
 //!
 //! Every client links this crate, so what only a server needs (the status pages' HTML, the Unix
 //! socket filter) lives in kiln-serve.
@@ -30,6 +32,8 @@ pub const MAX_NEGATIVE_LOG_BYTES: usize = 1 << 20;
 pub mod auth;
 pub mod code;
 pub mod envelope;
+#[cfg(any(test, feature = "fixtures"))]
+pub mod fixtures;
 pub mod key;
 pub mod launch;
 pub mod paths;

@@ -372,23 +372,7 @@ mod tests {
 
     #[test]
     fn stats_show_torch_graphs_fallbacks_and_each_jobs_return() {
-        let graphs = pb::TorchGraphStats {
-            compiled: 3,
-            failed: 1,
-            hits: 5,
-            fallbacks: [("not_reused".to_owned(), 2), ("unserializable".to_owned(), 0)].into(),
-            jobs: vec![pb::TorchJobReturn {
-                job: "train-gpt2".into(),
-                eager_step_s: 0.015,
-                compiled_step_s: 0.009,
-                speedup: 15.0 / 9.0,
-                compile_s: 24.0,
-                break_even_steps: 4000.0,
-                steps: 120,
-                verdict: "the compile has not paid for itself yet: 120 steps of the 4000 it needs".into(),
-                ..Default::default()
-            }],
-        };
+        let graphs = kiln_proto::fixtures::torch_graph_stats("train-gpt2");
         let text = stats_text(&pb::StatsResponse { torch_graphs: Some(graphs), ..sample() });
         assert_contains_all(
             &text,
@@ -397,7 +381,8 @@ mod tests {
                 "graph fallbacks not_reused 2 (compiled in the process instead)\n",
                 "  job train-gpt2: the compile has not paid for itself yet: 120 steps of the 4000 it needs\n",
                 "    step 15.00 ms eager, 9.00 ms compiled (1.67x)\n",
-                "    120 steps; pays after 4,000\n",
+                "    compile 24.0 s: 20.0 s cold (once per graph), 4.0 s the processes' own; the caches saved 0.0 s\n",
+                "    120 steps by 1 process; pays after 4,000\n",
             ],
         );
         assert!(!text.contains("unserializable"), "a reason never taken is left out: {text}");

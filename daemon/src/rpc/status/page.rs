@@ -227,26 +227,8 @@ mod tests {
 
     #[test]
     fn the_host_page_shows_torch_graphs_and_escapes_job_names() {
-        let graphs = pb::TorchGraphStats {
-            compiled: 3,
-            failed: 1,
-            hits: 5,
-            fallbacks: [("not_reused".to_owned(), 2), ("unserializable".to_owned(), 0)].into(),
-            jobs: vec![pb::TorchJobReturn {
-                job: "train<script>alert(1)</script>".into(),
-                eager_step_s: 0.015,
-                compiled_step_s: 0.009,
-                speedup: 15.0 / 9.0,
-                compile_s: 24.0,
-                break_even_steps: 4000.0,
-                steps: 120,
-                verdict: "the compile has not paid for itself yet: 120 steps of the 4000 it needs <b>".into(),
-                cold_compile_s: 20.0,
-                process_compile_s: 4.0,
-                processes: 1,
-                ..Default::default()
-            }],
-        };
+        let mut graphs = kiln_proto::fixtures::torch_graph_stats("train<script>alert(1)</script>");
+        graphs.jobs[0].verdict.push_str(" <b>");
         let stats = StatsResponse { torch_graphs: Some(graphs), ..Default::default() };
         let html = render(&stats, &Metrics::new());
         assert!(html.contains("<h2>torch.compile graphs</h2>"), "{html}");
