@@ -93,18 +93,17 @@ def _wait(what: str, ready, proc: subprocess.Popen | None, log: Path | None, bou
     raise StartFailed(f"{what} did not answer within {bound:.0f} s")
 
 
-def _unix_connects(path: Path) -> bool:
+def _connects(address: Path | int) -> bool:
+    """Whether something accepts connections at ``address``: a Unix socket's path, or a TCP port
+    on the loopback address."""
+    if isinstance(address, int):
+        family, target = socket.AF_INET, ("127.0.0.1", address)
+    else:
+        family, target = socket.AF_UNIX, str(address)
     try:
-        with socket.socket(socket.AF_UNIX) as s:
-            s.connect(str(path))
-        return True
-    except OSError:
-        return False
-
-
-def _tcp_connects(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        with socket.socket(family) as s:
+            s.settimeout(1)
+            s.connect(target)
         return True
     except OSError:
         return False
@@ -164,7 +163,7 @@ class Redis(Process):
         args = [tool("redis-server"), "--port", "0", "--unixsocket", str(self.socket), "--unixsocketperm", "700"]
         args += ["--save", "", "--appendonly", "no", "--dir", str(dir), "--daemonize", "no", "--loglevel", "warning"]
         super().__init__("redis-server", args, dir / "redis.log")
-        _wait("redis-server", lambda: _unix_connects(self.socket), self.proc, self.log, 20)
+        _wait("redis-server", lambda: _connects(self.socket), self.proc, self.log, 20)
 
     @property
     def url(self) -> str:
@@ -184,7 +183,7 @@ class CacheServer(Process):
         env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_CACHE_")}
         env["KILN_LOG"] = "warn"
         super().__init__("kiln-cache", args, dir / "kiln-cache.log", env)
-        _wait("kiln-cache", lambda: _tcp_connects(self.port) and _http_ok(self.metrics_port), self.proc, self.log, 30)
+        _wait("kiln-cache", lambda: _connects(self.port) and _http_ok(self.metrics_port), self.proc, self.log, 30)
 
     @property
     def uri(self) -> str:
@@ -211,7 +210,7 @@ class Kilnd(Process):
             env["KILN_REMOTE_TOKEN"] = WRITE_TOKEN
         env.update(extra_env or {})
         super().__init__("kilnd", args, dir / "kilnd.log", env)
-        _wait("kilnd", lambda: _unix_connects(self.socket) and _http_ok(self.metrics_port), self.proc, self.log, 60)
+        _wait("kilnd", lambda: _connects(self.socket) and _http_ok(self.metrics_port), self.proc, self.log, 60)
 
     @property
     def uri(self) -> str:
