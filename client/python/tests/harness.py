@@ -8,6 +8,7 @@ which fails the test (never a skip). Processes are stopped by the fixtures that 
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
 import shutil
@@ -141,12 +142,9 @@ class Process:
     def stop(self, bound: float = 20.0) -> int | None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(bound)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log_file.close()
+        self.kill9()
         return self.proc.returncode
 
     def kill9(self) -> None:
