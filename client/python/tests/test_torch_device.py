@@ -239,3 +239,24 @@ def test_a_graph_holding_the_job_s_state_as_constants_is_refused_before_its_pick
     assert "constants" in str(refused.value)
     # Refused by its size, not by the pickle: one pass over the graph's nodes.
     assert time.perf_counter() - began < 1.0
+
+
+def test_a_split_jobs_rank_on_another_gpu_waits_for_its_twins_claim() -> None:
+    from kiln.torch import _claim
+    from kiln.torch._graph import SPLIT_WAIT_SECS, blocking_request
+
+    def ask(shares: bool, waits: bool, splits: bool, how: str = _claim.CLAIM) -> tuple[bool, bool, float]:
+        r = blocking_request(b"payload", "g", how=how, shares=shares, waits=waits, splits=splits)
+        return r.claim, r.no_worker, r.wait_for_claim
+
+    # By default a rank on another GPU waits for nobody: a stored answer, or its own compile now.
+    assert ask(shares=False, waits=False, splits=False) == (False, True, 0.0)
+    assert ask(shares=False, waits=True, splits=False) == (False, True, 0.0)
+    # Splitting, it leaves the graph to its twin on the first GPU and loads the twin's compile:
+    # one compile a graph in the fleet, not one more a GPU.
+    assert ask(shares=False, waits=True, splits=True) == (False, False, SPLIT_WAIT_SECS)
+    # The first GPU's rank claims, and in a split job waits for whoever claimed first.
+    assert ask(shares=True, waits=True, splits=True) == (True, False, 0.0)
+    assert ask(shares=True, waits=False, splits=False) == (True, True, 0.0)
+    # KILN_TORCH_CLAIM=0: kilnd's workers compile; nobody claims or compiles for itself.
+    assert ask(shares=False, waits=True, splits=True, how="workers") == (False, False, 0.0)

@@ -138,23 +138,10 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
     if async_enabled() and not getattr(_blocking, "on", False):
         request = Request(payload, record.name)
         return AsyncGraph(gm, example_inputs, request, inductor, record, started, waits=False)
-    # A graph whose payload is its own code (on the CPU, or the job's first GPU) is claimed: where
-    # nobody has it, this process compiles it, as torch would, and shares it. A rank on another
-    # GPU cannot share its compile (its code names its GPU): it loads a stored answer, and
-    # otherwise compiles the graph itself at once. Its twin on the first GPU traces the graph
-    # beside it, so waiting for the twin's compile would only add its publish and the load. A
-    # rank waits for nobody unless the job splits its cold compile (see _claim.splits). No
-    # worker compiles a blocking graph cold beside the job's own compiles unless the setting asks
-    # (KILN_TORCH_CLAIM=0).
     how = _claim.mode()
     shares = how == _claim.CLAIM and _device.moved_index(gm, example_inputs) is None
     waits = layout == "single" or _claim.splits()
-    request = Request(
-        payload,
-        record.name,
-        claim=shares,
-        no_worker=how == _claim.CLAIM and not (shares and waits),
-    )
+    request = blocking_request(payload, record.name, how=how, shares=shares, waits=waits, splits=_claim.splits())
     if not waits:
         # Exactly torch's compile, on torch's schedule (a backward at the first backward), for
         # every rank: a claim is shared once its backward has compiled too.
@@ -174,6 +161,24 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
     # ranks of a job block in collectives while they wait, so theirs publish at once.
     answer = _asked(record, request, bound=wait_bound())
     return _finish(torch, record, started, gm, example_inputs, answer, here, backward_now=layout != "single")
+
+
+def blocking_request(payload: bytes, name: str, *, how: str, shares: bool, waits: bool, splits: bool) -> Request:
+    """What a graph that does not run eagerly asks kilnd.
+
+    A graph whose payload is its own code (on the CPU, or the job's first GPU) is claimed: where
+    nobody has it, this process compiles it, as torch would, and shares it. A rank on another GPU
+    cannot share its compile (its code names its GPU). It loads a stored answer, and otherwise
+    compiles the graph itself at once: its twin on the first GPU traces the graph beside it, so
+    waiting for the twin's compile would add its publish and the load. A rank waits for nobody
+    unless the job splits its cold compile (see _claim.splits); then such a rank leaves the graph
+    to its twin for a moment and waits for that claim (or for whoever compiles it in the fleet),
+    so that each graph is compiled once in the fleet rather than once more per GPU. No worker
+    compiles a blocking graph cold beside the job's own compiles unless the setting asks
+    (KILN_TORCH_CLAIM=0), or a split job's rank on another GPU finds nobody claimed it."""
+    if how == _claim.CLAIM and splits and not shares:
+        return Request(payload, name, wait_for_claim=SPLIT_WAIT_SECS)
+    return Request(payload, name, claim=shares, no_worker=how == _claim.CLAIM and not (shares and waits))
 
 
 def _asked(record: GraphRecord, request: Request, *, bound: float | None = None) -> Answer | Grant | str:
