@@ -35,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -110,7 +111,14 @@ def run_once(runner: Runner, a, shape: str, layout: str, variant: str) -> dict:
     kilnds: list[Kilnd | None] = [None] * a.hosts
     try:
         if fleet is not None:
-            kilnds = [cold_graph_kilnd(runner.work, f"{label}-h{h}", a, remote=fleet.uri) for h in range(a.hosts)]
+            # The hosts' kilnds start together, as a fleet's hosts boot: each waits for its workers.
+            with ThreadPoolExecutor(a.hosts) as pool:
+                futures = [pool.submit(cold_graph_kilnd, runner.work, f"{label}-h{h}", a, fleet.uri) for h in range(a.hosts)]
+            # Every kilnd that started is kept, to be stopped below, before a failed one raises.
+            kilnds = [f.result() if f.exception() is None else None for f in futures]
+            for f in futures:
+                if f.exception() is not None:
+                    raise f.exception()  # type: ignore[misc]
         started = time.monotonic()
         launched = []
         for h, k in enumerate(kilnds):
