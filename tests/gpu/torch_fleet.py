@@ -4,7 +4,8 @@ against kiln, side by side.
 Each host is a kilnd of its own (its own cache directory, its torch workers up) on one fleet
 cache (a kiln-cache over a redis-server, both new and empty for every variant), and runs the job
 as a world of its own: one process, or DDP or FSDP2 over ``--gpus`` ranks (the hosts share the
-GPUs: host A's rank 1 and host B's rank 1 both run on GPU 1). Every rank of every host has its
+GPUs: host A's rank 1 and host B's rank 1 both run on GPU 1; with ``--own-gpus`` each host has
+GPUs of its own, as on a cluster). Every rank of every host has its
 own Inductor and Triton directories, emptied first. Per shape, layout and repeat:
 
 | variant | what runs |
@@ -123,8 +124,11 @@ def run_once(runner: Runner, a, shape: str, layout: str, variant: str) -> dict:
         launched = []
         for h, k in enumerate(kilnds):
             runner.host = f"h{h}"
+            if a.own_gpus:
+                # Each host its own GPUs, as on a cluster: host h sees GPUs h*gpus to (h+1)*gpus-1.
+                runner.host_env = {"CUDA_VISIBLE_DEVICES": ",".join(str(h * a.gpus + g) for g in range(a.gpus))}
             launched.append(runner.launch(layout, variant, k, shape))
-        runner.host = ""
+        runner.host, runner.host_env = "", {}
         hosts = [runner.collect(procs, started) for procs in launched]
         ranks = [x for host in hosts for x in host]
         r = summary(ranks, n_graphs=len(ranks[0]["graphs"].get("graphs", [])))
@@ -140,7 +144,7 @@ def run_once(runner: Runner, a, shape: str, layout: str, variant: str) -> dict:
               f"(ledger {r.get('ledger_skew')}), fallbacks {r['fallbacks']}, how {r['how']}", flush=True)
         return r
     finally:
-        runner.host = ""
+        runner.host, runner.host_env = "", {}
         for k in kilnds:
             if k is not None:
                 k.stop()
@@ -195,7 +199,7 @@ def table(results: dict[str, dict[str, dict[str, dict]]], hosts: int) -> str:
             plain = variants.get("plain", {})
             if "first_s" in plain:
                 rows.append(
-                    f"| {hosts} | {layout} | {shape} | plain | {plain['first_s']:.2f} | 1.00 | {plain['compiles']} / 1 (every rank) | "
+                    f"| {hosts} | {layout} | {shape} | plain | {plain['first_s']:.2f} | 1.00 | {plain['compiles']:.2f} (every rank compiles each graph) | "
                     f"{plain['skew_s']:.2f} | {plain['skew_s']:.2f} | — | — | {len(plain.get('runs_first_s', [1]))} |"
                 )
             for variant, r in variants.items():
@@ -219,6 +223,7 @@ def main() -> int:
     p = own_kilnd_parser(__doc__)
     p.add_argument("--gpus", type=int, default=2, help="ranks of a host's DDP or FSDP2 world (the hosts share the GPUs)")
     p.add_argument("--hosts", type=int, default=2)
+    p.add_argument("--own-gpus", action="store_true", help="each host its own --gpus GPUs (CUDA_VISIBLE_DEVICES), not all hosts on the same ones")
     p.add_argument("--redis-server", default=shutil.which("redis-server") or "redis-server")
     p.add_argument("--kiln-cache", required=True)
     p.add_argument("--shapes", default="model_compile", help=f"corpus jobs, comma-separated ({', '.join(corpus.SHAPES)})")

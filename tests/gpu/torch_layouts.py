@@ -126,8 +126,10 @@ class Runner:
         return cold_graph_kilnd(self.work, tag, self.a)
 
     #: The host whose ranks :meth:`launch` starts, where several start at once (their caches and
-    #: logs apart); empty for one host.
+    #: logs apart); empty for one host. ``host_env``: what its ranks' environment adds (the GPUs
+    #: it sees).
     host = ""
+    host_env: dict[str, str] = {}
 
     def caches(self, layout: str, rank: int, shape: str = LAYOUT_JOB) -> Path:
         return self.work / "caches" / stem(shape, layout) / (f"{self.host}-rank{rank}" if self.host else f"rank{rank}")
@@ -183,6 +185,7 @@ class Runner:
             env["KILN_TORCH_ASYNC"] = "1"
         # A probe is a kiln variant with a few variables changed (--probe), to measure one part's cost.
         env.update(self.a.probes.get(variant, {}))
+        env.update(self.host_env)
         return env
 
     def launch(self, layout: str, variant: str, kilnd: Kilnd | None, shape: str = LAYOUT_JOB) -> list[tuple[subprocess.Popen, Path]]:

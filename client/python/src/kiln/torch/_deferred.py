@@ -15,7 +15,7 @@ from .._warn import warn_once
 from . import _claim, _device, _inductor, _layout, snapshot
 from ._ask import COMPILE_WAIT_SECS, Answer, Request, ask, fallback, load, nothing_shared, wait_bound
 from ._claim import Grant, compile_to_share
-from ._ledger import GraphRecord
+from ._ledger import GraphRecord, traced
 from ._ledger import report_soon as _report_soon
 
 
@@ -306,6 +306,8 @@ class AsyncGraph:
             self.swapped = True
             self.record.restart()
         if self.compiled is None or self.compiled is self.gm:
+            if traced(args):
+                return self.gm(*args)
             if self.record.calls["eager"] >= 1:
                 self.second_call.set()
             self.record.called("eager")

@@ -60,6 +60,17 @@ def measure_calls() -> int:
     return int(settings.TORCH_MEASURE.number(0))
 
 
+def traced(args: Sequence[Any]) -> bool:
+    """Whether a graph's call runs on Dynamo's fake tensors rather than a step's: Dynamo's DDP
+    optimizer calls each compiled piece so while it traces the frame, inside the first step. A
+    call's tensors are all fake or none is, so its first tensor says."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+    return isinstance(first, FakeTensor)
+
+
 @dataclass
 class GraphRecord:
     """One graph's life in this process: how it was compiled, and what its calls cost."""
@@ -124,7 +135,9 @@ class GraphRecord:
 
     def run(self, compiled: Callable[..., Any], eager: Callable[..., Any], args: Sequence[Any]) -> Any:
         """Runs one call of the compiled graph, or, when a measurement is due (KILN_TORCH_MEASURE),
-        of the eager one; and times it."""
+        of the eager one; and times it. A call on fake tensors is no step: it runs, untimed."""
+        if traced(args):
+            return compiled(*args)
         if self.measure_left > 0 and self._measure_due():
             self.measure_left -= 1
             self.measured += 1
