@@ -124,9 +124,12 @@ def run_once(runner: Runner, a, shape: str, layout: str, variant: str) -> dict:
         launched = []
         for h, k in enumerate(kilnds):
             runner.host = f"h{h}"
+            # Each host's ranks are a world of their own; torchrun on H nodes tells each rank its
+            # node (GROUP_RANK of GROUP_WORLD_SIZE), which kiln reads to split a job's pieces.
+            runner.host_env = {"GROUP_RANK": str(h), "GROUP_WORLD_SIZE": str(a.hosts), "LOCAL_WORLD_SIZE": str(a.gpus)}
             if a.own_gpus:
                 # Each host its own GPUs, as on a cluster: host h sees GPUs h*gpus to (h+1)*gpus-1.
-                runner.host_env = {"CUDA_VISIBLE_DEVICES": ",".join(str(h * a.gpus + g) for g in range(a.gpus))}
+                runner.host_env["CUDA_VISIBLE_DEVICES"] = ",".join(str(h * a.gpus + g) for g in range(a.gpus))
             launched.append(runner.launch(layout, variant, k, shape))
         runner.host, runner.host_env = "", {}
         hosts = [runner.collect(procs, started) for procs in launched]

@@ -206,18 +206,41 @@ def test_the_layouts_sent_to_kilnd_follow_the_setting_and_default_to_every_layou
     assert layout.of_graph(torch) == "single"
 
 
-def test_ddp_pieces_fall_to_the_ranks_of_a_host_in_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ddp_pieces_fall_to_the_hosts_and_ranks_in_turn(monkeypatch: pytest.MonkeyPatch) -> None:
     from kiln.torch import _graph
 
+    def falls(ranks_share: bool = True) -> list[bool]:
+        return [_graph._falls_here(f"forward:0/0 bucket {n}", ranks_share=ranks_share) for n in (1, 2, 3, 4)]
+
+    for name in ("GROUP_RANK", "GROUP_WORLD_SIZE", "RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     monkeypatch.setenv("LOCAL_RANK", "1")
-    assert [_graph._falls_to_this_rank(f"forward:0/0 bucket {n}") for n in (1, 2, 3, 4)] == [False, True, False, True]
+    assert falls() == [False, True, False, True]
     monkeypatch.setenv("LOCAL_RANK", "0")
-    assert [_graph._falls_to_this_rank(f"forward:0/0 bucket {n}") for n in (1, 2, 3, 4)] == [True, False, True, False]
+    assert falls() == [True, False, True, False]
     # One rank a host, or a graph that is no piece: it is this process's.
-    assert _graph._falls_to_this_rank("forward:0/0")
+    assert _graph._falls_here("forward:0/0", ranks_share=True)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
-    assert all(_graph._falls_to_this_rank(f"forward:0/0 bucket {n}") for n in (1, 2, 3))
+    assert all(falls())
+    # Two hosts of two ranks (torchrun's GROUP_RANK of GROUP_WORLD_SIZE): on the CPU the four
+    # ranks take the pieces in turn; on GPUs each host's first GPU's rank, one a host.
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("GROUP_WORLD_SIZE", "2")
+    monkeypatch.setenv("GROUP_RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert falls() == [False, False, False, True]
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert falls() == [False, False, True, False]
+    assert falls(ranks_share=False) == [False, True, False, True]
+    monkeypatch.setenv("GROUP_RANK", "0")
+    assert falls(ranks_share=False) == [True, False, True, False]
+    # Without torchrun's group variables, the host is RANK over LOCAL_WORLD_SIZE.
+    for name in ("GROUP_RANK", "GROUP_WORLD_SIZE"):
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("RANK", "2")
+    assert falls(ranks_share=False) == [False, True, False, True]
 
 
 def test_a_cold_graph_is_claimed_unless_the_setting_leaves_it_to_kilnds_workers(monkeypatch: pytest.MonkeyPatch) -> None:

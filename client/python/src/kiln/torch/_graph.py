@@ -150,11 +150,13 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
         # Dynamo's DDP optimizer traces and compiles its pieces one after another before the
         # frame runs. Each piece asks kilnd as it is traced and is compiled (or loaded) at its
         # first call, so every rank has claimed its pieces before the first runs, and compiles
-        # those first (see _Pieces). The ranks of a host trace the same pieces in the same order:
-        # where each can share its compile (on the CPU; on GPUs only the first GPU's rank can),
-        # each piece falls to one of them by its number, and the others leave it to that rank for
-        # a moment before claiming it themselves, so the host's ranks split the pieces.
-        if shares and device == "cpu" and not _falls_to_this_rank(record.name):
+        # those first (see _Pieces). Every rank of every host traces the same pieces in the same
+        # order, and the first to ask would claim them all (a host that starts half a second
+        # ahead traces every piece before another asks for one). So each piece falls to one of
+        # the processes that can share their compile (every rank on the CPU; on GPUs only each
+        # host's first GPU's rank) by its number, and the others leave it to that one for a
+        # moment before claiming it themselves: the hosts and ranks split the pieces.
+        if shares and not _falls_here(record.name, ranks_share=device == "cpu"):
             request = dataclasses.replace(request, wait_for_claim=SPLIT_WAIT_SECS)
         return AsyncGraph(gm, example_inputs, request, inductor, record, started, waits=True)
     # One process's graph compiles its backward at its first backward, as torch would; the
@@ -196,17 +198,25 @@ def _asked(record: GraphRecord, request: Request, *, bound: float | None = None)
 SPLIT_WAIT_SECS = 2.0
 
 
-def _falls_to_this_rank(name: str) -> bool:
-    """Whether the DDP piece ``name`` (``forward:0/0 bucket 3``) falls to this process among its
-    host's ranks (torchrun's ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE``): piece N to local rank
-    (N - 1) mod the host's ranks."""
+def _falls_here(name: str, *, ranks_share: bool) -> bool:
+    """Whether the DDP piece ``name`` (``forward:0/0 bucket 3``) falls to this process among the
+    job's processes that can share their compiles: piece N to sharer (N - 1) mod their number.
+    ``ranks_share``: every rank of a host shares (on the CPU), so the sharers are each host's
+    ranks in turn; on GPU hosts only the first GPU's rank shares, one a host. Hosts are
+    torchrun's ``GROUP_RANK`` of ``GROUP_WORLD_SIZE`` (else ``RANK`` and ``WORLD_SIZE`` over
+    ``LOCAL_WORLD_SIZE``), ranks its ``LOCAL_RANK`` of ``LOCAL_WORLD_SIZE``."""
+    env = os.environ
     try:
         piece = int(name.rsplit(" bucket ", 1)[1])
-        local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0")))
-        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+        local_world = max(1, int(env.get("LOCAL_WORLD_SIZE", env.get("WORLD_SIZE", "1"))))
+        local_rank = int(env.get("LOCAL_RANK", env.get("RANK", "0"))) % local_world
+        hosts = max(1, int(env.get("GROUP_WORLD_SIZE", int(env.get("WORLD_SIZE", "1")) // local_world)))
+        host = int(env.get("GROUP_RANK", int(env.get("RANK", "0")) // local_world)) % hosts
     except (IndexError, ValueError):
         return True
-    return local_world <= 1 or (piece - 1) % local_world == local_rank % local_world
+    per_host = local_world if ranks_share else 1
+    me = host * per_host + (local_rank if ranks_share else 0)
+    return (piece - 1) % (hosts * per_host) == me
 
 
 def _in_process(record: GraphRecord, started: float, gm: Any, compile_here: Callable[[], Any], *, backward_now: bool = False) -> Any:
