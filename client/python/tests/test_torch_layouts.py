@@ -209,38 +209,38 @@ def test_the_layouts_sent_to_kilnd_follow_the_setting_and_default_to_every_layou
 def test_ddp_pieces_fall_to_the_hosts_and_ranks_in_turn(monkeypatch: pytest.MonkeyPatch) -> None:
     from kiln.torch import _graph
 
-    def falls(ranks_share: bool = True) -> list[bool]:
-        return [_graph._falls_here(f"forward:0/0 bucket {n}", ranks_share=ranks_share) for n in (1, 2, 3, 4)]
+    def falls(ranks_share: bool = True) -> list[str]:
+        return [_graph._falls_to(f"forward:0/0 bucket {n}", ranks_share=ranks_share) for n in (1, 2, 3, 4)]
 
     for name in ("GROUP_RANK", "GROUP_WORLD_SIZE", "RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     monkeypatch.setenv("LOCAL_RANK", "1")
-    assert falls() == [False, True, False, True]
+    assert falls() == ["host", "here", "host", "here"]
     monkeypatch.setenv("LOCAL_RANK", "0")
-    assert falls() == [True, False, True, False]
+    assert falls() == ["here", "host", "here", "host"]
     # One rank a host, or a graph that is no piece: it is this process's.
-    assert _graph._falls_here("forward:0/0", ranks_share=True)
+    assert _graph._falls_to("forward:0/0", ranks_share=True) == "here"
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
-    assert all(falls())
+    assert falls() == ["here"] * 4
     # Two hosts of two ranks (torchrun's GROUP_RANK of GROUP_WORLD_SIZE): on the CPU the four
     # ranks take the pieces in turn; on GPUs each host's first GPU's rank, one a host.
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     monkeypatch.setenv("GROUP_WORLD_SIZE", "2")
     monkeypatch.setenv("GROUP_RANK", "1")
     monkeypatch.setenv("LOCAL_RANK", "1")
-    assert falls() == [False, False, False, True]
+    assert falls() == ["fleet", "fleet", "host", "here"]
     monkeypatch.setenv("LOCAL_RANK", "0")
-    assert falls() == [False, False, True, False]
-    assert falls(ranks_share=False) == [False, True, False, True]
+    assert falls() == ["fleet", "fleet", "here", "host"]
+    assert falls(ranks_share=False) == ["fleet", "here", "fleet", "here"]
     monkeypatch.setenv("GROUP_RANK", "0")
-    assert falls(ranks_share=False) == [True, False, True, False]
+    assert falls(ranks_share=False) == ["here", "fleet", "here", "fleet"]
     # Without torchrun's group variables, the host is RANK over LOCAL_WORLD_SIZE.
     for name in ("GROUP_RANK", "GROUP_WORLD_SIZE"):
         monkeypatch.delenv(name)
     monkeypatch.setenv("WORLD_SIZE", "4")
     monkeypatch.setenv("RANK", "2")
-    assert falls(ranks_share=False) == [False, True, False, True]
+    assert falls(ranks_share=False) == ["fleet", "here", "fleet", "here"]
 
 
 def test_a_cold_graph_is_claimed_unless_the_setting_leaves_it_to_kilnds_workers(monkeypatch: pytest.MonkeyPatch) -> None:

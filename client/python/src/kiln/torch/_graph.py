@@ -156,8 +156,9 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
         # the processes that can share their compile (every rank on the CPU; on GPUs only each
         # host's first GPU's rank) by its number, and the others leave it to that one for a
         # moment before claiming it themselves: the hosts and ranks split the pieces.
-        if shares and not _falls_here(record.name, ranks_share=device == "cpu"):
-            request = dataclasses.replace(request, wait_for_claim=SPLIT_WAIT_SECS)
+        falls = _falls_to(record.name, ranks_share=device == "cpu") if shares else "here"
+        if falls != "here":
+            request = dataclasses.replace(request, wait_for_claim=SPLIT_WAIT_SECS if falls == "host" else HOST_SPLIT_WAIT_SECS)
         return AsyncGraph(gm, example_inputs, request, inductor, record, started, waits=True)
     # One process's graph compiles its backward at its first backward, as torch would; the
     # ranks of a job block in collectives while they wait, so theirs publish at once.
@@ -196,15 +197,21 @@ def _asked(record: GraphRecord, request: Request, *, bound: float | None = None)
 #: How long a rank leaves a DDP piece that falls to another rank of its host for that rank to
 #: claim: the ranks trace each piece within a second of each other.
 SPLIT_WAIT_SECS = 2.0
+#: The same for a piece that falls to another host. Hosts start a job less together: on the H200
+#: host, two hosts' set-up before their first step differed by up to 2 s, so a 2 s wait had one
+#: host claim every piece. The wait runs beside the tracing, and a rank first needs the piece
+#: after compiling its own share, so it costs nothing unless the other host is that late.
+HOST_SPLIT_WAIT_SECS = 10.0
 
 
-def _falls_here(name: str, *, ranks_share: bool) -> bool:
-    """Whether the DDP piece ``name`` (``forward:0/0 bucket 3``) falls to this process among the
-    job's processes that can share their compiles: piece N to sharer (N - 1) mod their number.
-    ``ranks_share``: every rank of a host shares (on the CPU), so the sharers are each host's
-    ranks in turn; on GPU hosts only the first GPU's rank shares, one a host. Hosts are
-    torchrun's ``GROUP_RANK`` of ``GROUP_WORLD_SIZE`` (else ``RANK`` and ``WORLD_SIZE`` over
-    ``LOCAL_WORLD_SIZE``), ranks its ``LOCAL_RANK`` of ``LOCAL_WORLD_SIZE``."""
+def _falls_to(name: str, *, ranks_share: bool) -> str:
+    """Where the DDP piece ``name`` (``forward:0/0 bucket 3``) falls among the job's processes
+    that can share their compiles: piece N to sharer (N - 1) mod their number. ``here`` (this
+    process, or a graph that is no piece), ``host`` (another rank of this host) or ``fleet``
+    (another host). ``ranks_share``: every rank of a host shares (on the CPU), so the sharers
+    are each host's ranks in turn; on GPU hosts only the first GPU's rank shares, one a host.
+    Hosts are torchrun's ``GROUP_RANK`` of ``GROUP_WORLD_SIZE`` (else ``RANK`` and
+    ``WORLD_SIZE`` over ``LOCAL_WORLD_SIZE``), ranks its ``LOCAL_RANK`` of ``LOCAL_WORLD_SIZE``."""
     env = os.environ
     try:
         piece = int(name.rsplit(" bucket ", 1)[1])
@@ -213,10 +220,12 @@ def _falls_here(name: str, *, ranks_share: bool) -> bool:
         hosts = max(1, int(env.get("GROUP_WORLD_SIZE", int(env.get("WORLD_SIZE", "1")) // local_world)))
         host = int(env.get("GROUP_RANK", int(env.get("RANK", "0")) // local_world)) % hosts
     except (IndexError, ValueError):
-        return True
+        return "here"
     per_host = local_world if ranks_share else 1
-    me = host * per_host + (local_rank if ranks_share else 0)
-    return (piece - 1) % (hosts * per_host) == me
+    owner = (piece - 1) % (hosts * per_host)
+    if owner // per_host != host:
+        return "fleet"
+    return "here" if owner % per_host == (local_rank if ranks_share else 0) else "host"
 
 
 def _in_process(record: GraphRecord, started: float, gm: Any, compile_here: Callable[[], Any], *, backward_now: bool = False) -> Any:
