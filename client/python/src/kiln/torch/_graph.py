@@ -175,12 +175,12 @@ def blocking_request(payload: bytes, name: str, *, how: str, shares: bool, waits
     compiles the graph itself at once: its twin on the first GPU traces the graph beside it, so
     waiting for the twin's compile would add its publish and the load. A rank waits for nobody
     unless the job splits its cold compile (see _claim.splits); then such a rank leaves the graph
-    to its twin for a moment and waits for that claim (or for whoever compiles it in the fleet),
+    to its twin (:data:`TWIN_WAIT_SECS`) and waits for that claim (or whoever compiles it in the fleet),
     so that each graph is compiled once in the fleet rather than once more per GPU. No worker
     compiles a blocking graph cold beside the job's own compiles unless the setting asks
     (KILN_TORCH_CLAIM=0), or a split job's rank on another GPU finds nobody claimed it."""
     if how == _claim.CLAIM and splits and not shares:
-        return Request(payload, name, wait_for_claim=SPLIT_WAIT_SECS)
+        return Request(payload, name, wait_for_claim=TWIN_WAIT_SECS)
     return Request(payload, name, claim=shares, no_worker=how == _claim.CLAIM and not (shares and waits))
 
 
@@ -198,10 +198,16 @@ def _asked(record: GraphRecord, request: Request, *, bound: float | None = None)
 #: claim: the ranks trace each piece within a second of each other.
 SPLIT_WAIT_SECS = 2.0
 #: The same for a piece that falls to another host. Hosts start a job less together: on the H200
-#: host, two hosts' set-up before their first step differed by up to 2 s, so a 2 s wait had one
-#: host claim every piece. The wait runs beside the tracing, and a rank first needs the piece
-#: after compiling its own share, so it costs nothing unless the other host is that late.
-HOST_SPLIT_WAIT_SECS = 10.0
+#: host, two hosts' set-up before their first step differed by up to 2.5 s, so a 2 s wait had
+#: one host claim every piece. The wait runs beside the tracing, and a rank first needs the
+#: piece after compiling its own share, so it costs nothing unless the other host is that late.
+HOST_SPLIT_WAIT_SECS = 8.0
+#: How long a split job's rank on another GPU leaves a graph to its twin on the first GPU (the
+#: wait ends as soon as the twin claims it). Longer than the twin's own wait for another host's
+#: claim, so that when neither claims it the twin does, never a kilnd worker: on the H200 host a
+#: first GPU's rank began its first step 1.3 s after its twin, past a 2 s wait, and kilnd's
+#: workers compiled that host's share instead. kilnd waits at most 10 s for a claim.
+TWIN_WAIT_SECS = HOST_SPLIT_WAIT_SECS + SPLIT_WAIT_SECS
 
 
 def _falls_to(name: str, *, ranks_share: bool) -> str:
