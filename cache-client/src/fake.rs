@@ -6,7 +6,7 @@
 //! Behind the `fake` feature, which kilnd turns on in its dev-dependencies only: the binaries
 //! that ship do not carry it.
 
-use crate::{Acquired, CacheClient, Call, ClientError, Events, Lookup, PublishEvent};
+use crate::{Acquired, CacheClient, Call, ClientError, Difference, Events, Lookup, PublishEvent};
 use kiln_proto::CacheKey;
 use kiln_proto::pb::{
     HostReport, NegativeEntry, QuarantineListRequest, QuarantineListResponse, QuarantineResponse, TorchJobLedger,
@@ -136,8 +136,8 @@ impl CacheClient for FakeCache {
         self.answer(move |c| c.store(key, Lookup::Hit(envelope, None)))
     }
 
-    fn put_negative<'a>(&'a self, key: &'a CacheKey, log: &'a str, compile_micros: u64, _: Duration) -> Call<'a, ()> {
-        self.answer(move |c| c.store(key, Lookup::Negative(NegativeEntry { log: log.into(), compile_micros })))
+    fn put_negative<'a>(&'a self, key: &'a CacheKey, failure: NegativeEntry, _: Duration) -> Call<'a, ()> {
+        self.answer(move |c| c.store(key, Lookup::Negative(failure)))
     }
 
     fn get_manifest<'a>(&'a self, _: &'a CacheKey) -> Call<'a, Option<Vec<CacheKey>>> {
@@ -242,16 +242,10 @@ impl CacheClient for FakeCache {
     }
 
     /// Quarantines by dropping the entry while it holds the served bytes; keeps no records.
-    fn quarantine<'a>(
-        &'a self,
-        key: &'a CacheKey,
-        served: &'a blake3::Hash,
-        _: &'a blake3::Hash,
-        _: &'a str,
-    ) -> Call<'a, QuarantineResponse> {
+    fn quarantine<'a>(&'a self, key: &'a CacheKey, found: Difference<'a>) -> Call<'a, QuarantineResponse> {
         self.answer(move |c| {
             let mut state = c.state();
-            let held = matches!(state.entries.get(key), Some(Lookup::Hit(e, _)) if blake3::hash(e) == *served);
+            let held = matches!(state.entries.get(key), Some(Lookup::Hit(e, _)) if blake3::hash(e) == *found.served);
             if held {
                 state.entries.remove(key);
             }

@@ -27,6 +27,16 @@ pub use kiln_proto::{MAX_MESSAGE_BYTES, MAX_NEGATIVE_LOG_BYTES};
 mod fake;
 mod seam;
 
+/// What a host found when its own compile of a key's inputs is not the envelope the fleet served:
+/// the blake3 of the envelope `served`, of its own raw artifact (`audited`), and a line on how
+/// they differ, for the quarantine record.
+#[derive(Debug, Clone, Copy)]
+pub struct Difference<'a> {
+    pub served: &'a blake3::Hash,
+    pub audited: &'a blake3::Hash,
+    pub detail: &'a str,
+}
+
 #[cfg(feature = "fake")]
 pub use fake::FakeCache;
 pub use seam::{CacheClient, Call, Events};
@@ -243,21 +253,21 @@ impl RemoteCache {
         self.put_entry(key, cache_put_request::Entry::Envelope(envelope), 0).await
     }
 
-    /// Remembers a failed compile for `ttl`, with its log (cut to [`MAX_NEGATIVE_LOG_BYTES`]).
+    /// Remembers a failed compile for `ttl`: its log (cut to [`MAX_NEGATIVE_LOG_BYTES`]) and
+    /// how long it took.
     pub async fn put_negative(
         &self,
         key: &CacheKey,
-        log: &str,
-        compile_micros: u64,
+        mut failure: NegativeEntry,
         ttl: Duration,
     ) -> Result<(), ClientError> {
-        let mut cut = log.len().min(MAX_NEGATIVE_LOG_BYTES);
-        while !log.is_char_boundary(cut) {
+        let mut cut = failure.log.len().min(MAX_NEGATIVE_LOG_BYTES);
+        while !failure.log.is_char_boundary(cut) {
             cut -= 1;
         }
-        let entry = NegativeEntry { log: log[..cut].to_owned(), compile_micros };
+        failure.log.truncate(cut);
         let ttl_ms = (ttl.as_millis() as u64).max(1);
-        self.put_entry(key, cache_put_request::Entry::Negative(entry), ttl_ms).await
+        self.put_entry(key, cache_put_request::Entry::Negative(failure), ttl_ms).await
     }
 
     async fn put_entry(
@@ -276,22 +286,19 @@ impl RemoteCache {
         Ok(())
     }
 
-    /// Reports that the envelope `served` (blake3) under `key` differs from this host's own
-    /// compile (`audited`, blake3 of the raw artifact): kiln-cache takes it out of service if
-    /// the key still holds it.
+    /// Reports that the envelope served under `key` differs from this host's own compile:
+    /// kiln-cache takes it out of service if the key still holds it.
     pub async fn quarantine(
         &self,
         key: &CacheKey,
-        served: &blake3::Hash,
-        audited: &blake3::Hash,
-        detail: &str,
+        found: Difference<'_>,
     ) -> Result<pb::QuarantineResponse, ClientError> {
         let req = self.request(pb::QuarantineRequest {
             key: key.to_hex(),
-            served_digest: served.to_hex().to_string(),
-            audited_digest: audited.to_hex().to_string(),
+            served_digest: found.served.to_hex().to_string(),
+            audited_digest: found.audited.to_hex().to_string(),
             reporter_host: self.host.clone(),
-            detail: detail.to_owned(),
+            detail: found.detail.to_owned(),
         });
         Ok(self.inner.clone().quarantine(req).await?.into_inner())
     }

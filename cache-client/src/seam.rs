@@ -4,12 +4,12 @@
 //! beside `RemoteCache` so that a new kiln-cache call is written in the proto, the server and this
 //! crate, and kilnd only uses it.
 
-use crate::{Acquired, ClientError, Lookup, PublishEvent, RemoteCache};
+use crate::{Acquired, ClientError, Difference, Lookup, PublishEvent, RemoteCache};
 use futures_util::Stream;
 use kiln_proto::CacheKey;
 use kiln_proto::pb::{
-    HostReport, QuarantineListRequest, QuarantineListResponse, QuarantineResponse, TorchJobReturn, TorchJobsReply,
-    TorchProcessCosts, VouchResponse,
+    HostReport, NegativeEntry, QuarantineListRequest, QuarantineListResponse, QuarantineResponse, TorchJobReturn,
+    TorchJobsReply, TorchProcessCosts, VouchResponse,
 };
 use std::future::Future;
 use std::pin::Pin;
@@ -27,7 +27,7 @@ pub trait CacheClient: Send + Sync + std::fmt::Debug {
     fn batch_get<'a>(&'a self, keys: &'a [CacheKey]) -> Call<'a, Vec<(CacheKey, Lookup)>>;
     fn contains<'a>(&'a self, keys: &'a [CacheKey]) -> Call<'a, Vec<bool>>;
     fn put<'a>(&'a self, key: &'a CacheKey, envelope: Vec<u8>) -> Call<'a, ()>;
-    fn put_negative<'a>(&'a self, key: &'a CacheKey, log: &'a str, compile_micros: u64, ttl: Duration) -> Call<'a, ()>;
+    fn put_negative<'a>(&'a self, key: &'a CacheKey, failure: NegativeEntry, ttl: Duration) -> Call<'a, ()>;
     fn get_manifest<'a>(&'a self, graph_key: &'a CacheKey) -> Call<'a, Option<Vec<CacheKey>>>;
     fn put_manifest<'a>(&'a self, graph_key: &'a CacheKey, kernel_keys: &'a [CacheKey]) -> Call<'a, ()>;
     fn acquire_lease<'a>(&'a self, key: &'a CacheKey, holder: &'a str, ttl: Duration) -> Call<'a, Acquired>;
@@ -41,13 +41,7 @@ pub trait CacheClient: Send + Sync + std::fmt::Debug {
     /// Jobs' returns from the fleet ledger.
     fn list_torch_jobs<'a>(&'a self, job: &'a str, limit: u32) -> Call<'a, TorchJobsReply>;
     /// Reports that the envelope `served` under `key` differs from this host's compile.
-    fn quarantine<'a>(
-        &'a self,
-        key: &'a CacheKey,
-        served: &'a blake3::Hash,
-        audited: &'a blake3::Hash,
-        detail: &'a str,
-    ) -> Call<'a, QuarantineResponse>;
+    fn quarantine<'a>(&'a self, key: &'a CacheKey, found: Difference<'a>) -> Call<'a, QuarantineResponse>;
     /// The fleet's quarantine records (or conflicting writes) as `request` asks.
     fn list_quarantine(&self, request: QuarantineListRequest) -> Call<'_, QuarantineListResponse>;
     /// Reports that the envelope `served` under `key` is what this host compiles from its inputs.
@@ -74,8 +68,8 @@ impl CacheClient for RemoteCache {
         Box::pin(RemoteCache::put(self, key, envelope))
     }
 
-    fn put_negative<'a>(&'a self, key: &'a CacheKey, log: &'a str, compile_micros: u64, ttl: Duration) -> Call<'a, ()> {
-        Box::pin(RemoteCache::put_negative(self, key, log, compile_micros, ttl))
+    fn put_negative<'a>(&'a self, key: &'a CacheKey, failure: NegativeEntry, ttl: Duration) -> Call<'a, ()> {
+        Box::pin(RemoteCache::put_negative(self, key, failure, ttl))
     }
 
     fn get_manifest<'a>(&'a self, graph_key: &'a CacheKey) -> Call<'a, Option<Vec<CacheKey>>> {
@@ -117,14 +111,8 @@ impl CacheClient for RemoteCache {
         Box::pin(RemoteCache::list_torch_jobs(self, job, limit))
     }
 
-    fn quarantine<'a>(
-        &'a self,
-        key: &'a CacheKey,
-        served: &'a blake3::Hash,
-        audited: &'a blake3::Hash,
-        detail: &'a str,
-    ) -> Call<'a, QuarantineResponse> {
-        Box::pin(RemoteCache::quarantine(self, key, served, audited, detail))
+    fn quarantine<'a>(&'a self, key: &'a CacheKey, found: Difference<'a>) -> Call<'a, QuarantineResponse> {
+        Box::pin(RemoteCache::quarantine(self, key, found))
     }
 
     fn list_quarantine(&self, request: QuarantineListRequest) -> Call<'_, QuarantineListResponse> {

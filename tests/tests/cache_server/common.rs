@@ -4,7 +4,7 @@
 use kiln_cache_client::{ClientError, Lookup, PublishEvent, PublishStream, RemoteCache};
 use kiln_proto::CacheKey;
 use kiln_proto::envelope;
-use kiln_proto::pb::ArtifactMeta;
+use kiln_proto::pb::{ArtifactMeta, NegativeEntry};
 use kiln_tests::redis::{CacheOptions, CacheServer, RedisServer, WRITE_TOKEN};
 use std::time::Duration;
 use tonic::Code;
@@ -97,4 +97,9 @@ pub(crate) fn corrupt(redis: &RedisServer, name: &str, offset: usize) {
     let old = redis.cli(&["GETRANGE", name, &offset, &offset]);
     let new = if old == b"Z" { "Y" } else { "Z" };
     redis.cli(&["SETRANGE", name, &offset, new]);
+}
+
+/// A failed compile to remember: its log and its compile time.
+pub fn failed_compile(log: &str, compile_micros: u64) -> NegativeEntry {
+    NegativeEntry { log: log.to_owned(), compile_micros }
 }

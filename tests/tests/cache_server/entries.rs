@@ -3,7 +3,8 @@
 //! graph manifests, and damaged values deleted and answered as misses.
 
 use crate::common::{
-    MIB, code, corrupt, envelope_of, envelopes, head, key, start_replicas, start_writing, start_writing_with,
+    MIB, code, corrupt, envelope_of, envelopes, failed_compile, head, key, start_replicas, start_writing,
+    start_writing_with,
 };
 use kiln_cache_client::{Lookup, new_holder};
 use kiln_proto::CacheKey;
@@ -145,7 +146,7 @@ async fn bad_requests_are_invalid_argument_naming_the_field() {
     assert!(c3 == Code::InvalidArgument && msg.contains("holder"), "{msg}");
     let (c4, msg) = code(c.acquire_lease(&k, &new_holder(), Duration::from_millis(5)).await);
     assert!(c4 == Code::InvalidArgument && msg.contains("ttl_ms"), "{msg}");
-    let (c5, msg) = code(c.put_negative(&k, "log", 1, Duration::from_secs(86_400)).await);
+    let (c5, msg) = code(c.put_negative(&k, failed_compile("log", 1), Duration::from_secs(86_400)).await);
     assert!(c5 == Code::InvalidArgument && msg.contains("negative_ttl_ms"), "{msg}");
     let m = cache.metrics_text();
     assert_eq!(sample(&m, "kiln_server_requests_total{op=\"Put\",code=\"invalid_argument\"}"), Some(4.0));
@@ -174,7 +175,7 @@ async fn batch_get_answers_in_order_with_misses_and_negatives() {
         c.put(&keys[i], envelopes[i].clone()).await.unwrap();
     }
     for i in [3, 17] {
-        c.put_negative(&keys[i], "error: expected ';'", 1234, Duration::from_secs(30)).await.unwrap();
+        c.put_negative(&keys[i], failed_compile("error: expected ';'", 1234), Duration::from_secs(30)).await.unwrap();
     }
     let got = c.batch_get(&keys).await.unwrap();
     assert_eq!(got.iter().map(|(k, _)| *k).collect::<Vec<_>>(), keys);

@@ -1,7 +1,7 @@
 //! Leases, which let one host compile a key while the others wait, and the watches the waiters
 //! hear a publish on, with the entries or without.
 
-use crate::common::{MIB, code, envelope_of, key, next, start_writing, value_of};
+use crate::common::{MIB, code, envelope_of, failed_compile, key, next, start_writing, value_of};
 use kiln_cache_client::{Acquired, Lookup, PublishEvent, new_holder};
 use kiln_tests::http::sample;
 use kiln_tests::redis::READ_TOKEN;
@@ -37,7 +37,7 @@ async fn leases_belong_to_their_holder_and_expire() {
     // A key that holds an artifact or a negative entry is not leased: the acquire says so.
     let (stored, failed) = (key("lease stored"), key("lease failed"));
     c.put(&stored, envelope_of(&stored, 100)).await.unwrap();
-    c.put_negative(&failed, "boom", 1, Duration::from_secs(10)).await.unwrap();
+    c.put_negative(&failed, failed_compile("boom", 1), Duration::from_secs(10)).await.unwrap();
     assert_eq!(c.acquire_lease(&stored, &new_holder(), ttl).await.unwrap(), Acquired::Present);
     assert_eq!(c.acquire_lease(&failed, &new_holder(), ttl).await.unwrap(), Acquired::Present);
     assert!(redis.cli(&["EXISTS", &format!("kiln:v1:{{{stored}}}:lease")]) == b"0", "a lease was taken");
@@ -59,7 +59,7 @@ async fn watches_with_values_carry_the_entries() {
     let env = envelope_of(&later, 2 * MIB + 1);
     c.put(&later, env.clone()).await.unwrap();
     assert_eq!(value_of(next(&mut watch, Duration::from_secs(5)).await), (later, Some(env)));
-    c.put_negative(&failed, "boom", 7, Duration::from_secs(10)).await.unwrap();
+    c.put_negative(&failed, failed_compile("boom", 7), Duration::from_secs(10)).await.unwrap();
     let negative = kiln_proto::pb::NegativeEntry { log: "boom".into(), compile_micros: 7 };
     assert_eq!(next(&mut watch, Duration::from_secs(5)).await, PublishEvent::Value(failed, Lookup::Negative(negative)));
     let holder = new_holder();
@@ -82,7 +82,7 @@ async fn watchers_hear_publishes_and_shutdown_ends_their_streams() {
     c.put(&other, envelope_of(&other, 100)).await.unwrap();
     c.put(&k, envelope_of(&k, 100)).await.unwrap();
     assert_eq!(next(&mut watch, Duration::from_secs(5)).await, PublishEvent::Published(k));
-    c.put_negative(&failed, "boom", 1, Duration::from_secs(10)).await.unwrap();
+    c.put_negative(&failed, failed_compile("boom", 1), Duration::from_secs(10)).await.unwrap();
     assert_eq!(next(&mut watch, Duration::from_secs(5)).await, PublishEvent::Published(failed));
     assert_eq!(sample(&cache.metrics_text(), "kiln_server_watch_streams"), Some(1.0));
     let (c1, msg) = code(c.watch_publish(&[], false).await);

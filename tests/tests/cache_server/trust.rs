@@ -2,7 +2,7 @@
 //! provenance, an auditor's quarantine of bad bytes, and conflicting puts refused and recorded.
 
 use crate::common::{MIB, code, envelope_of, head, key, start, start_writers};
-use kiln_cache_client::Lookup;
+use kiln_cache_client::{Difference, Lookup};
 use kiln_proto::CacheKey;
 use kiln_proto::envelope;
 use kiln_proto::pb::ArtifactMeta;
@@ -72,11 +72,20 @@ async fn quarantine_takes_bad_bytes_out_of_service_and_keeps_them_out() {
     bad.put(&big, big_env.clone()).await.unwrap();
     let audited = blake3::hash(b"what the auditor compiled");
     // A report about bytes the key does not hold changes nothing.
-    let stale = auditor.quarantine(&k, &blake3::hash(b"other"), &audited, "differs").await.unwrap();
+    let stale = auditor
+        .quarantine(&k, Difference { served: &blake3::hash(b"other"), audited: &audited, detail: "differs" })
+        .await
+        .unwrap();
     assert!(!stale.quarantined);
     assert!(auditor.get(&k).await.unwrap().envelope().is_some());
     let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
-    let done = auditor.quarantine(&k, &blake3::hash(&wrong), &audited, "cubin differs at byte 9").await.unwrap();
+    let done = auditor
+        .quarantine(
+            &k,
+            Difference { served: &blake3::hash(&wrong), audited: &audited, detail: "cubin differs at byte 9" },
+        )
+        .await
+        .unwrap();
     assert!(done.quarantined, "{done:?}");
     let record = done.record.unwrap();
     assert_eq!(record.publisher.as_ref().map(|p| p.host.as_str()), Some("bad-host"));
@@ -84,9 +93,21 @@ async fn quarantine_takes_bad_bytes_out_of_service_and_keeps_them_out() {
     assert_eq!(auditor.get(&k).await.unwrap(), Lookup::Miss, "quarantined bytes are not served");
     assert_eq!(redis.cli(&["EXISTS", &format!("kiln:v1:{{{k}}}:qa")]), b"1", "kept as evidence");
     // Twice: nothing more happens.
-    assert!(!auditor.quarantine(&k, &blake3::hash(&wrong), &audited, "again").await.unwrap().quarantined);
+    assert!(
+        !auditor
+            .quarantine(&k, Difference { served: &blake3::hash(&wrong), audited: &audited, detail: "again" })
+            .await
+            .unwrap()
+            .quarantined
+    );
     // A chunked artifact moves whole.
-    assert!(auditor.quarantine(&big, &blake3::hash(&big_env), &audited, "").await.unwrap().quarantined);
+    assert!(
+        auditor
+            .quarantine(&big, Difference { served: &blake3::hash(&big_env), audited: &audited, detail: "" })
+            .await
+            .unwrap()
+            .quarantined
+    );
     assert_eq!(auditor.get(&big).await.unwrap(), Lookup::Miss);
     assert_eq!(redis.cli(&["EXISTS", &format!("kiln:v1:{{{big}}}:qa:2")]), b"1");
     let listed = auditor.list_quarantine(since, 0).await.unwrap();
@@ -104,9 +125,17 @@ async fn quarantine_takes_bad_bytes_out_of_service_and_keeps_them_out() {
     assert_eq!(sample(&m, "kiln_server_quarantines_total{publisher=\"bad-host\"}"), Some(2.0));
     assert_eq!(sample(&m, "kiln_server_quarantined_puts_total"), Some(1.0));
     // Read-only tokens cannot quarantine; bad fields are named.
-    let (c, _) = code(cache.client(READ_TOKEN).with_host("r").quarantine(&k, &audited, &audited, "").await);
+    let (c, _) = code(
+        cache
+            .client(READ_TOKEN)
+            .with_host("r")
+            .quarantine(&k, Difference { served: &audited, audited: &audited, detail: "" })
+            .await,
+    );
     assert_eq!(c, Code::PermissionDenied);
-    let (c, msg) = code(cache.client(WRITE_TOKEN).quarantine(&k, &audited, &audited, "").await);
+    let (c, msg) = code(
+        cache.client(WRITE_TOKEN).quarantine(&k, Difference { served: &audited, audited: &audited, detail: "" }).await,
+    );
     assert!(c == Code::InvalidArgument && msg.contains("reporter_host"), "{msg}");
     let (c, msg) = code(auditor.list_quarantine(0, 5000).await);
     assert!(c == Code::InvalidArgument && msg.contains("limit"), "{msg}");
@@ -243,7 +272,15 @@ async fn vouches_vet_a_publisher_until_a_quarantine_distrusts_it() {
     assert!(vetted(&cache, &k).await && vetted(&cache, &k2).await, "every artifact of the publisher");
     // Found wrong once: distrusted for the fleet, and no vouch vets it again.
     let q = cache.client(OTHER_WRITE_TOKEN).with_host("gpu-2");
-    assert!(q.quarantine(&k2, &blake3::hash(&env2), &blake3::hash(b"right"), "differs").await.unwrap().quarantined);
+    assert!(
+        q.quarantine(
+            &k2,
+            Difference { served: &blake3::hash(&env2), audited: &blake3::hash(b"right"), detail: "differs" }
+        )
+        .await
+        .unwrap()
+        .quarantined
+    );
     assert!(!vetted(&cache, &k).await, "its other keys are unvetted again");
     let again = q.vouch(&k, &blake3::hash(&env)).await.unwrap();
     assert!(!again.vetted && again.refused.contains("quarantined"), "{again:?}");

@@ -5,7 +5,7 @@
 
 use super::Fleet;
 use crate::core::audit::{Auditor, Sample};
-use kiln_cache_client::{ClientError, Lookup};
+use kiln_cache_client::{ClientError, Difference, Lookup};
 use kiln_proto::CacheKey;
 use kiln_proto::envelope::{self, Artifact, IntegrityError};
 use kiln_proto::pb::{AuditStats, Provenance, QuarantineListRequest, QuarantineListResponse, QuarantineResponse};
@@ -105,7 +105,8 @@ impl Fleet {
     /// Reports that the envelope the fleet `served` under `key` differs from the cubin this host
     /// compiled from its inputs, so the fleet stops serving it; both go by their digests.
     pub async fn quarantine(&self, key: &CacheKey, served: &[u8], cubin: &[u8], why: &str) -> Quarantined {
-        self.tier.quarantine(key, &blake3::hash(served), &blake3::hash(cubin), why).await
+        let (served, audited) = (blake3::hash(served), blake3::hash(cubin));
+        self.tier.quarantine(key, Difference { served: &served, audited: &audited, detail: why }).await
     }
 
     /// The fleet's quarantine records (or its conflicting writes), as `kiln quarantine` lists them.

@@ -39,6 +39,7 @@ use crate::metrics::{LeaseResult, Metrics};
 use kiln_cache_client::{Acquired, Lookup, PublishEvent, new_holder};
 use kiln_proto::CacheKey;
 use kiln_proto::envelope::Artifact;
+use kiln_proto::pb::NegativeEntry;
 use lease::HeldLease;
 use std::sync::Arc;
 use std::time::Duration;
@@ -317,7 +318,8 @@ impl Fleet {
 
     /// Tells the fleet a compile failed, releasing its waiters with the log.
     pub async fn publish_failure(&self, key: &CacheKey, log: &str, compile_micros: u64) {
-        if let Err(e) = self.tier.put_negative(key, log, compile_micros, self.negative_ttl).await {
+        let failure = NegativeEntry { log: log.to_owned(), compile_micros };
+        if let Err(e) = self.tier.put_negative(key, failure, self.negative_ttl).await {
             tracing::warn!(%key, error = %e, "could not publish a compile failure to the fleet");
         }
     }

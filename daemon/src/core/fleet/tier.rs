@@ -13,8 +13,9 @@
 //! `kiln stats` and `kiln doctor` say why the fleet is not used instead of a bare "down".
 
 use crate::metrics::Metrics;
-use kiln_cache_client::{Acquired, CacheClient, Call, ClientError, Events, Lookup};
+use kiln_cache_client::{Acquired, CacheClient, Call, ClientError, Difference, Events, Lookup};
 use kiln_proto::CacheKey;
+use kiln_proto::pb::{NegativeEntry, QuarantineResponse};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -186,14 +187,8 @@ impl RemoteTier {
         self.call(self.client.put(key, envelope)).await
     }
 
-    pub async fn put_negative(
-        &self,
-        key: &CacheKey,
-        log: &str,
-        compile_micros: u64,
-        ttl: Duration,
-    ) -> Result<(), ClientError> {
-        self.call(self.client.put_negative(key, log, compile_micros, ttl)).await
+    pub async fn put_negative(&self, key: &CacheKey, failure: NegativeEntry, ttl: Duration) -> Result<(), ClientError> {
+        self.call(self.client.put_negative(key, failure, ttl)).await
     }
 
     pub async fn get_manifest(&self, graph_key: &CacheKey) -> Result<Option<Vec<CacheKey>>, ClientError> {
@@ -221,14 +216,8 @@ impl RemoteTier {
     }
 
     /// Reports that the envelope `served` under `key` differs from this host's compile.
-    pub async fn quarantine(
-        &self,
-        key: &CacheKey,
-        served: &blake3::Hash,
-        audited: &blake3::Hash,
-        detail: &str,
-    ) -> Result<kiln_proto::pb::QuarantineResponse, ClientError> {
-        self.call(self.client.quarantine(key, served, audited, detail)).await
+    pub async fn quarantine(&self, key: &CacheKey, found: Difference<'_>) -> Result<QuarantineResponse, ClientError> {
+        self.call(self.client.quarantine(key, found)).await
     }
 
     /// Reports that the envelope `served` under `key` is what this host compiles from its inputs.
