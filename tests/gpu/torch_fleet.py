@@ -43,7 +43,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from common import Kilnd, cold_graph_kilnd, free_ports, own_kilnd_parser, wait_for, write_json  # noqa: E402
-from torch_layouts import OutOfTime, Runner, add_corpus_arguments, add_model_arguments, corpus, stem, summary  # noqa: E402
+from torch_layouts import Runner, add_corpus_arguments, add_model_arguments, corpus, stem, summary  # noqa: E402
 
 VARIANTS = ("plain", "default", "split")
 #: What a variant adds to kiln's default (``corpus.kiln_env``).
@@ -165,13 +165,8 @@ def layout_runs(runner: Runner, a, shape: str, layout: str) -> dict[str, dict]:
         for variant in a.variants:
             try:
                 out[variant] = run_once(runner, a, shape, layout, variant)
-            except OutOfTime as e:
-                out[variant] = {"skipped": f"for time: {e}"}
-                runner.skipped.append(f"{shape} {layout} {variant}")
-                print(f"    {stem(shape, layout)} {variant}: SKIPPED for time ({e})", flush=True)
             except Exception as e:  # noqa: BLE001 - one variant's failure is recorded; the rest still run
-                out[variant] = {"error": f"{type(e).__name__}: {e}"[:2000]}
-                print(f"    {stem(shape, layout)} {variant}: FAILED {out[variant]['error'][:500]}", flush=True)
+                out[variant] = runner.missed(shape, layout, variant, e)
         reps.append(out)
     runner.rep = 0
     merged: dict[str, dict] = {}

@@ -115,6 +115,11 @@ class Runner:
         self.port = 29_400
         #: "shape layout variant" of each variant skipped or cut for time.
         self.skipped: list[str] = []
+        #: The host whose ranks :meth:`launch` starts, where several start at once (their caches
+        #: and logs apart); empty for one host. ``host_env``: what its ranks' environment adds
+        #: (its node's torchrun variables, the GPUs it sees).
+        self.host = ""
+        self.host_env: dict[str, str] = {}
 
     #: Which run of a repeated variant this is (0: the first).
     rep = 0
@@ -125,11 +130,6 @@ class Runner:
     def kilnd(self, tag: str) -> Kilnd:
         return cold_graph_kilnd(self.work, tag, self.a)
 
-    #: The host whose ranks :meth:`launch` starts, where several start at once (their caches and
-    #: logs apart); empty for one host. ``host_env``: what its ranks' environment adds (the GPUs
-    #: it sees).
-    host = ""
-    host_env: dict[str, str] = {}
 
     def caches(self, layout: str, rank: int, shape: str = LAYOUT_JOB) -> Path:
         return self.work / "caches" / stem(shape, layout) / (f"{self.host}-rank{rank}" if self.host else f"rank{rank}")
@@ -221,6 +221,17 @@ class Runner:
             ranks.append(json.loads(lines[-1]))
         return ranks
 
+    def missed(self, shape: str, layout: str, variant: str, e: Exception) -> dict:
+        """A variant that did not run, said loudly: skipped for time (the run is then incomplete)
+        or failed, with why."""
+        if isinstance(e, OutOfTime):
+            self.skipped.append(f"{shape} {layout} {variant}")
+            print(f"    {stem(shape, layout)} {variant}: SKIPPED for time ({e})", flush=True)
+            return {"skipped": f"for time: {e}"}
+        error = f"{type(e).__name__}: {e}"[:2000]
+        print(f"    {stem(shape, layout)} {variant}: FAILED {error[:500]}", flush=True)
+        return {"error": error}
+
     def run(self, layout: str, variant: str, kilnd: Kilnd | None, shape: str = LAYOUT_JOB) -> dict:
         started = time.monotonic()
         procs = self.launch(layout, variant, kilnd, shape)
@@ -298,13 +309,8 @@ class Runner:
                             kept = k
                         else:
                             k.stop()
-            except OutOfTime as e:
-                out[variant] = {"skipped": f"for time: {e}"}
-                self.skipped.append(f"{shape} {layout} {variant}")
-                print(f"    {stem(shape, layout)} {variant}: SKIPPED for time ({e})", flush=True)
             except Exception as e:  # noqa: BLE001 - one variant's failure is recorded; the rest still run
-                out[variant] = {"error": f"{type(e).__name__}: {e}"[:2000]}
-                print(f"    {stem(shape, layout)} {variant}: FAILED {out[variant]['error'][:500]}", flush=True)
+                out[variant] = self.missed(shape, layout, variant, e)
             if variant == "fresh" and kept is not None:
                 kept.stop()
                 kept = None
