@@ -26,6 +26,7 @@ Honest figures:
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import os
 import secrets
@@ -63,12 +64,19 @@ def measure_calls() -> int:
 def traced(args: Sequence[Any]) -> bool:
     """Whether a graph's call runs on Dynamo's fake tensors rather than a step's: Dynamo's DDP
     optimizer calls each compiled piece so while it traces the frame, inside the first step. A
-    call's tensors are all fake or none is, so its first tensor says."""
+    call's tensors are all fake or none is, so its first tensor says. Every step's call asks,
+    so the classes are looked up once."""
+    tensor, fake = _tensor_classes()
+    first = next((a for a in args if isinstance(a, tensor)), None)
+    return isinstance(first, fake)
+
+
+@functools.cache
+def _tensor_classes() -> tuple[type, type]:
     import torch
     from torch._subclasses.fake_tensor import FakeTensor
 
-    first = next((a for a in args if isinstance(a, torch.Tensor)), None)
-    return isinstance(first, FakeTensor)
+    return torch.Tensor, FakeTensor
 
 
 @dataclass
