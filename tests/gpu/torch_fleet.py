@@ -13,6 +13,7 @@ own Inductor and Triton directories, emptied first. Per shape, layout and repeat
 | plain | plain torch.compile on every host at once: every rank compiles every graph |
 | default | ``KILN_TORCH=1`` as a new user sets it: a rank waits for nobody |
 | split | ``KILN_TORCH_SPLIT=1`` besides: each graph claimed once in the fleet, every other rank waits for it and loads it |
+| kill | split; the last host starts first, and once its first rank compiles the others start, and 3 s later it dies (its ranks and its kilnd, SIGKILL) holding its claims: the others' ranks must finish within the fleet lease's life plus one compile |
 
 Figures, each ratio within one repeat, the median over ``--repeat``:
 
@@ -45,9 +46,11 @@ sys.path.insert(0, str(HERE))
 from common import Kilnd, cold_graph_kilnd, free_ports, own_kilnd_parser, wait_for, write_json  # noqa: E402
 from torch_layouts import Runner, add_corpus_arguments, add_model_arguments, corpus, stem, summary  # noqa: E402
 
-VARIANTS = ("plain", "default", "split")
+VARIANTS = ("plain", "default", "split", "kill")
 #: What a variant adds to kiln's default (``corpus.kiln_env``).
-KILN_VARIANTS = {"default": {}, "split": {"KILN_TORCH_SPLIT": "1"}}
+KILN_VARIANTS = {"default": {}, "split": {"KILN_TORCH_SPLIT": "1"}, "kill": {"KILN_TORCH_SPLIT": "1"}}
+#: kilnd's fleet lease life (``lease_ttl_ms``, its default): a killed host's claims pass on within it.
+LEASE_TTL_S = 10.0
 
 
 class Fleet:
@@ -122,7 +125,9 @@ def run_once(runner: Runner, a, shape: str, layout: str, variant: str) -> dict:
                     raise f.exception()  # type: ignore[misc]
         started = time.monotonic()
         launched = []
-        for h, k in enumerate(kilnds):
+        killed_at = None
+
+        def launch(h: int) -> list:
             runner.host = f"h{h}"
             # Each host's ranks are a world of their own; torchrun on H nodes tells each rank its
             # node (GROUP_RANK of GROUP_WORLD_SIZE), which kiln reads to split a job's pieces.
@@ -130,8 +135,28 @@ def run_once(runner: Runner, a, shape: str, layout: str, variant: str) -> dict:
             if a.own_gpus:
                 # Each host its own GPUs, as on a cluster: host h sees GPUs h*gpus to (h+1)*gpus-1.
                 runner.host_env["CUDA_VISIBLE_DEVICES"] = ",".join(str(h * a.gpus + g) for g in range(a.gpus))
-            launched.append(runner.launch(layout, variant, k, shape))
-        runner.host, runner.host_env = "", {}
+            try:
+                return runner.launch(layout, variant, kilnds[h], shape)
+            finally:
+                runner.host, runner.host_env = "", {}
+
+        if variant == "kill":
+            # The doomed host starts first, so that it holds the claims when it dies; the others
+            # start once it compiles, ask for its graphs and wait for them.
+            doomed = launch(a.hosts - 1)
+            try:
+                wait_compiling(runner.caches(layout, 0, shape).parent / f"h{a.hosts - 1}-rank0" / "inductor", doomed, runner.deadline)
+            except BaseException:
+                for q, _ in doomed:
+                    q.kill()
+                raise
+            started = time.monotonic()
+            launched = [launch(h) for h in range(a.hosts - 1)]
+            time.sleep(KILL_AFTER_S)
+            killed_at = kill_host(doomed, kilnds[-1])
+            kilnds[-1] = None
+        else:
+            launched = [launch(h) for h in range(a.hosts)]
         hosts = [runner.collect(procs, started) for procs in launched]
         ranks = [x for host in hosts for x in host]
         r = summary(ranks, n_graphs=len(ranks[0]["graphs"].get("graphs", [])))
@@ -143,6 +168,10 @@ def run_once(runner: Runner, a, shape: str, layout: str, variant: str) -> dict:
             r["compiles"], r["distinct"] = compiles(ranks)
             assert kilnds[0] is not None
             r["ledger_skew"] = ledger_skew(kilnds[0])
+        if killed_at is not None:
+            # The survivors' last first-step end after the kill; its bound (the lease's life plus
+            # one compile: plain's first step) is set beside plain's run (layout_runs).
+            r["after_kill_s"] = max(x["first_wall"] for x in ranks) - killed_at
         print(f"    {label}: first steps {r['rank_first_s']}, compiles {r['compiles']} of {r['distinct']} graphs, skew {r['skew_s']:.2f} s "
               f"(ledger {r.get('ledger_skew')}), fallbacks {r['fallbacks']}, how {r['how']}", flush=True)
         return r
@@ -153,6 +182,33 @@ def run_once(runner: Runner, a, shape: str, layout: str, variant: str) -> dict:
                 k.stop()
         if fleet is not None:
             fleet.stop()
+
+
+#: How long the surviving hosts run before the doomed one dies: they have asked for its graphs.
+KILL_AFTER_S = 3.0
+
+
+def wait_compiling(inductor: Path, procs: list, deadline: float) -> None:
+    """Returns once a host's first rank has begun a compile: Inductor wrote its first code."""
+    while not any(inductor.rglob("*.py")):
+        if time.monotonic() > deadline or any(p.poll() is not None for p, _ in procs):
+            raise RuntimeError("the doomed host never began a compile")
+        time.sleep(0.1)
+
+
+def kill_host(procs: list, kilnd: Kilnd | None) -> float:
+    """Kills a host, its ranks and its kilnd, with SIGKILL: it dies holding its claims. Returns
+    when (wall clock, as the ranks' ``first_wall``)."""
+    assert kilnd is not None and kilnd.proc is not None
+    for p, _ in procs:
+        p.kill()
+    kilnd.proc.kill()
+    killed = time.time()
+    for p, _ in procs:
+        p.wait()
+    kilnd.proc.wait()
+    print(f"    killed host {kilnd.name} mid-compile", flush=True)
+    return killed
 
 
 def layout_runs(runner: Runner, a, shape: str, layout: str) -> dict[str, dict]:
@@ -183,6 +239,11 @@ def layout_runs(runner: Runner, a, shape: str, layout: str) -> dict[str, dict]:
             # Every rank's first step against the plain fleet's slowest rank, the worst of them.
             m["rank_ratio"] = statistics.median(max(f for host in k["rank_first_s"] for f in host) / p["first_s"] for k, p in paired)
             m["plain_skew_s"] = statistics.median(p["skew_s"] for _, p in paired)
+            if variant == "kill":
+                # No survivor may wait for the dead host longer than the lease's life plus its own
+                # compile, which plain's first step beside it bounds.
+                m["kill_bound_s"] = LEASE_TTL_S + statistics.median(p["first_s"] for _, p in paired)
+                m["after_kill_s"] = max(k["after_kill_s"] for k, _ in paired)
         merged[variant] = m
     return merged
 
@@ -210,6 +271,9 @@ def table(results: dict[str, dict[str, dict[str, dict]]], hosts: int) -> str:
                 ledger = r.get("ledger_skew")
                 ledger_text = f"{ledger[0]:.2f} over {ledger[1]}" if ledger else "—"
                 per_graph = r["compiles"] / r["distinct"] if r["distinct"] else 0.0
+                if "kill_bound_s" in r:
+                    # The figures are the surviving hosts': the last one's ranks were killed.
+                    variant = f"kill (last host killed mid-compile; survivors' last first step ended {r['after_kill_s']:.2f} s after it, bound {r['kill_bound_s']:.2f} s)"
                 rows.append(
                     f"| {hosts} | {layout} | {shape} | {variant} | {r['first_s']:.2f} | {ratio} | {r['compiles']} / {r['distinct']} = {per_graph:.2f} | "
                     f"{r['skew_s']:.2f} | {r.get('plain_skew_s', float('nan')):.2f} | {ledger_text} | {r['fallbacks'] or 0} | {len(r['runs_first_s'])} |"
