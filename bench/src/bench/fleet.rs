@@ -10,7 +10,7 @@
 use super::Bench;
 use super::kilnd::{Kilnd, KilndOptions};
 use super::redis::RedisServer;
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result, anyhow, ensure};
 use kiln_cache_client::RemoteCache;
 use kiln_tests::redis::{CacheOptions, CacheServer, WRITE_TOKEN};
 
@@ -27,6 +27,31 @@ pub struct Fleet {
 }
 
 /// The text of a caught panic.
+/// Runs `once(leases, round)` for `rounds` rounds with fleet leases on and off, alternating which
+/// goes first so that neither side always meets a warmer machine; returns the runs (on, off).
+pub async fn leases_on_and_off<R, F, Fut>(rounds: usize, mut once: F) -> Result<(Vec<R>, Vec<R>)>
+where
+    F: FnMut(bool, usize) -> Fut,
+    Fut: std::future::Future<Output = Result<R>>,
+{
+    let (mut on, mut off) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        for leases in if round % 2 == 0 { [true, false] } else { [false, true] } {
+            let r = once(leases, round)
+                .await
+                .with_context(|| format!("run {round}, leases {}", if leases { "on" } else { "off" }))?;
+            if leases { on.push(r) } else { off.push(r) }
+        }
+    }
+    ensure!(!on.is_empty() && !off.is_empty(), "no runs");
+    Ok((on, off))
+}
+
+/// The largest of `f` over `runs`: a count the target bounds holds in every run.
+pub fn most<R>(runs: &[R], f: impl Fn(&R) -> f64) -> f64 {
+    runs.iter().map(f).fold(0.0, f64::max)
+}
+
 pub fn panic_text(e: tokio::task::JoinError) -> String {
     match e.try_into_panic() {
         Ok(p) => p

@@ -4,10 +4,10 @@
 //! every daemon's `/metrics` and from a witness NVRTC outside kiln (tests/witness, one line per
 //! real compile); timed: the wall time until every daemon has the whole graph.
 
-use super::fleet::{Fleet, panic_text};
+use super::fleet::{Fleet, leases_on_and_off, most, panic_text};
 use super::report::{Row, Section, Target, Value};
 use super::{Bench, TARGET, check_job};
-use anyhow::{Context, Result, anyhow, ensure};
+use anyhow::{Result, anyhow};
 use kiln_proto::pb;
 use kiln_tests::kernels;
 use std::collections::BTreeMap;
@@ -157,17 +157,7 @@ pub async fn run(bench: &Bench, fleet: &Fleet) -> Result<Section> {
             .into(),
     ];
     let witness = witness(bench.dir("fleet-witness")?).await?;
-    let (mut on, mut off) = (Vec::new(), Vec::new());
-    for round in 0..rounds {
-        for leases in if round % 2 == 0 { [true, false] } else { [false, true] } {
-            let r = run_once(bench, fleet, &witness, leases, round)
-                .await
-                .with_context(|| format!("run {round}, leases {}", if leases { "on" } else { "off" }))?;
-            if leases { on.push(r) } else { off.push(r) }
-        }
-    }
-    ensure!(!on.is_empty() && !off.is_empty(), "no runs");
-    let most = |runs: &[Run], f: fn(&Run) -> f64| runs.iter().map(f).fold(0.0, f64::max);
+    let (on, off) = leases_on_and_off(rounds, |leases, round| run_once(bench, fleet, &witness, leases, round)).await?;
     s.rows.push(
         Row::new(
             "compiles across the fleet (`/metrics`)",

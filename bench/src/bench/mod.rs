@@ -19,6 +19,9 @@
 //!   against as many Redis clients.
 //! - [`torch_layouts`]: figure (p), torch.compile on the CPU by training layout, kiln against
 //!   plain torch.compile.
+//! - [`torch_fleet_sim`]: figure (q), a torch.compile job starting cold on 32 simulated hosts of 8
+//!   ranks each (real kilnds, one kiln-cache), fleet leases against none, and the fleet cache's
+//!   load at 64 hosts modelled from it.
 //! - [`kilnd`], [`redis`], [`sccache`]: the processes the figures need, started privately.
 //! - [`source_tree`]: the kernels as `.cu` files, built one process per file like `make -j`.
 //! - [`work_queue`]: items done by a fixed number of threads pulling from one queue.
@@ -46,6 +49,7 @@ pub mod sccache_nvcc;
 pub mod snapshot_fleet;
 pub mod snapshot_job;
 pub mod source_tree;
+pub mod torch_fleet_sim;
 pub mod torch_layouts;
 pub mod triton_compile;
 pub mod triton_herd;

@@ -53,8 +53,8 @@ impl Load {
     }
 }
 
-/// CPU seconds of the fleet's two servers.
-fn servers_cpu(fleet: &Fleet) -> Result<(f64, f64)> {
+/// CPU seconds of the fleet's two servers: redis-server's, then kiln-cache's.
+pub(super) fn servers_cpu(fleet: &Fleet) -> Result<(f64, f64)> {
     let cache = fleet.cache.pid().context("kiln-cache is not running")?;
     Ok((super::cpu::seconds(fleet.redis.pid())?, super::cpu::seconds(cache)?))
 }

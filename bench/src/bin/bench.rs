@@ -10,8 +10,8 @@ use kiln_bench::bench::redis::RedisServer;
 use kiln_bench::bench::report::Section;
 use kiln_bench::bench::{
     Bench, Options, Shared, audit_cost, cold_compile, fleet_cold, fleet_lookups, fleet_warm, hit_throughput,
-    ptxas_compile, sccache_nvcc, snapshot_fleet, snapshot_job, torch_layouts, triton_compile, triton_herd, triton_pool,
-    warm_hit,
+    ptxas_compile, sccache_nvcc, snapshot_fleet, snapshot_job, torch_fleet_sim, torch_layouts, triton_compile,
+    triton_herd, triton_pool, warm_hit,
 };
 use kiln_bench::reliability::report::{existing_section, replace_section};
 use std::path::{Path, PathBuf};
@@ -230,6 +230,8 @@ async fn main() -> Result<()> {
     figures
         .measure("(p) torch.compile by layout", async { tokio::task::block_in_place(|| torch_layouts::run(&bench)) })
         .await;
+    // A torch.compile job starting cold on a simulated fleet: kiln-cache's load, measured.
+    figures.measure("(q) Fleet cold start of a torch job", torch_fleet_sim::run(&bench)).await;
     let mut sections = figures.sections;
     // Report in the order; (b) ran first so that nothing else had warmed the machine.
     sections.sort_by(|a, b| a.title.cmp(&b.title));
