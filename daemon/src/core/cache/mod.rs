@@ -157,6 +157,11 @@ impl Cache {
         if let Some(hit) = self.cached_here(key).await {
             return Some(hit);
         }
+        self.cached_in_fleet(key).await
+    }
+
+    /// The fleet's answer (one Get), stored in this host's tiers.
+    pub async fn cached_in_fleet(&self, key: &CacheKey) -> Option<Answer> {
         let found = self.fleet_up()?.fetch(key).await?;
         Some(self.adopt(key, found).await)
     }

@@ -120,10 +120,14 @@ impl Producer {
     /// Decides who produces `key` within `wait`: an entry already there (what `open` makes of
     /// it), another process on this host, another host (through the fleet lease), or this
     /// caller. An answer `open` refuses (a failure, an entry of another kind) is produced again.
+    ///
+    /// The fleet is read by the one request of this host that holds `key`: the others wait for
+    /// it and find its answer in this host's tiers, so a host's many requests for one key (the
+    /// ranks of a job asking for the same graph) cost the fleet cache one read, not one each.
     pub async fn decide<T>(&self, key: &CacheKey, wait: Duration, open: impl Fn(&Answer) -> Option<T>) -> Decision<T> {
         let deadline = Instant::now() + wait;
         loop {
-            if let Some(found) = self.cache.cached(key).await.as_ref().and_then(&open) {
+            if let Some(found) = self.cache.cached_here(key).await.as_ref().and_then(&open) {
                 return Decision::Found(found);
             }
             let left = deadline.saturating_duration_since(Instant::now());
@@ -136,6 +140,11 @@ impl Producer {
                     Waited::Published | Waited::Released => continue,
                 },
             };
+            if let Some(found) = self.cache.cached_in_fleet(key).await.as_ref().and_then(&open) {
+                // Stored here now: whoever waits on this host finds it in the tiers.
+                self.holders.published(key);
+                return Decision::Found(found);
+            }
             return match tokio::time::timeout(left, self.cache.claim_or_hit(key)).await {
                 Err(_) => Decision::Proceed(format!("waited {wait:?} for another host")),
                 Ok(claimed) => self.granted(key, holding, claimed, &open),

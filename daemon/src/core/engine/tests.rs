@@ -223,6 +223,29 @@ async fn one_producer_is_granted_and_a_second_takes_what_it_stored() {
 }
 
 #[tokio::test]
+async fn a_hosts_requests_for_a_key_the_fleet_holds_read_it_from_the_fleet_once() {
+    let fleet = FakeCache::default();
+    let (a, b) = (host(Some(&fleet)), host(Some(&fleet)));
+    let key = kernel("__global__ void shared() {}").key;
+    // Another host compiled it: stored in the fleet, not on this host.
+    b.engine.cache().store_everywhere(&key, stored(&key, b"from another host")).await;
+    let producer = Arc::new(Producer::new(Arc::clone(a.engine.cache()), Duration::from_secs(10)));
+    let before = fleet.calls();
+    // Eight ranks of one job ask this host for the same graph at once.
+    let asks: Vec<_> = (0..8)
+        .map(|_| {
+            let producer = Arc::clone(&producer);
+            tokio::spawn(async move { producer.decide(&key, Duration::from_secs(10), bytes_of).await })
+        })
+        .collect();
+    for ask in asks {
+        let decided = ask.await.expect("a rank's task");
+        assert!(matches!(&decided, Decision::Found(b) if b == b"from another host"), "{decided:?}");
+    }
+    assert_eq!(fleet.calls() - before, 1, "one Get for the host, the other ranks wait for it");
+}
+
+#[tokio::test]
 async fn a_producer_that_waits_past_its_bound_proceeds_without_a_grant() {
     let host = host(None);
     let producer = Producer::new(Arc::clone(host.engine.cache()), Duration::from_secs(10));
