@@ -739,9 +739,9 @@ fn model(on: &[Run]) -> String {
          | quantity | value | from |\n|---|---|---|\n\
          | kiln-cache calls per host per graph | **{per_host_graph:.1}** (README: {README_CALLS_PER_HOST_GRAPH:.0}) | \
          measured, by op: {by_op} |\n\
-         | of which Gets | {:.2}, {get_hits:.2} of them hits | one per rank, not per host: each claim reads the \
-         fleet before this host's single flight, so all {RANKS} ranks' claims of a graph do; a miss costs no \
-         bytes, but a claim that reads after the publish fetches its own copy beside its host's |\n\
+         | of which Gets | {:.2}, {get_hits:.2} of them hits | measured: 1 is one read a host (the one request of a \
+         host that holds the graph reads the fleet; its other ranks wait for it and take its copy), {RANKS} would \
+         be one a rank |\n\
          | of which lease retries | {lease_retries:.2} AcquireLease beyond the first | a wait past the lease TTL \
          (`lease_ttl_ms`, 10 s) takes the lease again, and watches again while it is held: the publishes here \
          landed up to {last_publish:.1} s after the barrier, and each 10 s a wait lasts past the first adds about \
