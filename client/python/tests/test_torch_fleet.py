@@ -58,8 +58,21 @@ def start_rank(shape: str, host: Kilnd, rank: int, local_rank: int, world: int, 
     env.update(TORCHINDUCTOR_CACHE_DIR=str(tmp / f"inductor-{rank}"), TRITON_CACHE_DIR=str(tmp / f"triton-{rank}"))
     env.update(extra)
     return subprocess.Popen(
-        [sys.executable, str(runner.HERE / f"{shape}.py")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        [sys.executable, "-c", AFTER_IMPORTS, str(runner.HERE / f"{shape}.py")],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )
+
+
+#: Runs a job (``sys.argv[1]``) once Dynamo and Inductor are imported, before the job's rendezvous.
+#: On hosts of their own, ranks that meet at the rendezvous begin tracing together; six ranks on
+#: this 2-core machine that import Dynamo after it (at ``torch.compile``) can finish seconds apart,
+#: past the waits by which the split leaves a piece to the rank it falls to, and the rank ahead
+#: then claims them all. kiln's hooks run at this import as at the job's own.
+AFTER_IMPORTS = (
+    "import os, runpy, sys; import torch._dynamo, torch._inductor.compile_fx; "
+    "sys.argv = sys.argv[1:]; sys.path.insert(0, os.path.dirname(sys.argv[0])); "
+    "runpy.run_path(sys.argv[0], run_name='__main__')"
+)
 
 
 def result(p: subprocess.Popen[str], what: str) -> dict[str, Any]:
