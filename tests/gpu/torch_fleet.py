@@ -11,8 +11,9 @@ own Inductor and Triton directories, emptied first. Per shape, layout and repeat
 | variant | what runs |
 |---|---|
 | plain | plain torch.compile on every host at once: every rank compiles every graph |
-| default | ``KILN_TORCH=1`` as a new user sets it: a rank waits for nobody |
-| split | ``KILN_TORCH_SPLIT=1`` besides: each graph claimed once in the fleet, every other rank waits for it and loads it |
+| default | ``KILN_TORCH=1`` as a new user sets it: a DDP job's hosts split its pieces (each compiled once in the fleet, every other rank loads it); other layouts wait for nobody |
+| nosplit | ``KILN_TORCH_SPLIT=0`` besides: a rank waits for nobody |
+| split | ``KILN_TORCH_SPLIT=1`` besides: every layout's graphs claimed once in the fleet, every other rank waits for it and loads it |
 | kill | split; the last host starts first, and once its first rank compiles the others start, and 3 s later it dies (its ranks and its kilnd, SIGKILL) holding its claims: the others' ranks must finish within the fleet lease's life plus one compile |
 
 Figures, each ratio within one repeat, the median over ``--repeat``:
@@ -46,9 +47,9 @@ sys.path.insert(0, str(HERE))
 from common import Kilnd, cold_graph_kilnd, free_ports, own_kilnd_parser, wait_for, write_json  # noqa: E402
 from torch_layouts import Runner, add_corpus_arguments, add_model_arguments, corpus, stem, summary  # noqa: E402
 
-VARIANTS = ("plain", "default", "split", "kill")
+VARIANTS = ("plain", "default", "nosplit", "split", "kill")
 #: What a variant adds to kiln's default (``corpus.kiln_env``).
-KILN_VARIANTS = {"default": {}, "split": {"KILN_TORCH_SPLIT": "1"}, "kill": {"KILN_TORCH_SPLIT": "1"}}
+KILN_VARIANTS = {"default": {}, "nosplit": {"KILN_TORCH_SPLIT": "0"}, "split": {"KILN_TORCH_SPLIT": "1"}, "kill": {"KILN_TORCH_SPLIT": "1"}}
 #: kilnd's fleet lease life (``lease_ttl_ms``, its default): a killed host's claims pass on within it.
 LEASE_TTL_S = 10.0
 
@@ -93,10 +94,13 @@ class Fleet:
 
 def compiles(ranks: list[dict]) -> tuple[int, int]:
     """Compiles in the fleet (each rank's graph compiled in its process, or by a kilnd for it) and
-    the distinct graphs the ranks ran, from the ranks' own records."""
+    the distinct graphs the ranks ran, from the ranks' own records. A graph compiled in its process
+    without a round trip's key (``unshared``) is the graph another rank's record of the same name
+    has the key of: every rank names a graph alike (its function, compile id and DDP bucket)."""
     graphs = [g for x in ranks for g in x["graphs"].get("graphs", [])]
     done = sum(g["how"] == "in-process" or (g["how"] == "kilnd" and g["tier"] == "compiled") for g in graphs)
-    return done, len({g["key"] or g["name"] for g in graphs})
+    keys = {g["name"]: g["key"] for g in graphs if g["key"]}
+    return done, len({g["key"] or keys.get(g["name"], g["name"]) for g in graphs})
 
 
 def ledger_skew(kilnd: Kilnd) -> tuple[float, int] | None:

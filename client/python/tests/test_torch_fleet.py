@@ -1,9 +1,10 @@
 """A cold fleet starting one job together, on the CPU with a real torch: kilnd hosts on one
-kiln-cache, each running two gloo ranks of one DDP job, with nothing stored anywhere. By default a
-rank waits for nobody: a graph another host compiles is compiled here too, each graph is claimed
-once in the fleet, and a fresh host loads every graph. With the compile split
-(``KILN_TORCH_SPLIT=1``, three hosts, six ranks) each distinct graph is compiled once in the whole
-fleet, by one rank; every other rank loads it; and the losses are eager torch's. A host killed while it compiles a graph loses its claim within
+kiln-cache, each running two gloo ranks of one DDP job, with nothing stored anywhere. By default
+the hosts split the job's cold compile (three hosts, six ranks): each distinct graph is compiled
+once in the whole fleet, by one rank; every other rank loads it; and the losses are eager
+torch's. With the split off (``KILN_TORCH_SPLIT=0``) a rank waits for nobody: a graph another
+host compiles is compiled here too, each graph is claimed once in the fleet, and a fresh host
+loads every graph. A host killed while it compiles a graph loses its claim within
 the fleet lease's life, and a rank of another host compiles the graph instead.
 """
 
@@ -49,7 +50,7 @@ def fleet(tmp_path: Path) -> Any:
 
 def start_rank(shape: str, host: Kilnd, rank: int, local_rank: int, world: int, local_world: int, port: int, tmp: Path, **extra: str) -> subprocess.Popen[str]:
     env = runner.clean_env()
-    env.update(runner.kiln_env(host.uri), KILN_TORCH_SNAPSHOT="0", KILN_TORCH_JOB="fleet-job", KILN_TORCH_GRAPHS="1", KILN_TORCH_SPLIT="1")
+    env.update(runner.kiln_env(host.uri), KILN_TORCH_SNAPSHOT="0", KILN_TORCH_JOB="fleet-job", KILN_TORCH_GRAPHS="1")
     # A 2-core machine under CI's other tests can take minutes over a compile: the wait bound is
     # tested by itself (test_torch_graphs.py); here a waiter waits as long as the compile takes.
     env.update(KILN_TORCH_GRAPH_WAIT_SECS="1800")
@@ -130,8 +131,8 @@ def test_a_cold_fleet_compiles_each_graph_once_and_every_rank_loads_it(fleet: li
         assert all(math.isclose(a, b, rel_tol=1e-4) for a, b in zip(r["losses"], e["losses"], strict=True)), (r["losses"], e["losses"])
 
 
-def test_by_default_hosts_starting_together_wait_for_nobody_and_a_fresh_host_loads_every_graph(fleet: list[Kilnd], tmp_path: Path) -> None:
-    default = {"KILN_TORCH_GRAPHS": "", "KILN_TORCH_SPLIT": ""}
+def test_with_the_split_off_hosts_starting_together_wait_for_nobody_and_a_fresh_host_loads_every_graph(fleet: list[Kilnd], tmp_path: Path) -> None:
+    default = {"KILN_TORCH_GRAPHS": "", "KILN_TORCH_SPLIT": "0"}
     ranks = run_ranks(fleet[:2], RANKS_A_HOST, tmp_path / "together", **default)
     claims: dict[str, int] = {}
     for rank, r in enumerate(ranks):

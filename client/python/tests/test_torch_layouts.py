@@ -247,6 +247,59 @@ def test_ddp_pieces_fall_to_the_hosts_and_ranks_in_turn(monkeypatch: pytest.Monk
     assert falls(ranks_share=False) == ["fleet", "here", "fleet", "here"]
 
 
+def test_a_ddp_job_on_several_hosts_splits_its_cold_compile_unless_told_not_to(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kiln.torch import _claim as claim
+
+    for name in ("GROUP_RANK", "GROUP_WORLD_SIZE", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "KILN_TORCH_SPLIT"):
+        monkeypatch.delenv(name, raising=False)
+    # One host (torchrun on one node, or no launcher): nothing to split across.
+    assert claim.hosts() == (1, 0)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert not claim.splits("ddp") and not claim.splits("single")
+    # Two nodes: DDP's pieces split across them; FSDP2's and one process's graphs do not.
+    monkeypatch.setenv("GROUP_WORLD_SIZE", "2")
+    monkeypatch.setenv("GROUP_RANK", "1")
+    assert claim.hosts() == (2, 1)
+    assert claim.splits("ddp") and not claim.splits("multi-rank") and not claim.splits("single")
+    # The setting decides where it is set, for every layout.
+    monkeypatch.setenv("KILN_TORCH_SPLIT", "0")
+    assert not claim.splits("ddp")
+    monkeypatch.setenv("KILN_TORCH_SPLIT", "1")
+    assert claim.splits("multi-rank")
+    monkeypatch.delenv("GROUP_WORLD_SIZE")
+    monkeypatch.delenv("GROUP_RANK")
+    monkeypatch.delenv("KILN_TORCH_SPLIT")
+    # Without torchrun's group variables: WORLD_SIZE over LOCAL_WORLD_SIZE.
+    monkeypatch.setenv("WORLD_SIZE", "6")
+    monkeypatch.setenv("RANK", "5")
+    assert claim.hosts() == (3, 2) and claim.splits("ddp")
+
+
+def test_a_piece_waits_for_another_compile_no_longer_than_its_own_would_take() -> None:
+    from kiln.torch._budget import WaitBudget
+
+    budget = WaitBudget()
+    # Nothing compiled or loaded yet: no estimate (the caller's fixed bound applies).
+    assert budget.bound(100) is None
+    # This process compiled a 200-node piece in 4 s: 0.02 s a node.
+    budget.compiled_here(4.0, 200)
+    assert budget.bound(100) == pytest.approx(2.0)
+    # A claimant's slower compile raises the rate: an estimate errs toward waiting.
+    budget.compiled_elsewhere(9.0, 300)
+    assert budget.rate() == pytest.approx(0.03)
+    assert budget.bound(100) == pytest.approx(3.0)
+    # A piece that arrived at once leaves its estimate to the next; one that waited past its
+    # estimate takes from it, never below the piece's own.
+    budget.waited(0.0, 100)
+    assert budget.bound(100) == pytest.approx(6.0)
+    budget.waited(10.0, 100)
+    assert budget.bound(100) == pytest.approx(3.0)
+    # A claimant whose answer carries no compile time teaches nothing.
+    budget.compiled_elsewhere(0.0, 50)
+    assert budget.rate() == pytest.approx(0.03)
+
+
 def test_a_cold_graph_is_claimed_unless_the_setting_leaves_it_to_kilnds_workers(monkeypatch: pytest.MonkeyPatch) -> None:
     from kiln.torch import _claim as claim
 

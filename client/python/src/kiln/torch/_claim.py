@@ -15,6 +15,7 @@ import contextlib
 import functools
 import inspect
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -94,14 +95,37 @@ def mode() -> str:
     return CLAIM if settings.TORCH_CLAIM.switch() else WORKERS
 
 
-def splits() -> bool:
-    """Whether the ranks and hosts of this job split its cold compile (``KILN_TORCH_SPLIT=1``):
-    a rank waits for a graph another rank or host claimed rather than compile it too. Off by
-    default, a rank waits for nobody and compiles what nobody stored exactly as torch would, so
-    no wait can make its cold start slower: waiting pays off only where another rank started the
-    compile well before, and ranks that start together would instead wait on each other's
-    compiles, which torch runs lazily (a backward compiles at the first backward)."""
+def splits(layout: str) -> bool:
+    """Whether the ranks and hosts of this job split its cold compile: a rank waits for a graph
+    another rank or host claimed rather than compile it too (``KILN_TORCH_SPLIT``).
+
+    Unset, a DDP job on several hosts splits its pieces (each piece falls to one host, which the
+    others leave it to; see :func:`hosts`), and every other job waits for nobody. A split rank
+    waits for a piece no longer than its own compile of it would take (kiln.torch._budget), and
+    the hosts compile their shares at once, so the fleet compiles each piece once and a rank's
+    first step ends when the slowest share lands. On one host there is nothing to split across:
+    only the first GPU's rank can share its code, and a rank that waited would add the other's
+    publish and load to its own start. FSDP2's graphs are traced one block at a time, at their
+    first call, so a rank cannot go ahead to a graph nobody claimed: waiting would only queue it
+    behind the claimant. ``1`` splits every layout's graphs; ``0`` none."""
+    value = settings.TORCH_SPLIT.value()
+    if value in (None, ""):
+        return layout == "ddp" and hosts()[0] > 1
     return settings.TORCH_SPLIT.switch()
+
+
+def hosts() -> tuple[int, int]:
+    """The job's hosts and this process's among them: torchrun's ``GROUP_WORLD_SIZE`` and
+    ``GROUP_RANK``, else ``WORLD_SIZE`` and ``RANK`` over ``LOCAL_WORLD_SIZE``; (1, 0) where the
+    environment does not tell."""
+    env = os.environ
+    try:
+        local_world = max(1, int(env.get("LOCAL_WORLD_SIZE", env.get("WORLD_SIZE", "1"))))
+        count = max(1, int(env.get("GROUP_WORLD_SIZE", int(env.get("WORLD_SIZE", "1")) // local_world)))
+        host = int(env.get("GROUP_RANK", int(env.get("RANK", "0")) // local_world)) % count
+    except ValueError:
+        return 1, 0
+    return count, host
 
 
 def has_backward(torch: Any, gm: Any, inputs: list[Any]) -> bool:

@@ -11,9 +11,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .. import settings
 from .._warn import warn_once
 from . import _claim, _device, _inductor, _layout, snapshot
 from ._ask import COMPILE_WAIT_SECS, Answer, Request, ask, fallback, load, nothing_shared, wait_bound
+from ._budget import WaitBudget
 from ._claim import Grant, compile_to_share
 from ._ledger import GraphRecord, traced
 from ._ledger import report_soon as _report_soon
@@ -25,12 +27,14 @@ class Pieces:
 
     A piece's first call first compiles every piece this process was granted and has not
     compiled, in order: the other ranks and hosts wait for those, while this process would
-    otherwise wait for theirs. Then it waits for its own answer (another process's compile),
-    at most :func:`wait_bound` beyond its own compiles, and compiles it itself past that."""
+    otherwise wait for theirs. Then it waits for its own answer (another process's compile), no
+    longer than this process would take to compile the piece itself (:class:`WaitBudget`), and
+    compiles it itself past that. ``KILN_TORCH_GRAPH_WAIT_SECS`` sets a fixed bound instead."""
 
     def __init__(self) -> None:
         self.changed = threading.Condition()
         self.pending: list[AsyncGraph] = []
+        self.budget = WaitBudget()
 
     def add(self, graph: AsyncGraph) -> None:
         with self.changed:
@@ -49,14 +53,22 @@ class Pieces:
         with snapshot.compiling():
             self._prepare(graph)
 
+    def _bound(self, graph: AsyncGraph) -> float:
+        """How long ``graph`` may wait for another process's compile (see :class:`WaitBudget`)."""
+        if settings.TORCH_GRAPH_WAIT_SECS.value() not in (None, ""):
+            return wait_bound()
+        estimate = self.budget.bound(graph.nodes)
+        return wait_bound() if estimate is None else estimate
+
     def _prepare(self, graph: AsyncGraph) -> None:
         waited = 0.0
-        bound = wait_bound()
         while graph.compiled is None:
             for granted in self.granted():
-                granted.swap()
+                self._swap(granted)
             if graph.compiled is not None or graph.answer is not None:
                 break
+            # Read again each turn: a rate becomes known as this process's or others' compiles land.
+            bound = self._bound(graph)
             if waited >= bound:
                 graph.give_up(bound)
                 break
@@ -66,10 +78,22 @@ class Pieces:
                     self.changed.wait(min(bound - waited, 0.5))
             waited += time.perf_counter() - began
         graph.record.compile_s += waited
+        if not isinstance(graph.answer, Grant):
+            self.budget.waited(waited, graph.nodes)
         if graph.compiled is None:
-            graph.swap()
+            self._swap(graph)
         with self.changed:
             self.pending = [g for g in self.pending if g.compiled is None]
+
+    def _swap(self, graph: AsyncGraph) -> None:
+        """``graph``'s swap, its compile's seconds counted for the budget: this process's own
+        (a grant, a fallback) or the claimant's of a loaded answer."""
+        began = time.perf_counter()
+        graph.swap()
+        if isinstance(graph.answer, Answer) and graph.record.how == "kilnd":
+            self.budget.compiled_elsewhere(graph.answer.compile_s, graph.nodes)
+        elif graph.record.how == "in-process" or isinstance(graph.answer, Grant):
+            self.budget.compiled_here(time.perf_counter() - began, graph.nodes)
 
     def granted_locked(self) -> bool:
         return any(g.compiled is None and isinstance(g.answer, Grant) for g in self.pending)
@@ -113,6 +137,8 @@ class AsyncGraph:
         import torch
 
         self.gm = gm
+        #: The graph's size, by which a wait for another's compile of it is bounded (Pieces).
+        self.nodes = len(getattr(getattr(gm, "graph", None), "nodes", ()))
         # Dynamo's own inputs, kept until the swap: its tracing context knows them (and that their
         # shapes are static), where the next call's tensors would be traced as dynamic.
         self.example_inputs: list[Any] | None = example_inputs

@@ -140,8 +140,9 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
         return AsyncGraph(gm, example_inputs, request, inductor, record, started, waits=False)
     how = _claim.mode()
     shares = how == _claim.CLAIM and _device.moved_index(gm, example_inputs) is None
-    waits = layout == "single" or _claim.splits()
-    request = blocking_request(payload, record.name, how=how, shares=shares, waits=waits, splits=_claim.splits())
+    splits = _claim.splits(layout)
+    waits = layout == "single" or splits
+    request = blocking_request(payload, record.name, how=how, shares=shares, waits=waits, splits=splits)
     if not waits:
         # Exactly torch's compile, on torch's schedule (a backward at the first backward), for
         # every rank: a claim is shared once its backward has compiled too.
@@ -223,10 +224,9 @@ def _falls_to(name: str, *, ranks_share: bool) -> str:
         piece = int(name.rsplit(" bucket ", 1)[1])
         local_world = max(1, int(env.get("LOCAL_WORLD_SIZE", env.get("WORLD_SIZE", "1"))))
         local_rank = int(env.get("LOCAL_RANK", env.get("RANK", "0"))) % local_world
-        hosts = max(1, int(env.get("GROUP_WORLD_SIZE", int(env.get("WORLD_SIZE", "1")) // local_world)))
-        host = int(env.get("GROUP_RANK", int(env.get("RANK", "0")) // local_world)) % hosts
     except (IndexError, ValueError):
         return "here"
+    hosts, host = _claim.hosts()
     per_host = local_world if ranks_share else 1
     owner = (piece - 1) % (hosts * per_host)
     if owner // per_host != host:

@@ -1,7 +1,8 @@
 """Which torch.compile graphs kiln.torch sends to kilnd, by the layout the process trains in.
 
 ``KILN_TORCH=1`` alone sends the graphs of every layout. A rank waits for nobody's compile
-(unless the job splits its cold compile, ``KILN_TORCH_SPLIT=1``): it loads what kilnd has stored,
+(unless the job splits its cold compile: a DDP job on several hosts, or ``KILN_TORCH_SPLIT=1``;
+see kiln.torch._claim.splits): it loads what kilnd has stored,
 and otherwise compiles the graph as torch would, on torch's schedule, sharing it once its
 backward compiled too; so no rank waits on another's compile (what kiln adds is its own work
 beside the compile), and a restarted or added host loads what the first compiled.
