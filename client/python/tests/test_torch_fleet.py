@@ -15,6 +15,7 @@ import math
 import os
 import signal
 import subprocess
+import threading
 import sys
 import time
 from pathlib import Path
@@ -184,3 +185,40 @@ def test_a_host_killed_mid_compile_loses_its_claim_and_another_compiles_the_grap
     # Bounded: the lease's life plus its own compile (charged in its record), with slack for a
     # loaded 2-core machine.
     assert waited <= LEASE_TTL_MS / 1000 + graph["compile_s"] + 60, (waited, graph["compile_s"])
+
+
+def test_a_piece_left_to_another_host_is_loaded_once_that_host_publishes_it(fleet: list[Kilnd]) -> None:
+    """A rank leaves a DDP piece that falls to another host for that host to claim (its request's
+    ``wait_for_claim``). Its own kilnd does not see the other host's claim, only its publish: it
+    asks the fleet during the wait, and the rank loads the piece soon after the publish, not at
+    the end of its wait."""
+    from test_torch_graphs import _graph, payload
+
+    from kiln.torch._answer import bundle
+
+    here, there = fleet[0], fleet[1]
+    piece = payload(b"a piece that falls to another host")
+    left: dict[str, Any] = {}
+    with kiln.Client(here.uri) as waiter, kiln.Client(there.uri) as owner:
+
+        def leave() -> None:
+            began = time.monotonic()
+            left["claim"] = waiter.claim_torch_graph(_graph(piece, wait_for_claim=10.0), timeout=60)
+            left["after"] = time.monotonic() - began
+
+        t = threading.Thread(target=leave)
+        t.start()
+        time.sleep(0.5)
+        claim = owner.claim_torch_graph(_graph(piece), timeout=60)
+        assert claim.answer.compile_here, claim.answer
+        owner.publish_torch_graph(claim.answer.key, bundle(b"torch's artifacts", []), 1.0)
+        published = time.monotonic()
+        claim.close()
+        t.join(60)
+        answer = left["claim"].answer
+        left["claim"].close()
+    assert answer.ok and not answer.compile_here and answer.key == claim.answer.key, answer
+    # Loaded within a few of the fleet's polls of the publish (one a second), where the wait
+    # alone would have ended 10 s after the request.
+    assert left["after"] < 6.0, left["after"]
+    assert time.monotonic() - published < 5.0
