@@ -25,16 +25,13 @@ use kiln_proto::CacheKey;
 use kiln_proto::pb;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::OnceCell;
 
 /// The blob namespace graphs are stored under.
 pub const NAMESPACE: &str = "torch-graph";
 /// How often a request that leaves a graph to another rank for a moment looks for its claim.
 const CLAIM_POLL: Duration = Duration::from_millis(25);
-/// How often such a request asks the fleet whether another host has published the graph: each
-/// is a call to the fleet cache (a `Contains`, no download), so a few per wait, not one a poll.
-const FLEET_POLL: Duration = Duration::from_secs(1);
 
 /// The torch graph engine of this host: its tiers and single flight, its ledger, its torch
 /// workers and the claims open now.
@@ -229,28 +226,25 @@ impl GraphEngine {
         reply
     }
 
-    /// Waits up to `bound` for a process on this host to claim `key`, or for its answer to be
-    /// stored here or in the fleet: a rank that leaves a DDP piece to the rank or host it falls
-    /// to claims it only where that one does not, so that the ranks and hosts split the pieces.
-    /// Another host's claim is not seen here until it publishes, so the fleet is asked every
-    /// [`FLEET_POLL`]: a piece another host published early is loaded at once, not at the bound.
+    /// Waits up to `bound` for a process on this host to claim `key`, or for another host to
+    /// publish it: a rank that leaves a DDP piece to the rank or host it falls to claims it only
+    /// where that one does not, so that the ranks and hosts split the pieces. Another host's
+    /// claim is not seen here, only its publish: the fleet's publish watch (one stream, no
+    /// polling) adopts the piece into this host's tiers the moment it lands, so it is loaded
+    /// then, not at the bound.
     async fn wait_for_claim(&self, key: &CacheKey, bound: Duration) {
         if self.producer.cache().local(key).await.is_some() {
             return;
         }
-        let deadline = Instant::now() + bound;
-        let mut ask_fleet_at = Instant::now() + FLEET_POLL;
-        while Instant::now() < deadline {
-            if self.producer.is_held(key) {
-                return;
+        let claimed_here = async {
+            while !self.producer.is_held(key) {
+                tokio::time::sleep(CLAIM_POLL).await;
             }
-            if Instant::now() >= ask_fleet_at {
-                if self.producer.cache().fleet_holds(key).await == Some(true) {
-                    return;
-                }
-                ask_fleet_at = Instant::now() + FLEET_POLL;
-            }
-            tokio::time::sleep(CLAIM_POLL).await;
+        };
+        tokio::select! {
+            () = claimed_here => {}
+            _ = self.producer.cache().published_elsewhere(key) => {}
+            () = tokio::time::sleep(bound) => {}
         }
     }
 }

@@ -225,7 +225,7 @@ class AsyncGraph:
                 return
             self.abandoned = True
             self.answer = "late"
-        fallback("late", f"another process's compile did not land within {bound:.0f} s; compiled here")
+        fallback("late", f"another process's compile did not land within {bound:.1f} s; compiled here")
 
     def swap(self) -> None:
         """Replaces the eager graph with its compile: kilnd's answer loaded, a grant compiled here
