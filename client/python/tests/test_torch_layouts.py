@@ -227,15 +227,16 @@ def test_ddp_pieces_fall_to_the_hosts_and_ranks_in_turn(monkeypatch: pytest.Monk
     assert _graph._falls_to("forward:0/0", ranks_share=True) == "here"
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
     assert falls() == ["here"] * 4
-    # Two hosts of two ranks (torchrun's GROUP_RANK of GROUP_WORLD_SIZE): on the CPU the four
-    # ranks take the pieces in turn; on GPUs each host's first GPU's rank, one a host.
+    # Two hosts of two ranks (torchrun's GROUP_RANK of GROUP_WORLD_SIZE): on the CPU the pieces
+    # go to the hosts in turn, and a host's to its ranks in turn; on GPUs each host's first GPU's
+    # rank, one a host.
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     monkeypatch.setenv("GROUP_WORLD_SIZE", "2")
     monkeypatch.setenv("GROUP_RANK", "1")
     monkeypatch.setenv("LOCAL_RANK", "1")
-    assert falls() == ["fleet", "fleet", "host", "here"]
+    assert falls() == ["fleet", "host", "fleet", "here"]
     monkeypatch.setenv("LOCAL_RANK", "0")
-    assert falls() == ["fleet", "fleet", "here", "host"]
+    assert falls() == ["fleet", "here", "fleet", "host"]
     assert falls(ranks_share=False) == ["fleet", "here", "fleet", "here"]
     monkeypatch.setenv("GROUP_RANK", "0")
     assert falls(ranks_share=False) == ["here", "fleet", "here", "fleet"]

@@ -213,7 +213,8 @@ TWIN_WAIT_SECS = HOST_SPLIT_WAIT_SECS + SPLIT_WAIT_SECS
 
 def _falls_to(name: str, *, ranks_share: bool) -> str:
     """Where the DDP piece ``name`` (``forward:0/0 bucket 3``) falls among the job's processes
-    that can share their compiles: piece N to sharer (N - 1) mod their number. ``here`` (this
+    that can share their compiles: piece N to host (N - 1) mod the hosts, and within it to
+    sharer (N - 1) // the hosts, mod its sharers. ``here`` (this
     process, or a graph that is no piece), ``host`` (another rank of this host) or ``fleet``
     (another host). ``ranks_share``: every rank of a host shares (on the CPU), so the sharers
     are each host's ranks in turn; on GPU hosts only the first GPU's rank shares, one a host.
@@ -227,11 +228,13 @@ def _falls_to(name: str, *, ranks_share: bool) -> str:
     except (IndexError, ValueError):
         return "here"
     hosts, host = _claim.hosts()
+    # The hosts first, then a host's ranks: hosts have cores of their own, where a host's ranks
+    # share theirs, so a job with fewer pieces than sharers spreads them over the hosts.
     per_host = local_world if ranks_share else 1
     owner = (piece - 1) % (hosts * per_host)
-    if owner // per_host != host:
+    if owner % hosts != host:
         return "fleet"
-    return "here" if owner % per_host == (local_rank if ranks_share else 0) else "host"
+    return "here" if owner // hosts == (local_rank if ranks_share else 0) else "host"
 
 
 def _in_process(record: GraphRecord, started: float, gm: Any, compile_here: Callable[[], Any], *, backward_now: bool = False) -> Any:
