@@ -78,7 +78,9 @@ class Pieces:
                     self.changed.wait(min(bound - waited, 0.5))
             waited += time.perf_counter() - began
         graph.record.compile_s += waited
-        if not isinstance(graph.answer, Grant):
+        if isinstance(graph.answer, Answer) or graph.answer == "late":
+            # A wait for another's compile: loaded (what it left unspent goes to the next piece)
+            # or given up. A piece compiled here for another reason was no wait.
             self.budget.waited(waited, graph.nodes)
         if graph.compiled is None:
             self._swap(graph)

@@ -322,6 +322,12 @@ def install(job: str) -> bool:
 
     wrapper.__call__ = __call__
     _installed = True
+    # kiln's gRPC client, imported here on the thread that imports Dynamo, before any thread of
+    # kiln's (publishes, reports, the snapshot's save) or Inductor's (remote cache lookups) needs
+    # it. Imported first by two threads at once, it tripped Python's import-deadlock avoidance,
+    # which handed one thread a partly initialized grpc: the stubs' version check raised, and a
+    # rank's compile failed. The import (about 0.1 s) is the one the first compile would pay.
+    from .. import _fleet, errors  # noqa: F401
     # Async graphs are compiled by kilnd's workers, which import torch for seconds: start them
     # now, in the background. A blocking graph nobody has is compiled by its own process: workers
     # started for it would take its cores while it imports torch and compiles.
