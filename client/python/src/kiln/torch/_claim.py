@@ -115,17 +115,25 @@ def splits(layout: str) -> bool:
 
 
 def hosts() -> tuple[int, int]:
-    """The job's hosts and this process's among them: torchrun's ``GROUP_WORLD_SIZE`` and
-    ``GROUP_RANK``, else ``WORLD_SIZE`` and ``RANK`` over ``LOCAL_WORLD_SIZE``; (1, 0) where the
+    """The job's hosts and this process's among them (see :func:`placement`); (1, 0) where the
     environment does not tell."""
+    where = placement()
+    return (where[0], where[1]) if where is not None else (1, 0)
+
+
+def placement() -> tuple[int, int, int, int] | None:
+    """Where this process is in its job: (hosts, its host, ranks of a host, its rank there), from
+    torchrun's ``GROUP_WORLD_SIZE`` and ``GROUP_RANK`` (else ``WORLD_SIZE`` and ``RANK`` over
+    ``LOCAL_WORLD_SIZE``) and ``LOCAL_RANK``; None where a variable does not read as a number."""
     env = os.environ
     try:
         local_world = max(1, int(env.get("LOCAL_WORLD_SIZE", env.get("WORLD_SIZE", "1"))))
+        local_rank = int(env.get("LOCAL_RANK", env.get("RANK", "0"))) % local_world
         count = max(1, int(env.get("GROUP_WORLD_SIZE", int(env.get("WORLD_SIZE", "1")) // local_world)))
         host = int(env.get("GROUP_RANK", int(env.get("RANK", "0")) // local_world)) % count
     except ValueError:
-        return 1, 0
-    return count, host
+        return None
+    return count, host, local_world, local_rank
 
 
 def has_backward(torch: Any, gm: Any, inputs: list[Any]) -> bool:

@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -220,14 +219,14 @@ def _falls_to(name: str, *, ranks_share: bool) -> str:
     are each host's ranks in turn; on GPU hosts only the first GPU's rank shares, one a host.
     Hosts are torchrun's ``GROUP_RANK`` of ``GROUP_WORLD_SIZE`` (else ``RANK`` and
     ``WORLD_SIZE`` over ``LOCAL_WORLD_SIZE``), ranks its ``LOCAL_RANK`` of ``LOCAL_WORLD_SIZE``."""
-    env = os.environ
     try:
         piece = int(name.rsplit(" bucket ", 1)[1])
-        local_world = max(1, int(env.get("LOCAL_WORLD_SIZE", env.get("WORLD_SIZE", "1"))))
-        local_rank = int(env.get("LOCAL_RANK", env.get("RANK", "0"))) % local_world
     except (IndexError, ValueError):
         return "here"
-    hosts, host = _claim.hosts()
+    where = _claim.placement()
+    if where is None:
+        return "here"
+    hosts, host, local_world, local_rank = where
     # The hosts first, then a host's ranks: hosts have cores of their own, where a host's ranks
     # share theirs, so a job with fewer pieces than sharers spreads them over the hosts.
     per_host = local_world if ranks_share else 1
