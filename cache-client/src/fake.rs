@@ -82,6 +82,11 @@ impl FakeCache {
         let _ = rx.wait_for(|opened| *opened >= n).await;
     }
 
+    /// Watches opened so far.
+    pub fn watches(&self) -> usize {
+        *self.0.watches.borrow()
+    }
+
     /// Whether `key`'s lease is held now.
     pub fn lease_held(&self, key: &CacheKey) -> bool {
         self.state().leases.get(key).is_some_and(|(_, until)| *until > Instant::now())

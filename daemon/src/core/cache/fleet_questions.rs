@@ -56,15 +56,27 @@ impl Cache {
     }
 
     /// Resolves once another host publishes an artifact under `key`, adopted here; never without
-    /// a fleet (the caller bounds the wait).
-    pub async fn published_elsewhere(&self, key: &CacheKey) -> Answer {
-        match &self.fleet {
-            Some(fleet) => {
-                let found = fleet.published_elsewhere(key).await;
-                self.adopt(key, found).await
-            }
-            None => std::future::pending().await,
+    /// a fleet (the caller bounds the wait). Every request of this host that waits for `key`
+    /// shares one watch of the fleet, one fetch and one adoption.
+    pub async fn published_elsewhere(self: &Arc<Self>, key: &CacheKey) -> Answer {
+        if self.fleet.is_none() {
+            return std::future::pending().await;
         }
+        let watch = self.watches.join(key, || {
+            let (cache, key) = (Arc::clone(self), *key);
+            async move {
+                let Some(fleet) = &cache.fleet else { return std::future::pending().await };
+                let found = fleet.published_elsewhere(&key).await;
+                cache.adopt(&key, found).await
+            }
+        });
+        watch.await
+    }
+
+    /// How many keys this host watches the fleet for now.
+    #[cfg(test)]
+    pub(crate) fn watches_open(&self) -> usize {
+        self.watches.open()
     }
 
     /// The fleet's artifact under `key`, read now and adopted here; `None` when the fleet is

@@ -16,6 +16,7 @@ mod fleet_questions;
 pub(crate) mod holders;
 pub mod produce;
 pub mod publish;
+mod watches;
 
 pub use produce::{Claimed, Decision, Grant, Producer};
 pub use publish::ForFleet;
@@ -76,6 +77,8 @@ pub struct Cache {
     metrics: Arc<Metrics>,
     /// Disk writes and fleet publishes outlive the answer; shutdown waits for them here.
     work: Work,
+    /// The fleet watches this host's waiting requests share (see [`Cache::published_elsewhere`]).
+    watches: watches::Watches,
 }
 
 impl Cache {
@@ -93,6 +96,7 @@ impl Cache {
             manifests: publish::manifest_memory(),
             metrics,
             work,
+            watches: watches::Watches::default(),
         }
     }
 

@@ -9,6 +9,7 @@ use crate::core::fleet::tier::RemoteTier;
 use crate::core::fleet::{self, Fleet};
 use crate::core::store::memory::MemoryTier;
 use crate::core::store::tiered::TieredStore;
+use crate::domain::TierName;
 use crate::runtime::toolchain::{CompileFuture, Output};
 use kiln_cache_client::FakeCache;
 use kiln_proto::Fingerprint;
@@ -278,4 +279,29 @@ async fn a_producer_that_waits_for_nobody_is_granted_a_free_key_and_told_of_a_he
     // Stored: both find it.
     assert!(matches!(here.decide_now(&key, bytes_of).await, Some(Decision::Found(b)) if b == b"produced"));
     assert!(matches!(there.decide_now(&key, bytes_of).await, Some(Decision::Found(b)) if b == b"produced"));
+}
+
+#[tokio::test]
+async fn a_host_s_requests_waiting_for_one_key_share_one_watch_of_the_fleet() {
+    let fleet = FakeCache::default();
+    let (a, b) = (host(Some(&fleet)), host(Some(&fleet)));
+    let job = kernel("__global__ void waited_for() {}");
+    let cache = b.engine.cache();
+    // Eight of host B's requests wait for the key (a host's ranks waiting for a piece another host
+    // compiles); host A compiles and publishes it once they all wait.
+    let waits = futures_util::future::join_all((0..8).map(|_| cache.published_elsewhere(&job.key)));
+    let publish = async {
+        fleet.watches_reach(1).await;
+        assert_eq!(cache.watches_open(), 1);
+        a.resolve(&job).await
+    };
+    let (answers, published) = tokio::join!(waits, publish);
+    assert!(published.is_ok(), "{published:?}");
+    for answer in &answers {
+        assert_eq!((answer.is_ok(), answer.tier()), (true, pb::Tier::Remote), "{answer:?}");
+    }
+    assert_eq!(fleet.watches(), 1, "one subscription on kiln-cache for the host's eight waiters");
+    assert_eq!(b.metrics.lookups_of(TierName::Remote, "hit"), 1, "the artifact fetched and adopted once");
+    assert_eq!(cache.watches_open(), 0, "the watch ends with its last waiter");
+    assert!(b.resolve(&job).await.is_ok() && b.compiler.compiles() == 0, "host B holds it without compiling");
 }
