@@ -302,20 +302,24 @@ def own_kilnd_parser(doc: str | None) -> argparse.ArgumentParser:
     return p
 
 
-def cold_graph_kilnd(work: Path, name: str, a, remote: str = "") -> Kilnd:
+def cold_graph_kilnd(work: Path, name: str, a, remote: str = "", prestart: bool = True) -> Kilnd:
     """A new kilnd with an empty cache under ``work/kilnd-<name>``, its torch workers started with it
     and waited for, and then their spares' compile pools (a long-running kilnd on a GPU host has
     them up: the figures are the compile's, not torch's import on a host where a job starts with
     its kilnd). ``a`` holds the harness's ``kilnd``, ``cuda_root``, ``kilnd_python`` and ``target``
-    arguments; ``remote``, a kiln-cache for its fleet tier."""
+    arguments; ``remote``, a kiln-cache for its fleet tier. ``prestart=False``: kilnd as deployed
+    by default, its torch workers started only when a job asks for them."""
     import shutil
 
     d = work / f"kilnd-{name}"
     shutil.rmtree(d, ignore_errors=True)
     d.mkdir(parents=True)
-    (d / "kilnd.toml").write_text("torch_prestart = true\n")
+    (d / "kilnd.toml").write_text(f"torch_prestart = {'true' if prestart else 'false'}\n")
     k = Kilnd(name, a.kilnd, d, a.cuda_root, a.kilnd_python, remote=remote, target=a.target, extra_args=["--config", str(d / "kilnd.toml")])
     k.start()
+    if not prestart:
+        print(f"    kilnd {name}: up, torch workers not started", flush=True)
+        return k
     import kiln
 
     with kiln.Client(k.uri) as c:

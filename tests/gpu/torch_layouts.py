@@ -66,6 +66,8 @@ from layouts_tables import LAYOUT_JOB, report  # noqa: E402
 
 TESTS = HERE.parent.parent / "client" / "python" / "tests"
 JOB = TESTS / "layout_job.py"
+#: A probe's setting for its kilnd rather than its job: whether the torch workers start with it.
+KILND_PRESTART = "kilnd.torch_prestart"
 VARIANTS = ("eager", "plain", "warm", "default", "cold", "twin", "fresh", "async")
 #: What a corpus shape runs: kiln's default, and ``cold`` (every graph through kilnd); no ``twin``.
 CORPUS_VARIANTS = ("eager", "plain", "warm", "default", "cold", "fresh", "async")
@@ -127,8 +129,11 @@ class Runner:
     def tag(self) -> str:
         return f"-rep{self.rep + 1}" if self.rep else ""
 
-    def kilnd(self, tag: str) -> Kilnd:
-        return cold_graph_kilnd(self.work, tag, self.a)
+    def kilnd(self, tag: str, variant: str = "") -> Kilnd:
+        """A new kilnd for ``variant``: with its torch workers up, unless the variant is a probe
+        that sets ``kilnd.torch_prestart=false`` (kilnd as deployed by default)."""
+        prestart = self.a.probes.get(variant, {}).get(KILND_PRESTART, "true") != "false"
+        return cold_graph_kilnd(self.work, tag, self.a, prestart=prestart)
 
 
     def caches(self, layout: str, rank: int, shape: str = LAYOUT_JOB) -> Path:
@@ -184,7 +189,7 @@ class Runner:
         if kilnd is not None and variant == "async":
             env["KILN_TORCH_ASYNC"] = "1"
         # A probe is a kiln variant with a few variables changed (--probe), to measure one part's cost.
-        env.update(self.a.probes.get(variant, {}))
+        env.update({k: v for k, v in self.a.probes.get(variant, {}).items() if not k.startswith("kilnd.")})
         env.update(self.host_env)
         return env
 
@@ -301,7 +306,7 @@ class Runner:
                 else:
                     if time.monotonic() > self.deadline:
                         raise OutOfTime("past the deadline")  # before a kilnd starts for nothing
-                    k = self.kilnd(f"{stem(shape, layout)}-{variant}{self.tag()}")
+                    k = self.kilnd(f"{stem(shape, layout)}-{variant}{self.tag()}", variant)
                     try:
                         out[variant] = self.run(layout, variant, k, shape)
                     finally:
@@ -435,7 +440,8 @@ def main() -> int:
         action="append",
         default=[],
         metavar="NAME:KEY=VALUE,...",
-        help="one more variant: kiln cold with these variables set, run after the others (to measure what one part costs)",
+        help="one more variant: kiln cold with these variables set, run after the others (to measure what one part costs); "
+        f"{KILND_PRESTART}=false runs it on a kilnd whose torch workers are not started ahead (kilnd's default)",
     )
     a = p.parse_args()
     shapes = a.shapes.split(",")
