@@ -2,7 +2,7 @@
 kiln-cache, each running two gloo ranks of one DDP job, with nothing stored anywhere. By default
 the hosts split the job's cold compile (three hosts, six ranks): each distinct graph is compiled
 once in the whole fleet, by one rank; every other rank loads it; and the losses are eager
-torch's. With the split off (``KILN_TORCH_SPLIT=0``) a rank waits for nobody: a graph another
+torch's. An FSDP2 job on two hosts compiles each of its graphs once too. With the split off (``KILN_TORCH_SPLIT=0``) a rank waits for nobody: a graph another
 host compiles is compiled here too, each graph is claimed once in the fleet, and a fresh host
 loads every graph. A host killed while it compiles a graph loses its claim within
 the fleet lease's life, and a rank of another host compiles the graph instead.
@@ -128,6 +128,27 @@ def test_a_cold_fleet_compiles_each_graph_once_and_every_rank_loads_it(fleet: li
     assert answer.source == "fleet" and job.first_step_processes == world, (answer.source, job)
     assert job.first_step_skew_s == pytest.approx((max(ends) - min(ends)) / 1e3), (ends, job)
     eager = runner.run("model_compile", "ddp", world, tmp_path / "eager", {"COMPILE": "0"})
+    for r, e in zip(ranks, eager, strict=True):
+        assert all(math.isclose(a, b, rel_tol=1e-4) for a, b in zip(r["losses"], e["losses"], strict=True)), (r["losses"], e["losses"])
+
+
+def test_an_fsdp2_job_on_two_hosts_compiles_each_graph_once_by_default(fleet: list[Kilnd], tmp_path: Path) -> None:
+    """FSDP2's graphs are traced one at a time, at their first call. By default, on several hosts,
+    the first rank in the fleet to reach a graph claims it, and every other rank of every host
+    waits for its compile and loads it: each graph is compiled once in the fleet."""
+    world = 2 * RANKS_A_HOST
+    ranks = run_ranks(fleet[:2], RANKS_A_HOST, tmp_path / "kiln", KILN_TORCH_GRAPHS="", LAYOUT="fsdp2")
+    compiles: dict[str, int] = {}
+    for rank, r in enumerate(ranks):
+        stats = r["graphs"]
+        where = f"rank {rank}: {stats}\n{r['stderr'][-3000:]}"
+        assert stats["fallbacks"] == {} and stats["graphs"], where
+        for g in stats["graphs"]:
+            assert g["how"] == "kilnd", where
+            compiles[g["key"]] = compiles.get(g["key"], 0) + (g["tier"] == "compiled")
+    assert compiles and all(n == 1 for n in compiles.values()), compiles
+    assert compiled(fleet) == len(compiles), (compiled(fleet), compiles)
+    eager = runner.run("model_compile", "fsdp2", world, tmp_path / "eager", {"COMPILE": "0"})
     for r, e in zip(ranks, eager, strict=True):
         assert all(math.isclose(a, b, rel_tol=1e-4) for a, b in zip(r["losses"], e["losses"], strict=True)), (r["losses"], e["losses"])
 

@@ -251,7 +251,7 @@ def test_ddp_pieces_fall_to_the_hosts_and_ranks_in_turn(monkeypatch: pytest.Monk
     assert falls(ranks_share=False) == ["fleet", "here", "fleet", "here"]
 
 
-def test_a_ddp_job_on_several_hosts_splits_its_cold_compile_unless_told_not_to(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_job_of_several_ranks_on_several_hosts_splits_its_cold_compile_unless_told_not_to(monkeypatch: pytest.MonkeyPatch) -> None:
     from kiln.torch import _claim as claim
 
     for name in ("GROUP_RANK", "GROUP_WORLD_SIZE", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "KILN_TORCH_SPLIT"):
@@ -261,16 +261,18 @@ def test_a_ddp_job_on_several_hosts_splits_its_cold_compile_unless_told_not_to(m
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     assert not claim.splits("ddp") and not claim.splits("single")
-    # Two nodes: DDP's pieces split across them; FSDP2's and one process's graphs do not.
+    assert not claim.splits("multi-rank")
+    # Two nodes: DDP's pieces and FSDP2's graphs split across them (one process's graphs wait for
+    # the fleet's claimant whatever this says).
     monkeypatch.setenv("GROUP_WORLD_SIZE", "2")
     monkeypatch.setenv("GROUP_RANK", "1")
     assert claim.hosts() == (2, 1)
-    assert claim.splits("ddp") and not claim.splits("multi-rank") and not claim.splits("single")
+    assert claim.splits("ddp") and claim.splits("multi-rank") and not claim.splits("single")
     # The setting decides where it is set, for every layout.
     monkeypatch.setenv("KILN_TORCH_SPLIT", "0")
-    assert not claim.splits("ddp")
+    assert not claim.splits("ddp") and not claim.splits("multi-rank")
     monkeypatch.setenv("KILN_TORCH_SPLIT", "1")
-    assert claim.splits("multi-rank")
+    assert claim.splits("single")
     monkeypatch.delenv("GROUP_WORLD_SIZE")
     monkeypatch.delenv("GROUP_RANK")
     monkeypatch.delenv("KILN_TORCH_SPLIT")
@@ -362,6 +364,50 @@ def test_a_piece_waits_no_longer_than_its_budget_then_compiles_itself(monkeypatc
     pieces.prepare(landing)  # type: ignore[arg-type]
     assert landing.gave_up is None and landing.record.how == "kilnd", vars(landing)
     assert pieces.budget.rate() == pytest.approx(0.006)
+
+
+def test_a_blocking_graph_waits_no_longer_than_the_process_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One process's graph, or an FSDP2 rank's on several hosts, waits for another's compile of it
+    within the same budget as DDP's pieces, and what it waited and compiled teaches the budget."""
+    import time
+
+    import torch
+
+    from kiln.torch import _deferred, _graph
+    from kiln.torch._ask import Answer, Request
+    from kiln.torch._budget import WaitBudget
+    from kiln.torch._ledger import GraphRecord
+
+    monkeypatch.delenv("KILN_TORCH_GRAPH_WAIT_SECS", raising=False)
+    monkeypatch.setattr(_deferred.pieces, "budget", WaitBudget())
+    gm = torch.fx.symbolic_trace(torch.nn.Linear(4, 4))
+    nodes = len(gm.graph.nodes)
+    bounds: list[float] = []
+    answers: list[Any] = ["late", Answer(None, "remote", 0.4, "key")]  # type: ignore[arg-type]
+
+    def asked(record: GraphRecord, request: Request, *, bound: float | None = None) -> Any:
+        assert bound is not None
+        bounds.append(bound)
+        record.phases["ask"] = 0.05
+        return answers.pop(0)
+
+    def finish(torch: Any, record: GraphRecord, *args: Any, **kwargs: Any) -> Any:
+        record.how = "in-process" if record.name == "late" else "kilnd"
+        if record.how == "in-process":
+            time.sleep(0.2)  # its compile here, at this process's rate
+        return record.name
+
+    monkeypatch.setattr(_graph, "_asked", asked)
+    monkeypatch.setattr(_graph, "_finish", finish)
+    # This process compiled a graph of the same size in 0.2 s: another's may keep it 0.2 s.
+    _deferred.pieces.budget.compiled_here(0.2, nodes)
+    late = _graph._waited(torch, GraphRecord("late"), 0.0, gm, [], Request(b"", "late"), lambda: None, backward_now=False)
+    assert late == "late" and bounds == [pytest.approx(0.2)]
+    # The late graph's wait spent 0.05 s of its 0.2 s and it compiled here; a graph another
+    # process compiled in 0.4 s is loaded, and the budget's rate becomes the claimant's, slower.
+    _graph._waited(torch, GraphRecord("loaded"), 0.0, gm, [], Request(b"", "loaded"), lambda: None, backward_now=False)
+    assert len(_deferred.pieces.budget.own) == 2 and bounds[1] == pytest.approx(0.15 + 0.2, abs=0.05)
+    assert _deferred.pieces.budget.rate() == pytest.approx(0.4 / nodes)
 
 
 def test_a_cold_graph_is_claimed_unless_the_setting_leaves_it_to_kilnds_workers(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -73,9 +73,9 @@ TORCH_CLAIM = Setting(
 )
 TORCH_SPLIT = Setting(
     "KILN_TORCH_SPLIT",
-    "a DDP job on several hosts",
-    "`1`: the ranks and hosts of a job split its cold compile: a rank waits for a graph another claimed (a DDP piece "
-    "no longer than its own compile of it would take), compiled with its backward at once; `0`: a rank waits for nobody, compiles a "
+    "a job of several ranks on several hosts",
+    "`1`: the ranks and hosts of a job split its cold compile: a rank waits for a graph another claimed (no longer "
+    "than its own compile of it would take), compiled with its backward at once; `0`: a rank waits for nobody, compiles a "
     "graph nobody stored as torch would, and shares it after its first backward",
 )
 TORCH_GRAPH_WAIT_SECS = Setting(

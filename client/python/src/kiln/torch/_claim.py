@@ -99,18 +99,21 @@ def splits(layout: str) -> bool:
     """Whether the ranks and hosts of this job split its cold compile: a rank waits for a graph
     another rank or host claimed rather than compile it too (``KILN_TORCH_SPLIT``).
 
-    Unset, a DDP job on several hosts splits its pieces (each piece falls to one host, which the
-    others leave it to; see :func:`hosts`), and every other job waits for nobody. A split rank
-    waits for a piece no longer than its own compile of it would take (kiln.torch._budget), and
-    the hosts compile their shares at once, so the fleet compiles each piece once and a rank's
-    first step ends when the slowest share lands. On one host there is nothing to split across:
-    only the first GPU's rank can share its code, and a rank that waited would add the other's
-    publish and load to its own start. FSDP2's graphs are traced one block at a time, at their
-    first call, so a rank cannot go ahead to a graph nobody claimed: waiting would only queue it
-    behind the claimant. ``1`` splits every layout's graphs; ``0`` none."""
+    Unset, a job of several ranks on several hosts splits (see :func:`hosts`; one process's graphs
+    wait for the fleet's claimant in any case), and a job on one host waits for nobody. DDP's pieces are traced together, so each falls to one host, which the
+    others leave it to, and the hosts compile their shares at once: a rank's first step ends when
+    the slowest share lands. FSDP2's graphs (any other job's of several ranks) are traced one at a
+    time, at their first call: the
+    first rank in the fleet to reach one claims it and the others wait for it, so the fleet
+    compiles it once, where each host would otherwise compile it beside the others (on a 2-core
+    CPU fleet, 0.73x plain's first step against 1.14x unsplit, tests/gpu/RESULTS.md). Either way
+    a rank waits for another's compile no longer than its own compile of the graph would take
+    (kiln.torch._budget), and compiles it itself past that. On one host there is nothing to
+    split across: only the first GPU's rank can share its code, and a rank that waited would add
+    the other's publish and load to its own start. ``1`` splits every layout's graphs; ``0`` none."""
     value = settings.TORCH_SPLIT.value()
     if value in (None, ""):
-        return layout == "ddp" and hosts()[0] > 1
+        return layout in ("ddp", "multi-rank") and hosts()[0] > 1
     return settings.TORCH_SPLIT.switch()
 
 

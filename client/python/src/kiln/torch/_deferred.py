@@ -53,11 +53,13 @@ class Pieces:
         with snapshot.compiling():
             self._prepare(graph)
 
-    def _bound(self, graph: AsyncGraph) -> float:
-        """How long ``graph`` may wait for another process's compile (see :class:`WaitBudget`)."""
+    def bound(self, nodes: int) -> float:
+        """How long a graph of ``nodes`` nodes may wait for another process's compile (see
+        :class:`WaitBudget`): the fixed bound where ``KILN_TORCH_GRAPH_WAIT_SECS`` sets one or no
+        rate is known yet."""
         if settings.TORCH_GRAPH_WAIT_SECS.value() not in (None, ""):
             return wait_bound()
-        estimate = self.budget.bound(graph.nodes)
+        estimate = self.budget.bound(nodes)
         return wait_bound() if estimate is None else estimate
 
     def _prepare(self, graph: AsyncGraph) -> None:
@@ -68,7 +70,7 @@ class Pieces:
             if graph.compiled is not None or graph.answer is not None:
                 break
             # Read again each turn: a rate becomes known as this process's or others' compiles land.
-            bound = self._bound(graph)
+            bound = self.bound(graph.nodes)
             if waited >= bound:
                 graph.give_up(bound)
                 break

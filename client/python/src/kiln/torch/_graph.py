@@ -38,8 +38,8 @@ from typing import Any
 
 from .. import settings
 from .._warn import warn_once
-from . import _claim, _device, _inductor, _layout
-from ._ask import COMPILE_WAIT_SECS, Answer, Request, ask, fallback, load, nothing_shared, wait_bound
+from . import _claim, _deferred, _device, _inductor, _layout
+from ._ask import COMPILE_WAIT_SECS, Answer, Request, ask, fallback, load, nothing_shared
 from ._claim import Grant, compile_to_share
 from ._deferred import AsyncGraph
 from ._ledger import GraphRecord, _ledger, report_at_exit
@@ -162,8 +162,37 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
         return AsyncGraph(gm, example_inputs, request, inductor, record, started, waits=True)
     # One process's graph compiles its backward at its first backward, as torch would; the
     # ranks of a job block in collectives while they wait, so theirs publish at once.
-    answer = _asked(record, request, bound=wait_bound())
-    return _finish(torch, record, started, gm, example_inputs, answer, here, backward_now=layout != "single")
+    return _waited(torch, record, started, gm, example_inputs, request, here, backward_now=layout != "single")
+
+
+def _waited(
+    torch: Any,
+    record: GraphRecord,
+    started: float,
+    gm: Any,
+    inputs: list[Any],
+    request: Request,
+    here: Callable[[], Any],
+    *,
+    backward_now: bool,
+) -> Any:
+    """A graph that may wait for another process's compile of it (its claim held on this host or
+    by another host of a split job), as :func:`_finish` makes it ready. The wait lasts no longer
+    than this process's own compile of it would take (the process's :class:`WaitBudget`, which
+    DDP's pieces share); past it, the process compiles it itself (``late``). The wait, and the
+    compile loaded or paid here, tell the budget what the next graph may wait."""
+    budget = _deferred.pieces.budget
+    nodes = len(gm.graph.nodes)
+    answer = _asked(record, request, bound=_deferred.pieces.bound(nodes))
+    if isinstance(answer, Answer) or answer == "late":
+        budget.waited(record.phases.get("ask", 0.0), nodes)
+    began = time.perf_counter()
+    compiled = _finish(torch, record, started, gm, inputs, answer, here, backward_now=backward_now)
+    if isinstance(answer, Answer) and record.how == "kilnd":
+        budget.compiled_elsewhere(answer.compile_s, nodes)
+    elif isinstance(answer, Grant) or record.how == "in-process":
+        budget.compiled_here(time.perf_counter() - began, nodes)
+    return compiled
 
 
 def blocking_request(payload: bytes, name: str, *, how: str, shares: bool, waits: bool, splits: bool) -> Request:
