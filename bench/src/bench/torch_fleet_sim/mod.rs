@@ -1,10 +1,12 @@
 //! Figure (q): a torch.compile job starting cold on a fleet, simulated on the CPU. 32 real kilnd
 //! "hosts" (each its own empty cache directory, all on one kiln-cache over one Redis) and 8
 //! simulated ranks on each, released together, each asking its host's kilnd for the job's 18
-//! graphs with `ClaimTorchGraph`, as kiln.torch does when a job splits its cold compile. A rank
-//! granted `compile_here` "compiles" (sleeps) and publishes a fixed artifact; every other rank
-//! takes the artifact from its stream, checked byte for byte. The baseline, side by side: the
-//! same fleet with `fleet_leases = false`, where each host compiles each graph for its own ranks.
+//! graphs with `ClaimTorchGraph`, as kiln.torch does when a job splits its cold compile (by
+//! default on several hosts): each graph falls to one host and rank, and every other rank leaves
+//! it to that one (`wait_for_claim_ms`). A rank granted `compile_here` "compiles" (sleeps) and
+//! publishes a fixed artifact; every other rank takes the artifact from its stream, checked byte
+//! for byte. The baseline, side by side: the same fleet with `fleet_leases = false` and no split,
+//! where each host compiles each graph for its own ranks.
 //!
 //! Beside the compiles and the wall time it measures what the fleet cache served (kiln-cache's
 //! calls by op, Redis's commands, bytes, both servers' CPU seconds): README's model of the fleet
@@ -64,6 +66,27 @@ const MODEL_HOSTS: f64 = 64.0;
 const MODEL_COLD_START_S: f64 = 20.0;
 /// README's figure on paper: kiln-cache calls per host per distinct graph.
 const README_CALLS_PER_HOST_GRAPH: f64 = 3.0;
+/// How long a rank leaves a graph that falls to another rank of its host, and to another host:
+/// kiln.torch's `SPLIT_WAIT_SECS` and `HOST_SPLIT_WAIT_SECS`.
+const LEAVE_TO_RANK_MS: u32 = 2_000;
+const LEAVE_TO_HOST_MS: u32 = 8_000;
+
+/// Where graph `g` falls in a split job, as kiln.torch's `_falls_to` places DDP's piece `g + 1`
+/// on the CPU: to the hosts in turn, then to a host's ranks in turn.
+fn falls_to(g: usize) -> (usize, usize) {
+    (g % HOSTS, (g / HOSTS) % RANKS)
+}
+
+/// How long the rank at `place` (host, rank) leaves graph `g` to the one it falls to; 0 for its
+/// own graphs, and for every graph where the job does not split (`place` None).
+fn leave_ms(place: Option<(usize, usize)>, g: usize) -> u32 {
+    let Some((host, rank)) = place else { return 0 };
+    match falls_to(g) {
+        (h, r) if (h, r) == (host, rank) => 0,
+        (h, _) if h == host => LEAVE_TO_RANK_MS,
+        _ => LEAVE_TO_HOST_MS,
+    }
+}
 
 /// One run's job: the graphs' payloads (new every run, so every graph is cold everywhere; the
 /// same on every rank and host) and the artifact each graph's compile makes, with its digest.
@@ -90,15 +113,17 @@ impl Job {
     }
 
     /// Graph `g` as kiln.torch asks for it in a split job on the CPU: a claim (this process can
-    /// share its compile), neither `no_worker` nor `prefer_workers`, no wait for another claim.
-    fn request(&self, g: usize) -> pb::TorchGraphRequest {
+    /// share its compile), neither `no_worker` nor `prefer_workers`, left to another rank for
+    /// `leave_ms` where it falls to that one.
+    fn request(&self, g: usize, leave_ms: u32) -> pb::TorchGraphRequest {
         pb::TorchGraphRequest {
             torch_version: TORCH.into(),
             payload: self.payloads[g].clone(),
             job: JOB.into(),
-            name: format!("forward:0/0 bucket {g}"),
+            name: format!("forward:0/0 bucket {}", g + 1),
             triton_version: TRITON.into(),
             python_version: PYTHON.into(),
+            wait_for_claim_ms: leave_ms,
             ..Default::default()
         }
     }
@@ -128,8 +153,13 @@ struct RankSeen {
 /// One rank: waits at the barrier, then asks for every graph, in order, each from a task of its
 /// own: a rank does not wait for one graph's answer (nor for its call to be taken) before asking
 /// for the next, as kiln.torch asks for DDP's pieces from a background thread as they are traced.
-/// Then it waits for all the answers.
-async fn rank(client: kiln_client::Client, job: Arc<Job>, barrier: Arc<Barrier>) -> Result<RankSeen> {
+/// Then it waits for all the answers. `place` (host, rank): where it is in a split job.
+async fn rank(
+    client: kiln_client::Client,
+    job: Arc<Job>,
+    barrier: Arc<Barrier>,
+    place: Option<(usize, usize)>,
+) -> Result<RankSeen> {
     let grpc = client.torch_graphs();
     // One compile at a time, as one process's torch.compile; a publish goes on beside the next
     // compile, as kiln.torch publishes from a background thread.
@@ -138,7 +168,7 @@ async fn rank(client: kiln_client::Client, job: Arc<Job>, barrier: Arc<Barrier>)
     let mut graphs = JoinSet::new();
     for g in 0..GRAPHS {
         let (grpc, job, compiler) = (grpc.clone(), Arc::clone(&job), Arc::clone(&compiler));
-        graphs.spawn(async move { (g, graph(grpc, job, compiler, g).await) });
+        graphs.spawn(async move { (g, graph(grpc, job, compiler, g, leave_ms(place, g)).await) });
     }
     let mut seen = RankSeen::default();
     while let Some(done) = graphs.join_next().await {
@@ -167,9 +197,10 @@ async fn graph(
     job: Arc<Job>,
     compiler: Arc<Mutex<()>>,
     g: usize,
+    leave_ms: u32,
 ) -> Result<(Instant, Got)> {
     let mut stream = grpc
-        .claim_torch_graph(job.request(g))
+        .claim_torch_graph(job.request(g, leave_ms))
         .await
         .with_context(|| format!("ClaimTorchGraph of graph {g}"))?
         .into_inner();
@@ -346,6 +377,9 @@ struct Run {
     last_asked: Duration,
     /// kiln-cache's calls by op during the run (to the hosts' stop).
     calls: BTreeMap<String, f64>,
+    /// The ranks' claims that left their graph to another host (each one watched the fleet for
+    /// that host's publish through its kilnd).
+    left_to_hosts: usize,
     /// From the read of kiln-cache's counters before the barrier to the read after the stop.
     span: Duration,
     /// The fleet lease's outcomes, summed over the kilnds.
@@ -376,6 +410,11 @@ impl Run {
     fn background_per_host_second(&self) -> f64 {
         let calls: f64 = self.calls.iter().filter(|(name, _)| background(name)).map(|(_, n)| n).sum();
         calls / HOSTS as f64 / self.span.as_secs_f64()
+    }
+
+    /// kiln-cache's `WatchPublish` streams opened during the run.
+    fn watches(&self) -> f64 {
+        self.calls.iter().filter(|(name, _)| name.split(' ').next() == Some("WatchPublish")).map(|(_, n)| n).sum()
     }
 
     fn redis_commands(&self) -> f64 {
@@ -418,7 +457,11 @@ async fn run_once(bench: &Bench, fleet: &Fleet, leases: bool, round: usize) -> R
         for r in 0..RANKS {
             let client = host.connect().await?;
             let (job, barrier) = (Arc::clone(&job), Arc::clone(&barrier));
-            ranks.spawn(async move { rank(client, job, barrier).await.with_context(|| format!("host {h}, rank {r}")) });
+            // kiln splits the job (its default on several hosts); the baseline does not.
+            let place = leases.then_some((h, r));
+            ranks.spawn(async move {
+                rank(client, job, barrier, place).await.with_context(|| format!("host {h}, rank {r}"))
+            });
         }
     }
     let span_started = Instant::now();
@@ -492,6 +535,14 @@ async fn run_once(bench: &Bench, fleet: &Fleet, leases: bool, round: usize) -> R
             .max()
             .map_or(Duration::ZERO, |at| at.saturating_duration_since(start)),
         calls: grown(&calls_before, &calls_by_op(&after)),
+        left_to_hosts: if leases {
+            (0..HOSTS)
+                .flat_map(|h| (0..RANKS).map(move |r| (h, r)))
+                .map(|place| (0..GRAPHS).filter(|&g| leave_ms(Some(place), g) == LEAVE_TO_HOST_MS).count())
+                .sum()
+        } else {
+            0
+        },
         span,
         leases: lease_results,
         redis: grown(&redis_before, &redis_commands(fleet)?),
@@ -513,6 +564,16 @@ pub use report::run;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_split_job_leaves_each_graph_to_the_host_and_rank_it_falls_to() {
+        // Graph 0 falls to host 0's rank 0, graph 1 to host 1's: the hosts in turn first.
+        assert_eq!((falls_to(0), falls_to(1), falls_to(HOSTS)), ((0, 0), (1, 0), (0, 1)));
+        assert_eq!(leave_ms(Some((0, 0)), 0), 0, "its own graph: no wait");
+        assert_eq!(leave_ms(Some((0, 1)), 0), LEAVE_TO_RANK_MS, "another rank of its host's");
+        assert_eq!(leave_ms(Some((1, 0)), 0), LEAVE_TO_HOST_MS, "another host's");
+        assert_eq!(leave_ms(None, 0), 0, "no split: nobody waits");
+    }
 
     #[test]
     fn calls_by_op_keeps_failures_apart_and_the_hosts_own_out_of_the_jobs() {

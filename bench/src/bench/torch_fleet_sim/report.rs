@@ -77,16 +77,16 @@ pub async fn run(bench: &Bench) -> Result<Section> {
         format!(
             "Each host has {RANKS} simulated ranks: tasks of one process, each its own gRPC connection to its host's \
              kilnd socket. A barrier releases all {}; each asks for the job's {GRAPHS} graphs in order with \
-             `ClaimTorchGraph`, as kiln.torch does on the CPU when a job splits its cold compile \
-             (`KILN_TORCH_SPLIT=1`): a claim, neither `no_worker` nor `prefer_workers`, no `wait_for_claim_ms`, \
-             declaring torch's, Triton's and Python's versions (a CPU build: no CUDA), so that kilnd keys each graph \
-             by the rank's own environment and starts no torch worker. A rank's claims go out in graph order, each \
-             from a task of its own, none waiting for another's answer (kiln.torch asks for DDP's pieces from a \
-             background thread as they are traced); the answers come on the claims' streams. Nothing assigns a graph \
-             to a rank: kiln.torch's split of DDP's pieces gives each piece to one process and has the others leave \
-             it to that one for 2 s (a rank of their host) or 8 s (another host's) with `wait_for_claim_ms`, which \
-             these ranks do not send, so here the first rank to ask for a graph anywhere claims it, and one rank may \
-             claim many and compile them one after another.",
+             `ClaimTorchGraph`, as kiln.torch does on the CPU when a job on several hosts splits its cold compile \
+             (its default): a claim, neither `no_worker` nor `prefer_workers`, declaring torch's, Triton's and \
+             Python's versions (a CPU build: no CUDA), so that kilnd keys each graph by the rank's own environment \
+             and starts no torch worker. Graph N falls to host (N − 1) mod {HOSTS}, and within it to rank \
+             (N − 1) div {HOSTS}, as kiln.torch places DDP's pieces; every other rank leaves it to that one with \
+             `wait_for_claim_ms`: {LEAVE_TO_RANK_MS} ms for a rank of its host, {LEAVE_TO_HOST_MS} ms for another \
+             host's, a wait its kilnd ends at that host's publish (one fleet watch per key per host). A rank's \
+             claims go out in graph order, each from a task of its own, none waiting for another's answer \
+             (kiln.torch asks for DDP's pieces from a background thread as they are traced); the answers come on \
+             the claims' streams.",
             HOSTS * RANKS
         ),
         format!(
@@ -101,8 +101,8 @@ pub async fn run(bench: &Bench) -> Result<Section> {
             ARTIFACT_BYTES as f64 / 1e6
         ),
         format!(
-            "kiln: fleet leases on (the default). Baseline: the same with `fleet_leases = false` in every kilnd's \
-             config: a host's ranks still share their kilnd (the first to ask compiles, the others wait for its \
+            "kiln: fleet leases on and the split (the defaults). Baseline: the same with `fleet_leases = false` in \
+             every kilnd's config and no split (no `wait_for_claim_ms`): a host's ranks still share their kilnd (the first to ask compiles, the others wait for its \
              publish), but no host waits for another, so each compiles every graph for its own ranks (a rank whose \
              claim reads the fleet after another host stored the graph loads that copy; its host compiles it all the \
              same), as plain torch.compile would once per host (once per rank, in fact: {RANKS} times that). {rounds} \
@@ -145,6 +145,15 @@ pub async fn run(bench: &Bench) -> Result<Section> {
             Ok(Value::Count(most(&off, |r| r.compiled_metrics))),
         )
         .with_target(Target::CountEquals(GRAPHS as u64)),
+    );
+    s.rows.push(
+        Row::new(
+            "kiln-cache `WatchPublish` streams opened, median",
+            Ok(Value::Count(median(&on, Run::watches))),
+            "the ranks' claims left to another host (one stream each when each request watched alone)",
+            Ok(Value::Count(median(&on, |r| r.left_to_hosts as f64))),
+        )
+        .with_target(Target::RatioAtMost(1.0 / RANKS as f64)),
     );
     let medians: [MedianRow; 7] = [
         (
