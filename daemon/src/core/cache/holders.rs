@@ -24,6 +24,10 @@ pub enum State {
 pub struct Holders {
     map: Mutex<HashMap<CacheKey, (u64, watch::Sender<State>)>>,
     next_id: AtomicU64,
+    /// Woken at every new holding, for the requests that wait for a key to be held
+    /// ([`Holders::held`]): a torch job's ranks leave a graph to the rank it falls to, and each
+    /// polling for that claim woke every few milliseconds for seconds.
+    newly_held: tokio::sync::Notify,
 }
 
 /// The outcome of [`Holders::try_hold`].
@@ -53,7 +57,22 @@ impl Holders {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = watch::channel(State::Held);
         map.insert(*key, (id, tx));
+        self.newly_held.notify_waiters();
         Try::Held(Holding { holders: Arc::clone(self), key: *key, id, rx })
+    }
+
+    /// Resolves once a stream on this host holds `key`: at once if one does now.
+    pub async fn until_held(&self, key: &CacheKey) {
+        loop {
+            // Registered before the look, so a holding taken between the two still wakes it.
+            let notified = self.newly_held.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_held(key) {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// Marks `key` stored, waking its holder and waiters.
@@ -121,6 +140,21 @@ mod tests {
     use super::*;
 
     const KEY: CacheKey = CacheKey::from_bytes([1; 32]);
+
+    #[tokio::test]
+    async fn a_wait_for_a_holder_ends_when_one_holds_the_key_and_not_before() {
+        let holders = Arc::new(Holders::default());
+        let waiting = holders.until_held(&KEY);
+        tokio::pin!(waiting);
+        // Another key's holding wakes it to look, and it waits on.
+        let other = holders.try_hold(&CacheKey::from_bytes([2; 32]));
+        assert!(tokio::time::timeout(Duration::from_millis(50), waiting.as_mut()).await.is_err());
+        let Try::Held(_holding) = holders.try_hold(&KEY) else { panic!("nobody held the key") };
+        tokio::time::timeout(Duration::from_secs(5), waiting).await.expect("the wait ended with the holding");
+        // Held already: no wait at all.
+        tokio::time::timeout(Duration::from_millis(50), holders.until_held(&KEY)).await.expect("held now");
+        drop(other);
+    }
     const LONG: Duration = Duration::from_secs(5);
 
     #[tokio::test]

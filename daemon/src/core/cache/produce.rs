@@ -197,4 +197,9 @@ impl Producer {
     pub fn is_held(&self, key: &CacheKey) -> bool {
         self.holders.is_held(key)
     }
+
+    /// Resolves once a request on this host holds `key` (at once if one does).
+    pub async fn until_held(&self, key: &CacheKey) {
+        self.holders.until_held(key).await;
+    }
 }

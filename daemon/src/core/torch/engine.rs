@@ -30,8 +30,6 @@ use tokio::sync::OnceCell;
 
 /// The blob namespace graphs are stored under.
 pub const NAMESPACE: &str = "torch-graph";
-/// How often a request that leaves a graph to another rank for a moment looks for its claim.
-const CLAIM_POLL: Duration = Duration::from_millis(25);
 
 /// The torch graph engine of this host: its tiers and single flight, its ledger, its torch
 /// workers and the claims open now.
@@ -236,13 +234,8 @@ impl GraphEngine {
         if self.producer.cache().local(key).await.is_some() {
             return;
         }
-        let claimed_here = async {
-            while !self.producer.is_held(key) {
-                tokio::time::sleep(CLAIM_POLL).await;
-            }
-        };
         tokio::select! {
-            () = claimed_here => {}
+            () = self.producer.until_held(key) => {}
             _ = self.producer.cache().published_elsewhere(key) => {}
             () = tokio::time::sleep(bound) => {}
         }
