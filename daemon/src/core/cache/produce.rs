@@ -194,6 +194,7 @@ impl Producer {
     }
 
     /// Whether a request on this host holds `key` now.
+    #[cfg(test)]
     pub fn is_held(&self, key: &CacheKey) -> bool {
         self.holders.is_held(key)
     }
