@@ -165,6 +165,13 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
     return _waited(torch, record, started, gm, example_inputs, request, here, backward_now=layout != "single")
 
 
+#: The shortest a blocking graph's wait is bounded to. Its bound covers kilnd's first answer to
+#: the ask itself (a grant where nobody holds the graph), a round trip that a small graph's
+#: estimated compile, a fraction of a second, could cut short on a busy host: the graph would
+#: then compile unshared (``late``) though nobody else was compiling it.
+ANSWER_FLOOR_SECS = 1.0
+
+
 def _waited(
     torch: Any,
     record: GraphRecord,
@@ -183,7 +190,7 @@ def _waited(
     compile loaded or paid here, tell the budget what the next graph may wait."""
     budget = _deferred.pieces.budget
     nodes = len(gm.graph.nodes)
-    answer = _asked(record, request, bound=_deferred.pieces.bound(nodes))
+    answer = _asked(record, request, bound=max(_deferred.pieces.bound(nodes), ANSWER_FLOOR_SECS))
     if isinstance(answer, Answer) or answer == "late":
         budget.waited(record.phases.get("ask", 0.0), nodes)
     began = time.perf_counter()
