@@ -25,7 +25,7 @@ pub struct Holders {
     map: Mutex<HashMap<CacheKey, (u64, watch::Sender<State>)>>,
     next_id: AtomicU64,
     /// Woken at every new holding, for the requests that wait for a key to be held
-    /// ([`Holders::held`]): a torch job's ranks leave a graph to the rank it falls to, and each
+    /// ([`Holders::until_held`]): a torch job's ranks leave a graph to the rank it falls to, and each
     /// polling for that claim woke every few milliseconds for seconds.
     newly_held: tokio::sync::Notify,
 }

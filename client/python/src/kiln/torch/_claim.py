@@ -99,17 +99,17 @@ def splits(layout: str) -> bool:
     """Whether the ranks and hosts of this job split its cold compile: a rank waits for a graph
     another rank or host claimed rather than compile it too (``KILN_TORCH_SPLIT``).
 
-    Unset, a job of several ranks on several hosts splits (see :func:`hosts`; one process's graphs
-    wait for the fleet's claimant in any case), and a job on one host waits for nobody. DDP's pieces are traced together, so each falls to one host, which the
-    others leave it to, and the hosts compile their shares at once: a rank's first step ends when
-    the slowest share lands. FSDP2's graphs (any other job's of several ranks) are traced one at a
-    time, at their first call: the
-    first rank in the fleet to reach one claims it and the others wait for it, so the fleet
-    compiles it once, where each host would otherwise compile it beside the others (on a 2-core
-    CPU fleet, 0.73x plain's first step against 1.14x unsplit, tests/gpu/RESULTS.md). Either way
-    a rank waits for another's compile no longer than its own compile of the graph would take
-    (kiln.torch._budget), and compiles it itself past that. On one host there is nothing to
-    split across: only the first GPU's rank can share its code, and a rank that waited would add
+    Unset, a job of several ranks on several hosts splits (see :func:`hosts`; one process's
+    graphs wait for the fleet's claimant in any case), and a job on one host waits for nobody.
+    DDP's pieces are traced together, so each falls to one host, which the others leave it to,
+    and the hosts compile their shares at once: a rank's first step ends when the slowest share
+    lands. FSDP2's graphs (any other job's of several ranks) are traced one at a time, at their
+    first call: the first rank in the fleet to reach one claims it and the others wait for it,
+    so the fleet compiles it once, where each host would otherwise compile it beside the others
+    (on a 2-core CPU fleet, 0.73x plain's first step against 1.14x unsplit, tests/gpu/RESULTS.md).
+    Either way a rank waits for another's compile no longer than its own compile of the graph
+    would take (kiln.torch._budget), and compiles it itself past that. On one host there is
+    nothing to split across: only the first GPU's rank can share its code, and a rank that waited would add
     the other's publish and load to its own start. ``1`` splits every layout's graphs; ``0`` none."""
     value = settings.TORCH_SPLIT.value()
     if value in (None, ""):
