@@ -140,7 +140,10 @@ impl Producer {
                     Waited::Published | Waited::Released => continue,
                 },
             };
-            if let Some(found) = self.cache.cached_in_fleet(key).await.as_ref().and_then(&open) {
+            // Looked for again under the holding: a holder that published and let go between
+            // the look above and this holding left its entry in the tiers, and without this look
+            // the waiter it woke would compile the key a second time.
+            if let Some(found) = self.cache.cached(key).await.as_ref().and_then(&open) {
                 // Stored here now: whoever waits on this host finds it in the tiers.
                 self.holders.published(key);
                 return Decision::Found(found);
@@ -160,6 +163,10 @@ impl Producer {
             return Some(Decision::Found(found));
         }
         let Try::Held(holding) = self.holders.try_hold(key) else { return None };
+        // As in `decide`: a holder may have published and let go since the look above.
+        if let Some(found) = self.cache.cached_here(key).await.as_ref().and_then(&open) {
+            return Some(Decision::Found(found));
+        }
         let claimed = self.cache.try_claim_or_hit(key).await?;
         Some(self.granted(key, holding, claimed, &open))
     }
