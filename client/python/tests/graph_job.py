@@ -49,6 +49,10 @@ def run_job(uri: str, tmp: Path, **env_extra: str) -> dict[str, Any]:
     env.update(KILN_TORCH_CLAIM="1")
     # Only the graph path: torch's remote caches through kiln are tested in test_torch_real.py.
     env.update(TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE="0", TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE="0")
+    # A wait for another process's or a worker's compile lasts as long as that compile: on a 2-core
+    # host under the suite's other tests it can outlast the first wait read off Dynamo's trace
+    # (at least 30 s), which unit tests in test_torch_layouts.py test by itself.
+    env.update(KILN_TORCH_GRAPH_WAIT_SECS="900")
     env.update(env_extra)
     run = subprocess.run([sys.executable, "-c", textwrap.dedent(JOB)], env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-4000:]

@@ -217,6 +217,19 @@ class Kilnd(Process):
     def metrics(self) -> str:
         return http_get(self.metrics_port, "/metrics")
 
+    def warm_torch_workers(self, bound: float = 300.0) -> str:
+        """Starts kilnd's torch workers and waits until they are up: their torch version. A test
+        that needs them idle and ready fails here, by name, if they never come up."""
+        import kiln
+
+        deadline = time.monotonic() + bound
+        with kiln.Client(self.uri) as c:
+            while (version := c.warm_torch_workers()) is None:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"kilnd's torch workers were not up within {bound:.0f} s (log: {self.log})")
+                time.sleep(0.5)
+        return version
+
 
 def metric(text: str, series: str) -> float:
     """The value of one series line (``name{labels}``) in Prometheus text; 0 when absent."""

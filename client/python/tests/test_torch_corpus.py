@@ -73,6 +73,9 @@ def test_a_job_shape_goes_through_kilnd(corpus_kilnd: Kilnd, tmp_path: Path, sha
         stats = r["graphs"]
         where = f"rank {rank} of {shape} ({layout}): {stats}\n{r['stderr'][-3000:]}"
         assert stats["graphs"], where
+        # Dynamo's trace of each frame was timed: what a wait reads before any compile shows
+        # this process's rate.
+        assert stats["traced"] and all(s > 0 and n >= 1 for s, n in stats["traced"].values()), where
         # unshared: a graph whose compile left torch nothing to share (the resume function after
         # a graph break that generates no code), compiled here as torch would.
         assert set(stats["fallbacks"]) <= named | {"unshared"}, where

@@ -241,8 +241,6 @@ def test_a_claim_holds_the_others_until_its_publish_and_a_closed_one_hands_it_on
 
 
 def test_a_claim_that_prefers_the_workers_takes_an_idle_one_and_is_granted_where_none_is_up(tmp_path: Path) -> None:
-    import time
-
     k = Kilnd(tmp_path / "prefer")
     try:
         with kiln.Client(k.uri) as c:
@@ -252,9 +250,7 @@ def test_a_claim_that_prefers_the_workers_takes_an_idle_one_and_is_granted_where
             cold.close()
             assert cold.answer.compile_here, cold.answer
             assert c.warm_torch_workers(start=False) is None
-            deadline = time.monotonic() + 300
-            while c.warm_torch_workers() is None and time.monotonic() < deadline:
-                time.sleep(0.5)
+            k.warm_torch_workers()
             # An idle worker compiles it instead (this payload fails there, which shows where it ran).
             warm = _claim(c, payload(b"another graph preferring workers"), prefer_workers=True)
             warm.close()
@@ -264,14 +260,9 @@ def test_a_claim_that_prefers_the_workers_takes_an_idle_one_and_is_granted_where
 
 
 def test_a_cold_graph_is_claimed_even_where_workers_are_up_and_the_setting_sends_it_to_them(tmp_path: Path) -> None:
-    import time
-
     k = Kilnd(tmp_path / "workers-up")
     try:
-        with kiln.Client(k.uri) as c:
-            deadline = time.monotonic() + 300
-            while c.warm_torch_workers() is None and time.monotonic() < deadline:
-                time.sleep(0.5)
+        k.warm_torch_workers()
         # Workers up and idle: the process still compiles its graph itself (a worker's compile
         # costs the process its load on top), and shares it.
         r = run_job(k.uri, tmp_path / "claimed", KILN_TORCH_CLAIM="", WIDTH="24")

@@ -494,3 +494,56 @@ def test_loading_an_answer_starts_no_compile_pool_and_a_compile_here_gets_it_bac
     assert _inductor.own_threads == 4
     assert _inductor.in_process(lambda: config.compile_threads) == 4
     assert config.compile_threads == 1
+
+
+def test_before_any_compile_a_wait_is_bounded_by_dynamo_s_trace_of_the_frame() -> None:
+    """A rank whose first graph is another's compile (an FSDP2 rank's first block, a DDP rank with
+    no share) has no rate yet: the bound is read off Dynamo's trace of the frame, at least the
+    floor over the whole first step, where it used to be the fixed bound (at least 120 s)."""
+    import time
+
+    from kiln.torch._budget import TRACE_FLOOR_SECS, TRACE_TO_COMPILE, WaitBudget
+
+    budget = WaitBudget()
+    # No frame seen, no compile: no estimate (the caller's fixed bound).
+    assert budget.bound(100) is None
+    # A graph of a frame Dynamo did not announce teaches nothing.
+    budget.graph_traced("9/0", 100, "cuda")
+    assert budget.bound(100) is None
+    # A GPU frame traced in 5 s whose graphs (two DDP pieces) hold 1,000 nodes.
+    budget.frame_started("0/0")
+    budget.frames["0/0"] -= 5.0
+    budget.graph_traced("0/0", 600, "cuda")
+    time.sleep(0.01)
+    budget.graph_traced("0/0", 400, "cuda")
+    trace_s, nodes = budget.traced["0/0"]
+    assert 5.0 <= trace_s < 5.5 and nodes == 1000, budget.traced
+    rate = TRACE_TO_COMPILE["cuda"] * trace_s / 1000
+    assert budget.traced_rate() == rate and budget.rate() is None
+    # The first piece may wait its estimated compile, 18 times 5 s times 0.6: about 54 s, not 120 s.
+    assert budget.bound(600) == rate * 600
+    # A small graph waits the floor, which is the first step's, not each piece's.
+    assert budget.bound(10) == TRACE_FLOOR_SECS
+    budget.waited(20.0, 10)
+    assert budget.bound(1) == max(TRACE_FLOOR_SECS - 20.0, rate * 10 - 20.0 + rate)
+    # Once a compile shows the rate, the trace no longer counts.
+    budget.compiled_elsewhere(3.0, 1000)
+    assert budget.rate() == 0.003 and budget.bound(1000) == max(0.0, 0.003 * 10 - 20.0) + 3.0
+    # A CPU frame's compile is a larger multiple of its trace.
+    cpu = WaitBudget()
+    cpu.frame_started("0/0")
+    cpu.graph_traced("0/0", 10, "cpu")
+    assert cpu.trace_factor == TRACE_TO_COMPILE["cpu"]
+
+
+def test_a_frame_s_trace_is_timed_from_dynamo_s_start_callback_after_a_reset_too() -> None:
+    """kiln times each frame's trace from Dynamo's own start callback, which
+    ``torch._dynamo.reset()`` clears: kiln registers it again."""
+    import torch
+
+    from kiln.torch import _callbacks, _graph
+
+    _callbacks.keep(torch._dynamo, start=_graph._frame_started)
+    torch._dynamo.reset()
+    assert _graph._frame_started in torch._dynamo.callback.callback_handler.start_callbacks
+    assert torch._dynamo.callback.callback_handler.start_callbacks.count(_graph._frame_started) == 1

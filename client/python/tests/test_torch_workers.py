@@ -66,6 +66,7 @@ def test_a_worker_whose_host_sets_another_cxx_still_answers_with_the_process_key
     # reach the worker as a tuple, or every graph misses on a host where kilnd's CXX differs.
     k = Kilnd(tmp_path / "cxx", extra_env={"CXX": "/usr/bin/g++"})
     try:
+        k.warm_torch_workers()
         with pytest.MonkeyPatch.context() as mp:
             mp.delenv("CXX", raising=False)  # run_job's process inherits this environment
             # The worker compiles it: the process claims nothing.

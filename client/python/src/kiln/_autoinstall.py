@@ -65,8 +65,9 @@ def _on_dynamo(module: ModuleType) -> None:
     if _version_ok():
         from .torch import _graph, _job, snapshot
 
-        _graph.install(_job.job_now() or "")
+        # The snapshot's callbacks first: a frame's trace is timed from after the restore's join.
         snapshot.attach(module)
+        _graph.install(_job.job_now() or "")
 
 
 def install_hooks() -> None:

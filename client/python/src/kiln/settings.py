@@ -80,7 +80,7 @@ TORCH_SPLIT = Setting(
 )
 TORCH_GRAPH_WAIT_SECS = Setting(
     "KILN_TORCH_GRAPH_WAIT_SECS",
-    "the process's own compile of the graph once a compile shows the rate; before, twice its longest compile, at least 120",
+    "the process's own compile of the graph, estimated from its compiles, or before any from Dynamo's trace (at least 30)",
     "how long a blocking graph waits for another process's compile of it before compiling it itself",
 )
 TORCH_MEASURE = Setting(

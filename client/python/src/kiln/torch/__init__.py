@@ -256,10 +256,8 @@ def install(
     _clear_memoized()
     if triton:
         switch_on_triton()
-    if graphs:
-        from . import _graph, _job
-
-        _graph.install(_job.job_now() or "")
+    # The snapshot's callbacks before the graph path's: a frame's trace is timed from after the
+    # restore's join.
     if snapshots:
         from .. import _import_hooks
         from . import _job, snapshot
@@ -267,6 +265,10 @@ def install(
         if snapshot.enabled():
             _job.set_default_dirs()
             _import_hooks.watch({"torch._dynamo": snapshot.attach})
+    if graphs:
+        from . import _graph, _job
+
+        _graph.install(_job.job_now() or "")
     return replaced
 
 
@@ -276,11 +278,13 @@ def installed() -> bool:
 
 
 def graph_stats() -> dict[str, Any]:
-    """What the graph path did in this process: fallbacks to an in-process compile by reason, and
-    each graph's record (how it was compiled, the tier that answered, compile seconds, calls)."""
-    from . import _ledger
+    """What the graph path did in this process: fallbacks to an in-process compile by reason,
+    each graph's record (how it was compiled, the tier that answered, compile seconds, calls),
+    and Dynamo's trace of each frame (``traced``: seconds and nodes by compile id, what a wait
+    reads before any compile shows this process's rate)."""
+    from . import _deferred, _ledger
 
-    return _ledger.stats()
+    return {**_ledger.stats(), "traced": _deferred.pieces.budget.traced_stats()}
 
 
 def roi() -> Any:

@@ -1,5 +1,5 @@
-"""How long a DDP piece may wait for another process's compile of it: never longer than this
-process would take to compile it itself.
+"""How long a graph may wait for another process's compile: never longer than this process would
+take to compile it itself.
 
 A split cold start (each piece compiled by one rank of the fleet, every other rank loading it)
 pays off when the piece's claimant, which compiles it beside this process's own share, lands it
@@ -13,16 +13,32 @@ comes from the pieces this process compiled itself (forward and backward at once
 compiles them) and from the compiles it loaded (their claimant's seconds); the slower rate is
 used, so that an estimate errs toward waiting. What counts is the first step's total, not each
 piece's: a piece that arrived before it was needed leaves its unspent estimate to the next.
-Before any rate is known (the first piece this rank needs was compiled elsewhere: by its twin on
-the host's first GPU, or by another host while this rank had no share) there is no estimate, and
-the caller's fixed bound applies (for a claimant alive and stuck; one that dies loses its claim
-with its connection or its fleet lease).
+
+Before any compile has shown a rate (the first graph this rank needs was compiled elsewhere: by
+another host while this rank had no share, or an FSDP2 rank's first block), the rate is read off
+Dynamo's trace of the graph's frame: on the record, AOTAutograd's and Inductor's compile of a
+frame, forward and backward, took 8 to 18 times as long as Dynamo's trace of it on a GPU (every
+shape of the corpus, H100 and H200) and 40 to 90 times on a CPU (the C++ compiler's share is
+larger). :data:`TRACE_TO_COMPILE` takes about the largest, and the wait is at least
+:data:`TRACE_FLOOR_SECS`, so that this estimate errs toward waiting too, yet a claimant alive and
+stuck holds a rank for about its own compile rather than the fixed bound. Only where no frame's
+trace was seen (a graph compiled outside Dynamo) does the caller's fixed bound apply.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
+
+#: Seconds of a frame's compile (AOTAutograd and Inductor, forward and backward) per second of
+#: Dynamo's trace of it, by the device its graphs run on: about the largest ratio on the record.
+TRACE_TO_COMPILE = {"cuda": 18.0, "cpu": 90.0}
+#: The shortest wait a rate read off traces gives: a process's first compile pays fixed costs
+#: (the rest of Inductor's imports, its compile workers, the C++ compiler's first runs) that a
+#: small graph's trace does not scale to: on a CPU, a 9-node graph traced in 0.1 s compiled in
+#: 15 to 37 s.
+TRACE_FLOOR_SECS = 30.0
 
 
 @dataclass
@@ -33,7 +49,30 @@ class WaitBudget:
     loaded: list[tuple[float, int]] = field(default_factory=list)
     #: (seconds, nodes) of each wait for another process's compile, ended.
     waits: list[tuple[float, int]] = field(default_factory=list)
+    #: When Dynamo began compiling each frame (``perf_counter``), by compile id.
+    frames: dict[str, float] = field(default_factory=dict)
+    #: [trace seconds, nodes] of each frame whose graphs reached kiln: the seconds from the
+    #: frame's start to its first graph, and the nodes of every graph it handed over.
+    traced: dict[str, list[float]] = field(default_factory=dict)
+    #: Compile seconds per trace second for this process's graphs (:data:`TRACE_TO_COMPILE`).
+    trace_factor: float = TRACE_TO_COMPILE["cuda"]
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def frame_started(self, compile_id: str) -> None:
+        """Dynamo began compiling a frame (its start callback, on the compiling thread)."""
+        with self.lock:
+            self.frames[compile_id] = time.perf_counter()
+
+    def graph_traced(self, compile_id: str | None, nodes: int, device: str) -> None:
+        """A graph of the frame ``compile_id`` reached kiln: the first one ends the frame's trace
+        (a DDP frame's pieces come one after another, each after its predecessor's handling)."""
+        with self.lock:
+            started = self.frames.get(compile_id or "")
+            if started is None:
+                return
+            self.trace_factor = TRACE_TO_COMPILE["cpu" if device == "cpu" else "cuda"]
+            seen = self.traced.setdefault(compile_id or "", [time.perf_counter() - started, 0])
+            seen[1] += max(1, nodes)
 
     def compiled_here(self, seconds: float, nodes: int) -> None:
         with self.lock:
@@ -55,12 +94,33 @@ class WaitBudget:
             rates = [sum(s for s, _ in xs) / sum(n for _, n in xs) for xs in (self.own, self.loaded) if xs]
         return max(rates, default=None)
 
+    def traced_rate(self) -> float | None:
+        """The rate read off Dynamo's traces of this process's frames (:data:`TRACE_TO_COMPILE`
+        times their trace seconds per node), or None before any frame's graph reached kiln."""
+        with self.lock:
+            if not self.traced:
+                return None
+            seconds = sum(s for s, _ in self.traced.values())
+            nodes = sum(n for _, n in self.traced.values())
+            return self.trace_factor * seconds / nodes
+
+    def traced_stats(self) -> dict[str, list[float]]:
+        """[trace seconds, nodes] of each frame, by compile id, for :func:`kiln.torch.graph_stats`."""
+        with self.lock:
+            return {cid: [round(s, 4), int(n)] for cid, (s, n) in self.traced.items()}
+
     def bound(self, nodes: int) -> float | None:
         """How long a piece of ``nodes`` nodes may wait: its own estimated compile, plus what the
-        earlier waits left unspent of theirs. None where no rate is known yet."""
-        rate = self.rate()
+        earlier waits left unspent of theirs; while the rate is only read off Dynamo's traces, at
+        least what earlier waits left of :data:`TRACE_FLOOR_SECS`. None where no rate is known,
+        not even from a trace."""
+        rate, floor = self.rate(), 0.0
+        if rate is None:
+            rate, floor = self.traced_rate(), TRACE_FLOOR_SECS
         if rate is None:
             return None
         with self.lock:
             unspent = sum(rate * n - s for s, n in self.waits)
-        return max(0.0, unspent) + rate * max(1, nodes)
+            # The floor is the first step's, not each piece's: what earlier waits spent of it is gone.
+            floor -= sum(s for s, _ in self.waits)
+        return max(floor, max(0.0, unspent) + rate * max(1, nodes))

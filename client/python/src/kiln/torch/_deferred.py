@@ -55,8 +55,8 @@ class Pieces:
 
     def bound(self, nodes: int) -> float:
         """How long a graph of ``nodes`` nodes may wait for another process's compile (see
-        :class:`WaitBudget`): the fixed bound where ``KILN_TORCH_GRAPH_WAIT_SECS`` sets one or no
-        rate is known yet."""
+        :class:`WaitBudget`): the fixed bound where ``KILN_TORCH_GRAPH_WAIT_SECS`` sets one, or
+        where no rate is known, not even one read off Dynamo's traces."""
         if settings.TORCH_GRAPH_WAIT_SECS.value() not in (None, ""):
             return wait_bound()
         estimate = self.budget.bound(nodes)

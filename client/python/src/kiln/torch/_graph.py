@@ -38,7 +38,7 @@ from typing import Any
 
 from .. import settings
 from .._warn import warn_once
-from . import _claim, _deferred, _device, _inductor, _layout
+from . import _callbacks, _claim, _deferred, _device, _inductor, _layout
 from ._ask import COMPILE_WAIT_SECS, Answer, Request, ask, fallback, load, nothing_shared
 from ._claim import Grant, compile_to_share
 from ._deferred import AsyncGraph
@@ -98,6 +98,20 @@ def _graph_name(gm: Any) -> str:
     return f"{name} piece {pieces + 1}" if pieces else name
 
 
+def _compile_id(torch: Any, gm: Any) -> str | None:
+    """The id of the Dynamo compile that traced ``gm`` (``"0/0"``), as its callbacks name it."""
+    cid = torch._guards.CompileContext.current_compile_id()
+    if cid is None and hasattr(gm, "meta"):
+        cid = gm.meta.get("dynamo_compile_id")
+    return None if cid is None else str(cid)
+
+
+def _frame_started(args: Any) -> None:
+    """Dynamo's start callback: a frame's compile began (see _budget)."""
+    if getattr(args, "callback_trigger", None) is not None and args.callback_trigger.name == "DYNAMO":
+        _deferred.pieces.budget.frame_started(str(args.compile_id))
+
+
 def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, list[Any]], Any], config: dict[str, Any]) -> Any:
     """kiln's Inductor backend: what torch.compile runs for each graph Dynamo captured."""
     import torch
@@ -113,6 +127,9 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
     started = time.perf_counter()
     layout = _layout.of_graph(torch)
     device = _layout.device_of(example_inputs)
+    # Dynamo's trace of this graph's frame ends here: what a wait's bound reads before any
+    # compile has shown this process's rate (see _budget).
+    _deferred.pieces.budget.graph_traced(_compile_id(torch, gm), len(gm.graph.nodes), device)
 
     def here() -> Any:
         # Every compile here waits for kiln's early pick of the CPU's vector instructions: beside
@@ -357,6 +374,7 @@ def install(job: str) -> bool:
 
     wrapper.__call__ = __call__
     _installed = True
+    _callbacks.keep(torch._dynamo, start=_frame_started)
     # kiln's gRPC client, imported here on the thread that imports Dynamo, before any thread of
     # kiln's (publishes, reports, the snapshot's save) or Inductor's (remote cache lookups) needs
     # it. Imported first by two threads at once, it tripped Python's import-deadlock avoidance,

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import functools
 import hashlib
 import json
 import logging
@@ -56,7 +55,7 @@ from types import ModuleType
 from typing import Any
 
 from .. import settings
-from . import _job, _source_keys
+from . import _callbacks, _job, _source_keys
 
 log = logging.getLogger("kiln")
 
@@ -392,33 +391,12 @@ def _on_compile_end(*_: object) -> None:
         log.warning("kiln: scheduling the torch.compile snapshot save failed", exc_info=True)
 
 
-def _register(callback: ModuleType) -> None:
-    handler = callback.callback_handler
-    if _on_compile_start not in handler.start_callbacks:
-        callback.on_compile_start(_on_compile_start)
-    if _on_compile_end not in handler.end_callbacks:
-        callback.on_compile_end(_on_compile_end)
-
-
 def attach(dynamo: ModuleType) -> None:
-    """Hooks the restore's join and the saves into ``torch._dynamo``'s compile callbacks.
-    ``torch._dynamo.reset()`` clears every callback, so it is wrapped to put them back."""
+    """Hooks the restore's join and the saves into ``torch._dynamo``'s compile callbacks, kept
+    across ``torch._dynamo.reset()``."""
     if not enabled():
         return
-    callback = dynamo.callback
-    _register(callback)
-    reset = dynamo.reset
-    if not getattr(reset, "_kiln", False):
-
-        @functools.wraps(reset)
-        def reset_and_reattach(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return reset(*args, **kwargs)
-            finally:
-                _register(callback)
-
-        reset_and_reattach._kiln = True  # type: ignore[attr-defined]
-        dynamo.reset = reset_and_reattach  # type: ignore[attr-defined]
+    _callbacks.keep(dynamo, start=_on_compile_start, end=_on_compile_end)
 
 
 def stats() -> dict[str, Any]:
