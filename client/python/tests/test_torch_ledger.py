@@ -85,7 +85,7 @@ def test_three_runs_of_one_job_give_one_fleet_row_that_merges_them(fleet: Fleet,
     assert "kiln: torch.compile cost this job" in cold["stderr"], cold["stderr"][-2000:]
     row = fleet_row(a)
     assert row.cold_compile_s == pytest.approx(stored) and row.saved_s == 0 and row.processes == 1, row
-    assert row.eager_basis == "contended" and "KILN_TORCH_MEASURE" in row.verdict, row
+    assert row.eager_basis == "contended" and "KILN_TORCH_MEASURE" in row.verdict, (row, graph)
 
     # 2. The job again, blocking, on the same kilnd: the stored graph, compiled from the first
     # step. Its process is charged what it spent; the stored compile counts as saved; it
@@ -222,3 +222,53 @@ def test_eager_samples_during_a_compile_on_this_host_are_contended() -> None:
     assert warm.window(20.0) is None and warm.served() == "remote"
     waiting = GraphRecord("g", how="eager", created=1.0)
     assert waiting.window(20.0) == (1.0, 20.0)
+
+
+def test_a_sample_that_spans_a_swap_times_the_swap_and_counts_neither_way() -> None:
+    from kiln.torch._ledger import GraphRecord
+
+    # Two pieces of one job, swapped at consecutive steps (each swap's load, and its first
+    # compiled call's autotuning, on the training thread): piece a at 10 s, piece b at 11 s.
+    a, b = GraphRecord("bucket 1"), GraphRecord("bucket 2")
+    a.swap_began(10.0)
+    b.swap_began(11.0)
+    # The warm-up lasts until the graph's second compiled call.
+    a.called("compiled")
+    assert a.warm_until is None and a.warm_up(10.5) == (10.0, 10.5)
+    a.called("compiled")
+    assert a.warm_until is not None
+    a.warm_until, b.warm_until = 11.0, 12.0
+    a.samples["compiled"] = [(11.0, 1.0), (12.0, 0.8)]
+    warm_ups = [w for g in (a, b) if (w := g.warm_up(20.0)) is not None]
+    # a's first interval is its own warm-up; its second spans b's swap: no compiled figure yet,
+    # rather than b's swap read as a's compiled step.
+    assert a.cost([], warm_ups).compiled_samples == 0
+    # Later steps are figures again.
+    a.samples["compiled"] += [(12.05, 0.05), (12.1, 0.05)]
+    cost = a.cost([], warm_ups)
+    assert (cost.compiled_samples, cost.compiled_median_s) == (2, 0.05), cost
+    # A swap that failed leaves the graph eager: its window closes rather than hiding every
+    # later sample of every graph.
+    failed = GraphRecord("failed")
+    failed.swap_began(30.0)
+    failed.swap_failed(31.0)
+    assert failed.warm_up(90.0) == (30.0, 31.0)
+    # A graph's only compiled interval is its warm-up, not a figure.
+    once = GraphRecord("once")
+    once.samples["compiled"] = [(5.0, 3.4)]
+    assert once.cost([]).compiled_samples == 0
+
+
+def test_a_sample_overlaps_the_merged_spans_exactly_when_it_overlaps_one_of_them() -> None:
+    import random
+
+    from kiln.torch._ledger import Intervals
+
+    rng = random.Random(7)
+    for _ in range(200):
+        spans = [(a, a + rng.uniform(0.0, 3.0)) for a in (rng.uniform(0.0, 20.0) for _ in range(rng.randint(0, 8)))]
+        merged = Intervals(spans)
+        for _ in range(50):
+            end, seconds = rng.uniform(0.0, 25.0), rng.uniform(0.0, 2.0)
+            one_by_one = any(start < end and end - seconds < stop for start, stop in spans)
+            assert merged.overlap((end, seconds)) == one_by_one, (spans, end, seconds)

@@ -243,6 +243,12 @@ class AsyncGraph:
         answer, inputs = self.answer, self.example_inputs or []
         self.example_inputs = None
         swap_started = time.perf_counter()
+        # On the training thread the swap stalls the step around it, so its warm-up opens now. On
+        # the fetching thread it runs beside the eager steps, which are contended by it (the
+        # compile's window covers it), not stalled: the warm-up opens as the swap ends.
+        beside = threading.current_thread() is self.thread
+        if not beside:
+            self.record.swap_began(swap_started)
         context = torch._guards.tracing(self.context) if self.context is not None else contextlib.nullcontext()
         if self.context is not None:
             for tensor, symbolic in self.input_contexts:
@@ -270,6 +276,7 @@ class AsyncGraph:
                 answer.claim.close()
             _swap_failed(e)
             self.record.how = "eager"
+            self.record.swap_failed(time.perf_counter())
             self.compiled = self.gm
             return
         finally:
@@ -280,6 +287,8 @@ class AsyncGraph:
             self.input_contexts = []
         self.record.compile_s += time.perf_counter() - swap_started
         self.record.ready_after_s = time.perf_counter() - self.started
+        if beside:
+            self.record.swap_began(time.perf_counter())
         self.compiled = compiled
         _report_soon()
 

@@ -26,6 +26,7 @@ Honest figures:
 from __future__ import annotations
 
 import atexit
+import bisect
 import functools
 import logging
 import os
@@ -54,6 +55,29 @@ MEASURE_EVERY = 10
 
 #: Tiers whose answer was stored: no compile ran on this host for it.
 STORED_TIERS = ("memory", "disk", "remote")
+
+
+class Intervals:
+    """Spans of time, merged and sorted once, so that whether a sample overlaps one is a
+    bisection: a report tests every sample of every graph (up to 512 each way) against every
+    graph's compile window and warm-up, on a thread that shares the training thread's GIL."""
+
+    def __init__(self, spans: Sequence[tuple[float, float]]) -> None:
+        merged: list[tuple[float, float]] = []
+        for start, stop in sorted(spans):
+            if merged and start < merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], stop))
+            else:
+                merged.append((start, stop))
+        self._merged = merged
+        self._starts = [start for start, _ in merged]
+
+    def overlap(self, sample: tuple[float, float]) -> bool:
+        """Whether a sample (its end, its seconds) overlaps any span."""
+        end, seconds = sample
+        # The last span to start before the sample ends: the one reaching furthest of those.
+        i = bisect.bisect_left(self._starts, end) - 1
+        return i >= 0 and end - seconds < self._merged[i][1]
 
 
 def measure_calls() -> int:
@@ -114,6 +138,13 @@ class GraphRecord:
     #: Eager calls run after the compile to measure, and those still to run.
     measured: int = 0
     measure_left: int = field(default_factory=measure_calls)
+    #: When the graph's warm-up began and when its second compiled call began. The warm-up is
+    #: the first compiled call's autotuning and first backward, which a step around them pays
+    #: once, and the load before them where it ran on the training thread (a load on the fetching
+    #: thread runs beside the eager steps: they are contended then, not stalled). Another graph's
+    #: sample that spans it times this warm-up, not a step.
+    warm_from: float | None = None
+    warm_until: float | None = None
     #: Whether older samples were dropped, by way (the first no longer holds the warm-up then).
     trimmed: dict[str, bool] = field(default_factory=lambda: {"eager": False, "compiled": False})
     _last: tuple[str, float] | None = None
@@ -129,11 +160,30 @@ class GraphRecord:
                 del samples[: MAX_SAMPLES // 2]
                 self.trimmed[self._last[0]] = True
         self._last = (mode, now)
+        if mode == "compiled" and self.calls["compiled"] == 1 and self.warm_from is not None and self.warm_until is None:
+            self.warm_until = now
         self.calls[mode] += 1
 
     def restart(self) -> None:
         """Forgets when the last call started: the time since was not a step's."""
         self._last = None
+
+    def swap_began(self, at: float) -> None:
+        """The swap to the compiled graph began: its warm-up window opens."""
+        if self.warm_from is None:
+            self.warm_from = at
+
+    def swap_failed(self, at: float) -> None:
+        """The swap failed and the graph runs on eagerly: its warm-up window closes, or it would
+        stay open, with no second compiled call to close it, over every later sample."""
+        if self.warm_from is not None and self.warm_until is None:
+            self.warm_until = at
+
+    def warm_up(self, now: float) -> tuple[float, float] | None:
+        """The swap's warm-up window (still open until the graph's second compiled call)."""
+        if self.warm_from is None:
+            return None
+        return (self.warm_from, now if self.warm_until is None else self.warm_until)
 
     def answered(self, tier: str, key: str, stored_compile_s: float, at: float) -> None:
         """kilnd's answer: the tier that served it, its key and its stored compile seconds."""
@@ -176,19 +226,23 @@ class GraphRecord:
             return self.how
         return ""
 
-    def cost(self, windows: Sequence[tuple[float, float]]) -> Any:
+    def cost(self, windows: Sequence[tuple[float, float]], warm_ups: Sequence[tuple[float, float]] = ()) -> Any:
+        """What this graph's calls cost. ``windows``: when a compile ran on this host (an eager
+        sample in one is contended); ``warm_ups``: every graph's swap warm-up (a sample that
+        spans one, another graph's too, timed the swap, not a step, and counts neither way)."""
         from .results import TorchGraphCost
+
+        compiling, warming = Intervals(windows), Intervals(warm_ups)
 
         def values(mode: str, keep: Callable[[tuple[float, float]], bool] = lambda _: True) -> list[float]:
             samples = self.samples[mode]
-            # The first interval each way holds the swap or the first step's warm-up.
-            if len(samples) > 1 and not self.trimmed[mode]:
+            # The first interval each way holds the swap or the first step's warm-up; a graph's
+            # one compiled interval is its warm-up, not a figure.
+            if (len(samples) > 1 or mode == "compiled") and not self.trimmed[mode]:
                 samples = samples[1:]
-            return [d for sample in samples if keep(sample) for d in (sample[1],)]
+            return [d for sample in samples if keep(sample) and not warming.overlap(sample) for d in (sample[1],)]
 
-        def contended(sample: tuple[float, float]) -> bool:
-            end, seconds = sample
-            return any(start < end and end - seconds < stop for start, stop in windows)
+        contended = compiling.overlap
 
         def median(v: list[float]) -> float:
             return statistics.median(v) if v else 0.0
@@ -243,7 +297,8 @@ class _Ledger:
         with self.lock:
             graphs = list(self.graphs)
         windows = [w for g in graphs if (w := g.window(now)) is not None]
-        return [g.cost(windows) for g in graphs]
+        warm_ups = [w for g in graphs if (w := g.warm_up(now)) is not None]
+        return [g.cost(windows, warm_ups) for g in graphs]
 
 
 _ledger = _Ledger()
