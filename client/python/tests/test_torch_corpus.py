@@ -28,14 +28,17 @@ import runner  # noqa: E402 - the corpus's directory is put on the path first
 
 pytest.importorskip("torch", reason="torch is not installed in this interpreter")
 
-#: (shape, layout, ranks, the fallbacks the README names for it): every layout, and the shapes
-#: whose graphs differ most (a compiled model, a compiled loss function with a graph break and
-#: sliced inputs under DDP, per-block compiles under FSDP2, a compiled optimizer step, dynamic
-#: shapes, a KV-cache decode loop, a Hugging Face model). The rest of the corpus (train step, checkpointing,
-#: accumulation) runs in the bench and on the GPU, keeping CI within its time.
+#: (shape, layout, ranks, the fallbacks the README names for it): every shape of the corpus once,
+#: and every layout: a compiled model and train step, checkpointing inside the compiled region,
+#: a compiled loss function with a graph break and sliced inputs and gradient accumulation under
+#: DDP, per-block compiles under FSDP2, a compiled optimizer step, dynamic shapes, a KV-cache
+#: decode loop, a Hugging Face model. The whole matrix of shapes and layouts runs on the GPU.
 CASES = [
     ("model_compile", "single", 1, set()),
+    ("train_step_compile", "single", 1, set()),
+    ("checkpoint", "single", 1, set()),
     ("loss_compile", "ddp", 2, set()),
+    ("accumulate", "ddp", 2, set()),
     ("block_compile", "fsdp2", 2, set()),
     # The compiled optimizer step's graph holds the optimizer's state through a weak dictionary
     # that torch's graph pickler cannot write: it compiles in the process, named, before any

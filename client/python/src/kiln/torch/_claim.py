@@ -109,8 +109,9 @@ def splits(layout: str) -> bool:
     (on a 2-core CPU fleet, 0.73x plain's first step against 1.14x unsplit, tests/gpu/RESULTS.md).
     Either way a rank waits for another's compile no longer than its own compile of the graph
     would take (kiln.torch._budget), and compiles it itself past that. On one host there is
-    nothing to split across: only the first GPU's rank can share its code, and a rank that waited would add
-    the other's publish and load to its own start. ``1`` splits every layout's graphs; ``0`` none."""
+    nothing to split across: only the first GPU's rank can share its code, and a rank that
+    waited would add the other's publish and load to its own start. ``1`` splits every layout's
+    graphs; ``0`` none."""
     value = settings.TORCH_SPLIT.value()
     if value in (None, ""):
         return layout in ("ddp", "multi-rank") and hosts()[0] > 1
