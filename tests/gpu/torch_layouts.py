@@ -278,7 +278,7 @@ class Runner:
             out[variant] = dict(done[len(done) // 2], runs_first_s=[r["first_s"] for r in done])
         # Each repeat's kiln cold start against the plain cold it ran beside: the targets' ratio
         # is taken within one run, never across them.
-        for kiln in ("cold", "default"):
+        for kiln in ("cold", "default", *self.a.probes):
             pairs = [r[kiln]["first_s"] / r["plain"]["first_s"] for r in runs if "first_s" in r.get(kiln, {}) and "first_s" in r.get("plain", {})]
             if len(pairs) > 1:
                 out[kiln]["paired_ratios"] = pairs
@@ -364,7 +364,7 @@ def summary(ranks: list[dict], n_graphs: int) -> dict:
         "setup_s": ranks[0]["graphs"].get("setup_s", {}),
         # The first rank's set-up by point (seconds from its start): where before_s goes.
         "marks": ranks[0].get("marks", {}),
-        "restore": ranks[0]["graphs"].get("restore", {}),
+        "restore": ranks[0].get("restore", {}),
     }
     for x in ranks:
         for reason, count in x["graphs"].get("fallbacks", {}).items():

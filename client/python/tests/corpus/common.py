@@ -260,10 +260,12 @@ class Steps:
 
     def done(self, **extra: Any) -> None:
         stats: dict[str, Any] = {}
+        restored: dict[str, Any] = {}
         if os.environ.get("KILN_TORCH", "0") not in ("", "0"):
             import kiln.torch
 
             stats = kiln.torch.graph_stats()
+            restored = kiln.torch.snapshot_stats().get("restore", {})
         if dist.is_initialized():
             dist.destroy_process_group()
         from torch._dynamo.utils import compilation_time_metrics, counters
@@ -279,6 +281,7 @@ class Steps:
             "longest_later": later[-1],
             "times": self.times,
             "graphs": stats,
+            "restore": restored,
             "caches": caches,
             "timed": timed,
             "marks": MARKS,
