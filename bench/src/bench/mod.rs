@@ -39,6 +39,7 @@ pub mod hit_throughput;
 pub mod kilnd;
 pub mod machine;
 pub mod nvrtc;
+pub mod partial;
 pub mod ptxas_compile;
 pub mod redis;
 pub mod report;
