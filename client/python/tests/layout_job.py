@@ -157,7 +157,7 @@ def main() -> None:
         torch.manual_seed(1)
         x = torch.randn(8, WIDTH, device=device)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=MODEL == "llama")
-    losses, first, times = [], None, []
+    losses, first, times, inductor_at_first = [], None, [], False
     for _ in range(STEPS):
         t0 = time.perf_counter()
         with autocast:
@@ -169,6 +169,8 @@ def main() -> None:
         times.append(time.perf_counter() - t0)
         if first is None:
             first = time.perf_counter() - started
+            # Whether the first step (or torch.compile() before it) imported Inductor's compile_fx.
+            inductor_at_first = "torch._inductor.compile_fx" in sys.modules
         if os.environ.get("STOP_WHEN_SWAPPED") == "1" and len(losses) >= 3 and every_rank_swapped():
             break
     stats: dict[str, object] = {}
@@ -191,7 +193,7 @@ def main() -> None:
     from torch._dynamo.utils import compilation_time_metrics
 
     timed = {k: round(sum(v), 3) for k, v in compilation_time_metrics.items()}
-    print(json.dumps({"losses": losses, "first": first, "steady": steady, "times": times, "graphs": stats, "caches": caches, "timed": timed}))
+    print(json.dumps({"losses": losses, "first": first, "inductor_at_first": inductor_at_first, "steady": steady, "times": times, "graphs": stats, "caches": caches, "timed": timed}))
 
 
 if __name__ == "__main__":

@@ -179,6 +179,9 @@ def test_an_async_ddp_job_swaps_each_piece_in_and_trains_on(layout_kilnd: Kilnd,
         assert all(sum(g["calls"].values()) == len(r["losses"]) for g in stats["graphs"]), (rank, stats)
         assert "could not replace its eager run" not in r["stderr"], r["stderr"][-3000:]
         assert r["losses"][-1] < r["losses"][0], r["losses"]
+        # The first step ran eagerly, and neither it nor torch.compile() before it imported
+        # Inductor's compile_fx (seconds): kiln imported it afterwards, off the training thread.
+        assert r["inductor_at_first"] is False, r["stderr"][-3000:]
 
 
 def test_the_layouts_sent_to_kilnd_follow_the_setting_and_default_to_every_layout(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -547,3 +550,37 @@ def test_a_frame_s_trace_is_timed_from_dynamo_s_start_callback_after_a_reset_too
     torch._dynamo.reset()
     assert _graph._frame_started in torch._dynamo.callback.callback_handler.start_callbacks
     assert torch._dynamo.callback.callback_handler.start_callbacks.count(_graph._frame_started) == 1
+
+
+def test_an_async_job_s_torch_compile_reads_inductor_s_config_only_when_asked() -> None:
+    """torch.compile() imports Inductor's compile_fx (seconds) only to keep its config for a public
+    API: an async job's torch.compile() leaves it to the first read, which gives torch's own dict."""
+    import pickle
+
+    import torch
+
+    from kiln.torch import _inductor
+
+    reads: list[int] = []
+    config = _inductor.DeferredConfig(lambda: reads.append(1) or {"max_autotune": False, "triton.cudagraphs": True})
+    assert reads == []
+    assert dict(config) == {"max_autotune": False, "triton.cudagraphs": True} and config["max_autotune"] is False
+    assert len(config) == 2 and "triton.cudagraphs" in config and reads == [1]
+    # Pickled (torch pickles a compiled function's context with it) as the dict torch would keep.
+    assert pickle.loads(pickle.dumps(config)) == dict(config) and type(pickle.loads(pickle.dumps(config))) is dict
+    wrapper = torch._TorchCompileInductorWrapper
+    original = wrapper.get_compiler_config
+    try:
+        _inductor.defer_compile_fx(torch)
+        deferring = wrapper.get_compiler_config
+        _inductor.defer_compile_fx(torch)  # idempotent
+        assert wrapper.get_compiler_config is deferring
+        assert not _inductor.compile_fx_imported()
+        inductor = wrapper("default", None, False)
+        assert isinstance(inductor.get_compiler_config(), _inductor.DeferredConfig)
+        assert dict(inductor.get_compiler_config()) == original(inductor)
+        _inductor.import_compile_fx()
+        assert _inductor.compile_fx_imported()
+    finally:
+        wrapper.get_compiler_config = original
+        _inductor._compile_fx_imported = None

@@ -190,6 +190,11 @@ class AsyncGraph:
                 return
             self.answer = answer
         self.record.answered_at = time.perf_counter()
+        if not self.waits and isinstance(answer, Answer) and not _inductor.compile_fx_imported():
+            # Inductor, which torch.compile() left unimported, is imported once the first step
+            # has traced its frames, here rather than in a swap on the training thread.
+            self.second_call.wait()
+            _inductor.import_compile_fx()
         if not self.waits and isinstance(answer, Answer) and not self.swaps_at_call:
             # The load takes Dynamo's compile lock: taken while the first step still traces the
             # frames around this graph (a graph break's resume, DDP's pieces), it stalled that
@@ -321,7 +326,7 @@ class AsyncGraph:
     def __call__(self, *args: Any) -> Any:
         if self.compiled is None and self.waits:
             pieces.prepare(self)
-        if self.compiled is None and self.swaps_at_call and isinstance(self.answer, Answer) and turns.free():
+        if self.compiled is None and self.swaps_at_call and isinstance(self.answer, Answer) and turns.free() and _inductor.compile_fx_imported():
             # Between two calls of this graph the training thread traces nothing: the load runs
             # here, once, under Dynamo's lock, and the first compiled call (Triton's autotuning
             # benchmarks) right after it. Several pieces answered together take turns.

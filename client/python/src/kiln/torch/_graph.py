@@ -386,6 +386,9 @@ def install(job: str) -> bool:
     # started for it would take its cores while it imports torch and compiles.
     if _choice.layouts and async_enabled():
         threading.Thread(target=_start_workers, name="kiln-graph-warm", daemon=True).start()
+        # An async job's first step runs eagerly: Inductor is imported after it, off the
+        # training thread, not by torch.compile()'s call before it.
+        _inductor.defer_compile_fx(torch)
     return True
 
 

@@ -1,13 +1,14 @@
 """This process's Inductor, set up as kiln's graph path needs it: no compile pool to load
 kilnd's answer (and the pool back for a compile here), torch's own ptxas from the first graph on,
-and the CPU's vector instructions picked while a graph waits for kilnd. Each is process-wide
-state of torch's that :mod:`kiln.torch._graph` sets at the right moment."""
+the CPU's vector instructions picked while a graph waits for kilnd, and, for an async job,
+Inductor's ``compile_fx`` imported after the first step rather than by ``torch.compile()``. Each
+is process-wide state of torch's that :mod:`kiln.torch._graph` sets at the right moment."""
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 log = logging.getLogger("kiln")
@@ -93,3 +94,86 @@ def vec_isa_picked(example_inputs: list[Any]) -> None:
     Inductor does not pick again beside it; any other graph goes on."""
     if _vec_isa_pick is not None and cpu_graph(example_inputs):
         _vec_isa_pick.join()
+
+
+class DeferredConfig(Mapping[str, Any]):
+    """Inductor's patched config, as ``torch.compile()`` reads it for its public
+    ``get_compiler_config()``, read at first use instead of at the call.
+
+    Reading it imports Inductor's ``compile_fx`` and with it most of Inductor: about 650 modules,
+    2.5 s of ``torch.compile()``'s call on an H100 host and 0.6 s on a 2-core CPU, all before
+    the job's first step. torch keeps the value only for that API and for pickling a compiled
+    function; nothing in Dynamo's trace reads it. An async job's first step runs eagerly and
+    needs no Inductor, so there the import waits until the swap (:func:`import_compile_fx`)."""
+
+    def __init__(self, read: Callable[[], Mapping[str, Any]]) -> None:
+        self._read = read
+        self._value: dict[str, Any] | None = None
+
+    def _config(self) -> dict[str, Any]:
+        if self._value is None:
+            self._value = dict(self._read())
+        return self._value
+
+    def __getitem__(self, key: str) -> Any:
+        return self._config()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._config())
+
+    def __len__(self) -> int:
+        return len(self._config())
+
+    def __repr__(self) -> str:
+        return repr(self._config())
+
+    def copy(self) -> dict[str, Any]:
+        return dict(self._config())
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled as the dict torch would have kept.
+        return (dict, (self._config(),))
+
+
+#: Set once :func:`import_compile_fx` has imported ``compile_fx``; None where torch.compile()
+#: imports it itself (:func:`defer_compile_fx` not called).
+_compile_fx_imported: threading.Event | None = None
+
+
+def defer_compile_fx(torch: Any) -> None:
+    """Has ``torch.compile()`` leave Inductor's ``compile_fx`` unimported (see
+    :class:`DeferredConfig`); idempotent."""
+    global _compile_fx_imported
+    wrapper: Any = getattr(torch, "_TorchCompileInductorWrapper", None)
+    read = getattr(wrapper, "get_compiler_config", None)
+    if wrapper is None or read is None or getattr(read, "_kiln", False):
+        return
+    _compile_fx_imported = threading.Event()
+
+    def get_compiler_config(self: Any) -> DeferredConfig:
+        return DeferredConfig(lambda: read(self))
+
+    get_compiler_config._kiln = True  # type: ignore[attr-defined]
+    wrapper.get_compiler_config = get_compiler_config
+
+
+def import_compile_fx() -> None:
+    """Imports Inductor's ``compile_fx`` under Dynamo's compile lock, off the training thread,
+    after the job's first step: a swap then finds it imported. Under the lock no Dynamo trace of
+    the training thread runs beside the import: two threads importing one package's modules at
+    once is how Python hands one of them a partly initialized module."""
+    try:
+        from torch._dynamo.convert_frame import compile_lock
+
+        with compile_lock:
+            import torch._inductor.compile_fx  # noqa: F401
+    except Exception:  # noqa: BLE001 - the swap imports it itself
+        log.debug("kiln: Inductor's compile_fx was not imported ahead", exc_info=True)
+    if _compile_fx_imported is not None:
+        _compile_fx_imported.set()
+
+
+def compile_fx_imported() -> bool:
+    """Whether a swap on the training thread would find ``compile_fx`` imported: else it would
+    stall a step for the import, and the graph runs eagerly a little longer instead."""
+    return _compile_fx_imported is None or _compile_fx_imported.is_set()
