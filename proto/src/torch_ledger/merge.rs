@@ -2,7 +2,7 @@
 //! into one aggregate, and every process kept and the aggregate merged into the job's return.
 
 use super::words::verdict;
-use super::{MAX_FOLDED_IDS, MAX_GRAPHS, MAX_LEDGER_BYTES, MAX_PROCESSES};
+use super::{MAX_FOLDED_IDS, MAX_GRAPHS, MAX_LEDGER_BYTES, MAX_PROCESSES, MIN_COMPILED_SAMPLES};
 use crate::pb::{TorchGraphCost, TorchJobLedger, TorchJobReturn, TorchProcessCosts};
 use std::collections::{BTreeMap, HashMap};
 
@@ -252,7 +252,9 @@ pub fn job_return(ledger: &TorchJobLedger) -> TorchJobReturn {
     // A graph's eager figure: its uncontended one, else its contended one.
     let eager_of =
         |g: &TorchGraphCost| if g.eager_median_s > 0.0 { g.eager_median_s } else { g.eager_contended_median_s };
-    let both: Vec<&TorchGraphCost> = merged.iter().filter(|g| eager_of(g) > 0.0 && g.compiled_median_s > 0.0).collect();
+    // A graph counts once it has both figures, its compiled one from enough steps.
+    let both: Vec<&TorchGraphCost> =
+        merged.iter().filter(|g| eager_of(g) > 0.0 && compiled_weight(g) >= MIN_COMPILED_SAMPLES).collect();
     let eager = both.iter().map(|g| eager_of(g)).fold(0.0, f64::max);
     if both.iter().any(|g| g.eager_median_s <= 0.0) {
         contended_used = true;

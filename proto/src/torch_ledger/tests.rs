@@ -252,3 +252,16 @@ fn a_first_step_before_its_process_started_is_refused_by_name() {
     assert!(check_process("process", &ranked("p-000001", 0, 2_000, 0)).is_ok());
     assert!(check_process("process", &ranked("p-000001", 0, 2_000, 2_000)).is_ok());
 }
+
+#[test]
+fn a_compiled_figure_of_fewer_than_five_steps_gives_no_verdict_yet() {
+    // Three compiled steps just after a swap, slow beside its threads: no advice to run eagerly.
+    let few = TorchGraphCost { compiled_samples: 3, ..graph("g", 0.0065, 0.1309, 400) };
+    let r = job_return(&ledger(vec![process("p-000001", vec![few.clone()])]));
+    assert_eq!((r.speedup, r.eager_basis.as_str()), (0.0, ""));
+    assert_eq!(r.verdict, "not measured yet: no graph has run both eagerly and compiled (5 steps) yet");
+    // Five make a figure.
+    let five = TorchGraphCost { compiled_samples: MIN_COMPILED_SAMPLES, ..few };
+    let r = job_return(&ledger(vec![process("p-000001", vec![five])]));
+    assert!(r.verdict.starts_with("the compile does not pay"), "{}", r.verdict);
+}

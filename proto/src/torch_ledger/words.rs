@@ -1,6 +1,7 @@
 //! The job's return in words: counts as a person reads them, and the one sentence that says
 //! whether the compile pays.
 
+use super::MIN_COMPILED_SAMPLES;
 use crate::pb::TorchJobReturn;
 
 /// A count as a person reads it: 1,656.
@@ -22,10 +23,11 @@ pub fn verdict(r: &TorchJobReturn, measured_eager: bool) -> String {
     let steps = thousands(r.steps);
     let mut v = if r.eager_step_s <= 0.0 || r.compiled_step_s <= 0.0 {
         let missing = if measured_eager {
-            "no graph has run both eagerly and compiled yet"
+            format!("no graph has run both eagerly and compiled ({MIN_COMPILED_SAMPLES} steps) yet")
         } else {
             "no graph has run eagerly (KILN_TORCH_ASYNC=1 measures both ways for free; KILN_TORCH_MEASURE=N runs N \
              eager steps of each graph after its compile)"
+                .into()
         };
         format!("not measured yet: {missing}")
     } else if r.compiled_step_s >= r.eager_step_s {
