@@ -489,14 +489,16 @@ def test_loading_an_answer_starts_no_compile_pool_and_a_compile_here_gets_it_bac
     # Outside torch's cache keys, or a process that loads with one compile thread would miss
     # the entries kilnd's workers saved with several.
     assert "compile_threads" in config._cache_config_ignore_prefix
-    monkeypatch.setattr(config, "compile_threads", 4)
     monkeypatch.setattr(_inductor, "own_threads", None)
-    _inductor.pool_off()
-    assert config.compile_threads == 1
-    _inductor.pool_off()  # a second load keeps the process's own figure
-    assert _inductor.own_threads == 4
-    assert _inductor.in_process(lambda: config.compile_threads) == 4
-    assert config.compile_threads == 1
+    # torch's own patch, which puts the setting back as it was (monkeypatch's undo would delete
+    # it from Inductor's config module, which then hides it from every later read).
+    with config.patch(compile_threads=4):
+        _inductor.pool_off()
+        assert config.compile_threads == 1
+        _inductor.pool_off()  # a second load keeps the process's own figure
+        assert _inductor.own_threads == 4
+        assert _inductor.in_process(lambda: config.compile_threads) == 4
+        assert config.compile_threads == 1
 
 
 def test_before_any_compile_a_wait_is_bounded_by_dynamo_s_trace_of_the_frame() -> None:
