@@ -244,7 +244,7 @@ mod tests {
                 eager_median_s: eager,
                 compiled_median_s: 0.01,
                 eager_samples: u64::from(eager > 0.0),
-                compiled_samples: 1,
+                compiled_samples: calls - calls / 2,
                 ..Default::default()
             }],
             ..Default::default()
