@@ -190,21 +190,21 @@ class AsyncGraph:
                 return
             self.answer = answer
         self.record.answered_at = time.perf_counter()
-        if not self.waits and isinstance(answer, Answer) and not _inductor.compile_fx_imported():
-            # Inductor, which torch.compile() left unimported, is imported once the first step
-            # has traced its frames, here rather than in a swap on the training thread.
+        if not self.waits and isinstance(answer, Answer):
+            # The load, and Inductor's import where torch.compile() left it out, take Dynamo's
+            # compile lock: taken while the first step still traces the frames around this graph
+            # (a graph break's resume, DDP's pieces), it stalled that step for the whole load.
+            # After the first step the training thread traces nothing new, so they only share
+            # the cores with the eager steps. A graph swapped at a call on the training thread
+            # finds Inductor imported here, and runs eagerly until it is.
             self.second_call.wait()
-            _inductor.import_compile_fx()
-        if not self.waits and isinstance(answer, Answer) and not self.swaps_at_call:
-            # The load takes Dynamo's compile lock: taken while the first step still traces the
-            # frames around this graph (a graph break's resume, DDP's pieces), it stalled that
-            # step for the whole load. After the first step the training thread traces nothing
-            # new, so the load only shares the cores with the eager steps.
-            self.second_call.wait()
-            self._swap_here()
-            # The load ran on this host's cores beside the eager steps: the compile's window,
-            # which makes the eager samples taken in it contended, lasts until it is done.
-            self.record.answered_at = time.perf_counter()
+            if not _inductor.compile_fx_imported():
+                _inductor.import_compile_fx()
+            if not self.swaps_at_call:
+                self._swap_here()
+                # The load ran on this host's cores beside the eager steps: the compile's window,
+                # which makes the eager samples taken in it contended, lasts until it is done.
+                self.record.answered_at = time.perf_counter()
         pieces.answered()
 
     def _swap_here(self) -> None:
