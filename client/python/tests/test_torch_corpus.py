@@ -32,7 +32,8 @@ pytest.importorskip("torch", reason="torch is not installed in this interpreter"
 #: and every layout: a compiled model and train step, checkpointing inside the compiled region,
 #: a compiled loss function with a graph break and sliced inputs and gradient accumulation under
 #: DDP, per-block compiles under FSDP2, a compiled optimizer step, dynamic shapes, a KV-cache
-#: decode loop, a Hugging Face model. The whole matrix of shapes and layouts runs on the GPU.
+#: decode loop, a convnet trained and evaluated in turns, a Hugging Face model. The whole matrix
+#: of shapes and layouts runs on the GPU.
 CASES = [
     ("model_compile", "single", 1, set()),
     ("train_step_compile", "single", 1, set()),
@@ -48,6 +49,9 @@ CASES = [
     # travel, and compiles in the process as torch would.
     ("dynamic", "single", 1, {"unserializable"}),
     ("decode", "single", 1, {"unserializable"}),
+    # Batch norm's running statistics mutated by the graph, and a second graph of the same model
+    # in eval mode under no_grad, the two called in turns.
+    ("convnet_eval", "single", 1, set()),
     # A model nobody here wrote: Hugging Face's LlamaForCausalLM from its config.
     ("hf_llama", "single", 1, set()),
 ]
