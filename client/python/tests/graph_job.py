@@ -21,11 +21,23 @@ JOB = """
     model = torch.nn.Sequential(torch.nn.Linear(64, w), torch.nn.GELU(), torch.nn.Linear(w, 8))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     step = torch.compile(model, dynamic=os.environ.get("DYNAMIC") == "1")
+
+    @torch.compile
+    def train_step(x):
+        # TRAIN_STEP=1: the backward breaks the graph, and the resume function after it, which
+        # returns the detached loss, is a graph that generates no code.
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        return loss.detach()
+
     x = torch.randn(4, 8, 64)  # 3-D: a linear layer's output is then a view, which must travel too
     losses, first = [], None
     for i in range(int(os.environ.get("STEPS", "3"))):
-        loss = step(x).pow(2).mean()
-        loss.backward()
+        if os.environ.get("TRAIN_STEP") == "1":
+            loss = train_step(x)
+        else:
+            loss = step(x).pow(2).mean()
+            loss.backward()
         opt.step()
         opt.zero_grad()
         losses.append(loss.item())

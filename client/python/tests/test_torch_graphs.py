@@ -90,6 +90,28 @@ def test_async_runs_eagerly_until_kilnds_compile_is_ready_then_compiled(graph_ki
     assert "kiln_torch_job_compile_seconds{" in graph_kilnd.metrics()
 
 
+def test_a_graph_that_generates_no_code_compiles_here_quietly_sync_or_async(graph_kilnd: Kilnd, tmp_path: Path) -> None:
+    # A compiled train step: the model's graph, then the resume function after the backward's
+    # graph break, which only detaches the loss. Async, kilnd's worker compiles each graph; the
+    # second leaves torch nothing to cache, and kilnd's answer says so (once a failure, warned).
+    job = dict(TRAIN_STEP="1", WIDTH="44")
+    failed = graphs_count(graph_kilnd, "failed")
+    r = run_job(graph_kilnd.uri, tmp_path / "async", KILN_TORCH_ASYNC="1", STEPS="300", SLEEP="1", STOP_WHEN_COMPILED="2", **job)
+    # An async graph kilnd does not answer with a compile stays eager, which for this one is
+    # all its compile would run.
+    hows = sorted(g["how"] for g in r["graphs"]["graphs"])
+    assert r["graphs"]["fallbacks"] == {"unshared": 1} and hows == ["eager", "kilnd"], (r["graphs"], r["stderr"][-3000:])
+    assert "instead of by kilnd" not in r["stderr"], r["stderr"][-3000:]
+    # The empty answer is stored like any other: the next process, blocking, is told at once to
+    # compile that graph itself, and loads the other.
+    again = run_job(graph_kilnd.uri, tmp_path / "again", STEPS=str(len(r["losses"])), **job)
+    hows = sorted((g["how"], g["tier"]) for g in again["graphs"]["graphs"])
+    assert again["graphs"]["fallbacks"] == {"unshared": 1} and hows[0] == ("in-process", "") and hows[1][0] == "kilnd", again["graphs"]
+    assert hows[1][1] != "compiled" and graphs_count(graph_kilnd, "failed") == failed, (hows, graph_kilnd.metrics())
+    for a, b in zip(r["losses"], again["losses"], strict=True):
+        assert abs(a - b) <= 1e-5 * max(1.0, abs(b)), (r["losses"], again["losses"])
+
+
 def test_kilnd_unreachable_compiles_in_process_with_one_warning(tmp_path: Path) -> None:
     r = run_job(f"unix://{tmp_path}/nobody.sock", tmp_path / "down")
     assert r["graphs"]["fallbacks"] == {"kilnd_unreachable": 1}, r["graphs"]

@@ -176,12 +176,18 @@ def compile_graph(payload, phases):
         for device, dtype in autocast:
             stack.enter_context(torch.autocast(device, dtype=dtype))
         compile_fx(gm, inputs, config_patches=header.get("config_patches") or None)
+        cache_on = bool(inductor_config.fx_graph_cache)
     phases["compile"] = time.monotonic() - started
     started = time.monotonic()
     artifacts = torch.compiler.save_cache_artifacts()
     phases["save"] = time.monotonic() - started
     if artifacts is None:
-        raise RuntimeError("the compile left no cache artifacts (is Inductor's FX graph cache off?)")
+        if not cache_on:
+            raise RuntimeError("the compile left no cache artifacts (Inductor's FX graph cache is off)")
+        # A graph that generates no code (a resume function returning a detached tensor, say)
+        # leaves torch nothing to cache. The answer says so, empty: it is stored like any other,
+        # so that every process that asks compiles the graph itself at once, as torch would.
+        return b""
     return artifacts[0]
 
 
@@ -243,7 +249,7 @@ def child(payload, out_fd, timeout_seconds, kind="graph"):
         else:
             artifacts = compile_graph(payload, phases)
             bundled = time.monotonic()
-            body = bundle(artifacts, native_files(os.environ["TORCHINDUCTOR_CACHE_DIR"]))
+            body = bundle(artifacts, native_files(os.environ["TORCHINDUCTOR_CACHE_DIR"]) if artifacts else [])
             phases["bundle"] = time.monotonic() - bundled
             header = {"ok": True, "compile_micros": int((time.monotonic() - started) * 1e6), "phases": phases}
             answer = encode_answer(header, body)

@@ -185,6 +185,10 @@ def ask(request: Request, *, bound: float | None = None) -> Answer | Grant | str
     except BadBundle as e:
         fallback("worker_failed", f"kilnd's answer does not read: {e}")
         return "worker_failed"
+    if not bundle.artifacts:
+        # The graph's compile generates no code: torch keeps nothing of it to load.
+        fallback("unshared", "its compile generates no code, so nothing of it is shared: it runs in this process, as torch would")
+        return "unshared"
     return Answer(bundle, answer.tier.name.lower(), answer.compile_seconds, answer.key)
 
 

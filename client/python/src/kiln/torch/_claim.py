@@ -175,17 +175,20 @@ def compile_to_share(
     record.phases.update(compile=compiled_at - began, save=seconds - (compiled_at - began))
     record.how = "kilnd"
     record.answered("compiled", grant.key, seconds, time.perf_counter())
-    if saved is None:
-        # Nothing to share (a graph that generated no code, say): compiled here, as torch would.
-        record.how, record.tier = "in-process", ""
-        grant.claim.close()
-        log.info("kiln: torch saved no cache artifacts for graph %s (is Inductor's FX graph cache off?): not shared", record.name)
-        return compiled
     directory = cache_dir()
 
     def publish(artifacts: bytes) -> None:
         args = (grant, record, artifacts, directory, wall, seconds, publish_timeout)
         _publishes.start(threading.Thread(target=_publish, args=args, name="kiln-graph-publish", daemon=True))
+
+    if saved is None:
+        # Nothing to share (a graph that generates no code, say): compiled here, as torch would.
+        # The empty answer is published all the same, so that a process that asks for the graph
+        # later, or waits for this claim, compiles it at once instead of claiming it again.
+        record.how, record.tier = "in-process", ""
+        log.info("kiln: torch saved no cache artifacts for graph %s: nothing of it is shared", record.name)
+        publish(b"")
+        return compiled
 
     if drawn and not _first_backward.saved_entry(saved):
         _first_backward.wait(_first_backward.Pending(publish, grant.claim.close, saved[0], drawn))
@@ -231,7 +234,8 @@ def _publish(grant: Grant, record: GraphRecord, artifacts: bytes, directory: str
     began = time.perf_counter()
     try:
         # Two seconds of slack for file systems that keep coarse modification times.
-        files = native_files(directory, since - 2.0)
+        # An empty answer (nothing to share) carries no files: any built since are another graph's.
+        files = native_files(directory, since - 2.0) if artifacts else []
         record.native_files = [path for path, _ in files]
         data = make_bundle(artifacts, files)
         _fleet.client().publish_torch_graph(grant.key, data, seconds, timeout=timeout)
