@@ -586,3 +586,30 @@ def test_an_async_job_s_torch_compile_reads_inductor_s_config_only_when_asked() 
     finally:
         wrapper.get_compiler_config = original
         _inductor._compile_fx_imported = None
+
+
+def test_a_swap_at_a_call_waits_for_the_cpu_vector_pick_to_end_not_in_the_step() -> None:
+    """A CPU graph's load waits for Inductor's pick of the CPU's vector instructions (seconds of
+    subprocesses). An async graph swapped on the training thread swaps only once the pick has
+    ended, and runs eagerly meanwhile: a DDP piece's swap on a 2-core host had joined the pick and
+    stalled its step 23 s. A graph on no CPU never waits for it."""
+    import threading
+
+    import torch
+
+    from kiln.torch import _inductor
+
+    release = threading.Event()
+    pick = threading.Thread(target=release.wait, daemon=True)
+    pick.start()
+    saved = _inductor._vec_isa_pick
+    _inductor._vec_isa_pick = pick
+    try:
+        cpu, meta = [torch.zeros(2)], [torch.zeros(2, device="meta")]
+        assert not _inductor.vec_isa_ready(cpu)
+        assert _inductor.vec_isa_ready(meta) and _inductor.vec_isa_ready([])
+        release.set()
+        pick.join()
+        assert _inductor.vec_isa_ready(cpu)
+    finally:
+        _inductor._vec_isa_pick = saved

@@ -326,7 +326,14 @@ class AsyncGraph:
     def __call__(self, *args: Any) -> Any:
         if self.compiled is None and self.waits:
             pieces.prepare(self)
-        if self.compiled is None and self.swaps_at_call and isinstance(self.answer, Answer) and turns.free() and _inductor.compile_fx_imported():
+        if (
+            self.compiled is None
+            and self.swaps_at_call
+            and isinstance(self.answer, Answer)
+            and turns.free()
+            and _inductor.compile_fx_imported()
+            and _inductor.vec_isa_ready(self.example_inputs or [])
+        ):
             # Between two calls of this graph the training thread traces nothing: the load runs
             # here, once, under Dynamo's lock, and the first compiled call (Triton's autotuning
             # benchmarks) right after it. Several pieces answered together take turns.

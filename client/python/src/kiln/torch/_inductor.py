@@ -84,6 +84,14 @@ def pick_vec_isa_early(example_inputs: list[Any]) -> None:
     _vec_isa_pick.start()
 
 
+def vec_isa_ready(example_inputs: list[Any]) -> bool:
+    """Whether a graph's load would start at once: :func:`vec_isa_picked` would not wait. An
+    async graph swapped on the training thread waits for this first, since the pick's seconds of
+    subprocesses would otherwise stall the step of the swap (23 s for a DDP piece on a 2-core
+    host), and the eager steps go on meanwhile."""
+    return _vec_isa_pick is None or not _vec_isa_pick.is_alive() or not cpu_graph(example_inputs)
+
+
 def cpu_graph(example_inputs: list[Any]) -> bool:
     """Whether a graph computes on the CPU: a tensor input of it is there."""
     return any(getattr(getattr(t, "device", None), "type", None) == "cpu" for t in example_inputs)
