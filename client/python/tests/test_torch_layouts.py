@@ -577,15 +577,36 @@ def test_an_async_job_s_torch_compile_reads_inductor_s_config_only_when_asked() 
         deferring = wrapper.get_compiler_config
         _inductor.defer_compile_fx(torch)  # idempotent
         assert wrapper.get_compiler_config is deferring
-        assert not _inductor.compile_fx_imported()
         inductor = wrapper("default", None, False)
         assert isinstance(inductor.get_compiler_config(), _inductor.DeferredConfig)
         assert dict(inductor.get_compiler_config()) == original(inductor)
-        _inductor.import_compile_fx()
-        assert _inductor.compile_fx_imported()
     finally:
         wrapper.get_compiler_config = original
-        _inductor._compile_fx_imported = None
+
+
+def test_prepare_imports_compile_fx_and_computes_torch_s_source_keys_once() -> None:
+    """What an async graph's first load would do on the training thread, done ahead on another:
+    compile_fx imported, and torch's and Triton's source keys memoized for every cache lookup."""
+    import sys
+
+    from torch._inductor.runtime import triton_compat
+
+    from kiln.torch import _inductor
+
+    assert not _inductor.prepared()
+    try:
+        _inductor.prepare()
+        assert _inductor.prepared() and "torch._inductor.compile_fx" in sys.modules
+        from torch._inductor.codecache import torch_key
+
+        # Memoized: torch's own memo (a list in its closure) holds the value, which every cache
+        # lookup reads without hashing.
+        memo = next(c.cell_contents for c in torch_key.__closure__ or () if isinstance(c.cell_contents, list))
+        assert len(memo) == 1 and isinstance(memo[0], bytes), memo
+        if triton_compat.HAS_TRITON:
+            assert triton_compat.triton_key.cache_info().currsize == 1
+    finally:
+        _inductor._prepared.clear()
 
 
 def test_a_swap_at_a_call_waits_for_the_cpu_vector_pick_to_end_not_in_the_step() -> None:

@@ -196,10 +196,10 @@ class AsyncGraph:
             # (a graph break's resume, DDP's pieces), it stalled that step for the whole load.
             # After the first step the training thread traces nothing new, so they only share
             # the cores with the eager steps. A graph swapped at a call on the training thread
-            # finds Inductor imported here, and runs eagerly until it is.
+            # finds Inductor prepared here (imported, its keys computed), and runs eagerly until
+            # it is.
             self.second_call.wait()
-            if not _inductor.compile_fx_imported():
-                _inductor.import_compile_fx()
+            _inductor.prepare()
             if not self.swaps_at_call:
                 self._swap_here()
                 # The load ran on this host's cores beside the eager steps: the compile's window,
@@ -331,7 +331,7 @@ class AsyncGraph:
             and self.swaps_at_call
             and isinstance(self.answer, Answer)
             and turns.free()
-            and _inductor.compile_fx_imported()
+            and _inductor.prepared()
             and _inductor.vec_isa_ready(self.example_inputs or [])
         ):
             # Between two calls of this graph the training thread traces nothing: the load runs

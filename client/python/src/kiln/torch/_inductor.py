@@ -1,7 +1,8 @@
 """This process's Inductor, set up as kiln's graph path needs it: no compile pool to load
 kilnd's answer (and the pool back for a compile here), torch's own ptxas from the first graph on,
 the CPU's vector instructions picked while a graph waits for kilnd, and, for an async job,
-Inductor's ``compile_fx`` imported after the first step rather than by ``torch.compile()``. Each
+Inductor's ``compile_fx`` imported and torch's source keys computed after the first step, off
+the training thread, rather than by ``torch.compile()`` and the first load. Each
 is process-wide state of torch's that :mod:`kiln.torch._graph` sets at the right moment."""
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ class DeferredConfig(Mapping[str, Any]):
     2.5 s of ``torch.compile()``'s call on an H100 host and 0.6 s on a 2-core CPU, all before
     the job's first step. torch keeps the value only for that API and for pickling a compiled
     function; nothing in Dynamo's trace reads it. An async job's first step runs eagerly and
-    needs no Inductor, so there the import waits until the swap (:func:`import_compile_fx`)."""
+    needs no Inductor, so there the import waits until the swap (:func:`prepare`)."""
 
     def __init__(self, read: Callable[[], Mapping[str, Any]]) -> None:
         self._read = read
@@ -143,20 +144,13 @@ class DeferredConfig(Mapping[str, Any]):
         return (dict, (self._config(),))
 
 
-#: Set once :func:`import_compile_fx` has imported ``compile_fx``; None where torch.compile()
-#: imports it itself (:func:`defer_compile_fx` not called).
-_compile_fx_imported: threading.Event | None = None
-
-
 def defer_compile_fx(torch: Any) -> None:
     """Has ``torch.compile()`` leave Inductor's ``compile_fx`` unimported (see
     :class:`DeferredConfig`); idempotent."""
-    global _compile_fx_imported
     wrapper: Any = getattr(torch, "_TorchCompileInductorWrapper", None)
     read = getattr(wrapper, "get_compiler_config", None)
     if wrapper is None or read is None or getattr(read, "_kiln", False):
         return
-    _compile_fx_imported = threading.Event()
 
     def get_compiler_config(self: Any) -> DeferredConfig:
         return DeferredConfig(lambda: read(self))
@@ -165,23 +159,49 @@ def defer_compile_fx(torch: Any) -> None:
     wrapper.get_compiler_config = get_compiler_config
 
 
-def import_compile_fx() -> None:
-    """Imports Inductor's ``compile_fx`` under Dynamo's compile lock, off the training thread,
-    after the job's first step: a swap then finds it imported. Under the lock no Dynamo trace of
-    the training thread runs beside the import: two threads importing one package's modules at
-    once is how Python hands one of them a partly initialized module."""
-    try:
-        from torch._dynamo.convert_frame import compile_lock
-
-        with compile_lock:
-            import torch._inductor.compile_fx  # noqa: F401
-    except Exception:  # noqa: BLE001 - the swap imports it itself
-        log.debug("kiln: Inductor's compile_fx was not imported ahead", exc_info=True)
-    if _compile_fx_imported is not None:
-        _compile_fx_imported.set()
+#: Set once :func:`prepare` has run in this process.
+_prepared = threading.Event()
+_preparing = threading.Lock()
 
 
-def compile_fx_imported() -> bool:
-    """Whether a swap on the training thread would find ``compile_fx`` imported: else it would
-    stall a step for the import, and the graph runs eagerly a little longer instead."""
-    return _compile_fx_imported is None or _compile_fx_imported.is_set()
+def prepare() -> None:
+    """Does, off the training thread and after the job's first step, what a process's first load
+    of a graph would otherwise do on it, once per process:
+
+    - imports Inductor's ``compile_fx`` (where ``torch.compile()`` left it out), under Dynamo's
+      compile lock, so that no Dynamo trace of the training thread runs beside the import: two
+      threads importing one package's modules at once is how Python hands one of them a partly
+      initialized module;
+    - computes the source hashes every cache key of torch's holds, ``torch_key()`` and Triton's
+      ``triton_key()`` (memoized): 0.7 s of a DDP piece's first swap on a 2-core host, 0.5 s on
+      an H100. Files hashed, nothing traced: outside the lock. A key the job's snapshot gave
+      (:mod:`kiln.torch._source_keys`) is read, not computed.
+
+    An async graph swapped on the training thread waits for this (:func:`prepared`), running
+    eagerly meanwhile. Each step that fails is left to the load, which does it as torch would."""
+    with _preparing:
+        if _prepared.is_set():
+            return
+        try:
+            from torch._dynamo.convert_frame import compile_lock
+
+            with compile_lock:
+                import torch._inductor.compile_fx  # noqa: F401
+        except Exception:  # noqa: BLE001 - the swap imports it itself
+            log.debug("kiln: Inductor's compile_fx was not imported ahead", exc_info=True)
+        try:
+            from torch._inductor.codecache import torch_key
+            from torch._inductor.runtime.triton_compat import HAS_TRITON, triton_key
+
+            torch_key()
+            if HAS_TRITON:
+                triton_key()
+        except Exception:  # noqa: BLE001 - the first cache lookup computes them itself
+            log.debug("kiln: torch's source keys were not computed ahead", exc_info=True)
+        _prepared.set()
+
+
+def prepared() -> bool:
+    """Whether :func:`prepare` has run: else a swap on the training thread would stall a step for
+    its work, and the graph runs eagerly a little longer instead."""
+    return _prepared.is_set()
