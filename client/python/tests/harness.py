@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[3]
 PYTHON_DIR = REPO / "client" / "python"
@@ -31,6 +32,17 @@ class MissingComponent(RuntimeError):
 
 class StartFailed(RuntimeError):
     """A process exited during start-up or did not answer in time."""
+
+
+def require(module: str) -> Any:
+    """``module`` imported; a :class:`MissingComponent` that fails the suite where it is not
+    installed (scripts/test installs torch into .venv), never a skip."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise MissingComponent(f"{module} is not installed in {sys.executable}: run scripts/test, which installs it") from e
 
 
 def binary(name: str) -> Path:

@@ -19,14 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import Kilnd
+from harness import Kilnd, require
 
 import kiln
 
 sys.path.insert(0, str(Path(__file__).with_name("corpus")))
 import runner  # noqa: E402 - the corpus's directory is put on the path first
 
-pytest.importorskip("torch", reason="torch is not installed in this interpreter")
+torch = require("torch")
 
 #: (shape, layout, ranks, the fallbacks the README names for it): every shape of the corpus once,
 #: and every layout: a compiled model and train step, checkpointing inside the compiled region,

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from harness import require
 
-torch = pytest.importorskip("torch", reason="torch is not installed in this interpreter")
+torch = require("torch")
 
 from kiln.torch import _device  # noqa: E402
 from kiln.torch._payload import serialize  # noqa: E402

@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import CacheServer, Kilnd, Redis, metric
+from harness import CacheServer, Kilnd, Redis, metric, require
 
 import kiln
 
 sys.path.insert(0, str(Path(__file__).with_name("corpus")))
 import runner  # noqa: E402 - the corpus's directory is put on the path first
 
-pytest.importorskip("torch", reason="torch is not installed in this interpreter")
+torch = require("torch")
 
 HOSTS = 3
 RANKS_A_HOST = 2

@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 from graph_job import run_job
-from harness import Kilnd, metric
+from harness import Kilnd, metric, require
 
 import kiln
 from kiln._torch_calls import TorchGraphRequest
 
-torch = pytest.importorskip("torch", reason="torch is not installed in this interpreter")
+torch = require("torch")
 
 def graphs_count(kilnd: Kilnd, result: str) -> float:
     return metric(kilnd.metrics(), f'kiln_torch_graphs_total{{result="{result}"}}')

@@ -22,11 +22,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-from harness import Kilnd
+from harness import Kilnd, require
 
 import kiln.torch
 
-torch = pytest.importorskip("torch", reason="torch is not installed in this interpreter (the GPU hosts run this test)")
+torch = require("torch")
 
 JOB = """
     import json, torch

@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 from graph_job import run_job
-from harness import Kilnd
+from harness import Kilnd, require
 
 import kiln
 
-torch = pytest.importorskip("torch", reason="torch is not installed in this interpreter")
+torch = require("torch")
 
 
 def torch_workers(pid: int) -> list[str]:
