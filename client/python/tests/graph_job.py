@@ -12,10 +12,14 @@ from pathlib import Path
 from typing import Any
 
 JOB = """
-    import json, os, sys, time, torch
+    import faulthandler, json, os, sys, time, torch
     import kiln.torch
     from torch._dynamo.utils import counters
     started = time.perf_counter()
+    # DUMP_STACKS_AFTER=S: every thread's stack on stderr after S seconds, should the job still run
+    # (a swap that never came shows where it stands).
+    if os.environ.get("DUMP_STACKS_AFTER"):
+        faulthandler.dump_traceback_later(float(os.environ["DUMP_STACKS_AFTER"]), file=sys.stderr)
     torch.manual_seed(0)
     w = int(os.environ.get("WIDTH", "64"))
     model = torch.nn.Sequential(torch.nn.Linear(64, w), torch.nn.GELU(), torch.nn.Linear(w, 8))
@@ -43,9 +47,15 @@ JOB = """
         losses.append(loss.item())
         if first is None:
             first = time.perf_counter() - started
-        # STOP_WHEN_COMPILED=N: end once N calls ran compiled, however long kilnd's compile took.
+        # STOP_WHEN_COMPILED=N: end once N calls ran compiled, however long kilnd's compile took;
+        # STOP_ON_FALLBACK=1: or at the first fallback (the caller reads which).
         stop = int(os.environ.get("STOP_WHEN_COMPILED", "0"))
-        if stop and sum(g["calls"].get("compiled", 0) for g in kiln.torch.graph_stats()["graphs"]) >= stop:
+        stats = kiln.torch.graph_stats() if stop else None
+        if stats and sum(g["calls"].get("compiled", 0) for g in stats["graphs"]) >= stop:
+            break
+        if stats and stats["fallbacks"] and os.environ.get("STOP_ON_FALLBACK") == "1":
+            break
+        if time.perf_counter() - started > float(os.environ.get("STOP_AFTER_SECS", "inf")):
             break
         time.sleep(float(os.environ.get("SLEEP", "0")))
     print(json.dumps({"losses": losses, "first": first, "aot": dict(counters["aot_autograd"]),

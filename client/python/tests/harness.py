@@ -151,6 +151,10 @@ class Process:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def log_tail(self, chars: int = 3000) -> str:
+        """The end of the process's log, for a failing assertion's message."""
+        return self.log.read_text(errors="replace")[-chars:]
+
     def stop(self, bound: float = 20.0) -> int | None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)

@@ -75,9 +75,15 @@ def test_three_runs_of_one_job_give_one_fleet_row_that_merges_them(fleet: Fleet,
     env = dict(KILN_TORCH_JOB=JOB, WIDTH="40")
     # 1. Async and cold: the graph runs eagerly while kilnd A compiles it on the same CPU, so its
     # eager samples are contended; the compile is the job's cold compile.
-    cold = run_job(a.uri, tmp_path / "cold", KILN_TORCH_ASYNC="1", STEPS="1000000", STOP_WHEN_COMPILED="40", **env)
+    # A fallback (kilnd refused or failed the compile) would leave the graph eager for good: the
+    # job ends at once, and says why. A swap that never comes shows every thread's stack.
+    cold = run_job(
+        a.uri, tmp_path / "cold", KILN_TORCH_ASYNC="1", STEPS="1000000", STOP_WHEN_COMPILED="40", STOP_ON_FALLBACK="1",
+        DUMP_STACKS_AFTER="300", STOP_AFTER_SECS="330", **env,
+    )
     (graph,) = cold["graphs"]["graphs"]
-    assert graph["how"] == "kilnd" and graph["tier"] == "compiled" and graph["calls"]["eager"] > 1, graph
+    assert cold["graphs"]["fallbacks"] == {}, (cold["graphs"], cold["stderr"][-3000:], a.log_tail())
+    assert graph["how"] == "kilnd" and graph["tier"] == "compiled" and graph["calls"]["eager"] > 1, (graph, cold["stderr"][-8000:], a.log_tail())
     stored = graph["stored_compile_s"]
     # Charged its serialization and its swap (the load), not the eager steps it ran meanwhile.
     # (It ran eagerly for at least the worker's compile, which it is not charged.)

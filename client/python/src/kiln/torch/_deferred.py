@@ -199,9 +199,15 @@ class AsyncGraph:
             # finds Inductor prepared here (imported, its keys computed), and runs eagerly until
             # it is.
             self.second_call.wait()
-            _inductor.prepare()
+            try:
+                _inductor.prepare()
+                if not self.swaps_at_call:
+                    self._swap_here()
+            except Exception as e:  # noqa: BLE001 - a dead fetching thread would leave it eager unsaid
+                _swap_failed(e)
+                if self.compiled is None and not self.swaps_at_call:
+                    self._stay_eager()
             if not self.swaps_at_call:
-                self._swap_here()
                 # The load ran on this host's cores beside the eager steps: the compile's window,
                 # which makes the eager samples taken in it contended, lasts until it is done.
                 self.record.answered_at = time.perf_counter()
