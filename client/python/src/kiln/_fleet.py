@@ -88,6 +88,12 @@ def available() -> bool:
     return time.monotonic() >= _state.down_until
 
 
+def retry_in() -> float:
+    """Seconds until kiln asks kilnd again (0 when it is not backing off)."""
+    _check_fork()
+    return max(0.0, _state.down_until - time.monotonic())
+
+
 def failed(error: BaseException, what: str) -> None:
     """Records a failure of ``what``: backs off when kilnd is away; warns once either way."""
     if isinstance(error, errors.KilnError) and error.code in _DOWN_CODES:

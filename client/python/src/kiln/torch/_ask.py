@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -121,17 +122,45 @@ def wait_bound() -> float:
 MIN_WAIT_SECS = 120.0
 
 
-def ask(request: Request, *, bound: float | None = None) -> Answer | Grant | str:
+#: How long an async graph waits out kilnd's absence (:func:`ask_patiently`) before it stays
+#: eager for good: long enough for a kilnd restarted by its supervisor, or one too busy starting
+#: its workers to answer a report in time.
+PATIENCE_SECS = 600.0
+
+
+def ask_patiently(request: Request, *, patience: float = PATIENCE_SECS) -> Answer | Grant | str:
+    """An async graph's :func:`ask`, for a graph that runs eagerly meanwhile: while kilnd does not
+    answer (it is down, or kiln backs off after any call of this process timed out), it asks
+    again once the back-off ends, for up to ``patience`` seconds. A fallback at once would leave
+    the graph eager for the rest of the job, which torch would have compiled."""
+    from .. import _fleet
+
+    deadline = time.monotonic() + patience
+    while True:
+        patient = time.monotonic() < deadline
+        answer = ask(request, count_unreachable=not patient)
+        if not (patient and answer == UNREACHABLE):
+            return answer
+        time.sleep(min(max(_fleet.retry_in(), 1.0), max(deadline - time.monotonic(), 0.0)))
+
+
+#: What :func:`ask` returns, uncounted, when kilnd does not answer and the caller waits it out.
+UNREACHABLE = "kilnd_unreachable"
+
+
+def ask(request: Request, *, bound: float | None = None, count_unreachable: bool = True) -> Answer | Grant | str:
     """kilnd's answer (for a ``claim``, maybe the compile itself), or the fallback reason
     (already counted). ``bound`` (seconds) is how long to wait for the answer: past it the process
-    compiles the graph itself (``late``)."""
+    compiles the graph itself (``late``). Without ``count_unreachable``, kilnd's absence is
+    returned as :data:`UNREACHABLE` and not counted (the caller asks again)."""
     import torch
 
     from .. import _fleet, errors
 
     if not _fleet.available():
-        fallback("kilnd_unreachable", "kilnd did not answer recently")
-        return "kilnd_unreachable"
+        if count_unreachable:
+            fallback("kilnd_unreachable", "kilnd did not answer recently")
+        return UNREACHABLE
     try:
         triton_version, python_version, cuda_version = environment()
         client = _fleet.client()
@@ -169,7 +198,9 @@ def ask(request: Request, *, bound: float | None = None) -> Answer | Grant | str
             reason = "no_torch_worker"
         else:
             _fleet.failed(e, "torch graph compile")
-            reason = "kilnd_unreachable"
+            reason = UNREACHABLE
+            if not count_unreachable and not _fleet.available():
+                return reason
         fallback(reason, details)
         return reason
     if answer.compile_here:

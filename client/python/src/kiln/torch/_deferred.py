@@ -14,7 +14,7 @@ from typing import Any
 from .. import settings
 from .._warn import warn_once
 from . import _claim, _device, _inductor, _layout, snapshot
-from ._ask import COMPILE_WAIT_SECS, Answer, Request, ask, fallback, load, nothing_shared, wait_bound
+from ._ask import COMPILE_WAIT_SECS, Answer, Request, ask, ask_patiently, fallback, load, nothing_shared, wait_bound
 from ._budget import WaitBudget
 from ._claim import Grant, compile_to_share
 from ._ledger import GraphRecord, traced
@@ -182,7 +182,8 @@ class AsyncGraph:
         self.thread.start()
 
     def _fetch(self, request: Request) -> None:
-        answer = ask(request)
+        # A graph that runs eagerly meanwhile waits out kilnd's absence; one that waits does not.
+        answer = ask(request) if self.waits else ask_patiently(request)
         with self.lock:
             if self.abandoned:
                 if isinstance(answer, Grant):

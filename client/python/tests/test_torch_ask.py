@@ -1,0 +1,72 @@
+"""An async graph's ask of kilnd (:func:`kiln.torch._ask.ask_patiently`), with a real torch, a
+real gRPC channel and nobody at kilnd's socket: the graph runs eagerly meanwhile, so kilnd's
+absence is waited out and asked again, not counted as a fallback that would leave the graph eager
+for the rest of the job."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness import require
+
+require("torch")
+
+
+@pytest.fixture
+def nobody_at(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """kiln's connection pointed at a socket nobody listens on, with a short back-off; the
+    process's connection and fallback counts as they were afterwards."""
+    from kiln import _fleet
+    from kiln.torch import _ask
+    from kiln.torch._ledger import _ledger
+
+    monkeypatch.setenv("KILN_DAEMON", f"unix://{tmp_path}/nobody.sock")
+    monkeypatch.setattr(_fleet, "RETRY_SECS", 0.3)
+    # A fallback's report to kilnd (and the line at exit) is another test's: none from pytest.
+    monkeypatch.setattr(_ask, "_report_soon", lambda: None)
+    with _ledger.lock:
+        saved = _ledger.fallbacks, _ledger.unreported
+        _ledger.fallbacks, _ledger.unreported = {}, {}
+    fresh = _fleet._State()
+    monkeypatch.setattr(_fleet, "_state", fresh)
+    try:
+        yield
+    finally:
+        if fresh.client is not None:
+            fresh.client.close()
+        with _ledger.lock:
+            _ledger.fallbacks, _ledger.unreported = saved
+
+
+def test_an_async_graph_asks_again_while_kilnd_is_away_then_counts_one_fallback(nobody_at: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kiln.torch import _ask
+    from kiln.torch._ledger import _ledger
+
+    asked: list[tuple[bool, Any]] = []
+    real = _ask.ask
+
+    def spy(request: _ask.Request, **kwargs: Any) -> Any:
+        answer = real(request, **kwargs)
+        asked.append((kwargs.get("count_unreachable", True), answer))
+        return answer
+
+    monkeypatch.setattr(_ask, "ask", spy)
+    answer = _ask.ask_patiently(_ask.Request(b"graph", "inner:0/0"), patience=2.0)
+    assert answer == _ask.UNREACHABLE
+    # Within its patience every try was uncounted, and each found kilnd away; after it, one counted.
+    assert len(asked) >= 3 and all(not counted for counted, _ in asked[:-1]) and asked[-1][0] is True, asked
+    assert all(a == _ask.UNREACHABLE for _, a in asked), asked
+    assert _ledger.fallbacks.get("kilnd_unreachable") == 1, _ledger.fallbacks
+
+
+def test_a_graph_that_waits_for_its_compile_falls_back_at_once(nobody_at: None) -> None:
+    """A blocking graph's first call waits for the answer: kilnd away, it compiles in the process
+    at once, as torch would."""
+    from kiln.torch import _ask
+    from kiln.torch._ledger import _ledger
+
+    assert _ask.ask(_ask.Request(b"graph", "inner:0/0")) == _ask.UNREACHABLE
+    assert _ledger.fallbacks.get("kilnd_unreachable") == 1, _ledger.fallbacks
