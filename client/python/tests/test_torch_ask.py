@@ -41,7 +41,10 @@ def nobody_at(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]
             _ledger.fallbacks, _ledger.unreported = saved
 
 
-def test_an_async_graph_asks_again_while_kilnd_is_away_then_counts_one_fallback(nobody_at: None, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_async_graph_asks_again_while_kilnd_is_away_then_counts_one_fallback(
+    nobody_at: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from kiln import _warn
     from kiln.torch import _ask
     from kiln.torch._ledger import _ledger
 
@@ -54,12 +57,17 @@ def test_an_async_graph_asks_again_while_kilnd_is_away_then_counts_one_fallback(
         return answer
 
     monkeypatch.setattr(_ask, "ask", spy)
-    answer = _ask.ask_patiently(_ask.Request(b"graph", "inner:0/0"), patience=2.0)
+    _warn.forget()
+    with caplog.at_level("WARNING", logger="kiln"):
+        answer = _ask.ask_patiently(_ask.Request(b"graph", "inner:0/0"), patience=2.0)
     assert answer == _ask.UNREACHABLE
     # Within its patience every try was uncounted, and each found kilnd away; after it, one counted.
     assert len(asked) >= 3 and all(not counted for counted, _ in asked[:-1]) and asked[-1][0] is True, asked
     assert all(a == _ask.UNREACHABLE for _, a in asked), asked
     assert _ledger.fallbacks.get("kilnd_unreachable") == 1, _ledger.fallbacks
+    # The warning says what becomes of the graph: eager, not compiled in the process.
+    said = [r.getMessage() for r in caplog.records if "torch.compile graph" in r.getMessage()]
+    assert len(said) == 1 and "runs eagerly for the rest of this process" in said[0], said
 
 
 def test_a_graph_that_waits_for_its_compile_falls_back_at_once(nobody_at: None) -> None:

@@ -54,7 +54,10 @@ FALLBACK_REASONS = (
 QUIET_REASONS = frozenset({"not_chosen", "unshared"})
 
 
-def fallback(reason: str, detail: object) -> None:
+def fallback(reason: str, detail: object, *, eager: bool = False) -> None:
+    """Counts and reports a graph's fallback; warns unless its reason is quiet. ``eager``: the
+    graph is an async one, which runs eagerly for the rest of the process instead (never compiled
+    on the training thread), and the warning says so."""
     with _ledger.lock:
         _ledger.fallbacks[reason] = _ledger.fallbacks.get(reason, 0) + 1
         _ledger.unreported[reason] = _ledger.unreported.get(reason, 0) + 1
@@ -62,6 +65,15 @@ def fallback(reason: str, detail: object) -> None:
     _report_soon()
     if reason in QUIET_REASONS:
         log.info("kiln: a torch.compile graph is compiled in this process (%s): %s", reason, detail)
+        return
+    if eager:
+        warn_once(
+            f"torch-graph:{reason}",
+            "kiln: a torch.compile graph runs eagerly for the rest of this process instead of compiled by kilnd "
+            "(%s): %s (KILN_TORCH_ASYNC=0 compiles such a graph in the process)",
+            reason,
+            detail,
+        )
         return
     warn_once(
         f"torch-graph:{reason}",
@@ -138,7 +150,7 @@ def ask_patiently(request: Request, *, patience: float = PATIENCE_SECS) -> Answe
     deadline = time.monotonic() + patience
     while True:
         patient = time.monotonic() < deadline
-        answer = ask(request, count_unreachable=not patient)
+        answer = ask(request, count_unreachable=not patient, runs_eagerly=True)
         if not (patient and answer == UNREACHABLE):
             return answer
         time.sleep(min(max(_fleet.retry_in(), 1.0), max(deadline - time.monotonic(), 0.0)))
@@ -148,18 +160,24 @@ def ask_patiently(request: Request, *, patience: float = PATIENCE_SECS) -> Answe
 UNREACHABLE = "kilnd_unreachable"
 
 
-def ask(request: Request, *, bound: float | None = None, count_unreachable: bool = True) -> Answer | Grant | str:
+def ask(
+    request: Request, *, bound: float | None = None, count_unreachable: bool = True, runs_eagerly: bool = False
+) -> Answer | Grant | str:
     """kilnd's answer (for a ``claim``, maybe the compile itself), or the fallback reason
     (already counted). ``bound`` (seconds) is how long to wait for the answer: past it the process
     compiles the graph itself (``late``). Without ``count_unreachable``, kilnd's absence is
-    returned as :data:`UNREACHABLE` and not counted (the caller asks again)."""
+    returned as :data:`UNREACHABLE` and not counted (the caller asks again). ``runs_eagerly``: an
+    async graph's ask, whose fallback leaves the graph eager (:func:`fallback`)."""
     import torch
 
     from .. import _fleet, errors
 
+    def fell(reason: str, detail: object) -> None:
+        fallback(reason, detail, eager=runs_eagerly)
+
     if not _fleet.available():
         if count_unreachable:
-            fallback("kilnd_unreachable", "kilnd did not answer recently")
+            fell("kilnd_unreachable", "kilnd did not answer recently")
         return UNREACHABLE
     try:
         triton_version, python_version, cuda_version = environment()
@@ -188,7 +206,7 @@ def ask(request: Request, *, bound: float | None = None, count_unreachable: bool
             asked = asked.answer
         answer = asked
     except errors.DeadlineExceeded as e:
-        fallback("late", f"no answer within {bound or COMPILE_WAIT_SECS:.0f} s ({e.details}); compiled here")
+        fell("late", f"no answer within {bound or COMPILE_WAIT_SECS:.0f} s ({e.details})")
         return "late"
     except errors.KilnError as e:
         details = e.details or ""
@@ -201,24 +219,24 @@ def ask(request: Request, *, bound: float | None = None, count_unreachable: bool
             reason = UNREACHABLE
             if not count_unreachable and not _fleet.available():
                 return reason
-        fallback(reason, details)
+        fell(reason, details)
         return reason
     if answer.compile_here:
-        fallback("unshared", answer.log or "no tier had it, and nobody could share its compile: compiled here, as torch would")
+        fell("unshared", answer.log or "no tier had it, and nobody could share its compile: compiled here, as torch would")
         return "unshared"
     if not answer.ok:
         last = answer.log.strip().splitlines()[-1:] or ["no log"]
-        fallback("worker_failed", last[0])
+        fell("worker_failed", last[0])
         log.debug("kiln: the torch worker's log for graph %s:\n%s", request.name, answer.log)
         return "worker_failed"
     try:
         bundle = parse_bundle(answer.artifacts)
     except BadBundle as e:
-        fallback("worker_failed", f"kilnd's answer does not read: {e}")
+        fell("worker_failed", f"kilnd's answer does not read: {e}")
         return "worker_failed"
     if not bundle.artifacts:
         # The graph's compile generates no code: torch keeps nothing of it to load.
-        fallback("unshared", "its compile generates no code, so nothing of it is shared: it runs in this process, as torch would")
+        fell("unshared", "its compile generates no code, so nothing of it is shared: it runs in this process, as torch would")
         return "unshared"
     return Answer(bundle, answer.tier.name.lower(), answer.compile_seconds, answer.key)
 
