@@ -139,46 +139,78 @@ MIN_WAIT_SECS = 120.0
 #: its workers to answer a report in time.
 PATIENCE_SECS = 600.0
 
+#: What :func:`ask` returns, counted, when kilnd does not answer.
+UNREACHABLE = "kilnd_unreachable"
 
-def ask_patiently(request: Request, *, patience: float = PATIENCE_SECS) -> Answer | Grant | str:
-    """An async graph's :func:`ask`, for a graph that runs eagerly meanwhile: while kilnd does not
-    answer (it is down, or kiln backs off after any call of this process timed out), it asks
-    again once the back-off ends, for up to ``patience`` seconds. A fallback at once would leave
-    the graph eager for the rest of the job, which torch would have compiled."""
+#: Failures an async graph asks again after: a worker that crashed or timed out on a loaded host,
+#: or workers that did not start, may compile it the next time. kilnd remembers a failure for its
+#: ``negative_ttl_secs`` (a minute by default), so the first retry comes after that.
+RETRIED = frozenset({"worker_failed", "no_torch_worker"})
+#: Seconds before each retry of :data:`RETRIED`: then the failure counts, and the graph stays eager.
+RETRY_AFTER_SECS = (75.0, 300.0)
+
+
+@dataclass(frozen=True)
+class Again:
+    """An async graph's ask that kiln tries again, uncounted (:func:`ask_patiently`)."""
+
+    reason: str
+    detail: str
+
+
+def ask_patiently(
+    request: Request, *, patience: float = PATIENCE_SECS, retry_after: tuple[float, ...] = RETRY_AFTER_SECS
+) -> Answer | Grant | str:
+    """An async graph's :func:`ask`, for a graph that runs eagerly meanwhile, so that no wait
+    costs a step, while a fallback would leave it eager for the rest of the job, which torch
+    would have compiled. While kilnd does not answer (it is down, or kiln backs off after any call
+    of this process timed out), it asks again once the back-off ends, for up to ``patience``
+    seconds. A compile kilnd's worker failed (or workers that did not start) it asks for again
+    after each of ``retry_after``'s seconds. Only the last try's fallback counts."""
     from .. import _fleet
 
     deadline = time.monotonic() + patience
+    retries = list(retry_after)
     while True:
-        patient = time.monotonic() < deadline
-        answer = ask(request, count_unreachable=not patient, runs_eagerly=True)
-        if not (patient and answer == UNREACHABLE):
+        again = (frozenset({UNREACHABLE}) if time.monotonic() < deadline else frozenset()) | (RETRIED if retries else frozenset())
+        answer = _ask(request, again=again, runs_eagerly=True)
+        if not isinstance(answer, Again):
             return answer
-        time.sleep(min(max(_fleet.retry_in(), 1.0), max(deadline - time.monotonic(), 0.0)))
+        if answer.reason == UNREACHABLE:
+            pause = min(max(_fleet.retry_in(), 1.0), max(deadline - time.monotonic(), 0.0))
+        else:
+            pause = retries.pop(0)
+            log.info("kiln: graph %s: %s (%s); it runs eagerly and asks kilnd again in %.0f s", request.name, answer.reason, answer.detail, pause)
+        time.sleep(pause)
 
 
-#: What :func:`ask` returns, uncounted, when kilnd does not answer and the caller waits it out.
-UNREACHABLE = "kilnd_unreachable"
-
-
-def ask(
-    request: Request, *, bound: float | None = None, count_unreachable: bool = True, runs_eagerly: bool = False
-) -> Answer | Grant | str:
+def ask(request: Request, *, bound: float | None = None) -> Answer | Grant | str:
     """kilnd's answer (for a ``claim``, maybe the compile itself), or the fallback reason
     (already counted). ``bound`` (seconds) is how long to wait for the answer: past it the process
-    compiles the graph itself (``late``). Without ``count_unreachable``, kilnd's absence is
-    returned as :data:`UNREACHABLE` and not counted (the caller asks again). ``runs_eagerly``: an
-    async graph's ask, whose fallback leaves the graph eager (:func:`fallback`)."""
+    compiles the graph itself (``late``)."""
+    answer = _ask(request, bound=bound)
+    return answer.reason if isinstance(answer, Again) else answer
+
+
+def _ask(
+    request: Request, *, bound: float | None = None, again: frozenset[str] = frozenset(), runs_eagerly: bool = False
+) -> Answer | Grant | str | Again:
+    """:func:`ask`; a fallback whose reason is in ``again`` is returned uncounted, as
+    :class:`Again` (kilnd's absence only where kiln backs off: any other error of the call is
+    the request's). ``runs_eagerly``: an async graph's ask, whose fallback leaves the graph eager
+    (:func:`fallback`)."""
     import torch
 
     from .. import _fleet, errors
 
-    def fell(reason: str, detail: object) -> None:
+    def fell(reason: str, detail: object) -> str | Again:
+        if reason in again and (reason != UNREACHABLE or not _fleet.available()):
+            return Again(reason, str(detail))
         fallback(reason, detail, eager=runs_eagerly)
+        return reason
 
     if not _fleet.available():
-        if count_unreachable:
-            fell("kilnd_unreachable", "kilnd did not answer recently")
-        return UNREACHABLE
+        return fell(UNREACHABLE, "kilnd did not answer recently")
     try:
         triton_version, python_version, cuda_version = environment()
         client = _fleet.client()
@@ -206,38 +238,28 @@ def ask(
             asked = asked.answer
         answer = asked
     except errors.DeadlineExceeded as e:
-        fell("late", f"no answer within {bound or COMPILE_WAIT_SECS:.0f} s ({e.details})")
-        return "late"
+        return fell("late", f"no answer within {bound or COMPILE_WAIT_SECS:.0f} s ({e.details})")
     except errors.KilnError as e:
         details = e.details or ""
         if any(f"{part}_version" in details for part in ("torch", "triton", "python", "cuda")):
-            reason = "torch_mismatch"
-        elif "no torch worker" in details:
-            reason = "no_torch_worker"
-        else:
-            _fleet.failed(e, "torch graph compile")
-            reason = UNREACHABLE
-            if not count_unreachable and not _fleet.available():
-                return reason
-        fell(reason, details)
-        return reason
+            return fell("torch_mismatch", details)
+        if "no torch worker" in details:
+            return fell("no_torch_worker", details)
+        _fleet.failed(e, "torch graph compile")
+        return fell(UNREACHABLE, details)
     if answer.compile_here:
-        fell("unshared", answer.log or "no tier had it, and nobody could share its compile: compiled here, as torch would")
-        return "unshared"
+        return fell("unshared", answer.log or "no tier had it, and nobody could share its compile: compiled here, as torch would")
     if not answer.ok:
         last = answer.log.strip().splitlines()[-1:] or ["no log"]
-        fell("worker_failed", last[0])
         log.debug("kiln: the torch worker's log for graph %s:\n%s", request.name, answer.log)
-        return "worker_failed"
+        return fell("worker_failed", last[0])
     try:
         bundle = parse_bundle(answer.artifacts)
     except BadBundle as e:
-        fell("worker_failed", f"kilnd's answer does not read: {e}")
-        return "worker_failed"
+        return fell("worker_failed", f"kilnd's answer does not read: {e}")
     if not bundle.artifacts:
         # The graph's compile generates no code: torch keeps nothing of it to load.
-        fell("unshared", "its compile generates no code, so nothing of it is shared: it runs in this process, as torch would")
-        return "unshared"
+        return fell("unshared", "its compile generates no code, so nothing of it is shared: it runs in this process, as torch would")
     return Answer(bundle, answer.tier.name.lower(), answer.compile_seconds, answer.key)
 
 
