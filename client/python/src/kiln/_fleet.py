@@ -104,7 +104,7 @@ def failed(error: BaseException, what: str) -> None:
         uri = _state.client.uri if _state.client is not None else "?"
         if first:
             log.warning(
-                "kiln: kilnd is unreachable at %s (%s); compiling locally without the kiln cache "
+                "kiln: kilnd is unreachable at %s (%s); the job goes on without kiln's caches "
                 "(kiln asks again every %d s; this warning is printed once)",
                 uri,
                 error.details,
