@@ -66,21 +66,13 @@ def fallback(reason: str, detail: object, *, eager: bool = False) -> None:
     if reason in QUIET_REASONS:
         log.info("kiln: a torch.compile graph is compiled in this process (%s): %s", reason, detail)
         return
-    if eager:
-        warn_once(
-            f"torch-graph:{reason}",
-            "kiln: a torch.compile graph runs eagerly for the rest of this process instead of compiled by kilnd "
-            "(%s): %s (KILN_TORCH_ASYNC=0 compiles such a graph in the process)",
-            reason,
-            detail,
-        )
-        return
-    warn_once(
-        f"torch-graph:{reason}",
-        "kiln: a torch.compile graph is compiled in this process instead of by kilnd (%s): %s",
-        reason,
-        detail,
+    instead = (
+        "runs eagerly for the rest of this process instead of compiled by kilnd (%s): %s "
+        "(KILN_TORCH_ASYNC=0 compiles such a graph in the process)"
+        if eager
+        else "is compiled in this process instead of by kilnd (%s): %s"
     )
+    warn_once(f"torch-graph:{reason}", "kiln: a torch.compile graph " + instead, reason, detail)
 
 
 def nothing_shared(record: GraphRecord) -> None:
