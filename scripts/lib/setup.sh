@@ -12,12 +12,15 @@ mapfile -t PY_PACKAGES < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' -e '/^$/d' "$K
 
 # The Python client's own dependencies and test tools, pinned: grpcio and protobuf at the oldest
 # versions client/python supports (its stubs come from grpcio-tools 1.84.0, whose gencode needs
-# protobuf 7.35.1), pytest, blake3 for the key vectors, and redis for the Triton Redis peer of
-# the fleet-herd benchmark.
+# protobuf 7.35.1), pytest with pytest-xdist (the suite's tests in two processes at once: most of
+# their time is spent waiting on the processes they start), blake3 for the key vectors, and redis
+# for the Triton Redis peer of the fleet-herd benchmark.
 PY_CLIENT_PACKAGES=(
   grpcio==1.84.0
   protobuf==7.35.1
   pytest==9.2.0
+  pytest-xdist==3.8.0
+  execnet==2.1.2
   blake3==1.0.11
   redis==8.1.0
 )
