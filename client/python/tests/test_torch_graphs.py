@@ -130,6 +130,17 @@ def test_dynamic_shapes_do_not_travel_and_compile_in_process(graph_kilnd: Kilnd,
     assert len(r["losses"]) == 3
     # Decided before any round trip: kilnd never saw the graph.
     assert graph_requests(graph_kilnd) == before
+    # Async, the graph runs eagerly for the rest of the process, as an async graph whose compile
+    # failed does: compiled here, its first call's step would have waited for the whole compile.
+    a = run_job(graph_kilnd.uri, tmp_path / "async", DYNAMIC="1", KILN_TORCH_ASYNC="1")
+    (graph,) = a["graphs"]["graphs"]
+    assert a["graphs"]["fallbacks"] == {"unserializable": 1} and graph_requests(graph_kilnd) == before, a["graphs"]
+    assert graph["how"] == "eager" and graph["calls"] == {"eager": 3, "compiled": 0} and "compile" not in graph["phases"], graph
+    assert "runs eagerly for the rest of this process" in a["stderr"], a["stderr"][-2000:]
+    # torch compiled nothing: no AOTAutograd trace ran.
+    assert not a["aot"], a["aot"]
+    for x, y in zip(a["losses"], r["losses"], strict=True):
+        assert abs(x - y) <= 1e-5 * max(1.0, abs(y)), (a["losses"], r["losses"])
 
 
 def test_by_default_every_graph_goes_through_kilnd_and_a_setting_keeps_some_home(graph_kilnd: Kilnd, tmp_path: Path) -> None:

@@ -42,7 +42,7 @@ from . import _callbacks, _claim, _deferred, _device, _inductor, _layout
 from ._ask import COMPILE_WAIT_SECS, Answer, Request, ask, fallback, load, nothing_shared
 from ._claim import Grant, compile_to_share
 from ._deferred import AsyncGraph
-from ._ledger import GraphRecord, _ledger, report_at_exit
+from ._ledger import GraphRecord, _ledger, report_at_exit, traced
 from ._ledger import report_soon as _report_soon
 from ._payload import Unserializable, serialize
 
@@ -148,10 +148,14 @@ def compile_graph(gm: Any, example_inputs: list[Any], inductor: Callable[[Any, l
     except Unserializable as e:
         unserializable = e
     record.phases["prepare"] = time.perf_counter() - started
+    runs_async = async_enabled() and not getattr(_blocking, "on", False)
     if unserializable is not None:
+        if runs_async:
+            fallback("unserializable", unserializable, eager=True)
+            return _eager(record, started, gm)
         fallback("unserializable", unserializable)
         return _in_process(record, started, gm, here)
-    if async_enabled() and not getattr(_blocking, "on", False):
+    if runs_async:
         request = Request(payload, record.name)
         return AsyncGraph(gm, example_inputs, request, inductor, record, started, waits=False)
     how = _claim.mode()
@@ -297,6 +301,25 @@ def _in_process(record: GraphRecord, started: float, gm: Any, compile_here: Call
     record.how = "in-process"
     record.phases["compile"] = time.perf_counter() - started
     return _ready(record, started, gm, compiled)
+
+
+def _eager(record: GraphRecord, started: float, gm: Any) -> Any:
+    """An async graph that cannot travel to kilnd, run eagerly for the rest of the process, as an
+    async graph whose compile failed is: compiled here it would stall the step of its first call
+    for the whole compile (a dynamic-shape graph 11.4 s on an H100, an optimizer step holding its
+    state 9.5 s), and it cannot compile beside the steps: AOTAutograd's and Inductor's traces
+    patch torch's module calls process-wide, which broke the eager steps of the training thread
+    when a test compiled such a graph on another thread."""
+    record.how = "eager"
+    record.async_compile = True
+    record.compile_s = time.perf_counter() - started
+
+    def run(*args: Any) -> Any:
+        if not traced(args):
+            record.called("eager")
+        return gm(*args)
+
+    return run
 
 
 def _ready(record: GraphRecord, started: float, gm: Any, compiled: Any) -> Any:
