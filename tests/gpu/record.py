@@ -51,6 +51,14 @@ def shapes() -> list[str]:
     return sorted(p.stem for p in CORPUS.glob("*.py") if p.stem not in ("common", "runner", "__init__"))
 
 
+def row_shapes(record: list[Run]) -> list[str]:
+    """The table's shapes: the corpus's, and each one run in another torch.compile mode
+    (``--corpus-mode``), which a run records as ``shape (mode)``, after it."""
+    base = shapes()
+    modes = {k for _, data in record for k in data if re.fullmatch(r"(\w+) \(([\w-]+)\)", k) and k.split(" ")[0] in base}
+    return sorted([*base, *modes])
+
+
 def card(n: int) -> str:
     """The GPU a run had, from its machine record or its log; "" when neither names one."""
     machine = RESULTS / f"run{n}-machine.json"
@@ -134,7 +142,7 @@ def table(record: list[Run]) -> str:
         "| rank skew, plain / kiln |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for shape in shapes():
+    for shape in row_shapes(record):
         for layout in LAYOUTS:
             plain, kiln, fallbacks, losses, skew = cells(
                 latest(record, shape, layout, ("plain", "default")), cold_cells, 5, cards

@@ -464,7 +464,9 @@ def main() -> int:
                 print(f"==> {shape} {layout}: not a layout of this shape (the herd is {LAYOUT_JOB}'s; decode serves in one process)", flush=True)
                 continue
             print(f"==> {shape} {layout}", flush=True)
-            results.setdefault(shape, {})[layout] = runner.layout(layout, shape)
+            # A run in another torch.compile mode is recorded as a shape of its own.
+            key = f"{shape} ({a.corpus_mode})" if a.corpus_mode else shape
+            results.setdefault(key, {})[layout] = runner.layout(layout, shape)
             write_json(a.out / "layouts.json", results)
             (a.out / "layouts.md").write_text(report(results) + "\n")
     md = report(results)
