@@ -100,13 +100,31 @@ def latest(record: list[Run], shape: str, layout: str, needs: tuple[str, ...]) -
     return (thrice or ran or [None])[0]
 
 
+def failed(record: list[Run], shape: str, layout: str, needs: tuple[str, ...]) -> tuple[int, list[str]] | None:
+    """The newest run in which a variant of ``needs`` ran for ``shape`` in ``layout`` and failed,
+    with the variants that failed: a failure is on the record, never "not run"."""
+    for n, data in record:
+        v = data.get(shape, {}).get(layout)
+        if isinstance(v, dict):
+            broke = [x for x in needs if isinstance(v.get(x), dict) and "error" in v[x]]
+            if broke:
+                return n, broke
+    return None
+
+
 def cells(
     found: tuple[int, dict[str, dict]] | None,
     show: Callable[[dict[str, dict]], list[str]],
     width: int,
     cards: dict[int, str],
+    broke: tuple[int, list[str]] | None = None,
 ) -> list[str]:
-    """``show``'s cells of one run, each followed by the run that measured it."""
+    """``show``'s cells of one run, each followed by the run that measured it; where none
+    measured them, the newest failure of their variants, or that none ran."""
+    if found is None and broke is not None:
+        n, names = broke
+        where = f"run {n}" + (f", {cards[n]}" if cards.get(n) else "")
+        return [f"failed: {', '.join(names)} exited with an error ({where})"] * width
     if found is None:
         return ["not run on the GPU"] * width
     n, v = found
@@ -144,11 +162,11 @@ def table(record: list[Run]) -> str:
     ]
     for shape in row_shapes(record):
         for layout in LAYOUTS:
-            plain, kiln, fallbacks, losses, skew = cells(
-                latest(record, shape, layout, ("plain", "default")), cold_cells, 5, cards
+            groups = (("plain", "default"), ("fresh", "warm"), ("async", "eager", "plain"))
+            (plain, kiln, fallbacks, losses, skew), hosts, later = (
+                cells(latest(record, shape, layout, needs), show, width, cards, failed(record, shape, layout, needs))
+                for needs, show, width in zip(groups, (cold_cells, fresh_cell, async_cells), (5, 1, 3), strict=True)
             )
-            hosts = cells(latest(record, shape, layout, ("fresh", "warm")), fresh_cell, 1, cards)
-            later = cells(latest(record, shape, layout, ("async", "eager", "plain")), async_cells, 3, cards)
             rows.append("| " + " | ".join([shape, layout, plain, kiln, *hosts, *later, fallbacks, losses, skew]) + " |")
     return "\n".join(rows)
 
