@@ -68,7 +68,7 @@ def fallback(reason: str, detail: object, *, eager: bool = False) -> None:
         return
     instead = (
         "runs eagerly for the rest of this process instead of compiled by kilnd (%s): %s "
-        "(KILN_TORCH_ASYNC=0 compiles such a graph in the process)"
+        "(KILN_TORCH_ASYNC=0, or kiln.torch.blocking() around its first call, compiles it in the process)"
         if eager
         else "is compiled in this process instead of by kilnd (%s): %s"
     )
