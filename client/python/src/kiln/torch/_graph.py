@@ -311,7 +311,6 @@ def _eager(record: GraphRecord, started: float, gm: Any) -> Any:
     patch torch's module calls process-wide, which broke the eager steps of the training thread
     when a test compiled such a graph on another thread."""
     record.how = "eager"
-    record.async_compile = True
     record.compile_s = time.perf_counter() - started
 
     def run(*args: Any) -> Any:
