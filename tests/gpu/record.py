@@ -100,15 +100,23 @@ def latest(record: list[Run], shape: str, layout: str, needs: tuple[str, ...]) -
     return (thrice or ran or [None])[0]
 
 
-def failed(record: list[Run], shape: str, layout: str, needs: tuple[str, ...]) -> tuple[int, list[str]] | None:
+def failed(record: list[Run], shape: str, layout: str, needs: tuple[str, ...]) -> tuple[int, str] | None:
     """The newest run in which a variant of ``needs`` ran for ``shape`` in ``layout`` and failed,
-    with the variants that failed: a failure is on the record, never "not run"."""
+    or was cut at the budget's deadline while it ran, with what happened to each: a variant that
+    ran and did not finish is on the record, never "not run"."""
     for n, data in record:
         v = data.get(shape, {}).get(layout)
-        if isinstance(v, dict):
-            broke = [x for x in needs if isinstance(v.get(x), dict) and "error" in v[x]]
-            if broke:
-                return n, broke
+        if not isinstance(v, dict):
+            continue
+        broke = [x for x in needs if isinstance(v.get(x), dict) and "error" in v[x]]
+        cut = [
+            f"{x} {v[x]['skipped'].removeprefix('for time: ')}"
+            for x in needs
+            if isinstance(v.get(x), dict) and "cut at the deadline" in str(v[x].get("skipped", ""))
+        ]
+        said = ([f"failed: {', '.join(broke)} exited with an error"] if broke else []) + cut
+        if said:
+            return n, "; ".join(said)
     return None
 
 
@@ -117,14 +125,14 @@ def cells(
     show: Callable[[dict[str, dict]], list[str]],
     width: int,
     cards: dict[int, str],
-    broke: tuple[int, list[str]] | None = None,
+    broke: tuple[int, str] | None = None,
 ) -> list[str]:
     """``show``'s cells of one run, each followed by the run that measured it; where none
     measured them, the newest failure of their variants, or that none ran."""
     if found is None and broke is not None:
-        n, names = broke
+        n, what = broke
         where = f"run {n}" + (f", {cards[n]}" if cards.get(n) else "")
-        return [f"failed: {', '.join(names)} exited with an error ({where})"] * width
+        return [f"{what} ({where})"] * width
     if found is None:
         return ["not run on the GPU"] * width
     n, v = found

@@ -43,6 +43,9 @@ BUCKET_MB = float(os.environ.get("BUCKET_MB", "1"))
 HEADS = 4
 VOCAB = int(os.environ.get("VOCAB", "4096"))
 COMPILE = os.environ.get("COMPILE", "1") != "0"
+#: Whether torch.compile records CUDA graphs (``MODE=reduce-overhead``): a graph's outputs then
+#: live in memory the next replay overwrites.
+CUDA_GRAPHS = COMPILE and os.environ.get("MODE") == "reduce-overhead"
 
 
 class Block(torch.nn.Module):
