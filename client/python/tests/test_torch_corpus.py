@@ -55,6 +55,12 @@ CASES = [
     # A model nobody here wrote: Hugging Face's LlamaForCausalLM from its config.
     ("hf_llama", "single", 1, set()),
 ]
+#: (shape, layout, ranks, named fallbacks, torch.compile's mode): the compiled model again in a
+#: mode that changes Inductor's settings the most (``max_autotune``, which on the CPU autotunes
+#: its GEMM templates): kilnd's worker must compile with the process's settings, or its key and
+#: its code would be another graph's. (``reduce-overhead`` differs from the default on a GPU only.)
+MODE_CASES = [("model_compile", "single", 1, set(), "max-autotune-no-cudagraphs")]
+ALL_CASES = [(*c, "") for c in CASES] + MODE_CASES
 #: Shapes under bf16 autocast.
 AUTOCAST = {"loss_compile"}
 
@@ -66,10 +72,16 @@ def corpus_kilnd(tmp_path_factory: pytest.TempPathFactory) -> Any:
     k.stop()
 
 
-@pytest.mark.parametrize(("shape", "layout", "ranks", "named"), CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
-def test_a_job_shape_goes_through_kilnd(corpus_kilnd: Kilnd, tmp_path: Path, shape: str, layout: str, ranks: int, named: set[str]) -> None:
-    job = f"corpus-{shape}-{layout}"
+@pytest.mark.parametrize(
+    ("shape", "layout", "ranks", "named", "mode"), ALL_CASES, ids=["-".join(filter(None, (c[0], c[1], c[4]))) for c in ALL_CASES]
+)
+def test_a_job_shape_goes_through_kilnd(
+    corpus_kilnd: Kilnd, tmp_path: Path, shape: str, layout: str, ranks: int, named: set[str], mode: str
+) -> None:
+    job = "-".join(filter(None, ("corpus", shape, layout, mode)))
     env = {**runner.kiln_env(corpus_kilnd.uri), "KILN_TORCH_SNAPSHOT": "0", "KILN_TORCH_JOB": job}
+    if mode:
+        env["MODE"] = mode
     # A 2-core machine under CI's other tests can take minutes over a compile: the wait bound is
     # tested by itself (test_torch_graphs.py); here a waiter waits as long as the compile takes.
     env["KILN_TORCH_GRAPH_WAIT_SECS"] = "1800"
@@ -95,6 +107,9 @@ def test_a_job_shape_goes_through_kilnd(corpus_kilnd: Kilnd, tmp_path: Path, sha
             assert g["compile_s"] > 0 and g["calls"]["compiled"] > 0, where
             if g["how"] == "kilnd" and g["tier"] == "compiled":
                 compiled_by[g["key"]] = compiled_by.get(g["key"], 0) + 1
+            # Another mode's graph is a graph of its own: nothing on this kilnd had compiled it,
+            # though the default mode's case of the same shape may have run on it before.
+            assert not mode or (g["how"] == "kilnd" and g["tier"] == "compiled"), where
         # Every process reports at exit, whatever happened.
         assert "kiln: torch.compile cost this job" in r["stderr"], where
     # No graph was claimed twice: one rank compiled it through kilnd, or an earlier job of this
