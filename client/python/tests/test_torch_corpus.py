@@ -32,7 +32,7 @@ torch = require("torch")
 #: and every layout: a compiled model and train step, checkpointing inside the compiled region,
 #: a compiled loss function with a graph break and sliced inputs and gradient accumulation under
 #: DDP, per-block compiles under FSDP2, a compiled optimizer step, dynamic shapes, a KV-cache
-#: decode loop, a convnet trained and evaluated in turns, a Hugging Face model. The whole matrix
+#: decode loop, a convnet trained and evaluated in turns, a Hugging Face model, a GAN. The whole matrix
 #: of shapes and layouts runs on the GPU.
 CASES = [
     ("model_compile", "single", 1, set()),
@@ -54,6 +54,9 @@ CASES = [
     ("convnet_eval", "single", 1, set()),
     # A model nobody here wrote: Hugging Face's LlamaForCausalLM from its config.
     ("hf_llama", "single", 1, set()),
+    # Two compiled models trained against each other: the discriminator traced again for inputs
+    # that need grad, once its parameters hold gradients.
+    ("gan", "single", 1, set()),
 ]
 #: (shape, layout, ranks, named fallbacks, torch.compile's mode): the compiled model again in a
 #: mode that changes Inductor's settings the most (``max_autotune``, which on the CPU autotunes

@@ -162,6 +162,41 @@ def test_the_payload_kiln_writes_is_what_the_worker_reads() -> None:
         worker.decode_payload(struct.pack("<I", len(extra)) + extra + captured[0][4 + n :])
 
 
+def test_a_module_compiled_again_after_a_backward_travels() -> None:
+    # A GAN's discriminator is traced on inputs that need no grad, trained a step, then traced
+    # again on the generator's output, which needs grad. By then its parameters hold gradients,
+    # whose descriptions in the graph kept their fake mode: "Can't pickle local object
+    # WeakValueDictionary", and the graph compiled in the process (or ran eagerly, async).
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from kiln.torch import _payload
+
+    worker = _worker_module("torch_payload_reader")
+    captured: list[bytes] = []
+
+    def backend(gm: Any, inputs: list[Any]) -> Any:
+        captured.append(_payload.serialize(gm, inputs, {}))
+        return gm
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LeakyReLU(0.2), torch.nn.Linear(8, 1))
+    compiled = torch.compile(net, backend=backend)
+    compiled(torch.randn(2, 8)).sum().backward()
+    assert all(p.grad is not None for p in net.parameters())
+    compiled(torch.randn(2, 8, requires_grad=True))
+    torch._dynamo.reset()
+    assert len(captured) == 2, "the second call must trace a graph of its own"
+    _, graph = worker.decode_payload(captured[1])
+    gm, sources = worker.restricted_loads(graph, FakeTensorMode())
+    placeholders = list(gm.graph.find_nodes(op="placeholder"))
+    assert len(placeholders) == len(sources) == 5
+    # The parameters' descriptions came back with their gradients, in the worker's fake mode.
+    values = [n.meta["example_value"] for n in placeholders]
+    shapes = sorted(tuple(v.grad.shape) for v in values if v.grad is not None)
+    assert shapes == sorted(tuple(p.shape) for p in net.parameters()), shapes
+
+
 def test_a_spares_compile_pool_starts_at_the_lowest_priority_and_its_compile_keeps_its_own() -> None:
     # A spare starts its pool while the job that asked for the last compile runs its first steps:
     # the pool's processes (each imports torch) must take only cores the job leaves idle.

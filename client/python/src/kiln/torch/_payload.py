@@ -8,6 +8,7 @@ Deterministic: processes tracing the same code send the same bytes, so they shar
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import struct
@@ -123,14 +124,26 @@ def _as_lists(value: Any) -> Any:
     return value
 
 
+def _without_fake_modes(metadata: Any) -> Any:
+    """A tensor's description (the graph pickler's ``MetaTensorDesc``) without the fake modes of
+    the tensors it describes besides itself: a view's base (a linear layer's output over 3-D
+    inputs is a view of its 2-D product) and a gradient (a parameter's, once a backward has run:
+    a module compiled again after its first step, for inputs that now need grad, as a GAN's
+    discriminator is). torch clears the described tensor's own fake mode, which does not
+    pickle, but not theirs; the unpickler gives each of them its fake mode back."""
+    changes: dict[str, Any] = {}
+    for name in ("base", "grad"):
+        inner = getattr(metadata, name, None)
+        if inner is not None:
+            changes[name] = dataclasses.replace(_without_fake_modes(inner), fake_mode=None)
+    return dataclasses.replace(metadata, **changes) if changes else metadata
+
+
 @functools.cache
 def _pickler() -> Any:
-    """torch's graph pickler, mended: a view's metadata (a linear layer's output over 3-D inputs
-    is a view of its 2-D product) keeps its base's fake mode, which does not pickle, though the
-    unpickler sets the base's fake mode itself. The mend clears it, as torch does the view's own.
-    Under :func:`kiln.torch._device.normalizing`, it also writes the graph's device as ``cuda:0``."""
-    import dataclasses
-
+    """torch's graph pickler, mended: a tensor's description keeps the fake modes of the other
+    tensors it describes, which do not pickle (:func:`_without_fake_modes` clears them). Under
+    :func:`kiln.torch._device.normalizing`, it also writes the graph's device as ``cuda:0``."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensor
     from torch.fx._graph_pickler import GraphPickler
@@ -142,10 +155,7 @@ def _pickler() -> Any:
             reduced = super().reducer_override(obj)
             if isinstance(obj, FakeTensor) and reduced is not NotImplemented:
                 data = reduced[1][0]
-                base = data.metadata.base
-                if base is not None and base.fake_mode is not None:
-                    data.metadata = dataclasses.replace(data.metadata, base=dataclasses.replace(base, fake_mode=None))
-                data.metadata = _device.moved_metadata(torch, data.metadata)
+                data.metadata = _device.moved_metadata(torch, _without_fake_modes(data.metadata))
             if isinstance(obj, torch.fx.GraphModule) and reduced is not NotImplemented:
                 data = reduced[1][0]
                 data.gm_dict = _device.moved_graph_state(data.gm_dict)
