@@ -118,6 +118,14 @@ def test_a_job_shape_goes_through_kilnd(
     # No graph was claimed twice: one rank compiled it through kilnd, or an earlier job of this
     # kilnd had (the compiled model's graph is also the optimizer job's).
     assert all(n == 1 for n in compiled_by.values()), compiled_by
+    # And the ranks asked for one graph by one key: a key that held anything of one process's
+    # own (an id()) split a graph between ranks, which the count above cannot see.
+    keys_by_name: dict[str, set[str]] = {}
+    for r in kiln_ranks:
+        for g in r["graphs"]["graphs"]:
+            if g["key"]:
+                keys_by_name.setdefault(g["name"], set()).add(g["key"])
+    assert all(len(keys) == 1 for keys in keys_by_name.values()), keys_by_name
     # The job's ledger agrees with the job's own clock: every process counted, and no more
     # compile charged than its processes ran, from their start to their last step's end (a
     # fallback compile counted as an eager step once made a run read 200x faster than it was).

@@ -197,6 +197,39 @@ def test_a_module_compiled_again_after_a_backward_travels() -> None:
     assert shapes == sorted(tuple(p.shape) for p in net.parameters()), shapes
 
 
+def test_a_recompiled_frame_sends_the_same_bytes_from_every_process() -> None:
+    # One module class compiled for two shapes (a GAN's two MLPs) traces its forward twice, and
+    # the second trace's shape environment kept the id() of the last symbolic value it evaluated.
+    # Sent, that gave every process the graph's bytes of its own, so a key of its own: each rank
+    # compiled it once, and no later process ever found it in the fleet.
+    script = textwrap.dedent(
+        """
+        import hashlib, torch
+        from kiln.torch import _payload
+        digests = []
+        def backend(gm, inputs):
+            digests.append(hashlib.sha256(_payload.serialize(gm, inputs, {})).hexdigest())
+            return gm
+        class MLP(torch.nn.Module):
+            def __init__(self, inputs, outputs):
+                super().__init__()
+                self.a, self.b = torch.nn.Linear(inputs, 16), torch.nn.Linear(16, outputs)
+            def forward(self, x):
+                return self.b(torch.relu(self.a(x)))
+        first, second = torch.compile(MLP(4, 8), backend=backend), torch.compile(MLP(8, 1), backend=backend)
+        second(first(torch.randn(2, 4)).detach())
+        print(" ".join(digests))
+        """
+    )
+    runs = []
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        runs.append(out.stdout.split())
+    assert len(runs[0]) == 2, runs
+    assert runs[0] == runs[1], runs
+
+
 def test_a_spares_compile_pool_starts_at_the_lowest_priority_and_its_compile_keeps_its_own() -> None:
     # A spare starts its pool while the job that asked for the last compile runs its first steps:
     # the pool's processes (each imports torch) must take only cores the job leaves idle.

@@ -124,6 +124,14 @@ def _as_lists(value: Any) -> Any:
     return value
 
 
+#: A shape environment's attributes that are this process's own, left out of the payload: the
+#: ``id()`` of the symbolic value it last evaluated, a scratch value torch reads only right after
+#: setting it (and leaves out of its own comparison of two environments). Sent, it gave each
+#: process's graph bytes of its own, and so a key of its own: the ranks of a job compiled the
+#: same graph once each.
+_PROCESS_SHAPE_ENV = frozenset({"_expr_sym_node_id"})
+
+
 def _without_fake_modes(metadata: Any) -> Any:
     """A tensor's description (the graph pickler's ``MetaTensorDesc``) without the fake modes of
     the tensors it describes besides itself: a view's base (a linear layer's output over 3-D
@@ -142,11 +150,13 @@ def _without_fake_modes(metadata: Any) -> Any:
 @functools.cache
 def _pickler() -> Any:
     """torch's graph pickler, mended: a tensor's description keeps the fake modes of the other
-    tensors it describes, which do not pickle (:func:`_without_fake_modes` clears them). Under
+    tensors it describes, which do not pickle (:func:`_without_fake_modes` clears them), and a
+    shape environment leaves out what is this process's own (``_PROCESS_SHAPE_ENV``). Under
     :func:`kiln.torch._device.normalizing`, it also writes the graph's device as ``cuda:0``."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensor
     from torch.fx._graph_pickler import GraphPickler
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
     class Pickler(GraphPickler):
         def reducer_override(self, obj: object) -> Any:
@@ -156,6 +166,9 @@ def _pickler() -> Any:
             if isinstance(obj, FakeTensor) and reduced is not NotImplemented:
                 data = reduced[1][0]
                 data.metadata = _device.moved_metadata(torch, _without_fake_modes(data.metadata))
+            if isinstance(obj, ShapeEnv) and reduced is not NotImplemented:
+                data = reduced[1][0]
+                data.data = {k: v for k, v in data.data.items() if k not in _PROCESS_SHAPE_ENV}
             if isinstance(obj, torch.fx.GraphModule) and reduced is not NotImplemented:
                 data = reduced[1][0]
                 data.gm_dict = _device.moved_graph_state(data.gm_dict)
