@@ -129,15 +129,16 @@ def cells(
 ) -> list[str]:
     """``show``'s cells of one run, each followed by the run that measured it; where none
     measured them, the newest failure of their variants, or that none ran."""
+    def where(n: int) -> str:
+        return f"run {n}" + (f", {cards[n]}" if cards.get(n) else "")
+
     if found is None and broke is not None:
         n, what = broke
-        where = f"run {n}" + (f", {cards[n]}" if cards.get(n) else "")
-        return [f"{what} ({where})"] * width
+        return [f"{what} ({where(n)})"] * width
     if found is None:
         return ["not run on the GPU"] * width
     n, v = found
-    where = f"run {n}" + (f", {cards[n]}" if cards.get(n) else "")
-    return [f"{text} ({where})" for text in show(v)]
+    return [f"{text} ({where(n)})" for text in show(v)]
 
 
 def fresh_cell(v: dict[str, dict]) -> list[str]:
