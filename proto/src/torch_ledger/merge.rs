@@ -25,8 +25,11 @@ fn keep_busiest(graphs: &mut Vec<TorchGraphCost>, n: usize) {
 }
 
 /// Records a process's latest account in `ledger`: it replaces the process's earlier one; a
-/// process already folded is ignored (its figures are in the aggregate). Then keeps the ledger
-/// within its bounds. Returns whether the report was taken.
+/// process already folded is ignored (its figures are in the aggregate). A process's final
+/// account (`ended`) is its last word: a report it sent earlier that arrives after it (the
+/// background report in flight while the process exits) is stale and ignored, or the job would
+/// read as still running, with fewer steps than it ran. Then keeps the ledger within its
+/// bounds. Returns whether the report was taken.
 pub fn record(ledger: &mut TorchJobLedger, mut process: TorchProcessCosts) -> bool {
     if ledger.folded_ids.contains(&process.process) {
         return false;
@@ -34,6 +37,7 @@ pub fn record(ledger: &mut TorchJobLedger, mut process: TorchProcessCosts) -> bo
     keep_busiest(&mut process.graphs, MAX_GRAPHS);
     process.folded = 0;
     match ledger.processes.iter_mut().find(|p| p.process == process.process) {
+        Some(held) if held.ended && !process.ended => return false,
         Some(held) => *held = process,
         None => ledger.processes.push(process),
     }

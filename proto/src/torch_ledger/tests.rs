@@ -156,6 +156,21 @@ fn a_report_repeated_counts_once_and_processes_past_the_bound_fold() {
 }
 
 #[test]
+fn a_report_that_arrives_after_the_final_one_changes_nothing() {
+    let mut l = TorchJobLedger { job: "j".into(), ..Default::default() };
+    let p = |calls: u64, ended: bool| TorchProcessCosts {
+        ended,
+        ..process("proc-0001", vec![graph("g", 0.02, 0.01, calls)])
+    };
+    assert!(record(&mut l, p(10, false)));
+    assert!(record(&mut l, p(40, true)));
+    assert!(!record(&mut l, p(30, false)), "an earlier report in flight at exit is stale");
+    let r = job_return(&l);
+    assert!(r.ended && r.steps == 40, "{r:?}");
+    assert!(record(&mut l, p(40, true)), "the final report sent again is taken");
+}
+
+#[test]
 fn the_ledger_stays_under_its_byte_bound() {
     let mut l = TorchJobLedger { job: "j".into(), ..Default::default() };
     for i in 0..MAX_PROCESSES {

@@ -346,6 +346,18 @@ def report(*, ended: bool = False) -> Any:
     """Sends this process's fallbacks (since the last report) and its graphs' costs (from its
     start) to kilnd; returns the job's return (:class:`kiln.TorchJobReturn`), the fleet's when
     kilnd reached it, or ``None`` when kilnd does not answer."""
+    # One report at a time, so the final one (at exit) is sent after any the background thread
+    # has in flight, not beside it (kilnd also ignores a process's report that arrives after its
+    # final one).
+    with _send_lock:
+        return _send(ended)
+
+
+_send_lock = threading.Lock()
+
+
+def _send(ended: bool) -> Any:
+    """One report (:func:`report`), under ``_send_lock``."""
     from .. import _fleet
 
     costs = _ledger.costs()
