@@ -77,10 +77,23 @@ def cuda_root() -> Path:
     return root
 
 
-# Ports come from below the kernel's ephemeral range (32768 and up): a port bound at 0 and
-# closed is an ephemeral one, which any outgoing connection may be given before the server
-# binds it ("address in use" at start-up). Each call tries ports no earlier call was handed.
-_PORTS = iter(range(25_000 + os.getpid() % 7_000, 32_768))
+def _port_range() -> range:
+    """The ports this process hands out: below the kernel's ephemeral range (32768 and up), since
+    a port bound at 0 and closed is an ephemeral one, which any outgoing connection may be given
+    before the server binds it ("address in use" at start-up). Each pytest-xdist worker has a
+    slice of its own: consecutive workers' pids once gave them ranges one port apart, so both
+    handed out the same ports, and a kilnd of one failed to bind the other's. Within the slice
+    the start moves with the pid, for two pytest runs side by side."""
+    low, high = 25_000, 32_768
+    workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or "0") % workers
+    size = (high - low) // workers
+    start = low + worker * size
+    return range(start + os.getpid() % (size // 2), start + size)
+
+
+# Each call tries ports no earlier call was handed.
+_PORTS = iter(_port_range())
 
 
 def free_port() -> int:
@@ -91,7 +104,7 @@ def free_port() -> int:
             except OSError:
                 continue
             return port
-    raise RuntimeError("no free TCP port in 25000..32768")
+    raise RuntimeError(f"no free TCP port left in {_port_range()}")
 
 
 def _wait(what: str, ready, proc: subprocess.Popen | None, log: Path | None, bound: float = 60.0) -> None:
