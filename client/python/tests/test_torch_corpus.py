@@ -32,7 +32,8 @@ torch = require("torch")
 #: and every layout: a compiled model and train step, checkpointing inside the compiled region,
 #: a compiled loss function with a graph break and sliced inputs and gradient accumulation under
 #: DDP, per-block compiles under FSDP2, a compiled optimizer step, dynamic shapes, a KV-cache
-#: decode loop, a convnet trained and evaluated in turns, a Hugging Face model, a GAN. The whole matrix
+#: decode loop, a convnet trained and evaluated in turns, a Hugging Face model, a GAN, a GPT with
+#: tied weights and complex rotary embeddings. The whole matrix
 #: of shapes and layouts runs on the GPU.
 CASES = [
     ("model_compile", "single", 1, set()),
@@ -57,6 +58,10 @@ CASES = [
     # Two compiled models trained against each other: the discriminator traced again for inputs
     # that need grad, once its parameters hold gradients.
     ("gan", "single", 1, set()),
+    # A GPT as nanoGPT and Meta's reference code write one, under DDP's pieces: a weight tied
+    # between embedding and head, a complex64 buffer, torch's own encoder layer, a custom
+    # autograd.Function, a keyword input and a dict output.
+    ("gpt_tied", "ddp", 2, set()),
 ]
 #: (shape, layout, ranks, named fallbacks, torch.compile's mode): the compiled model again in a
 #: mode that changes Inductor's settings the most (``max_autotune``, which on the CPU autotunes

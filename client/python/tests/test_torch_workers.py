@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from graph_job import run_job
-from harness import Kilnd, require
+from harness import Kilnd, free_port, require
 
 import kiln
 
@@ -224,6 +224,50 @@ def test_a_recompiled_frame_sends_the_same_bytes_from_every_process() -> None:
     runs = []
     for _ in range(2):
         out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        runs.append(out.stdout.split())
+    assert len(runs[0]) == 2, runs
+    assert runs[0] == runs[1], runs
+
+
+def test_a_custom_autograd_function_sends_the_same_bytes_from_every_process() -> None:
+    # Dynamo traces a custom autograd.Function into forward and backward bodies, graph modules of
+    # their own; inside a DDP piece they carry a copy of the frame's metadata, Dynamo's backend
+    # id (a uuid4 of the process) included. Sent with it, every process had a key of its own for
+    # the piece: DDP's ranks split one piece between two keys, and no later process found it in
+    # the fleet. One rank of DDP (gloo) is enough for Dynamo's DDP optimizer to cut the pieces.
+    script = textwrap.dedent(
+        """
+        import hashlib, os, torch, torch.distributed as dist
+        from kiln.torch import _payload
+        dist.init_process_group("gloo", rank=0, world_size=1, init_method="tcp://127.0.0.1:" + os.environ["PORT"])
+        digests = []
+        def backend(gm, inputs):
+            digests.append(hashlib.sha256(_payload.serialize(gm, inputs, {})).hexdigest())
+            return gm
+        class Halve(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x * 0.5
+            @staticmethod
+            def backward(ctx, grad):
+                return grad * 0.5
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a, self.b = torch.nn.Linear(512, 512), torch.nn.Linear(512, 512)
+            def forward(self, x):
+                return self.b(Halve.apply(self.a(x)))
+        net = torch.compile(torch.nn.parallel.DistributedDataParallel(Net(), bucket_cap_mb=1), backend=backend)
+        net(torch.randn(2, 512)).sum().backward()
+        print(" ".join(digests))
+        dist.destroy_process_group()
+        """
+    )
+    runs = []
+    for _ in range(2):
+        env = {**os.environ, "PORT": str(free_port())}
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
         assert out.returncode == 0, out.stderr[-3000:]
         runs.append(out.stdout.split())
     assert len(runs[0]) == 2, runs

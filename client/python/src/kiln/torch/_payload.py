@@ -8,10 +8,12 @@ Deterministic: processes tracing the same code send the same bytes, so they shar
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
 import struct
+from collections.abc import Iterator
 from typing import Any
 
 from . import _device
@@ -209,6 +211,29 @@ def _current_device(torch: Any) -> int | None:
     return int(_device.moved_device(torch, torch.device("cuda", torch.cuda.current_device())).index)
 
 
+@contextlib.contextmanager
+def _steady(torch: Any, gm: Any, compile_id: Any) -> Iterator[None]:
+    """``gm`` and every graph module inside it (a DDP piece's, a custom autograd.Function's
+    bodies, which carry a copy of the frame's metadata) without what differs between processes
+    tracing the same code: the volatile attributes, Dynamo's backend id (a uuid4 per process) and
+    the frame's number (the job's order of frames). Put back on leaving."""
+    saved = []
+    for module in gm.modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        attrs = {k: module.__dict__.pop(k) for k in _VOLATILE_ATTRS if k in module.__dict__}
+        saved.append((module, module.meta, attrs))
+        module.meta = {k: v for k, v in module.meta.items() if k != "backend_id"}
+        if "dynamo_compile_id" in module.meta:
+            module.meta["dynamo_compile_id"] = compile_id
+    try:
+        yield
+    finally:
+        for module, meta, attrs in saved:
+            module.meta = meta
+            module.__dict__.update(attrs)
+
+
 def serialize(gm: Any, example_inputs: list[Any], config_patches: dict[str, Any]) -> bytes:
     """The payload kilnd compiles: a u32 length, a JSON header (the inputs' metadata and the
     config), then torch's graph pickle of (graph module, each placeholder's Dynamo source).
@@ -244,19 +269,12 @@ def _serialize(gm: Any, example_inputs: list[Any], config_patches: dict[str, Any
         "grad_enabled": torch.is_grad_enabled(),
         "ambient": _ambient(torch),
     }
-    saved = {k: gm.__dict__.pop(k) for k in _VOLATILE_ATTRS if k in gm.__dict__}
-    meta = gm.meta
-    gm.meta = {k: v for k, v in meta.items() if k != "backend_id"}
-    if "dynamo_compile_id" in gm.meta:
-        gm.meta["dynamo_compile_id"] = CompileId(frame_id=0, frame_compile_id=0)
     try:
-        options = Options(ops_filter=None, node_metadata_key_filter=lambda k: k in _META_KEYS)
-        graph: bytes = _pickler().dumps((gm, sources), options)
+        with _steady(torch, gm, CompileId(frame_id=0, frame_compile_id=0)):
+            options = Options(ops_filter=None, node_metadata_key_filter=lambda k: k in _META_KEYS)
+            graph: bytes = _pickler().dumps((gm, sources), options)
     except Exception as e:  # noqa: BLE001 - anything the pickler refuses means "does not travel"
         raise Unserializable(f"{type(e).__name__}: {e}") from e
-    finally:
-        gm.meta = meta
-        gm.__dict__.update(saved)
     # Not sort_keys: a config value that is a dict is part of AOTAutograd's cache key in its own
     # order, and the header's own order is already fixed by the code that builds it.
     head = json.dumps(header).encode()
