@@ -33,7 +33,8 @@ torch = require("torch")
 #: a compiled loss function with a graph break and sliced inputs and gradient accumulation under
 #: DDP, per-block compiles under FSDP2, a compiled optimizer step, dynamic shapes, a KV-cache
 #: decode loop, a convnet trained and evaluated in turns, a Hugging Face model, a GAN, a GPT with
-#: tied weights and complex rotary embeddings. The whole matrix
+#: tied weights and complex rotary embeddings, a LoRA-tuned mixture of experts, flex_attention,
+#: compiled autograd. The whole matrix
 #: of shapes and layouts runs on the GPU.
 CASES = [
     ("model_compile", "single", 1, set()),
@@ -62,6 +63,15 @@ CASES = [
     # between embedding and head, a complex64 buffer, torch's own encoder layer, a custom
     # autograd.Function, a keyword input and a dict output.
     ("gpt_tied", "ddp", 2, set()),
+    # A mixture of experts fine-tuned with LoRA: frozen base weights, routing by topk, batch
+    # norm's statistics updated in training, and a .tolist() that breaks the graph mid-forward.
+    ("moe_lora", "single", 1, set()),
+    # flex_attention with a block mask and a score modifier: subgraphs of a higher-order op
+    # (evaluated under no_grad on the CPU, where torch has no backward for it).
+    ("flex_attention", "single", 1, set()),
+    # The backward under compiled autograd, compiled by torch's own backend in the process:
+    # only the forward's graph is kiln's.
+    ("compiled_autograd", "single", 1, set()),
 ]
 #: (shape, layout, ranks, named fallbacks, torch.compile's mode): the compiled model again in a
 #: mode that changes Inductor's settings the most (``max_autotune``, which on the CPU autotunes
