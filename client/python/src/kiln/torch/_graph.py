@@ -38,7 +38,7 @@ from typing import Any
 
 from .. import settings
 from .._warn import warn_once
-from . import _callbacks, _claim, _deferred, _device, _inductor, _layout
+from . import _callbacks, _claim, _compiled_autograd, _deferred, _device, _inductor, _layout
 from ._ask import COMPILE_WAIT_SECS, Answer, Request, ask, fallback, load, nothing_shared
 from ._claim import Grant, compile_to_share
 from ._deferred import AsyncGraph
@@ -411,6 +411,9 @@ def install(job: str) -> bool:
         # An async job's first step runs eagerly: Inductor is imported after it, off the
         # training thread, not by torch.compile()'s call before it.
         _inductor.defer_compile_fx(torch)
+        from .. import _import_hooks
+
+        _import_hooks.watch({_compiled_autograd.MODULE: _compiled_autograd.attach})
     return True
 
 

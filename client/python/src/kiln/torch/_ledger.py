@@ -282,10 +282,19 @@ class _Ledger:
         #: When the process's first step ended, by its clock: the first time one of its graphs was
         #: called again (0 until then). The job's ledger spreads these across ranks: rank skew.
         self.first_step_unix_ms = 0
+        #: Backwards compiled autograd captured while a graph ran eagerly, run uncompiled
+        #: (:mod:`kiln.torch._compiled_autograd`).
+        self.eager_backwards = 0
 
     def first_step_ended(self) -> None:
         if not self.first_step_unix_ms:
             self.first_step_unix_ms = max(int(time.time() * 1000), self.started_unix_ms)
+
+    def running_eagerly(self) -> bool:
+        """Whether any of this process's graphs runs eagerly now (async, kilnd's compile not
+        swapped in, or one that cannot travel)."""
+        with self.lock:
+            return any(g.how == "eager" for g in self.graphs)
 
     def compiling(self) -> bool:
         """Whether a compile this process asked for is still in flight."""
@@ -322,6 +331,7 @@ def stats() -> dict[str, Any]:
             "fallbacks": {k: v for k, v in _ledger.fallbacks.items() if v},
             "process": _ledger.process,
             "first_step_unix_ms": _ledger.first_step_unix_ms,
+            "eager_backwards": _ledger.eager_backwards,
             "setup_s": {k: round(v, 4) for k, v in _import_hooks.spent.items()},
             "graphs": [
                 {
