@@ -34,7 +34,7 @@ torch = require("torch")
 #: DDP, per-block compiles under FSDP2, a compiled optimizer step, dynamic shapes, a KV-cache
 #: decode loop, a convnet trained and evaluated in turns, a Hugging Face model, a GAN, a GPT with
 #: tied weights and complex rotary embeddings, a LoRA-tuned mixture of experts, flex_attention,
-#: compiled autograd. The whole matrix
+#: compiled autograd, a compiled optimizer under a learning-rate schedule. The whole matrix
 #: of shapes and layouts runs on the GPU.
 CASES = [
     ("model_compile", "single", 1, set()),
@@ -72,6 +72,9 @@ CASES = [
     # The backward under compiled autograd, compiled by torch's own backend in the process:
     # only the forward's graph is kiln's.
     ("compiled_autograd", "single", 1, set()),
+    # A compiled optimizer step with a tensor learning rate that a LambdaLR schedule changes each
+    # step, and a Python float into the compiled loss that recompiles it once.
+    ("scheduled_lr", "single", 1, set()),
 ]
 #: (shape, layout, ranks, named fallbacks, torch.compile's mode): the compiled model again in a
 #: mode that changes Inductor's settings the most (``max_autotune``, which on the CPU autotunes
