@@ -34,7 +34,8 @@ torch = require("torch")
 #: DDP, per-block compiles under FSDP2, a compiled optimizer step, dynamic shapes, a KV-cache
 #: decode loop, a convnet trained and evaluated in turns, a Hugging Face model, a GAN, a GPT with
 #: tied weights and complex rotary embeddings, a LoRA-tuned mixture of experts, flex_attention,
-#: compiled autograd, a compiled optimizer under a learning-rate schedule. The whole matrix
+#: compiled autograd, a compiled optimizer under a learning-rate schedule, an operator of the
+#: job's own. The whole matrix
 #: of shapes and layouts runs on the GPU.
 CASES = [
     ("model_compile", "single", 1, set()),
@@ -75,6 +76,9 @@ CASES = [
     # A compiled optimizer step with a tensor learning rate that a LambdaLR schedule changes each
     # step, and a Python float into the compiled loss that recompiles it once.
     ("scheduled_lr", "single", 1, set()),
+    # An operator the job registers itself (torch.library.custom_op): a claim compiles it here
+    # and shares it, as any graph.
+    ("custom_op", "single", 1, set()),
 ]
 #: (shape, layout, ranks, named fallbacks, torch.compile's mode): the compiled model again in a
 #: mode that changes Inductor's settings the most (``max_autotune``, which on the CPU autotunes
@@ -209,5 +213,25 @@ def test_async_runs_a_backward_under_compiled_autograd_eagerly_while_its_forward
     # Inductor compiled nothing in the process (by torch's own timers): not the forward, which
     # kilnd compiles, nor a backward.
     assert "compile_fx_inner" not in r["timed"], (r["timed"], where)
+    for got, want in zip(r["losses"], eager["losses"], strict=True):
+        assert math.isclose(got, want, rel_tol=1e-4), (r["losses"], eager["losses"])
+
+
+def test_async_names_a_graph_calling_an_operator_of_the_jobs_own(corpus_kilnd: Kilnd, tmp_path: Path) -> None:
+    # kilnd's workers import torch alone, never a job's code, so they cannot read a graph that
+    # calls an operator the job registered (torch.library.custom_op). Async, such a graph failed
+    # in the worker and was asked again after 75 s and 300 s, silently eager meanwhile; the
+    # worker now names the operator and the graph runs eagerly at once, under a fallback of its
+    # own, with eager's losses.
+    # kilnd's workers up first: the worker's answer then comes within the job's steps.
+    corpus_kilnd.warm_torch_workers()
+    env = {**runner.kiln_env(corpus_kilnd.uri), "KILN_TORCH_SNAPSHOT": "0", "KILN_TORCH_ASYNC": "1", "KILN_TORCH_JOB": "corpus-custom-op-async"}
+    (r,) = runner.run("custom_op", "single", 1, tmp_path / "async", {**env, "STEPS": "1000"})
+    (eager,) = runner.run("custom_op", "single", 1, tmp_path / "eager", {"COMPILE": "0", "STEPS": "1000"})
+    stats = r["graphs"]
+    where = f"custom op async: {stats}\n{r['stderr'][-3000:]}"
+    assert stats["fallbacks"] == {"job_operator": 1}, where
+    assert [g["how"] for g in stats["graphs"]] == ["eager"], where
+    assert "corpus::scaled_gelu, an operator kilnd's torch does not have" in r["stderr"], where
     for got, want in zip(r["losses"], eager["losses"], strict=True):
         assert math.isclose(got, want, rel_tol=1e-4), (r["losses"], eager["losses"])

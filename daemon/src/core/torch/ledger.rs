@@ -15,10 +15,12 @@ use std::sync::{Arc, Mutex};
 pub const MAX_JOBS: usize = 64;
 /// Fallback reasons a report may name; any other is counted as `other`, so a client cannot grow
 /// the metrics without bound.
-pub const FALLBACK_REASONS: [&str; 10] = [
+pub const FALLBACK_REASONS: [&str; 11] = [
     "kilnd_unreachable",
     "unserializable",
     "worker_failed",
+    // The graph calls an operator the job registered itself, which kilnd's workers lack.
+    "job_operator",
     "torch_mismatch",
     "not_reused",
     "no_torch_worker",

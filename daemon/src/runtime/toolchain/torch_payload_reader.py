@@ -13,6 +13,7 @@ imports it; both are hashed into every graph's key.
 import io
 import json
 import pickle
+import re
 import struct
 
 #: The payload's format; kiln.torch writes the same number.
@@ -75,6 +76,13 @@ def allowed_global(module, name):
     return not qualified.startswith(DENIED_PREFIXES) and not module.startswith(DENIED_PREFIXES)
 
 
+class MissingOperator(Exception):
+    """The graph calls an operator this worker's torch does not have: one the job registered
+    itself (``torch.library``), or a package's that only the job imported. The worker imports
+    torch alone, and never a job's code, so no retry compiles it: the client names the fallback
+    (``job_operator``) from this class's name on the log's last line."""
+
+
 def restricted_loads(data, fake_mode):
     """torch's graph unpickler, refusing globals outside ALLOWED_ROOTS."""
     from torch.fx import _graph_pickler as gp
@@ -87,7 +95,14 @@ def restricted_loads(data, fake_mode):
 
     state = gp._UnpickleState(fake_mode)
     with io.BytesIO(data) as stream:
-        return Unpickler(stream, state).load()
+        try:
+            return Unpickler(stream, state).load()
+        except AttributeError as e:
+            # torch.ops.<namespace> always exists; an operator it lacks raises this.
+            found = re.fullmatch(r"'_OpNamespace' '(\w+)' object has no attribute '(\w+)'", str(e))
+            if found is None:
+                raise
+            raise MissingOperator(f"the graph calls {found[1]}::{found[2]}, an operator kilnd's torch does not have") from None
 
 
 def decode_payload(payload):

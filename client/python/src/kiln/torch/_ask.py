@@ -40,6 +40,9 @@ FALLBACK_REASONS = (
     "kilnd_unreachable",  # no answer from kilnd (down, or backing off after it was)
     "unserializable",  # the graph or its inputs cannot travel (dynamic shapes, tensor subclasses...)
     "worker_failed",  # kilnd's worker crashed, timed out or raised
+    # the graph calls an operator the job registered itself (torch.library), which kilnd's
+    # workers, importing torch alone, do not have
+    "job_operator",
     "torch_mismatch",  # kilnd's torch workers run another torch
     "not_reused",  # kilnd's artifacts did not give torch a cache hit here
     "no_torch_worker",  # kilnd has no interpreter with torch for its workers
@@ -244,6 +247,10 @@ def _ask(
     if not answer.ok:
         last = answer.log.strip().splitlines()[-1:] or ["no log"]
         log.debug("kiln: the torch worker's log for graph %s:\n%s", request.name, answer.log)
+        missing = last[0].partition("MissingOperator: ")[2]
+        if missing:
+            # The worker imports torch alone: no retry compiles it.
+            return fell("job_operator", f"{missing}: the job defines it (torch.library), and kilnd's workers import torch alone")
         return fell("worker_failed", last[0])
     try:
         bundle = parse_bundle(answer.artifacts)
