@@ -230,6 +230,45 @@ def test_a_recompiled_frame_sends_the_same_bytes_from_every_process() -> None:
     assert runs[0] == runs[1], runs
 
 
+def test_a_graph_traced_again_after_a_dynamo_reset_sends_the_same_bytes() -> None:
+    # A sweep in one process compiles a fresh model per trial and calls torch._dynamo.reset()
+    # between them. The pickle writes an object it meets twice as a reference to the first, and
+    # which fake tensors shared one torch.device object depended on what Dynamo had cached: the
+    # second trial's graph had other bytes, so another key than the first trial's (and than a
+    # restarted job's). Run in two processes: the bytes stay the same across processes too.
+    script = textwrap.dedent(
+        """
+        import hashlib, torch
+        from kiln.torch import _payload
+        digests = []
+        def backend(gm, inputs):
+            digests.append(hashlib.sha256(_payload.serialize(gm, inputs, {})).hexdigest())
+            return gm
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.embed = torch.nn.Embedding(64, 16)
+                self.a, self.b = torch.nn.Linear(16, 48), torch.nn.Linear(16, 64)
+            def forward(self, tokens):
+                q, k, v = self.a(self.embed(tokens)).view(2, 5, 3, 16).unbind(2)
+                y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+                return self.b(torch.nn.functional.rms_norm(y, (16,)))
+        for trial in range(2):
+            net = torch.compile(Net(), backend=backend)
+            net(torch.randint(0, 64, (2, 5))).sum().backward()
+            torch._dynamo.reset()
+        print(" ".join(digests))
+        """
+    )
+    runs = []
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        runs.append(out.stdout.split())
+    assert len(runs[0]) == 2 and runs[0][0] == runs[0][1], runs
+    assert runs[0] == runs[1], runs
+
+
 def test_a_custom_autograd_function_sends_the_same_bytes_from_every_process() -> None:
     # Dynamo traces a custom autograd.Function into forward and backward bodies, graph modules of
     # their own; inside a DDP piece they carry a copy of the frame's metadata, Dynamo's backend

@@ -132,16 +132,18 @@ def normalizing(index: int | None) -> Iterator[None]:
 
 
 def moved_device(torch: Any, device: Any) -> Any:
-    """``device`` as a payload or key made under :func:`normalizing` names it. A CUDA device comes
-    back as one object for each index: a pickle refers to an object it has written before by
-    identity, so the same graph pickled on two devices must share its device objects alike."""
-    if not isinstance(device, torch.device) or device.type != "cuda" or device.index is None:
+    """``device`` as a payload or key made under :func:`normalizing` names it, as one object for
+    each device: a pickle refers to an object it has written before by identity, so which tensors
+    shared a device object decided the bytes. That sharing differed between a graph pickled on two
+    GPUs, and, on any device, between a graph traced before and after ``torch._dynamo.reset()``
+    in one process (a sweep's trials), which then took another key."""
+    if not isinstance(device, torch.device):
         return device
-    index = 0 if device.index == _FROM.get() else device.index
-    return _CUDA.setdefault(index, torch.device("cuda", index))
+    index = 0 if device.type == "cuda" and device.index is not None and device.index == _FROM.get() else device.index
+    return _DEVICES.setdefault((device.type, index), torch.device(device.type, index) if index is not None else torch.device(device.type))
 
 
-_CUDA: dict[int, Any] = {}
+_DEVICES: dict[tuple[str, int | None], Any] = {}
 
 
 def moved_metadata(torch: Any, metadata: Any) -> Any:
