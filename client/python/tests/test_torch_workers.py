@@ -197,19 +197,40 @@ def test_a_module_compiled_again_after_a_backward_travels() -> None:
     assert shapes == sorted(tuple(p.shape) for p in net.parameters()), shapes
 
 
+#: What each job of the tests below runs first: a backend that keeps the digest of every graph's
+#: payload, printed at the end.
+_DIGESTS = """
+import hashlib, os, torch
+from kiln.torch import _payload
+digests = []
+def backend(gm, inputs):
+    digests.append(hashlib.sha256(_payload.serialize(gm, inputs, {})).hexdigest())
+    return gm
+"""
+
+
+def payload_digests(job: str, graphs: int) -> str:
+    """Runs ``job`` (after :data:`_DIGESTS`) in two processes; asserts each sent ``graphs`` graphs
+    and that both sent the same bytes; returns the first's digests."""
+    runs = []
+    for _ in range(2):
+        script = _DIGESTS + textwrap.dedent(job) + '\nprint(" ".join(digests))\n'
+        env = {**os.environ, "PORT": str(free_port())}
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+        assert out.returncode == 0, out.stderr[-3000:]
+        runs.append(out.stdout.split())
+    assert len(runs[0]) == graphs, runs
+    assert runs[0] == runs[1], runs
+    return runs[0]
+
+
 def test_a_recompiled_frame_sends_the_same_bytes_from_every_process() -> None:
     # One module class compiled for two shapes (a GAN's two MLPs) traces its forward twice, and
     # the second trace's shape environment kept the id() of the last symbolic value it evaluated.
     # Sent, that gave every process the graph's bytes of its own, so a key of its own: each rank
     # compiled it once, and no later process ever found it in the fleet.
-    script = textwrap.dedent(
+    payload_digests(
         """
-        import hashlib, torch
-        from kiln.torch import _payload
-        digests = []
-        def backend(gm, inputs):
-            digests.append(hashlib.sha256(_payload.serialize(gm, inputs, {})).hexdigest())
-            return gm
         class MLP(torch.nn.Module):
             def __init__(self, inputs, outputs):
                 super().__init__()
@@ -218,16 +239,9 @@ def test_a_recompiled_frame_sends_the_same_bytes_from_every_process() -> None:
                 return self.b(torch.relu(self.a(x)))
         first, second = torch.compile(MLP(4, 8), backend=backend), torch.compile(MLP(8, 1), backend=backend)
         second(first(torch.randn(2, 4)).detach())
-        print(" ".join(digests))
-        """
+        """,
+        graphs=2,
     )
-    runs = []
-    for _ in range(2):
-        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-        assert out.returncode == 0, out.stderr[-3000:]
-        runs.append(out.stdout.split())
-    assert len(runs[0]) == 2, runs
-    assert runs[0] == runs[1], runs
 
 
 def test_a_graph_traced_again_after_a_dynamo_reset_sends_the_same_bytes() -> None:
@@ -236,14 +250,8 @@ def test_a_graph_traced_again_after_a_dynamo_reset_sends_the_same_bytes() -> Non
     # which fake tensors shared one torch.device object depended on what Dynamo had cached: the
     # second trial's graph had other bytes, so another key than the first trial's (and than a
     # restarted job's). Run in two processes: the bytes stay the same across processes too.
-    script = textwrap.dedent(
+    first, second = payload_digests(
         """
-        import hashlib, torch
-        from kiln.torch import _payload
-        digests = []
-        def backend(gm, inputs):
-            digests.append(hashlib.sha256(_payload.serialize(gm, inputs, {})).hexdigest())
-            return gm
         class Net(torch.nn.Module):
             def __init__(self):
                 super().__init__()
@@ -257,16 +265,10 @@ def test_a_graph_traced_again_after_a_dynamo_reset_sends_the_same_bytes() -> Non
             net = torch.compile(Net(), backend=backend)
             net(torch.randint(0, 64, (2, 5))).sum().backward()
             torch._dynamo.reset()
-        print(" ".join(digests))
-        """
+        """,
+        graphs=2,
     )
-    runs = []
-    for _ in range(2):
-        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-        assert out.returncode == 0, out.stderr[-3000:]
-        runs.append(out.stdout.split())
-    assert len(runs[0]) == 2 and runs[0][0] == runs[0][1], runs
-    assert runs[0] == runs[1], runs
+    assert first == second
 
 
 def test_a_custom_autograd_function_sends_the_same_bytes_from_every_process() -> None:
@@ -275,15 +277,10 @@ def test_a_custom_autograd_function_sends_the_same_bytes_from_every_process() ->
     # id (a uuid4 of the process) included. Sent with it, every process had a key of its own for
     # the piece: DDP's ranks split one piece between two keys, and no later process found it in
     # the fleet. One rank of DDP (gloo) is enough for Dynamo's DDP optimizer to cut the pieces.
-    script = textwrap.dedent(
+    payload_digests(
         """
-        import hashlib, os, torch, torch.distributed as dist
-        from kiln.torch import _payload
+        import torch.distributed as dist
         dist.init_process_group("gloo", rank=0, world_size=1, init_method="tcp://127.0.0.1:" + os.environ["PORT"])
-        digests = []
-        def backend(gm, inputs):
-            digests.append(hashlib.sha256(_payload.serialize(gm, inputs, {})).hexdigest())
-            return gm
         class Halve(torch.autograd.Function):
             @staticmethod
             def forward(ctx, x):
@@ -299,18 +296,10 @@ def test_a_custom_autograd_function_sends_the_same_bytes_from_every_process() ->
                 return self.b(Halve.apply(self.a(x)))
         net = torch.compile(torch.nn.parallel.DistributedDataParallel(Net(), bucket_cap_mb=1), backend=backend)
         net(torch.randn(2, 512)).sum().backward()
-        print(" ".join(digests))
         dist.destroy_process_group()
-        """
+        """,
+        graphs=2,
     )
-    runs = []
-    for _ in range(2):
-        env = {**os.environ, "PORT": str(free_port())}
-        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
-        assert out.returncode == 0, out.stderr[-3000:]
-        runs.append(out.stdout.split())
-    assert len(runs[0]) == 2, runs
-    assert runs[0] == runs[1], runs
 
 
 def test_a_spares_compile_pool_starts_at_the_lowest_priority_and_its_compile_keeps_its_own() -> None:
